@@ -1,0 +1,1321 @@
+//! PyTorch 2.11's `DeviceCachingAllocator` for one device (spec §5–§11).
+//!
+//! Blocks live in an arena and are linked to their segment neighbours by
+//! index. Free blocks sit in per-(pool, stream) ordered maps keyed by
+//! (size, address): the stream-major order of PyTorch's `BlockComparatorSize`
+//! with the stream split out, since a lookup never crosses streams.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use thiserror::Error;
+
+use super::config::{
+    format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED,
+};
+use super::event::{Action, Event};
+use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
+use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
+use crate::device::Device;
+
+const NIL: u32 = u32::MAX;
+
+/// A handle to an allocation. Stale handles (to blocks since merged or
+/// released) are detected and refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockId {
+    idx: u32,
+    gen: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AllocError {
+    #[error("block handle is stale (the block was freed and reused)")]
+    StaleBlock,
+    #[error("block at {0:#x} is not allocated")]
+    NotAllocated(u64),
+    #[error("block at {0:#x} is not waiting for its free to complete")]
+    NotPending(u64),
+}
+
+/// PyTorch's `OutOfMemoryError`, with the same message text.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct OutOfMemory {
+    /// The size asked for.
+    pub requested: u64,
+    /// The rounded size (the `oom` trace entry's size).
+    pub rounded: u64,
+    /// The segment size that could not be obtained ("Tried to allocate").
+    pub alloc_size: u64,
+    pub stream: u64,
+    pub device_free: u64,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    ptr: u64,
+    size: u64,
+    /// Size asked for by the last allocation of this block; stale once it is free.
+    requested: u64,
+    stream: u64,
+    prev: u32,
+    next: u32,
+    /// Expandable segment index, or NIL.
+    es: u32,
+    gen: u32,
+    gc_count_base: i64,
+    /// Outstanding stream events (record_stream) before the free completes.
+    event_count: u32,
+    /// Caller's context id for the allocation (e.g. an interned call stack); 0 = none.
+    tag: u32,
+    /// 0 = small pool, 1 = large pool.
+    pool: u8,
+    allocated: bool,
+    mapped: bool,
+    /// Free requested, completion left to the caller (`free_completed`).
+    pending: bool,
+    alive: bool,
+    stream_uses: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct StreamBlocks {
+    stream: u64,
+    /// Free mapped blocks by (size, ptr).
+    blocks: BTreeMap<u128, u32>,
+    /// Unmapped expandable-segment ranges by ptr.
+    unmapped: BTreeMap<u64, u32>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Pool {
+    /// Sorted by stream, as PyTorch's comparator orders streams first.
+    streams: Vec<StreamBlocks>,
+    get_free_blocks_call_count: i64,
+}
+
+impl Pool {
+    #[inline]
+    fn find(&self, stream: u64) -> Option<usize> {
+        self.streams.iter().position(|s| s.stream == stream)
+    }
+    fn entry(&mut self, stream: u64) -> &mut StreamBlocks {
+        let i = match self.streams.binary_search_by_key(&stream, |s| s.stream) {
+            Ok(i) => i,
+            Err(i) => {
+                self.streams.insert(
+                    i,
+                    StreamBlocks {
+                        stream,
+                        ..Default::default()
+                    },
+                );
+                i
+            }
+        };
+        &mut self.streams[i]
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ExpandableSegment {
+    base: u64,
+    size: u64,
+    page: u64,
+}
+
+#[inline]
+fn key(size: u64, ptr: u64) -> u128 {
+    ((size as u128) << 64) | ptr as u128
+}
+
+#[inline]
+fn stat_pool(pool: u8) -> usize {
+    if pool == 0 {
+        SMALL_POOL
+    } else {
+        LARGE_POOL
+    }
+}
+
+/// What one handle points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockView {
+    pub ptr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub stream: u64,
+    pub allocated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct CachingAllocator<D> {
+    config: AllocatorConfig,
+    device: D,
+    device_index: i32,
+    allowed_memory_maximum: Option<u64>,
+    blocks: Vec<Block>,
+    free_slots: Vec<u32>,
+    pools: [Pool; 2],
+    stats: DeviceStats,
+    total_allocated_memory: u64,
+    es: Vec<Option<ExpandableSegment>>,
+    cuda_events: VecDeque<u32>,
+    events: Vec<Event>,
+    record_events: bool,
+    emitted: u64,
+}
+
+impl<D: Device> CachingAllocator<D> {
+    pub fn new(config: AllocatorConfig, device: D) -> Self {
+        let mut a = CachingAllocator {
+            allowed_memory_maximum: None,
+            device_index: 0,
+            blocks: Vec::new(),
+            free_slots: Vec::new(),
+            pools: [Pool::default(), Pool::default()],
+            stats: DeviceStats::default(),
+            total_allocated_memory: 0,
+            es: Vec::new(),
+            cuda_events: VecDeque::new(),
+            events: Vec::new(),
+            record_events: true,
+            emitted: 0,
+            device,
+            config,
+        };
+        if let Some(f) = a.config.per_process_memory_fraction {
+            a.set_memory_fraction(f);
+        }
+        a
+    }
+
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+    pub fn into_device(self) -> D {
+        self.device
+    }
+    pub fn set_device_index(&mut self, d: i32) {
+        self.device_index = d;
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(f)` (2.9+ semantics: a
+    /// fraction of 1.0 or more removes the limit).
+    pub fn set_memory_fraction(&mut self, fraction: f64) {
+        self.allowed_memory_maximum = if fraction < 1.0 {
+            Some((fraction * self.device.total_memory() as f64) as u64)
+        } else {
+            None
+        };
+    }
+    /// Sets `allowed_memory_maximum` directly, in bytes.
+    pub fn set_memory_limit(&mut self, bytes: Option<u64>) {
+        self.allowed_memory_maximum = bytes;
+    }
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.allowed_memory_maximum
+    }
+
+    /// Whether emitted events are kept for `events()`/`take_events()`.
+    /// They are always counted.
+    pub fn set_recording(&mut self, on: bool) {
+        self.record_events = on;
+    }
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+    /// Number of events emitted since creation (kept or not).
+    pub fn emitted(&self) -> u64 {
+        self.emitted
+    }
+    /// Appends an event the allocator did not produce itself (a `snapshot` marker).
+    pub fn push_external_event(&mut self, e: Event) {
+        self.emit(e);
+    }
+
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+    /// `torch.cuda.memory_stats()`: all 121 entries, sorted by key.
+    pub fn memory_stats(&self) -> Vec<(String, i64)> {
+        self.stats.flat()
+    }
+    pub fn reset_peak_memory_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+    pub fn reset_accumulated_memory_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+    /// Bytes currently obtained from the device (== `reserved_bytes.all.current`).
+    pub fn total_allocated_memory(&self) -> u64 {
+        self.total_allocated_memory
+    }
+
+    pub fn block(&self, id: BlockId) -> Result<BlockView, AllocError> {
+        let b = self.get(id)?;
+        Ok(BlockView {
+            ptr: b.ptr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            allocated: b.allocated,
+        })
+    }
+
+    fn get(&self, id: BlockId) -> Result<&Block, AllocError> {
+        match self.blocks.get(id.idx as usize) {
+            Some(b) if b.alive && b.gen == id.gen => Ok(b),
+            _ => Err(AllocError::StaleBlock),
+        }
+    }
+
+    #[inline]
+    fn emit(&mut self, e: Event) {
+        self.emitted += 1;
+        if self.record_events {
+            self.events.push(e);
+        }
+    }
+
+    fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u8, es: u32) -> u32 {
+        let b = Block {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            prev: NIL,
+            next: NIL,
+            es,
+            gen: 0,
+            gc_count_base: 0,
+            event_count: 0,
+            tag: 0,
+            pool,
+            allocated: false,
+            mapped: true,
+            pending: false,
+            alive: true,
+            stream_uses: Vec::new(),
+        };
+        match self.free_slots.pop() {
+            Some(i) => {
+                let gen = self.blocks[i as usize].gen.wrapping_add(1);
+                self.blocks[i as usize] = Block { gen, ..b };
+                i
+            }
+            None => {
+                self.blocks.push(b);
+                (self.blocks.len() - 1) as u32
+            }
+        }
+    }
+
+    fn delete_block(&mut self, i: u32) {
+        let b = &mut self.blocks[i as usize];
+        b.alive = false;
+        b.stream_uses = Vec::new();
+        self.free_slots.push(i);
+    }
+
+    #[inline]
+    fn is_split(&self, i: u32) -> bool {
+        let b = &self.blocks[i as usize];
+        b.prev != NIL || b.next != NIL
+    }
+
+    /// `pool.insert(b)`: also stamps the block's GC age base.
+    fn pool_insert(&mut self, i: u32) {
+        let b = &mut self.blocks[i as usize];
+        let pool = &mut self.pools[b.pool as usize];
+        b.gc_count_base = pool.get_free_blocks_call_count;
+        let k = key(b.size, b.ptr);
+        pool.entry(b.stream).blocks.insert(k, i);
+    }
+
+    fn pool_remove(&mut self, i: u32) {
+        let b = &self.blocks[i as usize];
+        let pool = &mut self.pools[b.pool as usize];
+        if let Some(s) = pool.find(b.stream) {
+            pool.streams[s].blocks.remove(&key(b.size, b.ptr));
+        }
+    }
+
+    fn unmapped_insert(&mut self, i: u32) {
+        let b = &self.blocks[i as usize];
+        let (ptr, stream) = (b.ptr, b.stream);
+        self.pools[b.pool as usize]
+            .entry(stream)
+            .unmapped
+            .insert(ptr, i);
+    }
+
+    fn unmapped_remove(&mut self, i: u32) {
+        let b = &self.blocks[i as usize];
+        let pool = &mut self.pools[b.pool as usize];
+        if let Some(s) = pool.find(b.stream) {
+            pool.streams[s].unmapped.remove(&b.ptr);
+        }
+    }
+
+    fn gc_active(&self) -> bool {
+        self.allowed_memory_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
+    }
+
+    /// `malloc` (spec §6). `tag` is kept with the block until its free completes.
+    pub fn malloc(&mut self, orig_size: u64, stream: u64) -> Result<BlockId, OutOfMemory> {
+        self.malloc_tagged(orig_size, stream, 0)
+    }
+
+    pub fn malloc_tagged(
+        &mut self,
+        orig_size: u64,
+        stream: u64,
+        tag: u32,
+    ) -> Result<BlockId, OutOfMemory> {
+        if orig_size >= ONE_EXA_BYTES {
+            return Err(OutOfMemory {
+                requested: orig_size,
+                rounded: orig_size,
+                alloc_size: orig_size,
+                stream,
+                device_free: 0,
+                message: "CUDA out of memory. Tried to allocate more than 1EB memory.".into(),
+            });
+        }
+        self.process_events();
+        let size = self.config.round_size(orig_size);
+        let pool: u8 = if size <= K_SMALL_SIZE { 0 } else { 1 };
+        let alloc_size = self.config.allocation_size(size);
+        let es_active = self.config.expandable_segments;
+
+        let mut found = self.get_free_block(pool, size, stream, es_active);
+        if found.is_none() {
+            if self.gc_active() {
+                self.garbage_collect_cached_blocks();
+            }
+            found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
+            if found.is_none() && self.release_available_cached_blocks(pool, size, stream) {
+                found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
+            }
+            if found.is_none() {
+                self.release_cached_blocks();
+                found = self.alloc_block(pool, size, alloc_size, stream, es_active, true);
+            }
+        }
+        let Some(block) = found else {
+            return Err(self.out_of_memory(orig_size, size, alloc_size, stream));
+        };
+        let split = self.should_split(block, size, es_active);
+        let i = self.alloc_found_block(block, pool, size, orig_size, split, tag);
+        Ok(BlockId {
+            idx: i,
+            gen: self.blocks[i as usize].gen,
+        })
+    }
+
+    fn out_of_memory(
+        &mut self,
+        orig_size: u64,
+        size: u64,
+        alloc_size: u64,
+        stream: u64,
+    ) -> OutOfMemory {
+        let device_free = self.device.free_memory(self.emitted);
+        let total = self.device.total_memory();
+        self.emit(Event::new(Action::Oom, device_free, size, stream));
+        self.stats.num_ooms += 1;
+        let allocated = self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64;
+        let reserved = self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64;
+        let proc_info = match self.device.process_used() {
+            Some(used) => format!(
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(used)
+            ),
+            None => String::new(),
+        };
+        let allowed_info = match self.allowed_memory_maximum {
+            Some(a) => format!("{} allowed; ", format_size(a)),
+            None => String::new(),
+        };
+        let message = format!(
+            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}{}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            format_size(alloc_size),
+            self.device_index,
+            format_size(total),
+            format_size(device_free),
+            proc_info,
+            allowed_info,
+            format_size(allocated),
+            format_size(reserved.saturating_sub(allocated)),
+        );
+        OutOfMemory {
+            requested: orig_size,
+            rounded: size,
+            alloc_size,
+            stream,
+            device_free,
+            message,
+        }
+    }
+
+    /// Best fit (spec §6.1).
+    fn get_free_block(&mut self, pool: u8, size: u64, stream: u64, es_active: bool) -> Option<u32> {
+        if self.gc_active() {
+            self.pools[pool as usize].get_free_blocks_call_count += 1;
+        }
+        let p = &self.pools[pool as usize];
+        let s = p.find(stream)?;
+        let mut it = p.streams[s].blocks.range(key(size, 0)..).map(|(_, &i)| i);
+        let mut cand = it.next()?;
+        let blocks = &self.blocks;
+        if blocks[cand as usize].es != NIL {
+            if es_active {
+                // Prefer blocks that cannot grow into unmapped space, keeping
+                // the segment tail free to extend.
+                let expandable_size = |i: u32| {
+                    let b = &blocks[i as usize];
+                    b.size
+                        + if b.next != NIL && !blocks[b.next as usize].mapped {
+                            blocks[b.next as usize].size
+                        } else {
+                            0
+                        }
+                };
+                for n in it {
+                    if blocks[cand as usize].es == NIL
+                        || expandable_size(n) >= expandable_size(cand)
+                    {
+                        break;
+                    }
+                    cand = n;
+                }
+            } else {
+                cand = it.find(|&n| blocks[n as usize].es == NIL)?;
+            }
+        }
+        let b = &blocks[cand as usize];
+        let mss = self.config.max_split_size;
+        if size < mss && b.size >= mss {
+            return None;
+        }
+        if size >= mss && b.size >= size.saturating_add(self.config.max_non_split_rounding_size) {
+            return None;
+        }
+        self.pool_remove(cand);
+        Some(cand)
+    }
+
+    fn should_split(&self, i: u32, size: u64, es_active: bool) -> bool {
+        let b = &self.blocks[i as usize];
+        let remaining = b.size - size;
+        if b.pool == 0 || es_active {
+            remaining >= K_MIN_BLOCK_SIZE
+        } else {
+            size < self.config.max_split_size && remaining > K_SMALL_SIZE
+        }
+    }
+
+    /// Spec §6.3: carve `size` from the front of block `i` when splitting.
+    fn alloc_found_block(
+        &mut self,
+        i: u32,
+        pool: u8,
+        size: u64,
+        orig_size: u64,
+        split: bool,
+        tag: u32,
+    ) -> u32 {
+        let sp = stat_pool(pool);
+        let already_split = self.is_split(i);
+        let es = self.blocks[i as usize].es;
+        let mut b = i;
+        if split {
+            let rem = i;
+            let (ptr, stream, prev) = {
+                let r = &self.blocks[rem as usize];
+                (r.ptr, r.stream, r.prev)
+            };
+            b = self.new_block(stream, size, ptr, pool, es);
+            self.blocks[b as usize].prev = prev;
+            if prev != NIL {
+                self.blocks[prev as usize].next = b;
+            }
+            self.blocks[b as usize].next = rem;
+            {
+                let r = &mut self.blocks[rem as usize];
+                r.prev = b;
+                r.ptr += size;
+                r.size -= size;
+            }
+            self.pool_insert(rem);
+            if es == NIL {
+                if already_split {
+                    self.stats
+                        .decrease(Kind::InactiveSplitBytes, sp, size as i64);
+                } else {
+                    let rsize = self.blocks[rem as usize].size as i64;
+                    self.stats.increase(Kind::InactiveSplitBytes, sp, rsize);
+                    self.stats.increase(Kind::InactiveSplit, sp, 1);
+                }
+            }
+        } else if already_split && es == NIL {
+            let bsize = self.blocks[b as usize].size as i64;
+            self.stats.decrease(Kind::InactiveSplitBytes, sp, bsize);
+            self.stats.decrease(Kind::InactiveSplit, sp, 1);
+        }
+        let (ptr, bsize, stream) = {
+            let blk = &mut self.blocks[b as usize];
+            blk.allocated = true;
+            blk.requested = orig_size;
+            blk.tag = tag;
+            (blk.ptr, blk.size, blk.stream)
+        };
+        self.emit(Event::new(Action::Alloc, ptr, orig_size, stream));
+        self.stats.increase(Kind::Allocation, sp, 1);
+        self.stats.increase(Kind::AllocatedBytes, sp, bsize as i64);
+        self.stats.increase(Kind::Active, sp, 1);
+        self.stats.increase(Kind::ActiveBytes, sp, bsize as i64);
+        self.stats
+            .increase(Kind::RequestedBytes, sp, orig_size as i64);
+        if bsize >= self.config.max_split_size {
+            self.stats.oversize_allocations.increase(1);
+        }
+        b
+    }
+
+    /// Spec §6.4: a new segment from the device.
+    fn alloc_block(
+        &mut self,
+        pool: u8,
+        size: u64,
+        alloc_size: u64,
+        stream: u64,
+        es_active: bool,
+        retry: bool,
+    ) -> Option<u32> {
+        if retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(allowed) = self.allowed_memory_maximum {
+            if self.total_allocated_memory + alloc_size > allowed {
+                return None;
+            }
+        }
+        if es_active {
+            return self.try_allocate_expandable_block(pool, size, stream);
+        }
+        let ptr = self.device.malloc(alloc_size, self.emitted).ok()?;
+        self.total_allocated_memory += alloc_size;
+        let b = self.new_block(stream, alloc_size, ptr, pool, NIL);
+        let sp = stat_pool(pool);
+        self.stats.increase(Kind::Segment, sp, 1);
+        self.stats
+            .increase(Kind::ReservedBytes, sp, alloc_size as i64);
+        if alloc_size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.emit(Event::new(Action::SegmentAlloc, ptr, alloc_size, stream));
+        Some(b)
+    }
+
+    /// cudaFree of a whole free segment (spec §6.6).
+    fn release_block(&mut self, i: u32) {
+        let (ptr, size, stream, pool) = {
+            let b = &self.blocks[i as usize];
+            (b.ptr, b.size, b.stream, b.pool)
+        };
+        self.stats.num_device_free += 1;
+        self.emit(Event::new(Action::SegmentFree, ptr, size, stream));
+        self.device.free(ptr, size);
+        self.total_allocated_memory -= size;
+        let sp = stat_pool(pool);
+        self.stats.decrease(Kind::Segment, sp, 1);
+        self.stats.decrease(Kind::ReservedBytes, sp, size as i64);
+        if size >= self.config.max_split_size {
+            self.stats.oversize_segments.decrease(1);
+        }
+        self.pool_remove(i);
+        self.delete_block(i);
+    }
+
+    /// Spec §6.5: free oversize cached blocks until the request could fit.
+    fn release_available_cached_blocks(&mut self, pool: u8, size: u64, stream: u64) -> bool {
+        let mss = self.config.max_split_size;
+        if mss == UNLIMITED {
+            return false;
+        }
+        let want = size.max(mss);
+        let p = &self.pools[pool as usize];
+        let Some(s) = p.find(stream) else {
+            return false;
+        };
+        let map = &p.streams[s].blocks;
+        let at = map.range(key(want, 0)..).next().map(|(_, &i)| i);
+        match at {
+            Some(i) if self.blocks[i as usize].es == NIL => {
+                self.release_block(i);
+                true
+            }
+            _ => {
+                // Walk down from the largest block below `want`, releasing
+                // oversize non-expandable blocks.
+                let below: Vec<u32> = map
+                    .range(..key(want, 0))
+                    .rev()
+                    .map(|(_, &i)| i)
+                    .take_while(|&i| self.blocks[i as usize].size >= mss)
+                    .collect();
+                let mut released = 0u64;
+                for i in below {
+                    if released >= want {
+                        break;
+                    }
+                    if self.blocks[i as usize].es == NIL {
+                        released += self.blocks[i as usize].size;
+                        self.release_block(i);
+                    }
+                }
+                released >= want
+            }
+        }
+    }
+
+    /// `torch.cuda.empty_cache()`.
+    pub fn empty_cache(&mut self) {
+        self.release_cached_blocks();
+    }
+
+    /// Spec §6.6: complete pending frees, then release every wholly free
+    /// segment (large pool first) and unmap every free expandable page.
+    fn release_cached_blocks(&mut self) -> bool {
+        self.synchronize_and_free_events();
+        self.release_blocks(1);
+        self.release_blocks(0);
+        true
+    }
+
+    fn synchronize_and_free_events(&mut self) {
+        self.stats.num_sync_all_streams += 1;
+        self.complete_stream_events();
+    }
+
+    fn release_blocks(&mut self, pool: u8) {
+        let all: Vec<u32> = self.pools[pool as usize]
+            .streams
+            .iter()
+            .flat_map(|s| s.blocks.values().copied())
+            .collect();
+        let mut to_unmap = Vec::new();
+        for i in all {
+            if self.blocks[i as usize].es != NIL {
+                to_unmap.push(i);
+            } else if !self.is_split(i) {
+                self.release_block(i);
+            }
+        }
+        for i in to_unmap {
+            self.unmap_block(i);
+            let b = &self.blocks[i as usize];
+            if !b.mapped && b.prev == NIL && b.next == NIL {
+                let es = b.es;
+                self.unmapped_remove(i);
+                if let Some(seg) = self.es[es as usize].take() {
+                    self.device.release_reservation(seg.base, seg.size);
+                }
+                self.delete_block(i);
+            }
+        }
+    }
+
+    /// Spec §6.7: release old unsplit large-pool segments while reserved is
+    /// above `garbage_collection_threshold` of the memory limit.
+    fn garbage_collect_cached_blocks(&mut self) {
+        let Some(allowed) = self.allowed_memory_maximum else {
+            return;
+        };
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
+        if self.total_allocated_memory <= threshold {
+            return;
+        }
+        let target = self.total_allocated_memory - threshold;
+        let calls = self.pools[1].get_free_blocks_call_count;
+        let mut total_age: i64 = 0;
+        let mut count: i64 = 0;
+        for s in &self.pools[1].streams {
+            for &i in s.blocks.values() {
+                if !self.is_split(i) {
+                    total_age += calls - self.blocks[i as usize].gc_count_base;
+                    count += 1;
+                }
+            }
+        }
+        if count == 0 {
+            return;
+        }
+        let mut reclaimed = 0u64;
+        let mut freed = true;
+        while reclaimed < target && freed && count > 0 {
+            let age_threshold = total_age as f64 / count as f64;
+            freed = false;
+            let all: Vec<u32> = self.pools[1]
+                .streams
+                .iter()
+                .flat_map(|s| s.blocks.values().copied())
+                .collect();
+            for i in all {
+                let b = &self.blocks[i as usize];
+                let age = calls - b.gc_count_base;
+                if !self.is_split(i) && b.es == NIL && age as f64 >= age_threshold {
+                    freed = true;
+                    reclaimed += b.size;
+                    total_age -= age;
+                    count -= 1;
+                    self.release_block(i);
+                }
+            }
+        }
+    }
+
+    /// PyTorch's `free` (spec §7): allocated stats drop now; the block becomes
+    /// reusable now, or once the streams it was used on are done.
+    pub fn free(&mut self, id: BlockId) -> Result<(), AllocError> {
+        let i = self.free_phase_one(id)?;
+        if self.blocks[i as usize].stream_uses.is_empty() {
+            self.free_block(i);
+        } else {
+            let uses = std::mem::take(&mut self.blocks[i as usize].stream_uses);
+            self.blocks[i as usize].event_count += uses.len() as u32;
+            for _ in uses {
+                self.cuda_events.push_back(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// The first phase of a free alone (`free_requested`); the block waits for
+    /// `free_completed`. Replay uses this to follow a recorded trace.
+    pub fn free_requested(&mut self, id: BlockId) -> Result<(), AllocError> {
+        let i = self.free_phase_one(id)?;
+        self.blocks[i as usize].pending = true;
+        Ok(())
+    }
+
+    /// Completes a free started with `free_requested`.
+    pub fn free_completed(&mut self, id: BlockId) -> Result<(), AllocError> {
+        let b = self.get(id)?;
+        if !b.pending {
+            return Err(AllocError::NotPending(b.ptr));
+        }
+        self.free_block(id.idx);
+        Ok(())
+    }
+
+    /// `tensor.record_stream(s)`: the free waits for work queued on `s`.
+    pub fn record_stream(&mut self, id: BlockId, stream: u64) -> Result<(), AllocError> {
+        let b = self.get(id)?;
+        if !b.allocated {
+            return Err(AllocError::NotAllocated(b.ptr));
+        }
+        let b = &mut self.blocks[id.idx as usize];
+        if stream != b.stream && !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// `process_events`: the simulated GPU has finished all queued work by the
+    /// next allocation, so every recorded stream event completes.
+    pub fn process_events(&mut self) {
+        self.complete_stream_events();
+    }
+
+    fn complete_stream_events(&mut self) {
+        while let Some(i) = self.cuda_events.pop_front() {
+            let b = &mut self.blocks[i as usize];
+            b.event_count -= 1;
+            if b.event_count == 0 {
+                self.free_block(i);
+            }
+        }
+    }
+
+    fn free_phase_one(&mut self, id: BlockId) -> Result<u32, AllocError> {
+        let b = self.get(id)?;
+        if !b.allocated {
+            return Err(AllocError::NotAllocated(b.ptr));
+        }
+        let i = id.idx;
+        let (ptr, size, requested, stream, pool) = {
+            let b = &mut self.blocks[i as usize];
+            b.allocated = false;
+            (b.ptr, b.size, b.requested, b.stream, b.pool)
+        };
+        let sp = stat_pool(pool);
+        self.stats.decrease(Kind::Allocation, sp, 1);
+        self.stats.decrease(Kind::AllocatedBytes, sp, size as i64);
+        self.emit(Event::new(Action::FreeRequested, ptr, requested, stream));
+        if size >= self.config.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        Ok(i)
+    }
+
+    /// `free_block` (spec §7): merge with free neighbours and return to the pool.
+    fn free_block(&mut self, i: u32) {
+        let (ptr, orig_size, req, stream, pool, es) = {
+            let b = &mut self.blocks[i as usize];
+            b.pending = false;
+            b.tag = 0;
+            (b.ptr, b.size, b.requested, b.stream, b.pool, b.es)
+        };
+        self.emit(Event::new(Action::FreeCompleted, ptr, req, stream));
+        let mut net_n: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for cand in [self.blocks[i as usize].prev, self.blocks[i as usize].next] {
+            let s = self.try_merge_blocks(i, cand);
+            if s > 0 {
+                net_n -= 1;
+                net_bytes -= s as i64;
+            }
+        }
+        self.pool_insert(i);
+        if self.is_split(i) {
+            net_n += 1;
+            net_bytes += self.blocks[i as usize].size as i64;
+        }
+        let sp = stat_pool(pool);
+        if es == NIL {
+            self.stats.change(Kind::InactiveSplit, sp, net_n);
+            self.stats.change(Kind::InactiveSplitBytes, sp, net_bytes);
+        }
+        self.stats.decrease(Kind::Active, sp, 1);
+        self.stats.decrease(Kind::ActiveBytes, sp, orig_size as i64);
+        self.stats.decrease(Kind::RequestedBytes, sp, req as i64);
+    }
+
+    /// Absorbs `src` into `dst` when `src` is free, settled and mapped alike.
+    fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        {
+            let s = &self.blocks[src as usize];
+            let d = &self.blocks[dst as usize];
+            if s.allocated
+                || s.pending
+                || s.event_count > 0
+                || !s.stream_uses.is_empty()
+                || d.mapped != s.mapped
+            {
+                return 0;
+            }
+        }
+        if self.blocks[src as usize].mapped {
+            self.pool_remove(src);
+        } else {
+            self.unmapped_remove(src);
+        }
+        let (sptr, ssize, sprev, snext) = {
+            let s = &self.blocks[src as usize];
+            (s.ptr, s.size, s.prev, s.next)
+        };
+        if self.blocks[dst as usize].prev == src {
+            let d = &mut self.blocks[dst as usize];
+            d.ptr = sptr;
+            d.prev = sprev;
+            if sprev != NIL {
+                self.blocks[sprev as usize].next = dst;
+            }
+        } else {
+            let d = &mut self.blocks[dst as usize];
+            d.next = snext;
+            if snext != NIL {
+                self.blocks[snext as usize].prev = dst;
+            }
+        }
+        self.blocks[dst as usize].size += ssize;
+        self.delete_block(src);
+        ssize
+    }
+
+    // ---- expandable segments (spec §9)
+
+    fn allocatable(&self, i: u32) -> bool {
+        if i == NIL {
+            return false;
+        }
+        let b = &self.blocks[i as usize];
+        !b.allocated && !b.pending && b.event_count == 0 && b.stream_uses.is_empty()
+    }
+
+    fn find_expandable_block(&mut self, pool: u8, size: u64, stream: u64) -> Option<u32> {
+        let p = &self.pools[pool as usize];
+        if let Some(s) = p.find(stream) {
+            for &u in p.streams[s].unmapped.values() {
+                let prev = self.blocks[u as usize].prev;
+                let c = if self.allocatable(prev) { prev } else { u };
+                let mut n = 0u64;
+                let mut b = c;
+                while n < size && self.allocatable(b) {
+                    n += self.blocks[b as usize].size;
+                    b = self.blocks[b as usize].next;
+                }
+                if n >= size {
+                    return Some(c);
+                }
+            }
+        }
+        let page = self.config.page_size(pool == 0);
+        let total = self.device.total_memory();
+        let va = page * (total + total / 8).div_ceil(page);
+        let base = self.device.reserve(va, page, self.emitted).ok()?;
+        self.es.push(Some(ExpandableSegment {
+            base,
+            size: va,
+            page,
+        }));
+        let es = (self.es.len() - 1) as u32;
+        let c = self.new_block(stream, va, base, pool, es);
+        self.blocks[c as usize].mapped = false;
+        self.unmapped_insert(c);
+        Some(c)
+    }
+
+    fn es_of(&self, i: u32) -> (u64, u64) {
+        let es = self.blocks[i as usize].es;
+        match self.es.get(es as usize) {
+            Some(Some(s)) => (s.base, s.page),
+            _ => unreachable!("expandable block without its segment"),
+        }
+    }
+
+    fn map_block(&mut self, i: u32, size: u64) -> bool {
+        let (base, page) = self.es_of(i);
+        let (ptr, bsize, stream, pool, es) = {
+            let b = &self.blocks[i as usize];
+            (b.ptr, b.size, b.stream, b.pool, b.es)
+        };
+        let off = ptr - base;
+        let begin = off / page;
+        let end = (off + size).div_ceil(page);
+        let msize = (end - begin) * page;
+        if msize == 0 {
+            return true;
+        }
+        let maddr = base + begin * page;
+        if self.device.map(maddr, msize, page, self.emitted).is_err() {
+            return false;
+        }
+        self.unmapped_remove(i);
+        self.blocks[i as usize].mapped = true;
+        if msize < bsize {
+            let r = self.new_block(stream, bsize - msize, ptr + msize, pool, es);
+            let next = self.blocks[i as usize].next;
+            {
+                let rb = &mut self.blocks[r as usize];
+                rb.mapped = false;
+                rb.prev = i;
+                rb.next = next;
+            }
+            if next != NIL {
+                self.blocks[next as usize].prev = r;
+            }
+            self.blocks[i as usize].next = r;
+            self.blocks[i as usize].size = msize;
+            self.unmapped_insert(r);
+        }
+        let prev = self.blocks[i as usize].prev;
+        self.try_merge_blocks(i, prev);
+        let next = self.blocks[i as usize].next;
+        self.try_merge_blocks(i, next);
+        self.pool_insert(i);
+        self.total_allocated_memory += msize;
+        self.stats
+            .increase(Kind::ReservedBytes, stat_pool(pool), msize as i64);
+        self.stats.num_device_alloc += 1;
+        self.emit(Event::new(Action::SegmentMap, maddr, msize, stream));
+        true
+    }
+
+    fn try_allocate_expandable_block(&mut self, pool: u8, size: u64, stream: u64) -> Option<u32> {
+        let mut c = self.find_expandable_block(pool, size, stream)?;
+        if !self.blocks[c as usize].mapped {
+            let csize = self.blocks[c as usize].size;
+            if !self.map_block(c, csize.min(size)) {
+                return None;
+            }
+        }
+        while self.blocks[c as usize].size < size {
+            let nc = self.blocks[c as usize].next;
+            if nc == NIL || self.blocks[nc as usize].mapped {
+                return None;
+            }
+            let want = (size - self.blocks[c as usize].size).min(self.blocks[nc as usize].size);
+            if !self.map_block(nc, want) {
+                return None;
+            }
+            c = nc;
+        }
+        self.pool_remove(c);
+        Some(c)
+    }
+
+    fn unmap_block(&mut self, i: u32) {
+        let (base, page) = self.es_of(i);
+        let (ptr, bsize, stream, pool, es) = {
+            let b = &self.blocks[i as usize];
+            (b.ptr, b.size, b.stream, b.pool, b.es)
+        };
+        let off = ptr - base;
+        let begin = off.div_ceil(page);
+        let end = (off + bsize) / page;
+        if begin >= end {
+            return;
+        }
+        self.pool_remove(i);
+        let uptr = base + begin * page;
+        let usize_ = (end - begin) * page;
+        let before = uptr - ptr;
+        if before > 0 {
+            let bf = self.new_block(stream, before, ptr, pool, es);
+            let prev = self.blocks[i as usize].prev;
+            self.blocks[bf as usize].prev = prev;
+            self.blocks[bf as usize].next = i;
+            if prev != NIL {
+                self.blocks[prev as usize].next = bf;
+            }
+            self.blocks[i as usize].prev = bf;
+            self.pool_insert(bf);
+        }
+        let after = bsize - (before + usize_);
+        if after > 0 {
+            let af = self.new_block(stream, after, uptr + usize_, pool, es);
+            let next = self.blocks[i as usize].next;
+            self.blocks[af as usize].prev = i;
+            self.blocks[af as usize].next = next;
+            if next != NIL {
+                self.blocks[next as usize].prev = af;
+            }
+            self.blocks[i as usize].next = af;
+            self.pool_insert(af);
+        }
+        {
+            let b = &mut self.blocks[i as usize];
+            b.ptr = uptr;
+            b.size = usize_;
+            b.mapped = false;
+        }
+        let prev = self.blocks[i as usize].prev;
+        self.try_merge_blocks(i, prev);
+        let next = self.blocks[i as usize].next;
+        self.try_merge_blocks(i, next);
+        self.unmapped_insert(i);
+        self.device.unmap(uptr, usize_, page);
+        self.total_allocated_memory -= usize_;
+        self.stats
+            .decrease(Kind::ReservedBytes, stat_pool(pool), usize_ as i64);
+        self.stats.num_device_free += 1;
+        self.emit(Event::new(Action::SegmentUnmap, uptr, usize_, stream));
+    }
+
+    // ---- snapshot and checks
+
+    fn block_state(b: &Block) -> BlockState {
+        if b.allocated {
+            BlockState::ActiveAllocated
+        } else if b.pending || b.event_count > 0 || !b.stream_uses.is_empty() {
+            BlockState::ActivePendingFree
+        } else {
+            BlockState::Inactive
+        }
+    }
+
+    /// `torch.cuda.memory_snapshot()`: segments (one per contiguous mapped
+    /// range for expandable segments) with their blocks, by address.
+    pub fn snapshot(&self) -> Vec<SegmentInfo> {
+        let mut segs = Vec::new();
+        for b in self.blocks.iter() {
+            if !b.alive || !b.mapped || (b.prev != NIL && self.blocks[b.prev as usize].mapped) {
+                continue;
+            }
+            let mut seg = SegmentInfo {
+                device: self.device_index,
+                address: b.ptr,
+                total_size: 0,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: b.stream,
+                segment_type: if b.pool == 0 { "small" } else { "large" },
+                is_expandable: b.es != NIL,
+                blocks: Vec::new(),
+            };
+            let mut cur = b;
+            loop {
+                let state = Self::block_state(cur);
+                seg.total_size += cur.size;
+                if cur.allocated {
+                    seg.allocated_size += cur.size;
+                }
+                if state != BlockState::Inactive {
+                    seg.active_size += cur.size;
+                    seg.requested_size += cur.requested;
+                }
+                seg.blocks.push(BlockInfo {
+                    address: cur.ptr,
+                    size: cur.size,
+                    requested_size: cur.requested,
+                    state,
+                    tag: cur.tag,
+                });
+                if cur.next == NIL || !self.blocks[cur.next as usize].mapped {
+                    break;
+                }
+                cur = &self.blocks[cur.next as usize];
+            }
+            segs.push(seg);
+        }
+        segs.sort_by_key(|s| s.address);
+        segs
+    }
+
+    /// Checks every structural and accounting invariant; used by tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut in_pool = vec![false; self.blocks.len()];
+        for (pi, p) in self.pools.iter().enumerate() {
+            for s in &p.streams {
+                for (&k, &i) in &s.blocks {
+                    let b = &self.blocks[i as usize];
+                    if !b.alive || b.allocated || !b.mapped || b.pending || b.event_count > 0 {
+                        return Err(format!(
+                            "pool holds a block that is not free and mapped: {b:?}"
+                        ));
+                    }
+                    if k != key(b.size, b.ptr) || b.stream != s.stream || b.pool as usize != pi {
+                        return Err(format!("pool key out of date for {b:?}"));
+                    }
+                    in_pool[i as usize] = true;
+                }
+                for (&ptr, &i) in &s.unmapped {
+                    let b = &self.blocks[i as usize];
+                    if !b.alive || b.mapped || b.ptr != ptr || b.es == NIL {
+                        return Err(format!("unmapped set holds a bad block: {b:?}"));
+                    }
+                }
+            }
+        }
+        let (mut allocated, mut active, mut requested, mut reserved) =
+            ([0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3]);
+        let (mut n_alloc, mut n_active, mut n_seg, mut n_split, mut split_bytes) =
+            ([0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3]);
+        for (i, b) in self.blocks.iter().enumerate() {
+            if !b.alive {
+                continue;
+            }
+            let sp = stat_pool(b.pool);
+            if b.prev != NIL {
+                let p = &self.blocks[b.prev as usize];
+                if !p.alive || p.next != i as u32 || p.ptr + p.size != b.ptr {
+                    return Err(format!(
+                        "block {b:?} does not tile with its predecessor {p:?}"
+                    ));
+                }
+                let free = |x: &Block| Self::block_state(x) == BlockState::Inactive;
+                if b.mapped && p.mapped && free(b) && free(p) {
+                    return Err(format!("adjacent free blocks not merged: {p:?} {b:?}"));
+                }
+                if !b.mapped && !p.mapped {
+                    return Err(format!("adjacent unmapped ranges not merged: {p:?} {b:?}"));
+                }
+            } else if b.es == NIL && b.mapped {
+                n_seg[sp] += 1;
+            }
+            if b.next != NIL && self.blocks[b.next as usize].prev != i as u32 {
+                return Err(format!("broken next link at {b:?}"));
+            }
+            if !b.mapped {
+                continue;
+            }
+            reserved[sp] += b.size as i64;
+            let state = Self::block_state(b);
+            if b.allocated {
+                allocated[sp] += b.size as i64;
+                n_alloc[sp] += 1;
+            }
+            if state != BlockState::Inactive {
+                active[sp] += b.size as i64;
+                n_active[sp] += 1;
+                requested[sp] += b.requested as i64;
+            } else {
+                if !in_pool[i] {
+                    return Err(format!("free block missing from its pool: {b:?}"));
+                }
+                if b.es == NIL && (b.prev != NIL || b.next != NIL) {
+                    n_split[sp] += 1;
+                    split_bytes[sp] += b.size as i64;
+                }
+            }
+        }
+        let check = |name: &str, kind: Kind, want: [i64; 3]| -> Result<(), String> {
+            for (pool, w) in [
+                (SMALL_POOL, want[SMALL_POOL]),
+                (LARGE_POOL, want[LARGE_POOL]),
+            ] {
+                let got = self.stats.get(kind, pool).current;
+                if got != w {
+                    return Err(format!("{name} pool {pool}: stat {got} != recomputed {w}"));
+                }
+            }
+            let all = self.stats.get(kind, 0).current;
+            if all != want[SMALL_POOL] + want[LARGE_POOL] {
+                return Err(format!("{name}.all {all} != sum of pools"));
+            }
+            Ok(())
+        };
+        check("allocated_bytes", Kind::AllocatedBytes, allocated)?;
+        check("allocation", Kind::Allocation, n_alloc)?;
+        check("active_bytes", Kind::ActiveBytes, active)?;
+        check("active", Kind::Active, n_active)?;
+        check("requested_bytes", Kind::RequestedBytes, requested)?;
+        check("reserved_bytes", Kind::ReservedBytes, reserved)?;
+        check("segment", Kind::Segment, n_seg)?;
+        check("inactive_split", Kind::InactiveSplit, n_split)?;
+        check(
+            "inactive_split_bytes",
+            Kind::InactiveSplitBytes,
+            split_bytes,
+        )?;
+        if self.total_allocated_memory as i64 != self.stats.get(Kind::ReservedBytes, 0).current {
+            return Err("total_allocated_memory != reserved_bytes.all.current".into());
+        }
+        let s = &self.stats;
+        for k in [Kind::AllocatedBytes, Kind::ActiveBytes, Kind::ReservedBytes] {
+            if s.get(k, 0).current > s.get(k, 0).peak {
+                return Err(format!("{k:?} current above peak"));
+            }
+        }
+        let (al, ac, re) = (
+            s.get(Kind::AllocatedBytes, 0).current,
+            s.get(Kind::ActiveBytes, 0).current,
+            s.get(Kind::ReservedBytes, 0).current,
+        );
+        if !(al <= ac && ac <= re) {
+            return Err(format!(
+                "allocated {al} <= active {ac} <= reserved {re} does not hold"
+            ));
+        }
+        Ok(())
+    }
+}

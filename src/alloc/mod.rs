@@ -1,0 +1,14 @@
+//! A faithful model of PyTorch 2.11's CUDA caching allocator. It knows
+//! nothing of CUDA or terminals: segment memory comes through `device::Device`.
+
+mod allocator;
+pub mod config;
+pub mod event;
+pub mod snapshot;
+pub mod stats;
+
+pub use allocator::{AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory};
+pub use config::{AllocatorConfig, ConfigError};
+pub use event::{Action, Event};
+pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
+pub use stats::{DeviceStats, Kind, Stat};

@@ -1,0 +1,231 @@
+//! `memory_stats()` counters with PyTorch's exact key names (spec §10).
+
+/// One PyTorch `Stat`: `increase` raises current, peak and allocated;
+/// `decrease` lowers current and raises freed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+impl Stat {
+    #[inline]
+    pub fn increase(&mut self, n: i64) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+        self.allocated += n;
+    }
+    #[inline]
+    pub fn decrease(&mut self, n: i64) {
+        self.current -= n;
+        self.freed += n;
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+    fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// Index into a `StatArray`.
+pub const ALL: usize = 0;
+pub const SMALL_POOL: usize = 1;
+pub const LARGE_POOL: usize = 2;
+pub const POOL_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
+
+/// `[all, small_pool, large_pool]`.
+pub type StatArray = [Stat; 3];
+
+/// The nine stat arrays, in the order of their names in `ARRAY_NAMES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Kind {
+    Allocation = 0,
+    Segment,
+    Active,
+    InactiveSplit,
+    AllocatedBytes,
+    ReservedBytes,
+    ActiveBytes,
+    InactiveSplitBytes,
+    RequestedBytes,
+}
+
+pub const ARRAY_NAMES: [&str; 9] = [
+    "allocation",
+    "segment",
+    "active",
+    "inactive_split",
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "inactive_split_bytes",
+    "requested_bytes",
+];
+
+const FIELDS: [&str; 4] = ["current", "peak", "allocated", "freed"];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub arrays: [StatArray; 9],
+    pub oversize_allocations: Stat,
+    pub oversize_segments: Stat,
+    pub num_alloc_retries: i64,
+    pub num_ooms: i64,
+    pub num_sync_all_streams: i64,
+    pub num_device_alloc: i64,
+    pub num_device_free: i64,
+}
+
+impl DeviceStats {
+    #[inline]
+    pub fn get(&self, kind: Kind, pool: usize) -> &Stat {
+        &self.arrays[kind as usize][pool]
+    }
+    /// Increases `all` and the pool's entry (`pool` is SMALL_POOL or LARGE_POOL).
+    #[inline]
+    pub fn increase(&mut self, kind: Kind, pool: usize, n: i64) {
+        let a = &mut self.arrays[kind as usize];
+        a[ALL].increase(n);
+        a[pool].increase(n);
+    }
+    #[inline]
+    pub fn decrease(&mut self, kind: Kind, pool: usize, n: i64) {
+        let a = &mut self.arrays[kind as usize];
+        a[ALL].decrease(n);
+        a[pool].decrease(n);
+    }
+    /// Signed change: increase for n > 0, decrease for n < 0 (as PyTorch's
+    /// `free_block` applies its net inactive-split change).
+    #[inline]
+    pub fn change(&mut self, kind: Kind, pool: usize, n: i64) {
+        if n > 0 {
+            self.increase(kind, pool, n)
+        } else if n < 0 {
+            self.decrease(kind, pool, -n)
+        }
+    }
+
+    fn each_stat(&mut self, f: impl Fn(&mut Stat)) {
+        for a in self.arrays.iter_mut() {
+            for s in a.iter_mut() {
+                f(s);
+            }
+        }
+        f(&mut self.oversize_allocations);
+        f(&mut self.oversize_segments);
+    }
+
+    /// `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak(&mut self) {
+        self.each_stat(Stat::reset_peak);
+    }
+
+    /// `torch.cuda.reset_accumulated_memory_stats()`.
+    pub fn reset_accumulated(&mut self) {
+        self.each_stat(Stat::reset_accumulated);
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+
+    /// All 121 `torch.cuda.memory_stats()` entries, sorted by key as PyTorch returns them.
+    pub fn flat(&self) -> Vec<(String, i64)> {
+        let mut out = Vec::with_capacity(121);
+        for (ai, name) in ARRAY_NAMES.iter().enumerate() {
+            for (pi, pool) in POOL_NAMES.iter().enumerate() {
+                push_stat(&mut out, &format!("{name}.{pool}"), &self.arrays[ai][pi]);
+            }
+        }
+        push_stat(&mut out, "oversize_allocations", &self.oversize_allocations);
+        push_stat(&mut out, "oversize_segments", &self.oversize_segments);
+        out.push(("num_alloc_retries".into(), self.num_alloc_retries));
+        out.push(("num_ooms".into(), self.num_ooms));
+        out.push(("num_sync_all_streams".into(), self.num_sync_all_streams));
+        out.push(("num_device_alloc".into(), self.num_device_alloc));
+        out.push(("num_device_free".into(), self.num_device_free));
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// One value by its PyTorch key, e.g. `"reserved_bytes.all.peak"`.
+    pub fn value(&self, key: &str) -> Option<i64> {
+        match key {
+            "num_alloc_retries" => return Some(self.num_alloc_retries),
+            "num_ooms" => return Some(self.num_ooms),
+            "num_sync_all_streams" => return Some(self.num_sync_all_streams),
+            "num_device_alloc" => return Some(self.num_device_alloc),
+            "num_device_free" => return Some(self.num_device_free),
+            _ => {}
+        }
+        let mut parts = key.split('.');
+        let name = parts.next()?;
+        let (stat, field) = match name {
+            "oversize_allocations" => (&self.oversize_allocations, parts.next()?),
+            "oversize_segments" => (&self.oversize_segments, parts.next()?),
+            _ => {
+                let ai = ARRAY_NAMES.iter().position(|n| *n == name)?;
+                let pool = parts.next()?;
+                let pi = POOL_NAMES.iter().position(|n| *n == pool)?;
+                (&self.arrays[ai][pi], parts.next()?)
+            }
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        field_value(stat, field)
+    }
+}
+
+fn field_value(s: &Stat, field: &str) -> Option<i64> {
+    match field {
+        "current" => Some(s.current),
+        "peak" => Some(s.peak),
+        "allocated" => Some(s.allocated),
+        "freed" => Some(s.freed),
+        _ => None,
+    }
+}
+
+fn push_stat(out: &mut Vec<(String, i64)>, prefix: &str, s: &Stat) {
+    for f in FIELDS {
+        out.push((
+            format!("{prefix}.{f}"),
+            field_value(s, f).unwrap_or_default(),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_has_121_sorted_pytorch_keys() {
+        let mut s = DeviceStats::default();
+        s.increase(Kind::ReservedBytes, LARGE_POOL, 20 << 20);
+        s.decrease(Kind::ReservedBytes, LARGE_POOL, 2 << 20);
+        let flat = s.flat();
+        assert_eq!(flat.len(), 121);
+        assert!(flat.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(s.value("reserved_bytes.all.peak"), Some(20 << 20));
+        assert_eq!(s.value("reserved_bytes.large_pool.current"), Some(18 << 20));
+        assert_eq!(s.value("reserved_bytes.small_pool.current"), Some(0));
+        assert_eq!(s.value("reserved_bytes.all.freed"), Some(2 << 20));
+        assert_eq!(s.value("allocated.all.current"), None);
+        for (k, v) in &flat {
+            assert_eq!(s.value(k), Some(*v), "{k}");
+        }
+        s.reset_peak();
+        assert_eq!(s.value("reserved_bytes.all.peak"), Some(18 << 20));
+        s.reset_accumulated();
+        assert_eq!(s.value("reserved_bytes.all.allocated"), Some(0));
+        assert_eq!(s.value("reserved_bytes.all.current"), Some(18 << 20));
+    }
+}

@@ -1,0 +1,9 @@
+//! gpumem-top: a terminal GPU memory profiler built around a faithful model of
+//! PyTorch's CUDA caching allocator.
+//!
+//! Data flows one way: a source (trace replay, synthetic workload, live
+//! monitor) drives the model (`alloc` over a `device`), whose state the
+//! views draw.
+
+pub mod alloc;
+pub mod device;

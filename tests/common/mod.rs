@@ -1,0 +1,52 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use gpumem_top::alloc::{Action, Event};
+use serde_json::Value;
+
+/// The project root. Read at run time first, so test binaries copied to
+/// another machine (the GPU bundle) find the fixtures beside them.
+pub fn root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("tests/fixtures").join(rel)
+}
+
+pub fn read_gz_json(path: &std::path::Path) -> Value {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(f)
+        .read_to_string(&mut s)
+        .unwrap();
+    serde_json::from_str(&s).unwrap()
+}
+
+pub const VECTORS: [&str; 10] = ["d", "d2", "es", "fd", "fes", "fgc", "fms", "ms", "r4", "rl"];
+
+pub fn vector(name: &str) -> Value {
+    read_gz_json(&fixture(&format!("vectors/{name}.json.gz")))
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a u64: {v}"))
+}
+
+/// A vector's recorded trace: `[action, addr, size, stream]` rows.
+pub fn recorded_trace(d: &Value) -> Vec<Event> {
+    d["trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let action = Action::from_name(t[0].as_str().unwrap()).unwrap();
+            Event::new(action, t[1].as_u64().unwrap_or(0), u(&t[2]), u(&t[3]))
+        })
+        .collect()
+}
