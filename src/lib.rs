@@ -7,3 +7,4 @@
 
 pub mod alloc;
 pub mod device;
+pub mod replay;

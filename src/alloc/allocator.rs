@@ -235,6 +235,10 @@ impl<D: Device> CachingAllocator<D> {
     pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.events)
     }
+    /// Drops the kept events, keeping the buffer's capacity.
+    pub fn clear_events(&mut self) {
+        self.events.clear();
+    }
     /// Number of events emitted since creation (kept or not).
     pub fn emitted(&self) -> u64 {
         self.emitted

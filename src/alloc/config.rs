@@ -211,14 +211,15 @@ impl AllocatorConfig {
                 }
                 "large_segment_size_mb" => {
                     let v = p.uint(&key)?;
-                    // It is also the expandable-segment page size, which must be a
-                    // multiple of the 2 MiB VMM granularity.
-                    if v == 0 || v % 2 != 0 || v > (1 << 20) {
+                    if v <= K_MIN_LARGE_ALLOC >> 20 {
                         return Err(p.err(format!(
-                            "large_segment_size_mb must be a positive multiple of 2, got {v}"
+                            "large_segment_size_mb must be > {}, got {v}",
+                            K_MIN_LARGE_ALLOC >> 20
                         )));
                     }
-                    c.large_segment_size = v << 20;
+                    c.large_segment_size = v
+                        .checked_mul(1 << 20)
+                        .ok_or_else(|| p.err("large_segment_size_mb is too large"))?;
                 }
                 "garbage_collection_threshold" => {
                     let v = p.float(&key)?;
@@ -484,7 +485,8 @@ mod tests {
             "roundup_power2_divisions:3",
             "roundup_power2_divisions:[300:2]",
             "max_split_size_mb",
-            "max_split_size_mb:100,",
+            "large_segment_size_mb:10",
+            "max_split_size_mb:100,,expandable_segments:True",
             "backend:cudaMallocAsync",
             "per_process_memory_fraction:2",
         ] {
