@@ -200,7 +200,7 @@ fn check_trace_replay(name: &str) -> Vec<(String, i64, i64)> {
     let opts = ReplayOptions {
         config: AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(),
         device_total: total,
-        memory_limit: (frac > 0.0 && frac < 1.0).then(|| (frac * total as f64) as u64),
+        memory_limit: (frac > 0.0 && frac < 1.0).then_some((frac * total as f64) as u64),
     };
     let r = replay_events(Arc::from(rec.clone()), &opts, ());
     assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);

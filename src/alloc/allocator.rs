@@ -5,7 +5,7 @@
 //! (size, address): the stream-major order of PyTorch's `BlockComparatorSize`
 //! with the stream split out, since a lookup never crosses streams.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use thiserror::Error;
 
@@ -13,6 +13,7 @@ use super::config::{
     format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED,
 };
 use super::event::{Action, Event};
+use super::index::FreeBlocks;
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
 use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
 use crate::device::Device;
@@ -52,7 +53,9 @@ pub struct OutOfMemory {
     pub message: String,
 }
 
+/// One cache line: the hot path loads a block per neighbour it looks at.
 #[derive(Debug, Clone)]
+#[repr(align(64))]
 struct Block {
     ptr: u64,
     size: u64,
@@ -66,9 +69,7 @@ struct Block {
     gen: u32,
     gc_count_base: i64,
     /// Outstanding stream events (record_stream) before the free completes.
-    event_count: u32,
-    /// Caller's context id for the allocation (e.g. an interned call stack); 0 = none.
-    tag: u32,
+    event_count: u16,
     /// 0 = small pool, 1 = large pool.
     pool: u8,
     allocated: bool,
@@ -76,14 +77,17 @@ struct Block {
     /// Free requested, completion left to the caller (`free_completed`).
     pending: bool,
     alive: bool,
-    stream_uses: Vec<u64>,
+    /// Streams recorded with `record_stream` are in `CachingAllocator::stream_uses`.
+    has_uses: bool,
 }
+
+const _: () = assert!(std::mem::size_of::<Block>() == 64);
 
 #[derive(Debug, Clone, Default)]
 struct StreamBlocks {
     stream: u64,
     /// Free mapped blocks by (size, ptr).
-    blocks: BTreeMap<u128, u32>,
+    blocks: FreeBlocks,
     /// Unmapped expandable-segment ranges by ptr.
     unmapped: BTreeMap<u64, u32>,
 }
@@ -126,11 +130,6 @@ struct ExpandableSegment {
 }
 
 #[inline]
-fn key(size: u64, ptr: u64) -> u128 {
-    ((size as u128) << 64) | ptr as u128
-}
-
-#[inline]
 fn stat_pool(pool: u8) -> usize {
     if pool == 0 {
         SMALL_POOL
@@ -162,6 +161,10 @@ pub struct CachingAllocator<D> {
     total_allocated_memory: u64,
     es: Vec<Option<ExpandableSegment>>,
     cuda_events: VecDeque<u32>,
+    /// `record_stream` streams of allocated blocks, by block index.
+    stream_uses: HashMap<u32, Vec<u64>>,
+    /// Caller's context id per block index (e.g. an interned call stack); 0 = none.
+    tags: Vec<u32>,
     events: Vec<Event>,
     record_events: bool,
     emitted: u64,
@@ -179,6 +182,8 @@ impl<D: Device> CachingAllocator<D> {
             total_allocated_memory: 0,
             es: Vec::new(),
             cuda_events: VecDeque::new(),
+            stream_uses: HashMap::new(),
+            tags: Vec::new(),
             events: Vec::new(),
             record_events: true,
             emitted: 0,
@@ -304,13 +309,12 @@ impl<D: Device> CachingAllocator<D> {
             gen: 0,
             gc_count_base: 0,
             event_count: 0,
-            tag: 0,
             pool,
             allocated: false,
             mapped: true,
             pending: false,
             alive: true,
-            stream_uses: Vec::new(),
+            has_uses: false,
         };
         match self.free_slots.pop() {
             Some(i) => {
@@ -325,10 +329,24 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    #[inline]
+    fn set_tag(&mut self, i: u32, tag: u32) {
+        let i = i as usize;
+        if i >= self.tags.len() {
+            if tag == 0 {
+                return;
+            }
+            self.tags.resize(self.blocks.len().max(i + 1), 0);
+        }
+        self.tags[i] = tag;
+    }
+
     fn delete_block(&mut self, i: u32) {
         let b = &mut self.blocks[i as usize];
         b.alive = false;
-        b.stream_uses = Vec::new();
+        if b.has_uses {
+            self.stream_uses.remove(&i);
+        }
         self.free_slots.push(i);
     }
 
@@ -343,15 +361,14 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[i as usize];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        let k = key(b.size, b.ptr);
-        pool.entry(b.stream).blocks.insert(k, i);
+        pool.entry(b.stream).blocks.insert(b.size, b.ptr, i);
     }
 
     fn pool_remove(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
         let pool = &mut self.pools[b.pool as usize];
         if let Some(s) = pool.find(b.stream) {
-            pool.streams[s].blocks.remove(&key(b.size, b.ptr));
+            pool.streams[s].blocks.remove(b.size, b.ptr);
         }
     }
 
@@ -480,35 +497,39 @@ impl<D: Device> CachingAllocator<D> {
         }
         let p = &self.pools[pool as usize];
         let s = p.find(stream)?;
-        let mut it = p.streams[s].blocks.range(key(size, 0)..).map(|(_, &i)| i);
-        let mut cand = it.next()?;
-        let blocks = &self.blocks;
-        if blocks[cand as usize].es != NIL {
-            if es_active {
-                // Prefer blocks that cannot grow into unmapped space, keeping
-                // the segment tail free to extend.
-                let expandable_size = |i: u32| {
-                    let b = &blocks[i as usize];
-                    b.size
-                        + if b.next != NIL && !blocks[b.next as usize].mapped {
-                            blocks[b.next as usize].size
-                        } else {
-                            0
+        let cand = {
+            let free = &p.streams[s].blocks;
+            let mut cand = free.first_from(size)?.2;
+            let blocks = &self.blocks;
+            if blocks[cand as usize].es != NIL {
+                let mut it = free.range_from(size).map(|e| e.2).skip(1);
+                if es_active {
+                    // Prefer blocks that cannot grow into unmapped space, keeping
+                    // the segment tail free to extend.
+                    let expandable_size = |i: u32| {
+                        let b = &blocks[i as usize];
+                        b.size
+                            + if b.next != NIL && !blocks[b.next as usize].mapped {
+                                blocks[b.next as usize].size
+                            } else {
+                                0
+                            }
+                    };
+                    for n in it {
+                        if blocks[cand as usize].es == NIL
+                            || expandable_size(n) >= expandable_size(cand)
+                        {
+                            break;
                         }
-                };
-                for n in it {
-                    if blocks[cand as usize].es == NIL
-                        || expandable_size(n) >= expandable_size(cand)
-                    {
-                        break;
+                        cand = n;
                     }
-                    cand = n;
+                } else {
+                    cand = it.find(|&n| blocks[n as usize].es == NIL)?;
                 }
-            } else {
-                cand = it.find(|&n| blocks[n as usize].es == NIL)?;
             }
-        }
-        let b = &blocks[cand as usize];
+            cand
+        };
+        let b = &self.blocks[cand as usize];
         let mss = self.config.max_split_size;
         if size < mss && b.size >= mss {
             return None;
@@ -516,7 +537,10 @@ impl<D: Device> CachingAllocator<D> {
         if size >= mss && b.size >= size.saturating_add(self.config.max_non_split_rounding_size) {
             return None;
         }
-        self.pool_remove(cand);
+        let (bsize, bptr) = (b.size, b.ptr);
+        self.pools[pool as usize].streams[s]
+            .blocks
+            .remove(bsize, bptr);
         Some(cand)
     }
 
@@ -582,9 +606,9 @@ impl<D: Device> CachingAllocator<D> {
             let blk = &mut self.blocks[b as usize];
             blk.allocated = true;
             blk.requested = orig_size;
-            blk.tag = tag;
             (blk.ptr, blk.size, blk.stream)
         };
+        self.set_tag(b, tag);
         self.emit(Event::new(Action::Alloc, ptr, orig_size, stream));
         self.stats.increase(Kind::Allocation, sp, 1);
         self.stats.increase(Kind::AllocatedBytes, sp, bsize as i64);
@@ -666,7 +690,7 @@ impl<D: Device> CachingAllocator<D> {
             return false;
         };
         let map = &p.streams[s].blocks;
-        let at = map.range(key(want, 0)..).next().map(|(_, &i)| i);
+        let at = map.first_from(want).map(|e| e.2);
         match at {
             Some(i) if self.blocks[i as usize].es == NIL => {
                 self.release_block(i);
@@ -676,9 +700,8 @@ impl<D: Device> CachingAllocator<D> {
                 // Walk down from the largest block below `want`, releasing
                 // oversize non-expandable blocks.
                 let below: Vec<u32> = map
-                    .range(..key(want, 0))
-                    .rev()
-                    .map(|(_, &i)| i)
+                    .range_below_rev(want)
+                    .map(|e| e.2)
                     .take_while(|&i| self.blocks[i as usize].size >= mss)
                     .collect();
                 let mut released = 0u64;
@@ -719,7 +742,7 @@ impl<D: Device> CachingAllocator<D> {
         let all: Vec<u32> = self.pools[pool as usize]
             .streams
             .iter()
-            .flat_map(|s| s.blocks.values().copied())
+            .flat_map(|s| s.blocks.values())
             .collect();
         let mut to_unmap = Vec::new();
         for i in all {
@@ -758,7 +781,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut total_age: i64 = 0;
         let mut count: i64 = 0;
         for s in &self.pools[1].streams {
-            for &i in s.blocks.values() {
+            for i in s.blocks.values() {
                 if !self.is_split(i) {
                     total_age += calls - self.blocks[i as usize].gc_count_base;
                     count += 1;
@@ -776,7 +799,7 @@ impl<D: Device> CachingAllocator<D> {
             let all: Vec<u32> = self.pools[1]
                 .streams
                 .iter()
-                .flat_map(|s| s.blocks.values().copied())
+                .flat_map(|s| s.blocks.values())
                 .collect();
             for i in all {
                 let b = &self.blocks[i as usize];
@@ -796,11 +819,15 @@ impl<D: Device> CachingAllocator<D> {
     /// reusable now, or once the streams it was used on are done.
     pub fn free(&mut self, id: BlockId) -> Result<(), AllocError> {
         let i = self.free_phase_one(id)?;
-        if self.blocks[i as usize].stream_uses.is_empty() {
+        if !self.blocks[i as usize].has_uses {
             self.free_block(i);
         } else {
-            let uses = std::mem::take(&mut self.blocks[i as usize].stream_uses);
-            self.blocks[i as usize].event_count += uses.len() as u32;
+            // One event per stream the block was used on; the free completes
+            // when the last of them does.
+            let uses = self.stream_uses.remove(&i).unwrap_or_default();
+            let b = &mut self.blocks[i as usize];
+            b.has_uses = false;
+            b.event_count += uses.len() as u16;
             for _ in uses {
                 self.cuda_events.push_back(i);
             }
@@ -832,9 +859,12 @@ impl<D: Device> CachingAllocator<D> {
         if !b.allocated {
             return Err(AllocError::NotAllocated(b.ptr));
         }
-        let b = &mut self.blocks[id.idx as usize];
-        if stream != b.stream && !b.stream_uses.contains(&stream) {
-            b.stream_uses.push(stream);
+        if stream != b.stream {
+            let uses = self.stream_uses.entry(id.idx).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+            self.blocks[id.idx as usize].has_uses = true;
         }
         Ok(())
     }
@@ -881,10 +911,10 @@ impl<D: Device> CachingAllocator<D> {
         let (ptr, orig_size, req, stream, pool, es) = {
             let b = &mut self.blocks[i as usize];
             b.pending = false;
-            b.tag = 0;
             (b.ptr, b.size, b.requested, b.stream, b.pool, b.es)
         };
         self.emit(Event::new(Action::FreeCompleted, ptr, req, stream));
+        self.set_tag(i, 0);
         let mut net_n: i64 = 0;
         let mut net_bytes: i64 = 0;
         for cand in [self.blocks[i as usize].prev, self.blocks[i as usize].next] {
@@ -917,12 +947,7 @@ impl<D: Device> CachingAllocator<D> {
         {
             let s = &self.blocks[src as usize];
             let d = &self.blocks[dst as usize];
-            if s.allocated
-                || s.pending
-                || s.event_count > 0
-                || !s.stream_uses.is_empty()
-                || d.mapped != s.mapped
-            {
+            if s.allocated || s.pending || s.event_count > 0 || d.mapped != s.mapped {
                 return 0;
             }
         }
@@ -961,7 +986,7 @@ impl<D: Device> CachingAllocator<D> {
             return false;
         }
         let b = &self.blocks[i as usize];
-        !b.allocated && !b.pending && b.event_count == 0 && b.stream_uses.is_empty()
+        !b.allocated && !b.pending && b.event_count == 0
     }
 
     fn find_expandable_block(&mut self, pool: u8, size: u64, stream: u64) -> Option<u32> {
@@ -1139,7 +1164,7 @@ impl<D: Device> CachingAllocator<D> {
     fn block_state(b: &Block) -> BlockState {
         if b.allocated {
             BlockState::ActiveAllocated
-        } else if b.pending || b.event_count > 0 || !b.stream_uses.is_empty() {
+        } else if b.pending || b.event_count > 0 {
             BlockState::ActivePendingFree
         } else {
             BlockState::Inactive
@@ -1150,7 +1175,7 @@ impl<D: Device> CachingAllocator<D> {
     /// range for expandable segments) with their blocks, by address.
     pub fn snapshot(&self) -> Vec<SegmentInfo> {
         let mut segs = Vec::new();
-        for b in self.blocks.iter() {
+        for (head, b) in (0u32..).zip(self.blocks.iter()) {
             if !b.alive || !b.mapped || (b.prev != NIL && self.blocks[b.prev as usize].mapped) {
                 continue;
             }
@@ -1166,6 +1191,7 @@ impl<D: Device> CachingAllocator<D> {
                 is_expandable: b.es != NIL,
                 blocks: Vec::new(),
             };
+            let mut idx = head;
             let mut cur = b;
             loop {
                 let state = Self::block_state(cur);
@@ -1182,12 +1208,13 @@ impl<D: Device> CachingAllocator<D> {
                     size: cur.size,
                     requested_size: cur.requested,
                     state,
-                    tag: cur.tag,
+                    tag: self.tags.get(idx as usize).copied().unwrap_or(0),
                 });
                 if cur.next == NIL || !self.blocks[cur.next as usize].mapped {
                     break;
                 }
-                cur = &self.blocks[cur.next as usize];
+                idx = cur.next;
+                cur = &self.blocks[idx as usize];
             }
             segs.push(seg);
         }
@@ -1200,19 +1227,22 @@ impl<D: Device> CachingAllocator<D> {
         let mut in_pool = vec![false; self.blocks.len()];
         for (pi, p) in self.pools.iter().enumerate() {
             for s in &p.streams {
-                for (&k, &i) in &s.blocks {
+                for (size, ptr, i) in s.blocks.iter() {
                     let b = &self.blocks[i as usize];
                     if !b.alive || b.allocated || !b.mapped || b.pending || b.event_count > 0 {
                         return Err(format!(
                             "pool holds a block that is not free and mapped: {b:?}"
                         ));
                     }
-                    if k != key(b.size, b.ptr) || b.stream != s.stream || b.pool as usize != pi {
+                    if (size, ptr) != (b.size, b.ptr)
+                        || b.stream != s.stream
+                        || b.pool as usize != pi
+                    {
                         return Err(format!("pool key out of date for {b:?}"));
                     }
                     in_pool[i as usize] = true;
                 }
-                for (&ptr, &i) in &s.unmapped {
+                for (&ptr, &i) in s.unmapped.iter() {
                     let b = &self.blocks[i as usize];
                     if !b.alive || b.mapped || b.ptr != ptr || b.es == NIL {
                         return Err(format!("unmapped set holds a bad block: {b:?}"));
