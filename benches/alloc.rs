@@ -37,6 +37,7 @@ fn sizes() -> Vec<u64> {
 
 fn bench_pairs(c: &mut Criterion) {
     let sizes = sizes();
+    assert_eq!(sizes.len(), 256);
     let mut a = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
     a.set_recording(false);
     // 1,000 live allocations, then one cached block of every size.
@@ -52,7 +53,7 @@ fn bench_pairs(c: &mut Criterion) {
     let mut i = 0usize;
     g.bench_function("cached_mixed", |bch| {
         bch.iter(|| {
-            let s = sizes[i % sizes.len()];
+            let s = sizes[i & 255];
             i += 1;
             let b = a.malloc(black_box(s), 0).unwrap();
             a.free(black_box(b)).unwrap();
@@ -66,7 +67,7 @@ fn bench_pairs(c: &mut Criterion) {
     let mut j = 0usize;
     g.bench_function("system_malloc_mixed", |bch| {
         bch.iter(|| {
-            let s = sizes[j % sizes.len()] as usize;
+            let s = sizes[j & 255] as usize;
             j += 1;
             let layout = std::alloc::Layout::from_size_align(s, 512).unwrap();
             // SAFETY: layout has a non-zero size; the pointer is freed with the same layout.

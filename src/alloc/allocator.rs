@@ -495,8 +495,23 @@ impl<D: Device> CachingAllocator<D> {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
-        let p = &self.pools[pool as usize];
+        let mss = self.config.max_split_size;
+        let max_non_split = self.config.max_non_split_rounding_size;
+        let accept = |bsize: u64| {
+            !(size < mss && bsize >= mss)
+                && !(size >= mss && bsize >= size.saturating_add(max_non_split))
+        };
+        let p = &mut self.pools[pool as usize];
         let s = p.find(stream)?;
+        if self.es.is_empty() {
+            // No expandable segment exists, so the first block at or above the
+            // size is the candidate: look it up and take it in one step.
+            return p.streams[s]
+                .blocks
+                .take_first_from(size, |e| accept(e.0))
+                .map(|e| e.2);
+        }
+        let p = &self.pools[pool as usize];
         let cand = {
             let free = &p.streams[s].blocks;
             let mut cand = free.first_from(size)?.2;
@@ -530,11 +545,7 @@ impl<D: Device> CachingAllocator<D> {
             cand
         };
         let b = &self.blocks[cand as usize];
-        let mss = self.config.max_split_size;
-        if size < mss && b.size >= mss {
-            return None;
-        }
-        if size >= mss && b.size >= size.saturating_add(self.config.max_non_split_rounding_size) {
+        if !accept(b.size) {
             return None;
         }
         let (bsize, bptr) = (b.size, b.ptr);

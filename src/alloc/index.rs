@@ -157,6 +157,40 @@ impl FreeBlocks {
         self.next_bin(b).map(|n| self.bins[n][0])
     }
 
+    /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
+    /// if `accept` takes it; the lookup is done once for both.
+    #[inline]
+    pub fn take_first_from(
+        &mut self,
+        size: u64,
+        accept: impl FnOnce(&Entry) -> bool,
+    ) -> Option<Entry> {
+        let mut b = bin_of(size);
+        let mut i = match self.bins.get(b) {
+            Some(bin) => bin.iter().position(|e| e.0 >= size),
+            None => None,
+        };
+        if i.is_none() {
+            b = self.next_bin(b)?;
+            i = Some(0);
+        }
+        let i = i?;
+        let bin = &mut self.bins[b];
+        let e = bin[i];
+        if !accept(&e) {
+            return None;
+        }
+        if i + 1 == bin.len() {
+            bin.pop();
+        } else {
+            bin.remove(i);
+        }
+        if bin.is_empty() {
+            self.clear(b);
+        }
+        Some(e)
+    }
+
     /// Blocks with (size, ptr) >= (`size`, 0), ascending.
     pub fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
@@ -228,6 +262,14 @@ mod tests {
                         let a: Vec<_> = ours.range_from(size).collect();
                         let b: Vec<_> = model.range((size, 0)..).map(|(k, v)| (k.0, k.1, *v)).collect();
                         prop_assert_eq!(a.first().copied(), ours.first_from(size));
+                        if kind == 9 {
+                            let took = ours.take_first_from(size, |e| e.1 % 1024 == 0);
+                            let want = a.first().copied().filter(|e| e.1 % 1024 == 0);
+                            prop_assert_eq!(took, want);
+                            if let Some(e) = want {
+                                model.remove(&(e.0, e.1));
+                            }
+                        }
                         prop_assert_eq!(a, b);
                         let a: Vec<_> = ours.range_below_rev(size).collect();
                         let b: Vec<_> = model.range(..(size, 0)).rev().map(|(k, v)| (k.0, k.1, *v)).collect();
