@@ -497,9 +497,11 @@ impl<D: Device> CachingAllocator<D> {
         }
         let mss = self.config.max_split_size;
         let max_non_split = self.config.max_non_split_rounding_size;
+        // PyTorch's two oversize rules (spec §6.1).
         let accept = |bsize: u64| {
-            !(size < mss && bsize >= mss)
-                && !(size >= mss && bsize >= size.saturating_add(max_non_split))
+            let oversize_for_normal = size < mss && bsize >= mss;
+            let too_loose_for_oversize = size >= mss && bsize >= size.saturating_add(max_non_split);
+            !(oversize_for_normal || too_loose_for_oversize)
         };
         let p = &mut self.pools[pool as usize];
         let s = p.find(stream)?;
