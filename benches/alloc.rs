@@ -41,9 +41,7 @@ fn bench_pairs(c: &mut Criterion) {
     let mut a = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
     a.set_recording(false);
     // 1,000 live allocations, then one cached block of every size.
-    let live: Vec<_> = (0..1000)
-        .map(|i| a.malloc(sizes[i % sizes.len()], 0).unwrap())
-        .collect();
+    let live: Vec<_> = (0..1000).map(|i| a.malloc(sizes[i % sizes.len()], 0).unwrap()).collect();
     let warm: Vec<_> = sizes.iter().map(|&s| a.malloc(s, 0).unwrap()).collect();
     for b in warm {
         a.free(b).unwrap();
@@ -59,11 +57,7 @@ fn bench_pairs(c: &mut Criterion) {
             a.free(black_box(b)).unwrap();
         })
     });
-    assert_eq!(
-        a.stats().num_device_alloc,
-        segments_before,
-        "every pair must be served from the cache"
-    );
+    assert_eq!(a.stats().num_device_alloc, segments_before, "every pair must be served from the cache");
     let mut j = 0usize;
     g.bench_function("system_malloc_mixed", |bch| {
         bch.iter(|| {
@@ -82,14 +76,9 @@ fn bench_pairs(c: &mut Criterion) {
 }
 
 fn vector_trace(name: &str) -> (Vec<Event>, AllocatorConfig, u64) {
-    let path = format!(
-        "{}/tests/fixtures/vectors/{name}.json.gz",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/vectors/{name}.json.gz", env!("CARGO_MANIFEST_DIR"));
     let mut s = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
-        .read_to_string(&mut s)
-        .unwrap();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_string(&mut s).unwrap();
     let d: serde_json::Value = serde_json::from_str(&s).unwrap();
     let rec = d["trace"]
         .as_array()
@@ -104,22 +93,14 @@ fn vector_trace(name: &str) -> (Vec<Event>, AllocatorConfig, u64) {
             )
         })
         .collect();
-    (
-        rec,
-        AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(),
-        d["total"].as_u64().unwrap(),
-    )
+    (rec, AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(), d["total"].as_u64().unwrap())
 }
 
 fn bench_replay(c: &mut Criterion) {
     let (rec, config, total) = vector_trace("d");
     let n = rec.len();
     let rec: Arc<[Event]> = Arc::from(rec);
-    let opts = ReplayOptions {
-        config,
-        device_total: total,
-        memory_limit: None,
-    };
+    let opts = ReplayOptions::new(config, total);
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("vector_d", |b| {

@@ -6,5 +6,8 @@
 //! views draw.
 
 pub mod alloc;
+pub mod analysis;
+pub mod cli;
 pub mod device;
 pub mod replay;
+pub mod trace;

@@ -1,1 +1,89 @@
-fn main() {}
+//! The `gpumem-top` binary: parses the command line and runs one mode.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use gpumem_top::cli;
+
+/// A terminal GPU memory profiler: live allocated-vs-reserved bars, a
+/// fragmentation map and a timeline of peaks, over a faithful model of
+/// PyTorch's CUDA caching allocator.
+#[derive(Parser, Debug)]
+#[command(name = "gpumem-top", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    live: LiveArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+struct LiveArgs {
+    /// GPU index to watch (repeatable).
+    #[arg(long = "device", value_name = "N")]
+    devices: Vec<u32>,
+    /// Sampling interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    interval: u64,
+    /// Directory where PyTorch processes publish their allocator state.
+    #[arg(long, value_name = "DIR")]
+    publish_dir: Option<std::path::PathBuf>,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    no_color: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Watch live GPUs (NVML) and the PyTorch processes that publish their state.
+    Live(LiveArgs),
+    /// The simulated device with a synthetic workload.
+    Demo,
+    /// Replay a PyTorch memory snapshot (or our JSONL, or an RMM log) through the allocator.
+    Replay(cli::ReplayArgs),
+    /// Drive the caching allocator with a synthetic training loop.
+    Synth {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
+    /// Write a view of a trace as SVG, PNG or text.
+    Export {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
+    /// Sample live state headless into a JSON-lines file.
+    Record {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
+    /// Serve Prometheus metrics on /metrics.
+    Serve {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
+}
+
+fn not_built(what: &str, issue: u32) -> ExitCode {
+    eprintln!("gpumem-top: `{what}` is not built yet (tracked in issue #{issue}); nothing was run");
+    ExitCode::from(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None | Some(Command::Live(_)) => return not_built("live", 6),
+        Some(Command::Demo) => return not_built("demo", 4),
+        Some(Command::Synth { .. }) => return not_built("synth", 5),
+        Some(Command::Export { .. }) => return not_built("export", 7),
+        Some(Command::Record { .. }) => return not_built("record", 6),
+        Some(Command::Serve { .. }) => return not_built("serve", 6),
+        Some(Command::Replay(args)) => cli::replay(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpumem-top: {e:#}");
+            ExitCode::from(cli::exit_code(&e))
+        }
+    }
+}

@@ -43,10 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> impl Strategy<Value = (String, Option<f64>)> {
-    (
-        0..CONFIGS.len(),
-        prop_oneof![Just(None), (0.05f64..0.9).prop_map(Some)],
-    )
+    (0..CONFIGS.len(), prop_oneof![Just(None), (0.05f64..0.9).prop_map(Some)])
         .prop_map(|(i, f)| (CONFIGS[i].to_string(), f))
 }
 
@@ -187,20 +184,14 @@ proptest! {
 /// so PyTorch frees the cache and the retry succeeds.
 #[test]
 fn a_failed_cudamalloc_is_retried_after_freeing_the_cache() {
-    let dev = Sim::new("sim", 1 << 30, 0).with_fault(SimFault {
-        fail_mallocs: vec![2],
-        fail_maps: vec![],
-    });
+    let dev = Sim::new("sim", 1 << 30, 0).with_fault(SimFault { fail_mallocs: vec![2], fail_maps: vec![] });
     let mut a = CachingAllocator::new(AllocatorConfig::default(), dev);
     let b = a.malloc(30 << 20, 0).unwrap();
     a.free(b).unwrap();
     a.clear_events();
     let c = a.malloc(50 << 20, 0).unwrap();
     let acts: Vec<Action> = a.events().iter().map(|e| e.action).collect();
-    assert_eq!(
-        acts,
-        [Action::SegmentFree, Action::SegmentAlloc, Action::Alloc]
-    );
+    assert_eq!(acts, [Action::SegmentFree, Action::SegmentAlloc, Action::Alloc]);
     assert_eq!(a.stats().num_alloc_retries, 1);
     assert_eq!(a.stats().num_sync_all_streams, 1);
     assert_eq!(a.stats().num_ooms, 0);
@@ -225,10 +216,7 @@ fn an_unrecoverable_failure_is_an_oom_with_pytorchs_message() {
          (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     );
     let last = *a.events().last().unwrap();
-    assert_eq!(
-        (last.action, last.addr, last.size, last.stream),
-        (Action::Oom, 324 << 20, 400 << 20, 7)
-    );
+    assert_eq!((last.action, last.addr, last.size, last.stream), (Action::Oom, 324 << 20, 400 << 20, 7));
     assert_eq!(a.stats().num_ooms, 1);
     assert_eq!(a.stats().num_alloc_retries, 1);
     a.check_invariants().unwrap();
@@ -243,18 +231,12 @@ fn record_stream_defers_the_free() {
     let x = a.malloc(4096, 0).unwrap();
     a.record_stream(x, 9).unwrap();
     a.free(x).unwrap();
-    assert_eq!(
-        a.snapshot()[0].blocks[0].state.name(),
-        "active_pending_free"
-    );
+    assert_eq!(a.snapshot()[0].blocks[0].state.name(), "active_pending_free");
     assert_eq!(a.stats().get(Kind::AllocatedBytes, 0).current, 0);
     assert_eq!(a.stats().get(Kind::ActiveBytes, 0).current, 4096);
     a.check_invariants().unwrap();
     let acts: Vec<Action> = a.events().iter().map(|e| e.action).collect();
-    assert_eq!(
-        acts,
-        [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested]
-    );
+    assert_eq!(acts, [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested]);
     let _y = a.malloc(512, 0).unwrap();
     let acts: Vec<Action> = a.events().iter().skip(3).map(|e| e.action).collect();
     assert_eq!(acts, [Action::FreeCompleted, Action::Alloc]);

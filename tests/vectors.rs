@@ -19,23 +19,10 @@ fn check_vector(name: &str) {
     let conf = d["conf"].as_str().unwrap();
     let cfg = AllocatorConfig::parse(conf).unwrap();
     let settings = &d["settings"];
-    let rp: Vec<u64> = (0..16)
-        .map(|i| u(&settings["roundup_power2_divisions"][(1u64 << i).to_string()]))
-        .collect();
-    assert_eq!(
-        rp,
-        cfg.roundup_power2_divisions.to_vec(),
-        "{name}: roundup_power2_divisions"
-    );
-    assert_eq!(
-        settings["max_split_size"].as_i64().unwrap(),
-        cfg.max_split_size_stat(),
-        "{name}: max_split_size"
-    );
-    assert_eq!(
-        settings["expandable_segments"].as_bool().unwrap(),
-        cfg.expandable_segments
-    );
+    let rp: Vec<u64> = (0..16).map(|i| u(&settings["roundup_power2_divisions"][(1u64 << i).to_string()])).collect();
+    assert_eq!(rp, cfg.roundup_power2_divisions.to_vec(), "{name}: roundup_power2_divisions");
+    assert_eq!(settings["max_split_size"].as_i64().unwrap(), cfg.max_split_size_stat(), "{name}: max_split_size");
+    assert_eq!(settings["expandable_segments"].as_bool().unwrap(), cfg.expandable_segments);
 
     let total = u(&d["total"]);
     let mut a = CachingAllocator::new(cfg, Oracle::new(Arc::from(rec.clone()), total));
@@ -44,12 +31,7 @@ fn check_vector(name: &str) {
         a.set_memory_fraction(frac);
     }
     let streams: Vec<u64> = d["streams"].as_array().unwrap().iter().map(u).collect();
-    let keys: Vec<&str> = d["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap())
-        .collect();
+    let keys: Vec<&str> = d["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
     assert_eq!(keys.len(), 121);
     let ours: Vec<String> = a.memory_stats().into_iter().map(|(k, _)| k).collect();
     assert_eq!(ours, keys, "{name}: memory_stats() keys");
@@ -60,22 +42,13 @@ fn check_vector(name: &str) {
     let mut newest: Option<u64> = None;
     let mut deferred: Option<u64> = None;
     let (mut n_alloc, mut n_oom) = (0, 0);
-    for (n, (op, row)) in d["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .zip(d["stats"].as_array().unwrap())
-        .enumerate()
-    {
+    for (n, (op, row)) in d["ops"].as_array().unwrap().iter().zip(d["stats"].as_array().unwrap()).enumerate() {
         match op[0].as_str().unwrap() {
             kind @ ("alloc" | "oom") => {
                 let id = u(&op[1]);
                 match a.malloc(u(&op[2]), streams[u(&op[3]) as usize]) {
                     Ok(b) => {
-                        assert_eq!(
-                            kind, "alloc",
-                            "{name} op {n}: PyTorch ran out of memory here, we did not"
-                        );
+                        assert_eq!(kind, "alloc", "{name} op {n}: PyTorch ran out of memory here, we did not");
                         assert_eq!(a.block(b).unwrap().ptr, u(&op[4]), "{name} op {n}: address");
                         live.insert(id, b);
                         if let Some(p) = deferred.take() {
@@ -86,9 +59,7 @@ fn check_vector(name: &str) {
                     }
                     Err(e) => {
                         assert_eq!(kind, "oom", "{name} op {n}: unexpected OOM: {e}");
-                        assert!(e
-                            .message
-                            .starts_with("CUDA out of memory. Tried to allocate "));
+                        assert!(e.message.starts_with("CUDA out of memory. Tried to allocate "));
                         n_oom += 1;
                     }
                 }
@@ -109,8 +80,7 @@ fn check_vector(name: &str) {
             assert_eq!(*v, want.as_i64().unwrap(), "{name} op {n} ({op}): {k}");
         }
         if n % 500 == 0 {
-            a.check_invariants()
-                .unwrap_or_else(|e| panic!("{name} op {n}: {e}"));
+            a.check_invariants().unwrap_or_else(|e| panic!("{name} op {n}: {e}"));
         }
     }
     a.check_invariants().unwrap();
@@ -118,33 +88,23 @@ fn check_vector(name: &str) {
     let mine = a.events();
     assert_eq!(mine.len(), rec.len(), "{name}: number of trace events");
     for (i, (x, y)) in mine.iter().zip(rec.iter()).enumerate() {
-        assert!(
-            x.same_as(y),
-            "{name}: event {i}: ours {x:?}, recorded {y:?}"
-        );
+        assert!(x.same_as(y), "{name}: event {i}: ours {x:?}, recorded {y:?}");
     }
 
     let segs: Vec<Value> = a
         .snapshot()
         .iter()
         .map(|s| {
-            let blocks: Vec<Value> = s
-                .blocks
-                .iter()
-                .map(|b| serde_json::json!([b.size, b.requested_size, b.state.name()]))
-                .collect();
-            serde_json::json!([
-                s.address,
-                s.total_size,
-                s.stream,
-                s.segment_type,
-                s.is_expandable,
-                blocks
-            ])
+            let blocks: Vec<Value> =
+                s.blocks.iter().map(|b| serde_json::json!([b.size, b.requested_size, b.state.name()])).collect();
+            serde_json::json!([s.address, s.total_size, s.stream, s.segment_type, s.is_expandable, blocks])
         })
         .collect();
     assert_eq!(Value::Array(segs), d["segments"], "{name}: final segments");
-    eprintln!("{name}: {n_alloc} allocs, {n_oom} OOMs, {} events, all 121 stats exact after each of 3000 ops", rec.len());
+    eprintln!(
+        "{name}: {n_alloc} allocs, {n_oom} OOMs, {} events, all 121 stats exact after each of 3000 ops",
+        rec.len()
+    );
 }
 
 #[test]
@@ -197,28 +157,14 @@ fn check_trace_replay(name: &str) -> Vec<(String, i64, i64)> {
     let rec = recorded_trace(&d);
     let total = u(&d["total"]);
     let frac = d["frac"].as_f64().unwrap();
-    let opts = ReplayOptions {
-        config: AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(),
-        device_total: total,
-        memory_limit: (frac > 0.0 && frac < 1.0).then_some((frac * total as f64) as u64),
-    };
+    let mut opts = ReplayOptions::new(AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(), total);
+    opts.memory_limit = (frac > 0.0 && frac < 1.0).then_some((frac * total as f64) as u64);
     let r = replay_events(Arc::from(rec.clone()), &opts, ());
     assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
     assert_eq!(r.reproduced, rec.len());
     r.allocator.check_invariants().unwrap();
-    let keys: Vec<&str> = d["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k.as_str().unwrap())
-        .collect();
-    let last = d["stats"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .as_array()
-        .unwrap();
+    let keys: Vec<&str> = d["keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    let last = d["stats"].as_array().unwrap().last().unwrap().as_array().unwrap();
     let got = r.allocator.memory_stats();
     let mut diffs = Vec::new();
     for ((k, v), (want_k, want)) in got.iter().zip(keys.iter().zip(last)) {
@@ -238,10 +184,7 @@ fn trace_replay_reproduces_every_vector() {
         // burst of segment frees came from empty_cache() or an OOM retry: only
         // these two counters may differ (spec §15.4). Everything else is exact.
         for (k, got, want) in &diffs {
-            assert!(
-                k == "num_sync_all_streams" || k == "num_alloc_retries",
-                "{name}: {k}: got {got}, recorded {want}"
-            );
+            assert!(k == "num_sync_all_streams" || k == "num_alloc_retries", "{name}: {k}: got {got}, recorded {want}");
         }
         eprintln!("{name}: trace replay exact; counters not recoverable from a trace: {diffs:?}");
     }

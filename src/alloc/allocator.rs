@@ -9,9 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use thiserror::Error;
 
-use super::config::{
-    format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED,
-};
+use super::config::{format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED};
 use super::event::{Action, Event};
 use super::index::FreeBlocks;
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
@@ -108,13 +106,7 @@ impl Pool {
         let i = match self.streams.binary_search_by_key(&stream, |s| s.stream) {
             Ok(i) => i,
             Err(i) => {
-                self.streams.insert(
-                    i,
-                    StreamBlocks {
-                        stream,
-                        ..Default::default()
-                    },
-                );
+                self.streams.insert(i, StreamBlocks { stream, ..Default::default() });
                 i
             }
         };
@@ -136,6 +128,13 @@ fn stat_pool(pool: u8) -> usize {
     } else {
         LARGE_POOL
     }
+}
+
+/// The allocator's totals right after one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatePoint {
+    pub allocated: u64,
+    pub reserved: u64,
 }
 
 /// What one handle points at.
@@ -166,6 +165,7 @@ pub struct CachingAllocator<D> {
     /// Caller's context id per block index (e.g. an interned call stack); 0 = none.
     tags: Vec<u32>,
     events: Vec<Event>,
+    points: Vec<StatePoint>,
     record_events: bool,
     emitted: u64,
 }
@@ -185,6 +185,7 @@ impl<D: Device> CachingAllocator<D> {
             stream_uses: HashMap::new(),
             tags: Vec::new(),
             events: Vec::new(),
+            points: Vec::new(),
             record_events: true,
             emitted: 0,
             device,
@@ -215,11 +216,8 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.set_per_process_memory_fraction(f)` (2.9+ semantics: a
     /// fraction of 1.0 or more removes the limit).
     pub fn set_memory_fraction(&mut self, fraction: f64) {
-        self.allowed_memory_maximum = if fraction < 1.0 {
-            Some((fraction * self.device.total_memory() as f64) as u64)
-        } else {
-            None
-        };
+        self.allowed_memory_maximum =
+            if fraction < 1.0 { Some((fraction * self.device.total_memory() as f64) as u64) } else { None };
     }
     /// Sets `allowed_memory_maximum` directly, in bytes.
     pub fn set_memory_limit(&mut self, bytes: Option<u64>) {
@@ -237,12 +235,18 @@ impl<D: Device> CachingAllocator<D> {
     pub fn events(&self) -> &[Event] {
         &self.events
     }
+    /// Allocated and reserved bytes after each kept event.
+    pub fn points(&self) -> &[StatePoint] {
+        &self.points
+    }
     pub fn take_events(&mut self) -> Vec<Event> {
+        self.points.clear();
         std::mem::take(&mut self.events)
     }
     /// Drops the kept events, keeping the buffer's capacity.
     pub fn clear_events(&mut self) {
         self.events.clear();
+        self.points.clear();
     }
     /// Number of events emitted since creation (kept or not).
     pub fn emitted(&self) -> u64 {
@@ -273,13 +277,7 @@ impl<D: Device> CachingAllocator<D> {
 
     pub fn block(&self, id: BlockId) -> Result<BlockView, AllocError> {
         let b = self.get(id)?;
-        Ok(BlockView {
-            ptr: b.ptr,
-            size: b.size,
-            requested: b.requested,
-            stream: b.stream,
-            allocated: b.allocated,
-        })
+        Ok(BlockView { ptr: b.ptr, size: b.size, requested: b.requested, stream: b.stream, allocated: b.allocated })
     }
 
     fn get(&self, id: BlockId) -> Result<&Block, AllocError> {
@@ -289,11 +287,18 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// Records an event after the state change it describes, with the
+    /// allocated and reserved bytes it left.
     #[inline]
     fn emit(&mut self, e: Event) {
         self.emitted += 1;
         if self.record_events {
             self.events.push(e);
+            let s = &self.stats;
+            self.points.push(StatePoint {
+                allocated: s.get(Kind::AllocatedBytes, 0).current as u64,
+                reserved: s.get(Kind::ReservedBytes, 0).current as u64,
+            });
         }
     }
 
@@ -375,10 +380,7 @@ impl<D: Device> CachingAllocator<D> {
     fn unmapped_insert(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
         let (ptr, stream) = (b.ptr, b.stream);
-        self.pools[b.pool as usize]
-            .entry(stream)
-            .unmapped
-            .insert(ptr, i);
+        self.pools[b.pool as usize].entry(stream).unmapped.insert(ptr, i);
     }
 
     fn unmapped_remove(&mut self, i: u32) {
@@ -398,12 +400,7 @@ impl<D: Device> CachingAllocator<D> {
         self.malloc_tagged(orig_size, stream, 0)
     }
 
-    pub fn malloc_tagged(
-        &mut self,
-        orig_size: u64,
-        stream: u64,
-        tag: u32,
-    ) -> Result<BlockId, OutOfMemory> {
+    pub fn malloc_tagged(&mut self, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
         if orig_size >= ONE_EXA_BYTES {
             return Err(OutOfMemory {
                 requested: orig_size,
@@ -439,30 +436,20 @@ impl<D: Device> CachingAllocator<D> {
         };
         let split = self.should_split(block, size, es_active);
         let i = self.alloc_found_block(block, pool, size, orig_size, split, tag);
-        Ok(BlockId {
-            idx: i,
-            gen: self.blocks[i as usize].gen,
-        })
+        Ok(BlockId { idx: i, gen: self.blocks[i as usize].gen })
     }
 
-    fn out_of_memory(
-        &mut self,
-        orig_size: u64,
-        size: u64,
-        alloc_size: u64,
-        stream: u64,
-    ) -> OutOfMemory {
+    fn out_of_memory(&mut self, orig_size: u64, size: u64, alloc_size: u64, stream: u64) -> OutOfMemory {
         let device_free = self.device.free_memory(self.emitted);
         let total = self.device.total_memory();
-        self.emit(Event::new(Action::Oom, device_free, size, stream));
         self.stats.num_ooms += 1;
+        self.emit(Event::new(Action::Oom, device_free, size, stream));
         let allocated = self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64;
         let reserved = self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64;
         let proc_info = match self.device.process_used() {
-            Some(used) => format!(
-                "Including non-PyTorch memory, this process has {} memory in use. ",
-                format_size(used)
-            ),
+            Some(used) => {
+                format!("Including non-PyTorch memory, this process has {} memory in use. ", format_size(used))
+            }
             None => String::new(),
         };
         let allowed_info = match self.allowed_memory_maximum {
@@ -480,14 +467,7 @@ impl<D: Device> CachingAllocator<D> {
             format_size(allocated),
             format_size(reserved.saturating_sub(allocated)),
         );
-        OutOfMemory {
-            requested: orig_size,
-            rounded: size,
-            alloc_size,
-            stream,
-            device_free,
-            message,
-        }
+        OutOfMemory { requested: orig_size, rounded: size, alloc_size, stream, device_free, message }
     }
 
     /// Best fit (spec §6.1).
@@ -508,10 +488,7 @@ impl<D: Device> CachingAllocator<D> {
         if self.es.is_empty() {
             // No expandable segment exists, so the first block at or above the
             // size is the candidate: look it up and take it in one step.
-            return p.streams[s]
-                .blocks
-                .take_first_from(size, |e| accept(e.0))
-                .map(|e| e.2);
+            return p.streams[s].blocks.take_first_from(size, |e| accept(e.0)).map(|e| e.2);
         }
         let p = &self.pools[pool as usize];
         let cand = {
@@ -533,9 +510,7 @@ impl<D: Device> CachingAllocator<D> {
                             }
                     };
                     for n in it {
-                        if blocks[cand as usize].es == NIL
-                            || expandable_size(n) >= expandable_size(cand)
-                        {
+                        if blocks[cand as usize].es == NIL || expandable_size(n) >= expandable_size(cand) {
                             break;
                         }
                         cand = n;
@@ -551,9 +526,7 @@ impl<D: Device> CachingAllocator<D> {
             return None;
         }
         let (bsize, bptr) = (b.size, b.ptr);
-        self.pools[pool as usize].streams[s]
-            .blocks
-            .remove(bsize, bptr);
+        self.pools[pool as usize].streams[s].blocks.remove(bsize, bptr);
         Some(cand)
     }
 
@@ -568,15 +541,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Spec §6.3: carve `size` from the front of block `i` when splitting.
-    fn alloc_found_block(
-        &mut self,
-        i: u32,
-        pool: u8,
-        size: u64,
-        orig_size: u64,
-        split: bool,
-        tag: u32,
-    ) -> u32 {
+    fn alloc_found_block(&mut self, i: u32, pool: u8, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
         let sp = stat_pool(pool);
         let already_split = self.is_split(i);
         let es = self.blocks[i as usize].es;
@@ -602,8 +567,7 @@ impl<D: Device> CachingAllocator<D> {
             self.pool_insert(rem);
             if es == NIL {
                 if already_split {
-                    self.stats
-                        .decrease(Kind::InactiveSplitBytes, sp, size as i64);
+                    self.stats.decrease(Kind::InactiveSplitBytes, sp, size as i64);
                 } else {
                     let rsize = self.blocks[rem as usize].size as i64;
                     self.stats.increase(Kind::InactiveSplitBytes, sp, rsize);
@@ -622,16 +586,15 @@ impl<D: Device> CachingAllocator<D> {
             (blk.ptr, blk.size, blk.stream)
         };
         self.set_tag(b, tag);
-        self.emit(Event::new(Action::Alloc, ptr, orig_size, stream));
         self.stats.increase(Kind::Allocation, sp, 1);
         self.stats.increase(Kind::AllocatedBytes, sp, bsize as i64);
         self.stats.increase(Kind::Active, sp, 1);
         self.stats.increase(Kind::ActiveBytes, sp, bsize as i64);
-        self.stats
-            .increase(Kind::RequestedBytes, sp, orig_size as i64);
+        self.stats.increase(Kind::RequestedBytes, sp, orig_size as i64);
         if bsize >= self.config.max_split_size {
             self.stats.oversize_allocations.increase(1);
         }
+        self.emit(Event::new(Action::Alloc, ptr, orig_size, stream));
         b
     }
 
@@ -661,8 +624,7 @@ impl<D: Device> CachingAllocator<D> {
         let b = self.new_block(stream, alloc_size, ptr, pool, NIL);
         let sp = stat_pool(pool);
         self.stats.increase(Kind::Segment, sp, 1);
-        self.stats
-            .increase(Kind::ReservedBytes, sp, alloc_size as i64);
+        self.stats.increase(Kind::ReservedBytes, sp, alloc_size as i64);
         if alloc_size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
@@ -678,7 +640,6 @@ impl<D: Device> CachingAllocator<D> {
             (b.ptr, b.size, b.stream, b.pool)
         };
         self.stats.num_device_free += 1;
-        self.emit(Event::new(Action::SegmentFree, ptr, size, stream));
         self.device.free(ptr, size);
         self.total_allocated_memory -= size;
         let sp = stat_pool(pool);
@@ -687,6 +648,7 @@ impl<D: Device> CachingAllocator<D> {
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }
+        self.emit(Event::new(Action::SegmentFree, ptr, size, stream));
         self.pool_remove(i);
         self.delete_block(i);
     }
@@ -752,11 +714,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     fn release_blocks(&mut self, pool: u8) {
-        let all: Vec<u32> = self.pools[pool as usize]
-            .streams
-            .iter()
-            .flat_map(|s| s.blocks.values())
-            .collect();
+        let all: Vec<u32> = self.pools[pool as usize].streams.iter().flat_map(|s| s.blocks.values()).collect();
         let mut to_unmap = Vec::new();
         for i in all {
             if self.blocks[i as usize].es != NIL {
@@ -809,11 +767,7 @@ impl<D: Device> CachingAllocator<D> {
         while reclaimed < target && freed && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed = false;
-            let all: Vec<u32> = self.pools[1]
-                .streams
-                .iter()
-                .flat_map(|s| s.blocks.values())
-                .collect();
+            let all: Vec<u32> = self.pools[1].streams.iter().flat_map(|s| s.blocks.values()).collect();
             for i in all {
                 let b = &self.blocks[i as usize];
                 let age = calls - b.gc_count_base;
@@ -912,10 +866,10 @@ impl<D: Device> CachingAllocator<D> {
         let sp = stat_pool(pool);
         self.stats.decrease(Kind::Allocation, sp, 1);
         self.stats.decrease(Kind::AllocatedBytes, sp, size as i64);
-        self.emit(Event::new(Action::FreeRequested, ptr, requested, stream));
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
+        self.emit(Event::new(Action::FreeRequested, ptr, requested, stream));
         Ok(i)
     }
 
@@ -926,7 +880,6 @@ impl<D: Device> CachingAllocator<D> {
             b.pending = false;
             (b.ptr, b.size, b.requested, b.stream, b.pool, b.es)
         };
-        self.emit(Event::new(Action::FreeCompleted, ptr, req, stream));
         self.set_tag(i, 0);
         let mut net_n: i64 = 0;
         let mut net_bytes: i64 = 0;
@@ -950,6 +903,7 @@ impl<D: Device> CachingAllocator<D> {
         self.stats.decrease(Kind::Active, sp, 1);
         self.stats.decrease(Kind::ActiveBytes, sp, orig_size as i64);
         self.stats.decrease(Kind::RequestedBytes, sp, req as i64);
+        self.emit(Event::new(Action::FreeCompleted, ptr, req, stream));
     }
 
     /// Absorbs `src` into `dst` when `src` is free, settled and mapped alike.
@@ -1023,11 +977,7 @@ impl<D: Device> CachingAllocator<D> {
         let total = self.device.total_memory();
         let va = page * (total + total / 8).div_ceil(page);
         let base = self.device.reserve(va, page, self.emitted).ok()?;
-        self.es.push(Some(ExpandableSegment {
-            base,
-            size: va,
-            page,
-        }));
+        self.es.push(Some(ExpandableSegment { base, size: va, page }));
         let es = (self.es.len() - 1) as u32;
         let c = self.new_block(stream, va, base, pool, es);
         self.blocks[c as usize].mapped = false;
@@ -1084,8 +1034,7 @@ impl<D: Device> CachingAllocator<D> {
         self.try_merge_blocks(i, next);
         self.pool_insert(i);
         self.total_allocated_memory += msize;
-        self.stats
-            .increase(Kind::ReservedBytes, stat_pool(pool), msize as i64);
+        self.stats.increase(Kind::ReservedBytes, stat_pool(pool), msize as i64);
         self.stats.num_device_alloc += 1;
         self.emit(Event::new(Action::SegmentMap, maddr, msize, stream));
         true
@@ -1166,8 +1115,7 @@ impl<D: Device> CachingAllocator<D> {
         self.unmapped_insert(i);
         self.device.unmap(uptr, usize_, page);
         self.total_allocated_memory -= usize_;
-        self.stats
-            .decrease(Kind::ReservedBytes, stat_pool(pool), usize_ as i64);
+        self.stats.decrease(Kind::ReservedBytes, stat_pool(pool), usize_ as i64);
         self.stats.num_device_free += 1;
         self.emit(Event::new(Action::SegmentUnmap, uptr, usize_, stream));
     }
@@ -1243,14 +1191,9 @@ impl<D: Device> CachingAllocator<D> {
                 for (size, ptr, i) in s.blocks.iter() {
                     let b = &self.blocks[i as usize];
                     if !b.alive || b.allocated || !b.mapped || b.pending || b.event_count > 0 {
-                        return Err(format!(
-                            "pool holds a block that is not free and mapped: {b:?}"
-                        ));
+                        return Err(format!("pool holds a block that is not free and mapped: {b:?}"));
                     }
-                    if (size, ptr) != (b.size, b.ptr)
-                        || b.stream != s.stream
-                        || b.pool as usize != pi
-                    {
+                    if (size, ptr) != (b.size, b.ptr) || b.stream != s.stream || b.pool as usize != pi {
                         return Err(format!("pool key out of date for {b:?}"));
                     }
                     in_pool[i as usize] = true;
@@ -1263,8 +1206,7 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
         }
-        let (mut allocated, mut active, mut requested, mut reserved) =
-            ([0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3]);
+        let (mut allocated, mut active, mut requested, mut reserved) = ([0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3]);
         let (mut n_alloc, mut n_active, mut n_seg, mut n_split, mut split_bytes) =
             ([0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3], [0i64; 3]);
         for (i, b) in self.blocks.iter().enumerate() {
@@ -1275,9 +1217,7 @@ impl<D: Device> CachingAllocator<D> {
             if b.prev != NIL {
                 let p = &self.blocks[b.prev as usize];
                 if !p.alive || p.next != i as u32 || p.ptr + p.size != b.ptr {
-                    return Err(format!(
-                        "block {b:?} does not tile with its predecessor {p:?}"
-                    ));
+                    return Err(format!("block {b:?} does not tile with its predecessor {p:?}"));
                 }
                 let free = |x: &Block| Self::block_state(x) == BlockState::Inactive;
                 if b.mapped && p.mapped && free(b) && free(p) {
@@ -1316,10 +1256,7 @@ impl<D: Device> CachingAllocator<D> {
             }
         }
         let check = |name: &str, kind: Kind, want: [i64; 3]| -> Result<(), String> {
-            for (pool, w) in [
-                (SMALL_POOL, want[SMALL_POOL]),
-                (LARGE_POOL, want[LARGE_POOL]),
-            ] {
+            for (pool, w) in [(SMALL_POOL, want[SMALL_POOL]), (LARGE_POOL, want[LARGE_POOL])] {
                 let got = self.stats.get(kind, pool).current;
                 if got != w {
                     return Err(format!("{name} pool {pool}: stat {got} != recomputed {w}"));
@@ -1339,11 +1276,7 @@ impl<D: Device> CachingAllocator<D> {
         check("reserved_bytes", Kind::ReservedBytes, reserved)?;
         check("segment", Kind::Segment, n_seg)?;
         check("inactive_split", Kind::InactiveSplit, n_split)?;
-        check(
-            "inactive_split_bytes",
-            Kind::InactiveSplitBytes,
-            split_bytes,
-        )?;
+        check("inactive_split_bytes", Kind::InactiveSplitBytes, split_bytes)?;
         if self.total_allocated_memory as i64 != self.stats.get(Kind::ReservedBytes, 0).current {
             return Err("total_allocated_memory != reserved_bytes.all.current".into());
         }
@@ -1359,9 +1292,7 @@ impl<D: Device> CachingAllocator<D> {
             s.get(Kind::ReservedBytes, 0).current,
         );
         if !(al <= ac && ac <= re) {
-            return Err(format!(
-                "allocated {al} <= active {ac} <= reserved {re} does not hold"
-            ));
+            return Err(format!("allocated {al} <= active {ac} <= reserved {re} does not hold"));
         }
         Ok(())
     }

@@ -112,17 +112,10 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn err(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            conf: self.conf.to_string(),
-            reason: reason.into(),
-        }
+        ConfigError { conf: self.conf.to_string(), reason: reason.into() }
     }
     fn next(&mut self, what: &str) -> Result<String, ConfigError> {
-        let t = self
-            .toks
-            .get(self.i)
-            .cloned()
-            .ok_or_else(|| self.err(format!("expected {what} at end of string")))?;
+        let t = self.toks.get(self.i).cloned().ok_or_else(|| self.err(format!("expected {what} at end of string")))?;
         self.i += 1;
         Ok(t)
     }
@@ -138,8 +131,7 @@ impl Parser<'_> {
     }
     fn uint(&mut self, key: &str) -> Result<u64, ConfigError> {
         let t = self.next("a number")?;
-        t.parse::<u64>()
-            .map_err(|_| self.err(format!("{key} needs a non-negative integer, got '{t}'")))
+        t.parse::<u64>().map_err(|_| self.err(format!("{key} needs a non-negative integer, got '{t}'")))
     }
     fn float(&mut self, key: &str) -> Result<f64, ConfigError> {
         let t = self.next("a number")?;
@@ -166,36 +158,23 @@ impl AllocatorConfig {
     /// Parses PyTorch's `PYTORCH_CUDA_ALLOC_CONF` syntax
     /// (`key:value,key:[a:b,>:c]`). Unknown keys and bad values are errors.
     pub fn parse(conf: &str) -> Result<Self, ConfigError> {
-        let mut c = AllocatorConfig {
-            source: conf.to_string(),
-            ..Default::default()
-        };
-        let mut p = Parser {
-            conf,
-            toks: tokenize(conf),
-            i: 0,
-        };
+        let mut c = AllocatorConfig { source: conf.to_string(), ..Default::default() };
+        let mut p = Parser { conf, toks: tokenize(conf), i: 0 };
         while p.i < p.toks.len() {
             let key = p.next("a key")?;
             if !KNOWN_KEYS.contains(&key.as_str()) {
-                return Err(p.err(format!(
-                    "unrecognized key '{key}' (known keys: {})",
-                    KNOWN_KEYS.join(", ")
-                )));
+                return Err(p.err(format!("unrecognized key '{key}' (known keys: {})", KNOWN_KEYS.join(", "))));
             }
             p.expect(":")?;
             match key.as_str() {
                 "max_split_size_mb" => {
                     let v = p.uint(&key)?;
                     if v < K_LARGE_BUFFER >> 20 {
-                        return Err(p.err(format!(
-                            "max_split_size_mb must be at least {}, got {v}",
-                            K_LARGE_BUFFER >> 20
-                        )));
+                        return Err(
+                            p.err(format!("max_split_size_mb must be at least {}, got {v}", K_LARGE_BUFFER >> 20))
+                        );
                     }
-                    c.max_split_size = v
-                        .checked_mul(1 << 20)
-                        .ok_or_else(|| p.err("max_split_size_mb is too large"))?;
+                    c.max_split_size = v.checked_mul(1 << 20).ok_or_else(|| p.err("max_split_size_mb is too large"))?;
                 }
                 "max_non_split_rounding_mb" => {
                     let v = p.uint(&key)?;
@@ -205,60 +184,45 @@ impl AllocatorConfig {
                             K_LARGE_BUFFER >> 20
                         )));
                     }
-                    c.max_non_split_rounding_size = v
-                        .checked_mul(1 << 20)
-                        .ok_or_else(|| p.err("max_non_split_rounding_mb is too large"))?;
+                    c.max_non_split_rounding_size =
+                        v.checked_mul(1 << 20).ok_or_else(|| p.err("max_non_split_rounding_mb is too large"))?;
                 }
                 "large_segment_size_mb" => {
                     let v = p.uint(&key)?;
                     if v <= K_MIN_LARGE_ALLOC >> 20 {
-                        return Err(p.err(format!(
-                            "large_segment_size_mb must be > {}, got {v}",
-                            K_MIN_LARGE_ALLOC >> 20
-                        )));
+                        return Err(
+                            p.err(format!("large_segment_size_mb must be > {}, got {v}", K_MIN_LARGE_ALLOC >> 20))
+                        );
                     }
-                    c.large_segment_size = v
-                        .checked_mul(1 << 20)
-                        .ok_or_else(|| p.err("large_segment_size_mb is too large"))?;
+                    c.large_segment_size =
+                        v.checked_mul(1 << 20).ok_or_else(|| p.err("large_segment_size_mb is too large"))?;
                 }
                 "garbage_collection_threshold" => {
                     let v = p.float(&key)?;
                     if !(v > 0.0 && v < 1.0) {
-                        return Err(p.err(format!(
-                            "garbage_collection_threshold must be in (0, 1), got {v}"
-                        )));
+                        return Err(p.err(format!("garbage_collection_threshold must be in (0, 1), got {v}")));
                     }
                     c.garbage_collection_threshold = v;
                 }
                 "expandable_segments" => c.expandable_segments = p.boolean(&key)?,
                 "release_lock_on_cudamalloc" => c.release_lock_on_cudamalloc = p.boolean(&key)?,
-                "pinned_use_cuda_host_register" => {
-                    c.pinned_use_cuda_host_register = p.boolean(&key)?
-                }
-                "pinned_use_background_threads" => {
-                    c.pinned_use_background_threads = p.boolean(&key)?
-                }
-                "graph_capture_record_stream_reuse" => {
-                    c.graph_capture_record_stream_reuse = p.boolean(&key)?
-                }
+                "pinned_use_cuda_host_register" => c.pinned_use_cuda_host_register = p.boolean(&key)?,
+                "pinned_use_background_threads" => c.pinned_use_background_threads = p.boolean(&key)?,
+                "graph_capture_record_stream_reuse" => c.graph_capture_record_stream_reuse = p.boolean(&key)?,
                 "pinned_num_register_threads" => {
                     let v = p.uint(&key)?;
                     if v == 0 || !v.is_power_of_two() || v > 128 {
-                        return Err(p.err(format!(
-                            "pinned_num_register_threads must be a power of 2 up to 128, got {v}"
-                        )));
+                        return Err(
+                            p.err(format!("pinned_num_register_threads must be a power of 2 up to 128, got {v}"))
+                        );
                     }
                     c.pinned_num_register_threads = v;
                 }
-                "pinned_reserve_segment_size_mb" => {
-                    c.pinned_reserve_segment_size_mb = p.uint(&key)?
-                }
+                "pinned_reserve_segment_size_mb" => c.pinned_reserve_segment_size_mb = p.uint(&key)?,
                 "per_process_memory_fraction" => {
                     let v = p.float(&key)?;
                     if !(0.0..=1.0).contains(&v) {
-                        return Err(p.err(format!(
-                            "per_process_memory_fraction must be in [0, 1], got {v}"
-                        )));
+                        return Err(p.err(format!("per_process_memory_fraction must be in [0, 1], got {v}")));
                     }
                     c.per_process_memory_fraction = Some(v);
                 }
@@ -292,8 +256,7 @@ impl AllocatorConfig {
     }
 
     fn divisions_for(&self, size: u64) -> u64 {
-        let idx =
-            (log2_floor(size.max(1)) as i64 - 20).clamp(0, K_ROUNDUP_POWER2_INTERVALS as i64 - 1);
+        let idx = (log2_floor(size.max(1)) as i64 - 20).clamp(0, K_ROUNDUP_POWER2_INTERVALS as i64 - 1);
         self.roundup_power2_divisions[idx as usize]
     }
 
@@ -334,9 +297,7 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
     let mut out = [0u64; K_ROUNDUP_POWER2_INTERVALS];
     let check_div = |p: &Parser, v: u64| -> Result<(), ConfigError> {
         if v != 0 && !v.is_power_of_two() {
-            return Err(p.err(format!(
-                "roundup_power2_divisions values must be 0 or a power of 2, got {v}"
-            )));
+            return Err(p.err(format!("roundup_power2_divisions values must be 0 or a power of 2, got {v}")));
         }
         Ok(())
     };
@@ -359,15 +320,11 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
                 *slot = v;
             }
         } else {
-            let mb: u64 = key.parse().map_err(|_| {
-                p.err(format!(
-                    "roundup_power2_divisions bucket must be a size in MB, got '{key}'"
-                ))
-            })?;
+            let mb: u64 = key
+                .parse()
+                .map_err(|_| p.err(format!("roundup_power2_divisions bucket must be a size in MB, got '{key}'")))?;
             if mb == 0 || !mb.is_power_of_two() {
-                return Err(p.err(format!(
-                    "roundup_power2_divisions bucket must be a power of 2 in MB, got {mb}"
-                )));
+                return Err(p.err(format!("roundup_power2_divisions bucket must be a power of 2 in MB, got {mb}")));
             }
             let idx = (log2_floor(mb) as usize).min(K_ROUNDUP_POWER2_INTERVALS - 1);
             if last.is_none() {
@@ -381,11 +338,7 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
         match p.next("',' or ']'")?.as_str() {
             "," => continue,
             "]" => break,
-            t => {
-                return Err(p.err(format!(
-                    "expected ',' or ']' in roundup_power2_divisions, found '{t}'"
-                )))
-            }
+            t => return Err(p.err(format!("expected ',' or ']' in roundup_power2_divisions, found '{t}'"))),
         }
     }
     Ok(out)
@@ -451,27 +404,19 @@ mod tests {
 
     #[test]
     fn divisions_list_fills_after_the_last_bucket() {
-        let c =
-            AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
-        assert_eq!(
-            c.roundup_power2_divisions,
-            [1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8]
-        );
+        let c = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
+        assert_eq!(c.roundup_power2_divisions, [1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8]);
     }
 
     #[test]
     fn parses_combined_keys() {
-        let c = AllocatorConfig::parse(
-            " expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6",
-        )
-        .unwrap();
+        let c =
+            AllocatorConfig::parse(" expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6")
+                .unwrap();
         assert!(c.expandable_segments);
         assert_eq!(c.max_split_size, 128 << 20);
         assert_eq!(c.garbage_collection_threshold, 0.6);
-        assert_eq!(
-            AllocatorConfig::parse("").unwrap().max_split_size_stat(),
-            -1
-        );
+        assert_eq!(AllocatorConfig::parse("").unwrap().max_split_size_stat(), -1);
     }
 
     #[test]

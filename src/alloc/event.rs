@@ -48,10 +48,7 @@ impl Action {
     }
 
     pub fn is_segment(self) -> bool {
-        matches!(
-            self,
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
-        )
+        matches!(self, Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap)
     }
 }
 
@@ -73,12 +70,7 @@ pub struct Event {
 
 impl Event {
     pub fn new(action: Action, addr: u64, size: u64, stream: u64) -> Self {
-        Event {
-            action,
-            addr,
-            size,
-            stream,
-        }
+        Event { action, addr, size, stream }
     }
 
     /// Equality as a replay judges it: `oom` entries carry the device's free

@@ -31,11 +31,7 @@ pub struct FreeBlocks {
 
 impl Default for FreeBlocks {
     fn default() -> Self {
-        FreeBlocks {
-            bins: Vec::new(),
-            words: [0; WORDS],
-            summary: 0,
-        }
+        FreeBlocks { bins: Vec::new(), words: [0; WORDS], summary: 0 }
     }
 }
 
@@ -61,19 +57,11 @@ impl FreeBlocks {
     #[inline]
     fn next_bin(&self, b: usize) -> Option<usize> {
         let (w, bit) = (b / 64, b % 64);
-        let rest = if bit == 63 {
-            0
-        } else {
-            self.words[w] & (!0u64 << (bit + 1))
-        };
+        let rest = if bit == 63 { 0 } else { self.words[w] & (!0u64 << (bit + 1)) };
         if rest != 0 {
             return Some(w * 64 + rest.trailing_zeros() as usize);
         }
-        let later = if w == 63 {
-            0
-        } else {
-            self.summary & (!0u64 << (w + 1))
-        };
+        let later = if w == 63 { 0 } else { self.summary & (!0u64 << (w + 1)) };
         if later == 0 {
             return None;
         }
@@ -160,11 +148,7 @@ impl FreeBlocks {
     /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
     /// if `accept` takes it; the lookup is done once for both.
     #[inline]
-    pub fn take_first_from(
-        &mut self,
-        size: u64,
-        accept: impl FnOnce(&Entry) -> bool,
-    ) -> Option<Entry> {
+    pub fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
         let mut b = bin_of(size);
         let mut i = match self.bins.get(b) {
             Some(bin) => bin.iter().position(|e| e.0 >= size),
@@ -194,39 +178,21 @@ impl FreeBlocks {
     /// Blocks with (size, ptr) >= (`size`, 0), ascending.
     pub fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self
-            .bins
-            .get(b)
-            .map(|bin| &bin[pos_in(bin, size, 0)..])
-            .unwrap_or(&[]);
-        first
-            .iter()
-            .chain(self.bins_after(b).flat_map(|n| self.bins[n].iter()))
-            .copied()
+        let first = self.bins.get(b).map(|bin| &bin[pos_in(bin, size, 0)..]).unwrap_or(&[]);
+        first.iter().chain(self.bins_after(b).flat_map(|n| self.bins[n].iter())).copied()
     }
 
     /// Blocks with (size, ptr) < (`size`, 0), descending.
     pub fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self
-            .bins
-            .get(b)
-            .map(|bin| &bin[..pos_in(bin, size, 0)])
-            .unwrap_or(&[]);
-        first
-            .iter()
-            .rev()
-            .chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev()))
-            .copied()
+        let first = self.bins.get(b).map(|bin| &bin[..pos_in(bin, size, 0)]).unwrap_or(&[]);
+        first.iter().rev().chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev())).copied()
     }
 
     /// All blocks, ascending.
     pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
         let first = self.bins.first().map(|b| b.as_slice()).unwrap_or(&[]);
-        first
-            .iter()
-            .chain(self.bins_after(0).flat_map(|n| self.bins[n].iter()))
-            .copied()
+        first.iter().chain(self.bins_after(0).flat_map(|n| self.bins[n].iter())).copied()
     }
 
     pub fn values(&self) -> impl Iterator<Item = u32> + '_ {
@@ -286,10 +252,7 @@ mod tests {
     #[test]
     fn bins_are_monotonic_in_size() {
         let mut last = 0;
-        for s in (512u64..(1 << 24))
-            .step_by(512)
-            .chain((24..63).map(|e| 1u64 << e))
-        {
+        for s in (512u64..(1 << 24)).step_by(512).chain((24..63).map(|e| 1u64 << e)) {
             let b = bin_of(s);
             assert!(b >= last && b < WORDS * 64, "{s}");
             last = b;

@@ -8,7 +8,7 @@ mod index;
 pub mod snapshot;
 pub mod stats;
 
-pub use allocator::{AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory};
+pub use allocator::{AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory, StatePoint};
 pub use config::{AllocatorConfig, ConfigError};
 pub use event::{Action, Event};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};

@@ -195,10 +195,7 @@ fn field_value(s: &Stat, field: &str) -> Option<i64> {
 
 fn push_stat(out: &mut Vec<(String, i64)>, prefix: &str, s: &Stat) {
     for f in FIELDS {
-        out.push((
-            format!("{prefix}.{f}"),
-            field_value(s, f).unwrap_or_default(),
-        ));
+        out.push((format!("{prefix}.{f}"), field_value(s, f).unwrap_or_default()));
     }
 }
 

@@ -18,11 +18,7 @@ pub struct Oracle {
 
 impl Oracle {
     pub fn new(recorded: Arc<[Event]>, total: u64) -> Self {
-        Oracle {
-            recorded,
-            total,
-            used: 0,
-        }
+        Oracle { recorded, total, used: 0 }
     }
 
     fn at(&self, i: u64) -> Option<Event> {

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, StatePoint};
 use crate::device::Oracle;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,26 @@ pub struct ReplayOptions {
     pub device_total: u64,
     /// `allowed_memory_maximum` in bytes (from a memory fraction), if any.
     pub memory_limit: Option<u64>,
+    /// Keep every replayed event and the state after it (for `--dump-events`
+    /// and timelines); otherwise memory stays flat however long the trace.
+    pub keep_events: bool,
+    /// Stop once this many recorded events have been reproduced.
+    pub stop_at: Option<usize>,
+}
+
+impl ReplayOptions {
+    pub fn new(config: AllocatorConfig, device_total: u64) -> Self {
+        ReplayOptions { config, device_total, memory_limit: None, keep_events: false, stop_at: None }
+    }
+}
+
+/// The highest `allocated_bytes.all.current` and where it was first reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Peak {
+    pub event: usize,
+    pub allocated: u64,
+    /// Reserved bytes at that event.
+    pub reserved: u64,
 }
 
 /// Called after each recorded event is reproduced, with the allocator's
@@ -51,6 +71,12 @@ pub struct ReplayResult {
     pub inferred_empty_cache: usize,
     /// Events reproduced (all of them unless diverged).
     pub reproduced: usize,
+    /// Recorded event indices at which an `empty_cache()` was inferred.
+    pub empty_cache_at: Vec<usize>,
+    pub peak: Peak,
+    /// With `keep_events`: every event our allocator emitted, and the state after it.
+    pub events: Vec<Event>,
+    pub points: Vec<StatePoint>,
 }
 
 /// The first request (`alloc`/`oom`) at or after `i`, if no free or snapshot
@@ -100,36 +126,26 @@ impl State {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events(
-    rec: Arc<[Event]>,
-    opts: &ReplayOptions,
-    mut observer: impl ReplayObserver,
-) -> ReplayResult {
-    let mut alloc = CachingAllocator::new(
-        opts.config.clone(),
-        Oracle::new(rec.clone(), opts.device_total),
-    );
+pub fn replay_events(rec: Arc<[Event]>, opts: &ReplayOptions, mut observer: impl ReplayObserver) -> ReplayResult {
+    let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec.clone(), opts.device_total));
     if opts.memory_limit.is_some() {
         alloc.set_memory_limit(opts.memory_limit);
     }
-    let mut st = State {
-        alloc,
-        live: HashMap::new(),
-    };
+    let mut st = State { alloc, live: HashMap::new() };
     let mut inferred_empty_cache = 0;
+    let mut empty_cache_at = Vec::new();
+    let mut peak = Peak::default();
+    let mut kept_events = Vec::new();
+    let mut kept_points = Vec::new();
     let mut divergence = None;
     let rec: &[Event] = &rec;
+    let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
 
-    while (st.alloc.emitted() as usize) < rec.len() {
+    while (st.alloc.emitted() as usize) < end {
         let i = st.alloc.emitted() as usize;
         let ev = rec[i];
         st.alloc.clear_events();
-        let fail = |reason: String| Divergence {
-            event: i,
-            expected: Some(ev),
-            got: None,
-            reason,
-        };
+        let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
         let step: Result<(), Divergence> = match ev.action {
             Action::SegmentFree | Action::SegmentUnmap => {
                 // Either the release path of the next malloc (OOM retry,
@@ -153,6 +169,7 @@ pub fn replay_events(
                     st.alloc.clear_events();
                     st.alloc.empty_cache();
                     inferred_empty_cache += 1;
+                    empty_cache_at.push(i);
                 }
                 Ok(())
             }
@@ -165,10 +182,7 @@ pub fn replay_events(
                     }
                     Ok(())
                 }
-                None => Err(fail(format!(
-                    "{} with no allocation request after it",
-                    ev.action
-                ))),
+                None => Err(fail(format!("{} with no allocation request after it", ev.action))),
             },
             Action::Alloc | Action::Oom => {
                 if let Some(b) = st.request(rec, i) {
@@ -180,17 +194,11 @@ pub fn replay_events(
             }
             Action::FreeRequested => match st.live.get(&ev.addr) {
                 Some(&b) => st.alloc.free_requested(b).map_err(|e| fail(e.to_string())),
-                None => Err(fail(format!(
-                    "free_requested of {:#x}, which is not allocated",
-                    ev.addr
-                ))),
+                None => Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr))),
             },
             Action::FreeCompleted => match st.live.remove(&ev.addr) {
                 Some(b) => st.alloc.free_completed(b).map_err(|e| fail(e.to_string())),
-                None => Err(fail(format!(
-                    "free_completed of {:#x}, which is not allocated",
-                    ev.addr
-                ))),
+                None => Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr))),
             },
             Action::Snapshot => {
                 st.alloc.push_external_event(ev);
@@ -211,21 +219,29 @@ pub fn replay_events(
             });
             break;
         }
-        for (j, e) in rec
-            .iter()
-            .enumerate()
-            .take(st.alloc.emitted() as usize)
-            .skip(i)
-        {
+        for (k, p) in st.alloc.points().iter().enumerate() {
+            if p.allocated > peak.allocated {
+                peak = Peak { event: i + k, allocated: p.allocated, reserved: p.reserved };
+            }
+        }
+        if opts.keep_events {
+            kept_events.extend_from_slice(st.alloc.events());
+            kept_points.extend_from_slice(st.alloc.points());
+        }
+        for (j, e) in rec.iter().enumerate().take(st.alloc.emitted() as usize).skip(i) {
             observer.after_event(j, e, &st.alloc);
         }
     }
     st.alloc.clear_events();
-    let reproduced = divergence.as_ref().map(|d| d.event).unwrap_or(rec.len());
+    let reproduced = divergence.as_ref().map(|d| d.event).unwrap_or(st.alloc.emitted() as usize);
     ReplayResult {
         allocator: st.alloc,
         divergence,
         inferred_empty_cache,
         reproduced,
+        empty_cache_at,
+        peak,
+        events: kept_events,
+        points: kept_points,
     }
 }

@@ -1,6 +1,8 @@
 //! Drive the allocator with a recorded trace (spec §15) and judge fidelity:
-//! every event our allocator emits must equal the recorded one.
+//! every event our allocator emits must equal the recorded one. What-if runs
+//! replay the same requests under another config.
 
 mod engine;
+pub mod whatif;
 
-pub use engine::{replay_events, Divergence, ReplayObserver, ReplayOptions, ReplayResult};
+pub use engine::{replay_events, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult};

@@ -22,9 +22,7 @@ pub fn fixture(rel: &str) -> PathBuf {
 pub fn read_gz_json(path: &std::path::Path) -> Value {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut s = String::new();
-    flate2::read::GzDecoder::new(f)
-        .read_to_string(&mut s)
-        .unwrap();
+    flate2::read::GzDecoder::new(f).read_to_string(&mut s).unwrap();
     serde_json::from_str(&s).unwrap()
 }
 

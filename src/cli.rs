@@ -1,0 +1,524 @@
+//! Command implementations behind `main`: argument types, the `replay`
+//! command and the mapping of errors to exit codes (0 ok, 1 runtime failure
+//! or a trace we do not reproduce, 2 bad usage or bad input).
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use thiserror::Error;
+
+use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
+use crate::analysis::{fragmentation, human_bytes, peak_ratio};
+use crate::replay::whatif::{requests, run_requests, Request};
+use crate::replay::{replay_events, ReplayOptions, ReplayResult};
+use crate::trace::{self, DeviceTrace, Trace};
+
+/// totalGlobalMem of the H200 the shared traces were recorded on.
+pub const DEFAULT_DEVICE_TOTAL: u64 = 150_109_880_320;
+/// CUDA context size assumed by what-if runs on the simulated device.
+pub const CUDA_CONTEXT_BYTES: u64 = 590 << 20;
+
+/// Bad usage or bad input: exit code 2.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct InputError(pub String);
+
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>()) {
+        2
+    } else {
+        1
+    }
+}
+
+/// Where to look in a trace: an event index, the peak, the first OOM or the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    Event(usize),
+    Peak,
+    Oom,
+    End,
+}
+
+impl std::str::FromStr for At {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "peak" => Ok(At::Peak),
+            "oom" => Ok(At::Oom),
+            "end" => Ok(At::End),
+            _ => s.parse().map(At::Event).map_err(|_| format!("expected an event index, peak, oom or end, got {s:?}")),
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
+    pub trace: PathBuf,
+    /// Replay under this allocator config instead of the recorded one (PyTorch's
+    /// PYTORCH_CUDA_ALLOC_CONF syntax, e.g. expandable_segments:True).
+    #[arg(long, value_name = "CONF")]
+    pub alloc_conf: Option<String>,
+    /// Per-process memory limit in bytes (PyTorch's allowed_memory_maximum).
+    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
+    pub memory_limit: Option<u64>,
+    /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
+    #[arg(long, value_name = "F")]
+    pub memory_fraction: Option<f64>,
+    /// Also run the trace's requests under this config (repeatable) and compare.
+    #[arg(long = "compare", value_name = "CONF")]
+    pub compare: Vec<String>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the replayed events as JSON lines to PATH.
+    #[arg(long, value_name = "PATH")]
+    pub dump_events: Option<PathBuf>,
+    /// Report the state at this point: an event index, peak, oom or end.
+    #[arg(long, value_name = "EVENT|peak|oom|end")]
+    pub at: Option<At>,
+    /// totalGlobalMem of the recorded device (sizes expandable-segment
+    /// reservations and memory fractions).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
+    pub device_total: u64,
+    /// Which device of a multi-GPU snapshot to replay (default: the busiest).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i32>,
+}
+
+/// Counts bytes read, for the progress line.
+struct Counting<R> {
+    inner: R,
+    n: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
+}
+
+/// Loads a trace; when that takes over a second and stderr is a terminal,
+/// shows how much of the file has been read.
+pub fn load_with_progress(path: &Path) -> Result<Trace> {
+    let f = std::fs::File::open(path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+    let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let n = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let (n, done, name) = (n.clone(), done.clone(), path.display().to_string());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut shown = false;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if start.elapsed() >= Duration::from_secs(1) && !done.load(Ordering::Relaxed) {
+                    let pct = if total > 0 { 100 * n.load(Ordering::Relaxed) / total } else { 0 };
+                    eprint!("\rloading {name}: {pct}% ");
+                    shown = true;
+                }
+            }
+            if shown {
+                eprint!("\r\x1b[2K");
+            }
+        })
+    });
+    let reader = std::io::BufReader::with_capacity(1 << 16, Counting { inner: f, n });
+    let out = trace::read_any_compressed(reader);
+    done.store(true, Ordering::Relaxed);
+    if let Some(h) = progress {
+        let _ = h.join();
+    }
+    out.map_err(|e| anyhow!(e).context(path.display().to_string()))
+}
+
+fn pick_device<'t>(t: &'t Trace, want: Option<i32>) -> Result<&'t DeviceTrace> {
+    match want {
+        Some(d) => t
+            .devices
+            .iter()
+            .find(|x| x.device == d)
+            .ok_or_else(|| anyhow!(InputError(format!("the trace has no device {d}")))),
+        None => t.main_device().ok_or_else(|| anyhow!(InputError("the trace has no events and no segments".into()))),
+    }
+}
+
+fn stats_json(s: &DeviceStats) -> Value {
+    Value::Object(s.flat().into_iter().map(|(k, v)| (k, json!(v))).collect())
+}
+
+/// The index of the first `oom` event.
+fn oom_index(events: &[Event]) -> Option<usize> {
+    events.iter().position(|e| e.action == crate::alloc::Action::Oom)
+}
+
+struct CompareRow {
+    label: String,
+    limit: Option<u64>,
+    peak_allocated: i64,
+    peak_reserved: i64,
+    peak_ratio: f64,
+    retries: i64,
+    ooms: i64,
+}
+
+impl CompareRow {
+    fn from_stats(label: String, limit: Option<u64>, s: &DeviceStats) -> Self {
+        CompareRow {
+            label,
+            limit,
+            peak_allocated: s.get(Kind::AllocatedBytes, 0).peak,
+            peak_reserved: s.get(Kind::ReservedBytes, 0).peak,
+            peak_ratio: peak_ratio(s),
+            retries: s.num_alloc_retries,
+            ooms: s.num_ooms,
+        }
+    }
+    fn json(&self) -> Value {
+        json!({
+            "alloc_conf": self.label,
+            "memory_limit_bytes": self.limit,
+            "peak_allocated_bytes": self.peak_allocated,
+            "peak_reserved_bytes": self.peak_reserved,
+            "peak_ratio": round4(self.peak_ratio),
+            "num_alloc_retries": self.retries,
+            "num_ooms": self.ooms,
+        })
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+fn parse_conf(s: &str) -> Result<AllocatorConfig> {
+    AllocatorConfig::parse(s).map_err(|e| anyhow!(InputError(e.to_string())))
+}
+
+pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    if let Some(f) = args.memory_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))));
+        }
+    }
+    let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
+    let compare_confs: Vec<(String, AllocatorConfig)> =
+        args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
+    let trace = load_with_progress(&args.trace)?;
+    let dev = pick_device(&trace, args.device)?;
+    let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+    let limit =
+        args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * args.device_total as f64) as u64));
+    let rec: Arc<[Event]> = Arc::from(dev.events.as_slice());
+
+    // Exact replay with the recorded config (or the one asked for, which may
+    // equal it) and addresses from the recording.
+    let exact_conf = what_if_conf.clone().unwrap_or_else(|| recorded_conf.clone());
+    let mut opts = ReplayOptions::new(exact_conf.clone(), args.device_total);
+    opts.memory_limit = limit;
+    opts.keep_events = args.dump_events.is_some() || matches!(args.at, Some(At::Oom));
+    if let Some(At::Event(i)) = args.at {
+        opts.stop_at = Some(i.saturating_add(1));
+    }
+    let has_segments = dev.has_segment_events();
+    let exact: Option<ReplayResult> = has_segments.then(|| replay_events(rec.clone(), &opts, ()));
+    let changed = what_if_conf.is_some() || limit.is_some();
+
+    // When the trace cannot be reproduced with a changed config or limit (or
+    // carries no segment events at all), replay its requests instead.
+    let use_what_if = match &exact {
+        Some(r) => r.divergence.is_some() && changed,
+        None => true,
+    };
+    let fidelity = match &exact {
+        Some(r) if r.divergence.is_none() => "exact",
+        _ if use_what_if => "what-if",
+        _ => "diverged",
+    };
+    let empty_cache_at: Vec<usize> = match &exact {
+        Some(r) if r.divergence.is_none() => r.empty_cache_at.clone(),
+        _ => Vec::new(),
+    };
+    let reqs: Vec<Request> = requests(&rec, &empty_cache_at);
+    let what_if =
+        use_what_if.then(|| run_requests(&reqs, exact_conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit));
+
+    let (stats, segments) = match (&what_if, &exact) {
+        (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
+        (None, Some(r)) => (r.allocator.stats().clone(), r.allocator.snapshot()),
+        (None, None) => unreachable!("what-if runs whenever there is no exact replay"),
+    };
+
+    if let (Some(path), Some(r)) = (&args.dump_events, &exact) {
+        let f = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+        trace::write_jsonl(std::io::BufWriter::new(f), &r.events)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+
+    let mut rows = vec![CompareRow::from_stats(
+        if what_if_conf.is_some() || limit.is_some() {
+            exact_conf.source.clone()
+        } else {
+            recorded_conf.source.clone()
+        },
+        limit,
+        &stats,
+    )];
+    rows[0].label = format!(
+        "{} (as {})",
+        if rows[0].label.is_empty() { "default" } else { &rows[0].label },
+        if fidelity == "exact" { "recorded" } else { "replayed" }
+    );
+    for (label, conf) in &compare_confs {
+        let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
+        rows.push(CompareRow::from_stats(label.clone(), limit, w.allocator.stats()));
+    }
+
+    let frag_now = fragmentation(&stats, &segments);
+    let peak = exact.as_ref().filter(|r| r.divergence.is_none()).map(|r| r.peak);
+    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let divergence = exact.as_ref().and_then(|r| r.divergence.clone()).filter(|_| fidelity == "diverged");
+
+    if args.json {
+        let ev = |e: &Option<Event>| {
+            e.map(|e| json!({"action": e.action.name(), "addr": e.addr, "size": e.size, "stream": e.stream}))
+        };
+        let out = json!({
+            "trace": name,
+            "format": trace.format.name(),
+            "device": dev.device,
+            "events": dev.events.len(),
+            "alloc_conf": exact_conf.source,
+            "memory_limit_bytes": limit,
+            "fidelity": fidelity,
+            "first_divergence": divergence.as_ref().map(|d| json!({
+                "event": d.event, "expected": ev(&d.expected), "got": ev(&d.got), "reason": d.reason,
+            })),
+            "inferred_empty_cache_calls": empty_cache_at.len(),
+            "stats": stats_json(&stats),
+            "peak": peak.map(|p| json!({
+                "event": p.event,
+                "time_us": dev.time_us.get(p.event).copied(),
+                "allocated_bytes": p.allocated,
+                "reserved_bytes": p.reserved,
+            })),
+            "fragmentation": {
+                "at_peak_reserved_minus_allocated_bytes": peak.map(|p| p.reserved - p.allocated),
+                "peak_ratio": round4(peak_ratio(&stats)),
+                "reserved_unallocated_bytes": frag_now.reserved_unallocated_bytes,
+                "inactive_split_bytes": frag_now.inactive_split_bytes,
+                "external_fragmentation": round4(frag_now.external_fragmentation),
+                "rounding_waste_bytes": frag_now.rounding_waste_bytes,
+            },
+            "compare": if compare_confs.is_empty() { Vec::new() } else { rows.iter().map(CompareRow::json).collect() },
+            "elapsed_ms": round4(elapsed_ms),
+        });
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+    } else {
+        let mut so = std::io::stdout().lock();
+        write!(
+            so,
+            "{}",
+            summary_text(
+                &name,
+                &trace,
+                dev,
+                &exact_conf,
+                limit,
+                fidelity,
+                exact.as_ref(),
+                &stats,
+                &rows,
+                compare_confs.is_empty()
+            )
+        )?;
+        if let Some(at) = args.at {
+            writeln!(so, "{}", at_text(at, exact.as_ref(), dev))?;
+        }
+    }
+    Ok(if fidelity == "diverged" { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
+    let Some(r) = exact else { return "--at needs a trace with segment events".into() };
+    match at {
+        At::Peak => format!(
+            "at the peak: event {} of {}, allocated {}, reserved {}",
+            r.peak.event,
+            dev.events.len(),
+            human_bytes(r.peak.allocated),
+            human_bytes(r.peak.reserved)
+        ),
+        At::Oom => match oom_index(&r.events) {
+            Some(i) => format!("first OOM: event {i}, request of {} (rounded)", human_bytes(r.events[i].size)),
+            None => "the trace has no OOM".into(),
+        },
+        At::End => format!("at the end: event {}", dev.events.len()),
+        At::Event(i) => format!("stopped after event {i}: state above is at that event"),
+    }
+}
+
+fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: bool) {
+    let f = |v: i64| if bytes { human_bytes(v.max(0) as u64) } else { v.to_string() };
+    for (pool, name) in
+        [(0, label.to_string()), (2, "      from large pool".into()), (1, "      from small pool".into())]
+    {
+        let st = s.get(kind, pool);
+        out.push_str(&format!(
+            "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+            name,
+            f(st.current),
+            f(st.peak),
+            f(st.allocated),
+            f(st.freed)
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summary_text(
+    name: &str,
+    trace: &Trace,
+    dev: &DeviceTrace,
+    conf: &AllocatorConfig,
+    limit: Option<u64>,
+    fidelity: &str,
+    exact: Option<&ReplayResult>,
+    s: &DeviceStats,
+    rows: &[CompareRow],
+    no_compare: bool,
+) -> String {
+    let mut o = String::new();
+    o.push_str(&format!(
+        "gpumem-top replay: {name} ({}, device {}, {} events)\n",
+        trace.format.name(),
+        dev.device,
+        dev.events.len()
+    ));
+    o.push_str(&format!(
+        "allocator config: {:?}{}\n",
+        conf.source,
+        limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
+    ));
+    match (fidelity, exact) {
+        ("exact", Some(r)) => o.push_str(&format!(
+            "fidelity: exact, all {} events reproduced (action, address, size, stream){}\n",
+            r.reproduced,
+            if r.inferred_empty_cache > 0 {
+                format!("; {} empty_cache() calls inferred", r.inferred_empty_cache)
+            } else {
+                String::new()
+            }
+        )),
+        ("diverged", Some(r)) => {
+            if let Some(d) = &r.divergence {
+                o.push_str(&format!(
+                    "fidelity: DIVERGED at event {}: {} (recorded {:?}, ours {:?})\n",
+                    d.event, d.reason, d.expected, d.got
+                ));
+            }
+        }
+        _ => o.push_str("fidelity: what-if (the trace's requests under this config, simulated addresses)\n"),
+    }
+    let bar = "|===========================================================================|\n";
+    let sep = "|---------------------------------------------------------------------------|\n";
+    o.push_str(bar);
+    o.push_str("|               PyTorch CUDA memory summary, replayed by gpumem-top         |\n");
+    o.push_str(sep);
+    o.push_str(&format!(
+        "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+        "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"
+    ));
+    o.push_str(sep);
+    for (label, kind, bytes) in [
+        ("Allocated memory", Kind::AllocatedBytes, true),
+        ("Active memory", Kind::ActiveBytes, true),
+        ("Requested memory", Kind::RequestedBytes, true),
+        ("GPU reserved memory", Kind::ReservedBytes, true),
+        ("Non-releasable memory", Kind::InactiveSplitBytes, true),
+        ("Allocations", Kind::Allocation, false),
+        ("Active allocs", Kind::Active, false),
+        ("GPU reserved segments", Kind::Segment, false),
+        ("Non-releasable allocs", Kind::InactiveSplit, false),
+    ] {
+        stat_line(&mut o, label, s, kind, bytes);
+        o.push_str(sep);
+    }
+    o.push_str(&format!(
+        "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+        "Oversize allocations",
+        s.oversize_allocations.current,
+        s.oversize_allocations.peak,
+        s.oversize_allocations.allocated,
+        s.oversize_allocations.freed
+    ));
+    o.push_str(&format!(
+        "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+        "Oversize GPU segments",
+        s.oversize_segments.current,
+        s.oversize_segments.peak,
+        s.oversize_segments.allocated,
+        s.oversize_segments.freed
+    ));
+    o.push_str(sep);
+    o.push_str(&format!(
+        "| cudaMalloc/map: {:<8} cudaFree/unmap: {:<8} retries: {:<6} OOMs: {:<7}|\n",
+        s.num_device_alloc, s.num_device_free, s.num_alloc_retries, s.num_ooms
+    ));
+    o.push_str(bar);
+    if let Some(r) = exact.filter(|r| r.divergence.is_none()) {
+        let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
+        let t0 = dev.time_us.first().copied().unwrap_or(0);
+        o.push_str(&format!(
+            "peak: event {} ({:.3} s in), allocated {}, reserved {}, reserved but unallocated {}\n",
+            r.peak.event,
+            (t - t0) as f64 / 1e6,
+            human_bytes(r.peak.allocated),
+            human_bytes(r.peak.reserved),
+            human_bytes(r.peak.reserved - r.peak.allocated)
+        ));
+    }
+    let segs = exact.map(|r| r.allocator.snapshot()).unwrap_or_default();
+    let f = fragmentation(s, &segs);
+    o.push_str(&format!(
+        "fragmentation: peak_ratio {:.4}; at the end: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
+        peak_ratio(s),
+        human_bytes(f.reserved_unallocated_bytes),
+        human_bytes(f.inactive_split_bytes),
+        f.external_fragmentation,
+        human_bytes(f.rounding_waste_bytes)
+    ));
+    if !no_compare {
+        o.push_str("\ncompare (the same requests under each config, simulated addresses after the first row):\n");
+        o.push_str(&format!(
+            "{:<48} {:>12} {:>12} {:>10} {:>8} {:>6}\n",
+            "alloc_conf", "peak alloc", "peak resv", "peak_ratio", "retries", "OOMs"
+        ));
+        for r in rows {
+            o.push_str(&format!(
+                "{:<48} {:>12} {:>12} {:>10.4} {:>8} {:>6}\n",
+                r.label,
+                human_bytes(r.peak_allocated.max(0) as u64),
+                human_bytes(r.peak_reserved.max(0) as u64),
+                r.peak_ratio,
+                r.retries,
+                r.ooms
+            ));
+        }
+    }
+    o
+}

@@ -1,0 +1,276 @@
+//! Event streams in and out: PyTorch memory snapshots (a safe pickle
+//! decoder), our JSON-lines traces and RAPIDS RMM log CSVs. The format is
+//! recognised from the content, gzip by its magic bytes.
+
+pub mod pickle;
+mod snapshot;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use thiserror::Error;
+
+use crate::alloc::{Action, AllocatorConfig, BlockState, Event};
+pub use snapshot::read_snapshot;
+
+#[derive(Debug, Error)]
+pub enum TraceError {
+    #[error("{0}")]
+    Pickle(pickle::PickleError),
+    #[error("not a PyTorch snapshot: {0}")]
+    Schema(String),
+    #[error("line {line}: {msg}")]
+    Line { line: usize, msg: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("unrecognised format: {0}")]
+    Format(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceFormat {
+    #[default]
+    PytorchSnapshot,
+    Jsonl,
+    RmmCsv,
+}
+
+impl TraceFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::PytorchSnapshot => "pytorch-snapshot",
+            TraceFormat::Jsonl => "jsonl",
+            TraceFormat::RmmCsv => "rmm-csv",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Frame {
+    pub name: String,
+    pub filename: String,
+    pub line: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedBlock {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// Index into `Trace::stacks` + 1; 0 = no frames.
+    pub stack: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedSegment {
+    pub device: i32,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: u64,
+    pub small: bool,
+    pub is_expandable: bool,
+    pub blocks: Vec<RecordedBlock>,
+}
+
+/// The events of one device, as columns.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceTrace {
+    pub device: i32,
+    pub events: Vec<Event>,
+    pub time_us: Vec<i64>,
+    /// Per event: index into `Trace::stacks` + 1; 0 = no frames.
+    pub stacks: Vec<u32>,
+    /// Segments at the time the snapshot was taken.
+    pub segments: Vec<RecordedSegment>,
+    /// Pre-2.1 `free` entries, each expanded into `free_requested` + `free_completed`.
+    pub legacy_free: usize,
+}
+
+impl DeviceTrace {
+    pub fn push(&mut self, e: Event, time_us: i64, stack: u32) {
+        self.events.push(e);
+        self.time_us.push(time_us);
+        self.stacks.push(stack);
+    }
+
+    /// Whether the trace carries segment events, so that it can be replayed
+    /// address-exact.
+    pub fn has_segment_events(&self) -> bool {
+        self.events.iter().any(|e| e.action.is_segment())
+    }
+}
+
+/// `allocator_settings` as recorded (torch 2.3+).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    pub conf: String,
+    pub max_split_size: Option<i64>,
+    pub garbage_collection_threshold: Option<f64>,
+    pub expandable_segments: Option<bool>,
+    pub roundup_power2_divisions: Option<[u64; 16]>,
+}
+
+impl Settings {
+    /// The allocator configuration the recorded run used: the settings
+    /// string, overridden by the already-parsed fields PyTorch stored
+    /// (spec §15.2).
+    pub fn config(&self) -> AllocatorConfig {
+        let mut c = AllocatorConfig::parse(&self.conf)
+            .unwrap_or_else(|_| AllocatorConfig { source: self.conf.clone(), ..Default::default() });
+        if let Some(m) = self.max_split_size {
+            c.max_split_size = if m < 0 { u64::MAX } else { m as u64 };
+        }
+        if let Some(g) = self.garbage_collection_threshold {
+            c.garbage_collection_threshold = g;
+        }
+        if let Some(e) = self.expandable_segments {
+            c.expandable_segments = e;
+        }
+        if let Some(rp) = self.roundup_power2_divisions {
+            c.roundup_power2_divisions = rp;
+        }
+        c
+    }
+}
+
+/// An `external_annotations` entry (record_function markers and the like).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Annotation {
+    pub device: i32,
+    pub time_us: i64,
+    pub fields: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    pub format: TraceFormat,
+    pub devices: Vec<DeviceTrace>,
+    pub settings: Option<Settings>,
+    pub annotations: Vec<Annotation>,
+    /// Interned call stacks (innermost frame first).
+    pub stacks: Vec<Vec<Frame>>,
+}
+
+impl Trace {
+    /// The device with the most events (device 0 on ties).
+    pub fn main_device(&self) -> Option<&DeviceTrace> {
+        self.devices.iter().max_by(|a, b| a.events.len().cmp(&b.events.len()).then(b.device.cmp(&a.device)))
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Opens a trace file of any supported format, gzip-compressed or not.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    let f = std::fs::File::open(path)?;
+    read_any_compressed(BufReader::with_capacity(1 << 16, f))
+}
+
+/// Reads a trace of any supported format, recognising gzip by its magic bytes.
+pub fn read_any_compressed<R: BufRead>(mut r: R) -> Result<Trace, TraceError> {
+    if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
+        read_any(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(r)))
+    } else {
+        read_any(r)
+    }
+}
+
+/// Reads a trace of any supported format from an uncompressed stream.
+pub fn read_any<R: BufRead>(mut r: R) -> Result<Trace, TraceError> {
+    let head = r.fill_buf()?;
+    if head.is_empty() {
+        return Err(TraceError::Format("the file is empty".into()));
+    }
+    match head[0] {
+        0x80 => read_snapshot(r),
+        b'{' => read_jsonl(r),
+        _ if head.starts_with(b"Thread,") => read_rmm_csv(r),
+        // Protocol 0/1 pickles start with a container or MARK opcode.
+        b'(' | b']' | b'}' | b'l' | b'd' => read_snapshot(r),
+        b => {
+            Err(TraceError::Format(format!("first byte 0x{b:02x} is neither a pickle, JSON lines, nor an RMM log CSV")))
+        }
+    }
+}
+
+/// Our JSON-lines trace: `{"action","addr","size","stream","time_us"?,"device"?}` per line.
+pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
+    let mut devices: Vec<DeviceTrace> = Vec::new();
+    for (n, line) in r.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let err = |msg: String| TraceError::Line { line: n + 1, msg };
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| err(format!("not JSON: {e}")))?;
+        let action = v["action"].as_str().ok_or_else(|| err("missing \"action\"".into()))?;
+        let action = Action::from_name(action).ok_or_else(|| err(format!("unknown action {action:?}")))?;
+        let num = |k: &str| -> Result<u64, TraceError> {
+            v[k].as_u64()
+                .ok_or_else(|| TraceError::Line { line: n + 1, msg: format!("\"{k}\" must be a non-negative integer") })
+        };
+        let addr = if v.get("addr").is_some() { num("addr")? } else { 0 };
+        let e = Event::new(action, addr, num("size")?, if v.get("stream").is_some() { num("stream")? } else { 0 });
+        let device = v["device"].as_u64().unwrap_or(0) as usize;
+        if device > 1024 {
+            return Err(err(format!("device index {device} is out of range")));
+        }
+        while devices.len() <= device {
+            let d = devices.len() as i32;
+            devices.push(DeviceTrace { device: d, ..Default::default() });
+        }
+        devices[device].push(e, v["time_us"].as_i64().unwrap_or(0), 0);
+    }
+    Ok(Trace { format: TraceFormat::Jsonl, devices, ..Default::default() })
+}
+
+/// Writes events as our JSON lines, one `{"action","addr","size","stream"}` per event.
+pub fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Result<()> {
+    for e in events {
+        writeln!(w, "{{\"action\":\"{}\",\"addr\":{},\"size\":{},\"stream\":{}}}", e.action, e.addr, e.size, e.stream)?;
+    }
+    w.flush()
+}
+
+/// RAPIDS RMM `logging_resource_adaptor` CSV: `Thread,Time,Action,Pointer,Size,Stream`.
+/// Frees carry no phases, so each becomes `free_requested` + `free_completed`.
+pub fn read_rmm_csv<R: BufRead>(r: R) -> Result<Trace, TraceError> {
+    let mut dt = DeviceTrace::default();
+    let mut lines = r.lines().enumerate();
+    let header = lines.next().map(|(_, l)| l).transpose()?.unwrap_or_default();
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let col = |name: &str| {
+        cols.iter()
+            .position(|c| c.eq_ignore_ascii_case(name))
+            .ok_or_else(|| TraceError::Line { line: 1, msg: format!("RMM log header has no {name} column") })
+    };
+    let (c_action, c_ptr, c_size, c_stream) = (col("Action")?, col("Pointer")?, col("Size")?, col("Stream")?);
+    for (n, line) in lines {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let err = |msg: String| TraceError::Line { line: n + 1, msg };
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let get =
+            |i: usize| f.get(i).copied().ok_or_else(|| err(format!("has {} fields, expected {}", f.len(), cols.len())));
+        let hex = |s: &str| -> Result<u64, TraceError> {
+            let t = s.trim_start_matches("0x").trim_start_matches("0X");
+            u64::from_str_radix(t, 16).or_else(|_| s.parse()).map_err(|_| err(format!("bad pointer or stream {s:?}")))
+        };
+        let size: u64 = get(c_size)?.parse().map_err(|_| err(format!("bad size {:?}", f.get(c_size))))?;
+        let (ptr, stream) = (hex(get(c_ptr)?)?, hex(get(c_stream)?)?);
+        let action = get(c_action)?.to_ascii_lowercase();
+        match action.as_str() {
+            "allocate" => dt.push(Event::new(Action::Alloc, ptr, size, stream), 0, 0),
+            "free" => {
+                dt.push(Event::new(Action::FreeRequested, ptr, size, stream), 0, 0);
+                dt.push(Event::new(Action::FreeCompleted, ptr, size, stream), 0, 0);
+            }
+            "allocate failure" | "allocate_failure" => dt.push(Event::new(Action::Oom, 0, size, stream), 0, 0),
+            other => return Err(err(format!("unknown RMM action {other:?}"))),
+        }
+    }
+    Ok(Trace { format: TraceFormat::RmmCsv, devices: vec![dt], ..Default::default() })
+}

@@ -1,0 +1,856 @@
+//! A safe, streaming decoder for the data subset of Python's pickle format
+//! (protocols 0–5; spec §13). It never constructs objects or calls code:
+//! `GLOBAL`, `REDUCE`, `BUILD` and every other opcode that would are refused
+//! with their byte offset. Memo entries are shared (`Rc`), never copied.
+//! Containers are dropped iteratively, so deep nesting cannot overflow the
+//! stack, and what the decoder allocates is bounded by a multiple of the
+//! bytes it has read.
+//!
+//! A `Compactor` sees each dict as it is appended to a list and may replace
+//! it with a small integer (`Value::Entry`), which is how millions of trace
+//! entries become columnar records instead of dict objects.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Read;
+use std::rc::Rc;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum PickleError {
+    #[error("byte {offset}: refusing opcode {name}: snapshots contain only data, and this reader never constructs objects or runs code")]
+    Refused { offset: u64, name: &'static str },
+    #[error("byte {offset}: unknown pickle opcode 0x{op:02x}")]
+    UnknownOpcode { offset: u64, op: u8 },
+    #[error("byte {offset}: file ends inside {what} (truncated?)")]
+    Truncated { offset: u64, what: &'static str },
+    #[error("byte {offset}: {msg}")]
+    Malformed { offset: u64, msg: String },
+    #[error("byte {offset}: memo index {index} was never stored")]
+    MemoMissing { offset: u64, index: u64 },
+    #[error("byte {offset}: {what} exceeds the decoder's limit of {limit}")]
+    Limit { offset: u64, what: &'static str, limit: u64 },
+    #[error("byte {offset}: read error: {source}")]
+    Io { offset: u64, source: std::io::Error },
+}
+
+impl PickleError {
+    pub fn offset(&self) -> u64 {
+        match self {
+            PickleError::Refused { offset, .. }
+            | PickleError::UnknownOpcode { offset, .. }
+            | PickleError::Truncated { offset, .. }
+            | PickleError::Malformed { offset, .. }
+            | PickleError::MemoMissing { offset, .. }
+            | PickleError::Limit { offset, .. }
+            | PickleError::Io { offset, .. } => *offset,
+        }
+    }
+}
+
+pub type Shared<T> = Rc<RefCell<T>>;
+
+#[derive(Debug, Clone)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer wider than 64 bits: little-endian two's complement bytes.
+    BigInt(Rc<Vec<u8>>),
+    Float(f64),
+    Str(Rc<String>),
+    Bytes(Rc<Vec<u8>>),
+    List(Shared<List>),
+    Tuple(Rc<Tuple>),
+    Dict(Shared<Dict>),
+    /// A dict the `Compactor` took over.
+    Entry(u32),
+}
+
+#[derive(Debug, Default)]
+pub struct List(pub Vec<Value>);
+#[derive(Debug, Default)]
+pub struct Tuple(pub Vec<Value>);
+#[derive(Debug, Default)]
+pub struct Dict {
+    pub items: Vec<(Value, Value)>,
+    /// The memo slot this dict was stored in, so compaction can release it.
+    memo: Option<usize>,
+}
+
+/// Drops a tree of values without recursion.
+fn drop_iteratively(mut work: Vec<Value>) {
+    while let Some(v) = work.pop() {
+        match v {
+            Value::List(rc) => {
+                if let Ok(cell) = Rc::try_unwrap(rc) {
+                    work.append(&mut cell.into_inner().0);
+                }
+            }
+            Value::Tuple(rc) => {
+                if let Ok(mut t) = Rc::try_unwrap(rc) {
+                    work.append(&mut t.0);
+                }
+            }
+            Value::Dict(rc) => {
+                if let Ok(cell) = Rc::try_unwrap(rc) {
+                    let mut d = cell.into_inner();
+                    for (k, v) in d.items.drain(..) {
+                        work.push(k);
+                        work.push(v);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for List {
+    fn drop(&mut self) {
+        if self.0.iter().any(Value::is_container) {
+            drop_iteratively(std::mem::take(&mut self.0));
+        }
+    }
+}
+impl Drop for Tuple {
+    fn drop(&mut self) {
+        if self.0.iter().any(Value::is_container) {
+            drop_iteratively(std::mem::take(&mut self.0));
+        }
+    }
+}
+impl Drop for Dict {
+    fn drop(&mut self) {
+        if self.items.iter().any(|(k, v)| k.is_container() || v.is_container()) {
+            let mut work = Vec::with_capacity(self.items.len() * 2);
+            for (k, v) in self.items.drain(..) {
+                work.push(k);
+                work.push(v);
+            }
+            drop_iteratively(work);
+        }
+    }
+}
+
+impl Value {
+    fn is_container(&self) -> bool {
+        matches!(self, Value::List(_) | Value::Tuple(_) | Value::Dict(_))
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            Value::Bool(b) => Some(*b as i64),
+            _ => None,
+        }
+    }
+
+    /// Non-negative integers up to 2^64 - 1 (addresses, sizes, streams).
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Int(i) if *i >= 0 => Some(*i as u64),
+            Value::Bool(b) => Some(*b as u64),
+            Value::BigInt(b) => {
+                if b.len() > 9 || (b.len() == 9 && b[8] != 0) || b.last().is_some_and(|x| x & 0x80 != 0) {
+                    return None;
+                }
+                let mut v = 0u64;
+                for (i, byte) in b.iter().take(8).enumerate() {
+                    v |= (*byte as u64) << (8 * i);
+                }
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            Value::Int(i) => Some(*i != 0),
+            _ => None,
+        }
+    }
+
+    /// The value under a string key of a dict.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        match self {
+            Value::Dict(d) => d.borrow().get(key).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Items of a list or tuple (cloned handles; values are shared).
+    pub fn items(&self) -> Option<Vec<Value>> {
+        match self {
+            Value::List(l) => Some(l.borrow().0.clone()),
+            Value::Tuple(t) => Some(t.0.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::BigInt(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::Bytes(_) => "bytes",
+            Value::List(_) => "list",
+            Value::Tuple(_) => "tuple",
+            Value::Dict(_) => "dict",
+            Value::Entry(_) => "trace entry",
+        }
+    }
+}
+
+impl Dict {
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.items.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
+    }
+}
+
+/// Sees every dict appended to a list; returning `Some(id)` replaces the dict
+/// with `Value::Entry(id)` everywhere (stack and memo).
+pub trait Compactor {
+    fn compact(&mut self, dict: &Dict) -> Result<Option<u32>, String>;
+}
+
+impl Compactor for () {
+    fn compact(&mut self, _: &Dict) -> Result<Option<u32>, String> {
+        Ok(None)
+    }
+}
+
+/// Decoder limits. The defaults bound a hostile file to a small multiple of
+/// its own size.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes the decoder may account for per byte read, plus `slack`.
+    pub bytes_per_input_byte: u64,
+    pub slack: u64,
+    /// Open MARKs at once.
+    pub max_marks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { bytes_per_input_byte: 24, slack: 64 << 20, max_marks: 100_000 }
+    }
+}
+
+const BUF: usize = 1 << 16;
+
+/// A buffered byte source that knows its offset.
+struct Source<R> {
+    r: R,
+    buf: Box<[u8]>,
+    pos: usize,
+    end: usize,
+    base: u64,
+}
+
+impl<R: Read> Source<R> {
+    fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn fill(&mut self) -> Result<bool, PickleError> {
+        self.base += self.end as u64;
+        self.pos = 0;
+        self.end = 0;
+        loop {
+            match self.r.read(&mut self.buf) {
+                Ok(n) => {
+                    self.end = n;
+                    return Ok(n > 0);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(PickleError::Io { offset: self.base, source: e }),
+            }
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        if self.pos == self.end && !self.fill()? {
+            return Err(PickleError::Truncated { offset: self.offset(), what });
+        }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// Reads exactly N bytes into an array.
+    #[inline]
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
+        let mut out = [0u8; N];
+        if self.end - self.pos >= N {
+            out.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+            self.pos += N;
+            return Ok(out);
+        }
+        for slot in out.iter_mut() {
+            *slot = self.byte(what)?;
+        }
+        Ok(out)
+    }
+
+    /// Reads `n` bytes, growing the result only as data arrives, so a length
+    /// field that lies cannot make the decoder allocate what is not there.
+    fn vec(&mut self, n: u64, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        let mut out = Vec::with_capacity(n.min(BUF as u64) as usize);
+        let mut left = n;
+        while left > 0 {
+            if self.pos == self.end && !self.fill()? {
+                return Err(PickleError::Truncated { offset: self.offset(), what });
+            }
+            let take = ((self.end - self.pos) as u64).min(left) as usize;
+            out.extend_from_slice(&self.buf[self.pos..self.pos + take]);
+            self.pos += take;
+            left -= take as u64;
+        }
+        Ok(out)
+    }
+
+    fn line(&mut self, what: &'static str) -> Result<Vec<u8>, PickleError> {
+        let mut out = Vec::new();
+        loop {
+            let b = self.byte(what)?;
+            if b == b'\n' {
+                return Ok(out);
+            }
+            if out.len() > 4096 {
+                return Err(PickleError::Malformed { offset: self.offset(), msg: format!("{what} line is too long") });
+            }
+            out.push(b);
+        }
+    }
+}
+
+fn refused_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+struct Vm<'c, R, C> {
+    src: Source<R>,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Vec<Value>,
+    memo_sparse: HashMap<u64, Value>,
+    charged: u64,
+    limits: Limits,
+    compactor: &'c mut C,
+}
+
+/// Decodes one pickle from `r` (already decompressed).
+pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) -> Result<Value, PickleError> {
+    let mut vm = Vm {
+        src: Source { r, buf: vec![0u8; BUF].into_boxed_slice(), pos: 0, end: 0, base: 0 },
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        memo_sparse: HashMap::new(),
+        charged: 0,
+        limits,
+        compactor,
+    };
+    let out = vm.run();
+    // Release everything without recursion, whatever state decoding ended in.
+    drop_iteratively(std::mem::take(&mut vm.stack));
+    drop_iteratively(std::mem::take(&mut vm.memo));
+    drop_iteratively(vm.memo_sparse.drain().map(|(_, v)| v).collect());
+    out
+}
+
+impl<R: Read, C: Compactor> Vm<'_, R, C> {
+    fn malformed(&self, offset: u64, msg: impl Into<String>) -> PickleError {
+        PickleError::Malformed { offset, msg: msg.into() }
+    }
+
+    #[inline]
+    fn charge(&mut self, offset: u64, bytes: u64) -> Result<(), PickleError> {
+        self.charged += bytes;
+        let allowed = self.src.offset().saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
+        if self.charged > allowed {
+            return Err(PickleError::Limit { offset, what: "memory for decoded values", limit: allowed });
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, offset: u64, v: Value) -> Result<(), PickleError> {
+        self.charge(offset, 16)?;
+        self.stack.push(v);
+        Ok(())
+    }
+
+    fn pop(&mut self, offset: u64) -> Result<Value, PickleError> {
+        if self.marks.last().is_some_and(|&m| self.stack.len() <= m) {
+            return Err(self.malformed(offset, "pop across a MARK"));
+        }
+        self.stack.pop().ok_or_else(|| self.malformed(offset, "stack underflow"))
+    }
+
+    fn top(&self, offset: u64) -> Result<&Value, PickleError> {
+        self.stack.last().ok_or_else(|| self.malformed(offset, "stack underflow"))
+    }
+
+    /// Pops everything above the last MARK.
+    fn pop_mark(&mut self, offset: u64) -> Result<Vec<Value>, PickleError> {
+        let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
+        Ok(self.stack.split_off(m))
+    }
+
+    fn memo_put(&mut self, offset: u64, idx: u64) -> Result<(), PickleError> {
+        let v = self.top(offset)?.clone();
+        self.charge(offset, 16)?;
+        if let Value::Dict(d) = &v {
+            d.borrow_mut().memo = Some(idx as usize);
+        }
+        let len = self.memo.len() as u64;
+        if idx < len {
+            let old = std::mem::replace(&mut self.memo[idx as usize], v);
+            drop_iteratively(vec![old]);
+        } else if idx == len {
+            self.memo.push(v);
+        } else if let Some(old) = self.memo_sparse.insert(idx, v) {
+            drop_iteratively(vec![old]);
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, offset: u64, idx: u64) -> Result<(), PickleError> {
+        let v = match self.memo.get(idx as usize) {
+            Some(v) => v.clone(),
+            None => self.memo_sparse.get(&idx).cloned().ok_or(PickleError::MemoMissing { offset, index: idx })?,
+        };
+        self.push(offset, v)
+    }
+
+    /// Offers a dict about to go into a list to the compactor.
+    fn maybe_compact(&mut self, offset: u64, v: Value) -> Result<Value, PickleError> {
+        let Value::Dict(d) = &v else { return Ok(v) };
+        let id = {
+            let dict = d.borrow();
+            self.compactor.compact(&dict).map_err(|m| self.malformed(offset, m))?
+        };
+        let Some(id) = id else { return Ok(v) };
+        let slot = d.borrow().memo;
+        if let Some(m) = slot {
+            if let Some(s) = self.memo.get_mut(m) {
+                if matches!(s, Value::Dict(x) if Rc::ptr_eq(x, d)) {
+                    *s = Value::Entry(id);
+                }
+            }
+        }
+        Ok(Value::Entry(id))
+    }
+
+    fn list_target(&self, offset: u64, v: &Value) -> Result<Shared<List>, PickleError> {
+        match v {
+            Value::List(l) => Ok(l.clone()),
+            other => Err(self.malformed(offset, format!("APPEND to a {}", other.type_name()))),
+        }
+    }
+
+    fn dict_target(&self, offset: u64, v: &Value) -> Result<Shared<Dict>, PickleError> {
+        match v {
+            Value::Dict(d) => Ok(d.clone()),
+            other => Err(self.malformed(offset, format!("SETITEM on a {}", other.type_name()))),
+        }
+    }
+
+    fn text_int(&mut self, offset: u64, what: &'static str) -> Result<Value, PickleError> {
+        let line = self.src.line(what)?;
+        let s = String::from_utf8_lossy(&line);
+        let s = s.trim_end_matches('L');
+        match s {
+            "00" => Ok(Value::Bool(false)),
+            "01" => Ok(Value::Bool(true)),
+            _ => s
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| self.malformed(offset, format!("bad {what} literal {s:?}"))),
+        }
+    }
+
+    fn long_bytes(&mut self, offset: u64, bytes: Vec<u8>) -> Result<Value, PickleError> {
+        if bytes.len() <= 8 {
+            let mut v: i64 = 0;
+            for (i, b) in bytes.iter().enumerate() {
+                v |= (*b as i64) << (8 * i);
+            }
+            if let Some(&last) = bytes.last() {
+                if last & 0x80 != 0 && bytes.len() < 8 {
+                    v |= -1i64 << (8 * bytes.len());
+                }
+            }
+            Ok(Value::Int(v))
+        } else {
+            self.charge(offset, bytes.len() as u64)?;
+            Ok(Value::BigInt(Rc::new(bytes)))
+        }
+    }
+
+    fn string(&mut self, offset: u64, bytes: Vec<u8>) -> Result<Value, PickleError> {
+        self.charge(offset, bytes.len() as u64 + 32)?;
+        let s = String::from_utf8(bytes).map_err(|e| self.malformed(offset, format!("string is not UTF-8: {e}")))?;
+        Ok(Value::Str(Rc::new(s)))
+    }
+
+    fn run(&mut self) -> Result<Value, PickleError> {
+        loop {
+            let offset = self.src.offset();
+            let op = self.src.byte("an opcode")?;
+            if let Some(name) = refused_name(op) {
+                return Err(PickleError::Refused { offset, name });
+            }
+            match op {
+                0x80 => {
+                    let proto = self.src.byte("PROTO")?;
+                    if proto > 5 {
+                        return Err(self.malformed(offset, format!("unsupported pickle protocol {proto}")));
+                    }
+                }
+                0x95 => {
+                    self.src.array::<8>("FRAME")?;
+                }
+                b'.' => {
+                    let v = self.pop(offset)?;
+                    if !self.stack.is_empty() || !self.marks.is_empty() {
+                        return Err(self.malformed(offset, "STOP with values left on the stack"));
+                    }
+                    return Ok(v);
+                }
+                b'N' => self.push(offset, Value::None)?,
+                0x88 => self.push(offset, Value::Bool(true))?,
+                0x89 => self.push(offset, Value::Bool(false))?,
+                b'K' => {
+                    let b = self.src.byte("BININT1")?;
+                    self.push(offset, Value::Int(b as i64))?
+                }
+                b'M' => {
+                    let b = self.src.array::<2>("BININT2")?;
+                    self.push(offset, Value::Int(u16::from_le_bytes(b) as i64))?
+                }
+                b'J' => {
+                    let b = self.src.array::<4>("BININT")?;
+                    self.push(offset, Value::Int(i32::from_le_bytes(b) as i64))?
+                }
+                0x8a => {
+                    let n = self.src.byte("LONG1")? as u64;
+                    let bytes = self.src.vec(n, "LONG1")?;
+                    let v = self.long_bytes(offset, bytes)?;
+                    self.push(offset, v)?
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(self.src.array::<4>("LONG4")?);
+                    if n < 0 {
+                        return Err(self.malformed(offset, "LONG4 with a negative length"));
+                    }
+                    let bytes = self.src.vec(n as u64, "LONG4")?;
+                    let v = self.long_bytes(offset, bytes)?;
+                    self.push(offset, v)?
+                }
+                b'I' | b'L' => {
+                    let v = self.text_int(offset, "INT")?;
+                    self.push(offset, v)?
+                }
+                b'G' => {
+                    let b = self.src.array::<8>("BINFLOAT")?;
+                    self.push(offset, Value::Float(f64::from_be_bytes(b)))?
+                }
+                b'F' => {
+                    let line = self.src.line("FLOAT")?;
+                    let s = String::from_utf8_lossy(&line).to_string();
+                    let f = s
+                        .trim()
+                        .parse::<f64>()
+                        .map_err(|_| self.malformed(offset, format!("bad FLOAT literal {s:?}")))?;
+                    self.push(offset, Value::Float(f))?
+                }
+                0x8c => {
+                    let n = self.src.byte("SHORT_BINUNICODE")? as u64;
+                    let bytes = self.src.vec(n, "SHORT_BINUNICODE")?;
+                    let v = self.string(offset, bytes)?;
+                    self.push(offset, v)?
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.src.array::<4>("BINUNICODE")?) as u64;
+                    let bytes = self.src.vec(n, "BINUNICODE")?;
+                    let v = self.string(offset, bytes)?;
+                    self.push(offset, v)?
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.src.array::<8>("BINUNICODE8")?);
+                    let bytes = self.src.vec(n, "BINUNICODE8")?;
+                    let v = self.string(offset, bytes)?;
+                    self.push(offset, v)?
+                }
+                b'C' | b'U' => {
+                    let n = self.src.byte("SHORT_BINBYTES")? as u64;
+                    let bytes = self.src.vec(n, "SHORT_BINBYTES")?;
+                    self.charge(offset, n)?;
+                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
+                }
+                b'B' | b'T' => {
+                    let n = u32::from_le_bytes(self.src.array::<4>("BINBYTES")?) as u64;
+                    let bytes = self.src.vec(n, "BINBYTES")?;
+                    self.charge(offset, n)?;
+                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(self.src.array::<8>("BINBYTES8")?);
+                    let bytes = self.src.vec(n, "BINBYTES8")?;
+                    self.charge(offset, n)?;
+                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
+                }
+                b'}' => {
+                    self.charge(offset, 64)?;
+                    self.push(offset, Value::Dict(Rc::new(RefCell::new(Dict::default()))))?
+                }
+                b']' => {
+                    self.charge(offset, 48)?;
+                    self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
+                }
+                b')' => self.push(offset, Value::Tuple(Rc::new(Tuple::default())))?,
+                0x8f => self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?,
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_marks {
+                        return Err(PickleError::Limit {
+                            offset,
+                            what: "open MARKs",
+                            limit: self.limits.max_marks as u64,
+                        });
+                    }
+                    self.charge(offset, 8)?;
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    let v = self.pop(offset)?;
+                    drop_iteratively(vec![v]);
+                }
+                b'1' => {
+                    let items = self.pop_mark(offset)?;
+                    drop_iteratively(items);
+                }
+                b'2' => {
+                    let v = self.top(offset)?.clone();
+                    self.push(offset, v)?
+                }
+                0x94 => {
+                    let idx = (self.memo.len() + self.memo_sparse.len()) as u64;
+                    self.memo_put(offset, idx)?
+                }
+                b'q' => {
+                    let idx = self.src.byte("BINPUT")? as u64;
+                    self.memo_put(offset, idx)?
+                }
+                b'r' => {
+                    let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINPUT")?) as u64;
+                    self.memo_put(offset, idx)?
+                }
+                b'p' => {
+                    let line = self.src.line("PUT")?;
+                    let idx = String::from_utf8_lossy(&line)
+                        .parse::<u64>()
+                        .map_err(|_| self.malformed(offset, "bad PUT index"))?;
+                    self.memo_put(offset, idx)?
+                }
+                b'h' => {
+                    let idx = self.src.byte("BINGET")? as u64;
+                    self.memo_get(offset, idx)?
+                }
+                b'j' => {
+                    let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINGET")?) as u64;
+                    self.memo_get(offset, idx)?
+                }
+                b'g' => {
+                    let line = self.src.line("GET")?;
+                    let idx = String::from_utf8_lossy(&line)
+                        .parse::<u64>()
+                        .map_err(|_| self.malformed(offset, "bad GET index"))?;
+                    self.memo_get(offset, idx)?
+                }
+                b'a' => {
+                    let v = self.pop(offset)?;
+                    let l = self.list_target(offset, self.top(offset)?)?;
+                    let v = self.maybe_compact(offset, v)?;
+                    l.borrow_mut().0.push(v);
+                }
+                b'e' | 0x90 => {
+                    let items = self.pop_mark(offset)?;
+                    let l = self.list_target(offset, self.top(offset)?)?;
+                    let mut out = Vec::with_capacity(items.len());
+                    for v in items {
+                        out.push(self.maybe_compact(offset, v)?);
+                    }
+                    l.borrow_mut().0.append(&mut out);
+                }
+                b's' => {
+                    let v = self.pop(offset)?;
+                    let k = self.pop(offset)?;
+                    let d = self.dict_target(offset, self.top(offset)?)?;
+                    d.borrow_mut().items.push((k, v));
+                }
+                b'u' => {
+                    let items = self.pop_mark(offset)?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.malformed(offset, "SETITEMS with an odd number of values"));
+                    }
+                    let d = self.dict_target(offset, self.top(offset)?)?;
+                    let mut d = d.borrow_mut();
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        d.items.push((k, v));
+                    }
+                }
+                b'l' => {
+                    let items = self.pop_mark(offset)?;
+                    self.push(offset, Value::List(Rc::new(RefCell::new(List(items)))))?
+                }
+                b't' | 0x91 => {
+                    let items = self.pop_mark(offset)?;
+                    self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
+                }
+                b'd' => {
+                    let items = self.pop_mark(offset)?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.malformed(offset, "DICT with an odd number of values"));
+                    }
+                    let mut d = Dict::default();
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        d.items.push((k, v));
+                    }
+                    self.push(offset, Value::Dict(Rc::new(RefCell::new(d))))?
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.malformed(offset, "TUPLE with too few values on the stack"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
+                }
+                _ => return Err(PickleError::UnknownOpcode { offset, op }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_bytes(b: &[u8]) -> Result<Value, PickleError> {
+        decode(b, &mut (), Limits::default())
+    }
+
+    #[test]
+    fn decodes_python_protocol4_data() {
+        // pickle.dumps({'a': [1, -2, 2**40, 'x', None, True, 1.5], 'b': (1, 2)}, protocol=4)
+        let p = b"\x80\x04\x955\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xff\x8a\x06\x00\x00\x00\x00\x00\x01\x8c\x01x\x94N\x88G?\xf8\x00\x00\x00\x00\x00\x00e\x8c\x01b\x94K\x01K\x02\x86\x94u.";
+        let v = decode_bytes(p).unwrap();
+        let a = v.get("a").unwrap().items().unwrap();
+        assert_eq!(a[0].as_i64(), Some(1));
+        assert_eq!(a[1].as_i64(), Some(-2));
+        assert_eq!(a[2].as_u64(), Some(1 << 40));
+        assert_eq!(a[3].as_str(), Some("x"));
+        assert!(matches!(a[4], Value::None));
+        assert_eq!(a[5].as_bool(), Some(true));
+        assert_eq!(a[6].as_f64(), Some(1.5));
+        let b = v.get("b").unwrap().items().unwrap();
+        assert_eq!((b[0].as_i64(), b[1].as_i64()), (Some(1), Some(2)));
+    }
+
+    #[test]
+    fn memo_entries_are_shared_not_copied() {
+        // x = [1]; pickle.dumps([x, x], protocol=4)
+        let p = b"\x80\x04\x95\x0c\x00\x00\x00\x00\x00\x00\x00]\x94(]\x94K\x01ah\x01e.";
+        let v = decode_bytes(p).unwrap();
+        let items = v.items().unwrap();
+        match (&items[0], &items[1]) {
+            (Value::List(a), Value::List(b)) => assert!(Rc::ptr_eq(a, b)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nine_byte_longs_hold_u64_addresses() {
+        // pickle.dumps(2**64 - 512, protocol=4)[11:]
+        let p = b"\x80\x04\x8a\x09\x00\xfe\xff\xff\xff\xff\xff\xff\x00.";
+        assert_eq!(decode_bytes(p).unwrap().as_u64(), Some(u64::MAX - 511));
+    }
+
+    #[test]
+    fn refuses_code_with_the_offset() {
+        // pickle.dumps of a class instance that would call os.system through REDUCE
+        let p = b"\x80\x04\x95\x1d\x00\x00\x00\x00\x00\x00\x00\x8c\x05posix\x94\x8c\x06system\x94\x93\x94\x8c\x02id\x94\x85\x94R\x94.";
+        let e = decode_bytes(p).unwrap_err();
+        assert_eq!(e.to_string(), "byte 28: refusing opcode STACK_GLOBAL: snapshots contain only data, and this reader never constructs objects or runs code");
+        let e = decode_bytes(b"\x80\x02cos\nsystem\n.").unwrap_err();
+        assert!(matches!(e, PickleError::Refused { offset: 2, name: "GLOBAL" }), "{e}");
+    }
+
+    #[test]
+    fn lying_lengths_and_truncation_are_errors_without_allocating() {
+        let e = decode_bytes(b"\x80\x04\x8d\x00\x00\x00\x80\x02\x00\x00\x00abc").unwrap_err();
+        assert!(matches!(e, PickleError::Truncated { .. }), "{e}");
+        let e = decode_bytes(b"\x80\x04]\x94(K\x01").unwrap_err();
+        assert!(matches!(e, PickleError::Truncated { offset: 7, .. }), "{e}");
+        let e = decode_bytes(b"\x80\x04h\x07.").unwrap_err();
+        assert_eq!(e.to_string(), "byte 2: memo index 7 was never stored");
+    }
+
+    #[test]
+    fn a_million_nested_lists_neither_overflow_nor_blow_up() {
+        let mut p = vec![0x80, 0x04];
+        for _ in 0..1_000_000 {
+            p.extend_from_slice(b"]");
+        }
+        for _ in 0..999_999 {
+            p.push(b'a');
+        }
+        p.push(b'.');
+        let v = decode_bytes(&p).unwrap();
+        drop(v);
+    }
+}
