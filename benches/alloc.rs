@@ -10,7 +10,6 @@
 
 use std::hint::black_box;
 use std::io::Read;
-use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumem_top::alloc::{Action, AllocatorConfig, CachingAllocator, Event};
@@ -99,13 +98,12 @@ fn vector_trace(name: &str) -> (Vec<Event>, AllocatorConfig, u64) {
 fn bench_replay(c: &mut Criterion) {
     let (rec, config, total) = vector_trace("d");
     let n = rec.len();
-    let rec: Arc<[Event]> = Arc::from(rec);
     let opts = ReplayOptions::new(config, total);
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("vector_d", |b| {
         b.iter(|| {
-            let r = replay_events(rec.clone(), &opts, ());
+            let r = replay_events(&rec, &opts, ());
             assert!(r.divergence.is_none());
             r.reproduced
         })

@@ -220,7 +220,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit =
         args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * args.device_total as f64) as u64));
-    let rec: Arc<[Event]> = Arc::from(dev.events.as_slice());
+    let rec: &[Event] = &dev.events;
 
     // Exact replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
@@ -232,7 +232,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         opts.stop_at = Some(i.saturating_add(1));
     }
     let has_segments = dev.has_segment_events();
-    let exact: Option<ReplayResult> = has_segments.then(|| replay_events(rec.clone(), &opts, ()));
+    let exact: Option<ReplayResult> = has_segments.then(|| replay_events(rec, &opts, ()));
     let changed = what_if_conf.is_some() || limit.is_some();
 
     // When the trace cannot be reproduced with a changed config or limit (or
@@ -250,7 +250,8 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         Some(r) if r.divergence.is_none() => r.empty_cache_at.clone(),
         _ => Vec::new(),
     };
-    let reqs: Vec<Request> = requests(&rec, &empty_cache_at);
+    let reqs: Vec<Request> =
+        if use_what_if || !compare_confs.is_empty() { requests(rec, &empty_cache_at) } else { Vec::new() };
     let what_if =
         use_what_if.then(|| run_requests(&reqs, exact_conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit));
 

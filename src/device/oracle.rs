@@ -4,20 +4,18 @@
 //! real addresses, which best fit depends on, and the device-OOM retry paths,
 //! without knowing the device's free memory.
 
-use std::sync::Arc;
-
 use super::{Device, DeviceError};
 use crate::alloc::{Action, Event};
 
 #[derive(Debug, Clone)]
-pub struct Oracle {
-    recorded: Arc<[Event]>,
+pub struct Oracle<'a> {
+    recorded: &'a [Event],
     total: u64,
     used: u64,
 }
 
-impl Oracle {
-    pub fn new(recorded: Arc<[Event]>, total: u64) -> Self {
+impl<'a> Oracle<'a> {
+    pub fn new(recorded: &'a [Event], total: u64) -> Self {
         Oracle { recorded, total, used: 0 }
     }
 
@@ -26,7 +24,7 @@ impl Oracle {
     }
 }
 
-impl Device for Oracle {
+impl Device for Oracle<'_> {
     fn describe(&self) -> String {
         "recorded device".into()
     }

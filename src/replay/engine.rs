@@ -4,7 +4,6 @@
 //! malloc explains was an `empty_cache()`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, StatePoint};
 use crate::device::Oracle;
@@ -50,21 +49,21 @@ pub struct Peak {
 /// Called after each recorded event is reproduced, with the allocator's
 /// state at that point.
 pub trait ReplayObserver {
-    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle>);
+    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle<'_>>);
 }
 
 impl ReplayObserver for () {
-    fn after_event(&mut self, _: usize, _: &Event, _: &CachingAllocator<Oracle>) {}
+    fn after_event(&mut self, _: usize, _: &Event, _: &CachingAllocator<Oracle<'_>>) {}
 }
 
-impl<F: FnMut(usize, &Event, &CachingAllocator<Oracle>)> ReplayObserver for F {
-    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle>) {
+impl<F: FnMut(usize, &Event, &CachingAllocator<Oracle<'_>>)> ReplayObserver for F {
+    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle<'_>>) {
         self(index, event, alloc)
     }
 }
 
-pub struct ReplayResult {
-    pub allocator: CachingAllocator<Oracle>,
+pub struct ReplayResult<'a> {
+    pub allocator: CachingAllocator<Oracle<'a>>,
     /// `None` when every event was reproduced.
     pub divergence: Option<Divergence>,
     /// `empty_cache()` calls inferred from unexplained segment releases.
@@ -93,12 +92,12 @@ fn next_request(rec: &[Event], i: usize) -> Option<usize> {
     None
 }
 
-struct State {
-    alloc: CachingAllocator<Oracle>,
+struct State<'a> {
+    alloc: CachingAllocator<Oracle<'a>>,
     live: HashMap<u64, BlockId>,
 }
 
-impl State {
+impl State<'_> {
     /// Runs the request recorded at `k`; returns the block on success.
     fn request(&mut self, rec: &[Event], k: usize) -> Option<BlockId> {
         let e = rec[k];
@@ -126,8 +125,8 @@ impl State {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events(rec: Arc<[Event]>, opts: &ReplayOptions, mut observer: impl ReplayObserver) -> ReplayResult {
-    let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec.clone(), opts.device_total));
+pub fn replay_events<'a>(rec: &'a [Event], opts: &ReplayOptions, mut observer: impl ReplayObserver) -> ReplayResult<'a> {
+    let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
     if opts.memory_limit.is_some() {
         alloc.set_memory_limit(opts.memory_limit);
     }
@@ -138,7 +137,6 @@ pub fn replay_events(rec: Arc<[Event]>, opts: &ReplayOptions, mut observer: impl
     let mut kept_events = Vec::new();
     let mut kept_points = Vec::new();
     let mut divergence = None;
-    let rec: &[Event] = &rec;
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
 
     while (st.alloc.emitted() as usize) < end {

@@ -66,10 +66,96 @@ pub enum Value {
     Dict(Shared<Dict>),
     /// A dict the `Compactor` took over.
     Entry(u32),
+    /// A list the `Compactor` took over (an interned call stack).
+    Stack(u32),
 }
 
 #[derive(Debug, Default)]
-pub struct List(pub Vec<Value>);
+pub struct List {
+    items: Vec<Value>,
+    /// Consecutive `Value::Entry` ids as (first, count), kept instead of
+    /// items while the list holds nothing else: a device's trace costs a few
+    /// bytes instead of 16 per entry.
+    runs: Vec<(u32, u32)>,
+    /// The memo slot this list was stored in, so compaction can release it.
+    memo: Option<usize>,
+}
+
+impl List {
+    pub fn new(items: Vec<Value>) -> Self {
+        List { items, runs: Vec::new(), memo: None }
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len() + self.runs.iter().map(|r| r.1 as usize).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.runs.is_empty()
+    }
+
+    /// The items; entry runs come back as `Value::Entry`s.
+    pub fn items(&self) -> Vec<Value> {
+        if self.runs.is_empty() {
+            return self.items.clone();
+        }
+        self.entry_ids().map(Value::Entry).collect()
+    }
+
+    /// The ids of a list made only of compacted entries.
+    pub fn entry_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.runs.iter().flat_map(|&(a, n)| a..a + n)
+    }
+
+    /// Whether the list holds values other than compacted entries.
+    pub fn has_other_items(&self) -> bool {
+        !self.items.is_empty()
+    }
+
+    fn push(&mut self, v: Value) {
+        if let Value::Entry(id) = v {
+            if self.items.is_empty() {
+                match self.runs.last_mut() {
+                    Some(r) if r.0.checked_add(r.1) == Some(id) => r.1 += 1,
+                    _ => self.runs.push((id, 1)),
+                }
+                return;
+            }
+        }
+        if !self.runs.is_empty() {
+            self.items = self.entry_ids().map(Value::Entry).collect();
+            self.runs.clear();
+        }
+        self.items.push(v);
+    }
+}
+
+const MEMO_CHUNK: usize = 4096;
+
+/// The pickle memo in fixed-size chunks: it grows without doubling or copying.
+#[derive(Default)]
+struct Memo {
+    chunks: Vec<Vec<Value>>,
+    len: usize,
+}
+
+impl Memo {
+    fn get(&self, i: usize) -> Option<&Value> {
+        self.chunks.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)
+    }
+    fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
+        self.chunks.get_mut(i / MEMO_CHUNK)?.get_mut(i % MEMO_CHUNK)
+    }
+    fn push(&mut self, v: Value) {
+        if self.len % MEMO_CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(MEMO_CHUNK));
+        }
+        if let Some(c) = self.chunks.last_mut() {
+            c.push(v);
+        }
+        self.len += 1;
+    }
+}
 #[derive(Debug, Default)]
 pub struct Tuple(pub Vec<Value>);
 #[derive(Debug, Default)]
@@ -85,7 +171,7 @@ fn drop_iteratively(mut work: Vec<Value>) {
         match v {
             Value::List(rc) => {
                 if let Ok(cell) = Rc::try_unwrap(rc) {
-                    work.append(&mut cell.into_inner().0);
+                    work.append(&mut cell.into_inner().items);
                 }
             }
             Value::Tuple(rc) => {
@@ -109,8 +195,8 @@ fn drop_iteratively(mut work: Vec<Value>) {
 
 impl Drop for List {
     fn drop(&mut self) {
-        if self.0.iter().any(Value::is_container) {
-            drop_iteratively(std::mem::take(&mut self.0));
+        if self.items.iter().any(Value::is_container) {
+            drop_iteratively(std::mem::take(&mut self.items));
         }
     }
 }
@@ -200,7 +286,7 @@ impl Value {
     /// Items of a list or tuple (cloned handles; values are shared).
     pub fn items(&self) -> Option<Vec<Value>> {
         match self {
-            Value::List(l) => Some(l.borrow().0.clone()),
+            Value::List(l) => Some(l.borrow().items()),
             Value::Tuple(t) => Some(t.0.clone()),
             _ => None,
         }
@@ -218,6 +304,7 @@ impl Value {
             Value::Tuple(_) => "tuple",
             Value::Dict(_) => "dict",
             Value::Entry(_) => "trace entry",
+            Value::Stack(_) => "call stack",
         }
     }
 }
@@ -232,6 +319,11 @@ impl Dict {
 /// with `Value::Entry(id)` everywhere (stack and memo).
 pub trait Compactor {
     fn compact(&mut self, dict: &Dict) -> Result<Option<u32>, String>;
+    /// Offered each list value (under `key`) of a dict before `compact` sees
+    /// the dict; `Some(id)` replaces the list by `Value::Stack(id)`.
+    fn compact_list(&mut self, _key: &str, _list: &List) -> Option<u32> {
+        None
+    }
 }
 
 impl Compactor for () {
@@ -371,8 +463,9 @@ struct Vm<'c, R, C> {
     src: Source<R>,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Value>,
+    memo: Memo,
     memo_sparse: HashMap<u64, Value>,
+    strings: HashMap<Box<[u8]>, Rc<String>>,
     charged: u64,
     limits: Limits,
     compactor: &'c mut C,
@@ -384,8 +477,9 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         src: Source { r, buf: vec![0u8; BUF].into_boxed_slice(), pos: 0, end: 0, base: 0 },
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: Vec::new(),
+        memo: Memo::default(),
         memo_sparse: HashMap::new(),
+        strings: HashMap::new(),
         charged: 0,
         limits,
         compactor,
@@ -393,7 +487,9 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
     let out = vm.run();
     // Release everything without recursion, whatever state decoding ended in.
     drop_iteratively(std::mem::take(&mut vm.stack));
-    drop_iteratively(std::mem::take(&mut vm.memo));
+    for chunk in std::mem::take(&mut vm.memo.chunks) {
+        drop_iteratively(chunk);
+    }
     drop_iteratively(vm.memo_sparse.drain().map(|(_, v)| v).collect());
     out
 }
@@ -440,12 +536,14 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     fn memo_put(&mut self, offset: u64, idx: u64) -> Result<(), PickleError> {
         let v = self.top(offset)?.clone();
         self.charge(offset, 16)?;
-        if let Value::Dict(d) = &v {
-            d.borrow_mut().memo = Some(idx as usize);
+        match &v {
+            Value::Dict(d) => d.borrow_mut().memo = Some(idx as usize),
+            Value::List(l) => l.borrow_mut().memo = Some(idx as usize),
+            _ => {}
         }
-        let len = self.memo.len() as u64;
-        if idx < len {
-            let old = std::mem::replace(&mut self.memo[idx as usize], v);
+        let len = self.memo.len as u64;
+        if let Some(slot) = self.memo.get_mut(idx as usize) {
+            let old = std::mem::replace(slot, v);
             drop_iteratively(vec![old]);
         } else if idx == len {
             self.memo.push(v);
@@ -466,6 +564,21 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// Offers a dict about to go into a list to the compactor.
     fn maybe_compact(&mut self, offset: u64, v: Value) -> Result<Value, PickleError> {
         let Value::Dict(d) = &v else { return Ok(v) };
+        // Lists inside the dict first (call stacks), releasing their memo slots.
+        {
+            let mut dict = d.borrow_mut();
+            for (k, val) in dict.items.iter_mut() {
+                let (Some(key), Value::List(l)) = (k.as_str(), &*val) else { continue };
+                let Some(id) = self.compactor.compact_list(key, &l.borrow()) else { continue };
+                let slot = l.borrow().memo;
+                if let Some(s) = slot.and_then(|m| self.memo.get_mut(m)) {
+                    if matches!(s, Value::List(x) if Rc::ptr_eq(x, l)) {
+                        *s = Value::Stack(id);
+                    }
+                }
+                *val = Value::Stack(id);
+            }
+        }
         let id = {
             let dict = d.borrow();
             self.compactor.compact(&dict).map_err(|m| self.malformed(offset, m))?
@@ -529,9 +642,21 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     }
 
     fn string(&mut self, offset: u64, bytes: Vec<u8>) -> Result<Value, PickleError> {
+        // Snapshots repeat short strings (action names, "N/A" contexts) as
+        // separate objects; share one copy of each.
+        let short = bytes.len() <= 64;
+        if short {
+            if let Some(rc) = self.strings.get(bytes.as_slice()) {
+                return Ok(Value::Str(rc.clone()));
+            }
+        }
         self.charge(offset, bytes.len() as u64 + 32)?;
         let s = String::from_utf8(bytes).map_err(|e| self.malformed(offset, format!("string is not UTF-8: {e}")))?;
-        Ok(Value::Str(Rc::new(s)))
+        let rc = Rc::new(s);
+        if short && self.strings.len() < 1 << 16 {
+            self.strings.insert(rc.as_bytes().to_vec().into_boxed_slice(), rc.clone());
+        }
+        Ok(Value::Str(rc))
     }
 
     fn run(&mut self) -> Result<Value, PickleError> {
@@ -675,7 +800,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.push(offset, v)?
                 }
                 0x94 => {
-                    let idx = (self.memo.len() + self.memo_sparse.len()) as u64;
+                    let idx = (self.memo.len + self.memo_sparse.len()) as u64;
                     self.memo_put(offset, idx)?
                 }
                 b'q' => {
@@ -712,16 +837,15 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     let v = self.pop(offset)?;
                     let l = self.list_target(offset, self.top(offset)?)?;
                     let v = self.maybe_compact(offset, v)?;
-                    l.borrow_mut().0.push(v);
+                    l.borrow_mut().push(v);
                 }
                 b'e' | 0x90 => {
                     let items = self.pop_mark(offset)?;
                     let l = self.list_target(offset, self.top(offset)?)?;
-                    let mut out = Vec::with_capacity(items.len());
                     for v in items {
-                        out.push(self.maybe_compact(offset, v)?);
+                        let v = self.maybe_compact(offset, v)?;
+                        l.borrow_mut().push(v);
                     }
-                    l.borrow_mut().0.append(&mut out);
                 }
                 b's' => {
                     let v = self.pop(offset)?;
@@ -743,7 +867,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 }
                 b'l' => {
                     let items = self.pop_mark(offset)?;
-                    self.push(offset, Value::List(Rc::new(RefCell::new(List(items)))))?
+                    self.push(offset, Value::List(Rc::new(RefCell::new(List::new(items)))))?
                 }
                 b't' | 0x91 => {
                     let items = self.pop_mark(offset)?;

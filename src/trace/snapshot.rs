@@ -13,15 +13,19 @@ use crate::alloc::{Action, BlockState, Event};
 /// Trace entries as columns, filled while the pickle is decoded.
 #[derive(Default)]
 struct EntryColumns {
-    kind: Vec<Kind>,
-    addr: Vec<u64>,
-    size: Vec<u64>,
-    stream: Vec<u64>,
+    /// Legacy `free` entries hold `free_requested` here and are listed in `special`.
+    events: Vec<Event>,
     time_us: Vec<i64>,
+    /// Entries that are not one plain event: legacy `free`, `user_defined`.
+    special: HashMap<u32, Kind>,
     stack: Vec<u32>,
-    /// Frame lists by identity: the pickler shares one list per distinct stack.
-    stack_ids: HashMap<usize, u32>,
-    stack_lists: Vec<Shared<List>>,
+    /// Frames by the identity of their (memo-shared) dicts, which are kept
+    /// alive here so an address cannot be reused.
+    frame_ids: HashMap<usize, u32>,
+    frames: Vec<Shared<Dict>>,
+    /// Call stacks as lists of frame ids (ids are index + 1; 0 = none).
+    stack_ids: HashMap<Vec<u32>, u32>,
+    stacks: Vec<Vec<u32>>,
     /// `user_defined` entries (torch ~2.4): record_function markers.
     user_defined: Vec<(u32, String)>,
 }
@@ -50,34 +54,63 @@ impl Compactor for EntryColumns {
         let num = |key: &str| d.get(key).and_then(Value::as_u64);
         let addr =
             if kind == Kind::Action(Action::Oom) { num("device_free").or_else(|| num("addr")) } else { num("addr") };
-        let id = self.kind.len() as u32;
+        let id = self.events.len() as u32;
+        let action = match kind {
+            Kind::Action(a) => a,
+            Kind::LegacyFree | Kind::UserDefined => {
+                self.special.insert(id, kind);
+                Action::FreeRequested
+            }
+        };
         if kind == Kind::UserDefined {
             let label = d.get("name").and_then(|v| v.as_str()).unwrap_or("user_defined").to_string();
             self.user_defined.push((id, label));
         }
-        self.kind.push(kind);
-        self.addr.push(addr.unwrap_or(0));
-        self.size.push(num("size").unwrap_or(0));
-        self.stream.push(num("stream").unwrap_or(0));
+        self.events.push(Event::new(action, addr.unwrap_or(0), num("size").unwrap_or(0), num("stream").unwrap_or(0)));
         self.time_us.push(d.get("time_us").and_then(Value::as_i64).unwrap_or(0));
         let stack = match d.get("frames") {
-            Some(Value::List(l)) if !l.borrow().0.is_empty() => {
-                let key = Rc::as_ptr(l) as usize;
-                match self.stack_ids.get(&key) {
-                    Some(&s) => s,
-                    None => {
-                        // Keep the list alive so its address cannot be reused.
-                        self.stack_lists.push(l.clone());
-                        let s = self.stack_lists.len() as u32;
-                        self.stack_ids.insert(key, s);
-                        s
-                    }
-                }
-            }
+            Some(Value::Stack(s)) => *s,
+            Some(Value::List(l)) => self.intern_stack(&l.borrow()),
             _ => 0,
         };
         self.stack.push(stack);
         Ok(Some(id))
+    }
+
+    fn compact_list(&mut self, key: &str, list: &List) -> Option<u32> {
+        (key == "frames").then(|| self.intern_stack(list))
+    }
+}
+
+impl EntryColumns {
+    /// Interns a list of frame dicts by content. The pickler gives most
+    /// entries a list of their own but shares the frame dicts in it.
+    fn intern_stack(&mut self, list: &List) -> u32 {
+        if list.is_empty() {
+            return 0;
+        }
+        let mut key = Vec::with_capacity(list.len());
+        for f in &list.items() {
+            let Value::Dict(fd) = f else { continue };
+            let ptr = Rc::as_ptr(fd) as usize;
+            let id = match self.frame_ids.get(&ptr) {
+                Some(&id) => id,
+                None => {
+                    self.frames.push(fd.clone());
+                    let id = self.frames.len() as u32;
+                    self.frame_ids.insert(ptr, id);
+                    id
+                }
+            };
+            key.push(id);
+        }
+        if let Some(&s) = self.stack_ids.get(&key) {
+            return s;
+        }
+        self.stacks.push(key.clone());
+        let s = self.stacks.len() as u32;
+        self.stack_ids.insert(key, s);
+        s
     }
 }
 
@@ -217,12 +250,11 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
     let mut w = Walker { stacks: Vec::new(), interned: HashMap::new() };
     let mut trace = Trace { format: TraceFormat::PytorchSnapshot, ..Default::default() };
 
-    // Frame lists of trace entries, in the order they were first seen.
-    for l in &cols.stack_lists {
-        let frames: Vec<Frame> = l.borrow().0.iter().map(frame_of).collect();
-        w.stacks.push(frames);
+    // Call stacks of trace entries, in the order they were first seen.
+    let frames: Vec<Frame> = cols.frames.iter().map(|d| frame_of(&Value::Dict(d.clone()))).collect();
+    for st in &cols.stacks {
+        w.stacks.push(st.iter().map(|&f| frames[f as usize - 1].clone()).collect());
     }
-    let entry_stack_base = 0u32;
 
     let (segments_v, traces_v) = match &root {
         // torch.cuda.memory_snapshot() before device traces: a bare list.
@@ -238,30 +270,52 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
 
     let mut devices: Vec<DeviceTrace> = Vec::new();
     if let Some(tv) = traces_v {
-        for (d, dev) in list_of(&tv, "device_traces")?.iter().enumerate() {
+        let lists = list_of(&tv, "device_traces")?;
+        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
+        for (d, dev) in lists.iter().enumerate() {
+            let Value::List(l) = dev else {
+                return Err(schema(&format!("device_traces[{d}]"), format!("is a {}, expected a list", dev.type_name())));
+            };
+            let l = l.borrow();
+            if l.has_other_items() {
+                let (i, e) = l.items().into_iter().enumerate().find(|(_, e)| !matches!(e, Value::Entry(_))).unwrap_or((0, Value::None));
+                return Err(schema(&format!("device_traces[{d}][{i}]"), format!("is a {}, expected a trace entry", e.type_name())));
+            }
+            let v: Vec<u32> = l.entry_ids().collect();
+            ids.push(v);
+        }
+        drop(lists);
+        drop(tv);
+        // The usual layout: one device whose entries are all of them, in
+        // order; its columns move over without a copy.
+        let n = cols.events.len();
+        let whole = ids.iter().filter(|v| !v.is_empty()).count() == 1
+            && cols.special.is_empty()
+            && ids.iter().find(|v| !v.is_empty()).is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
+        for (d, v) in ids.iter().enumerate() {
             let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
-            for (i, e) in list_of(dev, &format!("device_traces[{d}]"))?.iter().enumerate() {
-                let Value::Entry(id) = e else {
-                    return Err(schema(
-                        &format!("device_traces[{d}][{i}]"),
-                        format!("is a {}, expected a trace entry", e.type_name()),
-                    ));
-                };
-                let id = *id as usize;
-                let ev = |a: Action| Event::new(a, cols.addr[id], cols.size[id], cols.stream[id]);
-                let stack = cols.stack[id] + entry_stack_base;
-                match cols.kind[id] {
-                    Kind::Action(a) => dt.push(ev(a), cols.time_us[id], stack),
-                    Kind::LegacyFree => {
-                        dt.push(ev(Action::FreeRequested), cols.time_us[id], stack);
-                        dt.push(ev(Action::FreeCompleted), cols.time_us[id], stack);
+            if whole && !v.is_empty() {
+                dt.events = std::mem::take(&mut cols.events);
+                dt.time_us = std::mem::take(&mut cols.time_us);
+                dt.stacks = std::mem::take(&mut cols.stack);
+                devices.push(dt);
+                continue;
+            }
+            for &id in v {
+                let id = id as usize;
+                let (e, t, st) = (cols.events[id], cols.time_us[id], cols.stack[id]);
+                match cols.special.get(&(id as u32)) {
+                    None => dt.push(e, t, st),
+                    Some(Kind::LegacyFree) => {
+                        dt.push(Event { action: Action::FreeRequested, ..e }, t, st);
+                        dt.push(Event { action: Action::FreeCompleted, ..e }, t, st);
                         dt.legacy_free += 1;
                     }
-                    Kind::UserDefined => {
+                    Some(_) => {
                         let label = cols.user_defined.iter().find(|(x, _)| *x as usize == id).map(|(_, l)| l.clone());
                         trace.annotations.push(Annotation {
                             device: d as i32,
-                            time_us: cols.time_us[id],
+                            time_us: t,
                             fields: vec![("name".into(), label.unwrap_or_default())],
                         });
                     }
