@@ -1,4 +1,12 @@
-fn rss(tag: &str) { let s = std::fs::read_to_string("/proc/self/status").unwrap(); for l in s.lines() { if l.starts_with("VmRSS") || l.starts_with("VmHWM") { eprint!("{tag} {l}  "); } } eprintln!(); }
+fn rss(tag: &str) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    for l in s.lines() {
+        if l.starts_with("VmRSS") || l.starts_with("VmHWM") {
+            eprint!("{tag} {l}  ");
+        }
+    }
+    eprintln!();
+}
 fn main() {
     rss("start");
     let t = gpumem_top::trace::load(std::path::Path::new("../shared/traces/resnet50_long.pickle.gz")).unwrap();

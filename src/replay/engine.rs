@@ -125,7 +125,11 @@ impl State<'_> {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events<'a>(rec: &'a [Event], opts: &ReplayOptions, mut observer: impl ReplayObserver) -> ReplayResult<'a> {
+pub fn replay_events<'a>(
+    rec: &'a [Event],
+    opts: &ReplayOptions,
+    mut observer: impl ReplayObserver,
+) -> ReplayResult<'a> {
     let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
     if opts.memory_limit.is_some() {
         alloc.set_memory_limit(opts.memory_limit);

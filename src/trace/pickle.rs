@@ -163,6 +163,8 @@ pub struct Dict {
     pub items: Vec<(Value, Value)>,
     /// The memo slot this dict was stored in, so compaction can release it.
     memo: Option<usize>,
+    /// The compactor declined it as it was filled and it has not changed since.
+    declined: bool,
 }
 
 /// Drops a tree of values without recursion.
@@ -315,10 +317,12 @@ impl Dict {
     }
 }
 
-/// Sees every dict appended to a list; returning `Some(id)` replaces the dict
-/// with `Value::Entry(id)` everywhere (stack and memo).
+/// Sees every dict as it is filled (and again as it is appended to a list);
+/// returning `Some(id)` replaces the dict with `Value::Entry(id)` everywhere
+/// (stack and memo), so no dict object is kept for it.
 pub trait Compactor {
-    fn compact(&mut self, dict: &Dict) -> Result<Option<u32>, String>;
+    /// `kv` holds the dict's keys and values alternately.
+    fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String>;
     /// Offered each list value (under `key`) of a dict before `compact` sees
     /// the dict; `Some(id)` replaces the list by `Value::Stack(id)`.
     fn compact_list(&mut self, _key: &str, _list: &List) -> Option<u32> {
@@ -327,7 +331,7 @@ pub trait Compactor {
 }
 
 impl Compactor for () {
-    fn compact(&mut self, _: &Dict) -> Result<Option<u32>, String> {
+    fn compact(&mut self, _: &[Value]) -> Result<Option<u32>, String> {
         Ok(None)
     }
 }
@@ -350,6 +354,39 @@ impl Default for Limits {
 }
 
 const BUF: usize = 1 << 16;
+
+/// FNV-1a-style hashing for the interners: their keys are short, and the
+/// default SipHash showed up in profiles. The tables are bounded by the input
+/// size, so a crafted collision costs time linear in what was read.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+        }
+        self.0 = h;
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64)
+    }
+    fn write_u64(&mut self, v: u64) {
+        let h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        self.0 = (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64)
+    }
+}
+
+pub type FastHash = std::hash::BuildHasherDefault<FastHasher>;
 
 /// A buffered byte source that knows its offset.
 struct Source<R> {
@@ -465,7 +502,10 @@ struct Vm<'c, R, C> {
     marks: Vec<usize>,
     memo: Memo,
     memo_sparse: HashMap<u64, Value>,
-    strings: HashMap<Box<[u8]>, Rc<String>>,
+    strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
+    /// Reused buffer for APPENDS.
+    scratch: Vec<Value>,
+    allowance: u64,
     charged: u64,
     limits: Limits,
     compactor: &'c mut C,
@@ -479,7 +519,9 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         marks: Vec::new(),
         memo: Memo::default(),
         memo_sparse: HashMap::new(),
-        strings: HashMap::new(),
+        strings: HashMap::default(),
+        scratch: Vec::new(),
+        allowance: limits.slack,
         charged: 0,
         limits,
         compactor,
@@ -502,9 +544,12 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     #[inline]
     fn charge(&mut self, offset: u64, bytes: u64) -> Result<(), PickleError> {
         self.charged += bytes;
-        let allowed = self.src.offset().saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
-        if self.charged > allowed {
-            return Err(PickleError::Limit { offset, what: "memory for decoded values", limit: allowed });
+        if self.charged > self.allowance {
+            // The allowance grows with the input read; recompute it only when passed.
+            self.allowance = self.src.offset().saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
+            if self.charged > self.allowance {
+                return Err(PickleError::Limit { offset, what: "memory for decoded values", limit: self.allowance });
+            }
         }
         Ok(())
     }
@@ -561,37 +606,43 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         self.push(offset, v)
     }
 
-    /// Offers a dict about to go into a list to the compactor.
+    /// Offers a dict's keys and values to the compactor: its list values
+    /// first (call stacks, whose memo slots are then released), then the dict.
+    fn compact_pairs(&mut self, offset: u64, kv: &mut [Value]) -> Result<Option<u32>, PickleError> {
+        for pair in kv.chunks_exact_mut(2) {
+            let (Some(key), Value::List(l)) = (pair[0].as_str(), &pair[1]) else { continue };
+            let Some(id) = self.compactor.compact_list(key, &l.borrow()) else { continue };
+            let slot = l.borrow().memo;
+            if let Some(s) = slot.and_then(|m| self.memo.get_mut(m)) {
+                if matches!(s, Value::List(x) if Rc::ptr_eq(x, l)) {
+                    *s = Value::Stack(id);
+                }
+            }
+            pair[1] = Value::Stack(id);
+        }
+        self.compactor.compact(kv).map_err(|m| self.malformed(offset, m))
+    }
+
+    /// Replaces a compacted dict's memo slot by its entry id.
+    fn release_dict_memo(&mut self, d: &Shared<Dict>, id: u32) {
+        let slot = d.borrow().memo;
+        if let Some(s) = slot.and_then(|m| self.memo.get_mut(m)) {
+            if matches!(s, Value::Dict(x) if Rc::ptr_eq(x, d)) {
+                *s = Value::Entry(id);
+            }
+        }
+    }
+
+    /// Offers a dict about to go into a list to the compactor (dicts that
+    /// were not built by a single SETITEMS).
     fn maybe_compact(&mut self, offset: u64, v: Value) -> Result<Value, PickleError> {
         let Value::Dict(d) = &v else { return Ok(v) };
-        // Lists inside the dict first (call stacks), releasing their memo slots.
-        {
-            let mut dict = d.borrow_mut();
-            for (k, val) in dict.items.iter_mut() {
-                let (Some(key), Value::List(l)) = (k.as_str(), &*val) else { continue };
-                let Some(id) = self.compactor.compact_list(key, &l.borrow()) else { continue };
-                let slot = l.borrow().memo;
-                if let Some(s) = slot.and_then(|m| self.memo.get_mut(m)) {
-                    if matches!(s, Value::List(x) if Rc::ptr_eq(x, l)) {
-                        *s = Value::Stack(id);
-                    }
-                }
-                *val = Value::Stack(id);
-            }
+        if d.borrow().declined {
+            return Ok(v);
         }
-        let id = {
-            let dict = d.borrow();
-            self.compactor.compact(&dict).map_err(|m| self.malformed(offset, m))?
-        };
-        let Some(id) = id else { return Ok(v) };
-        let slot = d.borrow().memo;
-        if let Some(m) = slot {
-            if let Some(s) = self.memo.get_mut(m) {
-                if matches!(s, Value::Dict(x) if Rc::ptr_eq(x, d)) {
-                    *s = Value::Entry(id);
-                }
-            }
-        }
+        let mut kv: Vec<Value> = d.borrow().items.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect();
+        let Some(id) = self.compact_pairs(offset, &mut kv)? else { return Ok(v) };
+        self.release_dict_memo(d, id);
         Ok(Value::Entry(id))
     }
 
@@ -699,9 +750,21 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.push(offset, Value::Int(i32::from_le_bytes(b) as i64))?
                 }
                 0x8a => {
-                    let n = self.src.byte("LONG1")? as u64;
-                    let bytes = self.src.vec(n, "LONG1")?;
-                    let v = self.long_bytes(offset, bytes)?;
+                    let n = self.src.byte("LONG1")? as usize;
+                    let v = if n <= 8 {
+                        let mut b = [0u8; 8];
+                        for slot in b.iter_mut().take(n) {
+                            *slot = self.src.byte("LONG1")?;
+                        }
+                        let mut v = i64::from_le_bytes(b);
+                        if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
+                            v |= -1i64 << (8 * n);
+                        }
+                        Value::Int(v)
+                    } else {
+                        let bytes = self.src.vec(n as u64, "LONG1")?;
+                        self.long_bytes(offset, bytes)?
+                    };
                     self.push(offset, v)?
                 }
                 0x8b => {
@@ -731,9 +794,21 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.push(offset, Value::Float(f))?
                 }
                 0x8c => {
-                    let n = self.src.byte("SHORT_BINUNICODE")? as u64;
-                    let bytes = self.src.vec(n, "SHORT_BINUNICODE")?;
-                    let v = self.string(offset, bytes)?;
+                    let n = self.src.byte("SHORT_BINUNICODE")? as usize;
+                    let v = if n <= 64 && self.src.end - self.src.pos >= n {
+                        let (a, b) = (self.src.pos, self.src.pos + n);
+                        self.src.pos = b;
+                        match self.strings.get(&self.src.buf[a..b]) {
+                            Some(rc) => Value::Str(rc.clone()),
+                            None => {
+                                let bytes = self.src.buf[a..b].to_vec();
+                                self.string(offset, bytes)?
+                            }
+                        }
+                    } else {
+                        let bytes = self.src.vec(n as u64, "SHORT_BINUNICODE")?;
+                        self.string(offset, bytes)?
+                    };
                     self.push(offset, v)?
                 }
                 b'X' => {
@@ -840,29 +915,58 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     l.borrow_mut().push(v);
                 }
                 b'e' | 0x90 => {
-                    let items = self.pop_mark(offset)?;
-                    let l = self.list_target(offset, self.top(offset)?)?;
-                    for v in items {
+                    let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
+                    if m == 0 {
+                        return Err(self.malformed(offset, "APPENDS with no list below its MARK"));
+                    }
+                    let l = self.list_target(offset, &self.stack[m - 1])?;
+                    let mut items = std::mem::take(&mut self.scratch);
+                    items.extend(self.stack.drain(m..));
+                    for v in items.drain(..) {
                         let v = self.maybe_compact(offset, v)?;
                         l.borrow_mut().push(v);
                     }
+                    self.scratch = items;
                 }
                 b's' => {
                     let v = self.pop(offset)?;
                     let k = self.pop(offset)?;
                     let d = self.dict_target(offset, self.top(offset)?)?;
-                    d.borrow_mut().items.push((k, v));
+                    let mut d = d.borrow_mut();
+                    d.declined = false;
+                    d.items.push((k, v));
                 }
                 b'u' => {
-                    let items = self.pop_mark(offset)?;
-                    if items.len() % 2 != 0 {
+                    let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
+                    if (self.stack.len() - m) % 2 != 0 {
                         return Err(self.malformed(offset, "SETITEMS with an odd number of values"));
                     }
-                    let d = self.dict_target(offset, self.top(offset)?)?;
-                    let mut d = d.borrow_mut();
-                    let mut it = items.into_iter();
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        d.items.push((k, v));
+                    if m == 0 {
+                        return Err(self.malformed(offset, "SETITEMS with no dict below its MARK"));
+                    }
+                    let d = self.dict_target(offset, &self.stack[m - 1])?;
+                    // A dict filled at once may be a trace entry: compact it
+                    // straight from the stack, never building its items.
+                    let fresh = d.borrow().items.is_empty();
+                    let mut compacted = None;
+                    if fresh {
+                        let mut stack = std::mem::take(&mut self.stack);
+                        let r = self.compact_pairs(offset, &mut stack[m..]);
+                        self.stack = stack;
+                        compacted = r?;
+                    }
+                    if let Some(id) = compacted {
+                        self.stack.truncate(m);
+                        self.release_dict_memo(&d, id);
+                        self.stack[m - 1] = Value::Entry(id);
+                    } else {
+                        let mut d = d.borrow_mut();
+                        d.declined = fresh;
+                        d.items.reserve((self.stack.len() - m) / 2);
+                        let mut it = self.stack.drain(m..);
+                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                            d.items.push((k, v));
+                        }
                     }
                 }
                 b'l' => {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::rc::Rc;
 
-use super::pickle::{decode, Compactor, Dict, Limits, List, Shared, Value};
+use super::pickle::{decode, Compactor, Dict, FastHash, Limits, List, Shared, Value};
 use super::{Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, Settings, Trace, TraceError, TraceFormat};
 use crate::alloc::{Action, BlockState, Event};
 
@@ -21,10 +21,10 @@ struct EntryColumns {
     stack: Vec<u32>,
     /// Frames by the identity of their (memo-shared) dicts, which are kept
     /// alive here so an address cannot be reused.
-    frame_ids: HashMap<usize, u32>,
+    frame_ids: HashMap<usize, u32, FastHash>,
     frames: Vec<Shared<Dict>>,
     /// Call stacks as lists of frame ids (ids are index + 1; 0 = none).
-    stack_ids: HashMap<Vec<u32>, u32>,
+    stack_ids: HashMap<Vec<u32>, u32, FastHash>,
     stacks: Vec<Vec<u32>>,
     /// `user_defined` entries (torch ~2.4): record_function markers.
     user_defined: Vec<(u32, String)>,
@@ -47,13 +47,26 @@ fn kind_of(name: &str) -> Option<Kind> {
 }
 
 impl Compactor for EntryColumns {
-    fn compact(&mut self, d: &Dict) -> Result<Option<u32>, String> {
-        let Some(action) = d.get("action") else { return Ok(None) };
-        let Some(name) = action.as_str() else { return Ok(None) };
+    fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String> {
+        // One pass over the keys; most dicts (frames, blocks) have no action.
+        let (mut action, mut addr, mut device_free, mut size, mut stream, mut time, mut frames) =
+            (None, None, None, None, None, None, None);
+        for pair in kv.chunks_exact(2) {
+            let (k, v) = (&pair[0], &pair[1]);
+            match k.as_str() {
+                Some("action") => action = v.as_str(),
+                Some("addr") => addr = v.as_u64(),
+                Some("device_free") => device_free = v.as_u64(),
+                Some("size") => size = v.as_u64(),
+                Some("stream") => stream = v.as_u64(),
+                Some("time_us") => time = v.as_i64(),
+                Some("frames") => frames = Some(v),
+                _ => {}
+            }
+        }
+        let Some(name) = action else { return Ok(None) };
         let kind = kind_of(name).ok_or_else(|| format!("trace entry with unknown action {name:?}"))?;
-        let num = |key: &str| d.get(key).and_then(Value::as_u64);
-        let addr =
-            if kind == Kind::Action(Action::Oom) { num("device_free").or_else(|| num("addr")) } else { num("addr") };
+        let addr = if kind == Kind::Action(Action::Oom) { device_free.or(addr) } else { addr };
         let id = self.events.len() as u32;
         let action = match kind {
             Kind::Action(a) => a,
@@ -63,12 +76,13 @@ impl Compactor for EntryColumns {
             }
         };
         if kind == Kind::UserDefined {
-            let label = d.get("name").and_then(|v| v.as_str()).unwrap_or("user_defined").to_string();
+            let name = kv.chunks_exact(2).find(|p| p[0].as_str() == Some("name")).and_then(|p| p[1].as_str());
+            let label = name.unwrap_or("user_defined").to_string();
             self.user_defined.push((id, label));
         }
-        self.events.push(Event::new(action, addr.unwrap_or(0), num("size").unwrap_or(0), num("stream").unwrap_or(0)));
-        self.time_us.push(d.get("time_us").and_then(Value::as_i64).unwrap_or(0));
-        let stack = match d.get("frames") {
+        self.events.push(Event::new(action, addr.unwrap_or(0), size.unwrap_or(0), stream.unwrap_or(0)));
+        self.time_us.push(time.unwrap_or(0));
+        let stack = match frames {
             Some(Value::Stack(s)) => *s,
             Some(Value::List(l)) => self.intern_stack(&l.borrow()),
             _ => 0,
@@ -274,12 +288,23 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
         let mut ids: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
         for (d, dev) in lists.iter().enumerate() {
             let Value::List(l) = dev else {
-                return Err(schema(&format!("device_traces[{d}]"), format!("is a {}, expected a list", dev.type_name())));
+                return Err(schema(
+                    &format!("device_traces[{d}]"),
+                    format!("is a {}, expected a list", dev.type_name()),
+                ));
             };
             let l = l.borrow();
             if l.has_other_items() {
-                let (i, e) = l.items().into_iter().enumerate().find(|(_, e)| !matches!(e, Value::Entry(_))).unwrap_or((0, Value::None));
-                return Err(schema(&format!("device_traces[{d}][{i}]"), format!("is a {}, expected a trace entry", e.type_name())));
+                let (i, e) = l
+                    .items()
+                    .into_iter()
+                    .enumerate()
+                    .find(|(_, e)| !matches!(e, Value::Entry(_)))
+                    .unwrap_or((0, Value::None));
+                return Err(schema(
+                    &format!("device_traces[{d}][{i}]"),
+                    format!("is a {}, expected a trace entry", e.type_name()),
+                ));
             }
             let v: Vec<u32> = l.entry_ids().collect();
             ids.push(v);
@@ -291,7 +316,10 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
         let n = cols.events.len();
         let whole = ids.iter().filter(|v| !v.is_empty()).count() == 1
             && cols.special.is_empty()
-            && ids.iter().find(|v| !v.is_empty()).is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
+            && ids
+                .iter()
+                .find(|v| !v.is_empty())
+                .is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
         for (d, v) in ids.iter().enumerate() {
             let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
             if whole && !v.is_empty() {
