@@ -435,10 +435,12 @@ fn summary_text(
         }
         _ => o.push_str("fidelity: what-if (the trace's requests under this config, simulated addresses)\n"),
     }
-    let bar = "|===========================================================================|\n";
-    let sep = "|---------------------------------------------------------------------------|\n";
+    let bar = format!("|{}|\n", "=".repeat(81));
+    let sep = format!("|{}|\n", "-".repeat(81));
+    let bar = bar.as_str();
+    let sep = sep.as_str();
     o.push_str(bar);
-    o.push_str("|               PyTorch CUDA memory summary, replayed by gpumem-top         |\n");
+    o.push_str(&format!("|{:^81}|\n", "PyTorch CUDA memory summary, replayed by gpumem-top"));
     o.push_str(sep);
     o.push_str(&format!(
         "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
@@ -476,10 +478,11 @@ fn summary_text(
         s.oversize_segments.freed
     ));
     o.push_str(sep);
-    o.push_str(&format!(
-        "| cudaMalloc/map: {:<8} cudaFree/unmap: {:<8} retries: {:<6} OOMs: {:<7}|\n",
+    let counters = format!(
+        "cudaMalloc/map: {}   cudaFree/unmap: {}   retries: {}   OOMs: {}",
         s.num_device_alloc, s.num_device_free, s.num_alloc_retries, s.num_ooms
-    ));
+    );
+    o.push_str(&format!("| {counters:<80}|\n"));
     o.push_str(bar);
     if let Some(r) = exact.filter(|r| r.divergence.is_none()) {
         let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);

@@ -201,7 +201,11 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
             .or_else(|| history_last.as_ref().and_then(|h| opt_u64(h, "real_size")))
             .unwrap_or(size);
         let frames = b.get("frames").or_else(|| history_last.as_ref().and_then(|h| h.get("frames")));
-        let stack = w.intern(frames_of(frames));
+        // Frame lists already interned while decoding share the entries' ids.
+        let stack = match frames {
+            Some(Value::Stack(s)) => s,
+            other => w.intern(frames_of(other)),
+        };
         let address = opt_u64(b, "address").unwrap_or(at);
         at = address + size;
         blocks.push(RecordedBlock { address, size, requested_size, state, stack });

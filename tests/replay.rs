@@ -1,0 +1,263 @@
+//! Replay of real PyTorch snapshots, recorded on an H200 with torch 2.11,
+//! through the `gpumem-top` binary: fidelity, stats against what PyTorch
+//! reported, the event stream, the JSON contract and the other input formats.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::fixture;
+use gpumem_top::alloc::{Action, BlockState};
+use gpumem_top::trace;
+use serde_json::Value;
+
+const TRACES: [&str; 5] =
+    ["gpt2_train", "gpt2_train_expandable", "resnet50_train", "llama_pressure", "multistream_pipeline"];
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().expect("run gpumem-top")
+}
+
+fn truth(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("traces/{name}.truth.json"))).unwrap()).unwrap()
+}
+
+fn trace_path(name: &str) -> String {
+    fixture(&format!("traces/{name}.pickle.gz")).to_string_lossy().to_string()
+}
+
+fn replay_json(name: &str, extra: &[&str]) -> Value {
+    let t = truth(name);
+    let path = trace_path(name);
+    let mut args = vec!["replay", path.as_str(), "--json"];
+    let limit = t["memory_limit_bytes"].as_u64().map(|l| l.to_string());
+    if let Some(l) = &limit {
+        args.extend(["--memory-limit", l]);
+    }
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn every_trace_replays_exactly_and_reaches_pytorchs_stats() {
+    for name in TRACES {
+        let j = replay_json(name, &[]);
+        let t = truth(name);
+        assert_eq!(j["fidelity"], "exact", "{name}: {}", j["first_divergence"]);
+        assert_eq!(j["first_divergence"], Value::Null);
+        assert_eq!(j["format"], "pytorch-snapshot");
+        assert_eq!(j["trace"], format!("{name}.pickle.gz"));
+        let stats = j["stats"].as_object().unwrap();
+        assert_eq!(stats.len(), 121, "{name}: all of memory_stats()");
+        // Every value PyTorch reported at the end of the run, not only the
+        // eight the contract names.
+        for (k, want) in t["stats"].as_object().unwrap() {
+            assert_eq!(&stats[k], want, "{name}: {k}");
+        }
+        let peak = &j["peak"];
+        assert_eq!(peak["allocated_bytes"], t["stats"]["allocated_bytes.all.peak"], "{name}");
+        assert!(peak["time_us"].as_i64().unwrap() > 1_700_000_000_000_000, "{name}: time_us is µs since the epoch");
+        let pr = 1.0
+            - t["stats"]["allocated_bytes.all.peak"].as_f64().unwrap()
+                / t["stats"]["reserved_bytes.all.peak"].as_f64().unwrap();
+        assert!((j["fragmentation"]["peak_ratio"].as_f64().unwrap() - pr).abs() < 1e-4, "{name}");
+        assert_eq!(
+            j["fragmentation"]["at_peak_reserved_minus_allocated_bytes"].as_u64().unwrap(),
+            peak["reserved_bytes"].as_u64().unwrap() - peak["allocated_bytes"].as_u64().unwrap()
+        );
+        assert_eq!(j["compare"], serde_json::json!([]));
+    }
+}
+
+#[test]
+fn gpt2_peak_is_found_at_its_event() {
+    let j = replay_json("gpt2_train", &[]);
+    assert_eq!(j["events"], 14327);
+    assert_eq!(j["peak"]["event"], 4400);
+    assert_eq!(j["peak"]["allocated_bytes"], 17_423_266_816u64);
+    assert_eq!(j["peak"]["reserved_bytes"], 19_815_989_248u64);
+    assert_eq!(j["fragmentation"]["peak_ratio"], 0.1207);
+}
+
+#[test]
+fn dump_events_equals_the_recorded_trace_event_for_event() {
+    let dir = tempdir();
+    for name in TRACES {
+        let out = dir.join(format!("{name}.jsonl"));
+        let out_s = out.to_string_lossy().to_string();
+        replay_json(name, &["--dump-events", &out_s]);
+        let recorded = trace::load(Path::new(&trace_path(name))).unwrap();
+        let dumped = trace::load(&out).unwrap();
+        assert_eq!(dumped.format, trace::TraceFormat::Jsonl);
+        let (r, d) = (&recorded.devices[0].events, &dumped.devices[0].events);
+        assert_eq!(r.len(), d.len(), "{name}");
+        for (i, (a, b)) in r.iter().zip(d).enumerate() {
+            // oom entries record cudaMemGetInfo's free bytes, which no replay knows.
+            let same = a.action == b.action
+                && a.size == b.size
+                && a.stream == b.stream
+                && (a.action == Action::Oom || a.addr == b.addr);
+            assert!(same, "{name} event {i}: recorded {a:?}, dumped {b:?}");
+        }
+        // Our own JSONL replays exactly too, given the config and limit
+        // (JSONL carries events only).
+        let t = truth(name);
+        let conf = t["alloc_conf"].as_str().unwrap().to_string();
+        let limit = t["memory_limit_bytes"].as_u64().map(|l| l.to_string());
+        let mut args = vec!["replay", out_s.as_str(), "--json"];
+        if !conf.is_empty() {
+            args.extend(["--alloc-conf", conf.as_str()]);
+        }
+        if let Some(l) = &limit {
+            args.extend(["--memory-limit", l.as_str()]);
+        }
+        let j: Value = serde_json::from_slice(&run(&args).stdout).unwrap();
+        assert_eq!(j["fidelity"], "exact", "{name} from JSONL: {}", j["first_divergence"]);
+        assert_eq!(j["format"], "jsonl");
+    }
+}
+
+#[test]
+fn a_real_snapshot_with_cpp_frames_and_an_oom_decodes_field_by_field() {
+    let t = trace::load(&fixture("traces/small_snapshot.pickle")).unwrap();
+    assert_eq!(t.devices.len(), 1);
+    let d = &t.devices[0];
+    assert_eq!(d.events.len(), 17);
+    assert_eq!(d.segments.len(), 3);
+    let s0 = &d.segments[0];
+    assert_eq!((s0.address, s0.total_size, s0.small), (139_826_149_982_208, 31_457_280, false));
+    assert_eq!(s0.blocks[0].state, BlockState::ActiveAllocated);
+    let frames = &t.stacks[s0.blocks[0].stack as usize - 1];
+    assert_eq!(frames.len(), 28);
+    assert_eq!(frames[0].name, "torch::unwind::unwind()");
+    assert_eq!(frames[0].filename, "??");
+    let s2 = &d.segments[2];
+    assert_eq!(
+        s2.blocks.iter().map(|b| (b.size, b.requested_size, b.state)).collect::<Vec<_>>(),
+        [(20480, 20000, BlockState::ActiveAllocated), (2_076_672, 400, BlockState::Inactive)]
+    );
+    let oom = d.events.iter().find(|e| e.action == Action::Oom).unwrap();
+    // `device_free` goes where PyTorch's other entries keep the address.
+    assert_eq!((oom.addr, oom.size), (149_446_328_320, 1_125_899_906_842_624));
+    assert_eq!(d.events.iter().filter(|e| e.action == Action::Snapshot).count(), 2);
+    let st = t.settings.as_ref().unwrap();
+    assert_eq!((st.conf.as_str(), st.max_split_size, st.expandable_segments), ("", Some(-1), Some(false)));
+    // It replays exactly, its OOM included.
+    let out = run(&["replay", &fixture("traces/small_snapshot.pickle").to_string_lossy(), "--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "exact");
+    assert_eq!(j["stats"]["num_ooms"], 1);
+}
+
+#[test]
+fn a_3000_allocation_fixture_with_python_frames_replays_exactly() {
+    let t = trace::load(&fixture("traces/fixture_py3000.pickle.gz")).unwrap();
+    let d = t.main_device().unwrap();
+    assert_eq!(d.events.len(), 8916);
+    assert!(d.stacks.iter().filter(|&&s| s != 0).count() > 8000);
+    let out = run(&["replay", &fixture("traces/fixture_py3000.pickle.gz").to_string_lossy(), "--json"]);
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "exact", "{}", j["first_divergence"]);
+}
+
+#[test]
+fn what_if_and_compare_answer_the_expandable_segments_question() {
+    let path = trace_path("gpt2_train");
+    let out = run(&[
+        "replay",
+        &path,
+        "--json",
+        "--compare",
+        "expandable_segments:True",
+        "--compare",
+        "max_split_size_mb:128",
+    ]);
+    assert!(out.status.success());
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = j["compare"].as_array().unwrap();
+    assert_eq!(c.len(), 3);
+    // The first row is the run as recorded.
+    assert_eq!(c[0]["peak_reserved_bytes"], 19_815_989_248u64);
+    assert_eq!(c[0]["peak_allocated_bytes"], 17_423_266_816u64);
+    assert_eq!(c[1]["alloc_conf"], "expandable_segments:True");
+    // From the default run's requests alone, the what-if reaches the peaks
+    // PyTorch itself reported when the same training ran with expandable
+    // segments (gpt2_train_expandable.truth.json), to the byte.
+    let es = truth("gpt2_train_expandable");
+    assert_eq!(c[1]["peak_reserved_bytes"], es["stats"]["reserved_bytes.all.peak"]);
+    assert_eq!(c[1]["peak_allocated_bytes"], es["stats"]["allocated_bytes.all.peak"]);
+    assert_eq!(c[2]["alloc_conf"], "max_split_size_mb:128");
+    for row in c {
+        assert_eq!(row["num_ooms"], 0);
+    }
+
+    let out = run(&["replay", &path, "--json", "--alloc-conf", "expandable_segments:True"]);
+    let w: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(w["fidelity"], "what-if");
+    assert_eq!(w["alloc_conf"], "expandable_segments:True");
+    assert_eq!(w["stats"]["reserved_bytes.all.peak"], c[1]["peak_reserved_bytes"]);
+
+    // A memory limit below what the run needs turns allocations into OOMs.
+    let out = run(&["replay", &path, "--json", "--memory-limit", "8000000000"]);
+    let l: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(l["fidelity"], "what-if");
+    assert!(l["stats"]["num_ooms"].as_u64().unwrap() > 0);
+    assert!(l["stats"]["reserved_bytes.all.peak"].as_u64().unwrap() <= 8_000_000_000);
+}
+
+#[test]
+fn the_human_summary_names_fidelity_peak_and_fragmentation() {
+    let out = run(&["replay", &trace_path("llama_pressure"), "--memory-limit", "9006592819"]);
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("fidelity: exact, all 4547 events reproduced"), "{s}");
+    assert!(s.contains("| Allocated memory        |   64.00 MiB |    7.87 GiB |   14.40 GiB |   14.34 GiB |"), "{s}");
+    assert!(s.lines().filter(|l| l.starts_with('|')).all(|l| l.chars().count() == 83), "{s}");
+    assert!(s.contains("OOMs: 1"), "{s}");
+    assert!(s.contains("peak: event 3815"), "{s}");
+    assert!(s.contains("peak_ratio 0.0552"), "{s}");
+}
+
+#[test]
+fn an_rmm_log_replays_its_requests() {
+    let dir = tempdir();
+    let p = dir.join("rmm.csv");
+    std::fs::write(
+        &p,
+        "Thread,Time,Action,Pointer,Size,Stream\n\
+         1,08:00:00:000001,allocate,0x7f0000000000,5242880,0x0\n\
+         1,08:00:00:000002,allocate,0x7f0000500000,3145728,0x0\n\
+         1,08:00:00:000003,free,0x7f0000000000,5242880,0x0\n",
+    )
+    .unwrap();
+    let out = run(&["replay", &p.to_string_lossy(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["format"], "rmm-csv");
+    assert_eq!(j["fidelity"], "what-if");
+    // 5 MiB and 3 MiB share one 20 MiB segment; the 5 MiB block is free again.
+    assert_eq!(j["stats"]["reserved_bytes.all.current"], 20 << 20);
+    assert_eq!(j["stats"]["allocated_bytes.all.current"], 3 << 20);
+    assert_eq!(j["stats"]["allocated_bytes.all.peak"], 8 << 20);
+}
+
+pub fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpumem-top-test-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed) * 1000
+        + std::time::SystemTime::now().elapsed().map(|d| d.as_nanos() as u64 % 1000).unwrap_or(0)
+}
