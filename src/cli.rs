@@ -123,7 +123,7 @@ pub fn load_with_progress(path: &Path) -> Result<Trace> {
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
                 if start.elapsed() >= Duration::from_secs(1) && !done.load(Ordering::Relaxed) {
-                    let pct = if total > 0 { 100 * n.load(Ordering::Relaxed) / total } else { 0 };
+                    let pct = (100 * n.load(Ordering::Relaxed)).checked_div(total).unwrap_or(0);
                     eprint!("\rloading {name}: {pct}% ");
                     shown = true;
                 }
@@ -142,7 +142,7 @@ pub fn load_with_progress(path: &Path) -> Result<Trace> {
     out.map_err(|e| anyhow!(e).context(path.display().to_string()))
 }
 
-fn pick_device<'t>(t: &'t Trace, want: Option<i32>) -> Result<&'t DeviceTrace> {
+fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
     match want {
         Some(d) => t
             .devices

@@ -168,11 +168,95 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
 }
 
 /// Reads a trace of any supported format, recognising gzip by its magic bytes.
-pub fn read_any_compressed<R: BufRead>(mut r: R) -> Result<Trace, TraceError> {
+/// Decompression runs on its own thread, ahead of the parser.
+pub fn read_any_compressed<R: BufRead + Send + 'static>(mut r: R) -> Result<Trace, TraceError> {
     if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
-        read_any(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(r)))
+        let pipe = Prefetch::spawn(flate2::bufread::MultiGzDecoder::new(r));
+        read_any(BufReader::with_capacity(1 << 16, pipe))
     } else {
         read_any(r)
+    }
+}
+
+/// A reader filled by a background thread in large chunks, so that reading
+/// (and decompressing) overlaps with parsing. Errors arrive in order.
+struct Prefetch {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl Prefetch {
+    fn spawn<R: std::io::Read + Send + 'static>(mut r: R) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        std::thread::spawn(move || loop {
+            let mut buf = vec![0u8; 256 << 10];
+            let mut n = 0;
+            // Fill the chunk, so the parser sees few, large pieces.
+            let res = loop {
+                match r.read(&mut buf[n..]) {
+                    Ok(0) => break Ok(()),
+                    Ok(k) => {
+                        n += k;
+                        if n == buf.len() {
+                            break Ok(());
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            buf.truncate(n);
+            let last = n == 0 || res.is_err();
+            let msg = match res {
+                Ok(()) if n > 0 => Ok(buf),
+                Ok(()) => Ok(Vec::new()),
+                Err(e) if n > 0 => {
+                    // Deliver what was read before the error, then the error.
+                    if tx.send(Ok(buf)).is_err() {
+                        return;
+                    }
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            };
+            if tx.send(msg).is_err() || last {
+                return;
+            }
+        });
+        Prefetch { rx, cur: Vec::new(), pos: 0, done: false }
+    }
+}
+
+impl std::io::Read for Prefetch {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.cur.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.recv() {
+                Ok(Ok(chunk)) => {
+                    if chunk.is_empty() {
+                        self.done = true;
+                    }
+                    self.cur = chunk;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let k = out.len().min(self.cur.len() - self.pos);
+        out[..k].copy_from_slice(&self.cur[self.pos..self.pos + k]);
+        self.pos += k;
+        Ok(k)
     }
 }
 

@@ -107,6 +107,11 @@ impl List {
         self.runs.iter().flat_map(|&(a, n)| a..a + n)
     }
 
+    /// The plain items (compacted entries excluded).
+    pub fn values(&self) -> &[Value] {
+        &self.items
+    }
+
     /// Whether the list holds values other than compacted entries.
     pub fn has_other_items(&self) -> bool {
         !self.items.is_empty()
@@ -503,8 +508,6 @@ struct Vm<'c, R, C> {
     memo: Memo,
     memo_sparse: HashMap<u64, Value>,
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
-    /// Reused buffer for APPENDS.
-    scratch: Vec<Value>,
     allowance: u64,
     charged: u64,
     limits: Limits,
@@ -520,7 +523,6 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         memo: Memo::default(),
         memo_sparse: HashMap::new(),
         strings: HashMap::default(),
-        scratch: Vec::new(),
         allowance: limits.slack,
         charged: 0,
         limits,
@@ -920,13 +922,26 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                         return Err(self.malformed(offset, "APPENDS with no list below its MARK"));
                     }
                     let l = self.list_target(offset, &self.stack[m - 1])?;
-                    let mut items = std::mem::take(&mut self.scratch);
-                    items.extend(self.stack.drain(m..));
-                    for v in items.drain(..) {
-                        let v = self.maybe_compact(offset, v)?;
-                        l.borrow_mut().push(v);
+                    let mut stack = std::mem::take(&mut self.stack);
+                    let n = stack.len() - m;
+                    if l.borrow().runs.is_empty() {
+                        l.borrow_mut().items.reserve(n);
                     }
-                    self.scratch = items;
+                    let mut res = Ok(());
+                    for v in stack.drain(m..) {
+                        // The list is borrowed only to push: a dict may hold
+                        // the very list it is appended to.
+                        match self.maybe_compact(offset, v) {
+                            Ok(v) => l.borrow_mut().push(v),
+                            Err(e) => {
+                                res = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    stack.truncate(m);
+                    self.stack = stack;
+                    res?;
                 }
                 b's' => {
                     let v = self.pop(offset)?;
@@ -1069,14 +1084,39 @@ mod tests {
     }
 
     #[test]
+    fn a_dict_appended_to_a_list_it_contains_does_not_panic() {
+        // l = []; d = {}; d['action'] = 'alloc'; d['frames'] = l; l.extend([d])
+        // (SETITEM one at a time, then APPENDS, so the compactor inspects d
+        // while it is being appended to l).
+        let p = b"\x80\x04]\x94(}\x94\x8c\x06action\x94\x8c\x05alloc\x94s\x8c\x06frames\x94h\x00se.";
+        let mut c = Inspect::default();
+        let v = decode(&p[..], &mut c, Limits::default()).unwrap();
+        assert_eq!(c.seen, 1);
+        assert_eq!(v.items().map(|i| i.len()), Some(1));
+    }
+
+    #[derive(Default)]
+    struct Inspect {
+        seen: u32,
+    }
+
+    impl Compactor for Inspect {
+        fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String> {
+            self.seen += kv.chunks_exact(2).any(|p| p[0].as_str() == Some("action")) as u32;
+            Ok(None)
+        }
+        fn compact_list(&mut self, _key: &str, list: &List) -> Option<u32> {
+            // Looks at the list the dict is being appended to.
+            let _ = list.len();
+            None
+        }
+    }
+
+    #[test]
     fn a_million_nested_lists_neither_overflow_nor_blow_up() {
         let mut p = vec![0x80, 0x04];
-        for _ in 0..1_000_000 {
-            p.extend_from_slice(b"]");
-        }
-        for _ in 0..999_999 {
-            p.push(b'a');
-        }
+        p.extend(std::iter::repeat_n(b']', 1_000_000));
+        p.extend(std::iter::repeat_n(b'a', 999_999));
         p.push(b'.');
         let v = decode_bytes(&p).unwrap();
         drop(v);

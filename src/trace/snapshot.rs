@@ -26,6 +26,8 @@ struct EntryColumns {
     /// Call stacks as lists of frame ids (ids are index + 1; 0 = none).
     stack_ids: HashMap<Vec<u32>, u32, FastHash>,
     stacks: Vec<Vec<u32>>,
+    /// Reused key buffer for stack lookups.
+    scratch: Vec<u32>,
     /// `user_defined` entries (torch ~2.4): record_function markers.
     user_defined: Vec<(u32, String)>,
 }
@@ -103,8 +105,9 @@ impl EntryColumns {
         if list.is_empty() {
             return 0;
         }
-        let mut key = Vec::with_capacity(list.len());
-        for f in &list.items() {
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        for f in list.values() {
             let Value::Dict(fd) = f else { continue };
             let ptr = Rc::as_ptr(fd) as usize;
             let id = match self.frame_ids.get(&ptr) {
@@ -118,7 +121,8 @@ impl EntryColumns {
             };
             key.push(id);
         }
-        if let Some(&s) = self.stack_ids.get(&key) {
+        if let Some(&s) = self.stack_ids.get(key.as_slice()) {
+            self.scratch = key;
             return s;
         }
         self.stacks.push(key.clone());

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Speed and memory of `gpumem-top replay TRACE --json` against CPython merely
+# unpickling the same file, alternating the two in one run on one machine.
+#   bash benches/replay_vs_python.sh [TRACE] [RUNS]
+# Default TRACE: ../shared/traces/resnet50_long.pickle.gz (671,785 events).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trace=${1:-../shared/traces/resnet50_long.pickle.gz}
+runs=${2:-7}
+cargo build --release --quiet
+bin=target/release/gpumem-top
+ours=(); py=(); ours_kb=(); py_kb=()
+for _ in $(seq "$runs"); do
+  o=$( { /usr/bin/time -f "%e %M" "$bin" replay "$trace" --json >/dev/null; } 2>&1 | tail -1)
+  p=$( { /usr/bin/time -f "%e %M" python3 -c "import gzip,pickle,sys; pickle.load(gzip.open(sys.argv[1]))" "$trace"; } 2>&1 | tail -1)
+  ours+=("${o% *}"); ours_kb+=("${o#* }"); py+=("${p% *}"); py_kb+=("${p#* }")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+mo=$(median "${ours[@]}"); mp=$(median "${py[@]}")
+echo "trace: $trace ($runs runs each, alternating)"
+echo "gpumem-top replay --json: median $mo s, peak RSS $(median "${ours_kb[@]}") KiB (all: ${ours[*]})"
+echo "python3 pickle.load:      median $mp s, peak RSS $(median "${py_kb[@]}") KiB (all: ${py[*]})"
+echo "speedup: $(awk -v a="$mp" -v b="$mo" 'BEGIN {printf "%.2f", a/b}')x"
