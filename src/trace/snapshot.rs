@@ -26,8 +26,14 @@ struct EntryColumns {
     /// Call stacks as lists of frame ids (ids are index + 1; 0 = none).
     stack_ids: HashMap<Vec<u32>, u32, FastHash>,
     stacks: Vec<Vec<u32>>,
-    /// Reused key buffer for stack lookups.
+    /// Reused key buffers for stack lookups.
     scratch: Vec<u32>,
+    ptr_scratch: Vec<usize>,
+    /// Stacks by the identities of their (pinned) frame dicts.
+    stack_by_ptrs: HashMap<Vec<usize>, u32, FastHash>,
+    /// The key strings, recognised by identity once seen (and kept alive
+    /// here so the identity stays theirs): see `KEYS`.
+    key_rcs: [Option<Rc<String>>; 7],
     /// `user_defined` entries (torch ~2.4): record_function markers.
     user_defined: Vec<(u32, String)>,
 }
@@ -48,6 +54,8 @@ fn kind_of(name: &str) -> Option<Kind> {
     }
 }
 
+const KEYS: [&str; 7] = ["action", "addr", "device_free", "size", "stream", "time_us", "frames"];
+
 impl Compactor for EntryColumns {
     fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String> {
         // One pass over the keys; most dicts (frames, blocks) have no action.
@@ -55,15 +63,25 @@ impl Compactor for EntryColumns {
             (None, None, None, None, None, None, None);
         for pair in kv.chunks_exact(2) {
             let (k, v) = (&pair[0], &pair[1]);
-            match k.as_str() {
-                Some("action") => action = v.as_str(),
-                Some("addr") => addr = v.as_u64(),
-                Some("device_free") => device_free = v.as_u64(),
-                Some("size") => size = v.as_u64(),
-                Some("stream") => stream = v.as_u64(),
-                Some("time_us") => time = v.as_i64(),
-                Some("frames") => frames = Some(v),
-                _ => {}
+            let Value::Str(ks) = k else { continue };
+            let field = match self.key_rcs.iter().position(|x| x.as_ref().is_some_and(|x| Rc::ptr_eq(x, ks))) {
+                Some(f) => f,
+                None => match KEYS.iter().position(|&name| name == ks.as_str()) {
+                    Some(f) => {
+                        self.key_rcs[f] = Some(ks.clone());
+                        f
+                    }
+                    None => continue,
+                },
+            };
+            match field {
+                0 => action = v.as_str(),
+                1 => addr = v.as_u64(),
+                2 => device_free = v.as_u64(),
+                3 => size = v.as_u64(),
+                4 => stream = v.as_u64(),
+                5 => time = v.as_i64(),
+                _ => frames = Some(v),
             }
         }
         let Some(name) = action else { return Ok(None) };
@@ -105,6 +123,19 @@ impl EntryColumns {
         if list.is_empty() {
             return 0;
         }
+        // Fast path: the same frame dicts (by identity) as a stack seen
+        // before. Every dict in such a key was pinned when the key was
+        // stored, so an address cannot have been reused by another dict.
+        let mut ptrs = std::mem::take(&mut self.ptr_scratch);
+        ptrs.clear();
+        ptrs.extend(list.values().iter().map(|f| match f {
+            Value::Dict(fd) => Rc::as_ptr(fd) as usize,
+            _ => 0,
+        }));
+        if let Some(&s) = self.stack_by_ptrs.get(ptrs.as_slice()) {
+            self.ptr_scratch = ptrs;
+            return s;
+        }
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
         for f in list.values() {
@@ -121,13 +152,21 @@ impl EntryColumns {
             };
             key.push(id);
         }
-        if let Some(&s) = self.stack_ids.get(key.as_slice()) {
-            self.scratch = key;
-            return s;
+        let s = match self.stack_ids.get(key.as_slice()) {
+            Some(&s) => {
+                self.scratch = key;
+                s
+            }
+            None => {
+                self.stacks.push(key.clone());
+                let s = self.stacks.len() as u32;
+                self.stack_ids.insert(key, s);
+                s
+            }
+        };
+        if self.stack_by_ptrs.len() < 1 << 16 {
+            self.stack_by_ptrs.insert(ptrs, s);
         }
-        self.stacks.push(key.clone());
-        let s = self.stacks.len() as u32;
-        self.stack_ids.insert(key, s);
         s
     }
 }
