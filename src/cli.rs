@@ -17,6 +17,7 @@ use thiserror::Error;
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::replay::whatif::{requests, run_requests, Request};
+use crate::replay::wrapped::{replay_wrapped, starts_empty};
 use crate::replay::{replay_events, ReplayOptions, ReplayResult};
 use crate::trace::{self, DeviceTrace, Trace};
 
@@ -232,7 +233,15 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         opts.stop_at = Some(i.saturating_add(1));
     }
     let has_segments = dev.has_segment_events();
-    let exact: Option<ReplayResult> = has_segments.then(|| replay_events(rec, &opts, ()));
+    // A trace whose ring buffer wrapped starts mid-run: rebuild the start.
+    let wrapped = has_segments && !starts_empty(dev);
+    let exact: Option<ReplayResult> = if !has_segments {
+        None
+    } else if wrapped {
+        Some(replay_wrapped(rec, &opts, dev, 256).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?)
+    } else {
+        Some(replay_events(rec, &opts, ()))
+    };
     let changed = what_if_conf.is_some() || limit.is_some();
 
     // When the trace cannot be reproduced with a changed config or limit (or
@@ -302,6 +311,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             "device": dev.device,
             "events": dev.events.len(),
             "alloc_conf": exact_conf.source,
+            "start": if wrapped { "reconstructed" } else { "process-start" },
             "memory_limit_bytes": limit,
             "fidelity": fidelity,
             "first_divergence": divergence.as_ref().map(|d| json!({
@@ -331,6 +341,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         writeln!(so)?;
     } else {
         let mut so = std::io::stdout().lock();
+        if wrapped {
+            writeln!(so, "note: the trace does not start at process start (its ring buffer wrapped); the state at its first event was rebuilt from the final segments, so peaks and counters cover the recorded window only")?;
+        }
         write!(
             so,
             "{}",

@@ -261,3 +261,28 @@ fn rand_suffix() -> u64 {
     N.fetch_add(1, Ordering::Relaxed) * 1000
         + std::time::SystemTime::now().elapsed().map(|d| d.as_nanos() as u64 % 1000).unwrap_or(0)
 }
+
+/// The same GPT-2 snapshot with its first 3,000 trace entries dropped, as a
+/// ring buffer of `max_entries` would (made with CPython's pickle).
+#[test]
+fn a_wrapped_trace_is_rebuilt_from_its_final_segments_and_says_so() {
+    let out = run(&["replay", &fixture("traces/gpt2_train_wrapped.pickle.gz").to_string_lossy(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["start"], "reconstructed");
+    assert_eq!(j["fidelity"], "exact", "{}", j["first_divergence"]);
+    assert_eq!(j["events"], 14327 - 3000);
+    let t = truth("gpt2_train");
+    for k in [
+        "allocated_bytes.all.current",
+        "reserved_bytes.all.current",
+        "segment.all.current",
+        "inactive_split_bytes.all.current",
+    ] {
+        assert_eq!(j["stats"][k], t["stats"][k], "{k}");
+    }
+    let text = run(&["replay", &fixture("traces/gpt2_train_wrapped.pickle.gz").to_string_lossy()]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.starts_with("note: the trace does not start at process start (its ring buffer wrapped)"), "{text}");
+    assert_eq!(replay_json("gpt2_train", &[])["start"], "process-start");
+}

@@ -130,6 +130,27 @@ fn stat_pool(pool: u8) -> usize {
     }
 }
 
+/// A live block of a segment that existed before a trace's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeedBlock {
+    pub address: u64,
+    pub size: u64,
+    pub requested: u64,
+    /// Freed by the program, waiting for `free_completed`.
+    pub pending: bool,
+}
+
+/// A (non-expandable) segment to start from; the space between its live
+/// blocks is free.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedSegment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub small: bool,
+    pub blocks: Vec<SeedBlock>,
+}
+
 /// The allocator's totals right after one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StatePoint {
@@ -1181,6 +1202,84 @@ impl<D: Device> CachingAllocator<D> {
         }
         segs.sort_by_key(|s| s.address);
         segs
+    }
+
+    /// Installs a segment that was obtained before the events being replayed
+    /// (a trace whose ring buffer wrapped). Stats account for it as if it had
+    /// been allocated now; no trace event is emitted. Returns the handles of
+    /// its live blocks by address. Blocks must lie inside the segment, in
+    /// address order, without overlap.
+    pub fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
+        let pool: u8 = if seg.small { 0 } else { 1 };
+        let sp = stat_pool(pool);
+        let mut at = seg.address;
+        let end = seg.address.checked_add(seg.size).ok_or("segment wraps the address space")?;
+        for b in &seg.blocks {
+            if b.address < at || b.size == 0 || b.address.checked_add(b.size).is_none_or(|e| e > end) {
+                return Err(format!(
+                    "block {:#x}+{} does not fit segment {:#x}+{}",
+                    b.address, b.size, seg.address, seg.size
+                ));
+            }
+            at = b.address + b.size;
+        }
+        self.total_allocated_memory += seg.size;
+        self.stats.increase(Kind::Segment, sp, 1);
+        self.stats.increase(Kind::ReservedBytes, sp, seg.size as i64);
+        if seg.size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        // Pieces in address order: free gaps and live blocks.
+        let mut pieces: Vec<(u64, u64, Option<&SeedBlock>)> = Vec::new();
+        let mut at = seg.address;
+        for b in &seg.blocks {
+            if b.address > at {
+                pieces.push((at, b.address - at, None));
+            }
+            pieces.push((b.address, b.size, Some(b)));
+            at = b.address + b.size;
+        }
+        if at < end {
+            pieces.push((at, end - at, None));
+        }
+        let split = pieces.len() > 1;
+        let mut prev = NIL;
+        let mut out = Vec::new();
+        for (addr, size, live) in pieces {
+            let i = self.new_block(seg.stream, size, addr, pool, NIL);
+            self.blocks[i as usize].prev = prev;
+            if prev != NIL {
+                self.blocks[prev as usize].next = i;
+            }
+            prev = i;
+            match live {
+                Some(b) => {
+                    let blk = &mut self.blocks[i as usize];
+                    blk.requested = b.requested;
+                    blk.allocated = !b.pending;
+                    blk.pending = b.pending;
+                    if !b.pending {
+                        self.stats.increase(Kind::Allocation, sp, 1);
+                        self.stats.increase(Kind::AllocatedBytes, sp, size as i64);
+                        if size >= self.config.max_split_size {
+                            self.stats.oversize_allocations.increase(1);
+                        }
+                    }
+                    self.stats.increase(Kind::Active, sp, 1);
+                    self.stats.increase(Kind::ActiveBytes, sp, size as i64);
+                    self.stats.increase(Kind::RequestedBytes, sp, b.requested as i64);
+                    out.push((addr, BlockId { idx: i, gen: self.blocks[i as usize].gen }));
+                }
+                None => {
+                    self.pool_insert(i);
+                    if split {
+                        self.stats.increase(Kind::InactiveSplit, sp, 1);
+                        self.stats.increase(Kind::InactiveSplitBytes, sp, size as i64);
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Checks every structural and accounting invariant; used by tests.

@@ -8,7 +8,9 @@ mod index;
 pub mod snapshot;
 pub mod stats;
 
-pub use allocator::{AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory, StatePoint};
+pub use allocator::{
+    AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory, SeedBlock, SeedSegment, StatePoint,
+};
 pub use config::{AllocatorConfig, ConfigError};
 pub use event::{Action, Event};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, StatePoint};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, SeedSegment, StatePoint};
 use crate::device::Oracle;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,25 +125,41 @@ impl State<'_> {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events<'a>(
+pub fn replay_events<'a>(rec: &'a [Event], opts: &ReplayOptions, observer: impl ReplayObserver) -> ReplayResult<'a> {
+    replay_events_from(rec, opts, &[], observer)
+}
+
+/// Replays `rec` from the state `seed`: segments that existed before the
+/// first event (see `wrapped::reconstruct`).
+pub fn replay_events_from<'a>(
     rec: &'a [Event],
     opts: &ReplayOptions,
+    seed: &[SeedSegment],
     mut observer: impl ReplayObserver,
 ) -> ReplayResult<'a> {
     let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
     if opts.memory_limit.is_some() {
         alloc.set_memory_limit(opts.memory_limit);
     }
-    let mut st = State { alloc, live: HashMap::new() };
+    let mut live = HashMap::new();
+    let mut seed_error = None;
+    for s in seed {
+        match alloc.seed_segment(s) {
+            Ok(blocks) => live.extend(blocks),
+            Err(e) => seed_error = Some(e),
+        }
+    }
+    let mut st = State { alloc, live };
     let mut inferred_empty_cache = 0;
     let mut empty_cache_at = Vec::new();
     let mut peak = Peak::default();
     let mut kept_events = Vec::new();
     let mut kept_points = Vec::new();
-    let mut divergence = None;
+    let mut divergence =
+        seed_error.map(|reason| Divergence { event: 0, expected: rec.first().copied(), got: None, reason });
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
 
-    while (st.alloc.emitted() as usize) < end {
+    while divergence.is_none() && (st.alloc.emitted() as usize) < end {
         let i = st.alloc.emitted() as usize;
         let ev = rec[i];
         st.alloc.clear_events();

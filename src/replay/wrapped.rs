@@ -1,0 +1,247 @@
+//! Traces whose ring buffer wrapped (`_record_memory_history(max_entries=…)`)
+//! start mid-run: their first events free addresses the trace never
+//! allocated. The state at the first event is rebuilt backwards from the
+//! snapshot's final segments (spec §15.1): segments are the final ones with
+//! the window's segment events undone; live blocks are those the window frees
+//! without allocating, and those alive at the end that the window never
+//! allocated. Peaks and counters then cover the window only.
+//!
+//! A block known only from its free has a known requested size but not its
+//! block size: large-pool blocks are handed out whole when at most 1 MiB
+//! would remain. Such a block gets a short list of sizes PyTorch could have
+//! given it (the rounded size, sizes the final snapshot shows for the same
+//! requested size, the rounded size widened to a following gap of at most
+//! 1 MiB); `replay_wrapped` lets the replay choose among them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::alloc::config::{K_SMALL_BUFFER, K_SMALL_SIZE};
+use crate::alloc::{Action, AllocatorConfig, BlockState, SeedBlock, SeedSegment};
+use crate::trace::DeviceTrace;
+
+/// Whether the trace can be replayed from an empty allocator.
+pub fn starts_empty(dev: &DeviceTrace) -> bool {
+    let mut live = HashSet::new();
+    let mut segs = HashSet::new();
+    for e in &dev.events {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr);
+            }
+            Action::FreeRequested if !live.contains(&e.addr) => return false,
+            Action::FreeCompleted if !live.remove(&e.addr) => return false,
+            Action::SegmentAlloc => {
+                segs.insert(e.addr);
+            }
+            Action::SegmentFree if !segs.remove(&e.addr) => return false,
+            _ => {}
+        }
+    }
+    let has_segment_events = dev.has_segment_events();
+    dev.segments.iter().filter(|s| !s.is_expandable).all(|s| {
+        (!has_segment_events || segs.contains(&s.address))
+            && s.blocks.iter().filter(|b| b.state != BlockState::Inactive).all(|b| live.contains(&b.address))
+    })
+}
+
+/// A live block whose size is a guess, and the other sizes it could have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guess {
+    pub segment: usize,
+    pub block: usize,
+    /// The request rounded: the smallest size the block can have.
+    pub rounded: u64,
+    pub options: Vec<u64>,
+}
+
+/// The segments and live blocks at the trace's first event, and the blocks
+/// whose size is a guess.
+pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<SeedSegment>, Vec<Guess>), String> {
+    if dev.segments.iter().any(|s| s.is_expandable)
+        || dev.events.iter().any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
+    {
+        return Err("the trace's ring buffer wrapped, and rebuilding the starting state of expandable segments is not supported".into());
+    }
+    // Segments: undo the window's segment events from the end backwards.
+    let mut segs: BTreeMap<u64, (u64, u64, bool)> =
+        dev.segments.iter().map(|s| (s.address, (s.total_size, s.stream, s.small))).collect();
+    for e in dev.events.iter().rev() {
+        match e.action {
+            Action::SegmentAlloc => {
+                segs.remove(&e.addr);
+            }
+            Action::SegmentFree => {
+                segs.insert(e.addr, (e.size, e.stream, e.size == K_SMALL_BUFFER));
+            }
+            _ => {}
+        }
+    }
+
+    // Live blocks at the start: (address, size, requested, pending, exact size).
+    let mut initial: HashMap<u64, (u64, u64, bool, bool)> = HashMap::new();
+    let mut live = HashSet::new();
+    let mut allocated_in_window = HashSet::new();
+    for e in &dev.events {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr);
+                allocated_in_window.insert(e.addr);
+            }
+            Action::FreeRequested if !live.contains(&e.addr) && !initial.contains_key(&e.addr) => {
+                initial.insert(e.addr, (config.round_size(e.size), e.size, false, false));
+            }
+            // Freed before the window, completed in it.
+            Action::FreeCompleted if !live.remove(&e.addr) && !initial.contains_key(&e.addr) => {
+                initial.insert(e.addr, (config.round_size(e.size), e.size, true, false));
+            }
+            _ => {}
+        }
+    }
+    for s in &dev.segments {
+        for b in s.blocks.iter().filter(|b| b.state != BlockState::Inactive) {
+            if !allocated_in_window.contains(&b.address) && !initial.contains_key(&b.address) {
+                let pending = b.state == BlockState::ActivePendingFree;
+                initial.insert(b.address, (b.size, b.requested_size, pending, true));
+            }
+        }
+    }
+
+    let mut out: BTreeMap<u64, SeedSegment> = segs
+        .iter()
+        .map(|(&address, &(size, stream, small))| {
+            (address, SeedSegment { address, size, stream, small, blocks: Vec::new() })
+        })
+        .collect();
+    // Block sizes the final snapshot shows for each requested size.
+    let mut seen_sizes: HashMap<u64, Vec<u64>> = HashMap::new();
+    for b in dev.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
+        let v = seen_sizes.entry(b.requested_size).or_default();
+        if !v.contains(&b.size) {
+            v.push(b.size);
+        }
+    }
+    let mut guesses = Vec::new();
+    let mut exact: HashSet<u64> = HashSet::new();
+    for (&addr, &(size, requested, pending, is_exact)) in &initial {
+        let seg =
+            out.range_mut(..=addr).next_back().map(|(_, s)| s).filter(|s| addr < s.address + s.size).ok_or_else(
+                || format!("a block live before the trace's window, at {addr:#x}, lies in no known segment"),
+            )?;
+        seg.blocks.push(SeedBlock { address: addr, size, requested, pending });
+        if is_exact {
+            exact.insert(addr);
+        }
+    }
+    for seg in out.values_mut() {
+        seg.blocks.sort_by_key(|b| b.address);
+    }
+    // Sizes known with confidence (from the snapshot, or a gap of at most
+    // 1 MiB that must have been taken whole) show how this program's
+    // allocator carved each requested size: offer them to the guesses too.
+    for seg in out.values().filter(|s| !s.small) {
+        let end = seg.address + seg.size;
+        for (i, b) in seg.blocks.iter().enumerate() {
+            let bound = seg.blocks.get(i + 1).map(|n| n.address).unwrap_or(end);
+            let room = bound.saturating_sub(b.address);
+            let confident = if exact.contains(&b.address) {
+                Some(b.size)
+            } else {
+                (room >= b.size && room - b.size <= K_SMALL_SIZE).then_some(room)
+            };
+            if let Some(size) = confident {
+                let v = seen_sizes.entry(b.requested).or_default();
+                if !v.contains(&size) {
+                    v.push(size);
+                }
+            }
+        }
+    }
+    for (si, seg) in out.values_mut().enumerate() {
+        let end = seg.address + seg.size;
+        for i in 0..seg.blocks.len() {
+            let bound = seg.blocks.get(i + 1).map(|n| n.address).unwrap_or(end);
+            let b = &mut seg.blocks[i];
+            if b.address + b.size > bound {
+                return Err(format!("blocks live before the trace's window overlap at {:#x}", b.address));
+            }
+            // Large-pool blocks are handed out whole when at most 1 MiB would
+            // remain, or when oversize: a block known only from its free
+            // takes such a gap.
+            if exact.contains(&b.address) || seg.small {
+                continue;
+            }
+            let rounded = b.size;
+            let room = bound - b.address;
+            let whole_ok =
+                |s: u64| s >= rounded && s <= room && (s - rounded <= K_SMALL_SIZE || rounded >= config.max_split_size);
+            let mut options = vec![rounded];
+            for &s in seen_sizes.get(&b.requested).into_iter().flatten() {
+                if whole_ok(s) && !options.contains(&s) {
+                    options.push(s);
+                }
+            }
+            if whole_ok(room) && !options.contains(&room) {
+                options.push(room);
+            }
+            // First choice: a gap of at most 1 MiB was taken whole, else the
+            // rounded size; the others are for the replay to try.
+            b.size = if whole_ok(room) { room } else { rounded };
+            options.retain(|&s| s != b.size);
+            guesses.push(Guess { segment: si, block: i, rounded, options });
+        }
+    }
+    Ok((out.into_values().collect(), guesses))
+}
+
+/// Replays a wrapped trace from its reconstructed start. Where the replay
+/// diverges, the guessed block sizes nearest the diverging address are tried
+/// in turn (at most `max_tries` re-runs), keeping a change only when the
+/// replay gets further.
+pub fn replay_wrapped<'a>(
+    rec: &'a [crate::alloc::Event],
+    opts: &super::ReplayOptions,
+    dev: &DeviceTrace,
+    max_tries: usize,
+) -> Result<super::ReplayResult<'a>, String> {
+    let (mut seed, guesses) = reconstruct(dev, &opts.config)?;
+    let mut best = super::replay_events_from(rec, opts, &seed, ());
+    let mut tries = 0;
+    while let Some(d) = best.divergence.clone() {
+        let target = d.expected.map(|e| e.addr).unwrap_or(0);
+        let mut order: Vec<&Guess> = guesses.iter().collect();
+        order.sort_by_key(|g| seed[g.segment].blocks[g.block].address.abs_diff(target));
+        let mut improved = false;
+        'search: for g in order {
+            // The diverging allocation landed where a larger block would
+            // have ended: that size is a candidate too.
+            let b = seed[g.segment].blocks[g.block];
+            let mut options = g.options.clone();
+            if target > b.address && target - b.address >= g.rounded && target - b.address - g.rounded <= K_SMALL_SIZE {
+                options.insert(0, target - b.address);
+            }
+            for &size in &options {
+                if tries >= max_tries {
+                    break 'search;
+                }
+                tries += 1;
+                let old = seed[g.segment].blocks[g.block].size;
+                if size == old {
+                    continue;
+                }
+                seed[g.segment].blocks[g.block].size = size;
+                let r = super::replay_events_from(rec, opts, &seed, ());
+                let further = r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event;
+                if further {
+                    best = r;
+                    improved = true;
+                    break 'search;
+                }
+                seed[g.segment].blocks[g.block].size = old;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    Ok(best)
+}
