@@ -102,10 +102,13 @@ impl Pool {
     fn find(&self, stream: u64) -> Option<usize> {
         self.streams.iter().position(|s| s.stream == stream)
     }
+    #[inline]
     fn entry(&mut self, stream: u64) -> &mut StreamBlocks {
-        let i = match self.streams.binary_search_by_key(&stream, |s| s.stream) {
-            Ok(i) => i,
-            Err(i) => {
+        // Programs use one or a few streams: a scan beats a search.
+        let i = match self.find(stream) {
+            Some(i) => i,
+            None => {
+                let i = self.streams.partition_point(|s| s.stream < stream);
                 self.streams.insert(i, StreamBlocks { stream, ..Default::default() });
                 i
             }
@@ -323,6 +326,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    #[inline]
     fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u8, es: u32) -> u32 {
         let b = Block {
             ptr,
@@ -367,6 +371,7 @@ impl<D: Device> CachingAllocator<D> {
         self.tags[i] = tag;
     }
 
+    #[inline]
     fn delete_block(&mut self, i: u32) {
         let b = &mut self.blocks[i as usize];
         b.alive = false;
@@ -383,6 +388,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `pool.insert(b)`: also stamps the block's GC age base.
+    #[inline]
     fn pool_insert(&mut self, i: u32) {
         let b = &mut self.blocks[i as usize];
         let pool = &mut self.pools[b.pool as usize];
@@ -390,6 +396,7 @@ impl<D: Device> CachingAllocator<D> {
         pool.entry(b.stream).blocks.insert(b.size, b.ptr, i);
     }
 
+    #[inline]
     fn pool_remove(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
         let pool = &mut self.pools[b.pool as usize];
@@ -492,6 +499,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Best fit (spec §6.1).
+    #[inline]
     fn get_free_block(&mut self, pool: u8, size: u64, stream: u64, es_active: bool) -> Option<u32> {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
@@ -551,6 +559,7 @@ impl<D: Device> CachingAllocator<D> {
         Some(cand)
     }
 
+    #[inline]
     fn should_split(&self, i: u32, size: u64, es_active: bool) -> bool {
         let b = &self.blocks[i as usize];
         let remaining = b.size - size;
@@ -562,6 +571,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Spec §6.3: carve `size` from the front of block `i` when splitting.
+    #[inline]
     fn alloc_found_block(&mut self, i: u32, pool: u8, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
         let sp = stat_pool(pool);
         let already_split = self.is_split(i);
@@ -805,6 +815,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// PyTorch's `free` (spec §7): allocated stats drop now; the block becomes
     /// reusable now, or once the streams it was used on are done.
+    #[inline]
     pub fn free(&mut self, id: BlockId) -> Result<(), AllocError> {
         let i = self.free_phase_one(id)?;
         if !self.blocks[i as usize].has_uses {
@@ -859,8 +870,11 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `process_events`: the simulated GPU has finished all queued work by the
     /// next allocation, so every recorded stream event completes.
+    #[inline]
     pub fn process_events(&mut self) {
-        self.complete_stream_events();
+        if !self.cuda_events.is_empty() {
+            self.complete_stream_events();
+        }
     }
 
     fn complete_stream_events(&mut self) {
@@ -873,6 +887,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    #[inline]
     fn free_phase_one(&mut self, id: BlockId) -> Result<u32, AllocError> {
         let b = self.get(id)?;
         if !b.allocated {
@@ -895,6 +910,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `free_block` (spec §7): merge with free neighbours and return to the pool.
+    #[inline]
     fn free_block(&mut self, i: u32) {
         let (ptr, orig_size, req, stream, pool, es) = {
             let b = &mut self.blocks[i as usize];
@@ -928,6 +944,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Absorbs `src` into `dst` when `src` is free, settled and mapped alike.
+    #[inline]
     fn try_merge_blocks(&mut self, dst: u32, src: u32) -> u64 {
         if src == NIL {
             return 0;
@@ -1280,6 +1297,11 @@ impl<D: Device> CachingAllocator<D> {
             }
         }
         Ok(out)
+    }
+
+    #[doc(hidden)]
+    pub fn debug_bins(&self) -> Vec<(usize, usize, u64)> {
+        self.pools.iter().flat_map(|p| p.streams.iter().flat_map(|s| s.blocks.bin_lengths())).collect()
     }
 
     /// Checks every structural and accounting invariant; used by tests.

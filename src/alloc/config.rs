@@ -255,12 +255,14 @@ impl AllocatorConfig {
         }
     }
 
+    #[inline]
     fn divisions_for(&self, size: u64) -> u64 {
         let idx = (log2_floor(size.max(1)) as i64 - 20).clamp(0, K_ROUNDUP_POWER2_INTERVALS as i64 - 1);
         self.roundup_power2_divisions[idx as usize]
     }
 
     /// `round_size` (spec §3).
+    #[inline]
     pub fn round_size(&self, size: u64) -> u64 {
         if size < K_MIN_BLOCK_SIZE {
             return K_MIN_BLOCK_SIZE;

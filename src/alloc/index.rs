@@ -6,6 +6,8 @@
 //! scan plus a look at the few blocks of one bin instead of a tree descent;
 //! the exact order, and so PyTorch's choice among equal sizes, is kept.
 
+use std::collections::VecDeque;
+
 const SUB_BITS: u32 = 6;
 const WORDS: usize = 64;
 
@@ -23,8 +25,10 @@ type Entry = (u64, u64, u32);
 /// Free blocks of one (pool, stream) keyed by (size, ptr).
 #[derive(Debug, Clone)]
 pub struct FreeBlocks {
-    /// Each bin sorted by (size, ptr); grown on demand up to the largest bin used.
-    bins: Vec<Vec<Entry>>,
+    /// Each bin sorted by (size, ptr); grown on demand up to the largest bin
+    /// used. Deques, since best fit takes the lowest address among equal
+    /// sizes: runs of equal free segments change at the front.
+    bins: Vec<VecDeque<Entry>>,
     words: [u64; WORDS],
     summary: u64,
 }
@@ -36,16 +40,62 @@ impl Default for FreeBlocks {
 }
 
 #[inline]
-fn pos_in(bin: &[Entry], size: u64, ptr: u64) -> usize {
+fn pos_in(bin: &VecDeque<Entry>, size: u64, ptr: u64) -> usize {
     bin.partition_point(|e| (e.0, e.1) < (size, ptr))
 }
 
+/// Moves by swaps when the nearer end is close: inline, where the deque's own
+/// insert/remove call `memmove` even for one element.
+const SHORT: usize = 8;
+
+#[inline]
+fn insert_at(bin: &mut VecDeque<Entry>, i: usize, e: Entry) {
+    let n = bin.len();
+    if i <= SHORT.min(n - i) {
+        bin.push_front(e);
+        for j in 0..i {
+            bin.swap(j, j + 1);
+        }
+    } else if n - i <= SHORT {
+        bin.push_back(e);
+        let mut j = n;
+        while j > i {
+            bin.swap(j, j - 1);
+            j -= 1;
+        }
+    } else {
+        bin.insert(i, e);
+    }
+}
+
+#[inline]
+fn remove_at(bin: &mut VecDeque<Entry>, i: usize) {
+    let n = bin.len();
+    if i <= SHORT.min(n - 1 - i) {
+        let mut j = i;
+        while j > 0 {
+            bin.swap(j, j - 1);
+            j -= 1;
+        }
+        bin.pop_front();
+    } else if n - 1 - i <= SHORT {
+        for j in i..n - 1 {
+            bin.swap(j, j + 1);
+        }
+        bin.pop_back();
+    } else {
+        bin.remove(i);
+    }
+}
+
 impl FreeBlocks {
+    #[inline]
     fn set(&mut self, b: usize) {
         self.words[b / 64] |= 1 << (b % 64);
         self.summary |= 1 << (b / 64);
     }
 
+    #[inline]
     fn clear(&mut self, b: usize) {
         self.words[b / 64] &= !(1 << (b % 64));
         if self.words[b / 64] == 0 {
@@ -102,31 +152,33 @@ impl FreeBlocks {
         })
     }
 
+    #[inline]
     pub fn insert(&mut self, size: u64, ptr: u64, v: u32) {
         let b = bin_of(size);
         if b >= self.bins.len() {
-            self.bins.resize_with(b + 1, Vec::new);
+            self.bins.resize_with(b + 1, VecDeque::new);
         }
         let bin = &mut self.bins[b];
+        if bin.is_empty() {
+            // Most bins hold nothing or one block.
+            bin.push_back((size, ptr, v));
+            self.set(b);
+            return;
+        }
         let i = pos_in(bin, size, ptr);
         match bin.get_mut(i) {
             Some(e) if (e.0, e.1) == (size, ptr) => e.2 = v,
-            _ => bin.insert(i, (size, ptr, v)),
+            _ => insert_at(bin, i, (size, ptr, v)),
         }
-        self.set(b);
     }
 
+    #[inline]
     pub fn remove(&mut self, size: u64, ptr: u64) -> Option<u32> {
         let b = bin_of(size);
         let bin = self.bins.get_mut(b)?;
-        let i = pos_in(bin, size, ptr);
+        let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, ptr) };
         let e = *bin.get(i).filter(|e| (e.0, e.1) == (size, ptr))?;
-        // Vec::remove calls memmove even for an empty tail.
-        if i + 1 == bin.len() {
-            bin.pop();
-        } else {
-            bin.remove(i);
-        }
+        remove_at(bin, i);
         if bin.is_empty() {
             self.clear(b);
         }
@@ -142,7 +194,7 @@ impl FreeBlocks {
                 return Some(*e);
             }
         }
-        self.next_bin(b).map(|n| self.bins[n][0])
+        self.next_bin(b).and_then(|n| self.bins[n].front().copied())
     }
 
     /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
@@ -164,11 +216,7 @@ impl FreeBlocks {
         if !accept(&e) {
             return None;
         }
-        if i + 1 == bin.len() {
-            bin.pop();
-        } else {
-            bin.remove(i);
-        }
+        remove_at(bin, i);
         if bin.is_empty() {
             self.clear(b);
         }
@@ -178,25 +226,30 @@ impl FreeBlocks {
     /// Blocks with (size, ptr) >= (`size`, 0), ascending.
     pub fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bins.get(b).map(|bin| &bin[pos_in(bin, size, 0)..]).unwrap_or(&[]);
-        first.iter().chain(self.bins_after(b).flat_map(|n| self.bins[n].iter())).copied()
+        let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0)..));
+        first.chain(self.bins_after(b).flat_map(|n| self.bins[n].iter())).copied()
     }
 
     /// Blocks with (size, ptr) < (`size`, 0), descending.
     pub fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bins.get(b).map(|bin| &bin[..pos_in(bin, size, 0)]).unwrap_or(&[]);
-        first.iter().rev().chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev())).copied()
+        let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0)).rev());
+        first.chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev())).copied()
     }
 
     /// All blocks, ascending.
     pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
-        let first = self.bins.first().map(|b| b.as_slice()).unwrap_or(&[]);
-        first.iter().chain(self.bins_after(0).flat_map(|n| self.bins[n].iter())).copied()
+        let first = self.bins.first().into_iter().flat_map(|b| b.iter());
+        first.chain(self.bins_after(0).flat_map(|n| self.bins[n].iter())).copied()
     }
 
     pub fn values(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|e| e.2)
+    }
+
+    #[doc(hidden)]
+    pub fn bin_lengths(&self) -> Vec<(usize, usize, u64)> {
+        self.bins.iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(i, b)| (i, b.len(), b[0].0)).collect()
     }
 }
 
