@@ -1299,11 +1299,6 @@ impl<D: Device> CachingAllocator<D> {
         Ok(out)
     }
 
-    #[doc(hidden)]
-    pub fn debug_bins(&self) -> Vec<(usize, usize, u64)> {
-        self.pools.iter().flat_map(|p| p.streams.iter().flat_map(|s| s.blocks.bin_lengths())).collect()
-    }
-
     /// Checks every structural and accounting invariant; used by tests.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut in_pool = vec![false; self.blocks.len()];

@@ -246,11 +246,6 @@ impl FreeBlocks {
     pub fn values(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|e| e.2)
     }
-
-    #[doc(hidden)]
-    pub fn bin_lengths(&self) -> Vec<(usize, usize, u64)> {
-        self.bins.iter().enumerate().filter(|(_, b)| !b.is_empty()).map(|(i, b)| (i, b.len(), b[0].0)).collect()
-    }
 }
 
 #[cfg(test)]

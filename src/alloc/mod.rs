@@ -4,7 +4,7 @@
 mod allocator;
 pub mod config;
 pub mod event;
-pub mod index;
+mod index;
 pub mod snapshot;
 pub mod stats;
 

@@ -37,9 +37,6 @@ pub const SMALL_POOL: usize = 1;
 pub const LARGE_POOL: usize = 2;
 pub const POOL_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
 
-/// `[all, small_pool, large_pool]`.
-pub type StatArray = [Stat; 3];
-
 /// The nine stat arrays, in the order of their names in `ARRAY_NAMES`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
@@ -54,6 +51,18 @@ pub enum Kind {
     InactiveSplitBytes,
     RequestedBytes,
 }
+
+const KINDS: [Kind; 9] = [
+    Kind::Allocation,
+    Kind::Segment,
+    Kind::Active,
+    Kind::InactiveSplit,
+    Kind::AllocatedBytes,
+    Kind::ReservedBytes,
+    Kind::ActiveBytes,
+    Kind::InactiveSplitBytes,
+    Kind::RequestedBytes,
+];
 
 pub const ARRAY_NAMES: [&str; 9] = [
     "allocation",
@@ -71,7 +80,10 @@ const FIELDS: [&str; 4] = ["current", "peak", "allocated", "freed"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceStats {
-    pub arrays: [StatArray; 9],
+    /// Per kind, the small and the large pool. `all` is their sum, except
+    /// its peak, which is tracked on its own (it is not the sum of peaks).
+    pools: [[Stat; 2]; 9],
+    all_peak: [i64; 9],
     pub oversize_allocations: Stat,
     pub oversize_segments: Stat,
     pub num_alloc_retries: i64,
@@ -82,22 +94,32 @@ pub struct DeviceStats {
 }
 
 impl DeviceStats {
+    /// One entry of a stat array: `pool` is ALL, SMALL_POOL or LARGE_POOL.
     #[inline]
-    pub fn get(&self, kind: Kind, pool: usize) -> &Stat {
-        &self.arrays[kind as usize][pool]
+    pub fn get(&self, kind: Kind, pool: usize) -> Stat {
+        let [s, l] = &self.pools[kind as usize];
+        match pool {
+            ALL => Stat {
+                current: s.current + l.current,
+                peak: self.all_peak[kind as usize],
+                allocated: s.allocated + l.allocated,
+                freed: s.freed + l.freed,
+            },
+            SMALL_POOL => *s,
+            _ => *l,
+        }
     }
     /// Increases `all` and the pool's entry (`pool` is SMALL_POOL or LARGE_POOL).
     #[inline]
     pub fn increase(&mut self, kind: Kind, pool: usize, n: i64) {
-        let a = &mut self.arrays[kind as usize];
-        a[ALL].increase(n);
-        a[pool].increase(n);
+        let k = kind as usize;
+        self.pools[k][pool - 1].increase(n);
+        let all = self.pools[k][0].current + self.pools[k][1].current;
+        self.all_peak[k] = self.all_peak[k].max(all);
     }
     #[inline]
     pub fn decrease(&mut self, kind: Kind, pool: usize, n: i64) {
-        let a = &mut self.arrays[kind as usize];
-        a[ALL].decrease(n);
-        a[pool].decrease(n);
+        self.pools[kind as usize][pool - 1].decrease(n);
     }
     /// Signed change: increase for n > 0, decrease for n < 0 (as PyTorch's
     /// `free_block` applies its net inactive-split change).
@@ -111,7 +133,7 @@ impl DeviceStats {
     }
 
     fn each_stat(&mut self, f: impl Fn(&mut Stat)) {
-        for a in self.arrays.iter_mut() {
+        for a in self.pools.iter_mut() {
             for s in a.iter_mut() {
                 f(s);
             }
@@ -123,6 +145,9 @@ impl DeviceStats {
     /// `torch.cuda.reset_peak_memory_stats()`.
     pub fn reset_peak(&mut self) {
         self.each_stat(Stat::reset_peak);
+        for k in 0..9 {
+            self.all_peak[k] = self.pools[k][0].current + self.pools[k][1].current;
+        }
     }
 
     /// `torch.cuda.reset_accumulated_memory_stats()`.
@@ -138,9 +163,9 @@ impl DeviceStats {
     /// All 121 `torch.cuda.memory_stats()` entries, sorted by key as PyTorch returns them.
     pub fn flat(&self) -> Vec<(String, i64)> {
         let mut out = Vec::with_capacity(121);
-        for (ai, name) in ARRAY_NAMES.iter().enumerate() {
+        for (kind, name) in KINDS.iter().zip(ARRAY_NAMES) {
             for (pi, pool) in POOL_NAMES.iter().enumerate() {
-                push_stat(&mut out, &format!("{name}.{pool}"), &self.arrays[ai][pi]);
+                push_stat(&mut out, &format!("{name}.{pool}"), &self.get(*kind, pi));
             }
         }
         push_stat(&mut out, "oversize_allocations", &self.oversize_allocations);
@@ -173,7 +198,7 @@ impl DeviceStats {
                 let ai = ARRAY_NAMES.iter().position(|n| *n == name)?;
                 let pool = parts.next()?;
                 let pi = POOL_NAMES.iter().position(|n| *n == pool)?;
-                (&self.arrays[ai][pi], parts.next()?)
+                (&self.get(KINDS[ai], pi), parts.next()?)
             }
         };
         if parts.next().is_some() {
