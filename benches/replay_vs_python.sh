@@ -10,8 +10,12 @@ runs=${2:-7}
 cargo build --release --quiet
 bin=target/release/gpumem-top
 ours=(); py=(); ours_kb=(); py_kb=()
+# A pause before every run, both sides alike: Python frees ~370 MB on exit,
+# and reclaiming it would otherwise slow whichever run comes next.
 for _ in $(seq "$runs"); do
+  sleep 1
   o=$( { /usr/bin/time -f "%e %M" "$bin" replay "$trace" --json >/dev/null; } 2>&1 | tail -1)
+  sleep 1
   p=$( { /usr/bin/time -f "%e %M" python3 -c "import gzip,pickle,sys; pickle.load(gzip.open(sys.argv[1]))" "$trace"; } 2>&1 | tail -1)
   ours+=("${o% *}"); ours_kb+=("${o#* }"); py+=("${p% *}"); py_kb+=("${p#* }")
 done

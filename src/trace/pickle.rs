@@ -600,12 +600,19 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         Ok(())
     }
 
+    #[inline]
     fn memo_get(&mut self, offset: u64, idx: u64) -> Result<(), PickleError> {
-        let v = match self.memo.get(idx as usize) {
-            Some(v) => v.clone(),
-            None => self.memo_sparse.get(&idx).cloned().ok_or(PickleError::MemoMissing { offset, index: idx })?,
-        };
-        self.push(offset, v)
+        // Charge first and clone straight into the stack: a clone held across
+        // a call is spilled piecewise and reloaded whole, which stalls.
+        self.charge(offset, 16)?;
+        match self.memo.get(idx as usize) {
+            Some(v) => self.stack.push(v.clone()),
+            None => {
+                let v = self.memo_sparse.get(&idx).cloned().ok_or(PickleError::MemoMissing { offset, index: idx })?;
+                self.stack.push(v);
+            }
+        }
+        Ok(())
     }
 
     /// Offers a dict's keys and values to the compactor: its list values
@@ -755,8 +762,17 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     let n = self.src.byte("LONG1")? as usize;
                     let v = if n <= 8 {
                         let mut b = [0u8; 8];
-                        for slot in b.iter_mut().take(n) {
-                            *slot = self.src.byte("LONG1")?;
+                        if self.src.end - self.src.pos >= 8 {
+                            // A whole word, masked: no variable-length copy.
+                            let mut w = [0u8; 8];
+                            w.copy_from_slice(&self.src.buf[self.src.pos..self.src.pos + 8]);
+                            let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+                            b = (u64::from_le_bytes(w) & mask).to_le_bytes();
+                            self.src.pos += n;
+                        } else {
+                            for slot in b.iter_mut().take(n) {
+                                *slot = self.src.byte("LONG1")?;
+                            }
                         }
                         let mut v = i64::from_le_bytes(b);
                         if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
