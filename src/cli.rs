@@ -124,8 +124,12 @@ pub fn load_with_progress(path: &Path) -> Result<Trace> {
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
                 if start.elapsed() >= Duration::from_secs(1) && !done.load(Ordering::Relaxed) {
-                    let pct = (100 * n.load(Ordering::Relaxed)).checked_div(total).unwrap_or(0);
-                    eprint!("\rloading {name}: {pct}% ");
+                    let read = n.load(Ordering::Relaxed);
+                    match (100 * read).checked_div(total) {
+                        Some(pct) => eprint!("\rloading {name}: {pct}% "),
+                        // A pipe or FIFO has no size to compare with.
+                        None => eprint!("\rloading {name}: {} read ", human_bytes(read)),
+                    }
                     shown = true;
                 }
             }
