@@ -23,7 +23,7 @@ fn bin_of(size: u64) -> usize {
 type Entry = (u64, u64, u32);
 
 /// Free blocks of one (pool, stream) keyed by (size, ptr).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FreeBlocks {
     /// Each bin sorted by (size, ptr); grown on demand up to the largest bin
     /// used. Deques, since best fit takes the lowest address among equal
@@ -31,6 +31,24 @@ pub struct FreeBlocks {
     bins: Vec<VecDeque<Entry>>,
     words: [u64; WORDS],
     summary: u64,
+}
+
+/// Cloned before every speculative malloc of a replay: most of the bins are
+/// empty, so only the occupied ones are copied.
+impl Clone for FreeBlocks {
+    fn clone(&self) -> Self {
+        let mut bins: Vec<VecDeque<Entry>> = Vec::new();
+        bins.resize_with(self.bins.len(), VecDeque::new);
+        for (w, &word) in self.words.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let b = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                bins[b] = self.bins[b].clone();
+            }
+        }
+        FreeBlocks { bins, words: self.words, summary: self.summary }
+    }
 }
 
 impl Default for FreeBlocks {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, SeedSegment, StatePoint};
 use crate::device::Oracle;
+use crate::trace::pickle::FastHash;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Divergence {
@@ -94,7 +95,8 @@ fn next_request(rec: &[Event], i: usize) -> Option<usize> {
 
 struct State<'a> {
     alloc: CachingAllocator<Oracle<'a>>,
-    live: HashMap<u64, BlockId>,
+    /// Live blocks by recorded address.
+    live: HashMap<u64, BlockId, FastHash>,
 }
 
 impl State<'_> {
@@ -141,7 +143,7 @@ pub fn replay_events_from<'a>(
     if opts.memory_limit.is_some() {
         alloc.set_memory_limit(opts.memory_limit);
     }
-    let mut live = HashMap::new();
+    let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
     let mut seed_error = None;
     for s in seed {
         match alloc.seed_segment(s) {
