@@ -112,8 +112,10 @@ impl<R: Read> Read for Counting<R> {
 /// Loads a trace; when that takes over a second and stderr is a terminal,
 /// shows how much of the file has been read.
 pub fn load_with_progress(path: &Path) -> Result<Trace> {
-    let f = std::fs::File::open(path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
+    let mut f = std::fs::File::open(path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
     let total = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let unpacked =
+        if f.metadata().map(|m| m.is_file()).unwrap_or(false) { trace::gzip_unpacked_size(&mut f) } else { 0 };
     let n = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let progress = std::io::stderr().is_terminal().then(|| {
@@ -139,7 +141,7 @@ pub fn load_with_progress(path: &Path) -> Result<Trace> {
         })
     });
     let reader = std::io::BufReader::with_capacity(1 << 16, Counting { inner: f, n });
-    let out = trace::read_any_compressed(reader);
+    let out = trace::read_any_compressed_sized(reader, unpacked);
     done.store(true, Ordering::Relaxed);
     if let Some(h) = progress {
         let _ = h.join();

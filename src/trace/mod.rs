@@ -11,7 +11,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::alloc::{Action, AllocatorConfig, BlockState, Event};
-pub use snapshot::read_snapshot;
+pub use snapshot::{read_snapshot, read_snapshot_sized};
 
 #[derive(Debug, Error)]
 pub enum TraceError {
@@ -169,13 +169,41 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
 
 /// Reads a trace of any supported format, recognising gzip by its magic bytes.
 /// Decompression runs on its own thread, ahead of the parser.
-pub fn read_any_compressed<R: BufRead + Send + 'static>(mut r: R) -> Result<Trace, TraceError> {
+pub fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<Trace, TraceError> {
+    read_any_compressed_sized(r, 0)
+}
+
+/// As `read_any_compressed`, with the unpacked size if known (for gzip, the
+/// trailer's ISIZE; see `gzip_unpacked_size`).
+pub fn read_any_compressed_sized<R: BufRead + Send + 'static>(mut r: R, unpacked: u64) -> Result<Trace, TraceError> {
     if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
         let pipe = Prefetch::spawn(flate2::bufread::MultiGzDecoder::new(r));
-        read_any(BufReader::with_capacity(1 << 16, pipe))
+        read_any_sized(BufReader::with_capacity(1 << 16, pipe), unpacked)
     } else {
-        read_any(r)
+        read_any_sized(r, unpacked)
     }
+}
+
+/// The unpacked size a gzip file's trailer records (modulo 4 GiB, and
+/// whatever a truncated or hostile file holds there, so only a hint, capped
+/// at 16 times the file's size), or its own size for a file that is not gzip.
+pub fn gzip_unpacked_size(f: &mut std::fs::File) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut head = [0u8; 2];
+    let mut tail = [0u8; 4];
+    let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let hint = (|| {
+        f.seek(SeekFrom::Start(0)).ok()?;
+        f.read_exact(&mut head).ok()?;
+        if head != GZIP_MAGIC {
+            return Some(size);
+        }
+        f.seek(SeekFrom::End(-4)).ok()?;
+        f.read_exact(&mut tail).ok()?;
+        Some((u32::from_le_bytes(tail) as u64).min(size.saturating_mul(16)))
+    })();
+    let _ = f.seek(SeekFrom::Start(0));
+    hint.unwrap_or(0)
 }
 
 /// A reader filled by a background thread in large chunks, so that reading
@@ -261,13 +289,17 @@ impl std::io::Read for Prefetch {
 }
 
 /// Reads a trace of any supported format from an uncompressed stream.
-pub fn read_any<R: BufRead>(mut r: R) -> Result<Trace, TraceError> {
+pub fn read_any<R: BufRead>(r: R) -> Result<Trace, TraceError> {
+    read_any_sized(r, 0)
+}
+
+fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64) -> Result<Trace, TraceError> {
     let head = r.fill_buf()?;
     if head.is_empty() {
         return Err(TraceError::Format("the file is empty".into()));
     }
     match head[0] {
-        0x80 => read_snapshot(r),
+        0x80 => read_snapshot_sized(r, unpacked),
         b'{' => read_jsonl(r),
         _ if head.starts_with(b"Thread,") => read_rmm_csv(r),
         // Protocol 0/1 pickles start with a container or MARK opcode.

@@ -333,6 +333,31 @@ pub trait Compactor {
     fn compact_list(&mut self, _key: &str, _list: &List) -> Option<u32> {
         None
     }
+    /// Whether `entry` and `stack_of` take trace entries read straight from
+    /// the byte stream (the decoder's fast path).
+    fn fast_entries(&self) -> bool {
+        false
+    }
+    /// A trace entry decoded by the fast path.
+    fn entry(&mut self, _fields: &EntryFields) -> Result<u32, String> {
+        Err("trace entries are not taken".into())
+    }
+    /// A call stack given as its frame values.
+    fn stack_of(&mut self, _frames: &[Value]) -> u32 {
+        0
+    }
+}
+
+/// The fields of a trace entry as the fast path reads them.
+#[derive(Debug, Clone, Default)]
+pub struct EntryFields {
+    pub action: Option<Rc<String>>,
+    pub addr: Option<u64>,
+    pub device_free: Option<u64>,
+    pub size: Option<u64>,
+    pub stream: Option<u64>,
+    pub time_us: Option<i64>,
+    pub stack: u32,
 }
 
 impl Compactor for () {
@@ -508,10 +533,205 @@ struct Vm<'c, R, C> {
     memo: Memo,
     memo_sparse: HashMap<u64, Value>,
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
+    /// Key strings the fast path has recognised, by identity.
+    keys: Vec<(Rc<String>, u8)>,
     allowance: u64,
     charged: u64,
     limits: Limits,
     compactor: &'c mut C,
+}
+
+/// What the fast path found for a `frames` value.
+enum Frames {
+    None,
+    /// A stack already interned.
+    Stack(u32),
+    /// A memoized list not yet interned (its memo slot is released after).
+    List(Shared<List>),
+    /// A list built in the entry: its frame values.
+    Inline(Vec<Value>),
+}
+
+/// Memo slots the fast path stores, in order, once the entry is accepted.
+enum Put {
+    Dict,
+    Str(std::ops::Range<usize>),
+    FramesList,
+}
+
+/// The result of reading one entry from the buffer.
+struct FastEntry {
+    len: usize,
+    fields: EntryFields,
+    frames: Frames,
+    puts: Vec<Put>,
+}
+
+/// Reads a trace entry (`EMPTY_DICT` already consumed) laid out as Python's
+/// pickler writes it: MEMOIZE, MARK, then key/value pairs with memoized keys,
+/// then SETITEMS. `None` for anything else, or when the entry does not lie
+/// wholly in `buf`: the generic path then decodes it.
+fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) -> Option<FastEntry> {
+    let mut p = 0usize;
+    let byte = |p: &mut usize| -> Option<u8> {
+        let b = *buf.get(*p)?;
+        *p += 1;
+        Some(b)
+    };
+    let get_index = |op: u8, p: &mut usize| -> Option<usize> {
+        match op {
+            b'h' => byte(p).map(|b| b as usize),
+            b'j' => {
+                let w = buf.get(*p..*p + 4)?;
+                *p += 4;
+                Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+            }
+            _ => None,
+        }
+    };
+    let mut puts = vec![Put::Dict];
+    if byte(&mut p)? != 0x94 || byte(&mut p)? != b'(' {
+        return None;
+    }
+    let mut f = EntryFields::default();
+    let mut frames = Frames::None;
+    loop {
+        let op = byte(&mut p)?;
+        if op == b'u' {
+            break;
+        }
+        // The key: a memoized string.
+        let Value::Str(k) = memo.get(get_index(op, &mut p)?)? else { return None };
+        let field = match keys.iter().find(|(x, _)| Rc::ptr_eq(x, k)) {
+            Some(&(_, f)) => f,
+            None => {
+                let f = match k.as_str() {
+                    "action" => 0,
+                    "addr" => 1,
+                    "device_free" => 2,
+                    "size" => 3,
+                    "stream" => 4,
+                    "time_us" => 5,
+                    "frames" => 6,
+                    "compile_context" | "user_metadata" => 7,
+                    _ => return None,
+                };
+                if keys.len() < 16 {
+                    keys.push((k.clone(), f));
+                }
+                f
+            }
+        };
+        let op = byte(&mut p)?;
+        match field {
+            0 => {
+                let Value::Str(a) = memo.get(get_index(op, &mut p)?)? else { return None };
+                f.action = Some(a.clone());
+            }
+            1..=5 => {
+                let v: i64 = match op {
+                    b'K' => byte(&mut p)? as i64,
+                    b'M' => {
+                        let w = buf.get(p..p + 2)?;
+                        p += 2;
+                        u16::from_le_bytes([w[0], w[1]]) as i64
+                    }
+                    b'J' => {
+                        let w = buf.get(p..p + 4)?;
+                        p += 4;
+                        i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64
+                    }
+                    0x8a => {
+                        let n = byte(&mut p)? as usize;
+                        let w = buf.get(p..p + n).filter(|_| (1..=8).contains(&n))?;
+                        p += n;
+                        let mut b = [0u8; 8];
+                        b[..n].copy_from_slice(w);
+                        let mut v = i64::from_le_bytes(b);
+                        if n < 8 && w[n - 1] & 0x80 != 0 {
+                            v |= -1i64 << (8 * n);
+                        }
+                        v
+                    }
+                    _ => return None,
+                };
+                match field {
+                    5 => f.time_us = Some(v),
+                    _ if v < 0 => return None,
+                    1 => f.addr = Some(v as u64),
+                    2 => f.device_free = Some(v as u64),
+                    3 => f.size = Some(v as u64),
+                    _ => f.stream = Some(v as u64),
+                }
+            }
+            6 => match op {
+                b'h' | b'j' => {
+                    frames = match memo.get(get_index(op, &mut p)?)? {
+                        Value::Stack(s) => Frames::Stack(*s),
+                        Value::List(l) => Frames::List(l.clone()),
+                        _ => return None,
+                    }
+                }
+                b']' => {
+                    let memoized = buf.get(p) == Some(&0x94);
+                    if memoized {
+                        p += 1;
+                        puts.push(Put::FramesList);
+                    }
+                    let mut items = Vec::new();
+                    let mut item = |op: u8, p: &mut usize| -> Option<()> {
+                        match memo.get(get_index(op, p)?)? {
+                            v @ Value::Dict(_) => items.push(v.clone()),
+                            _ => return None,
+                        }
+                        Some(())
+                    };
+                    match buf.get(p)? {
+                        b'(' => {
+                            p += 1;
+                            loop {
+                                let op = byte(&mut p)?;
+                                if op == b'e' {
+                                    break;
+                                }
+                                item(op, &mut p)?;
+                            }
+                        }
+                        b'h' | b'j' => {
+                            let op = byte(&mut p)?;
+                            item(op, &mut p)?;
+                            if byte(&mut p)? != b'a' {
+                                return None;
+                            }
+                        }
+                        _ => {}
+                    }
+                    frames = Frames::Inline(items);
+                }
+                _ => return None,
+            },
+            _ => match op {
+                // compile_context, user_metadata: skipped, but memoized
+                // strings still take their memo slots.
+                0x8c => {
+                    let n = byte(&mut p)? as usize;
+                    let start = p;
+                    buf.get(p..p + n)?;
+                    p += n;
+                    if buf.get(p) == Some(&0x94) {
+                        p += 1;
+                        puts.push(Put::Str(start..start + n));
+                    }
+                }
+                b'h' | b'j' => {
+                    get_index(op, &mut p)?;
+                }
+                b'N' | 0x88 | 0x89 => {}
+                _ => return None,
+            },
+        }
+    }
+    Some(FastEntry { len: p, fields: f, frames, puts })
 }
 
 /// Decodes one pickle from `r` (already decompressed).
@@ -523,6 +743,7 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         memo: Memo::default(),
         memo_sparse: HashMap::new(),
         strings: HashMap::default(),
+        keys: Vec::new(),
         allowance: limits.slack,
         charged: 0,
         limits,
@@ -598,6 +819,70 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             drop_iteratively(vec![old]);
         }
         Ok(())
+    }
+
+    /// The fast path for a trace entry (see `read_fast_entry`); false when
+    /// the generic path must decode it.
+    fn try_fast_entry(&mut self, offset: u64) -> Result<bool, PickleError> {
+        if !self.compactor.fast_entries() || !self.memo_sparse.is_empty() {
+            return Ok(false);
+        }
+        let Some(e) = read_fast_entry(&self.src.buf[self.src.pos..self.src.end], &self.memo, &mut self.keys) else {
+            return Ok(false);
+        };
+        let start = self.src.pos;
+        self.src.pos += e.len;
+        // Memo slots in the order the pickle stores them.
+        let (mut dict_slot, mut list_slot) = (None, None);
+        for put in &e.puts {
+            let v = match put {
+                Put::Dict => {
+                    dict_slot = Some(self.memo.len);
+                    Value::None
+                }
+                Put::FramesList => {
+                    list_slot = Some(self.memo.len);
+                    Value::None
+                }
+                Put::Str(r) => {
+                    let slice = &self.src.buf[start + r.start..start + r.end];
+                    match self.strings.get(slice) {
+                        Some(rc) => Value::Str(rc.clone()),
+                        None => {
+                            let bytes = slice.to_vec();
+                            self.string(offset, bytes)?
+                        }
+                    }
+                }
+            };
+            self.charge(offset, 16)?;
+            self.memo.push(v);
+        }
+        let mut fields = e.fields;
+        fields.stack = match e.frames {
+            Frames::None => 0,
+            Frames::Stack(s) => s,
+            Frames::List(l) => {
+                let s = self.compactor.stack_of(l.borrow().values());
+                let slot = l.borrow().memo;
+                if let Some(m) = slot.and_then(|m| self.memo.get_mut(m)) {
+                    if matches!(m, Value::List(x) if Rc::ptr_eq(x, &l)) {
+                        *m = Value::Stack(s);
+                    }
+                }
+                s
+            }
+            Frames::Inline(items) => self.compactor.stack_of(&items),
+        };
+        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
+        if let Some(m) = list_slot.and_then(|m| self.memo.get_mut(m)) {
+            *m = Value::Stack(fields.stack);
+        }
+        if let Some(m) = dict_slot.and_then(|m| self.memo.get_mut(m)) {
+            *m = Value::Entry(id);
+        }
+        self.push(offset, Value::Entry(id))?;
+        Ok(true)
     }
 
     #[inline]
@@ -860,6 +1145,9 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.push(offset, Value::Bytes(Rc::new(bytes)))?
                 }
                 b'}' => {
+                    if self.try_fast_entry(offset)? {
+                        continue;
+                    }
                     self.charge(offset, 64)?;
                     self.push(offset, Value::Dict(Rc::new(RefCell::new(Dict::default()))))?
                 }
