@@ -535,6 +535,8 @@ struct Vm<'c, R, C> {
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
     /// Key strings the fast path has recognised, by identity.
     keys: Vec<(Rc<String>, u8)>,
+    /// The fast path's reused buffers.
+    fast: FastEntry,
     allowance: u64,
     charged: u64,
     limits: Limits,
@@ -548,8 +550,8 @@ enum Frames {
     Stack(u32),
     /// A memoized list not yet interned (its memo slot is released after).
     List(Shared<List>),
-    /// A list built in the entry: its frame values.
-    Inline(Vec<Value>),
+    /// A list built in the entry: its frame values are in `FastEntry::items`.
+    Inline,
 }
 
 /// Memo slots the fast path stores, in order, once the entry is accepted.
@@ -559,19 +561,22 @@ enum Put {
     FramesList,
 }
 
-/// The result of reading one entry from the buffer.
+/// The result of reading one entry from the buffer; `puts` and `items`
+/// are reused from entry to entry.
+#[derive(Default)]
 struct FastEntry {
     len: usize,
     fields: EntryFields,
-    frames: Frames,
+    frames: Option<Frames>,
     puts: Vec<Put>,
+    items: Vec<Value>,
 }
 
 /// Reads a trace entry (`EMPTY_DICT` already consumed) laid out as Python's
 /// pickler writes it: MEMOIZE, MARK, then key/value pairs with memoized keys,
 /// then SETITEMS. `None` for anything else, or when the entry does not lie
 /// wholly in `buf`: the generic path then decodes it.
-fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) -> Option<FastEntry> {
+fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e: &mut FastEntry) -> Option<()> {
     let mut p = 0usize;
     let byte = |p: &mut usize| -> Option<u8> {
         let b = *buf.get(*p)?;
@@ -589,12 +594,15 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) ->
             _ => None,
         }
     };
-    let mut puts = vec![Put::Dict];
+    e.puts.clear();
+    e.puts.push(Put::Dict);
+    e.items.clear();
     if byte(&mut p)? != 0x94 || byte(&mut p)? != b'(' {
         return None;
     }
     let mut f = EntryFields::default();
     let mut frames = Frames::None;
+    let (puts, items) = (&mut e.puts, &mut e.items);
     loop {
         let op = byte(&mut p)?;
         if op == b'u' {
@@ -678,7 +686,6 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) ->
                         p += 1;
                         puts.push(Put::FramesList);
                     }
-                    let mut items = Vec::new();
                     let mut item = |op: u8, p: &mut usize| -> Option<()> {
                         match memo.get(get_index(op, p)?)? {
                             v @ Value::Dict(_) => items.push(v.clone()),
@@ -706,7 +713,7 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) ->
                         }
                         _ => {}
                     }
-                    frames = Frames::Inline(items);
+                    frames = Frames::Inline;
                 }
                 _ => return None,
             },
@@ -731,7 +738,10 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>) ->
             },
         }
     }
-    Some(FastEntry { len: p, fields: f, frames, puts })
+    e.len = p;
+    e.fields = f;
+    e.frames = Some(frames);
+    Some(())
 }
 
 /// Decodes one pickle from `r` (already decompressed).
@@ -744,6 +754,7 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         memo_sparse: HashMap::new(),
         strings: HashMap::default(),
         keys: Vec::new(),
+        fast: FastEntry::default(),
         allowance: limits.slack,
         charged: 0,
         limits,
@@ -827,9 +838,18 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         if !self.compactor.fast_entries() || !self.memo_sparse.is_empty() {
             return Ok(false);
         }
-        let Some(e) = read_fast_entry(&self.src.buf[self.src.pos..self.src.end], &self.memo, &mut self.keys) else {
-            return Ok(false);
+        let mut e = std::mem::take(&mut self.fast);
+        let found = read_fast_entry(&self.src.buf[self.src.pos..self.src.end], &self.memo, &mut self.keys, &mut e);
+        let r = match found {
+            Some(()) => self.apply_fast_entry(offset, &mut e).map(|_| true),
+            None => Ok(false),
         };
+        self.fast = e;
+        r
+    }
+
+    /// Stores what `read_fast_entry` read: memo slots, the entry, its stack.
+    fn apply_fast_entry(&mut self, offset: u64, e: &mut FastEntry) -> Result<(), PickleError> {
         let start = self.src.pos;
         self.src.pos += e.len;
         // Memo slots in the order the pickle stores them.
@@ -858,8 +878,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             self.charge(offset, 16)?;
             self.memo.push(v);
         }
-        let mut fields = e.fields;
-        fields.stack = match e.frames {
+        let mut fields = std::mem::take(&mut e.fields);
+        fields.stack = match e.frames.take().unwrap_or(Frames::None) {
             Frames::None => 0,
             Frames::Stack(s) => s,
             Frames::List(l) => {
@@ -872,7 +892,11 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 }
                 s
             }
-            Frames::Inline(items) => self.compactor.stack_of(&items),
+            Frames::Inline => {
+                let s = self.compactor.stack_of(&e.items);
+                e.items.clear();
+                s
+            }
         };
         let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
         if let Some(m) = list_slot.and_then(|m| self.memo.get_mut(m)) {
@@ -881,8 +905,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         if let Some(m) = dict_slot.and_then(|m| self.memo.get_mut(m)) {
             *m = Value::Entry(id);
         }
-        self.push(offset, Value::Entry(id))?;
-        Ok(true)
+        self.push(offset, Value::Entry(id))
     }
 
     #[inline]
