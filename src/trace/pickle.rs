@@ -408,8 +408,12 @@ impl std::hash::Hasher for FastHasher {
         self.write_u64(v as u64)
     }
     fn write_u64(&mut self, v: u64) {
-        let h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        self.0 = (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+        // splitmix64's finalizer: addresses are multiples of 512, and every
+        // input bit must reach the bits hashbrown uses for bucket and tag.
+        let mut z = (self.0 ^ v).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.0 = z ^ (z >> 31);
     }
     fn write_usize(&mut self, v: usize) {
         self.write_u64(v as u64)
