@@ -995,6 +995,12 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         }
     }
 
+    /// The decimal memo index of the protocol-0 PUT and GET opcodes.
+    fn text_index(&mut self, offset: u64, what: &'static str) -> Result<u64, PickleError> {
+        let line = self.src.line(what)?;
+        String::from_utf8_lossy(&line).parse::<u64>().map_err(|_| self.malformed(offset, format!("bad {what} index")))
+    }
+
     fn long_bytes(&mut self, offset: u64, bytes: Vec<u8>) -> Result<Value, PickleError> {
         if bytes.len() <= 8 {
             let mut v: i64 = 0;
@@ -1220,10 +1226,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.memo_put(offset, idx)?
                 }
                 b'p' => {
-                    let line = self.src.line("PUT")?;
-                    let idx = String::from_utf8_lossy(&line)
-                        .parse::<u64>()
-                        .map_err(|_| self.malformed(offset, "bad PUT index"))?;
+                    let idx = self.text_index(offset, "PUT")?;
                     self.memo_put(offset, idx)?
                 }
                 b'h' => {
@@ -1235,10 +1238,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     self.memo_get(offset, idx)?
                 }
                 b'g' => {
-                    let line = self.src.line("GET")?;
-                    let idx = String::from_utf8_lossy(&line)
-                        .parse::<u64>()
-                        .map_err(|_| self.malformed(offset, "bad GET index"))?;
+                    let idx = self.text_index(offset, "GET")?;
                     self.memo_get(offset, idx)?
                 }
                 b'a' => {
@@ -1385,6 +1385,20 @@ mod tests {
             (Value::List(a), Value::List(b)) => assert!(Rc::ptr_eq(a, b)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn text_put_and_get_share_the_memo() {
+        // [[7], <GET 0>] with the inner list stored by PUT 0 (protocol 0/1 style).
+        let p = b"\x80\x02](]p0\nK\x07ag0\ne.";
+        let v = decode_bytes(p).unwrap();
+        let items = v.items().unwrap();
+        match (&items[0], &items[1]) {
+            (Value::List(a), Value::List(b)) => assert!(Rc::ptr_eq(a, b)),
+            other => panic!("{other:?}"),
+        }
+        let e = decode_bytes(b"\x80\x02]g12x\n.").unwrap_err();
+        assert_eq!(e.to_string(), "byte 3: bad GET index");
     }
 
     #[test]
