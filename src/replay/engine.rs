@@ -93,24 +93,72 @@ fn next_request(rec: &[Event], i: usize) -> Option<usize> {
     None
 }
 
-struct State<'a> {
+/// Replays a recorded trace one step at a time: a step reproduces one
+/// recorded event, or all the events one `malloc` produces. It is `Clone`, so
+/// a copy is a checkpoint to come back to.
+#[derive(Clone)]
+pub struct Stepper<'a> {
+    rec: &'a [Event],
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
     live: HashMap<u64, BlockId, FastHash>,
+    empty_cache_at: Vec<usize>,
 }
 
-impl State<'_> {
+impl<'a> Stepper<'a> {
+    /// A replay of `rec` starting from `seed` (empty for a trace recorded
+    /// from process start).
+    pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
+        let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
+        if opts.memory_limit.is_some() {
+            alloc.set_memory_limit(opts.memory_limit);
+        }
+        let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
+        for s in seed {
+            let blocks = alloc.seed_segment(s).map_err(|reason| Divergence {
+                event: 0,
+                expected: rec.first().copied(),
+                got: None,
+                reason,
+            })?;
+            live.extend(blocks);
+        }
+        Ok(Stepper { rec, alloc, live, empty_cache_at: Vec::new() })
+    }
+
+    /// Recorded events reproduced so far.
+    pub fn position(&self) -> usize {
+        self.alloc.emitted() as usize
+    }
+
+    pub fn allocator(&self) -> &CachingAllocator<Oracle<'a>> {
+        &self.alloc
+    }
+
+    /// Recorded event indices where an `empty_cache()` was inferred.
+    pub fn empty_cache_at(&self) -> &[usize] {
+        &self.empty_cache_at
+    }
+
     /// Runs the request recorded at `k`; returns the block on success.
-    fn request(&mut self, rec: &[Event], k: usize) -> Option<BlockId> {
-        let e = rec[k];
+    fn request(&mut self, k: usize) -> Option<BlockId> {
+        let e = self.rec[k];
         self.alloc.malloc(e.size, e.stream).ok()
     }
 
+    fn note_live(&mut self, b: Option<BlockId>) {
+        if let Some(b) = b {
+            if let Ok(v) = self.alloc.block(b) {
+                self.live.insert(v.ptr, b);
+            }
+        }
+    }
+
     /// Compares what the allocator emitted since `from` with the recording.
-    fn check(&self, rec: &[Event], from: usize) -> Result<(), Divergence> {
+    fn check(&self, from: usize) -> Result<(), Divergence> {
         for (j, got) in self.alloc.events().iter().enumerate() {
             let i = from + j;
-            match rec.get(i) {
+            match self.rec.get(i) {
                 Some(want) if want.same_as(got) => {}
                 want => {
                     return Err(Divergence {
@@ -121,6 +169,64 @@ impl State<'_> {
                     })
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Reproduces the next recorded event(s). The events it emitted, and the
+    /// state after each, are in `allocator().events()` / `points()` until the
+    /// next step.
+    pub fn step(&mut self) -> Result<(), Divergence> {
+        let rec = self.rec;
+        let i = self.position();
+        let ev = rec[i];
+        self.alloc.clear_events();
+        let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
+        match ev.action {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                // Either the release path of the next malloc (OOM retry,
+                // max_split_size release, GC) or an empty_cache() call.
+                let mut explained = false;
+                if let Some(k) = next_request(rec, i) {
+                    let saved = self.alloc.clone();
+                    let got = self.request(k);
+                    if self.check(i).is_ok() && self.position() == k + 1 {
+                        self.note_live(got);
+                        explained = true;
+                    } else {
+                        self.alloc = saved;
+                    }
+                }
+                if !explained {
+                    self.alloc.clear_events();
+                    self.alloc.empty_cache();
+                    self.empty_cache_at.push(i);
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentMap => match next_request(rec, i) {
+                Some(k) => {
+                    let got = self.request(k);
+                    self.note_live(got);
+                }
+                None => return Err(fail(format!("{} with no allocation request after it", ev.action))),
+            },
+            Action::Alloc | Action::Oom => {
+                let got = self.request(i);
+                self.note_live(got);
+            }
+            Action::FreeRequested => match self.live.get(&ev.addr) {
+                Some(&b) => self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?,
+                None => return Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr))),
+            },
+            Action::FreeCompleted => match self.live.remove(&ev.addr) {
+                Some(b) => self.alloc.free_completed(b).map_err(|e| fail(e.to_string()))?,
+                None => return Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr))),
+            },
+            Action::Snapshot => self.alloc.push_external_event(ev),
+        }
+        self.check(i)?;
+        if self.position() == i {
+            return Err(fail("nothing was emitted for this event".into()));
         }
         Ok(())
     }
@@ -139,104 +245,31 @@ pub fn replay_events_from<'a>(
     seed: &[SeedSegment],
     mut observer: impl ReplayObserver,
 ) -> ReplayResult<'a> {
-    let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
-    if opts.memory_limit.is_some() {
-        alloc.set_memory_limit(opts.memory_limit);
-    }
-    let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
-    let mut seed_error = None;
-    for s in seed {
-        match alloc.seed_segment(s) {
-            Ok(blocks) => live.extend(blocks),
-            Err(e) => seed_error = Some(e),
-        }
-    }
-    let mut st = State { alloc, live };
-    let mut inferred_empty_cache = 0;
-    let mut empty_cache_at = Vec::new();
     let mut peak = Peak::default();
     let mut kept_events = Vec::new();
     let mut kept_points = Vec::new();
-    let mut divergence =
-        seed_error.map(|reason| Divergence { event: 0, expected: rec.first().copied(), got: None, reason });
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
-
-    while divergence.is_none() && (st.alloc.emitted() as usize) < end {
-        let i = st.alloc.emitted() as usize;
-        let ev = rec[i];
-        st.alloc.clear_events();
-        let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
-        let step: Result<(), Divergence> = match ev.action {
-            Action::SegmentFree | Action::SegmentUnmap => {
-                // Either the release path of the next malloc (OOM retry,
-                // max_split_size release, GC) or an empty_cache() call.
-                let mut explained = false;
-                if let Some(k) = next_request(rec, i) {
-                    let saved = st.alloc.clone();
-                    let got = st.request(rec, k);
-                    if st.check(rec, i).is_ok() && st.alloc.emitted() as usize == k + 1 {
-                        if let Some(b) = got {
-                            if let Ok(v) = st.alloc.block(b) {
-                                st.live.insert(v.ptr, b);
-                            }
-                        }
-                        explained = true;
-                    } else {
-                        st.alloc = saved;
-                    }
-                }
-                if !explained {
-                    st.alloc.clear_events();
-                    st.alloc.empty_cache();
-                    inferred_empty_cache += 1;
-                    empty_cache_at.push(i);
-                }
-                Ok(())
-            }
-            Action::SegmentAlloc | Action::SegmentMap => match next_request(rec, i) {
-                Some(k) => {
-                    if let Some(b) = st.request(rec, k) {
-                        if let Ok(v) = st.alloc.block(b) {
-                            st.live.insert(v.ptr, b);
-                        }
-                    }
-                    Ok(())
-                }
-                None => Err(fail(format!("{} with no allocation request after it", ev.action))),
-            },
-            Action::Alloc | Action::Oom => {
-                if let Some(b) = st.request(rec, i) {
-                    if let Ok(v) = st.alloc.block(b) {
-                        st.live.insert(v.ptr, b);
-                    }
-                }
-                Ok(())
-            }
-            Action::FreeRequested => match st.live.get(&ev.addr) {
-                Some(&b) => st.alloc.free_requested(b).map_err(|e| fail(e.to_string())),
-                None => Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr))),
-            },
-            Action::FreeCompleted => match st.live.remove(&ev.addr) {
-                Some(b) => st.alloc.free_completed(b).map_err(|e| fail(e.to_string())),
-                None => Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr))),
-            },
-            Action::Snapshot => {
-                st.alloc.push_external_event(ev);
-                Ok(())
-            }
-        };
-        let step = step.and_then(|_| st.check(rec, i));
-        if let Err(d) = step {
-            divergence = Some(d);
-            break;
+    let mut st = match Stepper::new(rec, opts, seed) {
+        Ok(st) => st,
+        Err(d) => {
+            // The seed did not fit: nothing was replayed.
+            return ReplayResult {
+                allocator: CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total)),
+                divergence: Some(d),
+                inferred_empty_cache: 0,
+                reproduced: 0,
+                empty_cache_at: Vec::new(),
+                peak,
+                events: kept_events,
+                points: kept_points,
+            };
         }
-        if st.alloc.emitted() as usize == i {
-            divergence = Some(Divergence {
-                event: i,
-                expected: Some(ev),
-                got: None,
-                reason: "nothing was emitted for this event".into(),
-            });
+    };
+    let mut divergence = None;
+    while st.position() < end {
+        let i = st.position();
+        if let Err(d) = st.step() {
+            divergence = Some(d);
             break;
         }
         for (k, p) in st.alloc.points().iter().enumerate() {
@@ -248,18 +281,18 @@ pub fn replay_events_from<'a>(
             kept_events.extend_from_slice(st.alloc.events());
             kept_points.extend_from_slice(st.alloc.points());
         }
-        for (j, e) in rec.iter().enumerate().take(st.alloc.emitted() as usize).skip(i) {
+        for (j, e) in rec.iter().enumerate().take(st.position()).skip(i) {
             observer.after_event(j, e, &st.alloc);
         }
     }
     st.alloc.clear_events();
-    let reproduced = divergence.as_ref().map(|d| d.event).unwrap_or(st.alloc.emitted() as usize);
+    let reproduced = divergence.as_ref().map(|d| d.event).unwrap_or(st.position());
     ReplayResult {
         allocator: st.alloc,
         divergence,
-        inferred_empty_cache,
+        inferred_empty_cache: st.empty_cache_at.len(),
         reproduced,
-        empty_cache_at,
+        empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,
         points: kept_points,

@@ -6,4 +6,6 @@ mod engine;
 pub mod whatif;
 pub mod wrapped;
 
-pub use engine::{replay_events, replay_events_from, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult};
+pub use engine::{
+    replay_events, replay_events_from, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult, Stepper,
+};
