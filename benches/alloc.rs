@@ -7,6 +7,8 @@
 //!   (glibc malloc+free), a peer measured in the same run.
 //! - `replay/vector_d`: trace-driven replay of a recorded vector (4,563 events),
 //!   reported per event.
+//! - `scrub/gpt2_step_back_and_forth`: at GPT-2's peak (event 4,400 of 14,327),
+//!   one step back and one step forward, as the TUI's arrow keys do.
 
 use std::hint::black_box;
 use std::io::Read;
@@ -111,5 +113,24 @@ fn bench_replay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_pairs, bench_replay);
+fn bench_scrub(c: &mut Criterion) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+    let t = gpumem_top::trace::load(&path).unwrap();
+    let d = &t.devices[0];
+    let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    let mut s = gpumem_top::replay::scrub::Scrubber::new(&d.events, &opts, &[], 256).unwrap();
+    let mut g = c.benchmark_group("scrub");
+    g.throughput(Throughput::Elements(2));
+    let mut back = true;
+    g.bench_function("gpt2_step_back_and_forth", |b| {
+        b.iter(|| {
+            let e = if back { 4399 } else { 4400 };
+            back = !back;
+            black_box(s.seek(e).stats().get(gpumem_top::alloc::Kind::AllocatedBytes, 0).current)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_pairs, bench_replay, bench_scrub);
 criterion_main!(benches);

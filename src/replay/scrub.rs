@@ -1,0 +1,125 @@
+//! Scrubbing through a recorded trace: the allocator state after any event,
+//! without replaying from the start. One pass records the allocated and
+//! reserved bytes after every event (the timeline) and keeps a checkpoint
+//! every `every` events; a seek resumes from the nearest checkpoint at or
+//! before the target, or steps on from where it stands.
+
+use crate::alloc::{CachingAllocator, Event, SeedSegment, StatePoint};
+use crate::device::Oracle;
+
+use super::{Divergence, ReplayOptions, Stepper};
+
+pub struct Scrubber<'a> {
+    checkpoints: Vec<Stepper<'a>>,
+    every: usize,
+    cur: Stepper<'a>,
+    /// Allocated and reserved bytes after each recorded event.
+    points: Vec<StatePoint>,
+    /// Steps the last `seek` took (to keep scrubbing honest in tests).
+    last_steps: usize,
+}
+
+impl<'a> Scrubber<'a> {
+    /// Replays `rec` once, keeping a checkpoint every `every` events.
+    pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment], every: usize) -> Result<Self, Divergence> {
+        let every = every.max(1);
+        let mut st = Stepper::new(rec, opts, seed)?;
+        let mut checkpoints = vec![st.clone()];
+        let mut points = Vec::with_capacity(rec.len());
+        while st.position() < rec.len() {
+            st.step()?;
+            points.extend_from_slice(st.allocator().points());
+            // A checkpoint as soon as a multiple of `every` is passed.
+            if st.position() / every > checkpoints.len() - 1 {
+                checkpoints.push(st.clone());
+            }
+        }
+        let cur = checkpoints[0].clone();
+        Ok(Scrubber { checkpoints, every, cur, points, last_steps: 0 })
+    }
+
+    /// Events in the trace.
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// Allocated and reserved bytes after each event.
+    pub fn points(&self) -> &[StatePoint] {
+        &self.points
+    }
+
+    /// The allocator right after `event` (after the whole malloc, for an
+    /// event that is part of one).
+    pub fn seek(&mut self, event: usize) -> &CachingAllocator<Oracle<'a>> {
+        let target = event.min(self.len().saturating_sub(1)) + 1;
+        if self.cur.position() > target || target - self.cur.position() > self.every {
+            let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);
+            self.cur = self.checkpoints[at].clone();
+        }
+        self.last_steps = 0;
+        while self.cur.position() < target {
+            // The first pass reproduced every event, so a step cannot fail here.
+            if self.cur.step().is_err() {
+                break;
+            }
+            self.last_steps += 1;
+        }
+        self.cur.allocator()
+    }
+
+    /// Steps the last `seek` replayed.
+    pub fn last_steps(&self) -> usize {
+        self.last_steps
+    }
+
+    pub fn checkpoints(&self) -> usize {
+        self.checkpoints.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::replay_events;
+    use crate::trace;
+
+    fn fixture(name: &str) -> trace::Trace {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+        trace::load(&root.join(name)).unwrap()
+    }
+
+    /// Seeking anywhere, forwards or backwards, gives exactly the state a
+    /// replay from the start reaches, and a step back replays at most one
+    /// checkpoint interval.
+    #[test]
+    fn seeks_match_a_fresh_replay_and_stay_local() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let mut s = Scrubber::new(&d.events, &opts, &[], 256).unwrap();
+        assert_eq!(s.len(), d.events.len());
+        assert_eq!(s.checkpoints(), d.events.len() / 256 + 1);
+        for &e in &[3041usize, 3040, 9000, 17, 5000, 5001, 4999, 0, 9788] {
+            let got = s.seek(e).memory_stats();
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            let r = replay_events(&d.events, &o, ());
+            assert!(r.divergence.is_none());
+            assert_eq!(got, r.allocator.memory_stats(), "event {e}");
+            assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
+            assert!(s.last_steps() <= 256, "event {e}: {} steps", s.last_steps());
+        }
+        // The timeline point of the peak event is the peak.
+        let peak = s.points().iter().map(|p| p.allocated).max().unwrap();
+        assert_eq!(peak, 5_855_043_584);
+        assert_eq!(s.points()[3041].allocated, 5_855_043_584);
+        // One step forward is one step.
+        s.seek(100);
+        s.seek(101);
+        assert!(s.last_steps() <= 1);
+    }
+}
