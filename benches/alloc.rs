@@ -9,6 +9,8 @@
 //!   reported per event.
 //! - `scrub/gpt2_step_back_and_forth`: at GPT-2's peak (event 4,400 of 14,327),
 //!   one step back and one step forward, as the TUI's arrow keys do.
+//! - `frame/gpt2_peak_200x60`: the whole screen at GPT-2's peak drawn into a
+//!   200x60 buffer (view built from the allocator state, then rendered).
 
 use std::hint::black_box;
 use std::io::Read;
@@ -132,5 +134,55 @@ fn bench_scrub(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_pairs, bench_replay, bench_scrub);
+fn bench_frame(c: &mut Criterion) {
+    use gpumem_top::alloc::Kind;
+    use gpumem_top::analysis::{fragmentation, size_histogram};
+    use gpumem_top::ui::{render, Focus, SegmentOrder, View};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+    let t = gpumem_top::trace::load(&path).unwrap();
+    let d = &t.devices[0];
+    let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    let mut s = gpumem_top::replay::scrub::Scrubber::new(&d.events, &opts, &[], 256).unwrap();
+    let points = s.points().to_vec();
+    let a = s.seek(4400);
+    let area = ratatui::layout::Rect::new(0, 0, 200, 60);
+    let mut buf = ratatui::buffer::Buffer::empty(area);
+    c.bench_function("frame/gpt2_peak_200x60", |b| {
+        b.iter(|| {
+            let segs = a.snapshot();
+            let stats = a.stats();
+            let hist = size_histogram(&segs);
+            let view = View {
+                device: "NVIDIA H200".into(),
+                source: "replay gpt2_train.pickle.gz".into(),
+                position: "event 4400/14327".into(),
+                banner: None,
+                allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+                allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+                reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+                reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+                device_memory: None,
+                segments: &segs,
+                fragmentation: fragmentation(stats, &segs),
+                histogram: &hist,
+                timeline: &points,
+                cursor: 4400,
+                peak_at: Some(4400),
+                ooms: &[],
+                empty_caches: &[],
+                order: SegmentOrder::Address,
+                scroll: 0,
+                focus: Focus::Map,
+                help: false,
+                color: true,
+                status: String::new(),
+            };
+            buf.reset();
+            render(&view, area, &mut buf);
+            black_box(&buf);
+        })
+    });
+}
+
+criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame);
 criterion_main!(benches);

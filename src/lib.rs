@@ -26,3 +26,4 @@ pub mod cli;
 pub mod device;
 pub mod replay;
 pub mod trace;
+pub mod ui;

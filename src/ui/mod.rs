@@ -1,0 +1,484 @@
+//! The screens of design §4, drawn from an immutable `View`: a header, the
+//! allocated/reserved bars, the fragmentation map beside the block-size
+//! histogram, the timeline, and a status line. Nothing here computes metrics
+//! or owns data; the caller builds the `View` from whatever source it has.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
+
+use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::analysis::{human_bytes, Fragmentation, SizeBucket};
+
+/// The smallest terminal the screens are drawn in.
+pub const MIN_WIDTH: u16 = 80;
+pub const MIN_HEIGHT: u16 = 24;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SegmentOrder {
+    #[default]
+    Address,
+    Size,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Map,
+    Timeline,
+}
+
+/// Everything one frame shows.
+#[derive(Debug, Clone)]
+pub struct View<'a> {
+    pub device: String,
+    pub source: String,
+    /// "event 4400/14327" or a time.
+    pub position: String,
+    /// Shown above everything when set ("no NVIDIA GPU found: simulated device").
+    pub banner: Option<String>,
+    pub allocated: u64,
+    pub allocated_peak: u64,
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    /// NVML's (used, total) for the device, where known.
+    pub device_memory: Option<(u64, u64)>,
+    pub segments: &'a [SegmentInfo],
+    pub fragmentation: Fragmentation,
+    pub histogram: &'a [SizeBucket],
+    /// Allocated and reserved over events (or samples).
+    pub timeline: &'a [StatePoint],
+    pub cursor: usize,
+    pub peak_at: Option<usize>,
+    pub ooms: &'a [usize],
+    pub empty_caches: &'a [usize],
+    pub order: SegmentOrder,
+    /// First segment row shown.
+    pub scroll: usize,
+    pub focus: Focus,
+    pub help: bool,
+    pub color: bool,
+    pub status: String,
+}
+
+/// Styles, or none at all under NO_COLOR: glyphs carry the meaning either way.
+#[derive(Debug, Clone, Copy)]
+struct Theme {
+    color: bool,
+}
+
+impl Theme {
+    fn fg(self, c: Color) -> Style {
+        if self.color {
+            Style::default().fg(c)
+        } else {
+            Style::default()
+        }
+    }
+    fn bold(self) -> Style {
+        Style::default().add_modifier(Modifier::BOLD)
+    }
+}
+
+/// One glyph per block state, readable without colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    Allocated,
+    RoundingWaste,
+    PendingFree,
+    FreeInUsedSegment,
+    FreeSegment,
+}
+
+impl Cell {
+    pub fn glyph(self) -> char {
+        match self {
+            Cell::Allocated => '█',
+            Cell::RoundingWaste => '▓',
+            Cell::PendingFree => '▒',
+            Cell::FreeInUsedSegment => '░',
+            Cell::FreeSegment => '·',
+        }
+    }
+    fn color(self) -> Color {
+        match self {
+            Cell::Allocated => Color::Green,
+            Cell::RoundingWaste => Color::Yellow,
+            Cell::PendingFree => Color::Magenta,
+            Cell::FreeInUsedSegment => Color::Red,
+            Cell::FreeSegment => Color::Blue,
+        }
+    }
+    pub const LEGEND: [(Cell, &'static str); 5] = [
+        (Cell::Allocated, "allocated"),
+        (Cell::RoundingWaste, "rounding"),
+        (Cell::PendingFree, "pending free"),
+        (Cell::FreeInUsedSegment, "free in used segment"),
+        (Cell::FreeSegment, "free segment"),
+    ];
+}
+
+/// The cells of one segment's row, `width` cells covering the segment to
+/// scale: each cell shows the state holding most of its bytes.
+pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
+    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
+    let mut out = Vec::with_capacity(width);
+    if width == 0 || seg.total_size == 0 {
+        return out;
+    }
+    // Byte ranges of each state, in address order.
+    let mut ranges: Vec<(u64, u64, Cell)> = Vec::new();
+    for b in &seg.blocks {
+        let start = b.address - seg.address;
+        match b.state {
+            BlockState::ActiveAllocated => {
+                let used = b.requested_size.min(b.size);
+                ranges.push((start, start + used, Cell::Allocated));
+                if used < b.size {
+                    ranges.push((start + used, start + b.size, Cell::RoundingWaste));
+                }
+            }
+            BlockState::ActivePendingFree => ranges.push((start, start + b.size, Cell::PendingFree)),
+            BlockState::Inactive => ranges.push((
+                start,
+                start + b.size,
+                if whole_free { Cell::FreeSegment } else { Cell::FreeInUsedSegment },
+            )),
+        }
+    }
+    let total = seg.total_size as u128;
+    let mut r = 0;
+    for c in 0..width {
+        let lo = (total * c as u128 / width as u128) as u64;
+        let hi = ((total * (c as u128 + 1) / width as u128) as u64).max(lo + 1);
+        let mut best = (0u64, Cell::FreeSegment);
+        while r < ranges.len() && ranges[r].1 <= lo {
+            r += 1;
+        }
+        let mut k = r;
+        let mut weights = [0u64; 5];
+        while k < ranges.len() && ranges[k].0 < hi {
+            let (a, b, cell) = ranges[k];
+            let w = b.min(hi) - a.max(lo);
+            weights[cell as usize] += w;
+            k += 1;
+        }
+        for (i, &w) in weights.iter().enumerate() {
+            // Ties go to the more telling state (allocated first).
+            if w > best.0 {
+                best = (w, Cell::LEGEND[i].0);
+            }
+        }
+        out.push(best.1);
+    }
+    out
+}
+
+/// Draws the whole screen.
+pub fn render(view: &View, area: Rect, buf: &mut Buffer) {
+    let theme = Theme { color: view.color };
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this one is {}x{}.",
+            area.width, area.height
+        );
+        Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
+        return;
+    }
+    let banner_h = u16::from(view.banner.is_some());
+    let [banner, top, middle, bottom, status] = Layout::vertical([
+        Constraint::Length(banner_h),
+        Constraint::Length(6),
+        Constraint::Min(8),
+        Constraint::Length((area.height / 4).max(7)),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    if let Some(b) = &view.banner {
+        Paragraph::new(Line::from(Span::styled(
+            format!(" {b} "),
+            theme.fg(Color::Yellow).add_modifier(Modifier::REVERSED),
+        )))
+        .render(banner, buf);
+    }
+    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
+    let header = Block::default()
+        .borders(Borders::ALL)
+        .title(Span::styled(title, theme.bold()))
+        .title_top(Line::from(" ? help ").right_aligned());
+    let inner = header.inner(top);
+    header.render(top, buf);
+    render_bars(view, theme, inner, buf);
+
+    let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
+    render_map(view, theme, map, buf);
+    render_histogram(view, theme, hist, buf);
+    render_timeline(view, theme, bottom, buf);
+    Paragraph::new(Line::from(vec![
+        Span::styled(
+            " q quit  space pause  ←/→ step  PgUp/PgDn jump  p peak  o OOM  tab focus  s screenshot  ? help ",
+            theme.fg(Color::DarkGray),
+        ),
+        Span::raw(view.status.clone()),
+    ]))
+    .render(status, buf);
+    if view.help {
+        render_help(theme, area, buf);
+    }
+}
+
+fn bar_line(label: &str, value: u64, scale: u64, width: usize, tail: String, style: Style) -> Line<'static> {
+    let eighths = if scale == 0 { 0 } else { (value as u128 * width as u128 * 8 / scale as u128) as usize };
+    let full = (eighths / 8).min(width);
+    let part = if full < width { eighths % 8 } else { 0 };
+    let mut bar: String = "█".repeat(full);
+    if part > 0 {
+        bar.push([' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'][part]);
+    }
+    let pad = width.saturating_sub(full + usize::from(part > 0));
+    Line::from(vec![
+        Span::raw(format!(" {label:<10}")),
+        Span::styled(bar, style),
+        Span::raw(" ".repeat(pad)),
+        Span::raw(tail),
+    ])
+}
+
+fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let scale = view.device_memory.map(|(_, t)| t).unwrap_or(view.reserved_peak).max(view.reserved_peak).max(1);
+    let width = (area.width as usize).saturating_sub(56).max(10);
+    let gap = view.reserved.saturating_sub(view.allocated);
+    let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
+    let mut lines = vec![
+        bar_line(
+            "allocated",
+            view.allocated,
+            scale,
+            width,
+            format!(" {:>10}   peak {:>10}", human_bytes(view.allocated), human_bytes(view.allocated_peak)),
+            theme.fg(Color::Green),
+        ),
+        bar_line(
+            "reserved",
+            view.reserved,
+            scale,
+            width,
+            format!(" {:>10}   peak {:>10}", human_bytes(view.reserved), human_bytes(view.reserved_peak)),
+            theme.fg(Color::Blue),
+        ),
+    ];
+    match view.device_memory {
+        Some((used, total)) => lines.push(bar_line(
+            "device",
+            used,
+            scale,
+            width,
+            format!(" {:>10} / {} (NVML)", human_bytes(used), human_bytes(total)),
+            theme.fg(Color::Cyan),
+        )),
+        None => lines.push(Line::from(" device     (no NVML reading for this source)")),
+    }
+    lines.push(Line::from(format!(
+        " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {:.4}",
+        human_bytes(gap),
+        pct(gap, view.reserved),
+        if view.reserved_peak == 0 { 0.0 } else { 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64 }
+    )));
+    Paragraph::new(lines).render(area, buf);
+}
+
+fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let order = match view.order {
+        SegmentOrder::Address => "address",
+        SegmentOrder::Size => "size",
+    };
+    let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(Span::styled(format!(" Fragmentation map ─ {} segments ─ by {order} ", view.segments.len()), focus));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    let mut segs: Vec<&SegmentInfo> = view.segments.iter().collect();
+    if view.order == SegmentOrder::Size {
+        segs.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    }
+    let label_w = 22usize;
+    let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
+    let rows = inner.height as usize - 1;
+    for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
+        let y = inner.y + row as u16;
+        let label = format!("{:#014x} {:>7}", seg.address, short_bytes(seg.total_size));
+        buf.set_stringn(inner.x, y, &label, label_w, Style::default());
+        for (i, c) in segment_cells(seg, cells_w).into_iter().enumerate() {
+            buf.set_string(inner.x + (label_w + 1 + i) as u16, y, c.glyph().to_string(), theme.fg(c.color()));
+        }
+    }
+    // Legend on the last line.
+    let mut spans = Vec::new();
+    for (c, name) in Cell::LEGEND {
+        spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
+        spans.push(Span::raw(format!(" {name}  ")));
+    }
+    Paragraph::new(Line::from(spans)).render(Rect { y: inner.y + inner.height - 1, height: 1, ..inner }, buf);
+}
+
+/// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
+fn short_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v >= 100.0 || u == 0 {
+        format!("{v:.0}{}", UNITS[u])
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let block = Block::default().borders(Borders::ALL).title(" Block sizes ─ allocated / free ");
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let f = &view.fragmentation;
+    let mut lines = Vec::new();
+    let max = view.histogram.iter().map(|b| b.allocated_count.max(b.free_count)).max().unwrap_or(0).max(1);
+    let spark = |n: u64| -> String {
+        let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
+        "▇".repeat(w.min(8))
+    };
+    let rows = (inner.height as usize).saturating_sub(3);
+    let shown: Vec<&SizeBucket> = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).collect();
+    let skip = shown.len().saturating_sub(rows);
+    for b in shown.iter().skip(skip) {
+        lines.push(Line::from(vec![
+            Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
+            Span::styled(format!("{:<8}", spark(b.allocated_count)), theme.fg(Color::Green)),
+            Span::raw(format!("{:>6} ", b.allocated_count)),
+            Span::styled(format!("{:<8}", spark(b.free_count)), theme.fg(Color::Red)),
+            Span::raw(format!("{:>6}", b.free_count)),
+        ]));
+    }
+    lines.push(Line::from(format!(
+        "largest free {}  external_fragmentation {:.2}",
+        human_bytes(f.largest_free_block_bytes),
+        f.external_fragmentation
+    )));
+    lines.push(Line::from(format!(
+        "inactive_split {}  rounding_waste {}",
+        human_bytes(f.inactive_split_bytes),
+        human_bytes(f.rounding_waste_bytes)
+    )));
+    Paragraph::new(lines).render(inner, buf);
+}
+
+fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let n = view.timeline.len();
+    let focus = if view.focus == Focus::Timeline { theme.bold() } else { Style::default() };
+    let peak = view.peak_at.and_then(|p| view.timeline.get(p).map(|v| (p, v.allocated)));
+    let title = match peak {
+        Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
+        None => " Timeline ─ allocated / reserved ".to_string(),
+    };
+    let block = Block::default().borders(Borders::ALL).title(Span::styled(title, focus));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    if n == 0 || inner.width < 4 || inner.height < 2 {
+        return;
+    }
+    let plot = Rect { height: inner.height - 1, ..inner };
+    let ymax = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1) as f64;
+    let cols = (plot.width as usize) * 2;
+    // Per braille column, the highest value of each series in its events.
+    let mut alloc_pts = Vec::with_capacity(cols);
+    let mut resv_pts = Vec::with_capacity(cols);
+    for c in 0..cols {
+        let lo = c * n / cols;
+        let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+        let slice = &view.timeline[lo..hi];
+        let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
+        let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
+        alloc_pts.push((c as f64, a));
+        resv_pts.push((c as f64, r));
+    }
+    let cursor_x = (view.cursor.min(n - 1) * cols / n) as f64;
+    let marks: Vec<f64> = view.ooms.iter().map(|&o| (o.min(n - 1) * cols / n) as f64).collect();
+    Canvas::default()
+        .marker(Marker::Braille)
+        .x_bounds([0.0, cols as f64])
+        .y_bounds([0.0, ymax])
+        .paint(|ctx| {
+            for w in resv_pts.windows(2) {
+                ctx.draw(&CanvasLine::new(
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1,
+                    if theme.color { Color::Blue } else { Color::Reset },
+                ));
+            }
+            for w in alloc_pts.windows(2) {
+                ctx.draw(&CanvasLine::new(
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1,
+                    if theme.color { Color::Green } else { Color::Reset },
+                ));
+            }
+            ctx.draw(&CanvasLine::new(
+                cursor_x,
+                0.0,
+                cursor_x,
+                ymax,
+                if theme.color { Color::Yellow } else { Color::Reset },
+            ));
+            for &x in &marks {
+                ctx.print(x, ymax, Span::styled("✗", theme.fg(Color::Red)));
+            }
+        })
+        .render(plot, buf);
+    let axis = format!(
+        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ {} OOM ─ {} empty_cache ",
+        view.cursor,
+        n,
+        human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
+        human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
+        view.ooms.len(),
+        view.empty_caches.len()
+    );
+    buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+}
+
+fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
+    let w = 60.min(area.width);
+    let h = 16.min(area.height);
+    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    Clear.render(r, buf);
+    let lines = vec![
+        Line::from(Span::styled("keys", theme.bold())),
+        Line::from("q / Esc      quit"),
+        Line::from("←/→          one event back / forward"),
+        Line::from("PgUp/PgDn    jump 1/20 of the trace"),
+        Line::from("Home/End     first / last event"),
+        Line::from("p            jump to the peak"),
+        Line::from("o            jump to the next OOM"),
+        Line::from("space        pause / resume (live sources)"),
+        Line::from("tab          focus map / timeline"),
+        Line::from("↑/↓          scroll the segments"),
+        Line::from("a            order segments by address / size"),
+        Line::from("1-9          pick a GPU (live)"),
+        Line::from("s            write a screenshot"),
+        Line::from("? / h        this help"),
+    ];
+    Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
+}

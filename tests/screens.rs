@@ -1,0 +1,143 @@
+//! Screen snapshots (insta) of the views, drawn from real traces at fixed
+//! positions into ratatui's test backend.
+
+mod common;
+
+use common::fixture;
+use gpumem_top::alloc::Action;
+use gpumem_top::analysis::{fragmentation, size_histogram};
+use gpumem_top::replay::scrub::Scrubber;
+use gpumem_top::replay::ReplayOptions;
+use gpumem_top::trace;
+use gpumem_top::ui::{render, segment_cells, Cell, Focus, SegmentOrder, View};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+fn screen(name: &str, limit: Option<u64>, at: impl Fn(&trace::DeviceTrace) -> usize, w: u16, h: u16) -> String {
+    let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
+    let d = &t.devices[0];
+    let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    opts.memory_limit = limit;
+    let mut s = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
+    let cursor = at(d);
+    let points = s.points().to_vec();
+    let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+    let ooms: Vec<usize> =
+        d.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
+    let a = s.seek(cursor);
+    let segs = a.snapshot();
+    let stats = a.stats().clone();
+    let frag = fragmentation(&stats, &segs);
+    let hist = size_histogram(&segs);
+    let k = gpumem_top::alloc::Kind::AllocatedBytes;
+    let r = gpumem_top::alloc::Kind::ReservedBytes;
+    let view = View {
+        device: "NVIDIA H200 (recorded)".into(),
+        source: format!("replay {name}.pickle.gz"),
+        position: format!("event {cursor}/{}", d.events.len()),
+        banner: None,
+        allocated: stats.get(k, 0).current as u64,
+        allocated_peak: stats.get(k, 0).peak as u64,
+        reserved: stats.get(r, 0).current as u64,
+        reserved_peak: stats.get(r, 0).peak as u64,
+        device_memory: None,
+        segments: &segs,
+        fragmentation: frag,
+        histogram: &hist,
+        timeline: &points,
+        cursor,
+        peak_at,
+        ooms: &ooms,
+        empty_caches: &[],
+        order: SegmentOrder::Address,
+        scroll: 0,
+        focus: Focus::Map,
+        help: false,
+        color: false,
+        status: String::new(),
+    };
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| render(&view, f.area(), f.buffer_mut())).unwrap();
+    term.backend().to_string()
+}
+
+fn peak(d: &trace::DeviceTrace) -> usize {
+    let _ = d;
+    3041
+}
+
+fn first_oom(d: &trace::DeviceTrace) -> usize {
+    d.events.iter().position(|e| e.action == Action::Oom).unwrap()
+}
+
+#[test]
+fn resnet50_at_its_peak_100x30() {
+    insta::assert_snapshot!(screen("resnet50_train", None, peak, 100, 30));
+}
+
+#[test]
+fn resnet50_at_its_peak_200x60() {
+    insta::assert_snapshot!(screen("resnet50_train", None, peak, 200, 60));
+}
+
+#[test]
+fn llama_at_its_oom_100x30() {
+    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), first_oom, 100, 30));
+}
+
+#[test]
+fn llama_at_its_oom_200x60() {
+    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), first_oom, 200, 60));
+}
+
+#[test]
+fn a_small_terminal_gets_a_message() {
+    let s = screen("resnet50_train", None, peak, 79, 24);
+    assert!(s.contains("gpumem-top needs a terminal of at least 80x24; this one is 79x24."), "{s}");
+}
+
+#[test]
+fn peak_screen_shows_the_figures_pytorch_reported() {
+    let s = screen("resnet50_train", None, peak, 120, 32);
+    // allocated_bytes.all.peak 5,855,043,584 = 5.45 GiB, at event 3041.
+    assert!(s.contains("5.45 GiB   peak   5.45 GiB"), "{s}");
+    assert!(s.contains("peak 5.45 GiB @ event 3041"), "{s}");
+}
+
+#[test]
+fn cells_are_drawn_to_scale_within_a_segment() {
+    use gpumem_top::alloc::{BlockInfo, BlockState, SegmentInfo};
+    let b = |address, size, requested_size, state| BlockInfo { address, size, requested_size, state, tag: 0 };
+    let seg = SegmentInfo {
+        device: 0,
+        address: 0,
+        total_size: 100,
+        allocated_size: 0,
+        active_size: 0,
+        requested_size: 0,
+        stream: 0,
+        segment_type: "large",
+        is_expandable: false,
+        blocks: vec![
+            b(0, 40, 30, BlockState::ActiveAllocated),
+            b(40, 20, 20, BlockState::ActivePendingFree),
+            b(60, 40, 0, BlockState::Inactive),
+        ],
+    };
+    let cells: String = segment_cells(&seg, 10).into_iter().map(Cell::glyph).collect();
+    assert_eq!(cells, "███▓▒▒░░░░");
+    let free = SegmentInfo { blocks: vec![b(0, 100, 0, BlockState::Inactive)], ..seg };
+    let cells: String = segment_cells(&free, 4).into_iter().map(Cell::glyph).collect();
+    assert_eq!(cells, "····");
+}
+
+/// At the OOM, the screen shows what PyTorch's OOM message said: "Of the
+/// allocated memory 7.87 GiB is allocated by PyTorch, and 423.02 MiB is
+/// reserved by PyTorch but unallocated" (llama_pressure.truth.json).
+#[test]
+fn oom_screen_matches_pytorchs_oom_message() {
+    let s = screen("llama_pressure", Some(9_006_592_819), first_oom, 120, 32);
+    assert!(s.contains("allocated ") && s.contains("7.87 GiB   peak   7.87 GiB"), "{s}");
+    assert!(s.contains("reserved but unallocated 423.02 MiB"), "{s}");
+    assert!(s.contains("✗"), "the OOM is marked on the timeline: {s}");
+}
