@@ -276,6 +276,30 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         (None, None) => unreachable!("what-if runs whenever there is no exact replay"),
     };
 
+    // On a terminal, the interactive view; scripts and pipes get the summary.
+    let interactive = !args.json
+        && args.dump_events.is_none()
+        && compare_confs.is_empty()
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal();
+    if interactive && fidelity == "exact" && !wrapped {
+        let scrub = crate::replay::scrub::Scrubber::new(rec, &opts, &[], 1024)
+            .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+        let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let mut app = crate::ui::app::ReplayApp::new(scrub, dev, empty_cache_at.clone(), name, color);
+        if let Some(at) = args.at {
+            app.cursor = match at {
+                At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
+                At::End => dev.events.len().saturating_sub(1),
+                At::Oom => oom_index(&dev.events).unwrap_or(app.cursor),
+                At::Peak => app.cursor,
+            };
+        }
+        crate::ui::app::run(&mut app).context("terminal")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
     if let (Some(path), Some(r)) = (&args.dump_events, &exact) {
         let f = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
         trace::write_jsonl(std::io::BufWriter::new(f), &r.events)

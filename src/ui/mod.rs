@@ -3,6 +3,8 @@
 //! histogram, the timeline, and a status line. Nothing here computes metrics
 //! or owns data; the caller builds the `View` from whatever source it has.
 
+pub mod app;
+
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};

@@ -1,0 +1,111 @@
+//! End to end: the real binary in a terminal (a tmux pane), driven by keys,
+//! with the screen read back after each one, and the terminal checked after
+//! it exits.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::fixture;
+
+struct Pane {
+    name: String,
+}
+
+impl Pane {
+    fn start(cmd: &str, w: u16, h: u16) -> Pane {
+        let name = format!("gpumem-top-test-{}-{}", std::process::id(), w);
+        let ok = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
+            .status()
+            .expect("tmux is part of the machine image; .ci/run installs it where missing");
+        assert!(ok.success());
+        Pane { name }
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Waits until the screen shows `text`; returns the screen.
+    fn wait_for(&self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if s.contains(text) {
+                return s;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "waited for {text:?}; the screen is:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.name];
+        args.extend_from_slice(keys);
+        assert!(Command::new("tmux").args(&args).status().unwrap().success());
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).status();
+    }
+}
+
+#[test]
+fn keys_drive_the_replay_and_the_terminal_is_restored() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("traces/llama_pressure.pickle.gz");
+    let cmd = format!(
+        "'{bin}' replay '{}' --memory-limit 9006592819; echo EXITED rc=$?; stty -a | grep -oE '(-)?icanon( |$)'; sleep 60",
+        trace.display()
+    );
+    let p = Pane::start(&cmd, 120, 34);
+    // It opens at the peak.
+    let s = p.wait_for("event 3815/4547");
+    assert!(s.contains("Fragmentation map ─ 202 segments ─ by address"), "{s}");
+    assert!(s.contains("reserved but unallocated 423.02 MiB"), "{s}");
+
+    p.keys(&["o"]);
+    let s = p.wait_for("OOM at event 3816");
+    assert!(s.contains("event 3816/4547"), "{s}");
+    p.keys(&["Right", "Right"]);
+    p.wait_for("event 3818/4547");
+    p.keys(&["Left"]);
+    p.wait_for("event 3817/4547");
+    p.keys(&["PgUp"]);
+    p.wait_for(&format!("event {}/4547", 3817 - 4547 / 20));
+    p.keys(&["p"]);
+    p.wait_for("peak: event 3815");
+    p.keys(&["a"]);
+    p.wait_for("by size");
+    p.keys(&["Tab", "?"]);
+    let s = p.wait_for("jump to the peak");
+    assert!(s.contains("┌ help"), "{s}");
+    p.keys(&["q"]);
+    let start = Instant::now();
+    while p.screen().contains("jump to the peak") {
+        assert!(start.elapsed() < Duration::from_secs(10), "help stays open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p.keys(&["q"]);
+    let s = p.wait_for("EXITED rc=0");
+    // The alternate screen is gone and the terminal is back in canonical mode.
+    assert!(!s.contains("Fragmentation map"), "{s}");
+    let s = p.wait_for("icanon");
+    assert!(!s.contains("-icanon"), "raw mode left on:\n{s}");
+}
+
+#[test]
+fn ctrl_c_quits_and_a_small_terminal_gets_a_message() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("traces/gpt2_train.pickle.gz");
+    let cmd = format!("'{bin}' replay '{}'; echo EXITED rc=$?; sleep 60", trace.display());
+    let p = Pane::start(&cmd, 70, 20);
+    p.wait_for("gpumem-top needs a terminal of at least 80x24; this one is 70x20.");
+    p.keys(&["C-c"]);
+    p.wait_for("EXITED rc=0");
+}
