@@ -27,3 +27,4 @@ pub mod device;
 pub mod replay;
 pub mod trace;
 pub mod ui;
+pub mod workload;

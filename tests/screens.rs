@@ -141,3 +141,28 @@ fn oom_screen_matches_pytorchs_oom_message() {
     assert!(s.contains("reserved but unallocated 423.02 MiB"), "{s}");
     assert!(s.contains("✗"), "the OOM is marked on the timeline: {s}");
 }
+
+fn demo_screen(w: u16, h: u16) -> String {
+    let mut app = gpumem_top::ui::app::DemoApp::new(42, "no NVIDIA GPU found: simulated device".into(), false);
+    app.advance(3000);
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| {
+        let area = f.area();
+        app.draw_into(area, f.buffer_mut())
+    })
+    .unwrap();
+    term.backend().to_string()
+}
+
+#[test]
+fn demo_at_seed_42_100x30() {
+    insta::assert_snapshot!(demo_screen(100, 30));
+}
+
+#[test]
+fn demo_at_seed_42_200x60() {
+    let s = demo_screen(200, 60);
+    // The banner says the numbers are simulated.
+    assert!(s.lines().next().unwrap_or("").contains("no NVIDIA GPU found: simulated device"), "{s}");
+    insta::assert_snapshot!(s);
+}

@@ -9,11 +9,18 @@ use std::time::Duration;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::Frame;
 
+use std::collections::HashMap;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+
 use super::{render, Focus, SegmentOrder, View};
-use crate::alloc::{Action, Kind, StatePoint};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Kind, StatePoint};
 use crate::analysis::{fragmentation, size_histogram};
+use crate::device::{Device, Sim};
 use crate::replay::scrub::Scrubber;
 use crate::trace::DeviceTrace;
+use crate::workload::{DemoLoop, Op};
 
 pub struct ReplayApp<'a> {
     scrub: Scrubber<'a>,
@@ -111,38 +118,262 @@ impl<'a> ReplayApp<'a> {
     pub fn draw(&mut self, frame: &mut Frame) {
         let n = self.points.len();
         let a = self.scrub.seek(self.cursor);
-        let segs = a.snapshot();
-        let stats = a.stats();
-        let hist = size_histogram(&segs);
-        self.scroll = self.scroll.min(segs.len().saturating_sub(1));
-        let view = View {
+        let chrome = Chrome {
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
             position: format!("event {}/{n}", self.cursor),
             banner: None,
-            allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
-            allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
-            reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
-            reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
-            device_memory: None,
-            segments: &segs,
-            fragmentation: fragmentation(stats, &segs),
-            histogram: &hist,
-            timeline: &self.points,
-            cursor: self.cursor,
-            peak_at: self.peak_at,
-            ooms: &self.ooms,
-            empty_caches: &self.empty_caches,
             order: self.order,
-            scroll: self.scroll,
+            scroll: &mut self.scroll,
             focus: self.focus,
             help: self.help,
             color: self.color,
             status: self.status.clone(),
         };
-        let area = frame.area();
-        render(&view, area, frame.buffer_mut());
+        let marks = Marks {
+            timeline: &self.points,
+            cursor: self.cursor,
+            peak_at: self.peak_at,
+            ooms: &self.ooms,
+            empty_caches: &self.empty_caches,
+        };
+        draw_state(frame, a, chrome, marks);
     }
+}
+
+/// What a screen shows besides the allocator's state.
+pub struct Chrome<'s> {
+    pub device: String,
+    pub source: String,
+    pub position: String,
+    pub banner: Option<String>,
+    pub order: SegmentOrder,
+    pub scroll: &'s mut usize,
+    pub focus: Focus,
+    pub help: bool,
+    pub color: bool,
+    pub status: String,
+}
+
+/// The timeline and its marks.
+pub struct Marks<'m> {
+    pub timeline: &'m [StatePoint],
+    pub cursor: usize,
+    pub peak_at: Option<usize>,
+    pub ooms: &'m [usize],
+    pub empty_caches: &'m [usize],
+}
+
+/// Builds the `View` of an allocator's state and draws it.
+pub fn draw_state<D: Device>(frame: &mut Frame, a: &CachingAllocator<D>, chrome: Chrome, marks: Marks) {
+    let area = frame.area();
+    draw_state_into(a, chrome, marks, area, frame.buffer_mut());
+}
+
+/// As `draw_state`, into any buffer (tests, exports).
+pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks: Marks, area: Rect, buf: &mut Buffer) {
+    let segs = a.snapshot();
+    let stats = a.stats();
+    let hist = size_histogram(&segs);
+    *chrome.scroll = (*chrome.scroll).min(segs.len().saturating_sub(1));
+    let view = View {
+        device: chrome.device,
+        source: chrome.source,
+        position: chrome.position,
+        banner: chrome.banner,
+        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+        device_memory: None,
+        segments: &segs,
+        fragmentation: fragmentation(stats, &segs),
+        histogram: &hist,
+        timeline: marks.timeline,
+        cursor: marks.cursor,
+        peak_at: marks.peak_at,
+        ooms: marks.ooms,
+        empty_caches: marks.empty_caches,
+        order: chrome.order,
+        scroll: *chrome.scroll,
+        focus: chrome.focus,
+        help: chrome.help,
+        color: chrome.color,
+        status: chrome.status,
+    };
+    render(&view, area, buf);
+}
+
+/// The simulated device driven by the built-in training loop, in real time.
+pub struct DemoApp {
+    alloc: CachingAllocator<Sim>,
+    workload: DemoLoop,
+    live: HashMap<u64, BlockId>,
+    points: Vec<StatePoint>,
+    ooms: Vec<usize>,
+    empty_caches: Vec<usize>,
+    iteration: u64,
+    banner: String,
+    paused: bool,
+    order: SegmentOrder,
+    scroll: usize,
+    focus: Focus,
+    help: bool,
+    color: bool,
+    status: String,
+    pub quit: bool,
+}
+
+/// The timeline keeps at most this many points, dropping the oldest half
+/// when full: a demo can run for days.
+const DEMO_POINTS: usize = 20_000;
+
+impl DemoApp {
+    pub fn new(seed: u64, banner: String, color: bool) -> Self {
+        let mut alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
+        alloc.set_recording(false);
+        DemoApp {
+            alloc,
+            workload: DemoLoop::new(seed),
+            live: HashMap::new(),
+            points: Vec::new(),
+            ooms: Vec::new(),
+            empty_caches: Vec::new(),
+            iteration: 0,
+            banner,
+            paused: false,
+            order: SegmentOrder::Address,
+            scroll: 0,
+            focus: Focus::Map,
+            help: false,
+            color,
+            status: String::new(),
+            quit: false,
+        }
+    }
+
+    /// Runs `n` requests of the workload.
+    pub fn advance(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(op) = self.workload.next() else { return };
+            match op {
+                Op::Alloc { key, size } => match self.alloc.malloc(size, 0) {
+                    Ok(b) => {
+                        self.live.insert(key, b);
+                    }
+                    Err(_) => self.ooms.push(self.points.len()),
+                },
+                Op::Free { key } => {
+                    if let Some(b) = self.live.remove(&key) {
+                        let _ = self.alloc.free(b);
+                    }
+                }
+                Op::EmptyCache => {
+                    self.alloc.empty_cache();
+                    self.empty_caches.push(self.points.len());
+                }
+                Op::Iteration(i) => self.iteration = i,
+            }
+            let s = self.alloc.stats();
+            self.points.push(StatePoint {
+                allocated: s.get(Kind::AllocatedBytes, 0).current as u64,
+                reserved: s.get(Kind::ReservedBytes, 0).current as u64,
+            });
+        }
+        if self.points.len() > DEMO_POINTS {
+            let drop = self.points.len() - DEMO_POINTS / 2;
+            self.points.drain(..drop);
+            for marks in [&mut self.ooms, &mut self.empty_caches] {
+                marks.retain(|&m| m >= drop);
+                for m in marks.iter_mut() {
+                    *m -= drop;
+                }
+            }
+        }
+    }
+
+    pub fn handle_key(&mut self, k: KeyEvent) {
+        self.status.clear();
+        match k.code {
+            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
+            KeyCode::Char('q') | KeyCode::Esc => {
+                if self.help {
+                    self.help = false;
+                } else {
+                    self.quit = true;
+                }
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') => self.help = !self.help,
+            KeyCode::Char(' ') => {
+                self.paused = !self.paused;
+                self.status = if self.paused { " paused".into() } else { " running".into() };
+            }
+            KeyCode::Tab => self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
+            KeyCode::Up => self.scroll = self.scroll.saturating_sub(1),
+            KeyCode::Down => self.scroll += 1,
+            KeyCode::Char('a') => {
+                self.order =
+                    if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
+            }
+            KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
+            _ => {}
+        }
+    }
+
+    pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        let peak_at = (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)));
+        let chrome = Chrome {
+            device: "simulated H200".into(),
+            source: "demo: synthetic training loop".into(),
+            position: format!("iteration {}{}", self.iteration, if self.paused { " (paused)" } else { "" }),
+            banner: Some(self.banner.clone()),
+            order: self.order,
+            scroll: &mut self.scroll,
+            focus: self.focus,
+            help: self.help,
+            color: self.color,
+            status: self.status.clone(),
+        };
+        let marks = Marks {
+            timeline: &self.points,
+            cursor: self.points.len().saturating_sub(1),
+            peak_at,
+            ooms: &self.ooms,
+            empty_caches: &self.empty_caches,
+        };
+        draw_state_into(&self.alloc, chrome, marks, area, buf);
+    }
+}
+
+/// Runs the demo until it quits: 40 requests every 50 ms unless paused.
+pub fn run_demo(app: &mut DemoApp) -> std::io::Result<()> {
+    let term_flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, term_flag.clone())?;
+    }
+    let mut terminal = ratatui::init();
+    let result = (|| -> std::io::Result<()> {
+        while !app.quit && !term_flag.load(Ordering::Relaxed) {
+            terminal.draw(|f| {
+                let area = f.area();
+                app.draw_into(area, f.buffer_mut())
+            })?;
+            // While paused nothing changes: wait for input alone.
+            let wait = if app.paused { Duration::from_millis(250) } else { Duration::from_millis(50) };
+            if event::poll(wait)? {
+                if let Event::Key(k) = event::read()? {
+                    if k.kind == KeyEventKind::Press {
+                        app.handle_key(k);
+                    }
+                }
+            } else if !app.paused {
+                app.advance(40);
+            }
+        }
+        Ok(())
+    })();
+    ratatui::restore();
+    result
 }
 
 /// Runs the app in the terminal until it quits. Blocks on input (with a
