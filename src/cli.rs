@@ -283,11 +283,13 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         && std::io::stdout().is_terminal()
         && std::io::stdin().is_terminal();
     if interactive && fidelity == "exact" && !wrapped {
-        let scrub = crate::replay::scrub::Scrubber::new(rec, &opts, &[], 1024)
+        let mut sopts = opts.clone();
+        sopts.stacks = std::sync::Arc::from(dev.stacks.as_slice());
+        let scrub = crate::replay::scrub::Scrubber::new(rec, &sopts, &[], 1024)
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-        let mut app = crate::ui::app::ReplayApp::new(scrub, dev, empty_cache_at.clone(), name, color);
+        let mut app = crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at.clone(), name, color);
         if let Some(at) = args.at {
             app.cursor = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),

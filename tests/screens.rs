@@ -14,10 +14,23 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 fn screen(name: &str, limit: Option<u64>, at: impl Fn(&trace::DeviceTrace) -> usize, w: u16, h: u16) -> String {
+    screen_with(name, limit, at, w, h, None)
+}
+
+/// `zoom`: the segment (in size order) whose blocks to list.
+fn screen_with(
+    name: &str,
+    limit: Option<u64>,
+    at: impl Fn(&trace::DeviceTrace) -> usize,
+    w: u16,
+    h: u16,
+    zoom: Option<usize>,
+) -> String {
     let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
     let d = &t.devices[0];
     let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
     opts.memory_limit = limit;
+    opts.stacks = std::sync::Arc::from(d.stacks.as_slice());
     let mut s = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
     let cursor = at(d);
     let points = s.points().to_vec();
@@ -49,8 +62,11 @@ fn screen(name: &str, limit: Option<u64>, at: impl Fn(&trace::DeviceTrace) -> us
         peak_at,
         ooms: &ooms,
         empty_caches: &[],
-        order: SegmentOrder::Address,
+        order: if zoom.is_some() { SegmentOrder::Size } else { SegmentOrder::Address },
         scroll: 0,
+        selected: zoom.unwrap_or(0),
+        zoom: zoom.is_some(),
+        stacks: &t.stacks,
         focus: Focus::Map,
         help: false,
         color: false,
@@ -164,5 +180,16 @@ fn demo_at_seed_42_200x60() {
     let s = demo_screen(200, 60);
     // The banner says the numbers are simulated.
     assert!(s.lines().next().unwrap_or("").contains("no NVIDIA GPU found: simulated device"), "{s}");
+    insta::assert_snapshot!(s);
+}
+
+/// Enter on a segment lists its blocks with sizes, requested sizes, states
+/// and where each live block was allocated (from the trace's Python frames).
+#[test]
+fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
+    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 160, 40, Some(0));
+    assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
+    assert!(s.contains("req"), "{s}");
+    assert!(s.contains(".py:"), "a call site from the trace: {s}");
     insta::assert_snapshot!(s);
 }

@@ -4,6 +4,7 @@
 //! malloc explains was an `empty_cache()`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, SeedSegment, StatePoint};
 use crate::device::Oracle;
@@ -30,11 +31,21 @@ pub struct ReplayOptions {
     pub keep_events: bool,
     /// Stop once this many recorded events have been reproduced.
     pub stop_at: Option<usize>,
+    /// Per recorded event, its call-stack id (`DeviceTrace::stacks`): live
+    /// blocks carry it as their tag. Empty when unknown.
+    pub stacks: std::sync::Arc<[u32]>,
 }
 
 impl ReplayOptions {
     pub fn new(config: AllocatorConfig, device_total: u64) -> Self {
-        ReplayOptions { config, device_total, memory_limit: None, keep_events: false, stop_at: None }
+        ReplayOptions {
+            config,
+            device_total,
+            memory_limit: None,
+            keep_events: false,
+            stop_at: None,
+            stacks: Arc::from([]),
+        }
     }
 }
 
@@ -99,6 +110,7 @@ fn next_request(rec: &[Event], i: usize) -> Option<usize> {
 #[derive(Clone)]
 pub struct Stepper<'a> {
     rec: &'a [Event],
+    stacks: std::sync::Arc<[u32]>,
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
     live: HashMap<u64, BlockId, FastHash>,
@@ -123,7 +135,7 @@ impl<'a> Stepper<'a> {
             })?;
             live.extend(blocks);
         }
-        Ok(Stepper { rec, alloc, live, empty_cache_at: Vec::new() })
+        Ok(Stepper { rec, stacks: opts.stacks.clone(), alloc, live, empty_cache_at: Vec::new() })
     }
 
     /// Recorded events reproduced so far.
@@ -143,7 +155,8 @@ impl<'a> Stepper<'a> {
     /// Runs the request recorded at `k`; returns the block on success.
     fn request(&mut self, k: usize) -> Option<BlockId> {
         let e = self.rec[k];
-        self.alloc.malloc(e.size, e.stream).ok()
+        let tag = self.stacks.get(k).copied().unwrap_or(0);
+        self.alloc.malloc_tagged(e.size, e.stream, tag).ok()
     }
 
     fn note_live(&mut self, b: Option<BlockId>) {

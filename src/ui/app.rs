@@ -24,6 +24,9 @@ use crate::workload::{DemoLoop, Op};
 
 pub struct ReplayApp<'a> {
     scrub: Scrubber<'a>,
+    stacks: &'a [Vec<crate::trace::Frame>],
+    selected: usize,
+    zoom: bool,
     points: Vec<StatePoint>,
     name: String,
     pub cursor: usize,
@@ -40,13 +43,23 @@ pub struct ReplayApp<'a> {
 }
 
 impl<'a> ReplayApp<'a> {
-    pub fn new(scrub: Scrubber<'a>, dev: &DeviceTrace, empty_caches: Vec<usize>, name: String, color: bool) -> Self {
+    pub fn new(
+        scrub: Scrubber<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<crate::trace::Frame>],
+        empty_caches: Vec<usize>,
+        name: String,
+        color: bool,
+    ) -> Self {
         let points = scrub.points().to_vec();
         // The first event at the highest allocated bytes.
         let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
         let ooms = dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
         ReplayApp {
             scrub,
+            stacks,
+            selected: 0,
+            zoom: false,
             points,
             name,
             cursor: peak_at.unwrap_or(0),
@@ -75,6 +88,8 @@ impl<'a> ReplayApp<'a> {
             KeyCode::Char('q') | KeyCode::Esc => {
                 if self.help {
                     self.help = false;
+                } else if self.zoom {
+                    self.zoom = false;
                 } else {
                     self.quit = true;
                 }
@@ -102,8 +117,9 @@ impl<'a> ReplayApp<'a> {
             KeyCode::Tab => {
                 self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map };
             }
-            KeyCode::Up => self.scroll = self.scroll.saturating_sub(1),
-            KeyCode::Down => self.scroll += 1,
+            KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
+            KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
+            KeyCode::Enter => self.zoom = !self.zoom,
             KeyCode::Char('a') => {
                 self.order =
                     if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
@@ -119,6 +135,9 @@ impl<'a> ReplayApp<'a> {
         let n = self.points.len();
         let a = self.scrub.seek(self.cursor);
         let chrome = Chrome {
+            stacks: self.stacks,
+            selected: &mut self.selected,
+            zoom: self.zoom,
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
             position: format!("event {}/{n}", self.cursor),
@@ -141,8 +160,22 @@ impl<'a> ReplayApp<'a> {
     }
 }
 
+/// Moves the selected segment by `d`, keeping it within the shown rows
+/// (the map shows at least ten).
+fn select(selected: &mut usize, scroll: &mut usize, d: isize) {
+    *selected = selected.saturating_add_signed(d);
+    if *selected < *scroll {
+        *scroll = *selected;
+    } else if *selected >= *scroll + 10 {
+        *scroll = *selected - 9;
+    }
+}
+
 /// What a screen shows besides the allocator's state.
 pub struct Chrome<'s> {
+    pub stacks: &'s [Vec<crate::trace::Frame>],
+    pub selected: &'s mut usize,
+    pub zoom: bool,
     pub device: String,
     pub source: String,
     pub position: String,
@@ -176,6 +209,8 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
     let stats = a.stats();
     let hist = size_histogram(&segs);
     *chrome.scroll = (*chrome.scroll).min(segs.len().saturating_sub(1));
+    *chrome.selected = (*chrome.selected).min(segs.len().saturating_sub(1));
+    let selected = *chrome.selected;
     let view = View {
         device: chrome.device,
         source: chrome.source,
@@ -196,6 +231,9 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         empty_caches: marks.empty_caches,
         order: chrome.order,
         scroll: *chrome.scroll,
+        selected,
+        zoom: chrome.zoom,
+        stacks: chrome.stacks,
         focus: chrome.focus,
         help: chrome.help,
         color: chrome.color,
@@ -207,6 +245,8 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
 /// The simulated device driven by the built-in training loop, in real time.
 pub struct DemoApp {
     alloc: CachingAllocator<Sim>,
+    selected: usize,
+    zoom: bool,
     workload: DemoLoop,
     live: HashMap<u64, BlockId>,
     points: Vec<StatePoint>,
@@ -234,6 +274,8 @@ impl DemoApp {
         alloc.set_recording(false);
         DemoApp {
             alloc,
+            selected: 0,
+            zoom: false,
             workload: DemoLoop::new(seed),
             live: HashMap::new(),
             points: Vec::new(),
@@ -299,6 +341,8 @@ impl DemoApp {
             KeyCode::Char('q') | KeyCode::Esc => {
                 if self.help {
                     self.help = false;
+                } else if self.zoom {
+                    self.zoom = false;
                 } else {
                     self.quit = true;
                 }
@@ -309,8 +353,9 @@ impl DemoApp {
                 self.status = if self.paused { " paused".into() } else { " running".into() };
             }
             KeyCode::Tab => self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
-            KeyCode::Up => self.scroll = self.scroll.saturating_sub(1),
-            KeyCode::Down => self.scroll += 1,
+            KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
+            KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
+            KeyCode::Enter => self.zoom = !self.zoom,
             KeyCode::Char('a') => {
                 self.order =
                     if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
@@ -323,6 +368,9 @@ impl DemoApp {
     pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
         let peak_at = (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)));
         let chrome = Chrome {
+            stacks: &[],
+            selected: &mut self.selected,
+            zoom: self.zoom,
             device: "simulated H200".into(),
             source: "demo: synthetic training loop".into(),
             position: format!("iteration {}{}", self.iteration, if self.paused { " (paused)" } else { "" }),

@@ -15,6 +15,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
 
 use crate::alloc::{BlockState, SegmentInfo, StatePoint};
 use crate::analysis::{human_bytes, Fragmentation, SizeBucket};
+use crate::trace::Frame;
 
 /// The smallest terminal the screens are drawn in.
 pub const MIN_WIDTH: u16 = 80;
@@ -61,6 +62,12 @@ pub struct View<'a> {
     pub order: SegmentOrder,
     /// First segment row shown.
     pub scroll: usize,
+    /// The highlighted segment (index in `order`).
+    pub selected: usize,
+    /// Show the blocks of the selected segment instead of the map.
+    pub zoom: bool,
+    /// Call stacks by tag (tag - 1), innermost frame first; empty when unknown.
+    pub stacks: &'a [Vec<Frame>],
     pub focus: Focus,
     pub help: bool,
     pub color: bool,
@@ -307,9 +314,12 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     if inner.height == 0 {
         return;
     }
-    let mut segs: Vec<&SegmentInfo> = view.segments.iter().collect();
-    if view.order == SegmentOrder::Size {
-        segs.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    let segs = ordered(view);
+    if view.zoom {
+        if let Some(seg) = segs.get(view.selected) {
+            render_zoom(view, theme, seg, inner, buf);
+            return;
+        }
     }
     let label_w = 22usize;
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
@@ -317,7 +327,12 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
         let y = inner.y + row as u16;
         let label = format!("{:#014x} {:>7}", seg.address, short_bytes(seg.total_size));
-        buf.set_stringn(inner.x, y, &label, label_w, Style::default());
+        let style = if view.scroll + row == view.selected {
+            Style::default().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::default()
+        };
+        buf.set_stringn(inner.x, y, &label, label_w, style);
         for (i, c) in segment_cells(seg, cells_w).into_iter().enumerate() {
             buf.set_string(inner.x + (label_w + 1 + i) as u16, y, c.glyph().to_string(), theme.fg(c.color()));
         }
@@ -329,6 +344,74 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         spans.push(Span::raw(format!(" {name}  ")));
     }
     Paragraph::new(Line::from(spans)).render(Rect { y: inner.y + inner.height - 1, height: 1, ..inner }, buf);
+}
+
+/// The segments in the view's order.
+pub fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
+    let mut segs: Vec<&SegmentInfo> = view.segments.iter().collect();
+    if view.order == SegmentOrder::Size {
+        segs.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    }
+    segs
+}
+
+/// Where an allocation was made: the innermost frame of the user's own
+/// Python code (PyTorch's files and C++ frames skipped where possible).
+pub fn call_site(frames: &[Frame]) -> String {
+    let py = |f: &&Frame| f.filename.ends_with(".py");
+    let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
+    match own.or_else(|| frames.iter().find(py)).or(frames.first()) {
+        // The basename keeps the line number visible in a narrow pane; the
+        // directories rarely disambiguate within one model's trace.
+        Some(f) if f.line > 0 => {
+            let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+            format!("{base}:{} {}", f.line, f.name)
+        }
+        Some(f) => f.name.clone(),
+        None => String::new(),
+    }
+}
+
+fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "segment {:#x}: {} {} pool, stream {}{} ─ Enter/Esc back",
+            seg.address,
+            human_bytes(seg.total_size),
+            seg.segment_type,
+            seg.stream,
+            if seg.is_expandable { ", expandable" } else { "" }
+        ),
+        theme.bold(),
+    ))];
+    for b in &seg.blocks {
+        let (state, cell) = match b.state {
+            BlockState::ActiveAllocated => ("allocated", Cell::Allocated),
+            BlockState::ActivePendingFree => ("pending free", Cell::PendingFree),
+            BlockState::Inactive => ("free", Cell::FreeInUsedSegment),
+        };
+        let site = if b.tag > 0 && b.state != BlockState::Inactive {
+            view.stacks.get(b.tag as usize - 1).map(|f| call_site(f)).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let requested = if b.state == BlockState::Inactive {
+            String::new()
+        } else {
+            format!("req {:>10}", human_bytes(b.requested_size))
+        };
+        lines.push(Line::from(vec![
+            Span::styled(cell.glyph().to_string(), theme.fg(cell.color())),
+            Span::raw(format!(
+                " +{:<10} {:>10} {:<15} {:<12} {site}",
+                short_bytes(b.address - seg.address),
+                human_bytes(b.size),
+                requested,
+                state
+            )),
+        ]));
+    }
+    Paragraph::new(lines).render(area, buf);
 }
 
 /// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
@@ -476,7 +559,8 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
         Line::from("o            jump to the next OOM"),
         Line::from("space        pause / resume (live sources)"),
         Line::from("tab          focus map / timeline"),
-        Line::from("↑/↓          scroll the segments"),
+        Line::from("↑/↓          select a segment"),
+        Line::from("Enter        list its blocks and where they were allocated"),
         Line::from("a            order segments by address / size"),
         Line::from("1-9          pick a GPU (live)"),
         Line::from("s            write a screenshot"),
