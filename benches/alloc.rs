@@ -170,6 +170,7 @@ fn bench_frame(c: &mut Criterion) {
                 peak_at: Some(4400),
                 ooms: &[],
                 empty_caches: &[],
+                iterations: &[],
                 order: SegmentOrder::Address,
                 scroll: 0,
                 selected: 0,

@@ -289,7 +289,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-        let mut app = crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at.clone(), name, color);
+        let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
+        let mut app =
+            crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at.clone(), iterations, name, color);
         if let Some(at) = args.at {
             app.cursor = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),

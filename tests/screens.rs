@@ -37,6 +37,7 @@ fn screen_with(
     let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
     let ooms: Vec<usize> =
         d.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
+    let iterations = gpumem_top::analysis::iteration_marks(&d.time_us, &t.annotations, d.device);
     let a = s.seek(cursor);
     let segs = a.snapshot();
     let stats = a.stats().clone();
@@ -62,6 +63,7 @@ fn screen_with(
         peak_at,
         ooms: &ooms,
         empty_caches: &[],
+        iterations: &iterations,
         order: if zoom.is_some() { SegmentOrder::Size } else { SegmentOrder::Address },
         scroll: 0,
         selected: zoom.unwrap_or(0),
@@ -192,4 +194,18 @@ fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
     assert!(s.contains("req"), "{s}");
     assert!(s.contains(".py:"), "a call site from the trace: {s}");
     insta::assert_snapshot!(s);
+}
+
+/// Training iterations come from the trace's `Optimizer.step` annotations;
+/// each is marked and its peak labelled, and the live bytes at the cursor are
+/// grouped by the line of Python that allocated them.
+#[test]
+fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
+    let s = screen("resnet50_train", None, peak, 200, 60);
+    assert!(s.contains("╵ 4 iterations"), "{s}");
+    // Four steps end four iterations; the fifth (after the last step) is partial.
+    assert_eq!(s.matches('╵').count(), 4 + 1, "{s}");
+    assert_eq!(s.matches("▲5.5G").count(), 3, "{s}");
+    assert!(s.contains("live bytes by call site"), "{s}");
+    assert!(s.contains("  1.3G ×48  resnet.py:155 forward"), "{s}");
 }

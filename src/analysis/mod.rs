@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use crate::alloc::{BlockState, DeviceStats, Kind, SegmentInfo};
+use crate::alloc::{BlockState, DeviceStats, Kind, SegmentInfo, StatePoint};
+use crate::trace::{Annotation, Frame};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Fragmentation {
@@ -78,6 +79,71 @@ pub fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
     buckets
 }
 
+/// Where each training iteration ends: the first event after each
+/// `Optimizer.step` annotation ends (record_function markers PyTorch keeps in
+/// `external_annotations`), as event indices into `time_us`.
+pub fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<usize> {
+    let field = |a: &Annotation, k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut marks: Vec<usize> = annotations
+        .iter()
+        .filter(|a| a.device == device)
+        .filter(|a| field(a, "stage").as_deref() == Some("END"))
+        .filter(|a| field(a, "name").is_some_and(|n| n.starts_with("Optimizer.step")))
+        .map(|a| time_us.partition_point(|&t| t <= a.time_us))
+        .filter(|&i| i > 0 && i < time_us.len())
+        .collect();
+    marks.sort_unstable();
+    marks.dedup();
+    marks
+}
+
+/// The highest allocated bytes of each iteration `marks` delimits (the part
+/// before the first mark and after the last count as iterations too), as
+/// (event index of its first occurrence, bytes).
+pub fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u64)> {
+    let mut bounds: Vec<usize> = Vec::with_capacity(marks.len() + 2);
+    bounds.push(0);
+    bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < points.len()));
+    bounds.push(points.len());
+    bounds
+        .windows(2)
+        .filter(|w| w[1] > w[0])
+        .filter_map(|w| {
+            (w[0]..w[1]).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i))).map(|i| (i, points[i].allocated))
+        })
+        .collect()
+}
+
+/// Live bytes grouped by where they were allocated, largest first:
+/// (call site, bytes, blocks). `tag` of a block is its stack + 1 (0 = none).
+pub fn live_by_call_site(
+    segments: &[SegmentInfo],
+    stacks: &[Vec<Frame>],
+    site: impl Fn(&[Frame]) -> String,
+) -> Vec<(String, u64, usize)> {
+    let mut by_tag: std::collections::HashMap<u32, (u64, usize)> = std::collections::HashMap::new();
+    for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
+        let e = by_tag.entry(b.tag).or_default();
+        e.0 += b.size;
+        e.1 += 1;
+    }
+    // Different stacks can share a call site (same line, different callers).
+    let mut by_site: std::collections::HashMap<String, (u64, usize)> = std::collections::HashMap::new();
+    for (tag, (bytes, n)) in by_tag {
+        let name = match tag.checked_sub(1).and_then(|t| stacks.get(t as usize)) {
+            Some(f) => site(f),
+            None => String::new(),
+        };
+        let name = if name.is_empty() { "(no stack recorded)".to_string() } else { name };
+        let e = by_site.entry(name).or_default();
+        e.0 += bytes;
+        e.1 += n;
+    }
+    let mut out: Vec<(String, u64, usize)> = by_site.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -122,5 +188,28 @@ mod tests {
         let b5 = h.iter().find(|b| b.hi == 8 << 20).unwrap();
         assert_eq!((b5.free_count, b5.free_bytes), (1, 5 << 20));
         assert_eq!(human_bytes(17 << 20), "17.00 MiB");
+    }
+
+    fn ann(stage: &str, name: &str, t: i64) -> Annotation {
+        Annotation { device: 0, time_us: t, fields: vec![("stage".into(), stage.into()), ("name".into(), name.into())] }
+    }
+
+    #[test]
+    fn iterations_end_after_each_optimizer_step() {
+        let times = [10, 20, 30, 40, 50, 60, 70];
+        let anns = [
+            ann("START", "Optimizer.step#SGD.step", 25),
+            ann("END", "Optimizer.step#SGD.step", 30),
+            ann("START", "Optimizer.zero_grad#SGD.zero_grad", 31),
+            ann("END", "Optimizer.zero_grad#SGD.zero_grad", 32),
+            ann("END", "Optimizer.step#SGD.step", 55),
+        ];
+        // Ends at t=30 and t=55: the next iterations start at events 3 and 5.
+        assert_eq!(iteration_marks(&times, &anns, 0), vec![3, 5]);
+        assert_eq!(iteration_marks(&times, &anns, 1), Vec::<usize>::new());
+        let p = |a| StatePoint { allocated: a, reserved: a };
+        let pts = [p(1), p(5), p(5), p(2), p(7), p(3), p(4)];
+        assert_eq!(iteration_peaks(&pts, &[3, 5]), vec![(1, 5), (4, 7), (6, 4)]);
+        assert_eq!(iteration_peaks(&pts, &[]), vec![(4, 7)]);
     }
 }

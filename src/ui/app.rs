@@ -33,6 +33,7 @@ pub struct ReplayApp<'a> {
     peak_at: Option<usize>,
     ooms: Vec<usize>,
     empty_caches: Vec<usize>,
+    iterations: Vec<usize>,
     order: SegmentOrder,
     scroll: usize,
     focus: Focus,
@@ -48,6 +49,7 @@ impl<'a> ReplayApp<'a> {
         dev: &DeviceTrace,
         stacks: &'a [Vec<crate::trace::Frame>],
         empty_caches: Vec<usize>,
+        iterations: Vec<usize>,
         name: String,
         color: bool,
     ) -> Self {
@@ -66,6 +68,7 @@ impl<'a> ReplayApp<'a> {
             peak_at,
             ooms,
             empty_caches,
+            iterations,
             order: SegmentOrder::Address,
             scroll: 0,
             focus: Focus::Map,
@@ -155,6 +158,7 @@ impl<'a> ReplayApp<'a> {
             peak_at: self.peak_at,
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,
+            iterations: &self.iterations,
         };
         draw_state(frame, a, chrome, marks);
     }
@@ -195,6 +199,7 @@ pub struct Marks<'m> {
     pub peak_at: Option<usize>,
     pub ooms: &'m [usize],
     pub empty_caches: &'m [usize],
+    pub iterations: &'m [usize],
 }
 
 /// Builds the `View` of an allocator's state and draws it.
@@ -229,6 +234,7 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         peak_at: marks.peak_at,
         ooms: marks.ooms,
         empty_caches: marks.empty_caches,
+        iterations: marks.iterations,
         order: chrome.order,
         scroll: *chrome.scroll,
         selected,
@@ -252,6 +258,7 @@ pub struct DemoApp {
     points: Vec<StatePoint>,
     ooms: Vec<usize>,
     empty_caches: Vec<usize>,
+    iterations: Vec<usize>,
     iteration: u64,
     banner: String,
     paused: bool,
@@ -281,6 +288,7 @@ impl DemoApp {
             points: Vec::new(),
             ooms: Vec::new(),
             empty_caches: Vec::new(),
+            iterations: Vec::new(),
             iteration: 0,
             banner,
             paused: false,
@@ -314,7 +322,11 @@ impl DemoApp {
                     self.alloc.empty_cache();
                     self.empty_caches.push(self.points.len());
                 }
-                Op::Iteration(i) => self.iteration = i,
+                // Sent when iteration `i` ends: the next event starts a new one.
+                Op::Iteration(i) => {
+                    self.iterations.push(self.points.len());
+                    self.iteration = i;
+                }
             }
             let s = self.alloc.stats();
             self.points.push(StatePoint {
@@ -325,7 +337,7 @@ impl DemoApp {
         if self.points.len() > DEMO_POINTS {
             let drop = self.points.len() - DEMO_POINTS / 2;
             self.points.drain(..drop);
-            for marks in [&mut self.ooms, &mut self.empty_caches] {
+            for marks in [&mut self.ooms, &mut self.empty_caches, &mut self.iterations] {
                 marks.retain(|&m| m >= drop);
                 for m in marks.iter_mut() {
                     *m -= drop;
@@ -388,6 +400,7 @@ impl DemoApp {
             peak_at,
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,
+            iterations: &self.iterations,
         };
         draw_state_into(&self.alloc, chrome, marks, area, buf);
     }

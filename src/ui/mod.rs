@@ -59,6 +59,8 @@ pub struct View<'a> {
     pub peak_at: Option<usize>,
     pub ooms: &'a [usize],
     pub empty_caches: &'a [usize],
+    /// Event indices where training iterations end (Optimizer.step).
+    pub iterations: &'a [usize],
     pub order: SegmentOrder,
     /// First segment row shown.
     pub scroll: usize,
@@ -441,7 +443,18 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
         "▇".repeat(w.min(8))
     };
-    let rows = (inner.height as usize).saturating_sub(3);
+    // Where the live bytes came from, when the source recorded stacks: the
+    // question that follows "why is this so big?".
+    let sites = if view.stacks.is_empty() {
+        Vec::new()
+    } else {
+        crate::analysis::live_by_call_site(view.segments, view.stacks, call_site)
+    };
+    let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
+    let height = inner.height as usize;
+    let site_rows =
+        if sites.is_empty() { 0 } else { (sites.len() + 2).min(height.saturating_sub(shown_n + 2).max(height / 3)) };
+    let rows = height.saturating_sub(2 + site_rows);
     let shown: Vec<&SizeBucket> = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).collect();
     let skip = shown.len().saturating_sub(rows);
     for b in shown.iter().skip(skip) {
@@ -463,6 +476,13 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         human_bytes(f.inactive_split_bytes),
         human_bytes(f.rounding_waste_bytes)
     )));
+    if site_rows >= 2 {
+        lines.push(Line::from(""));
+        lines.push(Line::from(Span::styled("live bytes by call site", theme.bold())));
+        for (site, bytes, n) in sites.iter().take(site_rows - 2) {
+            lines.push(Line::from(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n)));
+        }
+    }
     Paragraph::new(lines).render(inner, buf);
 }
 
@@ -496,7 +516,24 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         resv_pts.push((c as f64, r));
     }
     let cursor_x = (view.cursor.min(n - 1) * cols / n) as f64;
-    let marks: Vec<f64> = view.ooms.iter().map(|&o| (o.min(n - 1) * cols / n) as f64).collect();
+    let col = |i: usize| (i.min(n - 1) * cols / n) as f64;
+    let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
+    let cleared: Vec<f64> = view.empty_caches.iter().map(|&e| col(e)).collect();
+    let iters: Vec<f64> = view.iterations.iter().map(|&e| col(e)).collect();
+    // Per-iteration peaks, labelled where the labels do not overlap.
+    let mut labels: Vec<(f64, f64, String)> = Vec::new();
+    if !view.iterations.is_empty() {
+        let mut next_free = 0usize;
+        for (i, v) in crate::analysis::iteration_peaks(view.timeline, view.iterations) {
+            let text = format!("▲{}", short_bytes(v));
+            let w = text.chars().count();
+            let cell = (col(i) as usize / 2).min((plot.width as usize).saturating_sub(w));
+            if cell >= next_free {
+                labels.push(((cell * 2) as f64, v as f64, text));
+                next_free = cell + w + 1;
+            }
+        }
+    }
     Canvas::default()
         .marker(Marker::Braille)
         .x_bounds([0.0, cols as f64])
@@ -527,19 +564,29 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 ymax,
                 if theme.color { Color::Yellow } else { Color::Reset },
             ));
+            for &x in &iters {
+                ctx.print(x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)));
+            }
+            for (x, y, t) in &labels {
+                ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
+            }
+            for &x in &cleared {
+                ctx.print(x, ymax, Span::styled("E", theme.fg(Color::Cyan)));
+            }
             for &x in &marks {
                 ctx.print(x, ymax, Span::styled("✗", theme.fg(Color::Red)));
             }
         })
         .render(plot, buf);
     let axis = format!(
-        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ {} OOM ─ {} empty_cache ",
+        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} OOM ─ E {} empty_cache ─ ╵ {} iterations ▲ peaks ",
         view.cursor,
         n,
         human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
         human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
         view.ooms.len(),
-        view.empty_caches.len()
+        view.empty_caches.len(),
+        view.iterations.len()
     );
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
 }
