@@ -141,7 +141,10 @@ fn bench_frame(c: &mut Criterion) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
     let t = gpumem_top::trace::load(&path).unwrap();
     let d = &t.devices[0];
-    let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    // Stacks and iteration marks on, as the TUI draws them.
+    opts.stacks = std::sync::Arc::from(d.stacks.as_slice());
+    let iterations = gpumem_top::analysis::iteration_marks(&d.time_us, &t.annotations, d.device);
     let mut s = gpumem_top::replay::scrub::Scrubber::new(&d.events, &opts, &[], 256).unwrap();
     let points = s.points().to_vec();
     let a = s.seek(4400);
@@ -170,12 +173,12 @@ fn bench_frame(c: &mut Criterion) {
                 peak_at: Some(4400),
                 ooms: &[],
                 empty_caches: &[],
-                iterations: &[],
+                iterations: &iterations,
                 order: SegmentOrder::Address,
                 scroll: 0,
                 selected: 0,
                 zoom: false,
-                stacks: &[],
+                stacks: &t.stacks,
                 focus: Focus::Map,
                 help: false,
                 color: true,
