@@ -14,7 +14,7 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 fn screen(name: &str, limit: Option<u64>, at: impl Fn(&trace::DeviceTrace) -> usize, w: u16, h: u16) -> String {
-    screen_with(name, limit, at, w, h, None)
+    screen_with(name, limit, at, w, h, None, false)
 }
 
 /// `zoom`: the segment (in size order) whose blocks to list.
@@ -25,6 +25,7 @@ fn screen_with(
     w: u16,
     h: u16,
     zoom: Option<usize>,
+    compact: bool,
 ) -> String {
     let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
     let d = &t.devices[0];
@@ -68,6 +69,7 @@ fn screen_with(
         scroll: 0,
         selected: zoom.unwrap_or(0),
         zoom: zoom.is_some(),
+        compact,
         stacks: &t.stacks,
         focus: Focus::Map,
         help: false,
@@ -189,7 +191,7 @@ fn demo_at_seed_42_200x60() {
 /// and where each live block was allocated (from the trace's Python frames).
 #[test]
 fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 160, 40, Some(0));
+    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 160, 40, Some(0), false);
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
     assert!(s.contains("req"), "{s}");
     assert!(s.contains(".py:"), "a call site from the trace: {s}");
@@ -208,4 +210,29 @@ fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
     assert_eq!(s.matches("▲5.5G").count(), 3, "{s}");
     assert!(s.contains("live bytes by call site"), "{s}");
     assert!(s.contains("  1.3G ×48  resnet.py:155 forward"), "{s}");
+}
+
+/// Compact mode: all 202 segments of the llama OOM back to back at a fixed
+/// scale, each given ceil(size / scale) cells.
+#[test]
+fn compact_map_fits_every_segment_at_a_fixed_scale() {
+    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 100, 30, None, true);
+    assert!(s.contains("compact: 1 cell = 16.0M ─ segments back to back by address"), "{s}");
+    assert!(!s.contains("not shown"), "{s}");
+    // The segments at the OOM, counted independently of the renderer.
+    let t = trace::load(&fixture("traces/llama_pressure.pickle.gz")).unwrap();
+    let d = &t.devices[0];
+    let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    opts.memory_limit = Some(9_006_592_819);
+    let mut sc = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
+    let segs = sc.seek(first_oom(d)).snapshot();
+    assert_eq!(segs.len(), 202);
+    let expected: u64 = segs.iter().map(|g| g.total_size.div_ceil(16 << 20).max(1)).sum();
+    // At 8 MiB a cell they would not fit in the pane's 13 rows of 60.
+    assert!(segs.iter().map(|g| g.total_size.div_ceil(8 << 20).max(1)).sum::<u64>() > 13 * 60);
+    // The map pane is the left 62% of a 100-wide screen: inner width 60.
+    let map_cells: usize =
+        s.lines().skip(7).take(13).map(|l| l.chars().skip(2).take(60).filter(|c| "█▓▒░·".contains(*c)).count()).sum();
+    assert_eq!(map_cells as u64, expected, "{s}");
+    insta::assert_snapshot!(s);
 }

@@ -27,6 +27,7 @@ pub struct ReplayApp<'a> {
     stacks: &'a [Vec<crate::trace::Frame>],
     selected: usize,
     zoom: bool,
+    compact: bool,
     points: Vec<StatePoint>,
     name: String,
     pub cursor: usize,
@@ -62,6 +63,7 @@ impl<'a> ReplayApp<'a> {
             stacks,
             selected: 0,
             zoom: false,
+            compact: false,
             points,
             name,
             cursor: peak_at.unwrap_or(0),
@@ -123,6 +125,7 @@ impl<'a> ReplayApp<'a> {
             KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
             KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
             KeyCode::Enter => self.zoom = !self.zoom,
+            KeyCode::Char('c') => self.compact = !self.compact,
             KeyCode::Char('a') => {
                 self.order =
                     if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
@@ -141,6 +144,7 @@ impl<'a> ReplayApp<'a> {
             stacks: self.stacks,
             selected: &mut self.selected,
             zoom: self.zoom,
+            compact: self.compact,
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
             position: format!("event {}/{n}", self.cursor),
@@ -180,6 +184,7 @@ pub struct Chrome<'s> {
     pub stacks: &'s [Vec<crate::trace::Frame>],
     pub selected: &'s mut usize,
     pub zoom: bool,
+    pub compact: bool,
     pub device: String,
     pub source: String,
     pub position: String,
@@ -239,6 +244,7 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         scroll: *chrome.scroll,
         selected,
         zoom: chrome.zoom,
+        compact: chrome.compact,
         stacks: chrome.stacks,
         focus: chrome.focus,
         help: chrome.help,
@@ -253,6 +259,7 @@ pub struct DemoApp {
     alloc: CachingAllocator<Sim>,
     selected: usize,
     zoom: bool,
+    compact: bool,
     workload: DemoLoop,
     live: HashMap<u64, BlockId>,
     points: Vec<StatePoint>,
@@ -283,6 +290,7 @@ impl DemoApp {
             alloc,
             selected: 0,
             zoom: false,
+            compact: false,
             workload: DemoLoop::new(seed),
             live: HashMap::new(),
             points: Vec::new(),
@@ -368,6 +376,7 @@ impl DemoApp {
             KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
             KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
             KeyCode::Enter => self.zoom = !self.zoom,
+            KeyCode::Char('c') => self.compact = !self.compact,
             KeyCode::Char('a') => {
                 self.order =
                     if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
@@ -383,6 +392,7 @@ impl DemoApp {
             stacks: &[],
             selected: &mut self.selected,
             zoom: self.zoom,
+            compact: self.compact,
             device: "simulated H200".into(),
             source: "demo: synthetic training loop".into(),
             position: format!("iteration {}{}", self.iteration, if self.paused { " (paused)" } else { "" }),

@@ -68,6 +68,9 @@ pub struct View<'a> {
     pub selected: usize,
     /// Show the blocks of the selected segment instead of the map.
     pub zoom: bool,
+    /// Segments back to back at a fixed number of bytes per cell, for
+    /// hundreds of segments.
+    pub compact: bool,
     /// Call stacks by tag (tag - 1), innermost frame first; empty when unknown.
     pub stacks: &'a [Vec<Frame>],
     pub focus: Focus,
@@ -323,6 +326,21 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             return;
         }
     }
+    if view.compact {
+        render_compact(view, theme, &segs, Rect { height: inner.height - 1, ..inner }, buf);
+    } else {
+        render_rows(view, theme, &segs, inner, buf);
+    }
+    // Legend on the last line.
+    let mut spans = Vec::new();
+    for (c, name) in Cell::LEGEND {
+        spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
+        spans.push(Span::raw(format!(" {name}  ")));
+    }
+    Paragraph::new(Line::from(spans)).render(Rect { y: inner.y + inner.height - 1, height: 1, ..inner }, buf);
+}
+
+fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, buf: &mut Buffer) {
     let label_w = 22usize;
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
     let rows = inner.height as usize - 1;
@@ -339,13 +357,66 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             buf.set_string(inner.x + (label_w + 1 + i) as u16, y, c.glyph().to_string(), theme.fg(c.color()));
         }
     }
-    // Legend on the last line.
-    let mut spans = Vec::new();
-    for (c, name) in Cell::LEGEND {
-        spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
-        spans.push(Span::raw(format!(" {name}  ")));
+}
+
+/// The bytes one cell stands for in compact mode: the smallest power of two
+/// (at least 512 KiB) at which every segment, each given at least one cell,
+/// fits in `capacity` cells; the largest tried when none does.
+pub fn compact_scale(segs: &[&SegmentInfo], capacity: usize) -> u64 {
+    let mut b: u64 = 512 << 10;
+    while b < 1 << 50 {
+        if compact_cells(segs, b) <= capacity {
+            break;
+        }
+        b *= 2;
     }
-    Paragraph::new(Line::from(spans)).render(Rect { y: inner.y + inner.height - 1, height: 1, ..inner }, buf);
+    b
+}
+
+/// Cells the segments take at `per_cell` bytes a cell.
+pub fn compact_cells(segs: &[&SegmentInfo], per_cell: u64) -> usize {
+    segs.iter().map(|s| s.total_size.div_ceil(per_cell).max(1) as usize).sum()
+}
+
+fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, buf: &mut Buffer) {
+    if area.height < 2 || area.width == 0 {
+        return;
+    }
+    let width = area.width as usize;
+    let rows = area.height as usize - 1;
+    let per_cell = compact_scale(segs, width * rows);
+    let mut i = 0usize;
+    let mut shown = 0usize;
+    for (k, seg) in segs.iter().enumerate() {
+        let n = seg.total_size.div_ceil(per_cell).max(1) as usize;
+        if i + n > width * rows {
+            break;
+        }
+        let selected = k == view.selected;
+        for c in segment_cells(seg, n) {
+            let (x, y) = ((i % width) as u16, (i / width) as u16);
+            let mut style = theme.fg(c.color());
+            if selected {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            buf.set_string(area.x + x, area.y + y, c.glyph().to_string(), style);
+            i += 1;
+        }
+        shown += 1;
+    }
+    let hidden = segs.len() - shown;
+    let mut footer = format!(
+        "compact: 1 cell = {} ─ segments back to back by {}",
+        short_bytes(per_cell),
+        if view.order == SegmentOrder::Size { "size" } else { "address" }
+    );
+    if hidden > 0 {
+        footer.push_str(&format!(" ─ {hidden} not shown"));
+    }
+    if let Some(sel) = segs.get(view.selected) {
+        footer.push_str(&format!(" ─ selected {:#x} {}", sel.address, short_bytes(sel.total_size)));
+    }
+    buf.set_stringn(area.x, area.y + area.height - 1, footer, width, theme.fg(Color::DarkGray));
 }
 
 /// The segments in the view's order.
@@ -593,7 +664,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
 
 fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
     let w = 60.min(area.width);
-    let h = 16.min(area.height);
+    let h = 17.min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let lines = vec![
@@ -609,6 +680,7 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
         Line::from("↑/↓          select a segment"),
         Line::from("Enter        list its blocks and where they were allocated"),
         Line::from("a            order segments by address / size"),
+        Line::from("c            compact map: fixed bytes per cell"),
         Line::from("1-9          pick a GPU (live)"),
         Line::from("s            write a screenshot"),
         Line::from("? / h        this help"),
