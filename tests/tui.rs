@@ -42,6 +42,15 @@ impl Pane {
         }
     }
 
+    /// Waits until the screen no longer shows `text`.
+    fn wait_gone(&self, text: &str) {
+        let start = Instant::now();
+        while self.screen().contains(text) {
+            assert!(start.elapsed() < Duration::from_secs(10), "{text:?} stays on screen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys", "-t", &self.name];
         args.extend_from_slice(keys);
@@ -82,15 +91,21 @@ fn keys_drive_the_replay_and_the_terminal_is_restored() {
     p.wait_for("peak: event 3815");
     p.keys(&["a"]);
     p.wait_for("by size");
+    // The largest segment's blocks, then back; then the compact map.
+    p.keys(&["Enter"]);
+    let s = p.wait_for("Enter/Esc back");
+    assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
+    p.keys(&["Escape"]);
+    p.wait_gone("Enter/Esc back");
+    p.wait_for("202 segments ─ by size");
+    p.keys(&["c"]);
+    p.wait_for("compact: 1 cell = ");
+    p.keys(&["c"]);
     p.keys(&["Tab", "?"]);
     let s = p.wait_for("jump to the peak");
     assert!(s.contains("┌ help"), "{s}");
     p.keys(&["q"]);
-    let start = Instant::now();
-    while p.screen().contains("jump to the peak") {
-        assert!(start.elapsed() < Duration::from_secs(10), "help stays open");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    p.wait_gone("jump to the peak");
     p.keys(&["q"]);
     let s = p.wait_for("EXITED rc=0");
     // The alternate screen is gone and the terminal is back in canonical mode.
@@ -108,4 +123,34 @@ fn ctrl_c_quits_and_a_small_terminal_gets_a_message() {
     p.wait_for("gpumem-top needs a terminal of at least 80x24; this one is 70x20.");
     p.keys(&["C-c"]);
     p.wait_for("EXITED rc=0");
+}
+
+/// SIGTERM (what `kill`, systemd and tmux send) restores the terminal too;
+/// the demo runs in real time, so this also checks it keeps drawing.
+#[test]
+fn sigterm_restores_the_terminal() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let dir = std::env::temp_dir().join(format!("gpumem-top-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("pid");
+    let cmd = format!(
+        "sh -c 'echo $$ > {}; exec {bin} demo'; echo EXITED rc=$?; stty -a | grep -oE '(-)?icanon( |$)'; sleep 60",
+        pidfile.display()
+    );
+    let p = Pane::start(&cmd, 110, 32);
+    p.wait_for("demo: simulated device");
+    // The workload advances on its own: the iteration count moves.
+    let first = p.wait_for("Timeline");
+    let start = Instant::now();
+    while p.screen() == first {
+        assert!(start.elapsed() < Duration::from_secs(10), "the demo does not advance");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let s = p.wait_for("EXITED rc=0");
+    assert!(!s.contains("Timeline"), "{s}");
+    let s = p.wait_for("icanon");
+    assert!(!s.contains("-icanon"), "raw mode left on:\n{s}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
