@@ -205,6 +205,9 @@ fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
 fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
     let s = screen("resnet50_train", None, peak, 200, 60);
     assert!(s.contains("╵ 4 iterations"), "{s}");
+    // The first iteration's peak is lower (no optimizer state yet); the global
+    // peak is in the second.
+    assert!(s.contains("peak 5.45 GiB @ event 3041 (iteration 2)"), "{s}");
     // Four steps end four iterations; the fifth (after the last step) is partial.
     assert_eq!(s.matches('╵').count(), 4 + 1, "{s}");
     assert_eq!(s.matches("▲5.5G").count(), 3, "{s}");

@@ -562,6 +562,11 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let focus = if view.focus == Focus::Timeline { theme.bold() } else { Style::default() };
     let peak = view.peak_at.and_then(|p| view.timeline.get(p).map(|v| (p, v.allocated)));
     let title = match peak {
+        Some((p, v)) if !view.iterations.is_empty() => format!(
+            " Timeline ─ allocated / reserved ─ peak {} @ event {p} (iteration {}) ",
+            human_bytes(v),
+            view.iterations.partition_point(|&m| m <= p) + 1
+        ),
         Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
@@ -591,17 +596,20 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
     let cleared: Vec<f64> = view.empty_caches.iter().map(|&e| col(e)).collect();
     let iters: Vec<f64> = view.iterations.iter().map(|&e| col(e)).collect();
-    // Per-iteration peaks, labelled where the labels do not overlap.
+    // Per-iteration peaks, labelled highest first where the labels do not
+    // overlap, so the global peak always gets its label.
     let mut labels: Vec<(f64, f64, String)> = Vec::new();
     if !view.iterations.is_empty() {
-        let mut next_free = 0usize;
-        for (i, v) in crate::analysis::iteration_peaks(view.timeline, view.iterations) {
+        let mut peaks = crate::analysis::iteration_peaks(view.timeline, view.iterations);
+        peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut taken: Vec<(usize, usize)> = Vec::new();
+        for (i, v) in peaks {
             let text = format!("▲{}", short_bytes(v));
             let w = text.chars().count();
             let cell = (col(i) as usize / 2).min((plot.width as usize).saturating_sub(w));
-            if cell >= next_free {
+            if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
+                taken.push((cell, cell + w));
                 labels.push(((cell * 2) as f64, v as f64, text));
-                next_free = cell + w + 1;
             }
         }
     }
@@ -642,7 +650,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
             }
             for &x in &cleared {
-                ctx.print(x, ymax, Span::styled("E", theme.fg(Color::Cyan)));
+                ctx.print(x, 0.0, Span::styled("E", theme.fg(Color::Cyan)));
             }
             for &x in &marks {
                 ctx.print(x, ymax, Span::styled("✗", theme.fg(Color::Red)));
