@@ -178,6 +178,7 @@ fn bench_frame(c: &mut Criterion) {
                 scroll: 0,
                 selected: 0,
                 zoom: false,
+                block: 0,
                 compact: false,
                 stacks: &t.stacks,
                 focus: Focus::Map,

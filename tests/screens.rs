@@ -69,6 +69,7 @@ fn screen_with(
         scroll: 0,
         selected: zoom.unwrap_or(0),
         zoom: zoom.is_some(),
+        block: 0,
         compact,
         stacks: &t.stacks,
         focus: Focus::Map,
@@ -194,7 +195,10 @@ fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
     let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 160, 40, Some(0), false);
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
     assert!(s.contains("req"), "{s}");
-    assert!(s.contains(".py:"), "a call site from the trace: {s}");
+    assert!(s.contains("modeling_llama.py:381 forward"), "a call site from the trace: {s}");
+    // The highlighted block's whole Python stack, innermost frame first.
+    assert!(s.contains("call stack of the block at +0B (innermost first)"), "{s}");
+    assert!(s.contains("  embedding  site-packages/torch/nn/functional.py:2567"), "{s}");
     insta::assert_snapshot!(s);
 }
 

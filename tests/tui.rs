@@ -93,10 +93,12 @@ fn keys_drive_the_replay_and_the_terminal_is_restored() {
     p.wait_for("by size");
     // The largest segment's blocks, then back; then the compact map.
     p.keys(&["Enter"]);
-    let s = p.wait_for("Enter/Esc back");
+    let s = p.wait_for("call stack of the block at +0B");
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
+    p.keys(&["Down"]);
+    p.wait_for("call stack of the block at +42.6M");
     p.keys(&["Escape"]);
-    p.wait_gone("Enter/Esc back");
+    p.wait_gone("call stack of the block");
     p.wait_for("202 segments ─ by size");
     p.keys(&["c"]);
     p.wait_for("compact: 1 cell = ");

@@ -27,6 +27,8 @@ pub struct ReplayApp<'a> {
     stacks: &'a [Vec<crate::trace::Frame>],
     selected: usize,
     zoom: bool,
+    /// The highlighted block while zoomed.
+    block: usize,
     compact: bool,
     points: Vec<StatePoint>,
     name: String,
@@ -63,6 +65,7 @@ impl<'a> ReplayApp<'a> {
             stacks,
             selected: 0,
             zoom: false,
+            block: 0,
             compact: false,
             points,
             name,
@@ -122,9 +125,14 @@ impl<'a> ReplayApp<'a> {
             KeyCode::Tab => {
                 self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map };
             }
+            KeyCode::Up if self.zoom => self.block = self.block.saturating_sub(1),
+            KeyCode::Down if self.zoom => self.block += 1,
             KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
             KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
-            KeyCode::Enter => self.zoom = !self.zoom,
+            KeyCode::Enter => {
+                self.zoom = !self.zoom;
+                self.block = 0;
+            }
             KeyCode::Char('c') => self.compact = !self.compact,
             KeyCode::Char('a') => {
                 self.order =
@@ -144,6 +152,7 @@ impl<'a> ReplayApp<'a> {
             stacks: self.stacks,
             selected: &mut self.selected,
             zoom: self.zoom,
+            block: &mut self.block,
             compact: self.compact,
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
@@ -184,6 +193,7 @@ pub struct Chrome<'s> {
     pub stacks: &'s [Vec<crate::trace::Frame>],
     pub selected: &'s mut usize,
     pub zoom: bool,
+    pub block: &'s mut usize,
     pub compact: bool,
     pub device: String,
     pub source: String,
@@ -221,6 +231,9 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
     *chrome.scroll = (*chrome.scroll).min(segs.len().saturating_sub(1));
     *chrome.selected = (*chrome.selected).min(segs.len().saturating_sub(1));
     let selected = *chrome.selected;
+    let in_order = crate::ui::ordered_indices(&segs, chrome.order);
+    let blocks = in_order.get(selected).map_or(0, |&i| segs[i].blocks.len());
+    *chrome.block = (*chrome.block).min(blocks.saturating_sub(1));
     let view = View {
         device: chrome.device,
         source: chrome.source,
@@ -244,6 +257,7 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         scroll: *chrome.scroll,
         selected,
         zoom: chrome.zoom,
+        block: *chrome.block,
         compact: chrome.compact,
         stacks: chrome.stacks,
         focus: chrome.focus,
@@ -259,6 +273,8 @@ pub struct DemoApp {
     alloc: CachingAllocator<Sim>,
     selected: usize,
     zoom: bool,
+    /// The highlighted block while zoomed.
+    block: usize,
     compact: bool,
     workload: DemoLoop,
     live: HashMap<u64, BlockId>,
@@ -290,6 +306,7 @@ impl DemoApp {
             alloc,
             selected: 0,
             zoom: false,
+            block: 0,
             compact: false,
             workload: DemoLoop::new(seed),
             live: HashMap::new(),
@@ -373,9 +390,14 @@ impl DemoApp {
                 self.status = if self.paused { " paused".into() } else { " running".into() };
             }
             KeyCode::Tab => self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
+            KeyCode::Up if self.zoom => self.block = self.block.saturating_sub(1),
+            KeyCode::Down if self.zoom => self.block += 1,
             KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
             KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
-            KeyCode::Enter => self.zoom = !self.zoom,
+            KeyCode::Enter => {
+                self.zoom = !self.zoom;
+                self.block = 0;
+            }
             KeyCode::Char('c') => self.compact = !self.compact,
             KeyCode::Char('a') => {
                 self.order =
@@ -392,6 +414,7 @@ impl DemoApp {
             stacks: &[],
             selected: &mut self.selected,
             zoom: self.zoom,
+            block: &mut self.block,
             compact: self.compact,
             device: "simulated H200".into(),
             source: "demo: synthetic training loop".into(),

@@ -68,6 +68,8 @@ pub struct View<'a> {
     pub selected: usize,
     /// Show the blocks of the selected segment instead of the map.
     pub zoom: bool,
+    /// The highlighted block of the zoomed segment; its call stack is shown.
+    pub block: usize,
     /// Segments back to back at a fixed number of bytes per cell, for
     /// hundreds of segments.
     pub compact: bool,
@@ -421,11 +423,20 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
 
 /// The segments in the view's order.
 pub fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
-    let mut segs: Vec<&SegmentInfo> = view.segments.iter().collect();
-    if view.order == SegmentOrder::Size {
-        segs.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    ordered_indices(view.segments, view.order).into_iter().map(|i| &view.segments[i]).collect()
+}
+
+/// Indices into `segments` in `order` (size order: largest first, then by
+/// address).
+pub fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..segments.len()).collect();
+    if order == SegmentOrder::Size {
+        idx.sort_by(|&a, &b| {
+            let (a, b) = (&segments[a], &segments[b]);
+            b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address))
+        });
     }
-    segs
+    idx
 }
 
 /// Where an allocation was made: the innermost frame of the user's own
@@ -448,7 +459,7 @@ pub fn call_site(frames: &[Frame]) -> String {
 fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
     let mut lines = vec![Line::from(Span::styled(
         format!(
-            "segment {:#x}: {} {} pool, stream {}{} ─ Enter/Esc back",
+            "segment {:#x}: {} {} pool, stream {}{} ─ ↑/↓ block  Enter/Esc back",
             seg.address,
             human_bytes(seg.total_size),
             seg.segment_type,
@@ -457,32 +468,61 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
         ),
         theme.bold(),
     ))];
-    for b in &seg.blocks {
+    let stack_of = |b: &crate::alloc::BlockInfo| -> Option<&Vec<Frame>> {
+        if b.tag > 0 && b.state != BlockState::Inactive {
+            view.stacks.get(b.tag as usize - 1)
+        } else {
+            None
+        }
+    };
+    let sel = view.block.min(seg.blocks.len().saturating_sub(1));
+    let frames: &[Frame] = seg.blocks.get(sel).and_then(stack_of).map_or(&[], |f| f.as_slice());
+    let h = area.height as usize;
+    // The selected block's stack takes at most half the pane.
+    let stack_rows = if frames.is_empty() { 0 } else { (frames.len() + 1).min(h / 2) };
+    let list_rows = h.saturating_sub(1 + stack_rows).max(1);
+    let first = (sel + 1).saturating_sub(list_rows);
+    for (i, b) in seg.blocks.iter().enumerate().skip(first).take(list_rows) {
         let (state, cell) = match b.state {
             BlockState::ActiveAllocated => ("allocated", Cell::Allocated),
             BlockState::ActivePendingFree => ("pending free", Cell::PendingFree),
             BlockState::Inactive => ("free", Cell::FreeInUsedSegment),
         };
-        let site = if b.tag > 0 && b.state != BlockState::Inactive {
-            view.stacks.get(b.tag as usize - 1).map(|f| call_site(f)).unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let site = stack_of(b).map(|f| call_site(f)).unwrap_or_default();
         let requested = if b.state == BlockState::Inactive {
             String::new()
         } else {
             format!("req {:>10}", human_bytes(b.requested_size))
         };
+        let style = if i == sel { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
         lines.push(Line::from(vec![
             Span::styled(cell.glyph().to_string(), theme.fg(cell.color())),
-            Span::raw(format!(
-                " +{:<10} {:>10} {:<15} {:<12} {site}",
-                short_bytes(b.address - seg.address),
-                human_bytes(b.size),
-                requested,
-                state
-            )),
+            Span::styled(
+                format!(
+                    " +{:<10} {:>10} {:<15} {:<12} {site}",
+                    short_bytes(b.address - seg.address),
+                    human_bytes(b.size),
+                    requested,
+                    state
+                ),
+                style,
+            ),
         ]));
+    }
+    if stack_rows > 0 {
+        let list_end = 1 + seg.blocks.len().min(list_rows);
+        lines.resize(h.saturating_sub(stack_rows).max(list_end), Line::from(""));
+        lines.push(Line::from(Span::styled(
+            format!(
+                "call stack of the block at +{} (innermost first)",
+                short_bytes(seg.blocks[sel].address - seg.address)
+            ),
+            theme.bold(),
+        )));
+        for f in frames.iter().take(stack_rows - 1) {
+            let at = if f.line > 0 { format!("{}:{}", f.filename, f.line) } else { f.filename.clone() };
+            lines.push(Line::from(format!("  {}  {at}", f.name)));
+        }
     }
     Paragraph::new(lines).render(area, buf);
 }
