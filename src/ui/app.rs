@@ -25,11 +25,7 @@ use crate::workload::{DemoLoop, Op};
 pub struct ReplayApp<'a> {
     scrub: Scrubber<'a>,
     stacks: &'a [Vec<crate::trace::Frame>],
-    selected: usize,
-    zoom: bool,
-    /// The highlighted block while zoomed.
-    block: usize,
-    compact: bool,
+    pub screen: Screen,
     points: Vec<StatePoint>,
     name: String,
     pub cursor: usize,
@@ -37,13 +33,8 @@ pub struct ReplayApp<'a> {
     ooms: Vec<usize>,
     empty_caches: Vec<usize>,
     iterations: Vec<usize>,
-    order: SegmentOrder,
-    scroll: usize,
-    focus: Focus,
-    help: bool,
     color: bool,
     status: String,
-    pub quit: bool,
 }
 
 impl<'a> ReplayApp<'a> {
@@ -63,10 +54,7 @@ impl<'a> ReplayApp<'a> {
         ReplayApp {
             scrub,
             stacks,
-            selected: 0,
-            zoom: false,
-            block: 0,
-            compact: false,
+            screen: Screen::default(),
             points,
             name,
             cursor: peak_at.unwrap_or(0),
@@ -74,13 +62,8 @@ impl<'a> ReplayApp<'a> {
             ooms,
             empty_caches,
             iterations,
-            order: SegmentOrder::Address,
-            scroll: 0,
-            focus: Focus::Map,
-            help: false,
             color,
             status: String::new(),
-            quit: false,
         }
     }
 
@@ -91,18 +74,10 @@ impl<'a> ReplayApp<'a> {
     pub fn handle_key(&mut self, k: KeyEvent) {
         let jump = (self.points.len() / 20).max(1);
         self.status.clear();
+        if self.screen.handle_key(k) {
+            return;
+        }
         match k.code {
-            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
-            KeyCode::Char('q') | KeyCode::Esc => {
-                if self.help {
-                    self.help = false;
-                } else if self.zoom {
-                    self.zoom = false;
-                } else {
-                    self.quit = true;
-                }
-            }
-            KeyCode::Char('?') | KeyCode::Char('h') => self.help = !self.help,
             KeyCode::Left => self.cursor = self.cursor.saturating_sub(1),
             KeyCode::Right => self.cursor = (self.cursor + 1).min(self.last()),
             KeyCode::PageUp => self.cursor = self.cursor.saturating_sub(jump),
@@ -122,22 +97,6 @@ impl<'a> ReplayApp<'a> {
                 }
                 None => self.status = " this trace has no OOM".into(),
             },
-            KeyCode::Tab => {
-                self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map };
-            }
-            KeyCode::Up if self.zoom => self.block = self.block.saturating_sub(1),
-            KeyCode::Down if self.zoom => self.block += 1,
-            KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
-            KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
-            KeyCode::Enter => {
-                self.zoom = !self.zoom;
-                self.block = 0;
-            }
-            KeyCode::Char('c') => self.compact = !self.compact,
-            KeyCode::Char('a') => {
-                self.order =
-                    if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
-            }
             KeyCode::Char(' ') => self.status = " a replay has nothing to pause; ←/→ step through it".into(),
             KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
             KeyCode::Char(c @ '1'..='9') => self.status = format!(" GPU {c}: a replay shows one device"),
@@ -150,18 +109,11 @@ impl<'a> ReplayApp<'a> {
         let a = self.scrub.seek(self.cursor);
         let chrome = Chrome {
             stacks: self.stacks,
-            selected: &mut self.selected,
-            zoom: self.zoom,
-            block: &mut self.block,
-            compact: self.compact,
+            screen: &mut self.screen,
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
             position: format!("event {}/{n}", self.cursor),
             banner: None,
-            order: self.order,
-            scroll: &mut self.scroll,
-            focus: self.focus,
-            help: self.help,
             color: self.color,
             status: self.status.clone(),
         };
@@ -177,32 +129,78 @@ impl<'a> ReplayApp<'a> {
     }
 }
 
-/// Moves the selected segment by `d`, keeping it within the shown rows
-/// (the map shows at least ten).
-fn select(selected: &mut usize, scroll: &mut usize, d: isize) {
-    *selected = selected.saturating_add_signed(d);
-    if *selected < *scroll {
-        *scroll = *selected;
-    } else if *selected >= *scroll + 10 {
-        *scroll = *selected - 9;
+/// What the keys shared by every source change: selection, zoom, map mode,
+/// focus, overlays, quitting.
+#[derive(Debug, Default)]
+pub struct Screen {
+    /// The highlighted segment (index in `order`).
+    pub selected: usize,
+    /// The highlighted block while zoomed.
+    pub block: usize,
+    pub zoom: bool,
+    pub compact: bool,
+    pub order: SegmentOrder,
+    pub scroll: usize,
+    pub focus: Focus,
+    pub help: bool,
+    pub quit: bool,
+}
+
+impl Screen {
+    /// Handles a key every source shares; false for the others.
+    pub fn handle_key(&mut self, k: KeyEvent) -> bool {
+        match k.code {
+            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
+            KeyCode::Char('q') | KeyCode::Esc => {
+                if self.help {
+                    self.help = false;
+                } else if self.zoom {
+                    self.zoom = false;
+                } else {
+                    self.quit = true;
+                }
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') => self.help = !self.help,
+            KeyCode::Tab => self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
+            KeyCode::Up if self.zoom => self.block = self.block.saturating_sub(1),
+            KeyCode::Down if self.zoom => self.block += 1,
+            KeyCode::Up => self.select(-1),
+            KeyCode::Down => self.select(1),
+            KeyCode::Enter => {
+                self.zoom = !self.zoom;
+                self.block = 0;
+            }
+            KeyCode::Char('c') => self.compact = !self.compact,
+            KeyCode::Char('a') => {
+                self.order =
+                    if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Moves the selected segment by `d`, keeping it within the shown rows
+    /// (the map shows at least ten).
+    fn select(&mut self, d: isize) {
+        self.selected = self.selected.saturating_add_signed(d);
+        if self.selected < self.scroll {
+            self.scroll = self.selected;
+        } else if self.selected >= self.scroll + 10 {
+            self.scroll = self.selected - 9;
+        }
     }
 }
 
 /// What a screen shows besides the allocator's state.
 pub struct Chrome<'s> {
     pub stacks: &'s [Vec<crate::trace::Frame>],
-    pub selected: &'s mut usize,
-    pub zoom: bool,
-    pub block: &'s mut usize,
-    pub compact: bool,
+    /// What the shared keys changed; clamped to the state drawn.
+    pub screen: &'s mut Screen,
     pub device: String,
     pub source: String,
     pub position: String,
     pub banner: Option<String>,
-    pub order: SegmentOrder,
-    pub scroll: &'s mut usize,
-    pub focus: Focus,
-    pub help: bool,
     pub color: bool,
     pub status: String,
 }
@@ -228,12 +226,12 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
     let segs = a.snapshot();
     let stats = a.stats();
     let hist = size_histogram(&segs);
-    *chrome.scroll = (*chrome.scroll).min(segs.len().saturating_sub(1));
-    *chrome.selected = (*chrome.selected).min(segs.len().saturating_sub(1));
-    let selected = *chrome.selected;
-    let in_order = crate::ui::ordered_indices(&segs, chrome.order);
-    let blocks = in_order.get(selected).map_or(0, |&i| segs[i].blocks.len());
-    *chrome.block = (*chrome.block).min(blocks.saturating_sub(1));
+    let sc = chrome.screen;
+    sc.scroll = sc.scroll.min(segs.len().saturating_sub(1));
+    sc.selected = sc.selected.min(segs.len().saturating_sub(1));
+    let in_order = crate::ui::ordered_indices(&segs, sc.order);
+    let blocks = in_order.get(sc.selected).map_or(0, |&i| segs[i].blocks.len());
+    sc.block = sc.block.min(blocks.saturating_sub(1));
     let view = View {
         device: chrome.device,
         source: chrome.source,
@@ -253,15 +251,15 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         ooms: marks.ooms,
         empty_caches: marks.empty_caches,
         iterations: marks.iterations,
-        order: chrome.order,
-        scroll: *chrome.scroll,
-        selected,
-        zoom: chrome.zoom,
-        block: *chrome.block,
-        compact: chrome.compact,
+        order: sc.order,
+        scroll: sc.scroll,
+        selected: sc.selected,
+        zoom: sc.zoom,
+        block: sc.block,
+        compact: sc.compact,
         stacks: chrome.stacks,
-        focus: chrome.focus,
-        help: chrome.help,
+        focus: sc.focus,
+        help: sc.help,
         color: chrome.color,
         status: chrome.status,
     };
@@ -271,11 +269,7 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
 /// The simulated device driven by the built-in training loop, in real time.
 pub struct DemoApp {
     alloc: CachingAllocator<Sim>,
-    selected: usize,
-    zoom: bool,
-    /// The highlighted block while zoomed.
-    block: usize,
-    compact: bool,
+    pub screen: Screen,
     workload: DemoLoop,
     live: HashMap<u64, BlockId>,
     points: Vec<StatePoint>,
@@ -285,13 +279,8 @@ pub struct DemoApp {
     iteration: u64,
     banner: String,
     paused: bool,
-    order: SegmentOrder,
-    scroll: usize,
-    focus: Focus,
-    help: bool,
     color: bool,
     status: String,
-    pub quit: bool,
 }
 
 /// The timeline keeps at most this many points, dropping the oldest half
@@ -304,10 +293,7 @@ impl DemoApp {
         alloc.set_recording(false);
         DemoApp {
             alloc,
-            selected: 0,
-            zoom: false,
-            block: 0,
-            compact: false,
+            screen: Screen::default(),
             workload: DemoLoop::new(seed),
             live: HashMap::new(),
             points: Vec::new(),
@@ -317,13 +303,8 @@ impl DemoApp {
             iteration: 0,
             banner,
             paused: false,
-            order: SegmentOrder::Address,
-            scroll: 0,
-            focus: Focus::Map,
-            help: false,
             color,
             status: String::new(),
-            quit: false,
         }
     }
 
@@ -373,35 +354,13 @@ impl DemoApp {
 
     pub fn handle_key(&mut self, k: KeyEvent) {
         self.status.clear();
+        if self.screen.handle_key(k) {
+            return;
+        }
         match k.code {
-            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => self.quit = true,
-            KeyCode::Char('q') | KeyCode::Esc => {
-                if self.help {
-                    self.help = false;
-                } else if self.zoom {
-                    self.zoom = false;
-                } else {
-                    self.quit = true;
-                }
-            }
-            KeyCode::Char('?') | KeyCode::Char('h') => self.help = !self.help,
             KeyCode::Char(' ') => {
                 self.paused = !self.paused;
                 self.status = if self.paused { " paused".into() } else { " running".into() };
-            }
-            KeyCode::Tab => self.focus = if self.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
-            KeyCode::Up if self.zoom => self.block = self.block.saturating_sub(1),
-            KeyCode::Down if self.zoom => self.block += 1,
-            KeyCode::Up => select(&mut self.selected, &mut self.scroll, -1),
-            KeyCode::Down => select(&mut self.selected, &mut self.scroll, 1),
-            KeyCode::Enter => {
-                self.zoom = !self.zoom;
-                self.block = 0;
-            }
-            KeyCode::Char('c') => self.compact = !self.compact,
-            KeyCode::Char('a') => {
-                self.order =
-                    if self.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
             }
             KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
             _ => {}
@@ -412,18 +371,11 @@ impl DemoApp {
         let peak_at = (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)));
         let chrome = Chrome {
             stacks: &[],
-            selected: &mut self.selected,
-            zoom: self.zoom,
-            block: &mut self.block,
-            compact: self.compact,
+            screen: &mut self.screen,
             device: "simulated H200".into(),
             source: "demo: synthetic training loop".into(),
             position: format!("iteration {}{}", self.iteration, if self.paused { " (paused)" } else { "" }),
             banner: Some(self.banner.clone()),
-            order: self.order,
-            scroll: &mut self.scroll,
-            focus: self.focus,
-            help: self.help,
             color: self.color,
             status: self.status.clone(),
         };
@@ -447,7 +399,7 @@ pub fn run_demo(app: &mut DemoApp) -> std::io::Result<()> {
     }
     let mut terminal = ratatui::init();
     let result = (|| -> std::io::Result<()> {
-        while !app.quit && !term_flag.load(Ordering::Relaxed) {
+        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
             terminal.draw(|f| {
                 let area = f.area();
                 app.draw_into(area, f.buffer_mut())
@@ -480,7 +432,7 @@ pub fn run(app: &mut ReplayApp) -> std::io::Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> std::io::Result<()> {
         let mut dirty = true;
-        while !app.quit && !term_flag.load(Ordering::Relaxed) {
+        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
             if dirty {
                 terminal.draw(|f| app.draw(f))?;
                 dirty = false;
