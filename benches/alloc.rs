@@ -135,9 +135,7 @@ fn bench_scrub(c: &mut Criterion) {
 }
 
 fn bench_frame(c: &mut Criterion) {
-    use gpumem_top::alloc::Kind;
-    use gpumem_top::analysis::{fragmentation, size_histogram};
-    use gpumem_top::ui::{render, Focus, SegmentOrder, View};
+    use gpumem_top::ui::app::{draw_state_into, Chrome, Marks, Screen};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
     let t = gpumem_top::trace::load(&path).unwrap();
     let d = &t.devices[0];
@@ -150,44 +148,30 @@ fn bench_frame(c: &mut Criterion) {
     let a = s.seek(4400);
     let area = ratatui::layout::Rect::new(0, 0, 200, 60);
     let mut buf = ratatui::buffer::Buffer::empty(area);
+    let mut screen = Screen::default();
+    // The app's own path: snapshot, histogram, figures, View, render.
     c.bench_function("frame/gpt2_peak_200x60", |b| {
         b.iter(|| {
-            let segs = a.snapshot();
-            let stats = a.stats();
-            let hist = size_histogram(&segs);
-            let view = View {
+            let chrome = Chrome {
+                stacks: &t.stacks,
+                screen: &mut screen,
                 device: "NVIDIA H200".into(),
                 source: "replay gpt2_train.pickle.gz".into(),
                 position: "event 4400/14327".into(),
                 banner: None,
-                allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
-                allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
-                reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
-                reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
-                device_memory: None,
-                segments: &segs,
-                fragmentation: fragmentation(stats, &segs),
-                histogram: &hist,
+                color: true,
+                status: String::new(),
+            };
+            let marks = Marks {
                 timeline: &points,
                 cursor: 4400,
                 peak_at: Some(4400),
                 ooms: &[],
                 empty_caches: &[],
                 iterations: &iterations,
-                order: SegmentOrder::Address,
-                scroll: 0,
-                selected: 0,
-                zoom: false,
-                block: 0,
-                compact: false,
-                stacks: &t.stacks,
-                focus: Focus::Map,
-                help: false,
-                color: true,
-                status: String::new(),
             };
             buf.reset();
-            render(&view, area, &mut buf);
+            draw_state_into(a, chrome, marks, area, &mut buf);
             black_box(&buf);
         })
     });
