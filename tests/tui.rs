@@ -156,3 +156,26 @@ fn sigterm_restores_the_terminal() {
     assert!(!s.contains("-icanon"), "raw mode left on:\n{s}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A terminal that goes away (tmux or ssh closed) ends the program instead of
+/// leaving it spinning on end-of-file, as crossterm's default input source did.
+#[test]
+fn a_closed_terminal_ends_the_program() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("traces/llama_pressure.pickle.gz");
+    let dir = std::env::temp_dir().join(format!("gpumem-top-hangup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("pid");
+    let cmd = format!("sh -c 'echo $$ > {}; exec {bin} replay {}'", pidfile.display(), trace.display());
+    let p = Pane::start(&cmd, 100, 30);
+    p.wait_for("event 3815/4547");
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    drop(p);
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    let start = Instant::now();
+    while proc_dir.exists() {
+        assert!(start.elapsed() < Duration::from_secs(10), "gpumem-top (pid {pid}) outlived its terminal");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
