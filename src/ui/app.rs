@@ -313,7 +313,7 @@ impl DemoApp {
         for _ in 0..n {
             let Some(op) = self.workload.next() else { return };
             match op {
-                Op::Alloc { key, size } => match self.alloc.malloc(size, 0) {
+                Op::Alloc { key, size, .. } => match self.alloc.malloc(size, 0) {
                     Ok(b) => {
                         self.live.insert(key, b);
                     }

@@ -1,13 +1,21 @@
-//! Synthetic allocation patterns as streams of requests. For now one built-in
-//! training-loop pattern drives `demo`; the model-based generators of the
-//! synthetic-workload issue will live here too.
+//! Synthetic allocation patterns as streams of requests: training and
+//! inference loops of real model shapes (`models`), executed the way autograd
+//! runs them (`graph`), plus the small built-in loop of `demo`.
+
+pub mod driver;
+pub mod graph;
+pub mod models;
+
+pub use models::{ModelKind, ModelShape};
 
 /// One request of a synthetic program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// `site` indexes the workload's call-site table (0: none).
     Alloc {
         key: u64,
         size: u64,
+        site: u32,
     },
     Free {
         key: u64,
@@ -49,7 +57,7 @@ impl DemoLoop {
             for _ in 0..4 {
                 let k = d.key();
                 d.params.push(k);
-                d.queue.push_back(Op::Alloc { key: k, size });
+                d.queue.push_back(Op::Alloc { key: k, size, site: 0 });
             }
         }
         d
@@ -75,23 +83,23 @@ impl DemoLoop {
         for l in 0..self.layers {
             let act = (6 + (l % 4) as u64 * 3) * MIB * batch / 100 + (self.rand() % 4096) * 512;
             let k = self.key();
-            self.queue.push_back(Op::Alloc { key: k, size: act });
+            self.queue.push_back(Op::Alloc { key: k, size: act, site: 0 });
             acts.push((k, act));
             // A temporary of the layer's forward.
             let t = self.key();
             let ts = 256 * 1024 + self.rand() % (2 * MIB);
-            self.queue.push_back(Op::Alloc { key: t, size: ts });
+            self.queue.push_back(Op::Alloc { key: t, size: ts, site: 0 });
             self.queue.push_back(Op::Free { key: t });
         }
         for (k, act) in acts.into_iter().rev() {
             let g = self.key();
-            self.queue.push_back(Op::Alloc { key: g, size: act });
+            self.queue.push_back(Op::Alloc { key: g, size: act, site: 0 });
             self.queue.push_back(Op::Free { key: k });
             self.queue.push_back(Op::Free { key: g });
         }
         // Optimizer step temporaries.
         let o = self.key();
-        self.queue.push_back(Op::Alloc { key: o, size: 24 * MIB });
+        self.queue.push_back(Op::Alloc { key: o, size: 24 * MIB, site: 0 });
         self.queue.push_back(Op::Free { key: o });
         self.queue.push_back(Op::Iteration(self.iteration));
         if self.iteration % 10 == 0 {
@@ -107,6 +115,280 @@ impl Iterator for DemoLoop {
             self.plan_iteration();
         }
         self.queue.pop_front()
+    }
+}
+
+
+/// The optimizer whose state the loop keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    /// SGD with momentum: one buffer per parameter.
+    Sgd,
+    /// Adam/AdamW (foreach): two buffers per parameter and a
+    /// parameter-sized temporary list during each step.
+    Adam,
+}
+
+/// Everything `synth` was asked to run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SynthSpec {
+    #[serde(serialize_with = "ser_kind")]
+    pub model: ModelKind,
+    pub shape: ModelShape,
+    pub batch: u64,
+    pub seq: u64,
+    /// `None`: forever (the TUI).
+    pub iterations: Option<u64>,
+    pub seed: u64,
+    pub amp: bool,
+    pub checkpoint: bool,
+    pub accum: u64,
+    pub optimizer: Optimizer,
+    pub inference: bool,
+    pub varlen: bool,
+    pub leak: u64,
+}
+
+fn ser_kind<S: serde::Serializer>(k: &ModelKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(k.name())
+}
+
+impl SynthSpec {
+    /// The shapes of the shared traces' runs, 4 iterations.
+    pub fn new(model: ModelKind) -> Self {
+        let (batch, seq) = model.default_batch_seq();
+        SynthSpec {
+            model,
+            shape: model.default_shape(),
+            batch,
+            seq,
+            iterations: Some(4),
+            seed: 0,
+            amp: false,
+            checkpoint: false,
+            accum: 1,
+            optimizer: match model {
+                ModelKind::Resnet50 => Optimizer::Sgd,
+                _ => Optimizer::Adam,
+            },
+            inference: false,
+            varlen: false,
+            leak: 0,
+        }
+    }
+}
+
+/// One iteration's requests, planned before any of it runs so a driver can
+/// abandon it after an OOM and plan it again smaller.
+#[derive(Debug, Clone, Default)]
+pub struct StepPlan {
+    pub iteration: u64,
+    pub batch: u64,
+    pub seq: u64,
+    pub ops: Vec<Op>,
+}
+
+/// A training (or inference) loop of a real model shape.
+#[derive(Debug, Clone)]
+pub struct Synthetic {
+    pub spec: SynthSpec,
+    persistent: graph::Persistent,
+    /// Persistent state as of the start of the step being planned, restored
+    /// when that step is abandoned.
+    before: Option<graph::Persistent>,
+    sites: Vec<String>,
+    rng: u64,
+    iteration: u64,
+    started: bool,
+}
+
+/// Call sites every workload has, before the model's own.
+const SITE_PARAMS: u32 = 1;
+const SITE_STATE: u32 = 2;
+const SITE_STEP: u32 = 3;
+const SITE_LEAK: u32 = 4;
+const SITE_GRAPH: u32 = 5;
+
+impl Synthetic {
+    pub fn new(spec: SynthSpec) -> Self {
+        let sites = ["", "model.to(cuda) (parameters)", "optimizer state", "optimizer.step (temporaries)", "leak"];
+        Synthetic {
+            rng: spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
+            spec,
+            persistent: Default::default(),
+            before: None,
+            sites: sites.iter().map(|s| s.to_string()).collect(),
+            iteration: 0,
+            started: false,
+        }
+    }
+
+    /// Call-site labels; `Op::Alloc::site` indexes this.
+    pub fn sites(&self) -> &[String] {
+        &self.sites
+    }
+
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    fn rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// The graph of one micro-step at `batch` × `seq`.
+    pub fn graph(&self, batch: u64, seq: u64) -> graph::Graph {
+        let st = models::StepShape {
+            batch,
+            seq,
+            amp: self.spec.amp,
+            checkpoint: self.spec.checkpoint,
+            inference: self.spec.inference,
+        };
+        models::build(self.spec.model, &self.spec.shape, st)
+    }
+
+    fn site_base(&mut self, g: &graph::Graph) -> u32 {
+        // Graph sites are appended once; every build names them alike.
+        let base = SITE_GRAPH;
+        for (i, s) in g.sites.iter().enumerate() {
+            let at = base as usize + i;
+            if at >= self.sites.len() {
+                self.sites.push(s.clone());
+            } else if self.sites[at] != *s {
+                self.sites[at] = s.clone();
+            }
+        }
+        base
+    }
+
+    /// True once `iterations` steps were planned and run.
+    pub fn finished(&self) -> bool {
+        self.spec.iterations.is_some_and(|n| self.iteration >= n)
+    }
+
+    /// Plans the next iteration with the batch scaled by `scale` (1.0, or
+    /// 0.9^k when retrying after OOMs). `None` when the run is complete.
+    pub fn plan(&mut self, scale: f64) -> Option<StepPlan> {
+        if self.finished() {
+            return None;
+        }
+        self.before = Some(self.persistent.clone());
+        let mut ops = Vec::new();
+        let g0 = self.graph(1, self.spec.seq.max(1));
+        if !self.started {
+            self.started = true;
+            let sizes = g0.params.clone();
+            for s in sizes {
+                let key = self.persistent.key();
+                self.persistent.param_keys.push(key);
+                self.persistent.grad_keys.push(None);
+                ops.push(Op::Alloc { key, size: s, site: SITE_PARAMS });
+            }
+        }
+        let (mut batch, mut seq) = (self.spec.batch, self.spec.seq);
+        if self.spec.varlen {
+            let lo = batch.div_ceil(2);
+            batch = lo + self.rand() % (batch - lo + 1);
+            if seq > 0 {
+                let lo = (seq / 2).max(8);
+                seq = (lo + self.rand() % (seq - lo + 1)) / 8 * 8;
+                seq = seq.max(8);
+            }
+        }
+        batch = ((batch as f64 * scale).floor() as u64).max(1);
+        let mode = graph::StepMode { inference: self.spec.inference, checkpoint: self.spec.checkpoint };
+        let g = self.graph(batch, seq);
+        let base = self.site_base(&g);
+        for _ in 0..self.spec.accum.max(1) {
+            graph::Executor::new(&g, &mut self.persistent, &mut ops, base).step(mode);
+            if self.spec.inference {
+                break;
+            }
+        }
+        if !self.spec.inference {
+            self.optimizer_step(&g0.params, &mut ops);
+        }
+        self.iteration += 1;
+        ops.push(Op::Iteration(self.iteration));
+        if !self.spec.inference {
+            // zero_grad(set_to_none=True)
+            for k in self.persistent.grad_keys.iter_mut() {
+                if let Some(key) = k.take() {
+                    ops.push(Op::Free { key });
+                }
+            }
+        }
+        if self.spec.leak > 0 {
+            let key = self.persistent.key();
+            ops.push(Op::Alloc { key, size: self.spec.leak, site: SITE_LEAK });
+        }
+        Some(StepPlan { iteration: self.iteration, batch, seq, ops })
+    }
+
+    /// The step just planned failed: forget its persistent effects (state
+    /// first allocated in it, gradients) and its iteration number.
+    pub fn abandon(&mut self) {
+        if let Some(p) = self.before.take() {
+            self.persistent = p;
+            for g in self.persistent.grad_keys.iter_mut() {
+                *g = None;
+            }
+            self.iteration -= 1;
+        }
+    }
+
+    /// The abandoned step is not retried (`--on-oom continue`): it counts.
+    pub fn skip(&mut self) {
+        self.iteration += 1;
+    }
+
+    /// Keys that outlive a step: parameters, optimizer state, cuBLAS
+    /// workspaces, leaks. Everything else live after an OOM belongs to the
+    /// failed step.
+    pub fn keeps(&self, key: u64) -> bool {
+        let p = self.before.as_ref().unwrap_or(&self.persistent);
+        key <= p.last_key()
+    }
+
+    fn optimizer_step(&mut self, params: &[u64], ops: &mut Vec<Op>) {
+        let first = self.persistent.state_keys.is_empty();
+        match self.spec.optimizer {
+            Optimizer::Sgd => {
+                if first {
+                    // momentum_buffer = clone(grad), per parameter.
+                    for &s in params {
+                        let key = self.persistent.key();
+                        self.persistent.state_keys.push(key);
+                        ops.push(Op::Alloc { key, size: s, site: SITE_STATE });
+                    }
+                }
+            }
+            Optimizer::Adam => {
+                if first {
+                    for &s in params {
+                        for _ in 0..2 {
+                            let key = self.persistent.key();
+                            self.persistent.state_keys.push(key);
+                            ops.push(Op::Alloc { key, size: s, site: SITE_STATE });
+                        }
+                    }
+                }
+                // _multi_tensor_adam: one parameter-sized list of temporaries
+                // (the denominators), freed after the update.
+                let keys: Vec<u64> = params.iter().map(|_| self.persistent.key()).collect();
+                for (&key, &s) in keys.iter().zip(params) {
+                    ops.push(Op::Alloc { key, size: s, site: SITE_STEP });
+                }
+                for key in keys {
+                    ops.push(Op::Free { key });
+                }
+            }
+        }
     }
 }
 

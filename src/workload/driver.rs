@@ -1,0 +1,276 @@
+//! Runs a synthetic loop through the caching allocator on any `Device`
+//! (simulated or CUDA), one request at a time, with PyTorch-style OOM
+//! handling and the timeline every view draws from.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::alloc::stats::Kind;
+use crate::alloc::{BlockId, CachingAllocator, OutOfMemory, StatePoint};
+use crate::device::Device;
+
+use super::{Op, StepPlan, Synthetic};
+
+/// What a run does when an allocation fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOom {
+    /// Mark it, keep PyTorch's message, stop.
+    Stop,
+    /// The `safe_forward` pattern: free the step, `empty_cache()`, retry the
+    /// step with the batch ×0.9, up to three times.
+    Shrink,
+    /// Free the failed step and go on with the next one.
+    Continue,
+}
+
+/// Retries `shrink` makes before giving up.
+pub const SHRINK_RETRIES: u32 = 3;
+
+/// One OOM the run met.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OomRecord {
+    /// Index of the timeline point (one per request).
+    pub at: usize,
+    pub iteration: u64,
+    pub batch: u64,
+    pub message: String,
+    /// What the run did about it: "stop", "retry", "skip".
+    pub action: &'static str,
+}
+
+/// What one call to `Driver::advance` ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    Running,
+    /// Every iteration ran.
+    Finished,
+    /// Stopped by an OOM (`--on-oom stop`, or `shrink` out of retries).
+    Stopped,
+}
+
+pub struct Driver<D: Device> {
+    pub alloc: CachingAllocator<D>,
+    pub workload: Synthetic,
+    on_oom: OnOom,
+    live: HashMap<u64, BlockId>,
+    queue: VecDeque<Op>,
+    plan: Option<StepPlan>,
+    scale: f64,
+    retries: u32,
+    pub points: Vec<StatePoint>,
+    /// Timeline indices of OOMs, `empty_cache` calls and iteration ends.
+    pub ooms: Vec<usize>,
+    pub empty_caches: Vec<usize>,
+    pub iterations: Vec<usize>,
+    pub oom_log: Vec<OomRecord>,
+    /// Points dropped from the front of the timeline (bounded runs).
+    pub dropped: usize,
+    max_points: Option<usize>,
+    /// Called after each request that raised reserved memory to a new peak.
+    on_reserved_peak: Option<Box<dyn FnMut(&CachingAllocator<D>)>>,
+    reserved_peak_seen: u64,
+    /// Batch and sequence of the step now running.
+    pub batch: u64,
+    pub seq: u64,
+    state: Progress,
+}
+
+impl<D: Device> Driver<D> {
+    pub fn new(alloc: CachingAllocator<D>, workload: Synthetic, on_oom: OnOom) -> Self {
+        Driver {
+            alloc,
+            workload,
+            on_oom,
+            live: HashMap::new(),
+            queue: VecDeque::new(),
+            plan: None,
+            scale: 1.0,
+            retries: 0,
+            points: Vec::new(),
+            ooms: Vec::new(),
+            empty_caches: Vec::new(),
+            iterations: Vec::new(),
+            oom_log: Vec::new(),
+            dropped: 0,
+            max_points: None,
+            on_reserved_peak: None,
+            reserved_peak_seen: 0,
+            batch: 0,
+            seq: 0,
+            state: Progress::Running,
+        }
+    }
+
+    /// Keeps at most `n` timeline points, dropping the oldest half when full.
+    pub fn bounded(mut self, n: usize) -> Self {
+        self.max_points = Some(n.max(2));
+        self
+    }
+
+    /// `f` sees the allocator each time reserved memory reaches a new peak
+    /// (the CUDA backend samples NVML there).
+    pub fn on_reserved_peak(mut self, f: impl FnMut(&CachingAllocator<D>) + 'static) -> Self {
+        self.on_reserved_peak = Some(Box::new(f));
+        self
+    }
+
+    pub fn progress(&self) -> &Progress {
+        &self.state
+    }
+
+    fn point(&mut self) {
+        let s = self.alloc.stats();
+        let reserved = s.get(Kind::ReservedBytes, 0).current as u64;
+        self.points.push(StatePoint { allocated: s.get(Kind::AllocatedBytes, 0).current as u64, reserved });
+        if reserved > self.reserved_peak_seen {
+            self.reserved_peak_seen = reserved;
+            if let Some(f) = self.on_reserved_peak.as_mut() {
+                f(&self.alloc);
+            }
+        }
+        if let Some(max) = self.max_points {
+            if self.points.len() > max {
+                let drop = self.points.len() - max / 2;
+                self.points.drain(..drop);
+                self.dropped += drop;
+                for marks in [&mut self.ooms, &mut self.empty_caches, &mut self.iterations] {
+                    marks.retain(|&m| m >= drop);
+                    for m in marks.iter_mut() {
+                        *m -= drop;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs up to `n` requests; stops early at the end of the run or an OOM stop.
+    pub fn advance(&mut self, n: usize) -> &Progress {
+        for _ in 0..n {
+            if self.state != Progress::Running {
+                break;
+            }
+            self.one();
+        }
+        &self.state
+    }
+
+    /// Runs to the end (or the stopping OOM).
+    pub fn run(&mut self) -> &Progress {
+        while self.state == Progress::Running {
+            self.one();
+        }
+        &self.state
+    }
+
+    fn one(&mut self) {
+        if self.queue.is_empty() {
+            match self.workload.plan(self.scale) {
+                Some(p) => {
+                    self.batch = p.batch;
+                    self.seq = p.seq;
+                    self.queue.extend(p.ops.iter().copied());
+                    self.plan = Some(StepPlan { ops: Vec::new(), ..p });
+                }
+                None => {
+                    self.state = Progress::Finished;
+                    return;
+                }
+            }
+        }
+        let Some(op) = self.queue.pop_front() else { return };
+        match op {
+            Op::Alloc { key, size, site } => match self.alloc.malloc_tagged(size, 0, site) {
+                Ok(b) => {
+                    self.live.insert(key, b);
+                }
+                Err(oom) => {
+                    self.point();
+                    self.oom(oom);
+                    return;
+                }
+            },
+            Op::Free { key } => {
+                if let Some(b) = self.live.remove(&key) {
+                    // Handles come from our own map: a refusal is a bug in the plan.
+                    let r = self.alloc.free(b);
+                    debug_assert!(r.is_ok(), "{r:?}");
+                }
+            }
+            Op::EmptyCache => {
+                self.alloc.empty_cache();
+                self.empty_caches.push(self.points.len());
+            }
+            Op::Iteration(_) => {
+                self.iterations.push(self.points.len());
+                // A step that completes resets the shrink ladder.
+                self.retries = 0;
+                self.scale = 1.0;
+            }
+        }
+        self.point();
+    }
+
+    /// Frees what the failed step holds (its tensors die with the
+    /// exception), including gradients, as `zero_grad()` would.
+    fn unwind(&mut self) {
+        let step_keys: Vec<u64> = self.live.keys().copied().filter(|&k| !self.workload.keeps(k)).collect();
+        let mut blocks: Vec<(u64, BlockId)> = step_keys.iter().map(|k| (*k, self.live[k])).collect();
+        // Newest first, as Python drops the frames' locals.
+        blocks.sort_by_key(|&(k, _)| std::cmp::Reverse(k));
+        for (k, b) in blocks {
+            self.live.remove(&k);
+            let r = self.alloc.free(b);
+            debug_assert!(r.is_ok(), "{r:?}");
+        }
+        self.queue.clear();
+        self.workload.abandon();
+    }
+
+    fn oom(&mut self, oom: OutOfMemory) {
+        let at = self.points.len() - 1;
+        self.ooms.push(at);
+        let iteration = self.workload.iteration();
+        let action = match self.on_oom {
+            OnOom::Stop => "stop",
+            OnOom::Shrink if self.retries < SHRINK_RETRIES => "retry",
+            OnOom::Shrink => "stop",
+            OnOom::Continue => "skip",
+        };
+        self.oom_log.push(OomRecord { at, iteration, batch: self.batch, message: oom.message, action });
+        self.unwind();
+        match action {
+            "retry" => {
+                self.retries += 1;
+                self.scale *= 0.9;
+                self.alloc.empty_cache();
+                self.empty_caches.push(self.points.len());
+                self.point();
+            }
+            "skip" => {
+                // The step is lost; the next one starts at full size.
+                self.workload.skip();
+                self.point();
+            }
+            _ => {
+                self.point();
+                self.state = Progress::Stopped;
+            }
+        }
+    }
+
+    /// Frees every live block and empties the cache, returning all device
+    /// memory (on exit, Ctrl-C and after an OOM).
+    pub fn release_all(&mut self) {
+        let mut blocks: Vec<(u64, BlockId)> = self.live.drain().collect();
+        blocks.sort_by_key(|&(k, _)| std::cmp::Reverse(k));
+        for (_, b) in blocks {
+            let _ = self.alloc.free(b);
+        }
+        self.alloc.empty_cache();
+    }
+
+    /// Index of the allocated-bytes peak in `points` (first of equals).
+    pub fn peak_at(&self) -> Option<usize> {
+        (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)))
+    }
+}

@@ -1,0 +1,369 @@
+//! A training step as autograd runs it: a forward graph of ops with the
+//! tensors each one allocates and saves for backward, executed into the
+//! allocation requests PyTorch makes, in PyTorch's order.
+//!
+//! Forward allocates each op's outputs, frees a tensor after its last use
+//! unless something saved it; backward walks the ops in reverse, allocating
+//! input and parameter gradients and freeing each op's output gradients and
+//! the tensors it was the last (earliest-in-forward) to have saved.
+//! Checkpointed segments save nothing in forward but their inputs, and are
+//! recomputed just before their backward.
+
+use std::collections::HashMap;
+
+use super::Op;
+
+/// A tensor of the step: an index into `Graph::sizes`.
+pub type Tid = usize;
+
+/// One op of the forward pass.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    /// Index into the workload's call-site table.
+    pub site: u32,
+    pub inputs: Vec<Tid>,
+    pub outputs: Vec<Tid>,
+    /// Tensors (inputs or outputs) kept alive for this op's backward.
+    pub saved: Vec<Tid>,
+    /// Forward scratch allocations, freed before the op returns.
+    pub temps: Vec<u64>,
+    /// Inputs that receive a gradient from this op's backward.
+    pub grad_in: Vec<Tid>,
+    /// Parameters (indices into `Graph::params`) that receive a gradient.
+    pub param_grads: Vec<usize>,
+    /// Backward scratch allocations.
+    pub bwd_temps: Vec<u64>,
+    /// A cuBLAS call: the first one in forward and in backward allocates the
+    /// handle's workspace (kept for the life of the process).
+    pub matmul: bool,
+    /// Checkpoint segment (0: never checkpointed).
+    pub segment: u32,
+    /// The gradient reaches the inputs as is (additions): nothing allocated.
+    pub pass_through: bool,
+}
+
+/// One step's forward graph.
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    /// Bytes each tensor allocates (0 for a view of another tensor).
+    pub sizes: Vec<u64>,
+    /// Bytes of the tensor's data, which is what its gradient takes.
+    pub logical: Vec<u64>,
+    /// The tensor whose storage a view shares.
+    pub base: Vec<Option<Tid>>,
+    /// Autocast's cached weight casts: dropped when the forward ends unless saved.
+    pub autocast_cache: Vec<Tid>,
+    pub nodes: Vec<Node>,
+    /// Tensors the training loop holds until backward is done (the batch,
+    /// the model's output, the loss).
+    pub held: Vec<Tid>,
+    /// Tensors made before the graph runs (the batch): allocated first.
+    pub inputs: Vec<Tid>,
+    /// Parameter sizes in bytes (fp32 master weights).
+    pub params: Vec<u64>,
+    /// Call-site labels, indexed by `Node::site`.
+    pub sites: Vec<String>,
+}
+
+impl Graph {
+    pub fn tensor(&mut self, bytes: u64) -> Tid {
+        self.sizes.push(bytes);
+        self.logical.push(bytes);
+        self.base.push(None);
+        self.sizes.len() - 1
+    }
+    /// A view of `of` (in-place results, reshapes): never allocated.
+    pub fn alias(&mut self, of: Tid, bytes: u64) -> Tid {
+        let root = self.root(of);
+        self.sizes.push(0);
+        self.logical.push(bytes);
+        self.base.push(Some(root));
+        self.sizes.len() - 1
+    }
+    pub fn root(&self, t: Tid) -> Tid {
+        self.base[t].unwrap_or(t)
+    }
+    pub fn site(&mut self, label: impl Into<String>) -> u32 {
+        let label = label.into();
+        if let Some(i) = self.sites.iter().position(|s| *s == label) {
+            return i as u32;
+        }
+        self.sites.push(label);
+        self.sites.len() as u32 - 1
+    }
+}
+
+/// cuBLAS workspace a handle takes on Hopper at its first GEMM: 32 MiB plus
+/// cuBLASLt's 1 MiB (both seen in the shared traces, never freed).
+pub const CUBLAS_WORKSPACE: u64 = 32 << 20;
+pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
+
+/// What persists across steps: parameters, their gradients, optimizer state,
+/// the cuBLAS workspaces, and key numbering.
+#[derive(Debug, Clone, Default)]
+pub struct Persistent {
+    next_key: u64,
+    pub param_keys: Vec<u64>,
+    /// Present between backward and `zero_grad`.
+    pub grad_keys: Vec<Option<u64>>,
+    pub state_keys: Vec<u64>,
+    pub fwd_workspace: bool,
+    pub bwd_workspace: bool,
+}
+
+impl Persistent {
+    pub fn key(&mut self) -> u64 {
+        self.next_key += 1;
+        self.next_key
+    }
+    /// The last key handed out.
+    pub fn last_key(&self) -> u64 {
+        self.next_key
+    }
+}
+
+/// How one step runs its graph.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepMode {
+    /// `torch.no_grad()`: nothing saved, no backward.
+    pub inference: bool,
+    /// Checkpoint segments (`Node::segment` > 0) save only their inputs.
+    pub checkpoint: bool,
+}
+
+/// Emits the requests of one forward (and backward) pass of `g`.
+pub struct Executor<'a> {
+    g: &'a Graph,
+    p: &'a mut Persistent,
+    out: &'a mut Vec<Op>,
+    site_base: u32,
+    keys: Vec<Option<u64>>,
+    grads: HashMap<Tid, Option<u64>>,
+}
+
+impl<'a> Executor<'a> {
+    pub fn new(g: &'a Graph, p: &'a mut Persistent, out: &'a mut Vec<Op>, site_base: u32) -> Self {
+        Executor { g, p, out, site_base, keys: vec![None; g.sizes.len()], grads: HashMap::new() }
+    }
+
+    fn alloc_key(&mut self, size: u64, site: u32) -> u64 {
+        let key = self.p.key();
+        self.out.push(Op::Alloc { key, size, site: self.site_base + site });
+        key
+    }
+
+    fn alloc(&mut self, t: Tid, site: u32) {
+        if self.keys[t].is_none() && self.g.sizes[t] > 0 {
+            let k = self.alloc_key(self.g.sizes[t], site);
+            self.keys[t] = Some(k);
+        }
+    }
+
+    fn free(&mut self, t: Tid) {
+        if let Some(k) = self.keys[t].take() {
+            self.out.push(Op::Free { key: k });
+        }
+    }
+
+    fn scratch(&mut self, size: u64, site: u32) {
+        let k = self.alloc_key(size, site);
+        self.out.push(Op::Free { key: k });
+    }
+
+    fn checkpointed(&self, mode: StepMode, n: &Node) -> bool {
+        mode.checkpoint && n.segment > 0
+    }
+
+    /// Runs forward over `range`; a tensor used last at node i is freed
+    /// there unless `keep` says it lives on.
+    fn forward(&mut self, range: std::ops::Range<usize>, keep: &[bool], ws_flag: bool) {
+        let mut last_use: HashMap<Tid, usize> = HashMap::new();
+        for i in range.clone() {
+            let n = &self.g.nodes[i];
+            for &t in n.inputs.iter().chain(&n.outputs) {
+                last_use.insert(self.g.root(t), i);
+            }
+        }
+        for i in range.clone() {
+            let n = &self.g.nodes[i];
+            if n.matmul && ws_flag && !self.p.fwd_workspace {
+                self.p.fwd_workspace = true;
+                let site = n.site;
+                let (_k1, _k2) = (self.alloc_key(CUBLAS_WORKSPACE, site), self.alloc_key(CUBLASLT_WORKSPACE, site));
+            }
+            for j in 0..n.outputs.len() {
+                let t = self.g.nodes[i].outputs[j];
+                self.alloc(t, self.g.nodes[i].site);
+            }
+            let n = &self.g.nodes[i];
+            for j in 0..n.temps.len() {
+                let (s, site) = (self.g.nodes[i].temps[j], self.g.nodes[i].site);
+                self.scratch(s, site);
+            }
+            let n = &self.g.nodes[i];
+            let mut dead: Vec<Tid> = Vec::new();
+            for &t in n.inputs.iter().chain(&n.outputs) {
+                let t = self.g.root(t);
+                if last_use.get(&t) == Some(&i) && !keep[t] && !dead.contains(&t) {
+                    dead.push(t);
+                }
+            }
+            for t in dead {
+                self.free(t);
+            }
+        }
+    }
+
+    /// Frees what node `i`'s backward was the last to need.
+    fn release(&mut self, i: usize, release_at: &[Option<usize>]) {
+        let g = self.g;
+        let n = &g.nodes[i];
+        for &t in n.saved.iter().chain(&n.inputs) {
+            let t = g.root(t);
+            if release_at[t] == Some(i) && !g.held.contains(&t) && !g.inputs.contains(&t) {
+                self.free(t);
+            }
+        }
+    }
+
+    /// One step: forward, then (unless inference) backward, parameter
+    /// gradients accumulating into `Persistent::grad_keys`.
+    pub fn step(mut self, mode: StepMode) {
+        let g = self.g;
+        let n_t = g.sizes.len();
+        for &t in &g.inputs {
+            self.alloc(t, 0);
+        }
+        // What forward keeps: held tensors, and what backward will need.
+        let mut keep = vec![false; n_t];
+        for &t in g.held.iter().chain(&g.inputs).chain(&g.autocast_cache) {
+            keep[g.root(t)] = true;
+        }
+        // The earliest forward node whose backward needs each tensor: it is
+        // freed once that node's backward ran.
+        let mut release_at: Vec<Option<usize>> = vec![None; n_t];
+        let set_release = |t: Tid, i: usize, release_at: &mut Vec<Option<usize>>| {
+            let t = g.root(t);
+            release_at[t] = Some(release_at[t].map_or(i, |r: usize| r.min(i)));
+        };
+        if !mode.inference {
+            let mut seg_start: HashMap<u32, usize> = HashMap::new();
+            for (i, n) in g.nodes.iter().enumerate() {
+                if self.checkpointed(mode, n) {
+                    seg_start.entry(n.segment).or_insert(i);
+                }
+            }
+            let produced_in: HashMap<Tid, u32> = g
+                .nodes
+                .iter()
+                .flat_map(|n| n.outputs.iter().map(move |&t| (t, n.segment)))
+                .collect();
+            for (i, n) in g.nodes.iter().enumerate() {
+                if self.checkpointed(mode, n) {
+                    // Only the segment's inputs from outside it are kept.
+                    for &t in &n.inputs {
+                        if produced_in.get(&t) != Some(&n.segment) {
+                            keep[g.root(t)] = true;
+                            set_release(t, seg_start[&n.segment], &mut release_at);
+                        }
+                    }
+                } else {
+                    for &t in &n.saved {
+                        keep[g.root(t)] = true;
+                        set_release(t, i, &mut release_at);
+                    }
+                }
+            }
+        }
+        self.forward(0..g.nodes.len(), &keep, true);
+        if mode.inference {
+            for &t in g.autocast_cache.iter().chain(&g.held).chain(&g.inputs) {
+                self.free(t);
+            }
+            return;
+        }
+        // Leaving autocast drops the casts nothing saved.
+        for &t in &g.autocast_cache {
+            if release_at[t].is_none() {
+                self.free(t);
+            }
+        }
+        // Backward, from the loss.
+        let Some(last) = g.nodes.last() else { return };
+        let root = last.outputs[0];
+        let k = self.alloc_key(g.logical[root].max(4), last.site);
+        self.grads.insert(root, Some(k));
+        let mut i = g.nodes.len();
+        while i > 0 {
+            i -= 1;
+            let n = &g.nodes[i];
+            if self.checkpointed(mode, n) && (i + 1 == g.nodes.len() || g.nodes[i + 1].segment != n.segment) {
+                // Recompute the segment, saving as a normal forward would.
+                let start = (0..=i).rev().take_while(|&j| g.nodes[j].segment == n.segment).last().unwrap_or(i);
+                let mut keep2 = keep.clone();
+                for j in start..=i {
+                    for &t in &g.nodes[j].saved {
+                        keep2[g.root(t)] = true;
+                        set_release(t, j, &mut release_at);
+                    }
+                }
+                self.forward(start..i + 1, &keep2, false);
+            }
+            let n = &g.nodes[i];
+            if !n.outputs.iter().any(|t| self.grads.contains_key(t)) {
+                // Nothing flows back through this op (e.g. the batch's casts).
+                self.release(i, &release_at);
+                continue;
+            }
+            if n.matmul && !self.p.bwd_workspace {
+                self.p.bwd_workspace = true;
+                self.alloc_key(CUBLAS_WORKSPACE, n.site);
+            }
+            for j in 0..n.grad_in.len() {
+                let t = g.nodes[i].grad_in[j];
+                if g.nodes[i].pass_through {
+                    self.grads.entry(t).or_insert(None);
+                    continue;
+                }
+                let k = self.alloc_key(g.logical[t], g.nodes[i].site);
+                if self.grads.contains_key(&t) {
+                    // Accumulated into the existing buffer in place.
+                    self.out.push(Op::Free { key: k });
+                } else {
+                    self.grads.insert(t, Some(k));
+                }
+            }
+            for j in 0..n.param_grads.len() {
+                let p = g.nodes[i].param_grads[j];
+                let k = self.alloc_key(g.params[p], g.nodes[i].site);
+                if self.p.grad_keys[p].is_some() {
+                    self.out.push(Op::Free { key: k });
+                } else {
+                    self.p.grad_keys[p] = Some(k);
+                }
+            }
+            for j in 0..n.bwd_temps.len() {
+                let (s, site) = (g.nodes[i].bwd_temps[j], g.nodes[i].site);
+                self.scratch(s, site);
+            }
+            let n = &g.nodes[i];
+            for &t in &n.outputs {
+                if let Some(Some(k)) = self.grads.remove(&t) {
+                    self.out.push(Op::Free { key: k });
+                }
+            }
+            self.release(i, &release_at);
+        }
+        // Gradients of inputs nobody asked for (the batch) are dropped.
+        let rest: Vec<u64> = self.grads.drain().filter_map(|(_, k)| k).collect();
+        for k in rest {
+            self.out.push(Op::Free { key: k });
+        }
+        for &t in g.held.iter().chain(&g.inputs) {
+            self.free(t);
+        }
+        for t in 0..n_t {
+            self.free(t);
+        }
+    }
+}
