@@ -24,6 +24,7 @@ pub mod alloc;
 pub mod analysis;
 pub mod cli;
 pub mod device;
+pub mod monitor;
 pub mod replay;
 pub mod trace;
 pub mod ui;

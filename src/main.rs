@@ -41,11 +41,8 @@ enum Command {
     Demo,
     /// Replay a PyTorch memory snapshot (or our JSONL, or an RMM log) through the allocator.
     Replay(cli::ReplayArgs),
-    /// Drive the caching allocator with a synthetic training loop.
-    Synth {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
-    },
+    /// Drive the caching allocator with a synthetic training loop (GPU or simulated).
+    Synth(cli::SynthArgs),
     /// Write a view of a trace as SVG, PNG or text.
     Export {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
@@ -77,7 +74,7 @@ fn demo(banner: &str) -> ExitCode {
         return ExitCode::from(2);
     }
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let mut app = gpumem_top::ui::app::DemoApp::new(42, banner.to_string(), color);
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, banner.to_string(), color);
     match gpumem_top::ui::app::run_demo(&mut app) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -101,7 +98,7 @@ fn main() -> ExitCode {
             });
         }
         Some(Command::Demo) => return demo("demo: simulated device"),
-        Some(Command::Synth { .. }) => return not_built("synth", 5),
+        Some(Command::Synth(args)) => cli::synth(&args),
         Some(Command::Export { .. }) => return not_built("export", 7),
         Some(Command::Record { .. }) => return not_built("record", 6),
         Some(Command::Serve { .. }) => return not_built("serve", 6),

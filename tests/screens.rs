@@ -164,7 +164,7 @@ fn oom_screen_matches_pytorchs_oom_message() {
 }
 
 fn demo_screen(w: u16, h: u16) -> String {
-    let mut app = gpumem_top::ui::app::DemoApp::new(42, "no NVIDIA GPU found: simulated device".into(), false);
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "no NVIDIA GPU found: simulated device".into(), false);
     app.advance(3000);
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     term.draw(|f| {

@@ -3,9 +3,11 @@
 //! reservations and page mappings (cuMemAddressReserve/cuMemCreate+cuMemMap).
 //! Devices make no policy decisions.
 
+mod cuda;
 mod oracle;
 mod sim;
 
+pub use cuda::{Cuda, CudaUnavailable};
 pub use oracle::Oracle;
 pub use sim::{Sim, SimFault};
 

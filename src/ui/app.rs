@@ -9,18 +9,17 @@ use std::time::Duration;
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::Frame;
 
-use std::collections::HashMap;
-
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 
 use super::{render, Focus, SegmentOrder, View};
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Kind, StatePoint};
+use crate::alloc::{Action, AllocatorConfig, CachingAllocator, Kind, StatePoint};
 use crate::analysis::{fragmentation, size_histogram};
 use crate::device::{Device, Sim};
 use crate::replay::scrub::Scrubber;
 use crate::trace::DeviceTrace;
-use crate::workload::{DemoLoop, Op};
+use crate::workload::driver::{Driver, OnOom, Progress};
+use crate::workload::{ModelKind, SynthSpec, Synthetic};
 
 pub struct ReplayApp<'a> {
     scrub: Scrubber<'a>,
@@ -266,43 +265,58 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
     render(&view, area, buf);
 }
 
-/// The simulated device driven by the built-in training loop, in real time.
-pub struct DemoApp {
-    alloc: CachingAllocator<Sim>,
+/// A synthetic training loop driving the caching allocator live, on the
+/// simulated device (`demo`, and `synth` without a GPU) or a real one.
+pub struct SynthApp<D: Device> {
+    pub driver: Driver<D>,
     pub screen: Screen,
-    workload: DemoLoop,
-    live: HashMap<u64, BlockId>,
-    points: Vec<StatePoint>,
-    ooms: Vec<usize>,
-    empty_caches: Vec<usize>,
-    iterations: Vec<usize>,
-    iteration: u64,
-    banner: String,
-    paused: bool,
+    stacks: Vec<Vec<crate::trace::Frame>>,
+    source: String,
+    banner: Option<String>,
+    pub paused: bool,
+    /// Requests run per 50 ms tick.
+    pub speed: usize,
     color: bool,
     status: String,
 }
 
+/// The simulated device with the demo's workload.
+pub type DemoApp = SynthApp<Sim>;
+
 /// The timeline keeps at most this many points, dropping the oldest half
-/// when full: a demo can run for days.
-const DEMO_POINTS: usize = 20_000;
+/// when full: a live run can go on for days.
+const LIVE_POINTS: usize = 20_000;
+
+/// Requests per tick at `--speed 1`: a GPT-2 iteration (about 4,300
+/// requests) takes about 5 s, so the timeline is readable.
+pub const BASE_SPEED: usize = 40;
 
 impl DemoApp {
-    pub fn new(seed: u64, banner: String, color: bool) -> Self {
-        let mut alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
-        alloc.set_recording(false);
-        DemoApp {
-            alloc,
+    /// `demo`: GPT-2 small, batch up to 8 × up to 1024 tokens varying every
+    /// step (`--varlen`), AdamW, on the simulated H200, forever.
+    pub fn demo(seed: u64, banner: String, color: bool) -> Self {
+        let mut spec = SynthSpec::new(ModelKind::Gpt2);
+        spec.varlen = true;
+        spec.seed = seed;
+        spec.iterations = None;
+        let alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
+        let driver = Driver::new(alloc, Synthetic::new(spec), OnOom::Continue);
+        SynthApp::new(driver, "demo: synthetic GPT-2 training loop".into(), Some(banner), color)
+    }
+}
+
+impl<D: Device> SynthApp<D> {
+    pub fn new(mut driver: Driver<D>, source: String, banner: Option<String>, color: bool) -> Self {
+        driver.alloc.set_recording(false);
+        let driver = driver.bounded(LIVE_POINTS);
+        SynthApp {
+            driver,
             screen: Screen::default(),
-            workload: DemoLoop::new(seed),
-            live: HashMap::new(),
-            points: Vec::new(),
-            ooms: Vec::new(),
-            empty_caches: Vec::new(),
-            iterations: Vec::new(),
-            iteration: 0,
+            stacks: Vec::new(),
+            source,
             banner,
             paused: false,
+            speed: BASE_SPEED,
             color,
             status: String::new(),
         }
@@ -310,50 +324,15 @@ impl DemoApp {
 
     /// Runs `n` requests of the workload.
     pub fn advance(&mut self, n: usize) {
-        for _ in 0..n {
-            let Some(op) = self.workload.next() else { return };
-            match op {
-                Op::Alloc { key, size, .. } => match self.alloc.malloc(size, 0) {
-                    Ok(b) => {
-                        self.live.insert(key, b);
-                    }
-                    Err(_) => self.ooms.push(self.points.len()),
-                },
-                Op::Free { key } => {
-                    if let Some(b) = self.live.remove(&key) {
-                        let _ = self.alloc.free(b);
-                    }
-                }
-                Op::EmptyCache => {
-                    self.alloc.empty_cache();
-                    self.empty_caches.push(self.points.len());
-                }
-                // Sent when iteration `i` ends: the next event starts a new one.
-                Op::Iteration(i) => {
-                    self.iterations.push(self.points.len());
-                    self.iteration = i;
-                }
-            }
-            let s = self.alloc.stats();
-            self.points.push(StatePoint {
-                allocated: s.get(Kind::AllocatedBytes, 0).current as u64,
-                reserved: s.get(Kind::ReservedBytes, 0).current as u64,
-            });
-        }
-        if self.points.len() > DEMO_POINTS {
-            let drop = self.points.len() - DEMO_POINTS / 2;
-            self.points.drain(..drop);
-            for marks in [&mut self.ooms, &mut self.empty_caches, &mut self.iterations] {
-                marks.retain(|&m| m >= drop);
-                for m in marks.iter_mut() {
-                    *m -= drop;
-                }
-            }
+        let was = self.driver.oom_log.len();
+        self.driver.advance(n);
+        if let Some(o) = self.driver.oom_log.get(was..).and_then(|l| l.last()) {
+            let first = o.message.split(". ").next().unwrap_or(&o.message);
+            self.status = format!(" OOM in iteration {} (batch {}): {first}; {}", o.iteration, o.batch, o.action);
         }
     }
 
     pub fn handle_key(&mut self, k: KeyEvent) {
-        self.status.clear();
         if self.screen.handle_key(k) {
             return;
         }
@@ -362,37 +341,68 @@ impl DemoApp {
                 self.paused = !self.paused;
                 self.status = if self.paused { " paused".into() } else { " running".into() };
             }
+            KeyCode::Char('+') => {
+                self.speed = (self.speed * 2).min(BASE_SPEED << 10);
+                self.status = format!(" speed ×{}", self.speed as f64 / BASE_SPEED as f64);
+            }
+            KeyCode::Char('-') => {
+                self.speed = (self.speed / 2).max(1);
+                self.status = format!(" speed ×{}", self.speed as f64 / BASE_SPEED as f64);
+            }
             KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
             _ => {}
         }
     }
 
+    fn refresh_stacks(&mut self) {
+        // Block tags are call-site indices; site 0 means none.
+        let sites = self.driver.workload.sites();
+        if self.stacks.len() + 1 != sites.len() {
+            self.stacks = sites
+                .iter()
+                .skip(1)
+                .map(|s| vec![crate::trace::Frame { name: s.clone(), filename: String::new(), line: 0 }])
+                .collect();
+        }
+    }
+
     pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
-        let peak_at = (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)));
+        self.refresh_stacks();
+        let d = &self.driver;
+        let peak_at = d.peak_at();
+        let state = match d.progress() {
+            Progress::Running if self.paused => " (paused)",
+            Progress::Running => "",
+            Progress::Finished => " (finished)",
+            Progress::Stopped => " (stopped by OOM)",
+        };
+        let shape =
+            if d.seq > 0 { format!("batch {} × seq {}", d.batch, d.seq) } else { format!("batch {}", d.batch) };
         let chrome = Chrome {
-            stacks: &[],
+            stacks: &self.stacks,
             screen: &mut self.screen,
-            device: "simulated H200".into(),
-            source: "demo: synthetic training loop".into(),
-            position: format!("iteration {}{}", self.iteration, if self.paused { " (paused)" } else { "" }),
-            banner: Some(self.banner.clone()),
+            device: d.alloc.device().describe(),
+            source: self.source.clone(),
+            position: format!("iteration {} · {shape}{state}", d.workload.iteration()),
+            banner: self.banner.clone(),
             color: self.color,
             status: self.status.clone(),
         };
         let marks = Marks {
-            timeline: &self.points,
-            cursor: self.points.len().saturating_sub(1),
+            timeline: &d.points,
+            cursor: d.points.len().saturating_sub(1),
             peak_at,
-            ooms: &self.ooms,
-            empty_caches: &self.empty_caches,
-            iterations: &self.iterations,
+            ooms: &d.ooms,
+            empty_caches: &d.empty_caches,
+            iterations: &d.iterations,
         };
-        draw_state_into(&self.alloc, chrome, marks, area, buf);
+        draw_state_into(&d.alloc, chrome, marks, area, buf);
     }
 }
 
-/// Runs the demo until it quits: 40 requests every 50 ms unless paused.
-pub fn run_demo(app: &mut DemoApp) -> std::io::Result<()> {
+/// Runs a synthetic app until it quits: `speed` requests every 50 ms
+/// unless paused or done.
+pub fn run_demo<D: Device>(app: &mut SynthApp<D>) -> std::io::Result<()> {
     let term_flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(sig, term_flag.clone())?;
@@ -404,16 +414,18 @@ pub fn run_demo(app: &mut DemoApp) -> std::io::Result<()> {
                 let area = f.area();
                 app.draw_into(area, f.buffer_mut())
             })?;
-            // While paused nothing changes: wait for input alone.
-            let wait = if app.paused { Duration::from_millis(250) } else { Duration::from_millis(50) };
+            let running = !app.paused && *app.driver.progress() == Progress::Running;
+            // While paused or done nothing changes: wait for input alone.
+            let wait = if running { Duration::from_millis(50) } else { Duration::from_millis(250) };
             if event::poll(wait)? {
                 if let Event::Key(k) = event::read()? {
                     if k.kind == KeyEventKind::Press {
                         app.handle_key(k);
                     }
                 }
-            } else if !app.paused {
-                app.advance(40);
+            } else if running {
+                let n = app.speed;
+                app.advance(n);
             }
         }
         Ok(())

@@ -48,6 +48,9 @@ pub enum Progress {
     Stopped,
 }
 
+/// Sees the allocator at each new reserved peak.
+type PeakHook<D> = Box<dyn FnMut(&CachingAllocator<D>)>;
+
 pub struct Driver<D: Device> {
     pub alloc: CachingAllocator<D>,
     pub workload: Synthetic,
@@ -67,7 +70,7 @@ pub struct Driver<D: Device> {
     pub dropped: usize,
     max_points: Option<usize>,
     /// Called after each request that raised reserved memory to a new peak.
-    on_reserved_peak: Option<Box<dyn FnMut(&CachingAllocator<D>)>>,
+    on_reserved_peak: Option<PeakHook<D>>,
     reserved_peak_seen: u64,
     /// Batch and sequence of the step now running.
     pub batch: u64,

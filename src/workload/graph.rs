@@ -253,11 +253,8 @@ impl<'a> Executor<'a> {
                     seg_start.entry(n.segment).or_insert(i);
                 }
             }
-            let produced_in: HashMap<Tid, u32> = g
-                .nodes
-                .iter()
-                .flat_map(|n| n.outputs.iter().map(move |&t| (t, n.segment)))
-                .collect();
+            let produced_in: HashMap<Tid, u32> =
+                g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |&t| (t, n.segment))).collect();
             for (i, n) in g.nodes.iter().enumerate() {
                 if self.checkpointed(mode, n) {
                     // Only the segment's inputs from outside it are kept.
@@ -326,11 +323,12 @@ impl<'a> Executor<'a> {
                     continue;
                 }
                 let k = self.alloc_key(g.logical[t], g.nodes[i].site);
-                if self.grads.contains_key(&t) {
+                match self.grads.entry(t) {
                     // Accumulated into the existing buffer in place.
-                    self.out.push(Op::Free { key: k });
-                } else {
-                    self.grads.insert(t, Some(k));
+                    std::collections::hash_map::Entry::Occupied(_) => self.out.push(Op::Free { key: k }),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(Some(k));
+                    }
                 }
             }
             for j in 0..n.param_grads.len() {

@@ -118,7 +118,6 @@ impl Iterator for DemoLoop {
     }
 }
 
-
 /// The optimizer whose state the loop keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -277,10 +276,10 @@ impl Synthetic {
         if self.finished() {
             return None;
         }
-        self.before = Some(self.persistent.clone());
         let mut ops = Vec::new();
         let g0 = self.graph(1, self.spec.seq.max(1));
         if !self.started {
+            // model.to(cuda): the parameters outlive any failed step.
             self.started = true;
             let sizes = g0.params.clone();
             for s in sizes {
@@ -290,6 +289,7 @@ impl Synthetic {
                 ops.push(Op::Alloc { key, size: s, site: SITE_PARAMS });
             }
         }
+        self.before = Some(self.persistent.clone());
         let (mut batch, mut seq) = (self.spec.batch, self.spec.seq);
         if self.spec.varlen {
             let lo = batch.div_ceil(2);

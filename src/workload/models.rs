@@ -139,7 +139,7 @@ impl Builder {
     }
 
     /// `x` as bf16 under autocast (a saved copy), else `x`.
-    fn to_bf16(&mut self, what: &str, x: Tid) -> Tid {
+    fn cast_bf16(&mut self, what: &str, x: Tid) -> Tid {
         if !self.amp || self.dtype[x] == BF16 {
             return x;
         }
@@ -148,7 +148,7 @@ impl Builder {
         c
     }
     /// `x` promoted to fp32 (autocast's fp32 ops), else `x`.
-    fn to_f32(&mut self, what: &str, x: Tid) -> Tid {
+    fn cast_f32(&mut self, what: &str, x: Tid) -> Tid {
         if self.dtype[x] == F32 {
             return x;
         }
@@ -171,10 +171,11 @@ impl Builder {
     }
 
     /// `x @ w + b` over `rows` rows: a GEMM (cuBLAS) saving its input.
+    #[allow(clippy::too_many_arguments)]
     pub fn linear(&mut self, what: &str, x: Tid, rows: u64, fin: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
         match self.weight(what, w) {
             Some(wc) => {
-                let xc = self.to_bf16(what, x);
+                let xc = self.cast_bf16(what, x);
                 let bc = b.and_then(|b| self.weight(what, b));
                 let y = self.t(rows * fout, BF16);
                 let mut inputs = vec![xc, wc];
@@ -267,6 +268,7 @@ impl Builder {
     }
     /// Memory-efficient SDPA (flash/efficient kernels): output, logsumexp and
     /// the RNG state are saved with q, k, v.
+    #[allow(clippy::too_many_arguments)]
     fn sdpa(&mut self, q_of: Tid, k: Tid, v: Tid, b: u64, heads: u64, s: u64, h: u64, dropout: bool) -> Tid {
         let d = self.dtype[k];
         let mut outputs = Vec::new();
@@ -315,7 +317,13 @@ impl Builder {
         let tw = self.t(1, F32);
         self.node(
             "cross_entropy",
-            Node { inputs: vec![ls], outputs: vec![tw, loss], saved: vec![tw], grad_in: vec![ls], ..Default::default() },
+            Node {
+                inputs: vec![ls],
+                outputs: vec![tw, loss],
+                saved: vec![tw],
+                grad_in: vec![ls],
+                ..Default::default()
+            },
         );
         loss
     }
@@ -431,7 +439,7 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
 /// `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`.
 fn gelu_tanh(k: &mut Builder, x: Tid) -> Tid {
     let half = k.pointwise("mlp.act (0.5*x)", &[x], k.dtype[x], &[]);
-    let xf = k.to_f32("mlp.act (pow)", x);
+    let xf = k.cast_f32("mlp.act (pow)", x);
     let p = k.pointwise("mlp.act (pow)", &[xf], F32, &[xf]);
     let p2 = k.pointwise("mlp.act (mul)", &[p], F32, &[]);
     let p3 = k.pointwise("mlp.act (add)", &[x, p2], F32, &[]);
@@ -454,12 +462,21 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
     let tt = k.t(rows, 8);
     k.node("token_type_ids", Node { outputs: vec![tt], ..Default::default() });
     let e1 = k.t(rows * h, F32);
-    k.node("word_embeddings", Node { inputs: vec![ids], outputs: vec![e1], param_grads: vec![we], ..Default::default() });
+    k.node(
+        "word_embeddings",
+        Node { inputs: vec![ids], outputs: vec![e1], param_grads: vec![we], ..Default::default() },
+    );
     let e2 = k.t(rows * h, F32);
-    k.node("token_type_embeddings", Node { inputs: vec![tt], outputs: vec![e2], param_grads: vec![te], ..Default::default() });
+    k.node(
+        "token_type_embeddings",
+        Node { inputs: vec![tt], outputs: vec![e2], param_grads: vec![te], ..Default::default() },
+    );
     let x = k.add("embeddings", e1, e2);
     let p = k.t(rows * h, F32);
-    k.node("position_embeddings", Node { inputs: vec![x], outputs: vec![p], param_grads: vec![pe], pass_through: true, ..Default::default() });
+    k.node(
+        "position_embeddings",
+        Node { inputs: vec![x], outputs: vec![p], param_grads: vec![pe], pass_through: true, ..Default::default() },
+    );
     let x = k.layer_norm("LayerNorm", p, rows, h);
     let mut r = k.dropout("dropout", x);
     for l in 0..m.layers {
@@ -500,18 +517,28 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
 /// multiplies; saves its input, the rsqrt and the normalised tensor.
 fn rms_norm(k: &mut Builder, what: &str, x: Tid, rows: u64, h: u64) -> Tid {
     let w = k.param(h);
-    let x = k.to_f32(what, x);
+    let x = k.cast_f32(what, x);
     let sq = k.t(rows * h, F32);
     let var = k.t(rows, F32);
     k.node(what, Node { inputs: vec![x], outputs: vec![sq], saved: vec![x], grad_in: vec![x], ..Default::default() });
     k.node(what, Node { inputs: vec![sq], outputs: vec![var], grad_in: vec![sq], ..Default::default() });
     let rs = k.t(rows, F32);
-    k.node(what, Node { inputs: vec![var], outputs: vec![rs], saved: vec![rs], grad_in: vec![var], ..Default::default() });
+    k.node(
+        what,
+        Node { inputs: vec![var], outputs: vec![rs], saved: vec![rs], grad_in: vec![var], ..Default::default() },
+    );
     let n = k.pointwise(what, &[x, rs], F32, &[x, rs]);
     let y = k.t(rows * h, F32);
     k.node(
         what,
-        Node { inputs: vec![n], outputs: vec![y], saved: vec![n], grad_in: vec![n], param_grads: vec![w], ..Default::default() },
+        Node {
+            inputs: vec![n],
+            outputs: vec![y],
+            saved: vec![n],
+            grad_in: vec![n],
+            param_grads: vec![w],
+            ..Default::default()
+        },
     );
     y
 }
@@ -546,17 +573,23 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
             let d = k.dtype[t];
             let a = k.pointwise(&format!("self_attn (rope {name}*cos)"), &[t], d.max(F32), &[]);
             let half = k.pointwise(&format!("self_attn (rope rotate_half {name})"), &[t], d, &[]);
-            let c = k.pointwise(&format!("self_attn (rope *sin)"), &[half], d.max(F32), &[]);
+            let c = k.pointwise("self_attn (rope *sin)", &[half], d.max(F32), &[]);
             rot.push(k.add(&format!("self_attn (rope {name})"), a, c));
         }
         let (qr, kr) = (rot[0], rot[1]);
-        let qr = k.to_bf16("self_attn (sdpa cast)", qr);
-        let kr = k.to_bf16("self_attn (sdpa cast)", kr);
+        let qr = k.cast_bf16("self_attn (sdpa cast)", qr);
+        let kr = k.cast_bf16("self_attn (sdpa cast)", kr);
         // repeat_kv for grouped-query attention copies k and v per head.
         let d = k.dtype[vv];
         let (ke, ve) = (k.t(rows * h, k.dtype[kr]), k.t(rows * h, d));
-        k.node("self_attn (repeat_kv)", Node { inputs: vec![kr], outputs: vec![ke], grad_in: vec![kr], ..Default::default() });
-        k.node("self_attn (repeat_kv)", Node { inputs: vec![vv], outputs: vec![ve], grad_in: vec![vv], ..Default::default() });
+        k.node(
+            "self_attn (repeat_kv)",
+            Node { inputs: vec![kr], outputs: vec![ke], grad_in: vec![kr], ..Default::default() },
+        );
+        k.node(
+            "self_attn (repeat_kv)",
+            Node { inputs: vec![vv], outputs: vec![ve], grad_in: vec![vv], ..Default::default() },
+        );
         let o = if st.amp {
             k.sdpa(qr, ke, ve, b, m.heads, s, h, false)
         } else {
@@ -670,7 +703,7 @@ fn conv(k: &mut Builder, what: &str, x: Tid, cin: u64, cout: u64, ks: u64, hw: u
     let w = k.param(cout * cin * ks * ks);
     let (xc, wc) = match k.weight(what, w) {
         Some(wc) => {
-            let xc = k.to_bf16(what, x);
+            let xc = k.cast_bf16(what, x);
             (xc, Some(wc))
         }
         None => (x, None),

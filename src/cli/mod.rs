@@ -21,6 +21,9 @@ use crate::replay::wrapped::{replay_wrapped, starts_empty};
 use crate::replay::{replay_events, ReplayOptions, ReplayResult};
 use crate::trace::{self, DeviceTrace, Trace};
 
+mod synth;
+pub use synth::{synth, SynthArgs};
+
 /// totalGlobalMem of the H200 the shared traces were recorded on.
 pub const DEFAULT_DEVICE_TOTAL: u64 = 150_109_880_320;
 /// CUDA context size assumed by what-if runs on the simulated device.

@@ -1,0 +1,421 @@
+//! `gpumem-top synth`: a synthetic training loop through the caching
+//! allocator, on the GPU (CUDA backend) or the simulated device.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use super::{parse_conf, round4, stats_json, InputError, DEFAULT_DEVICE_TOTAL};
+use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
+use crate::analysis::{fragmentation, peak_ratio};
+use crate::device::{Cuda, Device, Sim};
+use crate::workload::driver::{Driver, OnOom, Progress};
+use crate::workload::{ModelKind, Optimizer, SynthSpec, Synthetic};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// CUDA when libcuda and a GPU are present, else the simulated device.
+    Auto,
+    Cuda,
+    Sim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerArg {
+    Sgd,
+    Adam,
+    Adamw,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Where segment memory comes from.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// CUDA device index.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub device: usize,
+    #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
+    pub model: ModelKind,
+    /// Batch size (default: the shared traces' runs: resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
+    #[arg(long, value_name = "B")]
+    pub batch: Option<u64>,
+    /// Sequence length of the transformer models (default 1024; bert 512).
+    #[arg(long, value_name = "S")]
+    pub seq: Option<u64>,
+    /// Transformer layers (gpt2 12, bert 12, llama 16) or MLP hidden layers (3).
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u64>,
+    /// Hidden size (gpt2/bert 768, llama 2048, mlp 4096).
+    #[arg(long, value_name = "H")]
+    pub hidden: Option<u64>,
+    /// Attention heads (key/value heads of llama follow with --kv-heads).
+    #[arg(long, value_name = "N")]
+    pub heads: Option<u64>,
+    #[arg(long, value_name = "N")]
+    pub kv_heads: Option<u64>,
+    /// Feed-forward width (default 4 × hidden; llama 8192).
+    #[arg(long, value_name = "N")]
+    pub ffn: Option<u64>,
+    /// Vocabulary size (gpt2 50257, bert 30522, llama 128256).
+    #[arg(long, value_name = "N")]
+    pub vocab: Option<u64>,
+    /// Iterations to run (default: 4 with --json; until you quit in the TUI).
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Seed of --varlen's batch and sequence draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// bf16 autocast: bf16 matmul/conv outputs and weight copies.
+    #[arg(long)]
+    pub amp: bool,
+    /// Activation checkpointing: keep only the inputs of segments of about √layers layers; recompute in backward.
+    #[arg(long)]
+    pub checkpoint: bool,
+    /// Gradient accumulation over K micro-batches per optimizer step.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub accum: u64,
+    /// Optimizer (default: sgd for resnet50, adamw otherwise).
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerArg>,
+    /// Forward passes only, under no_grad.
+    #[arg(long)]
+    pub inference: bool,
+    /// A random batch (half to full) and sequence (half to full) every step.
+    #[arg(long)]
+    pub varlen: bool,
+    /// Bytes leaked (allocated and never freed) per iteration.
+    #[arg(long, value_name = "BYTES")]
+    pub leak: Option<u64>,
+    #[arg(long, value_enum, default_value_t = OnOom::Stop)]
+    pub on_oom: OnOom,
+    /// Allocator config in PYTORCH_CUDA_ALLOC_CONF syntax (default: that
+    /// variable, or PYTORCH_ALLOC_CONF).
+    #[arg(long, value_name = "CONF")]
+    pub alloc_conf: Option<String>,
+    /// Per-process memory limit in bytes.
+    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
+    pub memory_limit: Option<u64>,
+    /// Per-process memory fraction, as set_per_process_memory_fraction.
+    #[arg(long, value_name = "F")]
+    pub memory_fraction: Option<f64>,
+    /// Write every new segment (and mapped page) so the driver commits it.
+    #[arg(long)]
+    pub touch: bool,
+    /// TUI pace: 1 runs about 800 requests a second.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Print one JSON object on stdout instead of opening the TUI.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl SynthArgs {
+    pub fn spec(&self) -> Result<SynthSpec> {
+        let bad = |m: String| anyhow!(InputError(m));
+        let mut s = SynthSpec::new(self.model);
+        let sh = &mut s.shape;
+        if let Some(h) = self.hidden {
+            sh.hidden = h;
+            if self.ffn.is_none() && self.model != ModelKind::Mlp {
+                sh.ffn = 4 * h;
+            }
+        }
+        for (dst, src) in [
+            (&mut sh.layers, self.layers),
+            (&mut sh.heads, self.heads),
+            (&mut sh.kv_heads, self.kv_heads),
+            (&mut sh.ffn, self.ffn),
+            (&mut sh.vocab, self.vocab),
+        ] {
+            if let Some(v) = src {
+                *dst = v;
+            }
+        }
+        if self.heads.is_some() && self.kv_heads.is_none() && self.model != ModelKind::Llama {
+            sh.kv_heads = sh.heads;
+        }
+        if matches!(self.model, ModelKind::Gpt2 | ModelKind::Bert | ModelKind::Llama) {
+            if sh.heads == 0 || sh.hidden % sh.heads != 0 {
+                return Err(bad(format!("--hidden {} must be a multiple of --heads {}", sh.hidden, sh.heads)));
+            }
+            if sh.kv_heads == 0 || sh.heads % sh.kv_heads != 0 {
+                return Err(bad(format!("--heads {} must be a multiple of --kv-heads {}", sh.heads, sh.kv_heads)));
+            }
+        }
+        if sh.layers == 0 || sh.hidden == 0 && self.model != ModelKind::Resnet50 {
+            return Err(bad("--layers and --hidden must be at least 1".into()));
+        }
+        if let Some(b) = self.batch {
+            s.batch = b;
+        }
+        if let Some(q) = self.seq {
+            s.seq = q;
+        }
+        if s.batch == 0 {
+            return Err(bad("--batch must be at least 1".into()));
+        }
+        if matches!(self.model, ModelKind::Gpt2 | ModelKind::Bert | ModelKind::Llama) && s.seq == 0 {
+            return Err(bad("--seq must be at least 1".into()));
+        }
+        if self.accum == 0 {
+            return Err(bad("--accum must be at least 1".into()));
+        }
+        s.iterations = match (self.iterations, self.json) {
+            (Some(0), _) => return Err(bad("--iterations must be at least 1".into())),
+            (Some(n), _) => Some(n),
+            (None, true) => Some(4),
+            (None, false) => None,
+        };
+        s.seed = self.seed;
+        s.amp = self.amp;
+        s.checkpoint = self.checkpoint;
+        s.accum = self.accum;
+        if let Some(o) = self.optimizer {
+            s.optimizer = if o == OptimizerArg::Sgd { Optimizer::Sgd } else { Optimizer::Adam };
+        }
+        s.inference = self.inference;
+        s.varlen = self.varlen;
+        s.leak = self.leak.unwrap_or(0);
+        Ok(s)
+    }
+
+    fn conf(&self) -> Result<AllocatorConfig> {
+        let env = ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"].iter().find_map(|v| std::env::var(v).ok());
+        match self.alloc_conf.as_deref().or(env.as_deref()) {
+            Some(c) => parse_conf(c),
+            None => Ok(AllocatorConfig::default()),
+        }
+    }
+}
+
+/// NVML's view of this process, sampled at each new reserved peak.
+#[derive(Debug, Default, Clone)]
+struct NvmlSamples {
+    context: Option<u64>,
+    at_peak: Option<u64>,
+    reserved_at_sample: u64,
+}
+
+pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
+    let spec = args.spec()?;
+    let conf = args.conf()?;
+    if let Some(f) = args.memory_fraction {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))));
+        }
+    }
+    if !(args.speed > 0.0 && args.speed.is_finite()) {
+        return Err(anyhow!(InputError(format!("--speed must be positive, got {}", args.speed))));
+    }
+    let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if !args.json && !interactive {
+        return Err(anyhow!(InputError(
+            "the interactive view needs a terminal (for scripts: `gpumem-top synth --json`)".into()
+        )));
+    }
+    let use_cuda = match args.backend {
+        Backend::Sim => false,
+        Backend::Cuda => true,
+        Backend::Auto => Cuda::available(),
+    };
+    if use_cuda {
+        let cuda =
+            Cuda::open(args.device, args.touch).map_err(|e| anyhow!(InputError(format!("--backend cuda: {e}"))))?;
+        eprintln!("gpumem-top: backend cuda: {}", cuda.describe());
+        run(args, spec, conf, cuda, interactive)
+    } else {
+        let why = match args.backend {
+            Backend::Sim => "as asked",
+            _ => "no CUDA driver or GPU found",
+        };
+        eprintln!("gpumem-top: backend sim: simulated NVIDIA H200 ({why})");
+        run(args, spec, conf, Sim::h200(), interactive)
+    }
+}
+
+trait Backed: Device + 'static {
+    fn backend(&self) -> &'static str;
+    fn cuda(&self) -> Option<&Cuda> {
+        None
+    }
+}
+impl Backed for Sim {
+    fn backend(&self) -> &'static str {
+        "sim"
+    }
+}
+impl Backed for Cuda {
+    fn backend(&self) -> &'static str {
+        "cuda"
+    }
+    fn cuda(&self) -> Option<&Cuda> {
+        Some(self)
+    }
+}
+
+fn run<D: Backed>(
+    args: &SynthArgs,
+    spec: SynthSpec,
+    conf: AllocatorConfig,
+    dev: D,
+    interactive: bool,
+) -> Result<ExitCode> {
+    let started = Instant::now();
+    let total = dev.total_memory().max(1);
+    let backend = dev.backend();
+    let is_cuda = dev.cuda().is_some();
+    let index = dev.cuda().map(|c| c.index());
+    let mut alloc = CachingAllocator::new(conf.clone(), dev);
+    let limit = args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * total as f64) as u64));
+    if let Some(f) = args.memory_fraction {
+        alloc.set_memory_fraction(f);
+    } else if args.memory_limit.is_some() {
+        alloc.set_memory_limit(args.memory_limit);
+    }
+    alloc.set_recording(false);
+    let conf_text = conf.source.clone();
+    let _ = DEFAULT_DEVICE_TOTAL;
+
+    // NVML on the CUDA backend: the context's size before any segment, then
+    // this process's used memory at each new reserved peak.
+    let samples = Arc::new(Mutex::new(NvmlSamples::default()));
+    let nvml = match index {
+        Some(i) => crate::monitor::ProcessMemory::open(i as u32).ok(),
+        None => None,
+    };
+    let pid = std::process::id();
+    let mut driver = Driver::new(alloc, Synthetic::new(spec.clone()), args.on_oom);
+    if let Some(nv) = nvml {
+        samples.lock().map(|mut s| s.context = nv.used_by(pid)).ok();
+        let s2 = samples.clone();
+        driver = driver.on_reserved_peak(move |a| {
+            let reserved = a.stats().get(Kind::ReservedBytes, 0).current as u64;
+            if let Ok(mut s) = s2.lock() {
+                s.at_peak = nv.used_by(pid);
+                s.reserved_at_sample = reserved;
+            }
+        });
+    }
+
+    let code = if interactive {
+        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let source = format!("synth {}", describe(&spec));
+        let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
+        let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
+        app.speed = ((crate::ui::app::BASE_SPEED as f64) * args.speed).round().max(1.0) as usize;
+        let r = crate::ui::app::run_demo(&mut app);
+        app.driver.release_all();
+        r.map_err(|e| anyhow!("terminal: {e}"))?;
+        if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
+            eprintln!("torch.OutOfMemoryError: {}", o.message);
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    } else {
+        // Ctrl-C and SIGTERM stop the run between requests; memory is
+        // returned below either way.
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        while *driver.progress() == Progress::Running && !stop.load(Ordering::Relaxed) {
+            driver.advance(1024);
+        }
+        let interrupted = *driver.progress() == Progress::Running;
+        let stats = driver.alloc.stats().clone();
+        let segments = driver.alloc.snapshot();
+        let frag = fragmentation(&stats, &segments);
+        let peak = driver.peak_at().map(|i| {
+            let p = driver.points[i];
+            let iteration = driver.iterations.iter().filter(|&&m| m <= i).count() as u64 + 1;
+            json!({"request": i + driver.dropped, "allocated_bytes": p.allocated, "reserved_bytes": p.reserved, "iteration": iteration})
+        });
+        let device_desc = driver.alloc.device().describe();
+        let maps = driver.alloc.device().cuda().map(|c| json!({"range_maps": c.range_maps, "page_maps": c.page_maps}));
+        let requests = driver.points.len() + driver.dropped;
+        let outcome = match driver.progress() {
+            _ if interrupted => "interrupted",
+            Progress::Finished => "finished",
+            Progress::Stopped => "stopped by OOM",
+            Progress::Running => "interrupted",
+        };
+        let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
+        let ooms = serde_json::to_value(&driver.oom_log)?;
+        let iterations_done = driver.iterations.len();
+        driver.release_all();
+        let held_after = driver.alloc.device().cuda().map(|c| c.held());
+        let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
+        let out = json!({
+            "format": "synthetic",
+            "workload": spec,
+            "backend": backend,
+            "device": device_desc,
+            "events": driver.alloc.emitted(),
+            "requests": requests,
+            "iterations": iterations_done,
+            "outcome": outcome,
+            "alloc_conf": conf_text,
+            "memory_limit_bytes": limit,
+            "on_oom": args.on_oom,
+            "ooms": ooms,
+            "stats": stats_json(&stats),
+            "peak": peak,
+            "fragmentation": {
+                "peak_ratio": round4(peak_ratio(&stats)),
+                "reserved_unallocated_bytes": frag.reserved_unallocated_bytes,
+                "inactive_split_bytes": frag.inactive_split_bytes,
+                "external_fragmentation": round4(frag.external_fragmentation),
+                "rounding_waste_bytes": frag.rounding_waste_bytes,
+            },
+            "cuda_context_bytes": if is_cuda { s.context } else { None },
+            "nvml_used_bytes_at_peak": if is_cuda { s.at_peak } else { None },
+            "reserved_bytes_at_nvml_sample": if is_cuda { Some(s.reserved_at_sample) } else { None },
+            "device_maps": maps,
+            "device_bytes_held_after_release": held_after,
+            "elapsed_ms": round4(started.elapsed().as_secs_f64() * 1000.0),
+        });
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+        if let Some(m) = oom_stop {
+            eprintln!("torch.OutOfMemoryError: {m}");
+            ExitCode::from(1)
+        } else if interrupted {
+            ExitCode::from(130)
+        } else {
+            ExitCode::SUCCESS
+        }
+    };
+    Ok(code)
+}
+
+/// "gpt2 batch 8 × seq 1024, AdamW, amp" for headers.
+pub fn describe(s: &SynthSpec) -> String {
+    let mut out = s.model.name().to_string();
+    out += &format!(" batch {}", s.batch);
+    if s.seq > 0 && s.model != ModelKind::Resnet50 && s.model != ModelKind::Mlp {
+        out += &format!(" × seq {}", s.seq);
+    }
+    if s.inference {
+        out += ", inference";
+    } else {
+        out += if s.optimizer == Optimizer::Sgd { ", SGD" } else { ", AdamW" };
+    }
+    for (on, what) in [(s.amp, "amp"), (s.checkpoint, "checkpoint"), (s.varlen, "varlen")] {
+        if on {
+            out += &format!(", {what}");
+        }
+    }
+    if s.accum > 1 {
+        out += &format!(", accum {}", s.accum);
+    }
+    out
+}
