@@ -7,8 +7,18 @@ use std::time::Duration;
 use gpumem_top::monitor::ProcessMemory;
 use serde_json::Value;
 
+/// The binary: where cargo built it, or the bundle's copy on the GPU machine.
+fn bin() -> std::path::PathBuf {
+    let built = std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"));
+    if built.exists() {
+        return built;
+    }
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    std::path::Path::new(&root).join(".gpu/gpumem-top")
+}
+
 fn synth(args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+    let out = Command::new(bin())
         .arg("synth")
         .args(["--backend", "cuda", "--json"])
         .args(args)
@@ -86,7 +96,7 @@ fn expandable_segments_map_page_ranges_one_device_alloc_each() {
     let pages = maps["page_maps"].as_u64().unwrap();
     assert!(pages * (2 << 20) <= reserved && reserved <= pages * (20 << 20), "{pages} pages for {reserved} B");
     // Compare with the simulated device: same stats, addresses aside.
-    let sim = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+    let sim = Command::new(bin())
         .args(["synth", "--backend", "sim", "--json", "--model", "gpt2", "--iterations", "2"])
         .args(["--alloc-conf", "expandable_segments:True"])
         .output()
@@ -125,7 +135,7 @@ fn an_injected_limit_takes_the_shrink_path_and_returns_everything() {
 fn ctrl_c_returns_every_byte() {
     let nv = ProcessMemory::open(0).expect("NVML");
     let before = nv.device_used().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+    let child = Command::new(bin())
         .args(["synth", "--backend", "cuda", "--json", "--model", "gpt2", "--iterations", "100000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -15,7 +15,10 @@ struct Pane {
 
 impl Pane {
     fn start(cmd: &str, w: u16, h: u16) -> Pane {
-        let name = format!("gpumem-top-test-{}-{}", std::process::id(), w);
+        // Unique per pane: tests run in parallel threads of one process.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("gpumem-top-test-{}-{w}-{n}", std::process::id());
         let ok = Command::new("tmux")
             .args(["new-session", "-d", "-s", &name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
             .status()

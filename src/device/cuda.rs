@@ -24,6 +24,8 @@ fn err(e: result::DriverError) -> DeviceError {
     if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         DeviceError::OutOfMemory
     } else {
+        // The allocator treats any failure as out of memory; say what it was.
+        eprintln!("gpumem-top: CUDA driver error: {e:?}");
         DeviceError::Other(format!("{e:?}"))
     }
 }
@@ -167,8 +169,10 @@ impl Device for Cuda {
         }
     }
     fn reserve(&mut self, size: u64, page: u64, _at_event: u64) -> Result<u64, DeviceError> {
+        let _ = page;
         let mut ptr: sys::CUdeviceptr = 0;
-        unsafe { sys::cuMemAddressReserve(&mut ptr, size as usize, page as usize, 0, 0) }.result().map_err(err)?;
+        // Alignment 0 (the granularity), as PyTorch asks: 20 MiB is not a power of two.
+        unsafe { sys::cuMemAddressReserve(&mut ptr, size as usize, 0, 0, 0) }.result().map_err(err)?;
         self.reservations.insert(ptr, size);
         Ok(ptr)
     }
