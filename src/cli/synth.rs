@@ -11,7 +11,7 @@ use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{parse_conf, round4, stats_json, InputError, DEFAULT_DEVICE_TOTAL};
+use super::{parse_conf, round4, stats_json, InputError};
 use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use crate::analysis::{fragmentation, peak_ratio};
 use crate::device::{Cuda, Device, Sim};
@@ -281,7 +281,6 @@ fn run<D: Backed>(
     }
     alloc.set_recording(false);
     let conf_text = conf.source.clone();
-    let _ = DEFAULT_DEVICE_TOTAL;
 
     // NVML on the CUDA backend: the context's size before any segment, then
     // this process's used memory at each new reserved peak.
