@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use gpumem_top::cli;
 
 /// A terminal GPU memory profiler: live allocated-vs-reserved bars, a
@@ -14,29 +14,13 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
-    _live: LiveArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-struct LiveArgs {
-    /// GPU index to watch (repeatable).
-    #[arg(long = "device", value_name = "N")]
-    devices: Vec<u32>,
-    /// Sampling interval in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
-    interval: u64,
-    /// Directory where PyTorch processes publish their allocator state.
-    #[arg(long, value_name = "DIR")]
-    publish_dir: Option<std::path::PathBuf>,
-    /// Draw without colour (also when NO_COLOR is set).
-    #[arg(long)]
-    no_color: bool,
+    live: cli::LiveArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Watch live GPUs (NVML) and the PyTorch processes that publish their state.
-    Live(LiveArgs),
+    Live(cli::LiveArgs),
     /// The simulated device with a synthetic workload.
     Demo,
     /// Replay a PyTorch memory snapshot (or our JSONL, or an RMM log) through the allocator.
@@ -48,16 +32,10 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
         rest: Vec<String>,
     },
-    /// Sample live state headless into a JSON-lines file.
-    Record {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
-    },
+    /// Sample live state headless into a JSON-lines file (`replay` shows it).
+    Record(cli::RecordArgs),
     /// Serve Prometheus metrics on /metrics.
-    Serve {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
-    },
+    Serve(cli::ServeArgs),
 }
 
 fn not_built(what: &str, issue: u32) -> ExitCode {
@@ -84,24 +62,19 @@ fn demo(banner: &str) -> ExitCode {
     }
 }
 
+/// The banner over the simulated device when NVML finds no GPU.
+const NO_GPU: &str = "no NVIDIA GPU found: simulated device";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None | Some(Command::Live(_)) => {
-            // Live monitoring (NVML) is not built yet: say so where a driver
-            // exists, and fall back to the simulated device either way.
-            let driver = std::path::Path::new("/proc/driver/nvidia/version").exists();
-            return demo(if driver {
-                "live mode is not built yet (issue #6): simulated device"
-            } else {
-                "no NVIDIA GPU found: simulated device"
-            });
-        }
+        None => cli::live(&cli.live, NO_GPU),
+        Some(Command::Live(args)) => cli::live(&args, NO_GPU),
         Some(Command::Demo) => return demo("demo: simulated device"),
         Some(Command::Synth(args)) => cli::synth(&args),
         Some(Command::Export { .. }) => return not_built("export", 7),
-        Some(Command::Record { .. }) => return not_built("record", 6),
-        Some(Command::Serve { .. }) => return not_built("serve", 6),
+        Some(Command::Record(args)) => cli::record(&args),
+        Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Replay(args)) => cli::replay(&args),
     };
     match result {

@@ -33,16 +33,34 @@ pub fn peak_ratio(stats: &DeviceStats) -> f64 {
 
 pub fn fragmentation(stats: &DeviceStats, segments: &[SegmentInfo]) -> Fragmentation {
     let cur = |k| stats.get(k, 0).current.max(0) as u64;
+    fragmentation_of(
+        cur(Kind::ReservedBytes),
+        cur(Kind::AllocatedBytes),
+        cur(Kind::InactiveSplitBytes),
+        cur(Kind::RequestedBytes),
+        segments,
+    )
+}
+
+/// The figures from the four current byte counts (as a published
+/// `memory_stats()` has them) and the segments.
+pub fn fragmentation_of(
+    reserved: u64,
+    allocated: u64,
+    inactive_split: u64,
+    requested: u64,
+    segments: &[SegmentInfo],
+) -> Fragmentation {
     let (mut largest, mut free) = (0u64, 0u64);
     for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::Inactive) {
         largest = largest.max(b.size);
         free += b.size;
     }
     Fragmentation {
-        reserved_unallocated_bytes: cur(Kind::ReservedBytes).saturating_sub(cur(Kind::AllocatedBytes)),
-        inactive_split_bytes: cur(Kind::InactiveSplitBytes),
+        reserved_unallocated_bytes: reserved.saturating_sub(allocated),
+        inactive_split_bytes: inactive_split,
         external_fragmentation: if free == 0 { 0.0 } else { 1.0 - largest as f64 / free as f64 },
-        rounding_waste_bytes: cur(Kind::AllocatedBytes).saturating_sub(cur(Kind::RequestedBytes)),
+        rounding_waste_bytes: allocated.saturating_sub(requested),
         largest_free_block_bytes: largest,
         free_bytes: free,
     }

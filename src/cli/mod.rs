@@ -21,7 +21,12 @@ use crate::replay::wrapped::{replay_wrapped, starts_empty};
 use crate::replay::{replay_events, ReplayOptions, ReplayResult};
 use crate::trace::{self, DeviceTrace, Trace};
 
+mod live;
 mod synth;
+pub use live::{
+    is_recording, live, read_recording, record, replay_recording, serve, snapshot_json, LiveArgs, RecordArgs,
+    ServeArgs, SourceKind,
+};
 pub use synth::{synth, SynthArgs};
 
 /// totalGlobalMem of the H200 the shared traces were recorded on.
@@ -217,6 +222,9 @@ fn parse_conf(s: &str) -> Result<AllocatorConfig> {
 
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    if let Some(snaps) = read_recording(&args.trace)? {
+        return replay_recording(&args.trace, snaps, args.json);
+    }
     if let Some(f) = args.memory_fraction {
         if !(f > 0.0 && f <= 1.0) {
             return Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))));

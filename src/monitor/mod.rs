@@ -1,39 +1,84 @@
-//! What the driver sees, through NVML (libnvidia-ml loaded at run time).
-//! For now: the memory one process holds on one GPU, which the synthetic
-//! mode's CUDA backend compares with its own reserved bytes.
+//! What the driver sees (NVML) and what PyTorch processes publish about
+//! their allocator, sampled off the UI thread into `Snapshot`s. The GPU
+//! query is a trait so tests inject a fake NVML.
 
-use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::Nvml;
+pub mod alerts;
+pub mod nvml;
+pub mod procfs;
+pub mod publisher;
+pub mod sampler;
 
-/// An NVML session watching one GPU.
-pub struct ProcessMemory {
-    nvml: Nvml,
-    index: u32,
+use serde::{Deserialize, Serialize};
+
+pub use nvml::{NvmlQuery, ProcessMemory};
+pub use publisher::{Published, PublisherScan};
+
+/// One process NVML lists on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    /// The PID NVML reports (the host's namespace).
+    pub pid: u32,
+    /// The PID in our namespace, where the process is visible here.
+    pub local_pid: Option<u32>,
+    pub command: Option<String>,
+    /// Device memory it holds, context included; `None` where NVML cannot say.
+    pub used_bytes: Option<u64>,
 }
 
-impl ProcessMemory {
-    /// `index`: NVML's device index (equal to CUDA's where
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` or on one-GPU machines).
-    pub fn open(index: u32) -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
-        nvml.device_by_index(index).map_err(|e| format!("NVML device {index}: {e}"))?;
-        Ok(ProcessMemory { nvml, index })
-    }
+/// A MIG instance of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigSample {
+    pub index: u32,
+    pub name: Option<String>,
+    pub total_bytes: Option<u64>,
+    pub used_bytes: Option<u64>,
+}
 
-    /// Bytes `pid` holds on the GPU (context included), as `nvidia-smi`
-    /// shows it; `None` when NVML does not list it or cannot say.
-    pub fn used_by(&self, pid: u32) -> Option<u64> {
-        let dev = self.nvml.device_by_index(self.index).ok()?;
-        let procs = dev.running_compute_processes().ok()?;
-        procs.into_iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
-            UsedGpuMemory::Used(b) => Some(b),
-            UsedGpuMemory::Unavailable => None,
-        })
-    }
+/// One GPU at one moment. A field NVML could not give is `None` and its
+/// reason is in `errors`; the sample itself never fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GpuSample {
+    pub index: u32,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub total_bytes: Option<u64>,
+    pub used_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    pub utilization_percent: Option<u32>,
+    pub memory_utilization_percent: Option<u32>,
+    pub processes: Vec<ProcessSample>,
+    pub mig: Vec<MigSample>,
+    pub errors: Vec<String>,
+}
 
-    /// The device's used bytes (all processes).
-    pub fn device_used(&self) -> Option<u64> {
-        let dev = self.nvml.device_by_index(self.index).ok()?;
-        dev.memory_info().ok().map(|m| m.used)
+/// What NVML (or a fake of it) answers.
+pub trait GpuQuery: Send {
+    fn device_count(&mut self) -> Result<u32, String>;
+    /// Every field it can get for GPU `index`.
+    fn sample(&mut self, index: u32) -> GpuSample;
+}
+
+/// Everything gpumem-top knows at one moment.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// Seconds since the Unix epoch.
+    pub time: f64,
+    pub gpus: Vec<GpuSample>,
+    pub publishers: Vec<Published>,
+    /// Publisher files ignored, and why.
+    pub skipped: Vec<String>,
+    /// PIDs whose publisher file vanished or whose process exited since
+    /// the previous snapshot.
+    pub gone: Vec<u32>,
+}
+
+impl Snapshot {
+    /// The publisher running on GPU `gpu` as NVML process `pid`.
+    pub fn publisher_of(&self, gpu: u32, p: &ProcessSample) -> Option<&Published> {
+        self.publishers.iter().find(|x| x.device == gpu && x.matches(p))
     }
+}
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

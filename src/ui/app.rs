@@ -224,11 +224,43 @@ pub fn draw_state<D: Device>(frame: &mut Frame, a: &CachingAllocator<D>, chrome:
 pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks: Marks, area: Rect, buf: &mut Buffer) {
     let segs = a.snapshot();
     let stats = a.stats();
-    let hist = size_histogram(&segs);
+    let totals = Totals {
+        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+        device_memory: None,
+    };
+    draw_parts_into(&segs, totals, fragmentation(stats, &segs), chrome, marks, area, buf);
+}
+
+/// The bar figures of one allocator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub allocated: u64,
+    pub allocated_peak: u64,
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    /// NVML's (used, total), where known.
+    pub device_memory: Option<(u64, u64)>,
+}
+
+/// Draws the screens from an allocator's parts: ours, or what a PyTorch
+/// process published.
+pub fn draw_parts_into(
+    segs: &[crate::alloc::SegmentInfo],
+    totals: Totals,
+    frag: crate::analysis::Fragmentation,
+    chrome: Chrome,
+    marks: Marks,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let hist = size_histogram(segs);
     let sc = chrome.screen;
     sc.scroll = sc.scroll.min(segs.len().saturating_sub(1));
     sc.selected = sc.selected.min(segs.len().saturating_sub(1));
-    let in_order = crate::ui::ordered_indices(&segs, sc.order);
+    let in_order = crate::ui::ordered_indices(segs, sc.order);
     let blocks = in_order.get(sc.selected).map_or(0, |&i| segs[i].blocks.len());
     sc.block = sc.block.min(blocks.saturating_sub(1));
     let view = View {
@@ -236,13 +268,13 @@ pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks
         source: chrome.source,
         position: chrome.position,
         banner: chrome.banner,
-        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
-        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
-        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
-        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
-        device_memory: None,
-        segments: &segs,
-        fragmentation: fragmentation(stats, &segs),
+        allocated: totals.allocated,
+        allocated_peak: totals.allocated_peak,
+        reserved: totals.reserved,
+        reserved_peak: totals.reserved_peak,
+        device_memory: totals.device_memory,
+        segments: segs,
+        fragmentation: frag,
         histogram: &hist,
         timeline: marks.timeline,
         cursor: marks.cursor,

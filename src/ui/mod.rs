@@ -4,6 +4,7 @@
 //! or owns data; the caller builds the `View` from whatever source it has.
 
 pub mod app;
+pub mod live;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};

@@ -49,7 +49,7 @@ pub enum Progress {
 }
 
 /// Sees the allocator at each new reserved peak.
-type PeakHook<D> = Box<dyn FnMut(&CachingAllocator<D>)>;
+type PeakHook<D> = Box<dyn FnMut(&CachingAllocator<D>) + Send>;
 
 pub struct Driver<D: Device> {
     pub alloc: CachingAllocator<D>,
@@ -112,7 +112,7 @@ impl<D: Device> Driver<D> {
 
     /// `f` sees the allocator each time reserved memory reaches a new peak
     /// (the CUDA backend samples NVML there).
-    pub fn on_reserved_peak(mut self, f: impl FnMut(&CachingAllocator<D>) + 'static) -> Self {
+    pub fn on_reserved_peak(mut self, f: impl FnMut(&CachingAllocator<D>) + Send + 'static) -> Self {
         self.on_reserved_peak = Some(Box::new(f));
         self
     }

@@ -1,0 +1,435 @@
+//! The live modes: the TUI beside training (`gpumem-top`), `--json`,
+//! `record` and `serve`.
+
+use std::io::{IsTerminal, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+use super::InputError;
+use crate::monitor::alerts::{alerts, Alert, Thresholds};
+use crate::monitor::sampler::{DemoSource, LiveSource, Sampler, Source};
+use crate::monitor::{publisher, GpuQuery, NvmlQuery, Snapshot};
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct LiveArgs {
+    /// GPU index to watch (repeatable; default: all).
+    #[arg(long = "device", value_name = "N")]
+    pub devices: Vec<u32>,
+    /// Sampling interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub interval: u64,
+    /// Directory where PyTorch processes publish their allocator state
+    /// (default: $GPUMEM_TOP_DIR, $XDG_RUNTIME_DIR/gpumem-top or /tmp/gpumem-top-UID).
+    #[arg(long, value_name = "DIR")]
+    pub publish_dir: Option<PathBuf>,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub no_color: bool,
+    /// Print every GPU and process once as JSON, like `gpustat --json`.
+    #[arg(long)]
+    pub json: bool,
+    /// Alert when a GPU's used memory is over this share (0-1).
+    #[arg(long, value_name = "F", default_value_t = 0.9)]
+    pub alert_usage: f64,
+    /// Alert when allocated at step end grows this many steps in a row.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub alert_leak_steps: usize,
+    /// Alert when reserved-but-unallocated is over this share of reserved (0-1).
+    #[arg(long, value_name = "F", default_value_t = 0.5)]
+    pub alert_fragmentation: f64,
+}
+
+impl LiveArgs {
+    fn thresholds(&self) -> Result<Thresholds> {
+        for (name, v) in [("--alert-usage", self.alert_usage), ("--alert-fragmentation", self.alert_fragmentation)] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(anyhow!(InputError(format!("{name} must be in [0, 1], got {v}"))));
+            }
+        }
+        Ok(Thresholds {
+            device_usage: self.alert_usage,
+            leak_steps: self.alert_leak_steps,
+            fragmentation: self.alert_fragmentation,
+            ..Default::default()
+        })
+    }
+    fn interval(&self) -> Result<Duration> {
+        if !(10..=3_600_000).contains(&self.interval) {
+            return Err(anyhow!(InputError(format!("--interval must be 10..3600000 ms, got {}", self.interval))));
+        }
+        Ok(Duration::from_millis(self.interval))
+    }
+    fn dir(&self) -> PathBuf {
+        self.publish_dir.clone().unwrap_or_else(publisher::default_dir)
+    }
+}
+
+/// Where samples come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum SourceKind {
+    /// NVML and the publisher directory.
+    #[default]
+    Live,
+    /// The simulated device running the demo's training loop.
+    Demo,
+}
+
+/// NVML with at least one GPU, and the `--device` indices valid; `Ok(None)`
+/// when there is none and no device was asked for (the caller falls back to
+/// the simulated device).
+pub fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
+    let opened = NvmlQuery::open().and_then(|mut q| q.device_count().map(|n| (q, n)));
+    match opened {
+        Ok((q, n)) if n > 0 => {
+            if let Some(d) = devices.iter().find(|&&d| d >= n) {
+                return Err(anyhow!(InputError(format!("--device {d}: this machine has {n} GPU(s) (0..{})", n - 1))));
+            }
+            Ok(Some(q))
+        }
+        Ok(_) if devices.is_empty() => Ok(None),
+        Err(_) if devices.is_empty() => Ok(None),
+        Ok(_) => Err(anyhow!(InputError(format!("--device {}: NVML lists no GPU", devices[0])))),
+        Err(e) => Err(anyhow!(InputError(format!("--device {}: {e}", devices[0])))),
+    }
+}
+
+/// The JSON of one snapshot: every GPU and process, the publishers'
+/// allocator figures, what was ignored, the alerts.
+pub fn snapshot_json(snap: &Snapshot, alerts: &[Alert], source: &str) -> Value {
+    let pubs: Vec<Value> = snap
+        .publishers
+        .iter()
+        .map(|p| {
+            let f = crate::analysis::fragmentation_of(
+                p.reserved(),
+                p.allocated(),
+                p.stat("inactive_split_bytes.all.current"),
+                p.stat("requested_bytes.all.current"),
+                &p.segments,
+            );
+            json!({
+                "pid": p.pid, "gpu": p.device, "command": p.command, "time": p.time,
+                "allocated_bytes": p.allocated(), "reserved_bytes": p.reserved(),
+                "allocated_peak_bytes": p.stat("allocated_bytes.all.peak"),
+                "reserved_peak_bytes": p.stat("reserved_bytes.all.peak"),
+                "num_ooms": p.stat("num_ooms"), "num_alloc_retries": p.stat("num_alloc_retries"),
+                "segments": p.segments.len(),
+                "fragmentation": {
+                    "reserved_unallocated_bytes": f.reserved_unallocated_bytes,
+                    "inactive_split_bytes": f.inactive_split_bytes,
+                    "external_fragmentation": (f.external_fragmentation * 1e4).round() / 1e4,
+                    "rounding_waste_bytes": f.rounding_waste_bytes,
+                },
+            })
+        })
+        .collect();
+    json!({
+        "source": source,
+        "time": snap.time,
+        "gpus": snap.gpus,
+        "publishers": pubs,
+        "ignored": snap.skipped,
+        "gone": snap.gone,
+        "alerts": alerts,
+    })
+}
+
+fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
+    let Some(q) = open_nvml(&args.devices)? else { return Ok(None) };
+    let dir = args.dir();
+    // Publishers create it too; make it ours and private if it is missing.
+    let _ = publisher::ensure_dir(&dir);
+    Ok(Some(Box::new(LiveSource::new(Box::new(q), args.devices.clone(), Some(dir)))))
+}
+
+/// `gpumem-top [live]`: the TUI, or `--json` once. Without NVML or a GPU it
+/// opens the simulated device under `banner` (unless a device was named).
+pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
+    let thresholds = args.thresholds()?;
+    let interval = args.interval()?;
+    let source = live_source(args)?;
+    if args.json {
+        let (mut src, name): (Box<dyn Source>, &str) = match source {
+            Some(s) => (s, "nvml"),
+            None => {
+                let mut d = DemoSource::new(42);
+                d.advance(3000);
+                (Box::new(d), "simulated device (no NVIDIA GPU found)")
+            }
+        };
+        let snap = src.snapshot();
+        let a = alerts(&snap, &thresholds);
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &snapshot_json(&snap, &a, name))?;
+        writeln!(so)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(anyhow!(InputError(
+            "the interactive view needs a terminal (for scripts: `gpumem-top --json`, `record`, `serve`)".into()
+        )));
+    }
+    let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let Some(src) = source else {
+        let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
+        crate::ui::app::run_demo(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let sampler = Sampler::spawn(src, interval);
+    let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
+    app.thresholds = thresholds;
+    crate::ui::live::run_live(&mut app, &sampler.rx).map_err(|e| anyhow!("terminal: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn source_for(kind: SourceKind, args: &LiveArgs) -> Result<(Box<dyn Source>, &'static str)> {
+    match kind {
+        SourceKind::Demo => Ok((Box::new(DemoSource::new(42)), "simulated device")),
+        SourceKind::Live => match live_source(args)? {
+            Some(s) => Ok((s, "nvml")),
+            None => Err(anyhow!(InputError(
+                "no NVIDIA GPU or NVML library found (use --source demo for the simulated device)".into()
+            ))),
+        },
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub live: LiveArgs,
+    /// The JSON-lines file to write (one snapshot per line after a header).
+    #[arg(short = 'o', long = "output", value_name = "PATH.jsonl")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value_t = SourceKind::Live)]
+    pub source: SourceKind,
+    /// Stop after this many samples (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+/// `record`: headless sampling into JSON lines that `replay` shows later.
+pub fn record(args: &RecordArgs) -> Result<ExitCode> {
+    let thresholds = args.live.thresholds()?;
+    let interval = args.live.interval()?;
+    let (src, name) = source_for(args.source, &args.live)?;
+    let file = std::fs::File::create(&args.output)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.output.display()))))?;
+    let mut w = std::io::BufWriter::new(file);
+    writeln!(
+        w,
+        "{}",
+        json!({"format": RECORD_FORMAT, "version": 1, "source": name, "interval_ms": args.live.interval})
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let sampler = Sampler::spawn(src, interval);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| n < c) {
+        let Ok(snap) = sampler.rx.recv_timeout(Duration::from_millis(100)) else { continue };
+        let a = alerts(&snap, &thresholds);
+        serde_json::to_writer(&mut w, &record_line(&snap, &a))?;
+        writeln!(w)?;
+        w.flush()?;
+        n += 1;
+    }
+    eprintln!("gpumem-top: recorded {n} samples to {}", args.output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The first line's `format` of a recording.
+pub const RECORD_FORMAT: &str = "gpumem-top-record";
+
+/// One recorded sample: the snapshot JSON plus each publisher's full
+/// stats and layout (so `replay` can draw the fragmentation map).
+fn record_line(snap: &Snapshot, a: &[Alert]) -> Value {
+    let mut v = snapshot_json(snap, a, "");
+    let full: Vec<Value> = snap
+        .publishers
+        .iter()
+        .map(|p| {
+            json!({
+                "version": 1, "pid": p.pid, "nspid": p.nspid, "device": p.device, "time": p.time,
+                "interval": p.interval, "command": p.command, "stats": p.stats, "steps": p.steps,
+                "segments": p.segments.iter().map(|s| json!({
+                    "address": s.address, "total_size": s.total_size, "stream": s.stream,
+                    "segment_type": s.segment_type, "is_expandable": s.is_expandable,
+                    "blocks": s.blocks.iter().map(|b| (b.size, b.requested_size, match b.state {
+                        crate::alloc::BlockState::ActiveAllocated => 0,
+                        crate::alloc::BlockState::ActivePendingFree => 1,
+                        crate::alloc::BlockState::Inactive => 2,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    v["published"] = Value::Array(full);
+    v
+}
+
+/// True when `path` starts like a recording (its header line).
+pub fn is_recording(path: &std::path::Path) -> bool {
+    let mut head = [0u8; 200];
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+    let h = String::from_utf8_lossy(&head[..n]);
+    h.starts_with('{') && h.contains(RECORD_FORMAT)
+}
+
+/// Reads a recording back into snapshots. `Ok(None)`: not a recording.
+pub fn read_recording(path: &std::path::Path) -> Result<Option<Vec<Snapshot>>> {
+    if !is_recording(path) {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let mut lines = text.lines();
+    let Some(first) = lines.next() else { return Ok(None) };
+    let Ok(head) = serde_json::from_str::<Value>(first) else { return Ok(None) };
+    if head["format"] != RECORD_FORMAT {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for (i, l) in lines.enumerate() {
+        let bad = |m: String| anyhow!(InputError(format!("{}: line {}: {m}", path.display(), i + 2)));
+        let v: Value = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
+        let mut snap: Snapshot = Snapshot {
+            time: v["time"].as_f64().unwrap_or(0.0),
+            gpus: serde_json::from_value(v["gpus"].clone()).map_err(|e| bad(format!("gpus: {e}")))?,
+            ..Default::default()
+        };
+        for p in v["published"].as_array().into_iter().flatten() {
+            let bytes = serde_json::to_vec(p)?;
+            snap.publishers.push(publisher::parse_bytes(&bytes, path).map_err(bad)?);
+        }
+        snap.gone = serde_json::from_value(v["gone"].clone()).unwrap_or_default();
+        out.push(snap);
+    }
+    Ok(Some(out))
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub live: LiveArgs,
+    /// Address to listen on (port 0: any free port, printed on stderr).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    #[arg(long, value_enum, default_value_t = SourceKind::Live)]
+    pub source: SourceKind,
+}
+
+/// `serve`: Prometheus text exposition on /metrics, sampled every interval.
+pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
+    let thresholds = args.live.thresholds()?;
+    let interval = args.live.interval()?;
+    let (src, name) = source_for(args.source, &args.live)?;
+    let listener =
+        TcpListener::bind(&args.listen).map_err(|e| anyhow!(InputError(format!("--listen {}: {e}", args.listen))))?;
+    let addr = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    eprintln!("gpumem-top: serving {name} metrics on http://{addr}/metrics");
+    let sampler = Sampler::spawn(src, interval);
+    // Accepting and sampling share this thread: the latest sample is plain state.
+    let mut latest: Option<(Snapshot, Vec<Alert>)> = None;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        while let Ok(s) = sampler.rx.try_recv() {
+            let a = alerts(&s, &thresholds);
+            latest = Some((s, a));
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let body = latest.as_ref().map(|(s, a)| crate::export::prometheus::exposition(s, a));
+                // A client that misbehaves only loses its own answer.
+                let _ = answer(stream, body);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn answer(mut s: TcpStream, body: Option<String>) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&req);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, text) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => match body {
+            Some(b) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b),
+            None => ("503 Service Unavailable", "text/plain", "no sample yet\n".to_string()),
+        },
+        ("GET", "/") => ("200 OK", "text/plain", "gpumem-top: metrics at /metrics\n".to_string()),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        _ => ("405 Method Not Allowed", "text/plain", "GET only\n".to_string()),
+    };
+    write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )?;
+    s.flush()
+}
+
+/// `replay RECORDING.jsonl`: the live view over what was recorded, or with
+/// `--json` a summary per publishing process.
+pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: bool) -> Result<ExitCode> {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let mut app = crate::ui::live::LiveApp::new(format!("recording {name}"), None, true);
+    let n = snaps.len();
+    for s in snaps {
+        app.ingest(s);
+    }
+    if json_out {
+        let procs: Vec<Value> = app
+            .procs
+            .iter()
+            .map(|((gpu, pid), h)| {
+                let peak = h.series.peak();
+                json!({
+                    "gpu": gpu, "pid": pid, "command": h.last.command, "samples": h.series.points().len(),
+                    "peak_allocated_bytes": peak.map(|p| p.allocated),
+                    "peak_reserved_bytes": h.series.points().iter().map(|p| p.reserved).max(),
+                    "ooms": h.series.ooms.len(),
+                })
+            })
+            .collect();
+        let out = json!({"trace": name, "format": RECORD_FORMAT, "samples": n, "processes": procs,
+            "last": app.latest.as_ref().map(|s| snapshot_json(s, &app.alerts, "recording"))});
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(anyhow!(InputError(
+            "the interactive view needs a terminal (for scripts: `replay FILE --json`)".into()
+        )));
+    }
+    let (_tx, rx) = std::sync::mpsc::channel();
+    crate::ui::live::run_live(&mut app, &rx).map_err(|e| anyhow!("terminal: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}

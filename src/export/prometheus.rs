@@ -1,0 +1,170 @@
+//! Prometheus text exposition (format 0.0.4) of a snapshot: per GPU, per
+//! process on it, and per process that publishes its allocator state.
+
+use std::fmt::Write;
+
+use crate::analysis::fragmentation_of;
+use crate::monitor::alerts::Alert;
+use crate::monitor::Snapshot;
+
+/// Escapes a label value: backslash, double quote and newline.
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+struct Out {
+    text: String,
+}
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &[(&str, String)], v: f64) {
+        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
+        if v.fract() == 0.0 && v.abs() < 9e15 {
+            let _ = writeln!(self.text, "{name}{{{}}} {}", l.join(","), v as i64);
+        } else {
+            let _ = writeln!(self.text, "{name}{{{}}} {v}", l.join(","));
+        }
+    }
+}
+
+/// The exposition of `snap`; `alerts` become `gpumem_alert` series.
+pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
+    let mut o = Out { text: String::new() };
+    let gpu_l = |g: &crate::monitor::GpuSample| {
+        vec![("gpu", g.index.to_string()), ("name", g.name.clone().unwrap_or_default())]
+    };
+    type GpuField = fn(&crate::monitor::GpuSample) -> Option<f64>;
+    let gpu_metrics: [(&str, &str, GpuField); 4] = [
+        ("gpumem_gpu_memory_total_bytes", "Device memory (NVML).", |g| g.total_bytes.map(|x| x as f64)),
+        ("gpumem_gpu_memory_used_bytes", "Device memory in use, all processes (NVML).", |g| {
+            g.used_bytes.map(|x| x as f64)
+        }),
+        ("gpumem_gpu_memory_free_bytes", "Device memory free (NVML).", |g| g.free_bytes.map(|x| x as f64)),
+        ("gpumem_gpu_utilization_ratio", "Share of time a kernel ran, 0-1 (NVML).", |g| {
+            g.utilization_percent.map(|x| x as f64 / 100.0)
+        }),
+    ];
+    for (name, help, f) in gpu_metrics {
+        o.family(name, "gauge", help);
+        for g in &snap.gpus {
+            // A field NVML cannot give is left out, not reported as 0.
+            if let Some(v) = f(g) {
+                o.sample(name, &gpu_l(g), v);
+            }
+        }
+    }
+    o.family("gpumem_process_memory_used_bytes", "gauge", "Device memory a process holds, context included (NVML).");
+    for g in &snap.gpus {
+        for p in &g.processes {
+            if let Some(u) = p.used_bytes {
+                let l = [
+                    ("gpu", g.index.to_string()),
+                    ("pid", p.pid.to_string()),
+                    ("command", p.command.clone().unwrap_or_default()),
+                ];
+                o.sample("gpumem_process_memory_used_bytes", &l, u as f64);
+            }
+        }
+    }
+    let torch: [(&str, &str, &str, &str); 12] = [
+        ("gpumem_torch_allocated_bytes", "gauge", "allocated_bytes.all.current", "Bytes in live tensors."),
+        ("gpumem_torch_allocated_peak_bytes", "gauge", "allocated_bytes.all.peak", "Peak of allocated bytes."),
+        ("gpumem_torch_reserved_bytes", "gauge", "reserved_bytes.all.current", "Bytes the caching allocator holds."),
+        ("gpumem_torch_reserved_peak_bytes", "gauge", "reserved_bytes.all.peak", "Peak of reserved bytes."),
+        ("gpumem_torch_active_bytes", "gauge", "active_bytes.all.current", "Allocated plus pending-free bytes."),
+        (
+            "gpumem_torch_inactive_split_bytes",
+            "gauge",
+            "inactive_split_bytes.all.current",
+            "Free bytes in segments that also hold live blocks.",
+        ),
+        ("gpumem_torch_requested_bytes", "gauge", "requested_bytes.all.current", "Bytes asked for (before rounding)."),
+        ("gpumem_torch_segments", "gauge", "segment.all.current", "Segments held."),
+        ("gpumem_torch_num_ooms_total", "counter", "num_ooms", "Out-of-memory errors raised."),
+        (
+            "gpumem_torch_num_alloc_retries_total",
+            "counter",
+            "num_alloc_retries",
+            "Allocations that freed the cache and retried.",
+        ),
+        (
+            "gpumem_torch_num_device_alloc_total",
+            "counter",
+            "num_device_alloc",
+            "cudaMalloc calls (or page-range maps).",
+        ),
+        ("gpumem_torch_num_device_free_total", "counter", "num_device_free", "cudaFree calls (or unmaps)."),
+    ];
+    let pl = |p: &crate::monitor::Published| {
+        vec![
+            ("gpu", p.device.to_string()),
+            ("pid", p.pid.to_string()),
+            ("command", p.command.clone().unwrap_or_default()),
+        ]
+    };
+    for (name, kind, key, help) in torch {
+        o.family(name, kind, &format!("{help} (torch.cuda.memory_stats {key})"));
+        for p in &snap.publishers {
+            if let Some(&v) = p.stats.get(key) {
+                o.sample(name, &pl(p), v as f64);
+            }
+        }
+    }
+    type Derived = fn(&crate::analysis::Fragmentation, &crate::monitor::Published) -> f64;
+    let derived: [(&str, &str, Derived); 4] = [
+        ("gpumem_torch_reserved_unallocated_bytes", "Reserved minus allocated, now.", |f, _| {
+            f.reserved_unallocated_bytes as f64
+        }),
+        ("gpumem_torch_rounding_waste_bytes", "Allocated minus requested, now.", |f, _| f.rounding_waste_bytes as f64),
+        ("gpumem_torch_external_fragmentation_ratio", "1 - largest free block / free bytes, now.", |f, _| {
+            f.external_fragmentation
+        }),
+        ("gpumem_torch_peak_ratio", "1 - peak allocated / peak reserved.", |_, p| {
+            let (a, r) = (p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"));
+            if r == 0 {
+                0.0
+            } else {
+                1.0 - a as f64 / r as f64
+            }
+        }),
+    ];
+    let frags: Vec<_> = snap
+        .publishers
+        .iter()
+        .map(|p| {
+            fragmentation_of(
+                p.reserved(),
+                p.allocated(),
+                p.stat("inactive_split_bytes.all.current"),
+                p.stat("requested_bytes.all.current"),
+                &p.segments,
+            )
+        })
+        .collect();
+    for (name, help, f) in derived {
+        o.family(name, "gauge", help);
+        for (p, fr) in snap.publishers.iter().zip(&frags) {
+            o.sample(name, &pl(p), f(fr, p));
+        }
+    }
+    o.family("gpumem_alert", "gauge", "1 for each alert raised now (kind: device_usage, leak, fragmentation).");
+    for a in alerts {
+        let l = [
+            ("kind", a.kind.to_string()),
+            ("gpu", a.gpu.to_string()),
+            ("pid", a.pid.map_or(String::new(), |p| p.to_string())),
+        ];
+        o.sample("gpumem_alert", &l, 1.0);
+    }
+    o.family(
+        "gpumem_publisher_files_ignored",
+        "gauge",
+        "Publisher files ignored in the last scan (foreign, oversized, malformed).",
+    );
+    o.sample("gpumem_publisher_files_ignored", &[], snap.skipped.len() as f64);
+    o.text
+}

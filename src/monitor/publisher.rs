@@ -1,0 +1,225 @@
+//! State published by PyTorch processes (`assets/python/gpumem_top_publish.py`):
+//! one JSON file per process and device in a per-user 0700 directory,
+//! written atomically. Files we do not own, over the size cap or malformed
+//! are ignored with a reason; nothing in them is trusted beyond its shape.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::ProcessSample;
+use crate::alloc::{BlockInfo, BlockState, SegmentInfo};
+
+/// Files larger than this are not read (a layout of 100k blocks is ~3 MB).
+pub const DEFAULT_CAP: u64 = 16 << 20;
+
+/// The directory publishers write to and we read: `$GPUMEM_TOP_DIR`, else
+/// `$XDG_RUNTIME_DIR/gpumem-top`, else `/tmp/gpumem-top-<uid>`.
+pub fn default_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GPUMEM_TOP_DIR").filter(|d| !d.is_empty()) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return Path::new(&d).join("gpumem-top");
+    }
+    PathBuf::from(format!("/tmp/gpumem-top-{}", current_uid()))
+}
+
+pub fn current_uid() -> u32 {
+    // The owner of a file we create is our effective uid; /proc/self tells it without libc.
+    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+}
+
+#[derive(Debug, Deserialize)]
+struct RawSegment {
+    address: u64,
+    total_size: u64,
+    #[serde(default)]
+    stream: u64,
+    #[serde(default)]
+    segment_type: String,
+    #[serde(default)]
+    is_expandable: bool,
+    /// [size, requested_size, state] with state 0 allocated, 1 pending free, 2 inactive.
+    blocks: Vec<(u64, u64, u8)>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFile {
+    version: u32,
+    pid: u32,
+    #[serde(default)]
+    nspid: Vec<u32>,
+    device: u32,
+    time: f64,
+    #[serde(default)]
+    interval: f64,
+    #[serde(default)]
+    command: Option<String>,
+    stats: BTreeMap<String, i64>,
+    #[serde(default)]
+    segments: Vec<RawSegment>,
+    /// allocated_bytes.all.current at the end of recent optimizer steps.
+    #[serde(default)]
+    steps: Vec<u64>,
+}
+
+/// One process's published allocator state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Published {
+    pub pid: u32,
+    /// Its PIDs in nested namespaces, outermost first (from its /proc/self/status).
+    pub nspid: Vec<u32>,
+    pub device: u32,
+    pub time: f64,
+    pub interval: f64,
+    pub command: Option<String>,
+    /// `torch.cuda.memory_stats()` as published.
+    pub stats: BTreeMap<String, i64>,
+    #[serde(skip)]
+    pub segments: Vec<SegmentInfo>,
+    pub steps: Vec<u64>,
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl Published {
+    pub fn stat(&self, key: &str) -> u64 {
+        self.stats.get(key).copied().unwrap_or(0).max(0) as u64
+    }
+    pub fn allocated(&self) -> u64 {
+        self.stat("allocated_bytes.all.current")
+    }
+    pub fn reserved(&self) -> u64 {
+        self.stat("reserved_bytes.all.current")
+    }
+    /// True when NVML's process is this publisher.
+    pub fn matches(&self, p: &ProcessSample) -> bool {
+        let ids = [Some(p.pid), p.local_pid];
+        ids.iter().flatten().any(|&id| id == self.pid || self.nspid.contains(&id))
+    }
+}
+
+/// What one scan of the directory found.
+#[derive(Debug, Clone, Default)]
+pub struct PublisherScan {
+    pub published: Vec<Published>,
+    pub skipped: Vec<String>,
+}
+
+/// Parses one publisher file's bytes.
+pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
+    let raw: RawFile =
+        serde_json::from_slice(bytes).map_err(|e| format!("line {} column {}: {e}", e.line(), e.column()))?;
+    if raw.version != 1 {
+        return Err(format!("version {} (this gpumem-top reads 1)", raw.version));
+    }
+    let mut segments = Vec::with_capacity(raw.segments.len());
+    for s in raw.segments {
+        let mut addr = s.address;
+        let mut blocks = Vec::with_capacity(s.blocks.len());
+        let (mut allocated, mut active, mut requested) = (0, 0, 0);
+        for (size, req, st) in s.blocks {
+            let state = match st {
+                0 => BlockState::ActiveAllocated,
+                1 => BlockState::ActivePendingFree,
+                2 => BlockState::Inactive,
+                x => return Err(format!("segment {:#x}: block state {x}", s.address)),
+            };
+            if state != BlockState::Inactive {
+                active += size;
+            }
+            if state == BlockState::ActiveAllocated {
+                allocated += size;
+                requested += req;
+            }
+            blocks.push(BlockInfo { address: addr, size, requested_size: req, state, tag: 0 });
+            addr = addr.checked_add(size).ok_or("block addresses overflow")?;
+        }
+        if addr - s.address != s.total_size {
+            return Err(format!(
+                "segment {:#x}: blocks sum to {} of {} bytes",
+                s.address,
+                addr - s.address,
+                s.total_size
+            ));
+        }
+        let segment_type = if s.segment_type == "small" { "small" } else { "large" };
+        segments.push(SegmentInfo {
+            device: raw.device as i32,
+            address: s.address,
+            total_size: s.total_size,
+            allocated_size: allocated,
+            active_size: active,
+            requested_size: requested,
+            stream: s.stream,
+            segment_type,
+            is_expandable: s.is_expandable,
+            blocks,
+        });
+    }
+    Ok(Published {
+        pid: raw.pid,
+        nspid: raw.nspid,
+        device: raw.device,
+        time: raw.time,
+        interval: raw.interval,
+        command: raw.command.map(|c| c.chars().filter(|c| !c.is_control()).take(200).collect()),
+        stats: raw.stats,
+        segments,
+        steps: raw.steps,
+        path: path.to_path_buf(),
+    })
+}
+
+/// Reads every `<pid>-<device>.json` in `dir` that `uid` owns and is at
+/// most `cap` bytes.
+pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
+    let mut out = PublisherScan::default();
+    let Ok(meta) = std::fs::metadata(dir) else { return out };
+    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        out.skipped.push(format!(
+            "{}: not read (owned by uid {}, mode {:o}; it must be ours and 0700)",
+            dir.display(),
+            meta.uid(),
+            meta.mode() & 0o777
+        ));
+        return out;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    names.sort();
+    for path in names {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        // Temporary files of writers mid-rename start with '.'.
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+        if !m.file_type().is_file() {
+            out.skipped.push(format!("{}: not a regular file", path.display()));
+        } else if m.uid() != uid {
+            out.skipped.push(format!("{}: owned by uid {}, not us", path.display(), m.uid()));
+        } else if m.len() > cap {
+            out.skipped.push(format!("{}: {} bytes, over the {} byte cap", path.display(), m.len(), cap));
+        } else {
+            match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| parse_bytes(&b, &path)) {
+                Ok(p) => out.published.push(p),
+                Err(e) => out.skipped.push(format!("{}: malformed: {e}", path.display())),
+            }
+        }
+    }
+    out
+}
+
+/// Creates `dir` (mode 0700) if missing.
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}

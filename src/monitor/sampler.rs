@@ -1,0 +1,220 @@
+//! Sources of snapshots, and the thread that samples one every interval
+//! and sends it to the UI (or `serve`, or `record`) over a channel.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::publisher::{self, Published};
+use super::{now, GpuQuery, GpuSample, ProcessSample, Snapshot};
+use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
+use crate::device::{Device, Sim};
+use crate::workload::driver::{Driver, OnOom};
+use crate::workload::{ModelKind, SynthSpec, Synthetic};
+
+/// Produces one snapshot when asked.
+pub trait Source: Send {
+    fn snapshot(&mut self) -> Snapshot;
+    /// "NVML" or "simulated device".
+    fn describe(&self) -> String;
+}
+
+/// NVML plus the publisher directory.
+pub struct LiveSource {
+    query: Box<dyn GpuQuery>,
+    /// GPU indices to watch (empty: all).
+    devices: Vec<u32>,
+    dir: Option<PathBuf>,
+    uid: u32,
+    cap: u64,
+    previous: Vec<u32>,
+}
+
+impl LiveSource {
+    pub fn new(query: Box<dyn GpuQuery>, devices: Vec<u32>, dir: Option<PathBuf>) -> Self {
+        LiveSource {
+            query,
+            devices,
+            dir,
+            uid: publisher::current_uid(),
+            cap: publisher::DEFAULT_CAP,
+            previous: Vec::new(),
+        }
+    }
+    /// Reads publisher files owned by `uid` (tests use a fake owner).
+    pub fn with_owner(mut self, uid: u32, cap: u64) -> Self {
+        self.uid = uid;
+        self.cap = cap;
+        self
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+impl Source for LiveSource {
+    fn describe(&self) -> String {
+        "NVML".into()
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        let mut snap = Snapshot { time: now(), ..Default::default() };
+        let n = match self.query.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                snap.skipped.push(e);
+                0
+            }
+        };
+        let indices: Vec<u32> = if self.devices.is_empty() { (0..n).collect() } else { self.devices.clone() };
+        snap.gpus = indices.into_iter().map(|i| self.query.sample(i)).collect();
+        if let Some(dir) = &self.dir {
+            let scan = publisher::scan(dir, self.uid, self.cap);
+            snap.skipped.extend(scan.skipped);
+            // A file whose process is gone is history, not a live process.
+            for p in scan.published {
+                if alive(p.pid) || p.nspid.iter().any(|&q| alive(q)) {
+                    snap.publishers.push(p);
+                } else {
+                    snap.gone.push(p.pid);
+                }
+            }
+        }
+        let now_pids: Vec<u32> = snap.publishers.iter().map(|p| p.pid).collect();
+        for &p in &self.previous {
+            if !now_pids.contains(&p) && !snap.gone.contains(&p) {
+                snap.gone.push(p);
+            }
+        }
+        self.previous = now_pids;
+        snap
+    }
+}
+
+/// The simulated device running the demo's training loop, reported as one
+/// GPU with one publishing process (ourselves).
+pub struct DemoSource {
+    driver: Driver<Sim>,
+    last: Instant,
+    /// Requests per second of wall time.
+    rate: f64,
+}
+
+impl DemoSource {
+    pub fn new(seed: u64) -> Self {
+        let mut spec = SynthSpec::new(ModelKind::Gpt2);
+        spec.varlen = true;
+        spec.seed = seed;
+        spec.iterations = None;
+        let mut alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
+        alloc.set_recording(false);
+        let driver = Driver::new(alloc, Synthetic::new(spec), OnOom::Continue).bounded(4096);
+        DemoSource { driver, last: Instant::now(), rate: 800.0 }
+    }
+
+    /// Runs `n` requests now (tests step it deterministically).
+    pub fn advance(&mut self, n: usize) {
+        self.driver.advance(n);
+    }
+
+    pub fn snapshot_now(&self) -> Snapshot {
+        let a = &self.driver.alloc;
+        let dev = a.device();
+        let pid = std::process::id();
+        let used = dev.process_used().unwrap_or(0);
+        let total = dev.total_memory();
+        let gpu = GpuSample {
+            index: 0,
+            name: Some(dev.describe()),
+            uuid: None,
+            total_bytes: Some(total),
+            used_bytes: Some(used),
+            free_bytes: Some(total - used.min(total)),
+            utilization_percent: None,
+            memory_utilization_percent: None,
+            processes: vec![ProcessSample {
+                pid,
+                local_pid: Some(pid),
+                command: Some("gpumem-top demo".into()),
+                used_bytes: Some(used),
+            }],
+            mig: Vec::new(),
+            errors: Vec::new(),
+        };
+        let steps: Vec<u64> = Vec::new();
+        let published = Published {
+            pid,
+            nspid: vec![pid],
+            device: 0,
+            time: now(),
+            interval: 0.5,
+            command: Some("gpumem-top demo (synthetic GPT-2)".into()),
+            stats: a.stats().flat().into_iter().collect(),
+            segments: a.snapshot(),
+            steps,
+            path: PathBuf::new(),
+        };
+        let _ = Kind::AllocatedBytes;
+        Snapshot {
+            time: published.time,
+            gpus: vec![gpu],
+            publishers: vec![published],
+            skipped: Vec::new(),
+            gone: Vec::new(),
+        }
+    }
+}
+
+impl Source for DemoSource {
+    fn describe(&self) -> String {
+        "simulated device".into()
+    }
+    fn snapshot(&mut self) -> Snapshot {
+        let dt = self.last.elapsed().as_secs_f64();
+        self.last = Instant::now();
+        let n = (dt * self.rate).clamp(1.0, 100_000.0) as usize;
+        self.driver.advance(n);
+        self.snapshot_now()
+    }
+}
+
+/// A sampling thread; dropping it stops the thread.
+pub struct Sampler {
+    pub rx: Receiver<Snapshot>,
+    stop: Option<Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Takes a snapshot at once, then every `interval`.
+    pub fn spawn(mut source: Box<dyn Source>, interval: Duration) -> Sampler {
+        let (tx, rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("gpumem-sampler".into())
+            .spawn(move || loop {
+                let started = Instant::now();
+                if tx.send(source.snapshot()).is_err() {
+                    return;
+                }
+                let wait = interval.saturating_sub(started.elapsed());
+                match stop_rx.recv_timeout(wait) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            })
+            .ok();
+        Sampler { rx, stop: Some(stop_tx), handle }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

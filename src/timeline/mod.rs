@@ -1,0 +1,124 @@
+//! Bounded history of live samples. A series keeps at most `cap` points;
+//! when full, neighbouring pairs merge (keeping each one's maxima), so a
+//! day at 1 Hz fits in 86,400 points (2.6 MiB) and longer runs coarsen
+//! instead of growing.
+
+use serde::Serialize;
+
+use crate::alloc::StatePoint;
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Sample {
+    /// Seconds since the Unix epoch.
+    pub t: f64,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// NVML's used bytes (device or process).
+    pub used: u64,
+}
+
+/// 24 hours at 1 Hz.
+pub const DAY_AT_1HZ: usize = 86_400;
+
+#[derive(Debug, Clone)]
+pub struct Series {
+    cap: usize,
+    points: Vec<Sample>,
+    peak: Option<Sample>,
+    /// Times of OOMs (a publisher's `num_ooms` rising).
+    pub ooms: Vec<f64>,
+    last_ooms: Option<i64>,
+}
+
+impl Series {
+    pub fn new(cap: usize) -> Self {
+        Series { cap: cap.max(4), points: Vec::new(), peak: None, ooms: Vec::new(), last_ooms: None }
+    }
+
+    pub fn push(&mut self, s: Sample) {
+        if self.peak.is_none_or(|p| s.allocated > p.allocated) {
+            self.peak = Some(s);
+        }
+        if self.points.len() >= self.cap {
+            let merged: Vec<Sample> = self
+                .points
+                .chunks(2)
+                .map(|c| Sample {
+                    t: c[0].t,
+                    allocated: c.iter().map(|x| x.allocated).max().unwrap_or(0),
+                    reserved: c.iter().map(|x| x.reserved).max().unwrap_or(0),
+                    used: c.iter().map(|x| x.used).max().unwrap_or(0),
+                })
+                .collect();
+            self.points = merged;
+        }
+        self.points.push(s);
+    }
+
+    /// Notes the publisher's `num_ooms` at time `t`; a rise is an OOM.
+    pub fn note_ooms(&mut self, t: f64, num_ooms: i64) {
+        if self.last_ooms.is_some_and(|l| num_ooms > l) {
+            self.ooms.push(t);
+        }
+        self.last_ooms = Some(num_ooms);
+    }
+
+    pub fn points(&self) -> &[Sample] {
+        &self.points
+    }
+    /// The highest allocated sample ever seen (also before merging).
+    pub fn peak(&self) -> Option<Sample> {
+        self.peak
+    }
+    pub fn state_points(&self) -> Vec<StatePoint> {
+        self.points.iter().map(|p| StatePoint { allocated: p.allocated, reserved: p.reserved }).collect()
+    }
+    /// Index of the point at or after time `t`.
+    pub fn index_at(&self, t: f64) -> usize {
+        self.points.partition_point(|p| p.t < t).min(self.points.len().saturating_sub(1))
+    }
+    /// Bytes the points take.
+    pub fn memory_bytes(&self) -> usize {
+        self.points.capacity() * std::mem::size_of::<Sample>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_series_merges_pairs_keeping_maxima_and_the_peak() {
+        let mut s = Series::new(8);
+        for i in 0..8u64 {
+            s.push(Sample { t: i as f64, allocated: if i == 3 { 100 } else { i }, reserved: 10 * i, used: 0 });
+        }
+        assert_eq!(s.points().len(), 8);
+        s.push(Sample { t: 8.0, allocated: 1, reserved: 1, used: 0 });
+        let a: Vec<u64> = s.points().iter().map(|p| p.allocated).collect();
+        assert_eq!(a, vec![1, 100, 5, 7, 1]);
+        assert_eq!(s.points()[1].t, 2.0);
+        assert_eq!(s.peak().unwrap().allocated, 100);
+        assert_eq!(s.index_at(4.5), 3);
+    }
+
+    #[test]
+    fn a_day_at_1hz_stays_within_its_bound() {
+        let mut s = Series::new(DAY_AT_1HZ);
+        for i in 0..3 * DAY_AT_1HZ {
+            s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0 });
+        }
+        assert!(s.points().len() <= DAY_AT_1HZ);
+        assert!(s.memory_bytes() <= 2 * DAY_AT_1HZ * std::mem::size_of::<Sample>());
+        assert_eq!(s.points().last().unwrap().allocated, 3 * DAY_AT_1HZ as u64 - 1);
+    }
+
+    #[test]
+    fn rising_num_ooms_marks_an_oom() {
+        let mut s = Series::new(8);
+        s.note_ooms(1.0, 2);
+        s.note_ooms(2.0, 2);
+        s.note_ooms(3.0, 3);
+        assert_eq!(s.ooms, vec![3.0]);
+    }
+}

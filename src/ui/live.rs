@@ -1,0 +1,380 @@
+//! The live view: every GPU NVML sees with its processes, and for the
+//! selected GPU the allocator screens of the PyTorch process that publishes
+//! its state. Snapshots arrive from the sampler thread; this only keeps
+//! history and draws.
+
+use std::collections::BTreeMap;
+
+use crossterm::event::{KeyCode, KeyEvent};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Widget};
+
+use super::app::{draw_parts_into, Chrome, Marks, Screen, Totals};
+use crate::analysis::{fragmentation_of, human_bytes};
+use crate::monitor::alerts::{alerts, Alert, Thresholds};
+use crate::monitor::{GpuSample, Published, Snapshot};
+use crate::timeline::{Sample, Series, DAY_AT_1HZ};
+
+/// One publishing process's history.
+pub struct ProcHistory {
+    pub last: Published,
+    pub series: Series,
+    pub gone: bool,
+    pub nvml_used: Option<u64>,
+}
+
+/// Process histories kept at most (gone ones are dropped first): with a
+/// day per series this bounds the timeline under 50 MiB.
+const MAX_HISTORIES: usize = 16;
+
+pub struct LiveApp {
+    pub latest: Option<Snapshot>,
+    pub gpu_series: BTreeMap<u32, Series>,
+    pub procs: BTreeMap<(u32, u32), ProcHistory>,
+    /// Index into the latest snapshot's GPUs.
+    pub selected_gpu: usize,
+    /// Index among the selected GPU's publishers.
+    pub selected_proc: usize,
+    pub screen: Screen,
+    pub alerts: Vec<Alert>,
+    pub thresholds: Thresholds,
+    banner: Option<String>,
+    source: String,
+    color: bool,
+    status: String,
+    series_cap: usize,
+}
+
+impl LiveApp {
+    pub fn new(source: String, banner: Option<String>, color: bool) -> Self {
+        LiveApp {
+            latest: None,
+            gpu_series: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            selected_gpu: 0,
+            selected_proc: 0,
+            screen: Screen::default(),
+            alerts: Vec::new(),
+            thresholds: Thresholds::default(),
+            banner,
+            source,
+            color,
+            status: String::new(),
+            series_cap: DAY_AT_1HZ,
+        }
+    }
+
+    pub fn ingest(&mut self, snap: Snapshot) {
+        let t = snap.time;
+        for g in &snap.gpus {
+            let (a, r) = snap
+                .publishers
+                .iter()
+                .filter(|p| p.device == g.index)
+                .fold((0, 0), |(a, r), p| (a + p.allocated(), r + p.reserved()));
+            let cap = self.series_cap;
+            self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap)).push(Sample {
+                t,
+                allocated: a,
+                reserved: r,
+                used: g.used_bytes.unwrap_or(0),
+            });
+        }
+        for p in &snap.publishers {
+            let nvml_used = snap
+                .gpus
+                .iter()
+                .find(|g| g.index == p.device)
+                .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
+                .and_then(|x| x.used_bytes);
+            let cap = self.series_cap;
+            let h = self.procs.entry((p.device, p.pid)).or_insert_with(|| ProcHistory {
+                last: p.clone(),
+                series: Series::new(cap),
+                gone: false,
+                nvml_used,
+            });
+            h.series.push(Sample {
+                t: p.time,
+                allocated: p.allocated(),
+                reserved: p.reserved(),
+                used: nvml_used.unwrap_or(0),
+            });
+            h.series.note_ooms(p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
+            h.last = p.clone();
+            h.gone = false;
+            h.nvml_used = nvml_used;
+        }
+        for pid in &snap.gone {
+            for ((_, p), h) in self.procs.iter_mut() {
+                if p == pid {
+                    h.gone = true;
+                }
+            }
+        }
+        while self.procs.len() > MAX_HISTORIES {
+            let victim = self.procs.iter().find(|(_, h)| h.gone).or_else(|| self.procs.iter().next()).map(|(k, _)| *k);
+            match victim {
+                Some(k) => {
+                    self.procs.remove(&k);
+                }
+                None => break,
+            }
+        }
+        self.alerts = alerts(&snap, &self.thresholds);
+        if !snap.skipped.is_empty() && self.status.is_empty() {
+            self.status = format!(" ignored: {}", snap.skipped[0]);
+        }
+        self.selected_gpu = self.selected_gpu.min(snap.gpus.len().saturating_sub(1));
+        self.latest = Some(snap);
+    }
+
+    fn gpu(&self) -> Option<&GpuSample> {
+        self.latest.as_ref().and_then(|s| s.gpus.get(self.selected_gpu))
+    }
+
+    /// Histories of the selected GPU's publishers, live ones first.
+    fn publishers(&self) -> Vec<&ProcHistory> {
+        let Some(g) = self.gpu() else { return Vec::new() };
+        let mut v: Vec<&ProcHistory> = self.procs.iter().filter(|((d, _), _)| *d == g.index).map(|(_, h)| h).collect();
+        v.sort_by_key(|h| (h.gone, h.last.pid));
+        v
+    }
+
+    pub fn handle_key(&mut self, k: KeyEvent) {
+        self.status.clear();
+        if self.screen.handle_key(k) {
+            return;
+        }
+        match k.code {
+            KeyCode::Char(c @ '1'..='9') => {
+                let i = c as usize - '1' as usize;
+                let n = self.latest.as_ref().map_or(0, |s| s.gpus.len());
+                if i < n {
+                    self.selected_gpu = i;
+                    self.selected_proc = 0;
+                    self.screen.selected = 0;
+                    self.screen.zoom = false;
+                } else {
+                    self.status = format!(" there is no GPU {c} (keys 1–{n})");
+                }
+            }
+            KeyCode::Char('n') => {
+                let n = self.publishers().len();
+                if n > 0 {
+                    self.selected_proc = (self.selected_proc + 1) % n;
+                    self.screen.selected = 0;
+                }
+            }
+            KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
+            _ => {}
+        }
+    }
+
+    fn gpu_lines(&self) -> Vec<Line<'static>> {
+        let Some(snap) = &self.latest else { return vec![Line::from(" waiting for the first sample…")] };
+        let mut lines = Vec::new();
+        if snap.gpus.is_empty() {
+            lines.push(Line::from(" NVML lists no GPU"));
+        }
+        for (i, g) in snap.gpus.iter().enumerate() {
+            let sel = i == self.selected_gpu;
+            let na = "N/A".to_string();
+            let mem = match (g.used_bytes, g.total_bytes) {
+                (Some(u), Some(t)) => {
+                    let w = 20usize;
+                    let fill = ((u as f64 / t.max(1) as f64) * w as f64).round() as usize;
+                    format!(
+                        "{}{} {} / {}",
+                        "█".repeat(fill.min(w)),
+                        "░".repeat(w - fill.min(w)),
+                        human_bytes(u),
+                        human_bytes(t)
+                    )
+                }
+                _ => format!("memory {na}"),
+            };
+            let util = g.utilization_percent.map_or(na.clone(), |u| format!("{u}%"));
+            let alert = self.alerts.iter().any(|a| a.gpu == g.index);
+            let style =
+                if sel { Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED) } else { Style::default() };
+            lines.push(Line::from(vec![
+                Span::styled(
+                    format!(
+                        "{}{} GPU {} {:<22} {mem}  util {util}{}",
+                        if sel { "▶" } else { " " },
+                        i + 1,
+                        g.index,
+                        g.name.clone().unwrap_or(na.clone()),
+                        if alert { "  ⚠" } else { "" }
+                    ),
+                    style,
+                ),
+                Span::raw(if g.errors.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({} field(s) N/A)", g.errors.len())
+                }),
+            ]));
+            for p in &g.processes {
+                let publ = snap.publisher_of(g.index, p);
+                let extra = match publ {
+                    Some(x) => {
+                        format!(
+                            "  torch: allocated {} reserved {}",
+                            human_bytes(x.allocated()),
+                            human_bytes(x.reserved())
+                        )
+                    }
+                    None => String::new(),
+                };
+                lines.push(Line::from(format!(
+                    "      pid {:>7} {:<28} {:>10}{extra}",
+                    p.pid,
+                    p.command.clone().unwrap_or_else(|| "(not visible here)".into()),
+                    p.used_bytes.map_or("N/A".into(), human_bytes),
+                )));
+            }
+            for m in &g.mig {
+                lines.push(Line::from(format!(
+                    "      MIG {} {:<20} {} / {}",
+                    m.index,
+                    m.name.clone().unwrap_or_default(),
+                    m.used_bytes.map_or("N/A".into(), human_bytes),
+                    m.total_bytes.map_or("N/A".into(), human_bytes)
+                )));
+            }
+        }
+        lines
+    }
+
+    pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        // The screen state is lent to the drawing while histories are borrowed.
+        let mut screen_slot = std::mem::take(&mut self.screen);
+        self.draw_with(&mut screen_slot, area, buf);
+        self.screen = screen_slot;
+    }
+
+    fn draw_with(&self, screen_slot: &mut Screen, area: Rect, buf: &mut Buffer) {
+        let lines = self.gpu_lines();
+        let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
+        let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
+        Paragraph::new(lines)
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source)),
+            )
+            .render(top, buf);
+        let alerts: Vec<String> = self.alerts.iter().map(|a| a.message.clone()).collect();
+        let status =
+            if alerts.is_empty() { self.status.clone() } else { format!(" ⚠ {}{}", alerts.join("; "), self.status) };
+        let pubs = self.publishers();
+        let sel = self.selected_proc.min(pubs.len().saturating_sub(1));
+        let Some(h) = pubs.get(sel) else {
+            let gpu = self.gpu().map_or("no GPU".into(), |g| format!("GPU {}", g.index));
+            let msg = vec![
+                Line::from(format!(" No process on {gpu} publishes its allocator state.")),
+                Line::from(""),
+                Line::from(" In the training script (assets/python/gpumem_top_publish.py on PYTHONPATH):"),
+                Line::from("     import gpumem_top_publish; gpumem_top_publish.start()"),
+                Line::from(""),
+                Line::from(format!(" {status}")),
+            ];
+            Paragraph::new(msg).block(Block::default().borders(Borders::ALL).title(" Allocator ")).render(rest, buf);
+            return;
+        };
+        let p = &h.last;
+        let segs = &p.segments;
+        let totals = Totals {
+            allocated: p.allocated(),
+            allocated_peak: p.stat("allocated_bytes.all.peak"),
+            reserved: p.reserved(),
+            reserved_peak: p.stat("reserved_bytes.all.peak"),
+            device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
+        };
+        let frag = fragmentation_of(
+            p.reserved(),
+            p.allocated(),
+            p.stat("inactive_split_bytes.all.current"),
+            p.stat("requested_bytes.all.current"),
+            segs,
+        );
+        let points = h.series.state_points();
+        let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
+        let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+        let when = h.series.points().last().map_or(0.0, |s| s.t);
+        let age = crate::monitor::now() - when;
+        let chrome = Chrome {
+            stacks: &[],
+            screen: screen_slot,
+            device: self
+                .gpu()
+                .map_or("GPU".into(), |g| format!("{} #{}", g.name.clone().unwrap_or("GPU".into()), g.index)),
+            source: format!(
+                "pid {} {}{}",
+                p.pid,
+                p.command.clone().unwrap_or_default(),
+                if pubs.len() > 1 { format!(" ({}/{})", sel + 1, pubs.len()) } else { String::new() }
+            ),
+            position: if h.gone { format!("gone {age:.0} s ago") } else { format!("{age:.1} s ago") },
+            banner: self.banner.clone(),
+            color: self.color,
+            status,
+        };
+        let marks = Marks {
+            timeline: &points,
+            cursor: points.len().saturating_sub(1),
+            peak_at,
+            ooms: &ooms,
+            empty_caches: &[],
+            iterations: &[],
+        };
+        draw_parts_into(segs, totals, frag, chrome, marks, rest, buf);
+    }
+}
+
+/// Runs the live view until it quits: draws when a snapshot or a key
+/// arrives, and otherwise sleeps in `poll`.
+pub fn run_live(app: &mut LiveApp, rx: &std::sync::mpsc::Receiver<Snapshot>) -> std::io::Result<()> {
+    use crossterm::event::{self, Event, KeyEventKind};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let term_flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, term_flag.clone())?;
+    }
+    let mut terminal = ratatui::init();
+    let result = (|| -> std::io::Result<()> {
+        let mut dirty = true;
+        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
+            while let Ok(s) = rx.try_recv() {
+                app.ingest(s);
+                dirty = true;
+            }
+            if dirty {
+                terminal.draw(|f| {
+                    let area = f.area();
+                    app.draw_into(area, f.buffer_mut())
+                })?;
+                dirty = false;
+            }
+            if event::poll(std::time::Duration::from_millis(100))? {
+                match event::read()? {
+                    Event::Key(k) if k.kind == KeyEventKind::Press => {
+                        app.handle_key(k);
+                        dirty = true;
+                    }
+                    Event::Resize(..) => dirty = true,
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    })();
+    ratatui::restore();
+    result
+}

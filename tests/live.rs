@@ -1,0 +1,423 @@
+//! The live view with an injected fake NVML and fake publisher files, the
+//! Prometheus endpoint over real HTTP, `--json`, `record` and its replay, and
+//! the Python publisher against a stand-in `torch`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use gpumem_top::monitor::alerts::{alerts, Thresholds};
+use gpumem_top::monitor::publisher::{self, scan};
+use gpumem_top::monitor::sampler::{LiveSource, Source};
+use gpumem_top::monitor::{GpuQuery, GpuSample, ProcessSample};
+use gpumem_top::ui::live::LiveApp;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde_json::{json, Value};
+
+const GIB: u64 = 1 << 30;
+
+/// A scripted NVML: GPUs with processes; a field that fails; processes that
+/// can disappear between samples.
+/// Shared with the test, which changes what it answers between samples.
+#[derive(Clone)]
+struct FakeNvml {
+    gpus: std::sync::Arc<std::sync::Mutex<Vec<GpuSample>>>,
+}
+
+impl FakeNvml {
+    fn new(gpus: Vec<GpuSample>) -> Self {
+        FakeNvml { gpus: std::sync::Arc::new(std::sync::Mutex::new(gpus)) }
+    }
+}
+
+impl GpuQuery for FakeNvml {
+    fn device_count(&mut self) -> Result<u32, String> {
+        Ok(self.gpus.lock().unwrap().len() as u32)
+    }
+    fn sample(&mut self, index: u32) -> GpuSample {
+        self.gpus.lock().unwrap()[index as usize].clone()
+    }
+}
+
+fn gpu(index: u32, used: u64, procs: Vec<ProcessSample>) -> GpuSample {
+    GpuSample {
+        index,
+        name: Some("NVIDIA H200".into()),
+        uuid: Some(format!("GPU-{index}")),
+        total_bytes: Some(140 * GIB),
+        used_bytes: Some(used),
+        free_bytes: Some(140 * GIB - used),
+        utilization_percent: Some(50 + index),
+        memory_utilization_percent: Some(10),
+        processes: procs,
+        mig: Vec::new(),
+        errors: Vec::new(),
+    }
+}
+
+fn proc_(pid: u32, cmd: &str, used: u64) -> ProcessSample {
+    ProcessSample { pid, local_pid: Some(pid), command: Some(cmd.into()), used_bytes: Some(used) }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpumem-live-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    publisher::ensure_dir(&d).unwrap();
+    d
+}
+
+/// A publisher file: one segment of 20 MiB with an allocated 8 MiB block,
+/// a pending-free 2 MiB block and 10 MiB free.
+fn published(pid: u32, device: u32, allocated: u64, reserved: u64, steps: &[u64]) -> Value {
+    json!({
+        "version": 1, "pid": pid, "nspid": [pid], "device": device, "time": gpumem_top::monitor::now(),
+        "interval": 0.5, "command": "python train.py",
+        "stats": {"allocated_bytes.all.current": allocated, "reserved_bytes.all.current": reserved,
+                  "allocated_bytes.all.peak": allocated, "reserved_bytes.all.peak": reserved,
+                  "requested_bytes.all.current": allocated - 512, "inactive_split_bytes.all.current": 10 << 20,
+                  "num_ooms": 0, "num_alloc_retries": 2, "active_bytes.all.current": allocated + (2 << 20)},
+        "segments": [{"address": 0x7f0000000000u64, "total_size": 20 << 20, "stream": 0, "segment_type": "large",
+                      "is_expandable": false, "blocks": [[8 << 20, (8 << 20) - 512, 0], [2 << 20, 2 << 20, 1], [10 << 20, 0, 2]]}],
+        "steps": steps,
+    })
+}
+
+fn write(dir: &Path, name: &str, v: &Value) {
+    std::fs::write(dir.join(name), serde_json::to_vec(v).unwrap()).unwrap();
+}
+
+fn render(app: &mut LiveApp, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| {
+        let a = f.area();
+        app.draw_into(a, f.buffer_mut())
+    })
+    .unwrap();
+    t.backend().to_string()
+}
+
+#[test]
+fn publisher_files_good_foreign_oversized_and_malformed() {
+    let d = tmpdir("scan");
+    let me = publisher::current_uid();
+    let pid = std::process::id();
+    write(&d, &format!("{pid}-0.json"), &published(pid, 0, 8 << 20, 20 << 20, &[]));
+    write(&d, "4242-0.json", &published(4242, 0, 1, 2, &[]));
+    // Foreign: owned by another user (as root we can make it so; otherwise
+    // scan as if we were someone else, which reaches the same check).
+    let foreign_uid =
+        if std::os::unix::fs::chown(d.join("4242-0.json"), Some(4242), None).is_ok() { me } else { me + 1 };
+    let mut big = published(77, 0, 1, 2, &[]);
+    big["command"] = json!("x".repeat(5000));
+    write(&d, "77-0.json", &big);
+    std::fs::write(d.join("88-0.json"), b"{\"version\": 1, \"pid\": 88,").unwrap();
+    write(&d, "99-0.json", &json!({"version": 2, "pid": 99, "device": 0, "time": 0.0, "stats": {}}));
+    std::fs::write(d.join(".tmp-partial.json"), b"{").unwrap();
+    let s = scan(&d, foreign_uid, 4000);
+    let why = s.skipped.join("\n");
+    if foreign_uid == me {
+        assert_eq!(s.published.len(), 1, "{why}");
+        let p = &s.published[0];
+        assert_eq!((p.pid, p.allocated(), p.reserved()), (pid, 8 << 20, 20 << 20));
+        assert_eq!(p.segments.len(), 1);
+        let blocks: Vec<(u64, u64)> =
+            p.segments[0].blocks.iter().map(|b| (b.address - p.segments[0].address, b.size)).collect();
+        assert_eq!(blocks, [(0, 8 << 20), (8 << 20, 2 << 20), (10 << 20, 10 << 20)]);
+        assert_eq!((p.segments[0].allocated_size, p.segments[0].active_size), (8 << 20, 10 << 20));
+        assert!(why.contains("4242-0.json: owned by uid 4242, not us"), "{why}");
+    }
+    assert!(why.contains("77-0.json: ") && why.contains("over the 4000 byte cap"), "{why}");
+    assert!(why.contains("88-0.json: malformed: line 1 column"), "{why}");
+    assert!(why.contains("99-0.json: malformed: version 2"), "{why}");
+    assert!(!why.contains("partial"), "temporary files of writers are not read: {why}");
+    // A directory others can read is refused whole.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = scan(&d, me, publisher::DEFAULT_CAP);
+    assert!(s.published.is_empty() && s.skipped[0].contains("it must be ours and 0700"), "{:?}", s.skipped);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_failures() {
+    let d = tmpdir("view");
+    let me = std::process::id();
+    let fake = FakeNvml::new(vec![
+        gpu(0, 30 * GIB, vec![proc_(me, "python train.py", 21 * GIB), proc_(31337, "python eval.py", 9 * GIB)]),
+        gpu(1, 2 * GIB, vec![]),
+        gpu(2, 139 * GIB, vec![proc_(4000, "big job", 139 * GIB)]),
+    ]);
+    // GPU 1's utilization cannot be read.
+    {
+        let mut g = fake.gpus.lock().unwrap();
+        g[1].utilization_percent = None;
+        g[1].errors.push("utilization: Not Supported".into());
+    }
+    write(&d, &format!("{me}-0.json"), &published(me, 0, 8 << 20, 20 << 20, &[1, 2, 3, 4, 5, 6]));
+    let mut src = LiveSource::new(Box::new(fake.clone()), Vec::new(), Some(d.clone()));
+    let mut app = LiveApp::new("live (fake NVML)".into(), None, false);
+    let first = src.snapshot();
+    assert_eq!(first.publishers.len(), 1, "{:?} {:?}", first.skipped, first.gone);
+    app.ingest(first);
+    let s = render(&mut app, 140, 40);
+    assert!(s.contains("▶1 GPU 0 NVIDIA H200"), "{s}");
+    assert!(s.contains(" 2 GPU 1 NVIDIA H200") && s.contains("util N/A") && s.contains("(1 field(s) N/A)"), "{s}");
+    assert!(s.contains(" 3 GPU 2") && s.contains("139.00 GiB / 140.00 GiB") && s.contains("⚠"), "{s}");
+    assert!(s.contains(&format!("pid {me:>7} python train.py")), "{s}");
+    assert!(s.contains("torch: allocated 8.00 MiB reserved 20.00 MiB"), "{s}");
+    assert!(s.contains("pid   31337 python eval.py"), "{s}");
+    // The publisher's allocator screens: bars and its one segment.
+    assert!(s.contains(&format!("pid {me} python train.py")), "{s}");
+    assert!(s.contains("1 segments") || s.contains("1 segment"), "{s}");
+    // Alerts: GPU 2 is 99% full; pid me leaked 5 steps in a row.
+    let kinds: Vec<&str> = app.alerts.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.alerts);
+    assert!(s.contains("GPU 2 is 99.3% full"), "{s}");
+    // Key 2 picks GPU 1: nobody publishes there.
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
+    let s = render(&mut app, 140, 40);
+    assert!(s.contains("▶2 GPU 1") && s.contains("No process on GPU 1 publishes its allocator state"), "{s}");
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('9')));
+    assert_eq!(app.selected_gpu, 1);
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('1')));
+    // The eval process disappears and the publisher's file goes: history stays, marked gone.
+    fake.gpus.lock().unwrap()[0].processes.truncate(1);
+    std::fs::remove_file(d.join(format!("{me}-0.json"))).unwrap();
+    // The same source: it remembers who published before.
+    let snap = src.snapshot();
+    assert_eq!(snap.gone, vec![me]);
+    app.ingest(snap);
+    let s = render(&mut app, 140, 40);
+    assert!(!s.contains("python eval.py"), "{s}");
+    assert!(s.contains("gone"), "{s}");
+    assert_eq!(app.procs[&(0, me)].series.points().len(), 1, "its history is kept");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn eight_gpus_fit_and_are_picked_by_number() {
+    let fake =
+        FakeNvml::new((0..8).map(|i| gpu(i, (i as u64 + 1) * GIB, vec![proc_(1000 + i, "worker", GIB)])).collect());
+    let mut src = LiveSource::new(Box::new(fake), Vec::new(), None);
+    let mut app = LiveApp::new("live".into(), None, false);
+    let snap = src.snapshot();
+    let j = gpumem_top::cli::snapshot_json(&snap, &alerts(&snap, &Thresholds::default()), "nvml");
+    assert_eq!(j["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(j["gpus"][7]["processes"][0]["pid"], 1007);
+    app.ingest(snap);
+    let s = render(&mut app, 140, 60);
+    for i in 0..8 {
+        assert!(s.contains(&format!("{} GPU {i} NVIDIA H200", i + 1)), "{s}");
+    }
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('8')));
+    assert_eq!(app.selected_gpu, 7);
+    assert!(render(&mut app, 140, 60).contains("▶8 GPU 7"));
+    // Watching only GPUs 3 and 5.
+    let fake = FakeNvml::new((0..8).map(|i| gpu(i, GIB, vec![])).collect());
+    let snap = LiveSource::new(Box::new(fake), vec![3, 5], None).snapshot();
+    assert_eq!(snap.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [3, 5]);
+}
+
+#[test]
+fn fragmentation_alert_needs_a_gib_reserved_and_half_of_it_free() {
+    let d = tmpdir("frag");
+    let me = std::process::id();
+    write(&d, &format!("{me}-0.json"), &published(me, 0, 8 << 20, 20 << 20, &[]));
+    let snap = LiveSource::new(Box::new(FakeNvml::new(vec![gpu(0, GIB, vec![])])), vec![], Some(d.clone())).snapshot();
+    assert!(alerts(&snap, &Thresholds::default()).is_empty(), "20 MiB reserved is too little to alarm anyone");
+    let t = Thresholds { fragmentation_min_reserved: 1 << 20, ..Default::default() };
+    let a = alerts(&snap, &t);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].kind, "fragmentation");
+    assert!((a[0].value - 0.6).abs() < 1e-9);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpumem-top")
+}
+
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+#[test]
+fn serve_demo_exposes_prometheus_metrics_over_http() {
+    let mut child = Command::new(bin())
+        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", "100"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    std::thread::sleep(Duration::from_millis(400));
+    let (head, body) = http_get(&addr, "/metrics");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
+    // Every sample line belongs to a family declared with HELP and TYPE.
+    let mut families = std::collections::HashMap::new();
+    let mut values = std::collections::HashMap::new();
+    for l in body.lines() {
+        if let Some(r) = l.strip_prefix("# TYPE ") {
+            let mut it = r.split(' ');
+            let (n, k) = (it.next().unwrap(), it.next().unwrap());
+            assert!(["gauge", "counter"].contains(&k), "{l}");
+            families.insert(n.to_string(), k.to_string());
+        } else if !l.starts_with('#') && !l.is_empty() {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            let name = series.split('{').next().unwrap();
+            assert!(families.contains_key(name), "{name} has no TYPE");
+            assert!(series.ends_with('}'), "{l}");
+            values.insert(name.to_string(), v.parse::<f64>().unwrap_or_else(|_| panic!("{l}")));
+        }
+    }
+    assert_eq!(families["gpumem_torch_num_ooms_total"], "counter");
+    assert_eq!(values["gpumem_gpu_memory_total_bytes"], 150_109_880_320.0);
+    let (a, r) = (values["gpumem_torch_allocated_bytes"], values["gpumem_torch_reserved_bytes"]);
+    assert!(a > 0.0 && a <= r, "allocated {a}, reserved {r}");
+    assert_eq!(values["gpumem_torch_reserved_unallocated_bytes"], r - a);
+    assert!(values["gpumem_gpu_memory_used_bytes"] >= r, "NVML-side used covers reserved");
+    assert!((0.0..=1.0).contains(&values["gpumem_torch_external_fragmentation_ratio"]));
+    let (head, _) = http_get(&addr, "/nope");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    // SIGTERM ends it cleanly.
+    unsafe { kill(child.id() as i32, 15) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(0));
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+#[test]
+fn json_without_a_gpu_is_the_simulated_device_and_a_named_device_is_an_error() {
+    let out = Command::new(bin()).args(["--json"]).env("GPUMEM_TOP_DIR", tmpdir("json")).output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    if v["source"] == "nvml" {
+        return; // a machine with a GPU
+    }
+    assert_eq!(v["source"], "simulated device (no NVIDIA GPU found)");
+    assert_eq!(v["gpus"][0]["name"], "simulated NVIDIA H200");
+    assert!(v["publishers"][0]["allocated_bytes"].as_u64().unwrap() > 0);
+    let out = Command::new(bin()).args(["--json", "--device", "3"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("gpumem-top: --device 3: ") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn record_then_replay_the_recording() {
+    let d = tmpdir("rec");
+    let f = d.join("run.jsonl");
+    let out = Command::new(bin())
+        .args(["record", "--source", "demo", "--interval", "50", "--count", "4", "-o"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert_eq!(text.lines().count(), 5);
+    assert!(text.lines().next().unwrap().contains("\"format\":\"gpumem-top-record\""));
+    let out = Command::new(bin()).arg("replay").arg(&f).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["samples"], 4);
+    assert_eq!(v["processes"][0]["samples"], 4);
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(v["last"]["publishers"][0]["allocated_bytes"], last["publishers"][0]["allocated_bytes"]);
+    assert_eq!(v["last"]["publishers"][0]["segments"], last["published"][0]["segments"].as_array().unwrap().len());
+    // A damaged line is named.
+    std::fs::write(&f, format!("{}\n{{\"time\": 1, \"gpus\": 5}}\n", text.lines().next().unwrap())).unwrap();
+    let out = Command::new(bin()).arg("replay").arg(&f).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run.jsonl: line 2: gpus:"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The publisher module, run by CPython against a stand-in `torch` that
+/// answers memory_stats()/memory_snapshot() like PyTorch: its file is what
+/// the scanner reads.
+#[test]
+fn the_python_publisher_writes_what_the_scanner_reads() {
+    let Ok(py) = Command::new("python3").arg("--version").output() else { return };
+    if !py.status.success() {
+        return;
+    }
+    let d = tmpdir("py");
+    let fake = d.join("fake");
+    std::fs::create_dir_all(fake.join("torch")).unwrap();
+    std::fs::write(
+        fake.join("torch/__init__.py"),
+        r#"
+class _Cuda:
+    def current_device(self): return 0
+    def memory_allocated(self, d=None): return 8 << 20
+    def memory_stats(self, d=None):
+        return {"allocated_bytes.all.current": 8 << 20, "reserved_bytes.all.current": 20 << 20, "num_ooms": 0}
+    def memory_snapshot(self):
+        return [{"device": 0, "address": 140000000000000, "total_size": 20 << 20, "stream": 0,
+                 "segment_type": "large", "allocated_size": 8 << 20, "active_size": 8 << 20,
+                 "blocks": [{"size": 8 << 20, "requested_size": 8 << 20, "state": "active_allocated"},
+                            {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]},
+                {"device": 1, "address": 5, "total_size": 2 << 20, "stream": 0, "segment_type": "small", "blocks": []}]
+cuda = _Cuda()
+class _Hook:
+    def remove(self): pass
+class _Opt:
+    hooks = []
+    @staticmethod
+    def register_optimizer_step_post_hook(f):
+        _Opt.hooks.append(f); return _Hook()
+class optim:
+    optimizer = _Opt
+"#,
+    )
+    .unwrap();
+    let script = r#"
+import sys, time, torch, gpumem_top_publish as g
+g.start(interval=0.05)
+torch.optim.optimizer.hooks[0](None, (), {})
+time.sleep(0.3)
+print("published")
+sys.stdout.flush()
+time.sleep(0.5)
+"#;
+    let root = common::root();
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("PYTHONPATH", format!("{}:{}", fake.display(), root.join("assets/python").display()))
+        .env("GPUMEM_TOP_DIR", &d)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "published");
+    let s = scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP);
+    assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+    assert_eq!(s.published.len(), 1);
+    let p = &s.published[0];
+    assert_eq!(p.pid, child.id());
+    assert_eq!((p.allocated(), p.reserved()), (8 << 20, 20 << 20));
+    assert_eq!(p.segments.len(), 1, "only device 0's segments");
+    assert_eq!(p.segments[0].blocks.len(), 2);
+    assert_eq!(p.steps, vec![8 << 20]);
+    assert!(p.command.as_deref().unwrap_or("").starts_with("python3"));
+    child.wait().unwrap();
+    // At exit the publisher removes its file.
+    assert!(scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP).published.is_empty());
+    std::fs::remove_dir_all(&d).unwrap();
+}
