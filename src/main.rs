@@ -53,7 +53,7 @@ fn demo(banner: &str) -> ExitCode {
     }
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, banner.to_string(), color);
-    match gpumem_top::ui::app::run_demo(&mut app) {
+    match gpumem_top::ui::app::run_app(&mut app) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpumem-top: terminal: {e}");

@@ -19,12 +19,21 @@ impl Pane {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("gpumem-top-test-{}-{w}-{n}", std::process::id());
-        let ok = Command::new("tmux")
-            .args(["new-session", "-d", "-s", &name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
-            .status()
-            .expect("tmux is part of the machine image; .ci/run installs it where missing");
-        assert!(ok.success());
-        Pane { name }
+        // Sessions started in parallel can race the tmux server's own start
+        // ("server exited unexpectedly"): try again briefly.
+        let mut err = String::new();
+        for _ in 0..10 {
+            let out = Command::new("tmux")
+                .args(["new-session", "-d", "-s", &name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
+                .output()
+                .expect("tmux is part of the machine image; .ci/run installs it where missing");
+            if out.status.success() {
+                return Pane { name };
+            }
+            err = String::from_utf8_lossy(&out.stderr).to_string();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("tmux new-session: {err}");
     }
 
     fn screen(&self) -> String {

@@ -180,13 +180,14 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
-        crate::ui::app::run_demo(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
+        crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
         return Ok(ExitCode::SUCCESS);
     };
-    let sampler = Sampler::spawn(src, interval);
+    let mut sampler = Sampler::spawn(src, interval);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.thresholds = thresholds;
-    crate::ui::live::run_live(&mut app, &sampler.rx).map_err(|e| anyhow!("terminal: {e}"))?;
+    app.feed = sampler.take_feed();
+    crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -429,7 +430,6 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
             "the interactive view needs a terminal (for scripts: `replay FILE --json`)".into()
         )));
     }
-    let (_tx, rx) = std::sync::mpsc::channel();
-    crate::ui::live::run_live(&mut app, &rx).map_err(|e| anyhow!("terminal: {e}"))?;
+    crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -311,7 +311,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 At::Peak => app.cursor,
             };
         }
-        crate::ui::app::run(&mut app).context("terminal")?;
+        crate::ui::app::run_app(&mut app).context("terminal")?;
         return Ok(ExitCode::SUCCESS);
     }
 

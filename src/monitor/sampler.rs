@@ -210,6 +210,15 @@ impl Sampler {
     }
 }
 
+impl Sampler {
+    /// Hands the receiving end to a consumer that polls it (the TUI); the
+    /// thread keeps running until the sampler is dropped.
+    pub fn take_feed(&mut self) -> Option<Receiver<Snapshot>> {
+        let (_, dead) = mpsc::channel();
+        Some(std::mem::replace(&mut self.rx, dead))
+    }
+}
+
 impl Drop for Sampler {
     fn drop(&mut self) {
         drop(self.stop.take());

@@ -104,6 +104,11 @@ impl<'a> ReplayApp<'a> {
     }
 
     pub fn draw(&mut self, frame: &mut Frame) {
+        let area = frame.area();
+        self.draw_into(area, frame.buffer_mut());
+    }
+
+    pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
         let n = self.points.len();
         let a = self.scrub.seek(self.cursor);
         let chrome = Chrome {
@@ -124,7 +129,7 @@ impl<'a> ReplayApp<'a> {
             empty_caches: &self.empty_caches,
             iterations: &self.iterations,
         };
-        draw_state(frame, a, chrome, marks);
+        draw_state_into(a, chrome, marks, area, buf);
     }
 }
 
@@ -432,43 +437,25 @@ impl<D: Device> SynthApp<D> {
     }
 }
 
-/// Runs a synthetic app until it quits: `speed` requests every 50 ms
-/// unless paused or done.
-pub fn run_demo<D: Device>(app: &mut SynthApp<D>) -> std::io::Result<()> {
-    let term_flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(sig, term_flag.clone())?;
+/// An app the terminal loop drives.
+pub trait Interactive {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer);
+    fn handle_key(&mut self, k: KeyEvent);
+    fn quit(&self) -> bool;
+    /// How long to wait for input before `tick`.
+    fn wait(&self) -> Duration {
+        Duration::from_millis(250)
     }
-    let mut terminal = ratatui::init();
-    let result = (|| -> std::io::Result<()> {
-        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
-            terminal.draw(|f| {
-                let area = f.area();
-                app.draw_into(area, f.buffer_mut())
-            })?;
-            let running = !app.paused && *app.driver.progress() == Progress::Running;
-            // While paused or done nothing changes: wait for input alone.
-            let wait = if running { Duration::from_millis(50) } else { Duration::from_millis(250) };
-            if event::poll(wait)? {
-                if let Event::Key(k) = event::read()? {
-                    if k.kind == KeyEventKind::Press {
-                        app.handle_key(k);
-                    }
-                }
-            } else if running {
-                let n = app.speed;
-                app.advance(n);
-            }
-        }
-        Ok(())
-    })();
-    ratatui::restore();
-    result
+    /// Runs when no input came within `wait`; true when the screen changed.
+    fn tick(&mut self) -> bool {
+        false
+    }
 }
 
-/// Runs the app in the terminal until it quits. Blocks on input (with a
-/// timeout only to notice SIGTERM): an idle screen costs no CPU.
-pub fn run(app: &mut ReplayApp) -> std::io::Result<()> {
+/// Runs an app in the terminal until it quits, SIGTERM or SIGHUP: draws
+/// only when something changed, so an idle screen costs no CPU. The
+/// terminal is restored on every way out (panics: ratatui's hook).
+pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     let term_flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(sig, term_flag.clone())?;
@@ -476,12 +463,15 @@ pub fn run(app: &mut ReplayApp) -> std::io::Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> std::io::Result<()> {
         let mut dirty = true;
-        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
+        while !app.quit() && !term_flag.load(Ordering::Relaxed) {
             if dirty {
-                terminal.draw(|f| app.draw(f))?;
+                terminal.draw(|f| {
+                    let area = f.area();
+                    app.draw_into(area, f.buffer_mut())
+                })?;
                 dirty = false;
             }
-            if event::poll(Duration::from_millis(250))? {
+            if event::poll(app.wait())? {
                 match event::read()? {
                     Event::Key(k) if k.kind == KeyEventKind::Press => {
                         app.handle_key(k);
@@ -490,10 +480,58 @@ pub fn run(app: &mut ReplayApp) -> std::io::Result<()> {
                     Event::Resize(..) => dirty = true,
                     _ => {}
                 }
+            } else {
+                dirty |= app.tick();
             }
         }
         Ok(())
     })();
     ratatui::restore();
     result
+}
+
+impl Interactive for ReplayApp<'_> {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        ReplayApp::draw_into(self, area, buf)
+    }
+    fn handle_key(&mut self, k: KeyEvent) {
+        ReplayApp::handle_key(self, k)
+    }
+    fn quit(&self) -> bool {
+        self.screen.quit
+    }
+}
+
+impl<D: Device> Interactive for SynthApp<D> {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        SynthApp::draw_into(self, area, buf)
+    }
+    fn handle_key(&mut self, k: KeyEvent) {
+        SynthApp::handle_key(self, k)
+    }
+    fn quit(&self) -> bool {
+        self.screen.quit
+    }
+    /// 50 ms ticks while running; paused or done, input alone.
+    fn wait(&self) -> Duration {
+        if self.running() {
+            Duration::from_millis(50)
+        } else {
+            Duration::from_millis(250)
+        }
+    }
+    fn tick(&mut self) -> bool {
+        if !self.running() {
+            return false;
+        }
+        let n = self.speed;
+        self.advance(n);
+        true
+    }
+}
+
+impl<D: Device> SynthApp<D> {
+    fn running(&self) -> bool {
+        !self.paused && *self.driver.progress() == Progress::Running
+    }
 }

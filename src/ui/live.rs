@@ -46,6 +46,8 @@ pub struct LiveApp {
     color: bool,
     status: String,
     series_cap: usize,
+    /// Where snapshots arrive from (the sampler thread).
+    pub feed: Option<std::sync::mpsc::Receiver<Snapshot>>,
 }
 
 impl LiveApp {
@@ -64,6 +66,7 @@ impl LiveApp {
             color,
             status: String::new(),
             series_cap: DAY_AT_1HZ,
+            feed: None,
         }
     }
 
@@ -337,44 +340,26 @@ impl LiveApp {
     }
 }
 
-/// Runs the live view until it quits: draws when a snapshot or a key
-/// arrives, and otherwise sleeps in `poll`.
-pub fn run_live(app: &mut LiveApp, rx: &std::sync::mpsc::Receiver<Snapshot>) -> std::io::Result<()> {
-    use crossterm::event::{self, Event, KeyEventKind};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    let term_flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(sig, term_flag.clone())?;
+impl super::app::Interactive for LiveApp {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        LiveApp::draw_into(self, area, buf)
     }
-    let mut terminal = ratatui::init();
-    let result = (|| -> std::io::Result<()> {
-        let mut dirty = true;
-        while !app.screen.quit && !term_flag.load(Ordering::Relaxed) {
-            while let Ok(s) = rx.try_recv() {
-                app.ingest(s);
-                dirty = true;
-            }
-            if dirty {
-                terminal.draw(|f| {
-                    let area = f.area();
-                    app.draw_into(area, f.buffer_mut())
-                })?;
-                dirty = false;
-            }
-            if event::poll(std::time::Duration::from_millis(100))? {
-                match event::read()? {
-                    Event::Key(k) if k.kind == KeyEventKind::Press => {
-                        app.handle_key(k);
-                        dirty = true;
-                    }
-                    Event::Resize(..) => dirty = true,
-                    _ => {}
-                }
-            }
+    fn handle_key(&mut self, k: KeyEvent) {
+        LiveApp::handle_key(self, k)
+    }
+    fn quit(&self) -> bool {
+        self.screen.quit
+    }
+    fn wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(100)
+    }
+    /// Takes what the sampler sent; redraws only when something came.
+    fn tick(&mut self) -> bool {
+        let got: Vec<Snapshot> = self.feed.as_ref().map(|rx| rx.try_iter().collect()).unwrap_or_default();
+        let changed = !got.is_empty();
+        for s in got {
+            self.ingest(s);
         }
-        Ok(())
-    })();
-    ratatui::restore();
-    result
+        changed
+    }
 }
