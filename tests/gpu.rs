@@ -160,3 +160,96 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// A real PyTorch process publishing beside `gpumem-top record`: every
+/// sample equals what `torch.cuda.memory_stats()` said in that phase, and
+/// NVML's per-process used memory covers the reserved bytes.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_pytorch_process_publishes_what_torch_reports() {
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let dir = std::env::temp_dir().join(format!("gpumem-gpu-pub-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("phases.log");
+    // Memory holds still within each phase: what torch reports at its start
+    // is what any reading inside it must see.
+    let script = format!(
+        r#"
+import os, sys, time, torch, gpumem_top_publish as g
+d = {dir:?}
+g.start(interval=0.2, directory=d)
+keep = []
+out = open({log:?}, "w")
+print("ready", flush=True)
+for k in range(8):
+    keep.append(torch.empty((k + 1) * (96 << 20), dtype=torch.uint8, device="cuda"))
+    if k % 3 == 2:
+        del keep[0]
+    torch.cuda.synchronize()
+    s = torch.cuda.memory_stats()
+    t0 = time.time()
+    time.sleep(1.0)
+    t1 = time.time()
+    out.write("%f %f %d %d\n" % (t0, t1, s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]))
+    out.flush()
+"#,
+        dir = dir.display().to_string(),
+        log = log.display().to_string()
+    );
+    let mut py = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .env("PYTHONPATH", format!("{root}/assets/python"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(py.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let rec = dir.join("rec.jsonl");
+    let out = Command::new(bin())
+        .args(["record", "--interval", "250", "--count", "30", "--publish-dir"])
+        .arg(&dir)
+        .arg("-o")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pid = py.id();
+    assert!(py.wait().unwrap().success());
+    let phases: Vec<(f64, f64, u64, u64)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap())
+        })
+        .collect();
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let (mut matched, mut nvml_checked) = (0, 0);
+    for l in text.lines().skip(1) {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let Some(p) = v["publishers"].as_array().and_then(|a| a.iter().find(|p| p["pid"] == pid)) else { continue };
+        let t = p["time"].as_f64().unwrap();
+        let (a, r) = (u(p, "allocated_bytes"), u(p, "reserved_bytes"));
+        if let Some(ph) = phases.iter().find(|ph| t > ph.0 + 0.01 && t < ph.1 - 0.01) {
+            assert_eq!((a, r), (ph.2, ph.3), "sample at {t} in phase {ph:?}");
+            matched += 1;
+        }
+        let used = v["gpus"][0]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["pid"] == pid)
+            .and_then(|q| q["used_bytes"].as_u64());
+        if let Some(used) = used {
+            assert!(used >= r, "NVML {used} < reserved {r}");
+            nvml_checked += 1;
+        }
+    }
+    println!("publisher: {matched} samples equal torch.cuda.memory_stats() of their phase; NVML >= reserved in {nvml_checked}; phases {phases:?}");
+    assert!(matched >= 8, "{matched} samples matched");
+    assert!(nvml_checked >= 8);
+    let _ = std::fs::remove_dir_all(&dir);
+}

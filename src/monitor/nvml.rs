@@ -2,20 +2,41 @@
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::HashMap;
 
 use super::{procfs, GpuQuery, GpuSample, MigSample, ProcessSample};
 
-/// The real NVML.
+/// What rarely changes about a GPU, asked for once a minute rather than at
+/// every sample (each NVML call is a driver round trip).
+#[derive(Default)]
+struct Fixed {
+    name: Option<String>,
+    uuid: Option<String>,
+    mig: bool,
+    asked: Option<std::time::Instant>,
+}
+
+/// The real NVML. The library stays loaded for the life of the process
+/// (leaked on purpose), so device handles are looked up once and kept.
 pub struct NvmlQuery {
-    nvml: Nvml,
+    nvml: &'static Nvml,
+    devices: HashMap<u32, Device<'static>>,
+    fixed: HashMap<u32, Fixed>,
     pids: procfs::PidMap,
 }
+
+const FIXED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl NvmlQuery {
     pub fn open() -> Result<Self, String> {
         let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
-        Ok(NvmlQuery { nvml, pids: procfs::PidMap::default() })
+        Ok(NvmlQuery {
+            nvml: Box::leak(Box::new(nvml)),
+            devices: HashMap::new(),
+            fixed: HashMap::new(),
+            pids: procfs::PidMap::default(),
+        })
     }
 }
 
@@ -33,16 +54,27 @@ impl GpuQuery for NvmlQuery {
 
     fn sample(&mut self, index: u32) -> GpuSample {
         let mut s = GpuSample { index, ..Default::default() };
-        let dev = match self.nvml.device_by_index(index) {
-            Ok(d) => d,
-            Err(e) => {
-                s.errors.push(format!("device {index}: {e}"));
-                return s;
+        if let std::collections::hash_map::Entry::Vacant(e) = self.devices.entry(index) {
+            match self.nvml.device_by_index(index) {
+                Ok(d) => {
+                    e.insert(d);
+                }
+                Err(err) => {
+                    s.errors.push(format!("device {index}: {err}"));
+                    return s;
+                }
             }
-        };
-        let mut note = |what: &str, e: NvmlError| s.errors.push(format!("{what}: {e}"));
-        let name = dev.name().map_err(|e| note("name", e)).ok();
-        let uuid = dev.uuid().map_err(|e| note("uuid", e)).ok();
+        }
+        let dev = &self.devices[&index];
+        let mut errors = Vec::new();
+        let mut note = |what: &str, e: NvmlError| errors.push(format!("{what}: {e}"));
+        let fixed = self.fixed.entry(index).or_default();
+        if fixed.asked.is_none_or(|t| t.elapsed() > FIXED_EVERY) {
+            fixed.name = dev.name().map_err(|e| note("name", e)).ok();
+            fixed.uuid = dev.uuid().map_err(|e| note("uuid", e)).ok();
+            fixed.mig = dev.mig_mode().map(|m| m.current == 1).unwrap_or(false);
+            fixed.asked = Some(std::time::Instant::now());
+        }
         let mem = dev.memory_info().map_err(|e| note("memory", e)).ok();
         let util = dev.utilization_rates().map_err(|e| note("utilization", e)).ok();
         let mut procs = Vec::new();
@@ -50,16 +82,8 @@ impl GpuQuery for NvmlQuery {
             Ok(p) => procs.extend(p),
             Err(e) => note("processes", e),
         }
-        if let Ok(p) = dev.running_graphics_processes() {
-            for g in p {
-                if !procs.iter().any(|c| c.pid == g.pid) {
-                    procs.push(g);
-                }
-            }
-        }
-        let mig_on = dev.mig_mode().map(|m| m.current == 1).unwrap_or(false);
         let mut mig = Vec::new();
-        if mig_on {
+        if fixed.mig {
             for i in 0..dev.mig_device_count().unwrap_or(0) {
                 if let Ok(m) = dev.mig_device_by_index(i) {
                     let mem = m.memory_info().ok();
@@ -72,8 +96,9 @@ impl GpuQuery for NvmlQuery {
                 }
             }
         }
-        s.name = name;
-        s.uuid = uuid;
+        s.name = fixed.name.clone();
+        s.uuid = fixed.uuid.clone();
+        s.errors = errors;
         if let Some(m) = mem {
             (s.total_bytes, s.used_bytes, s.free_bytes) = (Some(m.total), Some(m.used), Some(m.free));
         }

@@ -9,7 +9,12 @@ use std::path::Path;
 #[derive(Debug, Default, Clone)]
 pub struct PidMap {
     outer_to_local: HashMap<u32, u32>,
+    scanned: Option<std::time::Instant>,
 }
+
+/// A PID from another container stays invisible: rescan /proc for it at
+/// most this often.
+const RESCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The PIDs of `status` text's NSpid line, outermost first.
 pub fn nspids(status: &str) -> Vec<u32> {
@@ -23,8 +28,12 @@ pub fn nspids(status: &str) -> Vec<u32> {
 impl PidMap {
     /// Rescans /proc when a PID is neither visible nor mapped.
     pub fn refresh_if_missing(&mut self, pids: impl Iterator<Item = u32>) {
+        if self.scanned.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+            return;
+        }
         let missing = pids.into_iter().any(|p| !self.outer_to_local.contains_key(&p) && !exists(p));
         if missing {
+            self.scanned = Some(std::time::Instant::now());
             self.rescan(Path::new("/proc"));
         }
     }

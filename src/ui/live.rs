@@ -351,7 +351,7 @@ impl super::app::Interactive for LiveApp {
         self.screen.quit
     }
     fn wait(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(100)
+        std::time::Duration::from_millis(200)
     }
     /// Takes what the sampler sent; redraws only when something came.
     fn tick(&mut self) -> bool {

@@ -1,0 +1,59 @@
+//! Per-sample cost of the live view: parsing a publisher's file, taking a
+//! snapshot, ingesting it and drawing a 200x50 frame (GPT-2 at its peak).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use gpumem_top::alloc::BlockState;
+use gpumem_top::monitor::publisher::{self, parse_bytes};
+use gpumem_top::monitor::sampler::{DemoSource, Source};
+use gpumem_top::ui::live::LiveApp;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use serde_json::json;
+
+/// A publisher file of the demo's GPT-2 loop after 3,000 requests.
+fn file() -> Vec<u8> {
+    let mut d = DemoSource::new(42);
+    d.advance(3000);
+    let s = d.snapshot_now();
+    let p = &s.publishers[0];
+    let segs: Vec<_> = p
+        .segments
+        .iter()
+        .map(|s| {
+            json!({"address": s.address, "total_size": s.total_size, "stream": 0, "segment_type": s.segment_type,
+                   "is_expandable": false, "blocks": s.blocks.iter().map(|b| (b.size, b.requested_size, match b.state {
+                       BlockState::ActiveAllocated => 0, BlockState::ActivePendingFree => 1, BlockState::Inactive => 2 })).collect::<Vec<_>>()})
+        })
+        .collect();
+    serde_json::to_vec(&json!({"version": 1, "pid": 1, "device": 0, "time": 1.0, "stats": p.stats, "segments": segs}))
+        .unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let bytes = file();
+    let path = std::path::Path::new("x.json");
+    let blocks: usize = parse_bytes(&bytes, path).unwrap().segments.iter().map(|s| s.blocks.len()).sum();
+    eprintln!("publisher file: {} bytes, {blocks} blocks", bytes.len());
+    c.bench_function("live/parse_publisher_file", |b| b.iter(|| parse_bytes(&bytes, path).unwrap()));
+    let mut d = DemoSource::new(42);
+    d.advance(3000);
+    let snap = d.snapshot_now();
+    let mut app = LiveApp::new("live".into(), None, true);
+    let area = Rect::new(0, 0, 200, 50);
+    let mut buf = Buffer::empty(area);
+    c.bench_function("live/ingest_and_draw_200x50", |b| {
+        b.iter(|| {
+            app.ingest(snap.clone());
+            app.draw_into(area, &mut buf);
+        })
+    });
+    let _ = publisher::DEFAULT_CAP;
+    let _ = d.describe();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

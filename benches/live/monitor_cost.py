@@ -1,0 +1,84 @@
+"""CPU and memory of GPU monitors over 60 s, each drawing in its own
+pseudo-terminal, beside a GPT-2 training process that publishes its state.
+
+    python3 benches/live/monitor_cost.py GPUMEM_TOP_BINARY [SECONDS]
+
+Prints one JSON line per monitor: CPU seconds used, share of one core,
+peak RSS (VmHWM) and RSS at the end. nvitop runs where it imports.
+"""
+import fcntl, json, os, pty, select, signal, struct, subprocess, sys, termios, time
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / HZ  # utime + stime
+
+
+def mem(pid):
+    out = {}
+    for line in open("/proc/%d/status" % pid):
+        k, _, v = line.partition(":")
+        if k in ("VmHWM", "VmRSS"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def spawn_pty(argv, cols=200, rows=50):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm-256color"
+        os.execvp(argv[0], argv)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    os.kill(pid, signal.SIGWINCH)
+    return pid, fd
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
+    here = os.path.dirname(os.path.abspath(__file__))
+    load = subprocess.Popen([sys.executable, os.path.join(here, "gpu_load.py"), "run", str(seconds + 25)],
+                            stdout=subprocess.PIPE, text=True)
+    assert load.stdout.readline().strip() == "training"
+    time.sleep(3)
+    monitors = {
+        "gpumem-top (TUI, --interval 500)": [binary, "--interval", "500"],
+        "nvitop 1.7.2 (--interval 0.5)": [sys.executable, "-m", "nvitop", "--interval", "0.5"],
+    }
+    procs = {}
+    for name, argv in monitors.items():
+        procs[name] = spawn_pty(argv)
+    smi = subprocess.Popen(["nvidia-smi", "--loop-ms=500"], stdout=subprocess.DEVNULL)
+    time.sleep(5)  # start-up (imports, NVML init) is not the steady cost
+    pids = {name: p for name, (p, _) in procs.items()}
+    pids["nvidia-smi --loop-ms=500"] = smi.pid
+    start = {n: cpu_seconds(p) for n, p in pids.items() if os.path.exists("/proc/%d" % p)}
+    t0 = time.time()
+    fds = [fd for _, fd in procs.values()]
+    while time.time() - t0 < seconds:
+        r, _, _ = select.select(fds, [], [], 0.2)
+        for fd in r:
+            try:
+                os.read(fd, 65536)
+            except OSError:
+                fds.remove(fd)
+    wall = time.time() - t0
+    for n, p in pids.items():
+        if n not in start or not os.path.exists("/proc/%d" % p):
+            print(json.dumps({"monitor": n, "error": "not running"}))
+            continue
+        used = cpu_seconds(p) - start[n]
+        print(json.dumps({"monitor": n, "seconds": round(wall, 1), "cpu_seconds": round(used, 3),
+                          "core_percent": round(100 * used / wall, 3), **mem(p)}), flush=True)
+    for n, p in pids.items():
+        try:
+            os.kill(p, signal.SIGTERM)
+        except OSError:
+            pass
+    load.wait()
+
+
+if __name__ == "__main__":
+    main()
