@@ -41,6 +41,12 @@ fn bench(c: &mut Criterion) {
     let mut app = LiveApp::new("live".into(), None, true);
     let area = Rect::new(0, 0, 200, 50);
     let mut buf = Buffer::empty(area);
+    app.ingest(snap.clone());
+    c.bench_function("live/draw_200x50", |b| b.iter(|| app.draw_into(area, &mut buf)));
+    c.bench_function("live/ingest", |b| b.iter(|| app.ingest(snap.clone())));
+    let mut src = DemoSource::new(42);
+    src.advance(3000);
+    c.bench_function("live/demo_snapshot", |b| b.iter(|| src.snapshot_now()));
     c.bench_function("live/ingest_and_draw_200x50", |b| {
         b.iter(|| {
             app.ingest(snap.clone());

@@ -36,6 +36,10 @@ pub struct LiveArgs {
     /// Print every GPU and process once as JSON, like `gpustat --json`.
     #[arg(long)]
     pub json: bool,
+    /// Where samples come from: NVML and the publisher directory, or the
+    /// simulated device running the demo's training loop.
+    #[arg(long, value_enum, default_value_t = SourceKind::Live)]
+    pub source: SourceKind,
     /// Alert when a GPU's used memory is over this share (0-1).
     #[arg(long, value_name = "F", default_value_t = 0.9)]
     pub alert_usage: f64,
@@ -155,7 +159,10 @@ fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
 pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     let thresholds = args.thresholds()?;
     let interval = args.interval()?;
-    let source = live_source(args)?;
+    let source = match args.source {
+        SourceKind::Live => live_source(args)?,
+        SourceKind::Demo => Some(Box::new(DemoSource::new(42)) as Box<dyn Source>),
+    };
     if args.json {
         let (mut src, name): (Box<dyn Source>, &str) = match source {
             Some(s) => (s, "nvml"),
@@ -185,15 +192,21 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     };
     one_malloc_arena();
     let mut sampler = Sampler::spawn(src, interval);
-    let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
+    let (name, banner) = match args.source {
+        SourceKind::Live => ("live (NVML)", None),
+        SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
+    };
+    let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
     app.thresholds = thresholds;
     app.feed = sampler.take_feed();
     crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// A monitor runs for days beside training: one malloc arena keeps the
-/// sampler thread from holding a second heap (about 2 MB of RSS).
+/// A monitor runs for days beside training, so its heap stays small: one
+/// malloc arena (the sampler thread would otherwise hold a second heap), and
+/// a fixed mmap threshold so large buffers go back to the system when freed
+/// instead of raising the threshold and staying in the heap.
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -201,9 +214,11 @@ fn one_malloc_arena() {
             fn mallopt(param: i32, value: i32) -> i32;
         }
         const M_ARENA_MAX: i32 = -8;
-        // SAFETY: glibc's mallopt, called before any other thread exists.
+        const M_MMAP_THRESHOLD: i32 = -3;
+        // SAFETY: glibc's mallopt, called before the sampler thread exists.
         unsafe {
             mallopt(M_ARENA_MAX, 1);
+            mallopt(M_MMAP_THRESHOLD, 64 << 10);
         }
     }
 }
@@ -227,8 +242,6 @@ pub struct RecordArgs {
     /// The JSON-lines file to write (one snapshot per line after a header).
     #[arg(short = 'o', long = "output", value_name = "PATH.jsonl")]
     pub output: PathBuf,
-    #[arg(long, value_enum, default_value_t = SourceKind::Live)]
-    pub source: SourceKind,
     /// Stop after this many samples (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -238,7 +251,7 @@ pub struct RecordArgs {
 pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let thresholds = args.live.thresholds()?;
     let interval = args.live.interval()?;
-    let (src, name) = source_for(args.source, &args.live)?;
+    let (src, name) = source_for(args.live.source, &args.live)?;
     let file = std::fs::File::create(&args.output)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.output.display()))))?;
     let mut w = std::io::BufWriter::new(file);
@@ -341,15 +354,13 @@ pub struct ServeArgs {
     /// Address to listen on (port 0: any free port, printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
     pub listen: String,
-    #[arg(long, value_enum, default_value_t = SourceKind::Live)]
-    pub source: SourceKind,
 }
 
 /// `serve`: Prometheus text exposition on /metrics, sampled every interval.
 pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let thresholds = args.live.thresholds()?;
     let interval = args.live.interval()?;
-    let (src, name) = source_for(args.source, &args.live)?;
+    let (src, name) = source_for(args.live.source, &args.live)?;
     one_malloc_arena();
     let listener =
         TcpListener::bind(&args.listen).map_err(|e| anyhow!(InputError(format!("--listen {}: {e}", args.listen))))?;

@@ -21,6 +21,8 @@ struct Fixed {
 /// (leaked on purpose), so device handles are looked up once and kept.
 pub struct NvmlQuery {
     nvml: &'static Nvml,
+    /// GPUs do not come and go under a running driver: counted once a minute.
+    count: Option<(u32, std::time::Instant)>,
     devices: HashMap<u32, Device<'static>>,
     fixed: HashMap<u32, Fixed>,
     pids: procfs::PidMap,
@@ -33,6 +35,7 @@ impl NvmlQuery {
         let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
         Ok(NvmlQuery {
             nvml: Box::leak(Box::new(nvml)),
+            count: None,
             devices: HashMap::new(),
             fixed: HashMap::new(),
             pids: procfs::PidMap::default(),
@@ -49,7 +52,14 @@ fn used(m: UsedGpuMemory) -> Option<u64> {
 
 impl GpuQuery for NvmlQuery {
     fn device_count(&mut self) -> Result<u32, String> {
-        self.nvml.device_count().map_err(|e| format!("NVML: {e}"))
+        if let Some((n, at)) = self.count {
+            if at.elapsed() < FIXED_EVERY {
+                return Ok(n);
+            }
+        }
+        let n = self.nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+        self.count = Some((n, std::time::Instant::now()));
+        Ok(n)
     }
 
     fn sample(&mut self, index: u32) -> GpuSample {

@@ -356,9 +356,18 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, bu
             Style::default()
         };
         buf.set_stringn(inner.x, y, &label, label_w, style);
+        // Cells are written directly: set_string would segment graphemes
+        // for every one-glyph string, most of a frame's cost.
         for (i, c) in segment_cells(seg, cells_w).into_iter().enumerate() {
-            buf.set_string(inner.x + (label_w + 1 + i) as u16, y, c.glyph().to_string(), theme.fg(c.color()));
+            put(buf, inner.x + (label_w + 1 + i) as u16, y, c.glyph(), theme.fg(c.color()));
         }
+    }
+}
+
+/// One glyph into one cell (no-op outside the buffer).
+fn put(buf: &mut Buffer, x: u16, y: u16, glyph: char, style: Style) {
+    if let Some(cell) = buf.cell_mut((x, y)) {
+        cell.set_char(glyph).set_style(style);
     }
 }
 
@@ -402,7 +411,7 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
             if selected {
                 style = style.add_modifier(Modifier::REVERSED);
             }
-            buf.set_string(area.x + x, area.y + y, c.glyph().to_string(), style);
+            put(buf, area.x + x, area.y + y, c.glyph(), style);
             i += 1;
         }
         shown += 1;
