@@ -1,7 +1,7 @@
 """CPU and memory of GPU monitors over 60 s, each drawing in its own
 pseudo-terminal, beside a GPT-2 training process that publishes its state.
 
-    python3 benches/live/monitor_cost.py GPUMEM_TOP_BINARY [SECONDS]
+    python3 benches/live/monitor_cost.py GPUMEM_TOP_BINARY [SECONDS] [NVML_LOOP_BINARY]
 
 Prints one JSON line per monitor: CPU seconds used, share of one core,
 peak RSS (VmHWM) and RSS at the end. nvitop runs where it imports.
@@ -51,9 +51,14 @@ def main():
     for name, argv in monitors.items():
         procs[name] = spawn_pty(argv)
     smi = subprocess.Popen(["nvidia-smi", "--loop-ms=500"], stdout=subprocess.DEVNULL)
+    bare = None
+    if len(sys.argv) > 3:
+        bare = subprocess.Popen([sys.argv[3], str(int(seconds + 30))], stdout=subprocess.DEVNULL)
     time.sleep(5)  # start-up (imports, NVML init) is not the steady cost
     pids = {name: p for name, (p, _) in procs.items()}
     pids["nvidia-smi --loop-ms=500"] = smi.pid
+    if bare:
+        pids["bare Rust loop: NVML memory, utilization, processes every 500 ms"] = bare.pid
     start = {n: cpu_seconds(p) for n, p in pids.items() if os.path.exists("/proc/%d" % p)}
     t0 = time.time()
     fds = [fd for _, fd in procs.values()]
