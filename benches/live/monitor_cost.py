@@ -16,6 +16,20 @@ def cpu_seconds(pid):
     return (int(f[11]) + int(f[12])) / HZ  # utime + stime
 
 
+def threads(pid):
+    """CPU seconds per thread name (summed over threads of one name)."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            stat = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        f = stat.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / HZ
+    return out
+
+
 def mem(pid):
     out = {}
     for line in open("/proc/%d/status" % pid):
@@ -46,7 +60,11 @@ def main():
     monitors = {
         "gpumem-top (TUI, --interval 500)": [binary, "--interval", "500"],
         "nvitop 1.7.2 (--interval 0.5)": [sys.executable, "-m", "nvitop", "--interval", "0.5"],
+        # Diagnostics: the same TUI without NVML, and NVML without a publisher.
+        "gpumem-top --source demo (no NVML)": [binary, "--source", "demo"],
+        "gpumem-top, no publisher": [binary, "--publish-dir", "/tmp/gpumem-top-empty"],
     }
+    os.makedirs("/tmp/gpumem-top-empty", mode=0o700, exist_ok=True)
     procs = {}
     for name, argv in monitors.items():
         procs[name] = spawn_pty(argv)
@@ -60,6 +78,7 @@ def main():
     if bare:
         pids["bare Rust loop: NVML memory, utilization, processes every 500 ms"] = bare.pid
     start = {n: cpu_seconds(p) for n, p in pids.items() if os.path.exists("/proc/%d" % p)}
+    start_threads = {n: threads(p) for n, p in pids.items() if os.path.exists("/proc/%d" % p)}
     t0 = time.time()
     fds = [fd for _, fd in procs.values()]
     while time.time() - t0 < seconds:
@@ -75,8 +94,10 @@ def main():
             print(json.dumps({"monitor": n, "error": "not running"}))
             continue
         used = cpu_seconds(p) - start[n]
+        per = {t: round(v - start_threads[n].get(t, 0.0), 2) for t, v in threads(p).items()}
         print(json.dumps({"monitor": n, "seconds": round(wall, 1), "cpu_seconds": round(used, 3),
-                          "core_percent": round(100 * used / wall, 3), **mem(p)}), flush=True)
+                          "core_percent": round(100 * used / wall, 3), **mem(p),
+                          "threads_cpu_seconds": {t: v for t, v in per.items() if v > 0}}), flush=True)
     for n, p in pids.items():
         try:
             os.kill(p, signal.SIGTERM)

@@ -194,15 +194,24 @@ impl Sampler {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("gpumem-sampler".into())
-            .spawn(move || loop {
-                let started = Instant::now();
-                if tx.send(source.snapshot()).is_err() {
-                    return;
-                }
-                let wait = interval.saturating_sub(started.elapsed());
-                match stop_rx.recv_timeout(wait) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => return,
+            .spawn(move || {
+                let mut first = true;
+                loop {
+                    let started = Instant::now();
+                    if tx.send(source.snapshot()).is_err() {
+                        return;
+                    }
+                    if first {
+                        // Start-up (NVML's init, the first scan) leaves freed
+                        // heap behind; a monitor that runs for days gives it back.
+                        first = false;
+                        trim_heap();
+                    }
+                    let wait = interval.saturating_sub(started.elapsed());
+                    match stop_rx.recv_timeout(wait) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
                 }
             })
             .ok();
@@ -224,6 +233,20 @@ impl Drop for Sampler {
         drop(self.stop.take());
         if let Some(h) = self.handle.take() {
             let _ = h.join();
+        }
+    }
+}
+
+/// Returns freed heap memory to the system (glibc's malloc_trim).
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: glibc's malloc_trim takes no pointers.
+        unsafe {
+            malloc_trim(0);
         }
     }
 }

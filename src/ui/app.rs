@@ -452,9 +452,53 @@ pub trait Interactive {
     }
 }
 
+/// What the terminal did while we waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    Ready,
+    Timeout,
+    /// The terminal is gone.
+    HangUp,
+}
+
+/// Waits for the terminal (stdin) to have input, up to `timeout`. Our own
+/// poll(2): crossterm 0.29's tty source polls with the leftover time cut
+/// to whole milliseconds and so spins through the last millisecond of
+/// every wait (0.5% of a core at 5 waits a second).
+fn wait_input(timeout: Duration) -> Input {
+    #[repr(C)]
+    struct PollFd {
+        fd: i32,
+        events: i16,
+        revents: i16,
+    }
+    extern "C" {
+        fn poll(fds: *mut PollFd, nfds: std::ffi::c_ulong, timeout: i32) -> i32;
+    }
+    const POLLIN: i16 = 1;
+    const POLLERR: i16 = 8;
+    const POLLHUP: i16 = 16;
+    const POLLNVAL: i16 = 32;
+    let mut p = PollFd { fd: 0, events: POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { poll(&mut p, 1, ms) };
+    if n <= 0 {
+        // EINTR (a signal) counts as a timeout: the caller checks its flags.
+        Input::Timeout
+    } else if p.revents & POLLIN != 0 {
+        Input::Ready
+    } else if p.revents & (POLLHUP | POLLERR | POLLNVAL) != 0 {
+        Input::HangUp
+    } else {
+        Input::Timeout
+    }
+}
+
 /// Runs an app in the terminal until it quits, SIGTERM or SIGHUP: draws
-/// only when something changed, so an idle screen costs no CPU. The
-/// terminal is restored on every way out (panics: ratatui's hook).
+/// only when something changed (input, new data, a resize), so an idle
+/// screen costs no CPU. The terminal is restored on every way out (panics:
+/// ratatui's hook).
 pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     let term_flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
@@ -463,6 +507,7 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     let mut terminal = ratatui::init();
     let result = (|| -> std::io::Result<()> {
         let mut dirty = true;
+        let mut size = terminal.size()?;
         while !app.quit() && !term_flag.load(Ordering::Relaxed) {
             if dirty {
                 terminal.draw(|f| {
@@ -471,17 +516,34 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
                 })?;
                 dirty = false;
             }
-            if event::poll(app.wait())? {
-                match event::read()? {
-                    Event::Key(k) if k.kind == KeyEventKind::Press => {
-                        app.handle_key(k);
+            match wait_input(app.wait()) {
+                Input::HangUp => break,
+                Input::Ready => {
+                    // Input is there: crossterm returns at once. Then take
+                    // whatever else it parsed from the same read.
+                    let mut timeout = Duration::from_millis(1);
+                    while event::poll(timeout)? {
+                        match event::read()? {
+                            Event::Key(k) if k.kind == KeyEventKind::Press => {
+                                app.handle_key(k);
+                                dirty = true;
+                            }
+                            Event::Resize(..) => dirty = true,
+                            _ => {}
+                        }
+                        // Not zero: crossterm only looks at what its parser holds when it may wait.
+                        timeout = Duration::from_micros(1);
+                    }
+                }
+                Input::Timeout => {
+                    // SIGWINCH does not wake our poll: look at the size here.
+                    let now = terminal.size()?;
+                    if now != size {
+                        size = now;
                         dirty = true;
                     }
-                    Event::Resize(..) => dirty = true,
-                    _ => {}
+                    dirty |= app.tick();
                 }
-            } else {
-                dirty |= app.tick();
             }
         }
         Ok(())
