@@ -504,11 +504,22 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(sig, term_flag.clone())?;
     }
-    let mut terminal = ratatui::init();
+    let winch = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGWINCH, winch.clone())?;
+    // ratatui's init: raw mode, alternate screen, and a panic hook that
+    // restores the terminal. Its Stdout backend is replaced by one writing a
+    // whole frame at once (Stdout's line buffer made dozens of writes a frame).
+    drop(ratatui::init());
+    let backend =
+        ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
     let result = (|| -> std::io::Result<()> {
+        let mut terminal = ratatui::Terminal::new(backend)?;
         let mut dirty = true;
-        let mut size = terminal.size()?;
         while !app.quit() && !term_flag.load(Ordering::Relaxed) {
+            // SIGWINCH interrupts the wait below; the next draw resizes.
+            if winch.swap(false, Ordering::Relaxed) {
+                dirty = true;
+            }
             if dirty {
                 terminal.draw(|f| {
                     let area = f.area();
@@ -535,15 +546,7 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
                         timeout = Duration::from_micros(1);
                     }
                 }
-                Input::Timeout => {
-                    // SIGWINCH does not wake our poll: look at the size here.
-                    let now = terminal.size()?;
-                    if now != size {
-                        size = now;
-                        dirty = true;
-                    }
-                    dirty |= app.tick();
-                }
+                Input::Timeout => dirty |= app.tick(),
             }
         }
         Ok(())
