@@ -26,6 +26,8 @@ pub struct NvmlQuery {
     devices: HashMap<u32, Device<'static>>,
     fixed: HashMap<u32, Fixed>,
     pids: procfs::PidMap,
+    /// Command lines by PID, read once per process.
+    commands: HashMap<u32, Option<String>>,
 }
 
 const FIXED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
@@ -39,6 +41,7 @@ impl NvmlQuery {
             devices: HashMap::new(),
             fixed: HashMap::new(),
             pids: procfs::PidMap::default(),
+            commands: HashMap::new(),
         })
     }
 }
@@ -117,16 +120,14 @@ impl GpuQuery for NvmlQuery {
         }
         s.mig = mig;
         self.pids.refresh_if_missing(procs.iter().map(|p| p.pid));
+        // Forget processes that are gone, so a reused PID is read afresh.
+        self.commands.retain(|pid, _| procs.iter().any(|p| p.pid == *pid));
         s.processes = procs
             .into_iter()
             .map(|p| {
                 let local = self.pids.local(p.pid);
-                ProcessSample {
-                    pid: p.pid,
-                    local_pid: local,
-                    command: local.and_then(procfs::command),
-                    used_bytes: used(p.used_gpu_memory),
-                }
+                let command = self.commands.entry(p.pid).or_insert_with(|| local.and_then(procfs::command)).clone();
+                ProcessSample { pid: p.pid, local_pid: local, command, used_bytes: used(p.used_gpu_memory) }
             })
             .collect();
         s
