@@ -28,19 +28,11 @@ enum Command {
     /// Drive the caching allocator with a synthetic training loop (GPU or simulated).
     Synth(cli::SynthArgs),
     /// Write a view of a trace as SVG, PNG or text.
-    Export {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
-    },
+    Export(cli::ExportArgs),
     /// Sample live state headless into a JSON-lines file (`replay` shows it).
     Record(cli::RecordArgs),
     /// Serve Prometheus metrics on /metrics.
     Serve(cli::ServeArgs),
-}
-
-fn not_built(what: &str, issue: u32) -> ExitCode {
-    eprintln!("gpumem-top: `{what}` is not built yet (tracked in issue #{issue}); nothing was run");
-    ExitCode::from(1)
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -72,7 +64,7 @@ fn main() -> ExitCode {
         Some(Command::Live(args)) => cli::live(&args, NO_GPU),
         Some(Command::Demo) => return demo("demo: simulated device"),
         Some(Command::Synth(args)) => cli::synth(&args),
-        Some(Command::Export { .. }) => return not_built("export", 7),
+        Some(Command::Export(args)) => cli::export(&args),
         Some(Command::Record(args)) => cli::record(&args),
         Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Replay(args)) => cli::replay(&args),

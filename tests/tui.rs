@@ -23,8 +23,12 @@ impl Pane {
         // ("server exited unexpectedly"): try again briefly.
         let mut err = String::new();
         for _ in 0..10 {
+            // Run in the temporary directory: screenshots land there.
+            let dir = std::env::temp_dir();
             let out = Command::new("tmux")
-                .args(["new-session", "-d", "-s", &name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
+                .args(["new-session", "-d", "-s", &name, "-c"])
+                .arg(&dir)
+                .args(["-x", &w.to_string(), "-y", &h.to_string(), cmd])
                 .output()
                 .expect("tmux is part of the machine image; .ci/run installs it where missing");
             if out.status.success() {
@@ -115,6 +119,14 @@ fn keys_drive_the_replay_and_the_terminal_is_restored() {
     p.keys(&["c"]);
     p.wait_for("compact: 1 cell = ");
     p.keys(&["c"]);
+    // A screenshot of the fragmentation map, written where the program runs.
+    p.keys(&["s"]);
+    let s = p.wait_for("wrote gpumem-top-llama_pressure-fragmap-event3815-");
+    let name = s.split("wrote ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().to_string();
+    let shot = std::env::temp_dir().join(&name);
+    let svg = std::fs::read_to_string(&shot).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
+    assert!(svg.starts_with("<svg") && svg.contains("llama_pressure.pickle.gz · event 3815 of 4547 (peak)"));
+    let _ = std::fs::remove_file(&shot);
     p.keys(&["Tab", "?"]);
     let s = p.wait_for("jump to the peak");
     assert!(s.contains("┌ help"), "{s}");
@@ -160,6 +172,14 @@ fn sigterm_restores_the_terminal() {
         assert!(start.elapsed() < Duration::from_secs(10), "the demo does not advance");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // `s` in the running demo writes its fragmentation map.
+    p.keys(&["s"]);
+    let s = p.wait_for("wrote gpumem-top-gpt2-fragmap-iteration");
+    let name = s.split("wrote ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().to_string();
+    let shot = std::env::temp_dir().join(&name);
+    let svg = std::fs::read_to_string(&shot).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
+    assert!(svg.contains("Fragmentation map ─ demo: synthetic GPT-2 training loop · iteration"), "{}", &svg[..400]);
+    let _ = std::fs::remove_file(&shot);
     let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let s = p.wait_for("EXITED rc=0");

@@ -584,3 +584,93 @@ fn summary_text(
     }
     o
 }
+
+#[derive(Args, Debug, Clone)]
+pub struct ExportArgs {
+    /// A PyTorch memory snapshot that replays exactly (.pickle, .pickle.gz).
+    pub trace: PathBuf,
+    #[arg(long, value_enum)]
+    pub view: crate::export::picture::ViewKind,
+    /// The moment shown: an event index, peak (default), oom or end.
+    #[arg(long, value_name = "EVENT|peak|oom|end")]
+    pub at: Option<At>,
+    #[arg(long, value_enum)]
+    pub format: crate::export::picture::Format,
+    /// Where to write (default: TRACE-VIEW-AT.FORMAT here; `-`: stdout).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Picture width in pixels (SVG and PNG).
+    #[arg(long, value_name = "PX", default_value_t = 1600)]
+    pub width: u32,
+    /// Text without ANSI colours.
+    #[arg(long)]
+    pub plain: bool,
+    /// Per-process memory limit in bytes (as the run had it).
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<u64>,
+    /// Which device of a multi-GPU snapshot (default: the busiest).
+    #[arg(long, value_name = "N")]
+    pub device: Option<i32>,
+}
+
+/// `export`: one view of a trace at one moment, as SVG, PNG or text.
+pub fn export(args: &ExportArgs) -> Result<ExitCode> {
+    use crate::export::picture::Format;
+    if !(400..=8000).contains(&args.width) {
+        return Err(anyhow!(InputError(format!("--width must be 400..8000 pixels, got {}", args.width))));
+    }
+    let trace = load_with_progress(&args.trace)?;
+    let dev = pick_device(&trace, args.device)?;
+    if !dev.has_segment_events() || !starts_empty(dev) {
+        return Err(anyhow!(InputError(format!(
+            "{}: export needs a trace recorded from process start with segment events (this one {})",
+            args.trace.display(),
+            if dev.has_segment_events() { "starts mid-run" } else { "has no segment events" }
+        ))));
+    }
+    let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+    let mut opts = ReplayOptions::new(conf, DEFAULT_DEVICE_TOTAL);
+    opts.memory_limit = args.memory_limit;
+    let rec: &[Event] = &dev.events;
+    let exact = replay_events(rec, &opts, ());
+    if let Some(d) = &exact.divergence {
+        return Err(anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason));
+    }
+    let empty_cache_at = exact.empty_cache_at.clone();
+    drop(exact);
+    opts.stacks = std::sync::Arc::from(dev.stacks.as_slice());
+    let scrub = crate::replay::scrub::Scrubber::new(rec, &opts, &[], 1024)
+        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
+    let mut app =
+        crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name.clone(), true);
+    let last = dev.events.len().saturating_sub(1);
+    let at = args.at.unwrap_or(At::Peak);
+    app.cursor = match at {
+        At::Event(i) if i > last => {
+            return Err(anyhow!(InputError(format!("--at {i}: the trace has {} events", dev.events.len()))))
+        }
+        At::Event(i) => i,
+        At::End => last,
+        At::Oom => oom_index(&dev.events)
+            .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,
+        At::Peak => app.cursor,
+    };
+    let bytes = app.export(args.view, args.format, args.width, args.plain).map_err(|e| anyhow!(e))?;
+    let ext = match args.format {
+        Format::Svg => "svg",
+        Format::Png => "png",
+        Format::Txt => "txt",
+    };
+    let view = format!("{:?}", args.view).to_lowercase();
+    let stem = name.split('.').next().unwrap_or("trace").to_string();
+    let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{}.{ext}", app.cursor)));
+    if out.as_os_str() == "-" {
+        std::io::stdout().lock().write_all(&bytes)?;
+    } else {
+        std::fs::write(&out, &bytes).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
+        eprintln!("gpumem-top: wrote {} ({} bytes, event {})", out.display(), bytes.len(), app.cursor);
+    }
+    Ok(ExitCode::SUCCESS)
+}

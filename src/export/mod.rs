@@ -1,4 +1,6 @@
-//! Renderings of the same state for other programs: Prometheus text
-//! exposition (SVG/PNG/text screenshots come with issue #7).
+//! Renderings of the same state outside the terminal: pictures for
+//! reports (SVG, PNG, text) and Prometheus text exposition.
 
+pub mod picture;
 pub mod prometheus;
+pub mod text;

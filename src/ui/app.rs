@@ -16,6 +16,7 @@ use super::{render, Focus, SegmentOrder, View};
 use crate::alloc::{Action, AllocatorConfig, CachingAllocator, Kind, StatePoint};
 use crate::analysis::{fragmentation, size_histogram};
 use crate::device::{Device, Sim};
+use crate::export::picture::{Format, Scene, ViewKind};
 use crate::replay::scrub::Scrubber;
 use crate::trace::DeviceTrace;
 use crate::workload::driver::{Driver, OnOom, Progress};
@@ -97,7 +98,7 @@ impl<'a> ReplayApp<'a> {
                 None => self.status = " this trace has no OOM".into(),
             },
             KeyCode::Char(' ') => self.status = " a replay has nothing to pause; ←/→ step through it".into(),
-            KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
+            KeyCode::Char('s') => self.status = self.screenshot(),
             KeyCode::Char(c @ '1'..='9') => self.status = format!(" GPU {c}: a replay shows one device"),
             _ => {}
         }
@@ -106,6 +107,56 @@ impl<'a> ReplayApp<'a> {
     pub fn draw(&mut self, frame: &mut Frame) {
         let area = frame.area();
         self.draw_into(area, frame.buffer_mut());
+    }
+
+    /// `s`: the focused view as SVG in the current directory.
+    fn screenshot(&mut self) -> String {
+        let view = focused_view(&self.screen);
+        let stem = self.name.split('.').next().unwrap_or("trace").to_string();
+        let name = screenshot_name(&stem, view, &format!("event{}", self.cursor));
+        match self.export(view, Format::Svg, 1600, true) {
+            Ok(b) => save(&name, &b),
+            Err(e) => format!(" screenshot failed: {e}"),
+        }
+    }
+
+    /// A picture of `view` at the cursor: SVG, PNG, or the screen as text
+    /// (`cols` × `rows`, ANSI colours unless `plain`).
+    pub fn export(&mut self, view: ViewKind, format: Format, width: u32, plain: bool) -> Result<Vec<u8>, String> {
+        if format == Format::Txt {
+            let (cols, rows) = (160u16, 48u16);
+            let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
+            self.screen.focus = if view == ViewKind::Timeline { super::Focus::Timeline } else { super::Focus::Map };
+            let color = self.color;
+            self.color = !plain;
+            self.draw_into(buf.area, &mut buf);
+            self.color = color;
+            return Ok(crate::export::text::from_buffer(&buf, !plain).into_bytes());
+        }
+        let n = self.points.len();
+        let cursor = self.cursor;
+        let a = self.scrub.seek(cursor);
+        let segs = a.snapshot();
+        let title = format!(
+            "{} · event {cursor} of {n}{}",
+            self.name,
+            if Some(cursor) == self.peak_at { " (peak)" } else { "" }
+        );
+        let marks = Marks {
+            timeline: &self.points,
+            cursor,
+            peak_at: self.peak_at,
+            ooms: &self.ooms,
+            empty_caches: &self.empty_caches,
+            iterations: &self.iterations,
+        };
+        let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";
+        let scene = scene_of(a, &segs, title, note, marks);
+        let svg = crate::export::picture::svg(&scene, view, width);
+        match format {
+            Format::Svg => Ok(svg.into_bytes()),
+            _ => crate::export::picture::png(&svg),
+        }
     }
 
     pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
@@ -130,6 +181,60 @@ impl<'a> ReplayApp<'a> {
             iterations: &self.iterations,
         };
         draw_state_into(a, chrome, marks, area, buf);
+    }
+}
+
+/// The picture of an allocator's state with the timeline's marks.
+fn scene_of<'a, D: Device>(
+    a: &CachingAllocator<D>,
+    segs: &'a [crate::alloc::SegmentInfo],
+    title: String,
+    note: &str,
+    m: Marks<'a>,
+) -> Scene<'a> {
+    let stats = a.stats();
+    let conf = &a.config().source;
+    Scene {
+        title,
+        subtitle: format!("allocator config: {} · {note}", if conf.is_empty() { "default" } else { conf.as_str() }),
+        segments: segs,
+        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+        fragmentation: fragmentation(stats, segs),
+        timeline: m.timeline,
+        cursor: m.cursor,
+        peak_at: m.peak_at,
+        ooms: m.ooms,
+        iterations: m.iterations,
+        empty_caches: m.empty_caches,
+    }
+}
+
+/// The view a screenshot shows: the timeline when it has the focus.
+pub fn focused_view(sc: &Screen) -> ViewKind {
+    if sc.focus == super::Focus::Timeline {
+        ViewKind::Timeline
+    } else {
+        ViewKind::Fragmap
+    }
+}
+
+/// "gpumem-top-<stem>-<view>-<where>-<unix seconds>.svg"
+pub fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let v = if view == ViewKind::Timeline { "timeline" } else { "fragmap" };
+    let clean: String =
+        stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    format!("gpumem-top-{clean}-{v}-{at}-{secs}.svg")
+}
+
+/// Writes a screenshot and returns the status line saying where.
+pub fn save(name: &str, bytes: &[u8]) -> String {
+    match std::fs::write(name, bytes) {
+        Ok(()) => format!(" wrote {name}"),
+        Err(e) => format!(" screenshot failed: {name}: {e}"),
     }
 }
 
@@ -386,9 +491,30 @@ impl<D: Device> SynthApp<D> {
                 self.speed = (self.speed / 2).max(1);
                 self.status = format!(" speed ×{}", self.speed as f64 / BASE_SPEED as f64);
             }
-            KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
+            KeyCode::Char('s') => self.status = self.screenshot(),
             _ => {}
         }
+    }
+
+    /// `s`: the focused view of the run now, as SVG in the current directory.
+    fn screenshot(&mut self) -> String {
+        let view = focused_view(&self.screen);
+        let d = &self.driver;
+        let segs = d.alloc.snapshot();
+        let spec = &d.workload.spec;
+        let marks = Marks {
+            timeline: &d.points,
+            cursor: d.points.len().saturating_sub(1),
+            peak_at: d.peak_at(),
+            ooms: &d.ooms,
+            empty_caches: &d.empty_caches,
+            iterations: &d.iterations,
+        };
+        let title = format!("{} · iteration {}", self.source, d.workload.iteration());
+        let scene = scene_of(&d.alloc, &segs, title, &d.alloc.device().describe(), marks);
+        let svg = crate::export::picture::svg(&scene, view, 1600);
+        let name = screenshot_name(spec.model.name(), view, &format!("iteration{}", d.workload.iteration()));
+        save(&name, svg.as_bytes())
     }
 
     fn refresh_stacks(&mut self) {

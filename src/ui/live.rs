@@ -172,9 +172,47 @@ impl LiveApp {
                     self.screen.selected = 0;
                 }
             }
-            KeyCode::Char('s') => self.status = " screenshots are not built yet".into(),
+            KeyCode::Char('s') => self.status = self.screenshot(),
             _ => {}
         }
+    }
+
+    /// `s`: the focused view of the selected publisher, as SVG here.
+    fn screenshot(&mut self) -> String {
+        let view = super::app::focused_view(&self.screen);
+        let pubs = self.publishers();
+        let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) else {
+            return " nothing to screenshot: no process publishes its allocator state on this GPU".into();
+        };
+        let p = &h.last;
+        let points = h.series.state_points();
+        let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+        let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
+        let scene = crate::export::picture::Scene {
+            title: format!("pid {} {} · GPU {}", p.pid, p.command.clone().unwrap_or_default(), p.device),
+            subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
+            segments: &p.segments,
+            allocated: p.allocated(),
+            allocated_peak: p.stat("allocated_bytes.all.peak"),
+            reserved: p.reserved(),
+            reserved_peak: p.stat("reserved_bytes.all.peak"),
+            fragmentation: fragmentation_of(
+                p.reserved(),
+                p.allocated(),
+                p.stat("inactive_split_bytes.all.current"),
+                p.stat("requested_bytes.all.current"),
+                &p.segments,
+            ),
+            timeline: &points,
+            cursor: points.len().saturating_sub(1),
+            peak_at,
+            ooms: &ooms,
+            iterations: &[],
+            empty_caches: &[],
+        };
+        let svg = crate::export::picture::svg(&scene, view, 1600);
+        let name = super::app::screenshot_name(&format!("pid{}", p.pid), view, "live");
+        super::app::save(&name, svg.as_bytes())
     }
 
     fn gpu_lines(&self) -> Vec<Line<'static>> {

@@ -235,14 +235,17 @@ pub fn render(view: &View, area: Rect, buf: &mut Buffer) {
     render_map(view, theme, map, buf);
     render_histogram(view, theme, hist, buf);
     render_timeline(view, theme, bottom, buf);
-    Paragraph::new(Line::from(vec![
-        Span::styled(
+    // A message (a written file, an alert) goes first: it matters more than
+    // the key hints, which shrink to make room.
+    let line = if view.status.trim().is_empty() {
+        Line::from(Span::styled(
             " q quit  space pause  ←/→ step  PgUp/PgDn jump  p peak  o OOM  tab focus  s screenshot  ? help ",
             theme.fg(Color::DarkGray),
-        ),
-        Span::raw(view.status.clone()),
-    ]))
-    .render(status, buf);
+        ))
+    } else {
+        Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
+    };
+    Paragraph::new(line).render(status, buf);
     if view.help {
         render_help(theme, area, buf);
     }

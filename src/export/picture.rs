@@ -1,0 +1,409 @@
+//! Pictures of the views for reports: SVG drawn from the same state the
+//! screens show, PNG rendered from that SVG with the bundled font (so a
+//! machine with no fonts renders the same pixels), and text as the terminal
+//! shows it. Output depends only on the input: the same trace and options
+//! give byte-identical files.
+
+use std::fmt::Write;
+
+use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::analysis::{human_bytes, Fragmentation};
+
+/// Which view to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewKind {
+    Fragmap,
+    Timeline,
+    Bars,
+}
+
+/// The file format of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Svg,
+    Png,
+    Txt,
+}
+
+/// Everything a picture shows.
+#[derive(Debug, Clone)]
+pub struct Scene<'a> {
+    /// "gpt2_train.pickle.gz · event 4400 of 14327 (peak)"
+    pub title: String,
+    /// Allocator config and device.
+    pub subtitle: String,
+    pub segments: &'a [SegmentInfo],
+    pub allocated: u64,
+    pub allocated_peak: u64,
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    pub fragmentation: Fragmentation,
+    pub timeline: &'a [StatePoint],
+    pub cursor: usize,
+    pub peak_at: Option<usize>,
+    pub ooms: &'a [usize],
+    pub iterations: &'a [usize],
+    pub empty_caches: &'a [usize],
+}
+
+/// The bundled font: every PNG is drawn with it and nothing else.
+pub const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+const FAMILY: &str = "DejaVu Sans";
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Fills and patterns per block state, readable in greyscale: solid dark,
+/// cross-hatched, diagonal, dotted, white.
+const DEFS: &str = r##"<defs>
+<pattern id="waste" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#f6ad55"/><path d="M0 0L6 6M6 0L0 6" stroke="#7b341e" stroke-width="1"/></pattern>
+<pattern id="pending" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#fefcbf"/><path d="M0 6L6 0" stroke="#975a16" stroke-width="1.5"/></pattern>
+<pattern id="inactive" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" fill="#e2e8f0"/><circle cx="2.5" cy="2.5" r="0.9" fill="#4a5568"/></pattern>
+</defs>"##;
+
+fn fill(state: usize) -> &'static str {
+    ["#2c5282", "url(#waste)", "url(#pending)", "url(#inactive)", "#ffffff"][state]
+}
+const LEGEND: [&str; 5] =
+    ["allocated", "rounding waste", "pending free", "free in a used segment", "free segment (releasable)"];
+
+/// Tick step for `max` over about `n` ticks: 1, 2 or 5 times a power of two
+/// of bytes (so ticks land on round MiB/GiB).
+fn tick_step(max: u64, n: u64) -> u64 {
+    let raw = (max / n.max(1)).max(1);
+    let mut p = 1u64;
+    while p * 8 < raw {
+        p *= 8;
+    }
+    for m in [1, 2, 4, 8, 16, 32] {
+        if p * m >= raw {
+            return p * m;
+        }
+    }
+    p * 64
+}
+
+fn short(n: u64) -> String {
+    // Ticks: "512 MiB", "2 GiB" without needless decimals.
+    let s = human_bytes(n);
+    s.replace(".00 ", " ")
+}
+
+struct Svg {
+    out: String,
+    w: f64,
+}
+
+impl Svg {
+    fn text(&mut self, x: f64, y: f64, size: f64, anchor: &str, s: &str, extra: &str) {
+        let _ = writeln!(
+            self.out,
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}"{extra}>{}</text>"#,
+            esc(s)
+        );
+    }
+    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, stroke: &str) {
+        let _ = writeln!(
+            self.out,
+            r#"<rect x="{x:.2}" y="{y:.2}" width="{:.2}" height="{:.2}" fill="{fill}" stroke="{stroke}" stroke-width="0.5"/>"#,
+            w.max(0.0),
+            h.max(0.0)
+        );
+    }
+    fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, style: &str) {
+        let _ = writeln!(self.out, r#"<line x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" {style}/>"#);
+    }
+    fn header(&mut self, scene: &Scene, view: &str) -> f64 {
+        self.text(24.0, 36.0, 22.0, "start", &format!("{view} ─ {}", scene.title), r#" font-weight="bold""#);
+        self.text(24.0, 60.0, 14.0, "start", &scene.subtitle, r##" fill="#4a5568""##);
+        84.0
+    }
+    fn legend(&mut self, y: f64) -> f64 {
+        let mut x = 24.0;
+        for (i, name) in LEGEND.iter().enumerate() {
+            self.rect(x, y - 11.0, 22.0, 14.0, fill(i), "#1a202c");
+            self.text(x + 28.0, y, 13.0, "start", name, "");
+            x += 40.0 + name.len() as f64 * 7.2;
+        }
+        y + 16.0
+    }
+    fn finish(self, h: f64) -> String {
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h:.0}\" viewBox=\"0 0 {w} {h:.0}\" font-family=\"{FAMILY}\">\n{DEFS}\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n{}</svg>\n",
+            self.out,
+            w = self.w
+        )
+    }
+}
+
+/// Byte ranges of each state within a segment, in address order.
+fn spans(seg: &SegmentInfo) -> Vec<(u64, u64, usize)> {
+    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
+    let mut v = Vec::new();
+    for b in &seg.blocks {
+        let start = b.address - seg.address;
+        match b.state {
+            BlockState::ActiveAllocated => {
+                let used = b.requested_size.min(b.size);
+                v.push((start, used, 0));
+                if used < b.size {
+                    v.push((start + used, b.size - used, 1));
+                }
+            }
+            BlockState::ActivePendingFree => v.push((start, b.size, 2)),
+            BlockState::Inactive => v.push((start, b.size, if whole_free { 4 } else { 3 })),
+        }
+    }
+    v
+}
+
+fn fragmap(scene: &Scene, width: f64) -> String {
+    let mut s = Svg { out: String::new(), w: width };
+    let mut y = s.header(scene, "Fragmentation map");
+    let f = &scene.fragmentation;
+    s.text(
+        24.0,
+        y,
+        13.0,
+        "start",
+        &format!(
+            "{} segments ─ allocated {} ─ reserved {} ─ reserved but unallocated {} ─ inactive_split {} ─ largest free block {} ─ external_fragmentation {:.2}",
+            scene.segments.len(),
+            human_bytes(scene.allocated),
+            human_bytes(scene.reserved),
+            human_bytes(f.reserved_unallocated_bytes),
+            human_bytes(f.inactive_split_bytes),
+            human_bytes(f.largest_free_block_bytes),
+            f.external_fragmentation
+        ),
+        "",
+    );
+    y += 18.0;
+    let n = scene.segments.len().max(1) as f64;
+    let row = (720.0 / n).clamp(3.0, 16.0);
+    let labels = row >= 10.0;
+    let x0 = if labels { 200.0 } else { 60.0 };
+    let plot_w = width - x0 - 40.0;
+    let max = scene.segments.iter().map(|g| g.total_size).max().unwrap_or(1).max(1);
+    let scale = plot_w / max as f64;
+    for seg in scene.segments {
+        if labels {
+            s.text(
+                x0 - 8.0,
+                y + row * 0.78,
+                (row * 0.75).min(12.0),
+                "end",
+                &format!("{:#x} {}", seg.address, short(seg.total_size)),
+                "",
+            );
+        }
+        for (start, len, state) in spans(seg) {
+            s.rect(x0 + start as f64 * scale, y, len as f64 * scale, row - 1.0, fill(state), "none");
+        }
+        // The segment's outline, so free segments show their extent.
+        let _ = writeln!(
+            s.out,
+            r##"<rect x="{x0:.2}" y="{y:.2}" width="{:.2}" height="{:.2}" fill="none" stroke="#1a202c" stroke-width="0.6"/>"##,
+            seg.total_size as f64 * scale,
+            row - 1.0
+        );
+        y += row;
+    }
+    // Byte axis: rows are drawn to one scale, the largest segment's.
+    y += 4.0;
+    s.line(x0, y, x0 + plot_w, y, r##"stroke="#1a202c""##);
+    let step = tick_step(max, 8);
+    let mut t = 0;
+    while t <= max {
+        let x = x0 + t as f64 * scale;
+        s.line(x, y, x, y + 5.0, r##"stroke="#1a202c""##);
+        s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
+        t += step;
+    }
+    s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
+    let y = s.legend(y + 62.0);
+    s.finish(y + 12.0)
+}
+
+fn timeline(scene: &Scene, width: f64) -> String {
+    let mut s = Svg { out: String::new(), w: width };
+    let top = s.header(scene, "Timeline");
+    let (x0, x1, y0, y1) = (110.0, width - 40.0, top + 30.0, top + 430.0);
+    let n = scene.timeline.len().max(2);
+    let max = scene.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1);
+    let step = tick_step(max, 6);
+    let top_v = max.div_ceil(step) * step;
+    let xf = |i: usize| x0 + (x1 - x0) * i as f64 / (n - 1) as f64;
+    let yf = |v: u64| y1 - (y1 - y0) * v as f64 / top_v as f64;
+    // Axes and grid.
+    let mut v = 0;
+    while v <= top_v {
+        let y = yf(v);
+        s.line(x0, y, x1, y, r##"stroke="#e2e8f0""##);
+        s.text(x0 - 8.0, y + 4.0, 12.0, "end", &short(v), "");
+        v += step;
+    }
+    s.line(x0, y1, x1, y1, r##"stroke="#1a202c""##);
+    s.line(x0, y0, x0, y1, r##"stroke="#1a202c""##);
+    let xstep = (n as f64 / 8.0).ceil().max(1.0) as usize;
+    for i in (0..n).step_by(xstep) {
+        s.line(xf(i), y1, xf(i), y1 + 5.0, r##"stroke="#1a202c""##);
+        s.text(xf(i), y1 + 20.0, 12.0, "middle", &i.to_string(), "");
+    }
+    s.text((x0 + x1) / 2.0, y1 + 42.0, 13.0, "middle", "event", "");
+    for &i in scene.iterations {
+        s.line(xf(i), y0, xf(i), y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
+    }
+    for &i in scene.empty_caches {
+        s.text(xf(i), y0 - 4.0, 11.0, "middle", "E", "");
+    }
+    // Series, downsampled to the maximum per pixel column.
+    let cols = (x1 - x0) as usize;
+    for (name, get, style) in [
+        (
+            "reserved",
+            (|p: &StatePoint| p.reserved) as fn(&StatePoint) -> u64,
+            r##"stroke="#c05621" stroke-width="2" stroke-dasharray="6 3""##,
+        ),
+        ("allocated", |p: &StatePoint| p.allocated, r##"stroke="#2c5282" stroke-width="2""##),
+    ] {
+        let mut pts = String::new();
+        for c in 0..cols.max(1) {
+            let lo = c * n / cols.max(1);
+            let hi = ((c + 1) * n / cols.max(1)).max(lo + 1).min(scene.timeline.len());
+            if lo >= hi {
+                continue;
+            }
+            let v = scene.timeline[lo..hi].iter().map(get).max().unwrap_or(0);
+            let _ = write!(pts, "{:.1},{:.1} ", x0 + c as f64, yf(v));
+        }
+        let _ = writeln!(s.out, r#"<polyline fill="none" {style} points="{}"/>"#, pts.trim_end());
+        let _ = name;
+    }
+    if let Some(p) = scene.peak_at.filter(|&p| p < scene.timeline.len()) {
+        let v = scene.timeline[p].allocated;
+        let _ = writeln!(s.out, r##"<circle cx="{:.1}" cy="{:.1}" r="5" fill="#2c5282"/>"##, xf(p), yf(v));
+        s.text(
+            xf(p) + 8.0,
+            yf(v) - 8.0,
+            13.0,
+            "start",
+            &format!("peak {} @ event {p}", human_bytes(v)),
+            r#" font-weight="bold""#,
+        );
+    }
+    for &o in scene.ooms {
+        let (x, y) = (xf(o), yf(scene.timeline.get(o).map_or(0, |p| p.reserved)));
+        s.line(x - 5.0, y - 5.0, x + 5.0, y + 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
+        s.line(x - 5.0, y + 5.0, x + 5.0, y - 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
+    }
+    if scene.cursor < n {
+        s.line(xf(scene.cursor), y0, xf(scene.cursor), y1, r##"stroke="#1a202c" stroke-width="1""##);
+    }
+    // Legend.
+    let ly = y1 + 70.0;
+    s.line(24.0, ly - 4.0, 54.0, ly - 4.0, r##"stroke="#2c5282" stroke-width="2""##);
+    s.text(60.0, ly, 13.0, "start", "allocated", "");
+    s.line(150.0, ly - 4.0, 180.0, ly - 4.0, r##"stroke="#c05621" stroke-width="2" stroke-dasharray="6 3""##);
+    s.text(186.0, ly, 13.0, "start", "reserved", "");
+    s.text(270.0, ly, 13.0, "start", "┆ iteration end   E empty_cache   ✗ OOM   │ cursor", "");
+    s.finish(ly + 16.0)
+}
+
+fn bars(scene: &Scene, width: f64) -> String {
+    let mut s = Svg { out: String::new(), w: width };
+    let top = s.header(scene, "Memory");
+    let (x0, x1) = (220.0, width - 320.0);
+    let max = scene.reserved_peak.max(scene.allocated_peak).max(1);
+    let step = tick_step(max, 8);
+    let top_v = max.div_ceil(step) * step;
+    let xf = |v: u64| x0 + (x1 - x0) * v as f64 / top_v as f64;
+    let rows: [(&str, u64, u64); 2] =
+        [("allocated", scene.allocated, scene.allocated_peak), ("reserved", scene.reserved, scene.reserved_peak)];
+    let mut y = top + 20.0;
+    for (i, (name, now, peak)) in rows.iter().enumerate() {
+        s.text(x0 - 12.0, y + 22.0, 15.0, "end", name, "");
+        s.rect(x0, y, xf(*now) - x0, 32.0, if i == 0 { fill(0) } else { "#ed8936" }, "#1a202c");
+        let _ = writeln!(
+            s.out,
+            r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#c53030" stroke-width="3"/>"##,
+            xf(*peak),
+            y - 4.0,
+            xf(*peak),
+            y + 36.0
+        );
+        s.text(
+            xf(*now).max(x0) + 8.0,
+            y + 22.0,
+            14.0,
+            "start",
+            &format!("{} (peak {})", human_bytes(*now), human_bytes(*peak)),
+            "",
+        );
+        y += 56.0;
+    }
+    // The gap users fight: reserved but unallocated.
+    let gap = scene.reserved.saturating_sub(scene.allocated);
+    s.text(x0 - 12.0, y + 22.0, 15.0, "end", "reserved but unallocated", "");
+    s.rect(xf(scene.allocated), y, xf(scene.reserved) - xf(scene.allocated), 32.0, fill(3), "#1a202c");
+    s.text(
+        xf(scene.reserved) + 8.0,
+        y + 22.0,
+        14.0,
+        "start",
+        &format!(
+            "{} ({:.1}% of reserved)",
+            human_bytes(gap),
+            if scene.reserved == 0 { 0.0 } else { gap as f64 * 100.0 / scene.reserved as f64 }
+        ),
+        "",
+    );
+    y += 50.0;
+    s.line(x0, y, x1, y, r##"stroke="#1a202c""##);
+    let mut v = 0;
+    while v <= top_v {
+        s.line(xf(v), y, xf(v), y + 5.0, r##"stroke="#1a202c""##);
+        s.text(xf(v), y + 20.0, 12.0, "middle", &short(v), "");
+        v += step;
+    }
+    let peak_ratio =
+        if scene.reserved_peak == 0 { 0.0 } else { 1.0 - scene.allocated_peak as f64 / scene.reserved_peak as f64 };
+    s.text(
+        24.0,
+        y + 50.0,
+        13.0,
+        "start",
+        &format!(
+            "│ peak (red)   peak_ratio {peak_ratio:.4}   inactive_split {}   rounding_waste {}",
+            human_bytes(scene.fragmentation.inactive_split_bytes),
+            human_bytes(scene.fragmentation.rounding_waste_bytes)
+        ),
+        "",
+    );
+    s.finish(y + 66.0)
+}
+
+/// The SVG of `view`, `width` pixels wide.
+pub fn svg(scene: &Scene, view: ViewKind, width: u32) -> String {
+    let w = width.clamp(400, 8000) as f64;
+    match view {
+        ViewKind::Fragmap => fragmap(scene, w),
+        ViewKind::Timeline => timeline(scene, w),
+        ViewKind::Bars => bars(scene, w),
+    }
+}
+
+/// Rasterises an SVG made by `svg` with the bundled font only.
+pub fn png(svg: &str) -> Result<Vec<u8>, String> {
+    let mut opt = resvg::usvg::Options::default();
+    let mut db = resvg::usvg::fontdb::Database::new();
+    db.load_font_data(FONT.to_vec());
+    db.set_sans_serif_family(FAMILY);
+    opt.fontdb = std::sync::Arc::new(db);
+    let tree = resvg::usvg::Tree::from_str(svg, &opt).map_err(|e| format!("SVG: {e}"))?;
+    let size = tree.size().to_int_size();
+    let mut pix = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty picture")?;
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pix.as_mut());
+    pix.encode_png().map_err(|e| format!("PNG: {e}"))
+}

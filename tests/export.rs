@@ -1,0 +1,143 @@
+//! Golden files for every view and format of `export`, byte-identical
+//! repeats, and a PNG whose text was drawn with the bundled font.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{fixture, root};
+
+fn export(trace: &str, args: &[&str], out: &Path) {
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .arg("export")
+        .arg(fixture(&format!("traces/{trace}")))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpumem-export-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn golden(name: &str) -> PathBuf {
+    root().join("tests/fixtures/golden").join(name)
+}
+
+fn pixels(p: &Path) -> (u32, u32, Vec<u8>) {
+    let px = resvg::tiny_skia::Pixmap::decode_png(&std::fs::read(p).unwrap()).expect("a valid PNG");
+    (px.width(), px.height(), px.data().to_vec())
+}
+
+#[test]
+fn svg_of_each_view_equals_its_golden_file() {
+    for view in ["fragmap", "timeline", "bars"] {
+        let out = tmp(&format!("{view}.svg"));
+        export("resnet50_train.pickle.gz", &["--view", view, "--format", "svg"], &out);
+        let got = std::fs::read_to_string(&out).unwrap();
+        let want = std::fs::read_to_string(golden(&format!("resnet50-{view}.svg"))).unwrap();
+        assert!(got == want, "{view}: the SVG differs from tests/fixtures/golden/resnet50-{view}.svg");
+        assert!(got.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1600\""));
+    }
+    // What the pictures say: the peak, the figures of section 6, a legend.
+    let frag = std::fs::read_to_string(golden("resnet50-fragmap.svg")).unwrap();
+    assert!(frag.contains("resnet50_train.pickle.gz · event 3041 of 9789 (peak)"));
+    assert!(frag.contains("110 segments ─ allocated 5.45 GiB ─ reserved 6.55 GiB ─ reserved but unallocated 1.09 GiB"));
+    // The byte axis: every row to the largest segment's scale (304 MiB).
+    for tick in [">0 B<", ">64 MiB<", ">128 MiB<", ">192 MiB<", ">256 MiB<"] {
+        assert!(frag.contains(tick), "no tick {tick}");
+    }
+    assert!(frag.contains("fill=\"url(#waste)\""), "rounding waste is hatched");
+    for state in ["allocated", "rounding waste", "pending free", "free in a used segment"] {
+        assert!(frag.contains(&format!(">{state}<")), "legend lacks {state}");
+    }
+    let tl = std::fs::read_to_string(golden("resnet50-timeline.svg")).unwrap();
+    assert!(tl.contains("peak 5.45 GiB @ event 3041") && tl.contains(">6 GiB<") && tl.contains(">event<"));
+    let bars = std::fs::read_to_string(golden("resnet50-bars.svg")).unwrap();
+    assert!(bars.contains("1.09 GiB (16.7% of reserved)") && bars.contains("peak_ratio 0.1671"));
+}
+
+#[test]
+fn png_of_each_view_equals_its_golden_pixels_and_repeats_byte_for_byte() {
+    for view in ["fragmap", "timeline", "bars"] {
+        let (a, b) = (tmp(&format!("{view}-a.png")), tmp(&format!("{view}-b.png")));
+        for p in [&a, &b] {
+            export("resnet50_train.pickle.gz", &["--view", view, "--format", "png", "--width", "800"], p);
+        }
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "{view}: two runs, two files");
+        let (w, h, got) = pixels(&a);
+        let (gw, gh, want) = pixels(&golden(&format!("resnet50-{view}-800.png")));
+        assert_eq!((w, h), (gw, gh), "{view}");
+        let differ = got.chunks(4).zip(want.chunks(4)).filter(|(x, y)| x != y).count();
+        assert_eq!(differ, 0, "{view}: {differ} pixels differ from the golden PNG");
+    }
+}
+
+/// The title band of a PNG holds dark pixels in the shape of text: glyphs
+/// came from the bundled font (resvg draws no text without a font).
+#[test]
+fn png_text_is_drawn_with_the_bundled_font() {
+    let (w, _, px) = pixels(&golden("resnet50-fragmap-800.png"));
+    let dark_in_title = (10..40u32)
+        .flat_map(|y| (20..700u32).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            let i = ((y * w + x) * 4) as usize;
+            px[i] < 80 && px[i + 1] < 80 && px[i + 2] < 80
+        })
+        .count();
+    assert!(dark_in_title > 800, "only {dark_in_title} dark pixels where the title is");
+    // Default width is 1600 px.
+    let out = tmp("default.png");
+    export("resnet50_train.pickle.gz", &["--view", "bars", "--format", "png"], &out);
+    assert_eq!(pixels(&out).0, 1600);
+}
+
+#[test]
+fn text_plain_and_ansi_equal_their_golden_files() {
+    let out = tmp("frag.txt");
+    export(
+        "llama_pressure.pickle.gz",
+        &["--memory-limit", "9006592819", "--at", "oom", "--view", "fragmap", "--format", "txt", "--plain"],
+        &out,
+    );
+    let got = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(got, std::fs::read_to_string(golden("llama-oom-fragmap.txt")).unwrap());
+    assert!(got.contains("event 3816/4547") && !got.contains('\x1b'));
+    let out = tmp("tl.txt");
+    export(
+        "llama_pressure.pickle.gz",
+        &["--memory-limit", "9006592819", "--at", "oom", "--view", "timeline", "--format", "txt"],
+        &out,
+    );
+    let got = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(got, std::fs::read_to_string(golden("llama-oom-timeline.ansi.txt")).unwrap());
+    assert!(got.contains("\x1b[") && got.contains("✗"));
+    let out = tmp("bars.txt");
+    export("resnet50_train.pickle.gz", &["--view", "bars", "--format", "txt", "--plain"], &out);
+    let got = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(got, std::fs::read_to_string(golden("resnet50-bars.txt")).unwrap());
+    assert!(got.contains("reserved but unallocated 1.09 GiB (16.7% of reserved)"));
+}
+
+#[test]
+fn bad_export_arguments_exit_2_with_one_line() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let t = fixture("traces/resnet50_train.pickle.gz");
+    for args in [
+        vec!["--view", "fragmap", "--format", "png", "--width", "10"],
+        vec!["--view", "fragmap", "--format", "svg", "--at", "oom"],
+        vec!["--view", "fragmap", "--format", "svg", "--at", "99999999"],
+        vec!["--view", "fragmap", "--format", "svg", "-o", "/nonexistent/dir/x.svg"],
+    ] {
+        let o = Command::new(bin).arg("export").arg(&t).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
