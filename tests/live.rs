@@ -421,3 +421,27 @@ time.sleep(0.5)
     assert!(scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP).published.is_empty());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn histories_are_capped_and_gone_processes_leave_first() {
+    use gpumem_top::monitor::publisher::parse_bytes;
+    let mut app = LiveApp::new("live".into(), None, false);
+    let mk = |pid: u32| {
+        let v = published(pid, 0, 8 << 20, 20 << 20, &[]);
+        parse_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x")).unwrap()
+    };
+    for round in 0..12u32 {
+        let snap = gpumem_top::monitor::Snapshot {
+            time: round as f64,
+            gpus: vec![gpu(0, GIB, vec![])],
+            publishers: vec![mk(1000 + round)],
+            skipped: vec![],
+            // Every earlier process is gone by the next round except pid 1000.
+            gone: if round > 0 && round != 1 { vec![1000 + round - 1] } else { vec![] },
+        };
+        app.ingest(snap);
+    }
+    assert_eq!(app.procs.len(), gpumem_top::ui::live::MAX_HISTORIES);
+    assert!(app.procs.contains_key(&(0, 1000)), "the live one stays");
+    assert!(app.procs.contains_key(&(0, 1011)), "the newest stays");
+}

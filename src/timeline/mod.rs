@@ -52,6 +52,12 @@ impl Series {
                 .collect();
             self.points = merged;
         }
+        // Grow by hand so the capacity never passes `cap` (doubling would
+        // take up to twice the bound).
+        if self.points.len() == self.points.capacity() {
+            let extra = self.points.len().max(64).min(self.cap - self.points.len()).max(1);
+            self.points.reserve_exact(extra);
+        }
         self.points.push(s);
     }
 
@@ -109,7 +115,8 @@ mod tests {
             s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0 });
         }
         assert!(s.points().len() <= DAY_AT_1HZ);
-        assert!(s.memory_bytes() <= 2 * DAY_AT_1HZ * std::mem::size_of::<Sample>());
+        assert!(s.memory_bytes() <= DAY_AT_1HZ * std::mem::size_of::<Sample>());
+        assert!(s.memory_bytes() <= 2_800_000, "{}", s.memory_bytes());
         assert_eq!(s.points().last().unwrap().allocated, 3 * DAY_AT_1HZ as u64 - 1);
     }
 

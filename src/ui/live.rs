@@ -26,9 +26,10 @@ pub struct ProcHistory {
     pub nvml_used: Option<u64>,
 }
 
-/// Process histories kept at most (gone ones are dropped first): with a
-/// day per series this bounds the timeline under 50 MiB.
-const MAX_HISTORIES: usize = 16;
+/// Process histories kept at most (gone ones are dropped first). With 8
+/// GPUs that is 16 series of at most a day at 1 Hz (2.6 MiB each): the
+/// timeline stays under 50 MiB.
+pub const MAX_HISTORIES: usize = 8;
 
 pub struct LiveApp {
     pub latest: Option<Snapshot>,
