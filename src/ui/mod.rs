@@ -725,7 +725,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
 
 fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
     let w = 60.min(area.width);
-    let h = 17.min(area.height);
+    let h = 19.min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let lines = vec![
@@ -736,14 +736,15 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
         Line::from("Home/End     first / last event"),
         Line::from("p            jump to the peak"),
         Line::from("o            jump to the next OOM"),
-        Line::from("space        pause / resume (live sources)"),
+        Line::from("space        pause / resume (synth, demo)"),
+        Line::from("+ / -        faster / slower (synth, demo)"),
         Line::from("tab          focus map / timeline"),
         Line::from("↑/↓          select a segment"),
         Line::from("Enter        list its blocks and where they were allocated"),
         Line::from("a            order segments by address / size"),
         Line::from("c            compact map: fixed bytes per cell"),
-        Line::from("1-9          pick a GPU (live)"),
-        Line::from("s            write a screenshot"),
+        Line::from("1-9, n       pick a GPU, the next process (live)"),
+        Line::from("s            write the focused view as SVG here"),
         Line::from("? / h        this help"),
     ];
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
