@@ -213,6 +213,9 @@ fn synth_json_on_the_simulated_device() {
     assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_861_615_616u64);
     assert_eq!(v["peak"]["allocated_bytes"], 5_861_615_616u64);
     assert_eq!(v["peak"]["iteration"], 2);
+    // The peak's index in the allocator's event stream: the alloc that made it.
+    let ev = v["peak"]["event"].as_u64().unwrap();
+    assert!(ev > 0 && ev < v["events"].as_u64().unwrap(), "{ev}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("backend sim"));
     // An OOM under --on-oom stop: PyTorch's message, exit 1, JSON still printed.
     let out = cli(&["--backend", "sim", "--json", "--memory-limit", "4000000000"]);

@@ -335,7 +335,13 @@ fn run<D: Backed>(
         let peak = driver.peak_at().map(|i| {
             let p = driver.points[i];
             let iteration = driver.iterations.iter().filter(|&&m| m <= i).count() as u64 + 1;
-            json!({"request": i + driver.dropped, "allocated_bytes": p.allocated, "reserved_bytes": p.reserved, "iteration": iteration})
+            json!({
+                "event": driver.peak_event.map(|e| e.0),
+                "request": i + driver.dropped,
+                "allocated_bytes": p.allocated,
+                "reserved_bytes": p.reserved,
+                "iteration": iteration,
+            })
         });
         let device_desc = driver.alloc.device().describe();
         let maps = driver.alloc.device().cuda().map(|c| json!({"range_maps": c.range_maps, "page_maps": c.page_maps}));
@@ -353,6 +359,7 @@ fn run<D: Backed>(
         let held_after = driver.alloc.device().cuda().map(|c| c.held());
         let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
         let out = json!({
+            "trace": null,
             "format": "synthetic",
             "workload": spec,
             "backend": backend,
@@ -363,6 +370,10 @@ fn run<D: Backed>(
             "outcome": outcome,
             "alloc_conf": conf_text,
             "memory_limit_bytes": limit,
+            // A synthetic run has nothing recorded to be faithful to.
+            "fidelity": "synthetic",
+            "first_divergence": null,
+            "compare": [],
             "on_oom": args.on_oom,
             "ooms": ooms,
             "stats": stats_json(&stats),

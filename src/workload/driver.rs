@@ -72,6 +72,8 @@ pub struct Driver<D: Device> {
     /// Called after each request that raised reserved memory to a new peak.
     on_reserved_peak: Option<PeakHook<D>>,
     reserved_peak_seen: u64,
+    /// (allocator event index, allocated bytes) at the first highest allocated.
+    pub peak_event: Option<(u64, u64)>,
     /// Batch and sequence of the step now running.
     pub batch: u64,
     pub seq: u64,
@@ -98,6 +100,7 @@ impl<D: Device> Driver<D> {
             max_points: None,
             on_reserved_peak: None,
             reserved_peak_seen: 0,
+            peak_event: None,
             batch: 0,
             seq: 0,
             state: Progress::Running,
@@ -124,7 +127,12 @@ impl<D: Device> Driver<D> {
     fn point(&mut self) {
         let s = self.alloc.stats();
         let reserved = s.get(Kind::ReservedBytes, 0).current as u64;
-        self.points.push(StatePoint { allocated: s.get(Kind::AllocatedBytes, 0).current as u64, reserved });
+        let allocated = s.get(Kind::AllocatedBytes, 0).current as u64;
+        if allocated > self.peak_event.map_or(0, |p| p.1) {
+            // The allocator's event count: the peak's index in the event stream.
+            self.peak_event = Some((self.alloc.emitted().saturating_sub(1), allocated));
+        }
+        self.points.push(StatePoint { allocated, reserved });
         if reserved > self.reserved_peak_seen {
             self.reserved_peak_seen = reserved;
             if let Some(f) = self.on_reserved_peak.as_mut() {
