@@ -235,6 +235,8 @@ fn bad_synth_flags_exit_2_with_one_line() {
         &["--json", "--alloc-conf", "max_split_size_mb:5"],
         &["--json", "--memory-fraction", "1.5"],
         &["--json", "--backend", "cuda", "--device", "99"],
+        &["--json", "--batch", "100000000000"],
+        &["--json", "--model", "llama", "--batch", "1000000", "--seq", "4000000"],
     ] {
         let out = cli(args);
         let err = String::from_utf8_lossy(&out.stderr);
