@@ -306,7 +306,7 @@ fn run<D: Backed>(
     let total = dev.total_memory().max(1);
     let backend = dev.backend();
     let is_cuda = dev.cuda().is_some();
-    let index = dev.cuda().map(|c| c.index());
+    let index = dev.cuda().map(|c| (c.index(), c.uuid().map(str::to_string)));
     let mut alloc = CachingAllocator::new(conf.clone(), dev);
     let limit = args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * total as f64) as u64));
     if let Some(f) = args.memory_fraction {
@@ -321,7 +321,7 @@ fn run<D: Backed>(
     // this process's used memory at each new reserved peak.
     let samples = Arc::new(Mutex::new(NvmlSamples::default()));
     let nvml = match index {
-        Some(i) => crate::monitor::ProcessMemory::open(i as u32).ok(),
+        Some((i, uuid)) => crate::monitor::ProcessMemory::open_uuid(uuid.as_deref(), i as u32).ok(),
         None => None,
     };
     let pid = std::process::id();

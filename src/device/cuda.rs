@@ -30,11 +30,26 @@ fn err(e: result::DriverError) -> DeviceError {
     }
 }
 
+/// "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits, NVML's UUID form.
+pub fn uuid_string(b: &[u8; 16]) -> String {
+    let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        h[0..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..16].concat()
+    )
+}
+
 /// One GPU's primary context, current on the thread that made it.
 pub struct Cuda {
     index: usize,
     dev: sys::CUdevice,
     name: String,
+    /// "GPU-xxxxxxxx-…", NVML's form: CUDA and NVML number GPUs differently.
+    uuid: Option<String>,
     total: u64,
     touch: bool,
     segments: HashMap<u64, u64>,
@@ -73,6 +88,7 @@ impl Cuda {
         let dev = result::device::get(index as i32).map_err(d)?;
         let name = result::device::get_name(dev).map_err(d)?;
         let total = unsafe { result::device::total_mem(dev) }.map_err(d)? as u64;
+        let uuid = result::device::get_uuid(dev).ok().map(|u| uuid_string(&u.bytes.map(|b| b as u8)));
         unsafe {
             let ctx = result::primary_ctx::retain(dev).map_err(d)?;
             result::ctx::set_current(ctx).map_err(d)?;
@@ -81,6 +97,7 @@ impl Cuda {
             index,
             dev,
             name,
+            uuid,
             total,
             touch,
             segments: HashMap::new(),
@@ -93,6 +110,11 @@ impl Cuda {
 
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// The GPU's UUID as NVML writes it.
+    pub fn uuid(&self) -> Option<&str> {
+        self.uuid.as_deref()
     }
 
     /// Bytes of device memory this backend holds now.
@@ -220,5 +242,15 @@ impl Device for Cuda {
         if self.reservations.remove(&base).is_some() {
             let _ = unsafe { sys::cuMemAddressFree(base, size as usize) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuids_are_written_as_nvml_writes_them() {
+        let b: [u8; 16] =
+            [0xb9, 0xdc, 0x43, 0x16, 0xbc, 0x43, 0x8b, 0xe3, 0xfa, 0x72, 0x52, 0x43, 0x7b, 0x5f, 0x57, 0x18];
+        assert_eq!(super::uuid_string(&b), "GPU-b9dc4316-bc43-8be3-fa72-52437b5f5718");
     }
 }

@@ -149,6 +149,16 @@ impl ProcessMemory {
         Ok(ProcessMemory { nvml, index })
     }
 
+    /// The GPU with this UUID (how CUDA's device N is found in NVML, whose
+    /// order can differ), else NVML's device `index`.
+    pub fn open_uuid(uuid: Option<&str>, index: u32) -> Result<Self, String> {
+        let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+        let found = uuid.and_then(|u| nvml.device_by_uuid(u).ok()).and_then(|d| d.index().ok());
+        let index = found.unwrap_or(index);
+        nvml.device_by_index(index).map_err(|e| format!("NVML device {index}: {e}"))?;
+        Ok(ProcessMemory { nvml, index })
+    }
+
     /// Bytes `pid` holds on the GPU (context included), as `nvidia-smi`
     /// shows it; `None` when NVML does not list it or cannot say.
     pub fn used_by(&self, pid: u32) -> Option<u64> {
