@@ -3,8 +3,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumem_top::alloc::BlockState;
-use gpumem_top::monitor::publisher::{self, parse_bytes};
-use gpumem_top::monitor::sampler::{DemoSource, Source};
+use gpumem_top::monitor::publisher::parse_bytes;
+use gpumem_top::monitor::sampler::DemoSource;
 use gpumem_top::ui::live::LiveApp;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -53,8 +53,6 @@ fn bench(c: &mut Criterion) {
             app.draw_into(area, &mut buf);
         })
     });
-    let _ = publisher::DEFAULT_CAP;
-    let _ = d.describe();
 }
 
 criterion_group! {

@@ -115,6 +115,11 @@ pub fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32)
     marks
 }
 
+/// Index of the first point with the most allocated bytes.
+pub fn peak_index(points: &[StatePoint]) -> Option<usize> {
+    (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)))
+}
+
 /// The highest allocated bytes of each iteration `marks` delimits (the part
 /// before the first mark and after the last count as iterations too), as
 /// (event index of its first occurrence, bytes).
@@ -126,9 +131,7 @@ pub fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u6
     bounds
         .windows(2)
         .filter(|w| w[1] > w[0])
-        .filter_map(|w| {
-            (w[0]..w[1]).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i))).map(|i| (i, points[i].allocated))
-        })
+        .filter_map(|w| peak_index(&points[w[0]..w[1]]).map(|i| (w[0] + i, points[w[0] + i].allocated)))
         .collect()
 }
 

@@ -112,13 +112,7 @@ pub fn snapshot_json(snap: &Snapshot, alerts: &[Alert], source: &str) -> Value {
         .publishers
         .iter()
         .map(|p| {
-            let f = crate::analysis::fragmentation_of(
-                p.reserved(),
-                p.allocated(),
-                p.stat("inactive_split_bytes.all.current"),
-                p.stat("requested_bytes.all.current"),
-                &p.segments,
-            );
+            let f = p.fragmentation();
             json!({
                 "pid": p.pid, "gpu": p.device, "command": p.command, "time": p.time,
                 "allocated_bytes": p.allocated(), "reserved_bytes": p.reserved(),

@@ -68,6 +68,34 @@ impl std::str::FromStr for At {
     }
 }
 
+/// PyTorch's per-process memory cap: a byte limit or a share of the device.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MemoryCap {
+    /// Per-process memory limit in bytes (PyTorch's allowed_memory_maximum).
+    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
+    pub memory_limit: Option<u64>,
+    /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
+    #[arg(long, value_name = "F")]
+    pub memory_fraction: Option<f64>,
+}
+
+impl MemoryCap {
+    /// A fraction outside (0, 1] is bad input.
+    pub fn check(&self) -> Result<()> {
+        match self.memory_fraction {
+            Some(f) if !(f > 0.0 && f <= 1.0) => {
+                Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The limit in bytes on a device of `total` bytes (a fraction of 1 is none).
+    pub fn limit(&self, total: u64) -> Option<u64> {
+        self.memory_limit.or(self.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * total as f64) as u64))
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ReplayArgs {
     /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
@@ -76,12 +104,8 @@ pub struct ReplayArgs {
     /// PYTORCH_CUDA_ALLOC_CONF syntax, e.g. expandable_segments:True).
     #[arg(long, value_name = "CONF")]
     pub alloc_conf: Option<String>,
-    /// Per-process memory limit in bytes (PyTorch's allowed_memory_maximum).
-    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
-    pub memory_limit: Option<u64>,
-    /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
-    #[arg(long, value_name = "F")]
-    pub memory_fraction: Option<f64>,
+    #[command(flatten)]
+    pub cap: MemoryCap,
     /// Also run the trace's requests under this config (repeatable) and compare.
     #[arg(long = "compare", value_name = "CONF")]
     pub compare: Vec<String>,
@@ -225,19 +249,14 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     if let Some(snaps) = read_recording(&args.trace)? {
         return replay_recording(&args.trace, snaps, args.json);
     }
-    if let Some(f) = args.memory_fraction {
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))));
-        }
-    }
+    args.cap.check()?;
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
     let trace = load_with_progress(&args.trace)?;
     let dev = pick_device(&trace, args.device)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let limit =
-        args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * args.device_total as f64) as u64));
+    let limit = args.cap.limit(args.device_total);
     let rec: &[Event] = &dev.events;
 
     // Exact replay with the recorded config (or the one asked for, which may

@@ -11,7 +11,7 @@ use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{parse_conf, round4, stats_json, InputError};
+use super::{parse_conf, round4, stats_json, InputError, MemoryCap};
 use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use crate::analysis::{fragmentation, peak_ratio};
 use crate::device::{Cuda, Device, Sim};
@@ -99,12 +99,8 @@ pub struct SynthArgs {
     /// variable, or PYTORCH_ALLOC_CONF).
     #[arg(long, value_name = "CONF")]
     pub alloc_conf: Option<String>,
-    /// Per-process memory limit in bytes.
-    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
-    pub memory_limit: Option<u64>,
-    /// Per-process memory fraction, as set_per_process_memory_fraction.
-    #[arg(long, value_name = "F")]
-    pub memory_fraction: Option<f64>,
+    #[command(flatten)]
+    pub cap: MemoryCap,
     /// Write every new segment (and mapped page) so the driver commits it.
     #[arg(long)]
     pub touch: bool,
@@ -241,11 +237,7 @@ struct NvmlSamples {
 pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
     let spec = args.spec()?;
     let conf = args.conf()?;
-    if let Some(f) = args.memory_fraction {
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))));
-        }
-    }
+    args.cap.check()?;
     if !(args.speed > 0.0 && args.speed.is_finite()) {
         return Err(anyhow!(InputError(format!("--speed must be positive, got {}", args.speed))));
     }
@@ -308,11 +300,11 @@ fn run<D: Backed>(
     let is_cuda = dev.cuda().is_some();
     let index = dev.cuda().map(|c| (c.index(), c.uuid().map(str::to_string)));
     let mut alloc = CachingAllocator::new(conf.clone(), dev);
-    let limit = args.memory_limit.or(args.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * total as f64) as u64));
-    if let Some(f) = args.memory_fraction {
+    let limit = args.cap.limit(total);
+    if let Some(f) = args.cap.memory_fraction {
         alloc.set_memory_fraction(f);
-    } else if args.memory_limit.is_some() {
-        alloc.set_memory_limit(args.memory_limit);
+    } else if args.cap.memory_limit.is_some() {
+        alloc.set_memory_limit(args.cap.memory_limit);
     }
     alloc.set_recording(false);
     let conf_text = conf.source.clone();

@@ -3,7 +3,6 @@
 
 use std::fmt::Write;
 
-use crate::analysis::fragmentation_of;
 use crate::monitor::alerts::Alert;
 use crate::monitor::Snapshot;
 
@@ -132,19 +131,7 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             }
         }),
     ];
-    let frags: Vec<_> = snap
-        .publishers
-        .iter()
-        .map(|p| {
-            fragmentation_of(
-                p.reserved(),
-                p.allocated(),
-                p.stat("inactive_split_bytes.all.current"),
-                p.stat("requested_bytes.all.current"),
-                &p.segments,
-            )
-        })
-        .collect();
+    let frags: Vec<_> = snap.publishers.iter().map(|p| p.fragmentation()).collect();
     for (name, help, f) in derived {
         o.family(name, "gauge", help);
         for (p, fr) in snap.publishers.iter().zip(&frags) {

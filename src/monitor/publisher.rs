@@ -95,6 +95,17 @@ impl Published {
     pub fn reserved(&self) -> u64 {
         self.stat("reserved_bytes.all.current")
     }
+    /// The fragmentation figures of what it published.
+    pub fn fragmentation(&self) -> crate::analysis::Fragmentation {
+        crate::analysis::fragmentation_of(
+            self.reserved(),
+            self.allocated(),
+            self.stat("inactive_split_bytes.all.current"),
+            self.stat("requested_bytes.all.current"),
+            &self.segments,
+        )
+    }
+
     /// True when NVML's process is this publisher.
     pub fn matches(&self, p: &ProcessSample) -> bool {
         let ids = [Some(p.pid), p.local_pid];

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::publisher::{self, Published};
 use super::{now, GpuQuery, GpuSample, ProcessSample, Snapshot};
-use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
+use crate::alloc::{AllocatorConfig, CachingAllocator};
 use crate::device::{Device, Sim};
 use crate::workload::driver::{Driver, OnOom};
 use crate::workload::{ModelKind, SynthSpec, Synthetic};
@@ -143,7 +143,6 @@ impl DemoSource {
             mig: Vec::new(),
             errors: Vec::new(),
         };
-        let steps: Vec<u64> = Vec::new();
         let published = Published {
             pid,
             nspid: vec![pid],
@@ -153,10 +152,9 @@ impl DemoSource {
             command: Some("gpumem-top demo (synthetic GPT-2)".into()),
             stats: a.stats().flat().into_iter().collect(),
             segments: a.snapshot(),
-            steps,
+            steps: Vec::new(),
             path: PathBuf::new(),
         };
-        let _ = Kind::AllocatedBytes;
         Snapshot {
             time: published.time,
             gpus: vec![gpu],

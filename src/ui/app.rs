@@ -49,7 +49,7 @@ impl<'a> ReplayApp<'a> {
     ) -> Self {
         let points = scrub.points().to_vec();
         // The first event at the highest allocated bytes.
-        let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+        let peak_at = crate::analysis::peak_index(&points);
         let ooms = dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
         ReplayApp {
             scrub,
@@ -193,15 +193,16 @@ fn scene_of<'a, D: Device>(
     m: Marks<'a>,
 ) -> Scene<'a> {
     let stats = a.stats();
+    let t = Totals::of(stats);
     let conf = &a.config().source;
     Scene {
         title,
         subtitle: format!("allocator config: {} · {note}", if conf.is_empty() { "default" } else { conf.as_str() }),
         segments: segs,
-        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
-        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
-        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
-        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+        allocated: t.allocated,
+        allocated_peak: t.allocated_peak,
+        reserved: t.reserved,
+        reserved_peak: t.reserved_peak,
         fragmentation: fragmentation(stats, segs),
         timeline: m.timeline,
         cursor: m.cursor,
@@ -334,14 +335,7 @@ pub fn draw_state<D: Device>(frame: &mut Frame, a: &CachingAllocator<D>, chrome:
 pub fn draw_state_into<D: Device>(a: &CachingAllocator<D>, chrome: Chrome, marks: Marks, area: Rect, buf: &mut Buffer) {
     let segs = a.snapshot();
     let stats = a.stats();
-    let totals = Totals {
-        allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
-        allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
-        reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
-        reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
-        device_memory: None,
-    };
-    draw_parts_into(&segs, totals, fragmentation(stats, &segs), chrome, marks, area, buf);
+    draw_parts_into(&segs, Totals::of(stats), fragmentation(stats, &segs), chrome, marks, area, buf);
 }
 
 /// The bar figures of one allocator.
@@ -353,6 +347,19 @@ pub struct Totals {
     pub reserved_peak: u64,
     /// NVML's (used, total), where known.
     pub device_memory: Option<(u64, u64)>,
+}
+
+impl Totals {
+    /// The figures of our allocator's `memory_stats()`.
+    pub fn of(stats: &crate::alloc::DeviceStats) -> Self {
+        Totals {
+            allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+            allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+            reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+            reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+            device_memory: None,
+        }
+    }
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch

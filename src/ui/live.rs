@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Widget};
 
 use super::app::{draw_parts_into, Chrome, Marks, Screen, Totals};
-use crate::analysis::{fragmentation_of, human_bytes};
+use crate::analysis::human_bytes;
 use crate::monitor::alerts::{alerts, Alert, Thresholds};
 use crate::monitor::{GpuSample, Published, Snapshot};
 use crate::timeline::{Sample, Series, DAY_AT_1HZ};
@@ -187,7 +187,7 @@ impl LiveApp {
         };
         let p = &h.last;
         let points = h.series.state_points();
-        let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+        let peak_at = crate::analysis::peak_index(&points);
         let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
         let scene = crate::export::picture::Scene {
             title: format!("pid {} {} · GPU {}", p.pid, p.command.clone().unwrap_or_default(), p.device),
@@ -197,13 +197,7 @@ impl LiveApp {
             allocated_peak: p.stat("allocated_bytes.all.peak"),
             reserved: p.reserved(),
             reserved_peak: p.stat("reserved_bytes.all.peak"),
-            fragmentation: fragmentation_of(
-                p.reserved(),
-                p.allocated(),
-                p.stat("inactive_split_bytes.all.current"),
-                p.stat("requested_bytes.all.current"),
-                &p.segments,
-            ),
+            fragmentation: p.fragmentation(),
             timeline: &points,
             cursor: points.len().saturating_sub(1),
             peak_at,
@@ -338,16 +332,10 @@ impl LiveApp {
             reserved_peak: p.stat("reserved_bytes.all.peak"),
             device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
         };
-        let frag = fragmentation_of(
-            p.reserved(),
-            p.allocated(),
-            p.stat("inactive_split_bytes.all.current"),
-            p.stat("requested_bytes.all.current"),
-            segs,
-        );
+        let frag = p.fragmentation();
         let points = h.series.state_points();
         let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
-        let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
+        let peak_at = crate::analysis::peak_index(&points);
         let when = h.series.points().last().map_or(0.0, |s| s.t);
         let age = crate::monitor::now() - when;
         let chrome = Chrome {

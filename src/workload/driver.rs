@@ -8,7 +8,7 @@ use crate::alloc::stats::Kind;
 use crate::alloc::{BlockId, CachingAllocator, OutOfMemory, StatePoint};
 use crate::device::Device;
 
-use super::{Op, StepPlan, Synthetic};
+use super::{Op, Synthetic};
 
 /// What a run does when an allocation fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -57,7 +57,6 @@ pub struct Driver<D: Device> {
     on_oom: OnOom,
     live: HashMap<u64, BlockId>,
     queue: VecDeque<Op>,
-    plan: Option<StepPlan>,
     scale: f64,
     retries: u32,
     pub points: Vec<StatePoint>,
@@ -88,7 +87,6 @@ impl<D: Device> Driver<D> {
             on_oom,
             live: HashMap::new(),
             queue: VecDeque::new(),
-            plan: None,
             scale: 1.0,
             retries: 0,
             points: Vec::new(),
@@ -180,7 +178,6 @@ impl<D: Device> Driver<D> {
                     self.batch = p.batch;
                     self.seq = p.seq;
                     self.queue.extend(p.ops.iter().copied());
-                    self.plan = Some(StepPlan { ops: Vec::new(), ..p });
                 }
                 None => {
                     self.state = Progress::Finished;
@@ -282,6 +279,6 @@ impl<D: Device> Driver<D> {
 
     /// Index of the allocated-bytes peak in `points` (first of equals).
     pub fn peak_at(&self) -> Option<usize> {
-        (0..self.points.len()).max_by_key(|&i| (self.points[i].allocated, std::cmp::Reverse(i)))
+        crate::analysis::peak_index(&self.points)
     }
 }

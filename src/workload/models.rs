@@ -171,8 +171,7 @@ impl Builder {
     }
 
     /// `x @ w + b` over `rows` rows: a GEMM (cuBLAS) saving its input.
-    #[allow(clippy::too_many_arguments)]
-    pub fn linear(&mut self, what: &str, x: Tid, rows: u64, fin: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
+    pub fn linear(&mut self, what: &str, x: Tid, rows: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
         match self.weight(what, w) {
             Some(wc) => {
                 let xc = self.cast_bf16(what, x);
@@ -194,7 +193,6 @@ impl Builder {
                 y
             }
             None => {
-                let _ = fin;
                 let y = self.t(rows * fout, F32);
                 let mut params = vec![w];
                 params.extend(b);
@@ -250,9 +248,16 @@ impl Builder {
     /// LayerNorm over rows of `h` (fp32 under autocast), saving its input
     /// and the per-row mean and rstd.
     fn layer_norm(&mut self, what: &str, x: Tid, rows: u64, h: u64) -> Tid {
-        let (w, b) = (self.param(h), self.param(h));
         let y = self.t(rows * h, F32);
-        let (m, r) = (self.t(rows, F32), self.t(rows, F32));
+        self.normalize(what, x, y, rows, h)
+    }
+
+    /// A normalization writing `y`: `stats` per-row (or per-channel) fp32
+    /// means and inverse deviations saved with the input, and a weight and
+    /// a bias of `affine` elements.
+    fn normalize(&mut self, what: &str, x: Tid, y: Tid, stats: u64, affine: u64) -> Tid {
+        let (w, b) = (self.param(affine), self.param(affine));
+        let (m, r) = (self.t(stats, F32), self.t(stats, F32));
         self.node(
             what,
             Node {
@@ -406,7 +411,7 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         k.segment(segment_of(l, m.layers, st.checkpoint));
         let ln = k.layer_norm("ln_1", r, rows, h);
         let (w, bi) = (k.param(h * 3 * h), k.param(3 * h));
-        let qkv = k.linear("attn.c_attn", ln, rows, h, 3 * h, w, Some(bi));
+        let qkv = k.linear("attn.c_attn", ln, rows, 3 * h, w, Some(bi));
         // DynamicCache.update keeps copies of k and v (use_cache=True).
         let d = k.dtype[qkv];
         let kc = k.t(rows * h, d);
@@ -415,15 +420,15 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         k.g.held.extend([kc, vc]);
         let o = k.sdpa(qkv, kc, vc, b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
-        let y = k.linear("attn.c_proj", o, rows, h, h, w, Some(bi));
+        let y = k.linear("attn.c_proj", o, rows, h, w, Some(bi));
         let y = k.dropout("attn.resid_dropout", y);
         let r2 = k.add("residual", y, r);
         let ln2 = k.layer_norm("ln_2", r2, rows, h);
         let (w, bi) = (k.param(h * m.ffn), k.param(m.ffn));
-        let f = k.linear("mlp.c_fc", ln2, rows, h, m.ffn, w, Some(bi));
+        let f = k.linear("mlp.c_fc", ln2, rows, m.ffn, w, Some(bi));
         let g = gelu_tanh(&mut k, f);
         let (w, bi) = (k.param(m.ffn * h), k.param(h));
-        let y = k.linear("mlp.c_proj", g, rows, m.ffn, h, w, Some(bi));
+        let y = k.linear("mlp.c_proj", g, rows, h, w, Some(bi));
         let y = k.dropout("mlp.dropout", y);
         r = k.add("residual", y, r2);
     }
@@ -431,7 +436,7 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
     k.module("transformer.");
     let lnf = k.layer_norm("ln_f", r, rows, h);
     k.module("");
-    let logits = k.linear("lm_head", lnf, rows, h, v, wte, None);
+    let logits = k.linear("lm_head", lnf, rows, v, wte, None);
     k.head(logits, rows, v, st.inference)
 }
 
@@ -485,19 +490,19 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
         let mut qkv = Vec::new();
         for name in ["attention.self.query", "attention.self.key", "attention.self.value"] {
             let (w, bi) = (k.param(h * h), k.param(h));
-            qkv.push(k.linear(name, r, rows, h, h, w, Some(bi)));
+            qkv.push(k.linear(name, r, rows, h, w, Some(bi)));
         }
         let o = k.sdpa(qkv[0], qkv[1], qkv[2], b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
-        let y = k.linear("attention.output.dense", o, rows, h, h, w, Some(bi));
+        let y = k.linear("attention.output.dense", o, rows, h, w, Some(bi));
         let y = k.dropout("attention.output.dropout", y);
         let a = k.add("attention.output (residual)", y, r);
         let a = k.layer_norm("attention.output.LayerNorm", a, rows, h);
         let (w, bi) = (k.param(h * m.ffn), k.param(m.ffn));
-        let f = k.linear("intermediate.dense", a, rows, h, m.ffn, w, Some(bi));
+        let f = k.linear("intermediate.dense", a, rows, m.ffn, w, Some(bi));
         let g = k.pointwise("intermediate.act (gelu)", &[f], k.dtype[f], &[f]);
         let (w, bi) = (k.param(m.ffn * h), k.param(h));
-        let y = k.linear("output.dense", g, rows, m.ffn, h, w, Some(bi));
+        let y = k.linear("output.dense", g, rows, h, w, Some(bi));
         let y = k.dropout("output.dropout", y);
         let a2 = k.add("output (residual)", y, a);
         r = k.layer_norm("output.LayerNorm", a2, rows, h);
@@ -505,11 +510,11 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
     k.segment(0);
     k.module("cls.predictions.");
     let (w, bi) = (k.param(h * h), k.param(h));
-    let t = k.linear("transform.dense", r, rows, h, h, w, Some(bi));
+    let t = k.linear("transform.dense", r, rows, h, w, Some(bi));
     let t = k.pointwise("transform.act (gelu)", &[t], k.dtype[t], &[t]);
     let t = k.layer_norm("transform.LayerNorm", t, rows, h);
     let bi = k.param(v);
-    let logits = k.linear("decoder", t, rows, h, v, we, Some(bi));
+    let logits = k.linear("decoder", t, rows, v, we, Some(bi));
     k.head(logits, rows, v, st.inference)
 }
 
@@ -564,9 +569,9 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
         k.segment(segment_of(l, m.layers, st.checkpoint));
         let x = rms_norm(&mut k, "input_layernorm", r, rows, h);
         let (wq, wk, wv) = (k.param(h * h), k.param(h * kvh), k.param(h * kvh));
-        let q = k.linear("self_attn.q_proj", x, rows, h, h, wq, None);
-        let kk = k.linear("self_attn.k_proj", x, rows, h, kvh, wk, None);
-        let vv = k.linear("self_attn.v_proj", x, rows, h, kvh, wv, None);
+        let q = k.linear("self_attn.q_proj", x, rows, h, wq, None);
+        let kk = k.linear("self_attn.k_proj", x, rows, kvh, wk, None);
+        let vv = k.linear("self_attn.v_proj", x, rows, kvh, wv, None);
         // apply_rotary_pos_emb: q*cos + rotate_half(q)*sin, for q and k.
         let mut rot = Vec::new();
         for (name, t) in [("q", q), ("k", kk)] {
@@ -612,22 +617,22 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
         };
         let oc = k.pointwise("self_attn (transpose)", &[o], k.dtype[o], &[]);
         let wo = k.param(h * h);
-        let y = k.linear("self_attn.o_proj", oc, rows, h, h, wo, None);
+        let y = k.linear("self_attn.o_proj", oc, rows, h, wo, None);
         let r2 = k.add("residual", y, r);
         let x2 = rms_norm(&mut k, "post_attention_layernorm", r2, rows, h);
         let (wg, wu, wd) = (k.param(h * m.ffn), k.param(h * m.ffn), k.param(m.ffn * h));
-        let gt = k.linear("mlp.gate_proj", x2, rows, h, m.ffn, wg, None);
+        let gt = k.linear("mlp.gate_proj", x2, rows, m.ffn, wg, None);
         let act = k.pointwise("mlp.act_fn (silu)", &[gt], k.dtype[gt], &[gt]);
-        let up = k.linear("mlp.up_proj", x2, rows, h, m.ffn, wu, None);
+        let up = k.linear("mlp.up_proj", x2, rows, m.ffn, wu, None);
         let pr = k.pointwise("mlp (act*up)", &[act, up], k.dtype[up], &[act, up]);
-        let y = k.linear("mlp.down_proj", pr, rows, m.ffn, h, wd, None);
+        let y = k.linear("mlp.down_proj", pr, rows, h, wd, None);
         r = k.add("residual", y, r2);
     }
     k.segment(0);
     k.module("model.");
     let x = rms_norm(&mut k, "norm", r, rows, h);
     k.module("");
-    let logits = k.linear("lm_head", x, rows, h, v, we, None);
+    let logits = k.linear("lm_head", x, rows, v, we, None);
     k.head(logits, rows, v, st.inference)
 }
 
@@ -637,8 +642,8 @@ fn resnet50(st: StepShape) -> Graph {
     let mut k = Builder::new(st.amp, st.batch);
     let img = k.input(b * 3 * 224 * 224 * F32);
     k.dtype[img] = F32;
-    let labels = k.input(b * 8);
-    let _ = labels;
+    // The labels: allocated with the batch, read only by the loss.
+    k.input(b * 8);
     let x = conv(&mut k, "conv1", img, 3, 64, 7, 112);
     let x = bn_relu(&mut k, "bn1", x, 64, 112, true);
     // Max pooling keeps int64 indices for backward.
@@ -693,7 +698,7 @@ fn resnet50(st: StepShape) -> Graph {
     let pooled = k.t(b * 2048, d);
     k.node("avgpool", Node { inputs: vec![x], outputs: vec![pooled], grad_in: vec![x], ..Default::default() });
     let (w, bi) = (k.param(2048 * 1000), k.param(1000));
-    let logits = k.linear("fc", pooled, b, 2048, 1000, w, Some(bi));
+    let logits = k.linear("fc", pooled, b, 1000, w, Some(bi));
     k.head(logits, b, 1000, st.inference)
 }
 
@@ -730,21 +735,8 @@ fn conv(k: &mut Builder, what: &str, x: Tid, cin: u64, cout: u64, ks: u64, hw: u
 /// BatchNorm (cuDNN: saves its input, mean and inverse std), then `relu`
 /// in place, which saves the output.
 fn bn_relu(k: &mut Builder, what: &str, x: Tid, c: u64, hw: u64, relu: bool) -> Tid {
-    let b = k.batch;
-    let (gw, gb) = (k.param(c), k.param(c));
-    let y = k.t(b * c * hw * hw, k.dtype[x]);
-    let (m, v) = (k.t(c, F32), k.t(c, F32));
-    k.node(
-        what,
-        Node {
-            inputs: vec![x],
-            outputs: vec![y, m, v],
-            saved: vec![x, m, v],
-            grad_in: vec![x],
-            param_grads: vec![gw, gb],
-            ..Default::default()
-        },
-    );
+    let y = k.t(k.batch * c * hw * hw, k.dtype[x]);
+    let y = k.normalize(what, x, y, c, c);
     if !relu {
         return y;
     }
@@ -762,13 +754,13 @@ fn mlp(m: &ModelShape, st: StepShape) -> Graph {
     let mut k = Builder::new(st.amp, st.batch);
     let x0 = k.input(b * m.ffn * F32);
     k.dtype[x0] = F32;
-    let _labels = k.input(b * 8);
+    k.input(b * 8);
     let mut x = x0;
     let mut fin = m.ffn;
     for l in 0..m.layers {
         k.segment(segment_of(l, m.layers, st.checkpoint));
         let (w, bi) = (k.param(fin * m.hidden), k.param(m.hidden));
-        let y = k.linear(&format!("{}", 2 * l), x, b, fin, m.hidden, w, Some(bi));
+        let y = k.linear(&format!("{}", 2 * l), x, b, m.hidden, w, Some(bi));
         x = k.pointwise(&format!("{} relu", 2 * l + 1), &[y], k.dtype[y], &[]);
         let n = k.g.nodes.len() - 1;
         k.g.nodes[n].saved = vec![x];
@@ -776,6 +768,6 @@ fn mlp(m: &ModelShape, st: StepShape) -> Graph {
     }
     k.segment(0);
     let (w, bi) = (k.param(fin * m.vocab), k.param(m.vocab));
-    let logits = k.linear("head", x, b, fin, m.vocab, w, Some(bi));
+    let logits = k.linear("head", x, b, m.vocab, w, Some(bi));
     k.head(logits, b, m.vocab, st.inference)
 }
