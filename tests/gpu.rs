@@ -1,6 +1,8 @@
 //! GPU-only checks of the synthetic mode's CUDA backend (run on the device
 //! machine through ../shared/tools/gpu-bundle.sh; `cargo test` skips them).
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -167,7 +169,6 @@ extern "C" {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_pytorch_process_publishes_what_torch_reports() {
-    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
     let dir = std::env::temp_dir().join(format!("gpumem-gpu-pub-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -197,15 +198,7 @@ for k in range(8):
         dir = dir.display().to_string(),
         log = log.display().to_string()
     );
-    let mut py = Command::new("python3")
-        .arg("-c")
-        .arg(&script)
-        .env("PYTHONPATH", format!("{root}/assets/python"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(py.stdout.take().unwrap()), &mut line).unwrap();
+    let (mut py, line) = python(&script);
     assert_eq!(line.trim(), "ready");
     let rec = dir.join("rec.jsonl");
     let out = Command::new(bin())
@@ -251,5 +244,227 @@ for k in range(8):
     println!("publisher: {matched} samples equal torch.cuda.memory_stats() of their phase; NVML >= reserved in {nvml_checked}; phases {phases:?}");
     assert!(matched >= 8, "{matched} samples matched");
     assert!(nvml_checked >= 8);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Python process with the publisher on its path; stdin stays open (closing
+/// it can end the script); returns it and the first line it printed.
+fn python(script: &str) -> (std::process::Child, String) {
+    let mut py = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("PYTHONPATH", common::root().join("assets/python"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(py.stdout.take().unwrap()), &mut line).unwrap();
+    (py, line)
+}
+
+fn live_json(extra: &[&str]) -> Value {
+    let out = Command::new(bin()).arg("--json").args(extra).output().expect("gpumem-top --json");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("--json output")
+}
+
+fn gpus_of(v: &Value) -> Vec<Value> {
+    v["gpus"].as_array().expect("gpus").clone()
+}
+
+fn pid_on(v: &Value, pid: u32) -> Vec<(u64, u64)> {
+    gpus_of(v)
+        .iter()
+        .filter_map(|g| {
+            let p = g["processes"].as_array()?.iter().find(|p| p["pid"] == pid)?;
+            Some((g["index"].as_u64()?, p["used_bytes"].as_u64()?))
+        })
+        .collect()
+}
+
+fn render_live(app: &mut gpumem_top::ui::live::LiveApp) -> String {
+    common::render_live(app, 160, 50)
+}
+
+/// Issue 8, on a machine with several GPUs: `--json` lists them all; a
+/// `synth --backend cuda --device 1` run shows up on that GPU only, with
+/// NVML's bytes equal to our reserved bytes plus the context; a PyTorch
+/// publisher on cuda:1 lands on GPU 1; `serve` has one series per GPU; the
+/// live view lists every GPU with its bar and `1`–`9` switch between them.
+#[test]
+#[ignore = "needs several NVIDIA GPUs"]
+fn multi_gpu_every_gpu_listed_and_a_run_on_gpu_1_seen_there_only() {
+    use gpumem_top::monitor::sampler::{LiveSource, Source};
+    use gpumem_top::monitor::GpuQuery;
+    let mut q = gpumem_top::monitor::NvmlQuery::open().expect("NVML");
+    let n = q.device_count().expect("device count");
+    assert!(n >= 2, "this test needs two GPUs or more; NVML lists {n}");
+    let before = live_json(&[]);
+    let gs = gpus_of(&before);
+    assert_eq!(gs.len(), n as usize);
+    for (i, g) in gs.iter().enumerate() {
+        assert_eq!(g["index"], i as u64);
+        assert!(g["total_bytes"].as_u64().unwrap() > 0 && g["uuid"].as_str().unwrap().starts_with("GPU-"));
+        println!("before: GPU {i} {} used {} of {}", g["uuid"], g["used_bytes"], g["total_bytes"]);
+    }
+    let used_before: Vec<u64> = gs.iter().map(|g| g["used_bytes"].as_u64().unwrap()).collect();
+
+    // A PyTorch process publishing on cuda:1, and our synth run on CUDA device 1.
+    let dir = std::env::temp_dir().join(format!("gpumem-multi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!(
+        r#"
+import sys, torch, gpumem_top_publish as g
+torch.cuda.set_device(1)
+x = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
+y = torch.empty(100 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+g.start(interval=0.2, directory={dir:?})
+s = torch.cuda.memory_stats()
+print("ready", s["allocated_bytes.all.current"], s["reserved_bytes.all.current"], flush=True)
+sys.stdin.read()
+"#,
+        dir = dir.display().to_string()
+    );
+    let (mut py, line) = python(&script);
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(f.first(), Some(&"ready"), "{line}");
+    let (torch_alloc, torch_reserved): (u64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+    let child = Command::new(bin())
+        .args(["synth", "--backend", "cuda", "--device", "1", "--json", "--model", "gpt2", "--iterations", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until NVML holds the run's steady state (reserved stops growing
+    // after the first iteration): two equal readings in a row.
+    let mut last = 0;
+    let mut during = before.clone();
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(500));
+        during = live_json(&["--publish-dir", dir.to_str().unwrap()]);
+        let on = pid_on(&during, pid);
+        if on.len() == 1 && on[0].1 > (1 << 30) && on[0].1 == last {
+            break;
+        }
+        last = on.first().map_or(0, |x| x.1);
+    }
+    let on = pid_on(&during, pid);
+    println!("synth pid {pid} is on (GPU, used bytes) {on:?}");
+    assert_eq!(on.len(), 1, "the run is on exactly one GPU");
+    let (g1, used_by_run) = on[0];
+    for (i, g) in gpus_of(&during).iter().enumerate() {
+        let u = g["used_bytes"].as_u64().unwrap();
+        println!("during: GPU {i} used {u} (before {})", used_before[i]);
+        if i as u64 != g1 {
+            assert!(u.abs_diff(used_before[i]) <= 16 << 20, "GPU {i} changed: {} -> {u}", used_before[i]);
+        }
+    }
+    // The publisher is on GPU 1 (by its UUID) with what torch reported.
+    let pubs = during["publishers"].as_array().unwrap();
+    let p = pubs.iter().find(|p| p["pid"] == py.id()).expect("the publisher is listed");
+    println!("publisher: {p}");
+    assert_eq!(p["gpu"], 1);
+    assert_eq!(
+        (p["allocated_bytes"].as_u64(), p["reserved_bytes"].as_u64()),
+        (Some(torch_alloc), Some(torch_reserved))
+    );
+    assert_eq!(pid_on(&during, py.id()).len(), 1);
+
+    // serve: one series per GPU.
+    let mut srv = Command::new(bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--interval", "200", "--publish-dir"])
+        .arg(&dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut l = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(srv.stderr.take().unwrap()), &mut l).unwrap();
+    let addr = l.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&l).to_string();
+    std::thread::sleep(Duration::from_millis(800));
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        r.split_once("\r\n\r\n").unwrap().1.to_string()
+    };
+    unsafe { libc_kill(srv.id() as i32, 15) };
+    let _ = srv.wait();
+    let used_series: Vec<&str> = body.lines().filter(|l| l.starts_with("gpumem_gpu_memory_used_bytes{")).collect();
+    println!("serve: {used_series:#?}");
+    assert_eq!(used_series.len(), n as usize, "one used-bytes series per GPU");
+    for i in 0..n {
+        assert!(used_series.iter().any(|l| l.contains(&format!("gpu=\"{i}\""))), "no series for GPU {i}");
+    }
+    let run_series = body
+        .lines()
+        .find(|l| l.starts_with("gpumem_process_memory_used_bytes{") && l.contains(&format!("pid=\"{pid}\"")))
+        .expect("the run's process series");
+    println!("serve: {run_series}");
+    assert!(run_series.contains(&format!("gpu=\"{g1}\"")));
+    let torch_series = body
+        .lines()
+        .find(|l| l.starts_with("gpumem_torch_reserved_bytes{") && l.contains(&format!("pid=\"{}\"", py.id())))
+        .expect("the publisher's series");
+    println!("serve: {torch_series}");
+    assert!(torch_series.contains("gpu=\"1\"") && torch_series.ends_with(&format!(" {torch_reserved}")));
+
+    // The live view, drawn from real NVML samples.
+    let mut src = LiveSource::new(Box::new(q), Vec::new(), Some(dir.clone()));
+    let mut app = gpumem_top::ui::live::LiveApp::new("live (NVML)".into(), None, false);
+    app.ingest(src.snapshot());
+    let screen = render_live(&mut app);
+    println!("{screen}");
+    for i in 0..n.min(9) {
+        let row = screen.lines().find(|l| l.contains(&format!("{} GPU {i} ", i + 1))).expect("a row per GPU");
+        assert!(row.contains('█') || row.contains('░'), "GPU {i} has its bar: {row}");
+    }
+    assert!(screen.contains("▶1 GPU 0") && screen.contains("No process on GPU 0 publishes"));
+    // The run's pid is listed under its GPU's row only.
+    let rows: Vec<&str> = screen.lines().collect();
+    let gpu_row = |i: u64| rows.iter().position(|l| l.contains(&format!("{} GPU {i} ", i + 1))).unwrap();
+    let pid_row = rows.iter().position(|l| l.contains(&format!("pid {pid:>7}"))).expect("the run is listed");
+    assert!(pid_row > gpu_row(g1) && (g1 + 1 == n as u64 || pid_row < gpu_row(g1 + 1)));
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
+    app.ingest(src.snapshot());
+    let screen = render_live(&mut app);
+    println!("{screen}");
+    assert!(screen.contains("▶2 GPU 1"));
+    assert!(screen.contains(&format!("pid {} python3", py.id())), "GPU 1 shows the publisher's allocator");
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('1')));
+    assert!(render_live(&mut app).contains("▶1 GPU 0"));
+
+    // Stop the run: its own NVML reading matches reserved + context, and
+    // what `--json` saw on GPU 1 was the same.
+    unsafe { libc_kill(pid as i32, 2) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    println!("synth nvml_device {}", v["nvml_device"]);
+    assert_eq!(v["nvml_device"]["cuda_index"], 1);
+    assert_eq!(v["nvml_device"]["nvml_index"], g1);
+    let ctx = u(&v, "cuda_context_bytes");
+    let reserved = v["stats"]["reserved_bytes.all.peak"].as_u64().unwrap();
+    let at_peak = u(&v, "nvml_used_bytes_at_peak");
+    println!(
+        "synth on GPU {g1}: reserved peak {reserved} + context {ctx} = {}; NVML at the peak {at_peak}; --json saw {used_by_run}",
+        reserved + ctx
+    );
+    assert!((at_peak as f64 / (reserved + ctx) as f64 - 1.0).abs() < 0.01);
+    assert!((used_by_run as f64 / (reserved + ctx) as f64 - 1.0).abs() < 0.01);
+    drop(py.stdin.take());
+    assert!(py.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(500));
+    let after = live_json(&[]);
+    for (i, g) in gpus_of(&after).iter().enumerate() {
+        let u = g["used_bytes"].as_u64().unwrap();
+        println!("after: GPU {i} used {u} (before {})", used_before[i]);
+    }
+    assert!(pid_on(&after, pid).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,8 +14,6 @@ use gpumem_top::monitor::publisher::{self, scan};
 use gpumem_top::monitor::sampler::{LiveSource, Source};
 use gpumem_top::monitor::{GpuQuery, GpuSample, ProcessSample};
 use gpumem_top::ui::live::LiveApp;
-use ratatui::backend::TestBackend;
-use ratatui::Terminal;
 use serde_json::{json, Value};
 
 const GIB: u64 = 1 << 30;
@@ -91,13 +89,7 @@ fn write(dir: &Path, name: &str, v: &Value) {
 }
 
 fn render(app: &mut LiveApp, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| {
-        let a = f.area();
-        app.draw_into(a, f.buffer_mut())
-    })
-    .unwrap();
-    t.backend().to_string()
+    common::render_live(app, w, h)
 }
 
 #[test]
@@ -444,4 +436,43 @@ fn histories_are_capped_and_gone_processes_leave_first() {
     assert_eq!(app.procs.len(), gpumem_top::ui::live::MAX_HISTORIES);
     assert!(app.procs.contains_key(&(0, 1000)), "the live one stays");
     assert!(app.procs.contains_key(&(0, 1011)), "the newest stays");
+}
+
+/// Under `CUDA_VISIBLE_DEVICES=1` a process calls NVML's GPU 1 `cuda:0`:
+/// publishers are put on NVML's GPU by UUID, else by where NVML lists the
+/// process, else by their CUDA ordinal.
+#[test]
+fn publishers_land_on_nvmls_gpu_by_uuid_then_by_process_then_by_ordinal() {
+    let mk = |pid: u32, uuid: Option<&str>| {
+        let mut v = published(pid, 0, 8 << 20, 20 << 20, &[]);
+        if let Some(u) = uuid {
+            v["uuid"] = json!(u);
+        }
+        publisher::parse_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).unwrap()
+    };
+    let gpus = vec![
+        gpu(0, GIB, vec![proc_(30, "both", GIB), proc_(40, "one", GIB)]),
+        gpu(1, GIB, vec![proc_(20, "python", GIB), proc_(30, "both", GIB)]),
+    ];
+    // 10: UUID of GPU 1 (not listed by NVML yet); 20: listed on GPU 1 only;
+    // 30: on both (a stray context), so its ordinal decides; 50: nowhere.
+    let mut ps = vec![mk(10, Some("GPU-1")), mk(20, None), mk(30, None), mk(50, Some("GPU-unknown"))];
+    publisher::assign_gpus(&mut ps, &gpus, true);
+    let got: Vec<(u32, u32, u32)> = ps.iter().map(|p| (p.pid, p.device, p.cuda_device)).collect();
+    assert_eq!(got, vec![(10, 1, 0), (20, 1, 0), (30, 0, 0), (50, 0, 0)]);
+    // Watching GPU 1 only (`--device 1`): a UUID naming another GPU is dropped.
+    let mut ps = vec![mk(10, Some("GPU-1")), mk(60, Some("GPU-0"))];
+    publisher::assign_gpus(&mut ps, &gpus[1..], false);
+    assert_eq!(ps.iter().map(|p| (p.pid, p.device)).collect::<Vec<_>>(), vec![(10, 1)]);
+    // The view shows process 10's allocator on GPU 1 and not on GPU 0.
+    let mut app = LiveApp::new("fake".into(), None, false);
+    let mut s = gpumem_top::monitor::Snapshot { time: gpumem_top::monitor::now(), ..Default::default() };
+    s.gpus = gpus.clone();
+    s.publishers = vec![mk(10, Some("GPU-1"))];
+    publisher::assign_gpus(&mut s.publishers, &s.gpus, true);
+    app.ingest(s);
+    assert!(render(&mut app, 140, 40).contains("No process on GPU 0 publishes"));
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
+    let screen = render(&mut app, 140, 40);
+    assert!(screen.contains("▶2 GPU 1") && screen.contains("pid 10 python train.py"), "{screen}");
 }

@@ -87,6 +87,19 @@ def _layout(torch, device):
     return segs
 
 
+def _uuid(torch, device):
+    """The GPU's UUID as NVML spells it, so gpumem-top finds the GPU even
+    when CUDA_VISIBLE_DEVICES renumbers devices; None if torch cannot say."""
+    cache = _state.setdefault("uuids", {})
+    if device not in cache:
+        try:
+            u = str(torch.cuda.get_device_properties(device).uuid)
+            cache[device] = u if u.startswith(("GPU-", "MIG-")) else "GPU-" + u
+        except Exception:
+            cache[device] = None
+    return cache[device]
+
+
 def publish_once(torch, directory, device, interval, layout=True):
     """Writes one file now; returns its path."""
     stats = torch.cuda.memory_stats(device)
@@ -95,6 +108,7 @@ def publish_once(torch, directory, device, interval, layout=True):
         "pid": os.getpid(),
         "nspid": _nspid(),
         "device": device,
+        "uuid": _uuid(torch, device),
         "time": time.time(),
         "interval": interval,
         "command": _command(),

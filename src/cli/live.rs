@@ -114,7 +114,7 @@ pub fn snapshot_json(snap: &Snapshot, alerts: &[Alert], source: &str) -> Value {
         .map(|p| {
             let f = p.fragmentation();
             json!({
-                "pid": p.pid, "gpu": p.device, "command": p.command, "time": p.time,
+                "pid": p.pid, "gpu": p.device, "cuda_device": p.cuda_device, "uuid": p.uuid, "command": p.command, "time": p.time,
                 "allocated_bytes": p.allocated(), "reserved_bytes": p.reserved(),
                 "allocated_peak_bytes": p.stat("allocated_bytes.all.peak"),
                 "reserved_peak_bytes": p.stat("reserved_bytes.all.peak"),
@@ -159,7 +159,7 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     };
     if args.json {
         let (mut src, name): (Box<dyn Source>, &str) = match source {
-            Some(s) => (s, "nvml"),
+            Some(s) => (s, if args.source == SourceKind::Demo { "simulated device" } else { "nvml" }),
             None => {
                 let mut d = DemoSource::new(42);
                 d.advance(3000);
@@ -284,7 +284,7 @@ fn record_line(snap: &Snapshot, a: &[Alert]) -> Value {
         .iter()
         .map(|p| {
             json!({
-                "version": 1, "pid": p.pid, "nspid": p.nspid, "device": p.device, "time": p.time,
+                "version": 1, "pid": p.pid, "nspid": p.nspid, "device": p.device, "uuid": p.uuid, "time": p.time,
                 "interval": p.interval, "command": p.command, "stats": p.stats, "steps": p.steps,
                 "segments": p.segments.iter().map(|s| json!({
                     "address": s.address, "total_size": s.total_size, "stream": s.stream,

@@ -312,11 +312,16 @@ fn run<D: Backed>(
     // NVML on the CUDA backend: the context's size before any segment, then
     // this process's used memory at each new reserved peak.
     let samples = Arc::new(Mutex::new(NvmlSamples::default()));
-    let nvml = match index {
-        Some((i, uuid)) => crate::monitor::ProcessMemory::open_uuid(uuid.as_deref(), i as u32).ok(),
+    let nvml = match &index {
+        Some((i, uuid)) => crate::monitor::ProcessMemory::open_uuid(uuid.as_deref(), *i as u32).ok(),
         None => None,
     };
     let pid = std::process::id();
+    // Which GPU NVML watched: CUDA's ordinal, its UUID and NVML's index.
+    let nvml_device = match (&index, &nvml) {
+        (Some((i, uuid)), Some(nv)) => json!({"cuda_index": i, "uuid": uuid, "nvml_index": nv.index()}),
+        _ => serde_json::Value::Null,
+    };
     let mut driver = Driver::new(alloc, Synthetic::new(spec.clone()), args.on_oom);
     if let Some(nv) = nvml {
         samples.lock().map(|mut s| s.context = nv.used_by(pid)).ok();
@@ -412,6 +417,7 @@ fn run<D: Backed>(
                 "external_fragmentation": round4(frag.external_fragmentation),
                 "rounding_waste_bytes": frag.rounding_waste_bytes,
             },
+            "nvml_device": nvml_device,
             "cuda_context_bytes": if is_cuda { s.context } else { None },
             "nvml_used_bytes_at_peak": if is_cuda { s.at_peak } else { None },
             "reserved_bytes_at_nvml_sample": if is_cuda { Some(s.reserved_at_sample) } else { None },

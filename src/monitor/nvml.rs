@@ -159,6 +159,11 @@ impl ProcessMemory {
         Ok(ProcessMemory { nvml, index })
     }
 
+    /// NVML's index of the GPU watched.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
     /// Bytes `pid` holds on the GPU (context included), as `nvidia-smi`
     /// shows it; `None` when NVML does not list it or cannot say.
     pub fn used_by(&self, pid: u32) -> Option<u64> {

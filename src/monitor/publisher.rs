@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::ProcessSample;
+use super::{GpuSample, ProcessSample};
 use crate::alloc::{BlockInfo, BlockState, SegmentInfo};
 
 /// Files larger than this are not read (a layout of 100k blocks is ~3 MB).
@@ -53,6 +53,9 @@ struct RawFile {
     #[serde(default)]
     nspid: Vec<u32>,
     device: u32,
+    /// The GPU's UUID as NVML spells it ("GPU-…"); absent from older publishers.
+    #[serde(default)]
+    uuid: Option<String>,
     time: f64,
     #[serde(default)]
     interval: f64,
@@ -72,7 +75,13 @@ pub struct Published {
     pub pid: u32,
     /// Its PIDs in nested namespaces, outermost first (from its /proc/self/status).
     pub nspid: Vec<u32>,
+    /// NVML's index of its GPU once a live source has matched it (see
+    /// `assign_gpus`); until then the CUDA ordinal it published.
     pub device: u32,
+    /// The CUDA ordinal as the process numbers it (under
+    /// `CUDA_VISIBLE_DEVICES` not NVML's index).
+    pub cuda_device: u32,
+    pub uuid: Option<String>,
     pub time: f64,
     pub interval: f64,
     pub command: Option<String>,
@@ -111,6 +120,30 @@ impl Published {
         let ids = [Some(p.pid), p.local_pid];
         ids.iter().flatten().any(|&id| id == self.pid || self.nspid.contains(&id))
     }
+}
+
+/// Puts each publisher on NVML's GPU: the one with its UUID; else the one
+/// GPU whose processes include it; else the GPU numbered as its CUDA
+/// ordinal (right only when both orders agree and nothing hides devices).
+/// A publisher whose UUID names a GPU not among `gpus` (filtered out by
+/// `--device`) is dropped.
+pub fn assign_gpus(publishers: &mut Vec<Published>, gpus: &[GpuSample], all_gpus: bool) {
+    publishers.retain_mut(|p| {
+        if let Some(u) = &p.uuid {
+            if let Some(g) = gpus.iter().find(|g| g.uuid.as_deref() == Some(u.as_str())) {
+                p.device = g.index;
+                return true;
+            }
+            if !all_gpus {
+                return false;
+            }
+        }
+        let mut on = gpus.iter().filter(|g| g.processes.iter().any(|x| p.matches(x)));
+        if let (Some(g), None) = (on.next(), on.next()) {
+            p.device = g.index;
+        }
+        true
+    });
 }
 
 /// What one scan of the directory found.
@@ -175,6 +208,8 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
         pid: raw.pid,
         nspid: raw.nspid,
         device: raw.device,
+        cuda_device: raw.device,
+        uuid: raw.uuid.filter(|u| u.len() <= 96),
         time: raw.time,
         interval: raw.interval,
         command: raw.command.map(|c| c.chars().filter(|c| !c.is_control()).take(200).collect()),

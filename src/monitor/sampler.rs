@@ -82,6 +82,7 @@ impl Source for LiveSource {
                 }
             }
         }
+        publisher::assign_gpus(&mut snap.publishers, &snap.gpus, self.devices.is_empty());
         let now_pids: Vec<u32> = snap.publishers.iter().map(|p| p.pid).collect();
         for &p in &self.previous {
             if !now_pids.contains(&p) && !snap.gone.contains(&p) {
@@ -147,6 +148,8 @@ impl DemoSource {
             pid,
             nspid: vec![pid],
             device: 0,
+            cuda_device: 0,
+            uuid: None,
             time: now(),
             interval: 0.5,
             command: Some("gpumem-top demo (synthetic GPT-2)".into()),
