@@ -53,6 +53,41 @@ fn bench(c: &mut Criterion) {
             app.draw_into(area, &mut buf);
         })
     });
+    // A whole frame as the terminal loop does it: ingest the next sample,
+    // draw into ratatui's buffer, diff against the last frame and write the
+    // escape codes, over samples that change as training does.
+    let mut src = DemoSource::new(42);
+    let samples: Vec<_> = (0..16)
+        .map(|_| {
+            src.advance(150);
+            src.snapshot_now()
+        })
+        .collect();
+    let mut app = LiveApp::new("live".into(), None, true);
+    let mut term = gpumem_top::ui::term::Frames::new(ratatui::backend::TestBackend::new(200, 50)).unwrap();
+    let mut k = 0;
+    c.bench_function("live/frame_200x50_ingest_draw_diff_write", |b| {
+        b.iter(|| {
+            app.ingest(samples[k % samples.len()].clone());
+            k += 1;
+            term.draw(|a, buf| app.draw_into(a, buf)).unwrap();
+        })
+    });
+    let mut b1 = Buffer::empty(area);
+    let mut b2 = Buffer::empty(area);
+    app.ingest(samples[3].clone());
+    app.draw_into(area, &mut b1);
+    app.ingest(samples[4].clone());
+    app.draw_into(area, &mut b2);
+    eprintln!("cells changed between two frames: {}", b1.diff(&b2).len());
+    c.bench_function("live/diff_ratatui", |b| b.iter(|| b1.diff(&b2).len()));
+    c.bench_function("live/diff_ours", |b| {
+        b.iter_batched(
+            || gpumem_top::ui::term::OnScreen::of(&b1),
+            |mut s| s.diff(&b2).len(),
+            criterion::BatchSize::SmallInput,
+        )
+    });
 }
 
 criterion_group! {

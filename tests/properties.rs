@@ -242,3 +242,163 @@ fn record_stream_defers_the_free() {
     assert_eq!(acts, [Action::FreeCompleted, Action::Alloc]);
     assert_eq!(a.stats().get(Kind::ActiveBytes, 0).current, 512);
 }
+
+/// The frame writer's diff equals ratatui's on random screens: narrow,
+/// wide, VS16 and combining glyphs, half-width sound marks, coloured and
+/// reversed cells, every diff option.
+mod frame_diff {
+    use gpumem_top::ui::term::{cell_width, OnScreen};
+    use proptest::prelude::*;
+    use ratatui::buffer::{Buffer, CellDiffOption, CellWidth};
+    use ratatui::layout::Rect;
+    use ratatui::style::{Color, Modifier};
+
+    const SYMBOLS: [&str; 12] = [" ", "a", "█", "─", "⣿", "▌", "コ", "😀", "❤\u{FE0F}", "ﾞ", "e\u{301}", "⚠"];
+
+    #[derive(Debug, Clone)]
+    struct C {
+        sym: usize,
+        bg: bool,
+        rev: bool,
+        opt: u8,
+    }
+
+    fn cell() -> impl Strategy<Value = C> {
+        (
+            prop_oneof![6 => 0usize..6, 1 => 0usize..SYMBOLS.len()],
+            any::<bool>(),
+            any::<bool>(),
+            prop_oneof![12 => Just(0u8), 1 => 1u8..4],
+        )
+            .prop_map(|(sym, bg, rev, opt)| C { sym, bg, rev, opt })
+    }
+
+    /// A well-formed screen, as widgets leave one: a wide glyph is followed
+    /// by a blank cell and never starts in the last column.
+    fn buffer(w: u16, cells: &[C]) -> Buffer {
+        let h = cells.len() as u16 / w;
+        let mut b = Buffer::empty(Rect::new(0, 0, w, h));
+        let mut blank_next = false;
+        for (i, (c, cell)) in cells.iter().zip(b.content.iter_mut()).enumerate() {
+            let col = i % w as usize;
+            let mut sym = SYMBOLS[c.sym];
+            if blank_next && col != 0 {
+                sym = " ";
+            }
+            let forced = c.opt == 3 && col + 1 < w as usize;
+            if sym.cell_width() > 1 && col + 1 == w as usize {
+                sym = "a";
+            }
+            blank_next = sym.cell_width() > 1 || forced;
+            cell.set_symbol(sym);
+            if c.bg {
+                cell.bg = Color::Red;
+            }
+            if c.rev {
+                cell.modifier = Modifier::REVERSED;
+            }
+            cell.diff_option = match c.opt {
+                1 => CellDiffOption::Skip,
+                2 => CellDiffOption::AlwaysUpdate,
+                3 if forced => CellDiffOption::ForcedWidth(std::num::NonZeroU16::new(2).unwrap()),
+                _ => CellDiffOption::None,
+            };
+        }
+        b
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        #[test]
+        fn equals_ratatuis_diff(w in 1u16..12, prev in prop::collection::vec(cell(), 0..96), next in prop::collection::vec(cell(), 0..96), same in prop::collection::vec(any::<bool>(), 96)) {
+            let n = prev.len().min(next.len()) / w as usize * w as usize;
+            // Most cells unchanged, as between two frames.
+            let next: Vec<C> = (0..n).map(|i| if same[i] { prev[i].clone() } else { next[i].clone() }).collect();
+            let (a, b) = (buffer(w, &prev[..n]), buffer(w, &next));
+            let mut screen = OnScreen::of(&a);
+            let ours: Vec<(u16, u16, String)> = screen.diff(&b).into_iter().map(|(x, y, c)| (x, y, format!("{c:?}"))).collect();
+            let theirs: Vec<(u16, u16, String)> = a.diff(&b).into_iter().map(|(x, y, c)| (x, y, format!("{c:?}"))).collect();
+            prop_assert_eq!(ours, theirs);
+            // And it now holds the frame it was given.
+            prop_assert_eq!(screen, OnScreen::of(&b));
+        }
+    }
+
+    #[test]
+    fn the_painters_narrow_glyphs_are_one_cell() {
+        let mut b = Buffer::empty(Rect::new(0, 0, 1, 1));
+        for c in (0u32..0x3000).filter_map(char::from_u32).filter(|&c| gpumem_top::ui::paint::narrow(c)) {
+            b.content[0].set_char(c);
+            assert_eq!(b.content[0].symbol().cell_width(), 1, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_fast_widths_are_unicode_widths() {
+        let mut b = Buffer::empty(Rect::new(0, 0, 1, 1));
+        let chars =
+            (0x20u32..0x7f).chain(0x2500..=0x259f).chain(0x2800..=0x28ff).chain(0x2190..0x2400).chain(0x3000..0x3100);
+        for c in chars.filter_map(char::from_u32) {
+            let cell = &mut b.content[0];
+            cell.set_char(c);
+            assert_eq!(cell_width(cell), cell.symbol().cell_width() as usize, "{c:?}");
+        }
+    }
+}
+
+/// The direct painters put exactly the cells (symbols and styles) that
+/// ratatui's `Block` and `Paragraph` put, on random areas and text.
+mod painters {
+    use gpumem_top::ui::paint;
+    use proptest::prelude::*;
+    use ratatui::buffer::Buffer;
+    use ratatui::layout::Rect;
+    use ratatui::style::{Color, Modifier, Style};
+    use ratatui::text::{Line, Span};
+    use ratatui::widgets::{Block, Borders, Paragraph, Widget};
+
+    const PIECES: [&str; 12] =
+        ["ab", " ", "█▌", "─ x ─", "⣿⡇", "コ", "e\u{301}", "✗ OOM", "≤128M", "0x7f00 12.5 GiB", "▶1 ⚠ ← → …", "·×–▲"];
+
+    fn line() -> impl Strategy<Value = Line<'static>> {
+        prop::collection::vec((0..PIECES.len(), 0u8..4), 0..6).prop_map(|v| {
+            Line::from(
+                v.into_iter()
+                    .map(|(p, s)| {
+                        let style = match s {
+                            0 => Style::default(),
+                            1 => Style::default().fg(Color::Green),
+                            2 => Style::default().add_modifier(Modifier::BOLD),
+                            _ => Style::default().add_modifier(Modifier::REVERSED).fg(Color::Blue),
+                        };
+                        Span::styled(PIECES[p], style)
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn boxes_and_lines_equal_block_and_paragraph(
+            x in 0u16..4, y in 0u16..3, w in 0u16..40, h in 0u16..8,
+            title in line(), right in prop::option::of(line()), body in prop::collection::vec(line(), 0..9),
+        ) {
+            let screen = Rect::new(0, 0, 36, 9);
+            let area = Rect::new(x, y, w, h);
+            let mut theirs = Buffer::empty(screen);
+            let mut block = Block::default().borders(Borders::ALL).title(title.clone());
+            if let Some(r) = &right {
+                block = block.title_top(r.clone().right_aligned());
+            }
+            let inner = block.inner(area.intersection(screen));
+            Paragraph::new(body.clone()).block(block).render(area, &mut theirs);
+            let mut ours = Buffer::empty(screen);
+            let our_inner = paint::boxed(&mut ours, area, &title, right.as_ref());
+            paint::lines(&mut ours, our_inner, &body);
+            prop_assert_eq!(our_inner.intersection(screen), inner.intersection(screen));
+            prop_assert_eq!(ours, theirs);
+        }
+    }
+}

@@ -39,6 +39,21 @@ def mem(pid):
     return out
 
 
+def rss_by_mapping(pid, top=8):
+    """Resident kB per mapped file (or [heap], anonymous, ...) and permissions."""
+    out, key = {}, None
+    try:
+        for line in open("/proc/%d/smaps" % pid):
+            f = line.split()
+            if "-" in f[0] and len(f) >= 5 and not f[0].endswith(":"):
+                key = "%s %s" % (os.path.basename(f[5]) if len(f) > 5 else "[anon]", f[1])
+            elif f[0] == "Rss:":
+                out[key] = out.get(key, 0) + int(f[1])
+    except OSError:
+        return {}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
+
+
 def spawn_pty(argv, cols=200, rows=50):
     pid, fd = pty.fork()
     if pid == 0:
@@ -64,6 +79,10 @@ def main():
         "gpumem-top --source demo (no NVML)": [binary, "--source", "demo"],
         "gpumem-top, no publisher": [binary, "--publish-dir", "/tmp/gpumem-top-empty"],
     }
+    # A second build to compare in the same run (e.g. the release profile).
+    if os.environ.get("GPUMEM_TOP_B"):
+        monitors["gpumem-top B: " + os.environ["GPUMEM_TOP_B"]] = [os.path.abspath(os.environ["GPUMEM_TOP_B"]),
+                                                                    "--interval", "500"]
     os.makedirs("/tmp/gpumem-top-empty", mode=0o700, exist_ok=True)
     procs = {}
     for name, argv in monitors.items():
@@ -97,7 +116,8 @@ def main():
         per = {t: round(v - start_threads[n].get(t, 0.0), 2) for t, v in threads(p).items()}
         print(json.dumps({"monitor": n, "seconds": round(wall, 1), "cpu_seconds": round(used, 3),
                           "core_percent": round(100 * used / wall, 3), **mem(p),
-                          "threads_cpu_seconds": {t: v for t, v in per.items() if v > 0}}), flush=True)
+                          "threads_cpu_seconds": {t: v for t, v in per.items() if v > 0},
+                          "rss_kb_by_mapping": rss_by_mapping(p)}), flush=True)
     for n, p in pids.items():
         try:
             os.kill(p, signal.SIGTERM)

@@ -196,16 +196,18 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("gpumem-sampler".into())
             .spawn(move || {
-                let mut first = true;
+                let mut n = 0u64;
                 loop {
                     let started = Instant::now();
                     if tx.send(source.snapshot()).is_err() {
                         return;
                     }
-                    if first {
-                        // Start-up (NVML's init, the first scan) leaves freed
-                        // heap behind; a monitor that runs for days gives it back.
-                        first = false;
+                    // Start-up (NVML's init, the first scan, the first frames)
+                    // and parsing leave freed heap pages behind; a monitor
+                    // that runs for days gives them back: after samples 1, 2,
+                    // 4, ... 64, then every 64th (32 s at the default interval).
+                    n += 1;
+                    if n.is_power_of_two() && n <= 64 || n % 64 == 0 {
                         trim_heap();
                     }
                     let wait = interval.saturating_sub(started.elapsed());

@@ -641,12 +641,14 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGWINCH, winch.clone())?;
     // ratatui's init: raw mode, alternate screen, and a panic hook that
     // restores the terminal. Its Stdout backend is replaced by one writing a
-    // whole frame at once (Stdout's line buffer made dozens of writes a frame).
+    // whole frame at once (Stdout's line buffer made dozens of writes a
+    // frame); 16 KiB holds a live frame's changes (about 5 KB), a full
+    // redraw takes a few writes.
     drop(ratatui::init());
     let backend =
-        ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 16, std::io::stdout()));
+        ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
     let result = (|| -> std::io::Result<()> {
-        let mut terminal = ratatui::Terminal::new(backend)?;
+        let mut terminal = super::term::Frames::new(backend)?;
         let mut dirty = true;
         while !app.quit() && !term_flag.load(Ordering::Relaxed) {
             // SIGWINCH interrupts the wait below; the next draw resizes.
@@ -654,10 +656,7 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
                 dirty = true;
             }
             if dirty {
-                terminal.draw(|f| {
-                    let area = f.area();
-                    app.draw_into(area, f.buffer_mut())
-                })?;
+                terminal.draw(|area, buf| app.draw_into(area, buf))?;
                 dirty = false;
             }
             match wait_input(app.wait()) {

@@ -10,7 +10,6 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Widget};
 
 use super::app::{draw_parts_into, Chrome, Marks, Screen, Totals};
 use crate::analysis::human_bytes;
@@ -298,13 +297,9 @@ impl LiveApp {
         let lines = self.gpu_lines();
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
-        Paragraph::new(lines)
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source)),
-            )
-            .render(top, buf);
+        let title = Line::from(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source));
+        let inner = super::paint::boxed(buf, top, &title, None);
+        super::paint::lines(buf, inner, &lines);
         let alerts: Vec<String> = self.alerts.iter().map(|a| a.message.clone()).collect();
         let status =
             if alerts.is_empty() { self.status.clone() } else { format!(" ⚠ {}{}", alerts.join("; "), self.status) };
@@ -320,7 +315,8 @@ impl LiveApp {
                 Line::from(""),
                 Line::from(format!(" {status}")),
             ];
-            Paragraph::new(msg).block(Block::default().borders(Borders::ALL).title(" Allocator ")).render(rest, buf);
+            let inner = super::paint::boxed(buf, rest, &Line::from(" Allocator "), None);
+            super::paint::lines(buf, inner, &msg);
             return;
         };
         let p = &h.last;

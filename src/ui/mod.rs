@@ -5,6 +5,8 @@
 
 pub mod app;
 pub mod live;
+pub mod paint;
+pub mod term;
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -167,11 +169,19 @@ pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
             )),
         }
     }
-    let total = seg.total_size as u128;
+    // Cell c covers [total·c/width, total·(c+1)/width): one division per
+    // cell, in u64 unless the product could overflow (u128 division is a
+    // library call, and this runs for every cell of the map each frame).
+    let (total, w) = (seg.total_size, width as u64);
+    let edge = |c: u64| match total.checked_mul(c) {
+        Some(p) => p / w,
+        None => (total as u128 * c as u128 / w as u128) as u64,
+    };
     let mut r = 0;
+    let mut lo = 0;
     for c in 0..width {
-        let lo = (total * c as u128 / width as u128) as u64;
-        let hi = ((total * (c as u128 + 1) / width as u128) as u64).max(lo + 1);
+        let next = edge(c as u64 + 1);
+        let hi = next.max(lo + 1);
         let mut best = (0u64, Cell::FreeSegment);
         while r < ranges.len() && ranges[r].1 <= lo {
             r += 1;
@@ -191,6 +201,7 @@ pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
             }
         }
         out.push(best.1);
+        lo = next;
     }
     out
 }
@@ -216,19 +227,14 @@ pub fn render(view: &View, area: Rect, buf: &mut Buffer) {
     ])
     .areas(area);
     if let Some(b) = &view.banner {
-        Paragraph::new(Line::from(Span::styled(
-            format!(" {b} "),
-            theme.fg(Color::Yellow).add_modifier(Modifier::REVERSED),
-        )))
-        .render(banner, buf);
+        paint::lines(
+            buf,
+            banner,
+            &[Line::from(Span::styled(format!(" {b} "), theme.fg(Color::Yellow).add_modifier(Modifier::REVERSED)))],
+        );
     }
     let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
-    let header = Block::default()
-        .borders(Borders::ALL)
-        .title(Span::styled(title, theme.bold()))
-        .title_top(Line::from(" ? help ").right_aligned());
-    let inner = header.inner(top);
-    header.render(top, buf);
+    let inner = paint::boxed(buf, top, &Line::from(Span::styled(title, theme.bold())), Some(&Line::from(" ? help ")));
     render_bars(view, theme, inner, buf);
 
     let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
@@ -245,7 +251,7 @@ pub fn render(view: &View, area: Rect, buf: &mut Buffer) {
     } else {
         Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
     };
-    Paragraph::new(line).render(status, buf);
+    paint::lines(buf, status, &[line]);
     if view.help {
         render_help(theme, area, buf);
     }
@@ -308,7 +314,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         pct(gap, view.reserved),
         if view.reserved_peak == 0 { 0.0 } else { 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64 }
     )));
-    Paragraph::new(lines).render(area, buf);
+    paint::lines(buf, area, &lines);
 }
 
 fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
@@ -317,11 +323,9 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         SegmentOrder::Size => "size",
     };
     let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .title(Span::styled(format!(" Fragmentation map ─ {} segments ─ by {order} ", view.segments.len()), focus));
-    let inner = block.inner(area);
-    block.render(area, buf);
+    let title =
+        Line::from(Span::styled(format!(" Fragmentation map ─ {} segments ─ by {order} ", view.segments.len()), focus));
+    let inner = paint::boxed(buf, area, &title, None);
     if inner.height == 0 {
         return;
     }
@@ -343,7 +347,7 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
         spans.push(Span::raw(format!(" {name}  ")));
     }
-    Paragraph::new(Line::from(spans)).render(Rect { y: inner.y + inner.height - 1, height: 1, ..inner }, buf);
+    paint::line(buf, inner.x, inner.y + inner.height - 1, inner.width, &Line::from(spans));
 }
 
 fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, buf: &mut Buffer) {
@@ -358,11 +362,16 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, bu
         } else {
             Style::default()
         };
-        buf.set_stringn(inner.x, y, &label, label_w, style);
+        paint::line(buf, inner.x, y, label_w as u16, &Line::styled(label, style));
         // Cells are written directly: set_string would segment graphemes
         // for every one-glyph string, most of a frame's cost.
-        for (i, c) in segment_cells(seg, cells_w).into_iter().enumerate() {
-            put(buf, inner.x + (label_w + 1 + i) as u16, y, c.glyph(), theme.fg(c.color()));
+        let x0 = inner.x + label_w as u16 + 1;
+        if buf.area.contains(ratatui::layout::Position { x: x0, y }) {
+            let row = buf.index_of(x0, y);
+            let room = (buf.area.right() - x0) as usize;
+            for (cell, c) in buf.content[row..].iter_mut().zip(segment_cells(seg, cells_w.min(room))) {
+                cell.set_char(c.glyph()).set_style(theme.fg(c.color()));
+            }
         }
     }
 }
@@ -557,9 +566,7 @@ fn short_bytes(n: u64) -> String {
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let block = Block::default().borders(Borders::ALL).title(" Block sizes ─ allocated / free ");
-    let inner = block.inner(area);
-    block.render(area, buf);
+    let inner = paint::boxed(buf, area, &Line::from(" Block sizes ─ allocated / free "), None);
     let f = &view.fragmentation;
     let mut lines = Vec::new();
     let max = view.histogram.iter().map(|b| b.allocated_count.max(b.free_count)).max().unwrap_or(0).max(1);
@@ -607,7 +614,21 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             lines.push(Line::from(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n)));
         }
     }
-    Paragraph::new(lines).render(inner, buf);
+    paint::lines(buf, inner, &lines);
+}
+
+/// The points of a polyline without the inner points of its horizontal
+/// runs: the canvas paints the same dots for one long flat segment as for
+/// its pieces, and a steady reserved line is one run, not hundreds.
+fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(pts.len());
+    for (i, &p) in pts.iter().enumerate() {
+        let inner = i > 0 && i + 1 < pts.len() && pts[i - 1].1 == p.1 && pts[i + 1].1 == p.1;
+        if !inner {
+            out.push(p);
+        }
+    }
+    out
 }
 
 fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
@@ -623,9 +644,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
-    let block = Block::default().borders(Borders::ALL).title(Span::styled(title, focus));
-    let inner = block.inner(area);
-    block.render(area, buf);
+    let inner = paint::boxed(buf, area, &Line::from(Span::styled(title, focus)), None);
     if n == 0 || inner.width < 4 || inner.height < 2 {
         return;
     }
@@ -644,6 +663,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         alloc_pts.push((c as f64, a));
         resv_pts.push((c as f64, r));
     }
+    let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
     let cursor_x = (view.cursor.min(n - 1) * cols / n) as f64;
     let col = |i: usize| (i.min(n - 1) * cols / n) as f64;
     let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
