@@ -211,3 +211,23 @@ fn a_closed_terminal_ends_the_program() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The live view redraws when the sampler sends a sample (it wakes the UI
+/// through a socket pair; its own timer is 5 s): at `--interval 100` the
+/// timeline gains samples several times a second.
+#[test]
+fn the_live_view_redraws_as_samples_arrive() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let p = Pane::start(&format!("{bin} live --source demo --interval 100"), 160, 45);
+    let samples = |s: &str| -> usize {
+        let at = s.find("cursor: event ").unwrap_or_else(|| panic!("no timeline footer:\n{s}"));
+        let rest = &s[at..];
+        let of = rest.find(" of ").unwrap();
+        rest[of + 4..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let first = samples(&p.wait_for("cursor: event "));
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = samples(&p.screen());
+    assert!(later >= first + 5, "{first} samples, then {later} 1.5 s later");
+    p.keys(&["q"]);
+}

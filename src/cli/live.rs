@@ -185,7 +185,12 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     };
     one_malloc_arena();
-    let mut sampler = Sampler::spawn(src, interval);
+    // The sampler wakes the UI through a socket pair when a snapshot is sent.
+    let (wake_rx, wake_tx) = match std::os::unix::net::UnixStream::pair() {
+        Ok((a, b)) if a.set_nonblocking(true).is_ok() && b.set_nonblocking(true).is_ok() => (Some(a), Some(b)),
+        _ => (None, None),
+    };
+    let mut sampler = Sampler::spawn_waking(src, interval, wake_tx);
     let (name, banner) = match args.source {
         SourceKind::Live => ("live (NVML)", None),
         SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
@@ -193,6 +198,7 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
     app.thresholds = thresholds;
     app.feed = sampler.take_feed();
+    app.waker = wake_rx;
     crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -442,7 +448,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
             })
             .collect();
         let out = json!({"trace": name, "format": RECORD_FORMAT, "samples": n, "processes": procs,
-            "last": app.latest.as_ref().map(|s| snapshot_json(s, &app.alerts, "recording"))});
+            "last": app.latest_full().map(|s| snapshot_json(&s, &app.alerts, "recording"))});
         let mut so = std::io::stdout().lock();
         serde_json::to_writer(&mut so, &out)?;
         writeln!(so)?;

@@ -72,13 +72,6 @@ pub struct Snapshot {
     pub gone: Vec<u32>,
 }
 
-impl Snapshot {
-    /// The publisher running on GPU `gpu` as NVML process `pid`.
-    pub fn publisher_of(&self, gpu: u32, p: &ProcessSample) -> Option<&Published> {
-        self.publishers.iter().find(|x| x.device == gpu && x.matches(p))
-    }
-}
-
 pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

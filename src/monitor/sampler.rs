@@ -190,7 +190,18 @@ pub struct Sampler {
 
 impl Sampler {
     /// Takes a snapshot at once, then every `interval`.
-    pub fn spawn(mut source: Box<dyn Source>, interval: Duration) -> Sampler {
+    pub fn spawn(source: Box<dyn Source>, interval: Duration) -> Sampler {
+        Sampler::spawn_waking(source, interval, None)
+    }
+
+    /// As `spawn`, and writes a byte to `waker` after each snapshot sent,
+    /// so a UI can sleep in poll(2) until there is something to draw
+    /// instead of waking on a timer to look.
+    pub fn spawn_waking(
+        mut source: Box<dyn Source>,
+        interval: Duration,
+        waker: Option<std::os::unix::net::UnixStream>,
+    ) -> Sampler {
         let (tx, rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
@@ -201,6 +212,10 @@ impl Sampler {
                     let started = Instant::now();
                     if tx.send(source.snapshot()).is_err() {
                         return;
+                    }
+                    if let Some(w) = &waker {
+                        // Non-blocking: a full pipe already says "wake up".
+                        let _ = std::io::Write::write(&mut &*w, &[1]);
                     }
                     // Start-up (NVML's init, the first scan, the first frames)
                     // and parsing leave freed heap pages behind; a monitor

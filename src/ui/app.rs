@@ -579,9 +579,14 @@ pub trait Interactive {
     fn wait(&self) -> Duration {
         Duration::from_millis(250)
     }
-    /// Runs when no input came within `wait`; true when the screen changed.
+    /// Runs when no input came within `wait`, or `wake_fd` became
+    /// readable; true when the screen changed.
     fn tick(&mut self) -> bool {
         false
+    }
+    /// A descriptor that becomes readable when `tick` has work.
+    fn wake_fd(&self) -> Option<i32> {
+        None
     }
 }
 
@@ -594,11 +599,12 @@ enum Input {
     HangUp,
 }
 
-/// Waits for the terminal (stdin) to have input, up to `timeout`. Our own
-/// poll(2): crossterm 0.29's tty source polls with the leftover time cut
-/// to whole milliseconds and so spins through the last millisecond of
-/// every wait (0.5% of a core at 5 waits a second).
-fn wait_input(timeout: Duration) -> Input {
+/// Waits for the terminal (stdin) to have input, or `wake` to be
+/// readable, up to `timeout`. Our own poll(2): crossterm 0.29's tty source
+/// polls with the leftover time cut to whole milliseconds and so spins
+/// through the last millisecond of every wait (0.5% of a core at 5 waits a
+/// second).
+fn wait_input(timeout: Duration, wake: Option<i32>) -> Input {
     #[repr(C)]
     struct PollFd {
         fd: i32,
@@ -612,10 +618,13 @@ fn wait_input(timeout: Duration) -> Input {
     const POLLERR: i16 = 8;
     const POLLHUP: i16 = 16;
     const POLLNVAL: i16 = 32;
-    let mut p = PollFd { fd: 0, events: POLLIN, revents: 0 };
+    let mut fds =
+        [PollFd { fd: 0, events: POLLIN, revents: 0 }, PollFd { fd: wake.unwrap_or(-1), events: POLLIN, revents: 0 }];
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let n = unsafe { poll(&mut p, 1, ms) };
+    // SAFETY: valid pollfds for the duration of the call (a negative fd is
+    // ignored by poll).
+    let n = unsafe { poll(fds.as_mut_ptr(), 2, ms) };
+    let p = &fds[0];
     if n <= 0 {
         // EINTR (a signal) counts as a timeout: the caller checks its flags.
         Input::Timeout
@@ -653,13 +662,14 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
         while !app.quit() && !term_flag.load(Ordering::Relaxed) {
             // SIGWINCH interrupts the wait below; the next draw resizes.
             if winch.swap(false, Ordering::Relaxed) {
+                terminal.resized();
                 dirty = true;
             }
             if dirty {
                 terminal.draw(|area, buf| app.draw_into(area, buf))?;
                 dirty = false;
             }
-            match wait_input(app.wait()) {
+            match wait_input(app.wait(), app.wake_fd()) {
                 Input::HangUp => break,
                 Input::Ready => {
                     // Input is there: crossterm returns at once. Then take
@@ -671,7 +681,10 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
                                 app.handle_key(k);
                                 dirty = true;
                             }
-                            Event::Resize(..) => dirty = true,
+                            Event::Resize(..) => {
+                                terminal.resized();
+                                dirty = true;
+                            }
                             _ => {}
                         }
                         // Not zero: crossterm only looks at what its parser holds when it may wait.

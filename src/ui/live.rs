@@ -22,6 +22,8 @@ pub struct ProcHistory {
     pub last: Published,
     pub series: Series,
     pub gone: bool,
+    /// In the latest snapshot.
+    pub fresh: bool,
     pub nvml_used: Option<u64>,
 }
 
@@ -48,6 +50,8 @@ pub struct LiveApp {
     series_cap: usize,
     /// Where snapshots arrive from (the sampler thread).
     pub feed: Option<std::sync::mpsc::Receiver<Snapshot>>,
+    /// Readable when the sampler has sent a snapshot.
+    pub waker: Option<std::os::unix::net::UnixStream>,
 }
 
 impl LiveApp {
@@ -67,11 +71,13 @@ impl LiveApp {
             status: String::new(),
             series_cap: DAY_AT_1HZ,
             feed: None,
+            waker: None,
         }
     }
 
-    pub fn ingest(&mut self, snap: Snapshot) {
+    pub fn ingest(&mut self, mut snap: Snapshot) {
         let t = snap.time;
+        self.alerts = alerts(&snap, &self.thresholds);
         for g in &snap.gpus {
             let (a, r) = snap
                 .publishers
@@ -86,29 +92,36 @@ impl LiveApp {
                 used: g.used_bytes.unwrap_or(0),
             });
         }
-        for p in &snap.publishers {
+        for h in self.procs.values_mut() {
+            h.fresh = false;
+        }
+        // Publishers move into their histories: their layouts are the
+        // biggest thing a sample holds, kept once, not cloned.
+        for p in std::mem::take(&mut snap.publishers) {
             let nvml_used = snap
                 .gpus
                 .iter()
                 .find(|g| g.index == p.device)
                 .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
                 .and_then(|x| x.used_bytes);
+            let sample =
+                Sample { t: p.time, allocated: p.allocated(), reserved: p.reserved(), used: nvml_used.unwrap_or(0) };
+            let (time, ooms) = (p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
             let cap = self.series_cap;
-            let h = self.procs.entry((p.device, p.pid)).or_insert_with(|| ProcHistory {
-                last: p.clone(),
-                series: Series::new(cap),
-                gone: false,
-                nvml_used,
-            });
-            h.series.push(Sample {
-                t: p.time,
-                allocated: p.allocated(),
-                reserved: p.reserved(),
-                used: nvml_used.unwrap_or(0),
-            });
-            h.series.note_ooms(p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
-            h.last = p.clone();
+            let h = match self.procs.entry((p.device, p.pid)) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    let h = e.into_mut();
+                    h.last = p;
+                    h
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(ProcHistory { last: p, series: Series::new(cap), gone: false, fresh: true, nvml_used })
+                }
+            };
+            h.series.push(sample);
+            h.series.note_ooms(time, ooms);
             h.gone = false;
+            h.fresh = true;
             h.nvml_used = nvml_used;
         }
         for pid in &snap.gone {
@@ -127,12 +140,24 @@ impl LiveApp {
                 None => break,
             }
         }
-        self.alerts = alerts(&snap, &self.thresholds);
         if !snap.skipped.is_empty() && self.status.is_empty() {
             self.status = format!(" ignored: {}", snap.skipped[0]);
         }
         self.selected_gpu = self.selected_gpu.min(snap.gpus.len().saturating_sub(1));
         self.latest = Some(snap);
+    }
+
+    /// The latest snapshot with its publishers (which `ingest` moved into
+    /// the histories).
+    pub fn latest_full(&self) -> Option<Snapshot> {
+        let mut s = self.latest.clone()?;
+        s.publishers = self.procs.values().filter(|h| h.fresh).map(|h| h.last.clone()).collect();
+        Some(s)
+    }
+
+    /// The publisher in the latest snapshot that is NVML's process `p` on GPU `gpu`.
+    fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
+        self.procs.iter().find(|((d, _), h)| *d == gpu && h.fresh && h.last.matches(p)).map(|(_, h)| &h.last)
     }
 
     fn gpu(&self) -> Option<&GpuSample> {
@@ -255,7 +280,7 @@ impl LiveApp {
                 }),
             ]));
             for p in &g.processes {
-                let publ = snap.publisher_of(g.index, p);
+                let publ = self.publisher_of(g.index, p);
                 let extra = match publ {
                     Some(x) => {
                         format!(
@@ -373,11 +398,29 @@ impl super::app::Interactive for LiveApp {
     fn quit(&self) -> bool {
         self.screen.quit
     }
+    /// With a waker the sampler says when to look; without one, look
+    /// five times a second.
     fn wait(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(200)
+        std::time::Duration::from_millis(if self.waker.is_some() { 5000 } else { 200 })
+    }
+    fn wake_fd(&self) -> Option<i32> {
+        self.waker.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
     }
     /// Takes what the sampler sent; redraws only when something came.
     fn tick(&mut self) -> bool {
+        if let Some(w) = &self.waker {
+            let mut sink = [0u8; 64];
+            loop {
+                match std::io::Read::read(&mut &*w, &mut sink) {
+                    Ok(n) if n > 0 => continue,
+                    // The sampler is gone (its end closed): stop polling a
+                    // descriptor that would stay readable, look on a timer.
+                    Ok(_) => self.waker = None,
+                    Err(_) => {}
+                }
+                break;
+            }
+        }
         let got: Vec<Snapshot> = self.feed.as_ref().map(|rx| rx.try_iter().collect()).unwrap_or_default();
         let changed = !got.is_empty();
         for s in got {

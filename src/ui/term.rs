@@ -19,7 +19,11 @@ pub fn cell_width(cell: &Cell) -> usize {
     if let CellDiffOption::ForcedWidth(w) = cell.diff_option {
         return w.get() as usize;
     }
-    let s = cell.symbol();
+    symbol_width(cell.symbol())
+}
+
+#[inline]
+fn symbol_width(s: &str) -> usize {
     let b = s.as_bytes();
     if b.len() == 1 {
         return 1;
@@ -74,6 +78,19 @@ impl Shown {
     };
 }
 
+/// Up to four bytes as a little-endian integer, zero-padded.
+#[inline]
+fn packed(b: &[u8]) -> u32 {
+    match *b {
+        [] => 0,
+        [a] => a as u32,
+        [a, b] => u32::from_le_bytes([a, b, 0, 0]),
+        [a, b, c] => u32::from_le_bytes([a, b, c, 0]),
+        [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+        _ => u32::MAX,
+    }
+}
+
 /// The frame on screen, to diff the next one against.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OnScreen {
@@ -109,6 +126,13 @@ impl OnScreen {
     /// `cell == what is shown at i`, as ratatui's `Cell` equality.
     #[allow(deprecated)] // `Cell::skip`
     fn same(&self, i: usize, cell: &Cell) -> bool {
+        self.same_with(i, cell, cell.symbol())
+    }
+
+    /// `same`, with the cell's symbol already at hand.
+    #[allow(deprecated)] // `Cell::skip`
+    #[inline]
+    fn same_with(&self, i: usize, cell: &Cell, symbol: &str) -> bool {
         let c = &self.cells[i];
         c.fg == cell.fg
             && c.bg == cell.bg
@@ -117,9 +141,12 @@ impl OnScreen {
             && c.option == cell.diff_option
             && c.skip == cell.skip
             && if c.len == LONG {
-                self.symbol(i) == cell.symbol()
+                self.symbol(i) == symbol
             } else {
-                cell.symbol().as_bytes() == &c.sym[..c.len as usize]
+                // Four bytes at most, zero-padded when stored: one integer
+                // compare (a memcmp call per cell was a tenth of the diff).
+                let b = symbol.as_bytes();
+                b.len() == c.len as usize && packed(b) == u32::from_le_bytes(c.sym)
             }
     }
 
@@ -192,8 +219,10 @@ impl OnScreen {
                     }
                 }
                 CellDiffOption::None | CellDiffOption::AlwaysUpdate => {
-                    let width = cell_width(cur);
-                    if matches!(cur.diff_option, CellDiffOption::None) && self.same(i, cur) {
+                    // The symbol is looked up once (CompactString decodes it).
+                    let symbol = cur.symbol();
+                    let width = symbol_width(symbol);
+                    if matches!(cur.diff_option, CellDiffOption::None) && self.same_with(i, cur, symbol) {
                         pos += width.saturating_sub(1);
                         unchanged = true;
                     } else {
@@ -248,6 +277,9 @@ pub struct Frames<B: Backend> {
     backend: B,
     buffer: Buffer,
     screen: OnScreen,
+    /// Ask the terminal its size before the next frame (crossterm opens
+    /// /dev/tty to ask: not something to do at every frame).
+    size_unknown: bool,
 }
 
 impl<B: Backend> Frames<B> {
@@ -256,12 +288,20 @@ impl<B: Backend> Frames<B> {
         let area = Rect::new(0, 0, size.width, size.height);
         backend.hide_cursor()?;
         backend.clear()?;
-        Ok(Frames { backend, buffer: Buffer::empty(area), screen: OnScreen::blank(area) })
+        Ok(Frames { backend, buffer: Buffer::empty(area), screen: OnScreen::blank(area), size_unknown: false })
+    }
+
+    /// The terminal may have changed size (SIGWINCH, a resize event).
+    pub fn resized(&mut self) {
+        self.size_unknown = true;
     }
 
     pub fn draw(&mut self, render: impl FnOnce(Rect, &mut Buffer)) -> Result<(), B::Error> {
-        let size = self.backend.size()?;
-        let area = Rect::new(0, 0, size.width, size.height);
+        let mut area = self.buffer.area;
+        if std::mem::take(&mut self.size_unknown) {
+            let size = self.backend.size()?;
+            area = Rect::new(0, 0, size.width, size.height);
+        }
         if area != self.buffer.area {
             self.buffer.resize(area);
             self.screen = OnScreen::blank(area);
