@@ -324,6 +324,30 @@ mod frame_diff {
         }
     }
 
+    /// 70,000 colours in turn (more looks than the screen numbers before
+    /// rebuilding its table): every diff still equals ratatui's.
+    #[test]
+    fn many_looks_over_time_keep_the_diff_exact() {
+        let area = Rect::new(0, 0, 3, 1);
+        let mut prev = Buffer::empty(area);
+        let mut screen = OnScreen::of(&prev);
+        for k in 0u32..70_000 {
+            let mut next = Buffer::empty(area);
+            next.content[0].set_symbol("x").fg = Color::Rgb((k >> 16) as u8, (k >> 8) as u8, k as u8);
+            next.content[1].set_symbol("█").bg = Color::Indexed((k % 7) as u8);
+            let ours: Vec<(u16, u16, String)> =
+                screen.diff(&next).into_iter().map(|(x, y, c)| (x, y, format!("{c:?}"))).collect();
+            let theirs: Vec<(u16, u16, String)> =
+                prev.diff(&next).into_iter().map(|(x, y, c)| (x, y, format!("{c:?}"))).collect();
+            assert_eq!(ours, theirs, "frame {k}");
+            if k % 5000 == 0 {
+                assert_eq!(screen, OnScreen::of(&next));
+            }
+            prev = next;
+        }
+        assert_eq!(screen, OnScreen::of(&prev));
+    }
+
     #[test]
     fn the_painters_narrow_glyphs_are_one_cell() {
         let mut b = Buffer::empty(Rect::new(0, 0, 1, 1));

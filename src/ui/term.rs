@@ -46,15 +46,9 @@ fn is_skip(cell: &Cell) -> bool {
     matches!(cell.diff_option, CellDiffOption::Skip) || (cell.skip && matches!(cell.diff_option, CellDiffOption::None))
 }
 
-/// What one cell of the screen holds, in 24 bytes instead of a `Cell`'s 48:
-/// the frame on screen is kept in this form (240 KB at 200x50 rather than a
-/// second 480 KB buffer). Symbols over 4 bytes (emoji sequences, combining
-/// marks) live in the screen's side table.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Shown {
-    sym: [u8; 4],
-    /// Bytes of `sym` used; `LONG` when the symbol is in the side table.
-    len: u8,
+/// How one cell of the screen looks apart from its symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Look {
     fg: Color,
     bg: Color,
     underline: Color,
@@ -63,12 +57,20 @@ struct Shown {
     skip: bool,
 }
 
-const LONG: u8 = u8::MAX;
+impl Look {
+    #[allow(deprecated)] // `Cell::skip`
+    fn of(cell: &Cell) -> Look {
+        Look {
+            fg: cell.fg,
+            bg: cell.bg,
+            underline: cell.underline_color,
+            modifier: cell.modifier,
+            option: cell.diff_option,
+            skip: cell.skip,
+        }
+    }
 
-impl Shown {
-    const BLANK: Shown = Shown {
-        sym: [b' ', 0, 0, 0],
-        len: 1,
+    const BLANK: Look = Look {
         fg: Color::Reset,
         bg: Color::Reset,
         underline: Color::Reset,
@@ -76,6 +78,25 @@ impl Shown {
         option: CellDiffOption::None,
         skip: false,
     };
+}
+
+/// What one cell of the screen holds, in 8 bytes instead of a `Cell`'s 48:
+/// the frame on screen is kept in this form (80 KB at 200x50 rather than a
+/// second 480 KB buffer). Symbols over 4 bytes (emoji sequences, combining
+/// marks) live in a side table, looks in a table of the few in use.
+#[derive(Debug, Clone, Copy)]
+struct Shown {
+    sym: [u8; 4],
+    /// Bytes of `sym` used; `LONG` when the symbol is in the side table.
+    len: u8,
+    /// Index into the screen's looks.
+    look: u16,
+}
+
+const LONG: u8 = u8::MAX;
+
+impl Shown {
+    const BLANK: Shown = Shown { sym: [b' ', 0, 0, 0], len: 1, look: 0 };
 }
 
 /// Up to four bytes as a little-endian integer, zero-padded.
@@ -92,17 +113,40 @@ fn packed(b: &[u8]) -> u32 {
 }
 
 /// The frame on screen, to diff the next one against.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct OnScreen {
     area: Rect,
     cells: Vec<Shown>,
     long: std::collections::HashMap<usize, String>,
+    looks: Vec<Look>,
+    look_index: std::collections::HashMap<Look, u16>,
+    /// Looks of cells past the table's numbering (`ODD`), by cell.
+    odd: std::collections::HashMap<usize, Look>,
+}
+
+/// The look number of a cell whose look is in `OnScreen::odd`.
+const ODD: u16 = u16::MAX;
+
+/// Equal when every cell shows the same symbol the same way (however the
+/// looks happen to be numbered).
+impl PartialEq for OnScreen {
+    fn eq(&self, other: &Self) -> bool {
+        self.area == other.area
+            && (0..self.cells.len()).all(|i| self.symbol(i) == other.symbol(i) && self.look(i) == other.look(i))
+    }
 }
 
 impl OnScreen {
     /// A blank screen (every cell `Cell::EMPTY`, as a reset buffer).
     pub fn blank(area: Rect) -> Self {
-        OnScreen { area, cells: vec![Shown::BLANK; area.area() as usize], long: Default::default() }
+        OnScreen {
+            area,
+            cells: vec![Shown::BLANK; area.area() as usize],
+            long: Default::default(),
+            looks: vec![Look::BLANK],
+            look_index: [(Look::BLANK, 0)].into_iter().collect(),
+            odd: Default::default(),
+        }
     }
 
     /// The screen as `buf` would leave it.
@@ -123,8 +167,14 @@ impl OnScreen {
         }
     }
 
+    fn look(&self, i: usize) -> &Look {
+        match self.cells[i].look {
+            ODD => self.odd.get(&i).unwrap_or(&Look::BLANK),
+            n => &self.looks[n as usize],
+        }
+    }
+
     /// `cell == what is shown at i`, as ratatui's `Cell` equality.
-    #[allow(deprecated)] // `Cell::skip`
     fn same(&self, i: usize, cell: &Cell) -> bool {
         self.same_with(i, cell, cell.symbol())
     }
@@ -134,25 +184,25 @@ impl OnScreen {
     #[inline]
     fn same_with(&self, i: usize, cell: &Cell, symbol: &str) -> bool {
         let c = &self.cells[i];
-        c.fg == cell.fg
-            && c.bg == cell.bg
-            && c.modifier == cell.modifier
-            && c.underline == cell.underline_color
-            && c.option == cell.diff_option
-            && c.skip == cell.skip
-            && if c.len == LONG {
-                self.symbol(i) == symbol
-            } else {
-                // Four bytes at most, zero-padded when stored: one integer
-                // compare (a memcmp call per cell was a tenth of the diff).
-                let b = symbol.as_bytes();
-                b.len() == c.len as usize && packed(b) == u32::from_le_bytes(c.sym)
-            }
+        let l = self.look(i);
+        (if c.len == LONG {
+            self.symbol(i) == symbol
+        } else {
+            // Four bytes at most, zero-padded when stored: one integer
+            // compare (a memcmp call per cell was a tenth of the diff).
+            let b = symbol.as_bytes();
+            b.len() == c.len as usize && packed(b) == u32::from_le_bytes(c.sym)
+        }) && l.fg == cell.fg
+            && l.bg == cell.bg
+            && l.modifier == cell.modifier
+            && l.underline == cell.underline_color
+            && l.option == cell.diff_option
+            && l.skip == cell.skip
     }
 
     fn width(&self, i: usize) -> usize {
         let c = &self.cells[i];
-        if let CellDiffOption::ForcedWidth(w) = c.option {
+        if let CellDiffOption::ForcedWidth(w) = self.look(i).option {
             return w.get() as usize;
         }
         match (c.len, c.sym) {
@@ -162,7 +212,50 @@ impl OnScreen {
         }
     }
 
-    #[allow(deprecated)] // `Cell::skip`
+    /// The number of `look`, added to the table if new. A table that fills
+    /// up (a screen cycling through many colours) is rebuilt from the looks
+    /// still on screen, never more than one per cell.
+    fn look_number(&mut self, look: Look) -> u16 {
+        if let Some(&n) = self.look_index.get(&look) {
+            return n;
+        }
+        if self.looks.len() >= ODD as usize {
+            let old = std::mem::take(&mut self.looks);
+            self.look_index.clear();
+            for k in 0..self.cells.len() {
+                if self.cells[k].look == ODD {
+                    continue;
+                }
+                let l = old[self.cells[k].look as usize];
+                let n = match self.look_index.get(&l) {
+                    Some(&n) => n,
+                    None if self.looks.len() < ODD as usize => {
+                        self.looks.push(l);
+                        let n = (self.looks.len() - 1) as u16;
+                        self.look_index.insert(l, n);
+                        n
+                    }
+                    None => {
+                        self.odd.insert(k, l);
+                        ODD
+                    }
+                };
+                self.cells[k].look = n;
+            }
+            if let Some(&n) = self.look_index.get(&look) {
+                return n;
+            }
+        }
+        if self.looks.len() >= ODD as usize {
+            // More distinct looks on screen at once than a u16 numbers.
+            return ODD;
+        }
+        self.looks.push(look);
+        let n = (self.looks.len() - 1) as u16;
+        self.look_index.insert(look, n);
+        n
+    }
+
     fn set(&mut self, i: usize, cell: &Cell) {
         let b = cell.symbol().as_bytes();
         let mut sym = [0u8; 4];
@@ -176,16 +269,14 @@ impl OnScreen {
             self.long.insert(i, cell.symbol().to_string());
             LONG
         };
-        self.cells[i] = Shown {
-            sym,
-            len,
-            fg: cell.fg,
-            bg: cell.bg,
-            underline: cell.underline_color,
-            modifier: cell.modifier,
-            option: cell.diff_option,
-            skip: cell.skip,
-        };
+        let l = Look::of(cell);
+        let look = self.look_number(l);
+        if look == ODD {
+            self.odd.insert(i, l);
+        } else if self.cells[i].look == ODD {
+            self.odd.remove(&i);
+        }
+        self.cells[i] = Shown { sym, len, look };
     }
 
     /// The cells to write to turn this screen into `next`, which it then
@@ -227,7 +318,7 @@ impl OnScreen {
                         unchanged = true;
                     } else {
                         let old_width = self.width(i);
-                        let (old_bg, old_mod) = (self.cells[i].bg, self.cells[i].modifier);
+                        let (old_bg, old_mod) = (self.look(i).bg, self.look(i).modifier);
                         let vs16 = width > 1 && cur.symbol().chars().any(|c| c == '\u{FE0F}');
                         let (x, y) = pos_of(i);
                         out.push((x, y, cur));
