@@ -231,3 +231,30 @@ fn the_live_view_redraws_as_samples_arrive() {
     assert!(later >= first + 5, "{first} samples, then {later} 1.5 s later");
     p.keys(&["q"]);
 }
+
+/// The screen follows the terminal's size: the size is asked again only
+/// after SIGWINCH, so a resize must still redraw at the new size.
+#[test]
+fn a_resized_terminal_is_redrawn_at_its_new_size() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("traces/llama_pressure.pickle.gz");
+    let p = Pane::start(&format!("'{bin}' replay '{}'", trace.display()), 100, 30);
+    p.wait_for("event 3815/4547");
+    let width = |s: &str| s.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    let rows = |s: &str| s.lines().filter(|l| !l.trim().is_empty()).count();
+    let s = p.screen();
+    assert_eq!((width(&s), rows(&s) <= 30), (100, true), "{s}");
+    assert!(Command::new("tmux").args(["resize-window", "-t", &p.name, "-x", "160", "-y", "45"]).status().unwrap().success());
+    let start = Instant::now();
+    loop {
+        let s = p.screen();
+        // The border reaches the new right edge and the status line the new bottom.
+        let top = s.lines().find(|l| l.contains("gpumem-top ─")).unwrap_or("");
+        if top.chars().count() == 160 && top.ends_with('┐') && rows(&s) > 40 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "not redrawn at 160x45:\n{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p.keys(&["q"]);
+}
