@@ -244,7 +244,11 @@ fn a_resized_terminal_is_redrawn_at_its_new_size() {
     let rows = |s: &str| s.lines().filter(|l| !l.trim().is_empty()).count();
     let s = p.screen();
     assert_eq!((width(&s), rows(&s) <= 30), (100, true), "{s}");
-    assert!(Command::new("tmux").args(["resize-window", "-t", &p.name, "-x", "160", "-y", "45"]).status().unwrap().success());
+    assert!(Command::new("tmux")
+        .args(["resize-window", "-t", &p.name, "-x", "160", "-y", "45"])
+        .status()
+        .unwrap()
+        .success());
     let start = Instant::now();
     loop {
         let s = p.screen();
