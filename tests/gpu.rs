@@ -299,6 +299,13 @@ fn multi_gpu_every_gpu_listed_and_a_run_on_gpu_1_seen_there_only() {
     use gpumem_top::monitor::GpuQuery;
     let mut q = gpumem_top::monitor::NvmlQuery::open().expect("NVML");
     let n = q.device_count().expect("device count");
+    // `.gpu/run.sh` runs every ignored test on whatever machine it gets: on
+    // one GPU there is nothing to check (say so, do not fail the run); set
+    // GPUMEM_TOP_MULTI_GPU=1 to make one GPU a failure.
+    if n < 2 && std::env::var_os("GPUMEM_TOP_MULTI_GPU").is_none() {
+        println!("multi-GPU checks not run: NVML lists {n} GPU(s)");
+        return;
+    }
     assert!(n >= 2, "this test needs two GPUs or more; NVML lists {n}");
     let before = live_json(&[]);
     let gs = gpus_of(&before);
