@@ -14,13 +14,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid):
     """CPU time of all its threads, in ns from schedstat (the utime and
     stime of /proc/PID/stat count 10 ms ticks: 0.017% of a core over 60 s)."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            total += int(open("/proc/%d/task/%s/schedstat" % (pid, tid)).read().split()[0])
-        except (OSError, ValueError):
-            pass
-    return total / 1e9
+    return sum(threads(pid).values())
 
 
 def tick_seconds(pid):
@@ -29,7 +23,8 @@ def tick_seconds(pid):
 
 
 def threads(pid):
-    """CPU seconds per thread name (summed over threads of one name)."""
+    """CPU seconds per thread name (summed over threads of one name), from
+    each thread's schedstat."""
     out = {}
     for tid in os.listdir("/proc/%d/task" % pid):
         try:

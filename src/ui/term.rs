@@ -203,21 +203,18 @@ impl OnScreen {
             && l.skip == cell.skip
     }
 
+    /// `cell_width` of what is shown at i.
     fn width(&self, i: usize) -> usize {
-        let c = &self.cells[i];
-        if let CellDiffOption::ForcedWidth(w) = self.look(i).option {
-            return w.get() as usize;
-        }
-        match (c.len, c.sym) {
-            (1, _) => 1,
-            (3, [0xE2, 0x94..=0x96 | 0xA0..=0xA3, ..]) => 1,
-            _ => self.symbol(i).cell_width() as usize,
+        match self.look(i).option {
+            CellDiffOption::ForcedWidth(w) => w.get() as usize,
+            _ => symbol_width(self.symbol(i)),
         }
     }
 
     /// The number of `look`, added to the table if new. A table that fills
     /// up (a screen cycling through many colours) is rebuilt from the looks
-    /// still on screen, never more than one per cell.
+    /// still on screen; past a u16's numbering a look is `ODD` (kept by
+    /// cell in `odd`).
     fn look_number(&mut self, look: Look) -> u16 {
         if let Some(&n) = self.look_index.get(&look) {
             return n;
@@ -232,25 +229,23 @@ impl OnScreen {
                 let l = old[self.cells[k].look as usize];
                 let n = match self.look_index.get(&l) {
                     Some(&n) => n,
-                    None if self.looks.len() < ODD as usize => {
-                        self.looks.push(l);
-                        let n = (self.looks.len() - 1) as u16;
-                        self.look_index.insert(l, n);
-                        n
-                    }
-                    None => {
-                        self.odd.insert(k, l);
-                        ODD
-                    }
+                    None => self.add_look(l),
                 };
+                if n == ODD {
+                    self.odd.insert(k, l);
+                }
                 self.cells[k].look = n;
             }
             if let Some(&n) = self.look_index.get(&look) {
                 return n;
             }
         }
+        self.add_look(look)
+    }
+
+    /// Numbers a look not in the table yet: `ODD` when the table is full.
+    fn add_look(&mut self, look: Look) -> u16 {
         if self.looks.len() >= ODD as usize {
-            // More distinct looks on screen at once than a u16 numbers.
             return ODD;
         }
         self.looks.push(look);
