@@ -3,6 +3,7 @@
 //! query is a trait so tests inject a fake NVML.
 
 pub mod alerts;
+pub mod json;
 pub mod nvml;
 pub mod procfs;
 pub mod publisher;
