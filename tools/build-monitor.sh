@@ -4,13 +4,16 @@
 # view runs (tools/hot-functions.txt) laid out together, so that the code it
 # keeps mapped is about 0.8 MB instead of 2.2 MB: the kernel maps a binary's
 # code 64 KiB around each page touched, and the hot code is otherwise spread
-# over 35 such windows of the 3.6 MB text. Result: target/dist/gpumem-top.
+# over 35 such windows of the 3.6 MB text. Result: target/monitor/dist/gpumem-top
+# (its own target directory: the flags below would otherwise rebuild every
+# crate of the other profiles' builds and back).
 #
 #   tools/build-monitor.sh            (needs lld, rustc's default linker on
 #                                      x86_64 Linux since 1.90, and nm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${CARGO_TARGET_DIR:-target}/dist"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/monitor"
+out="$CARGO_TARGET_DIR/dist"
 # Packed relocations need glibc >= 2.36 where the binary runs.
 export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-Wl,-z,pack-relative-relocs"
 cargo build --profile dist --bin gpumem-top
@@ -23,5 +26,5 @@ python3 tools/link_order.py order "$out/gpumem-top" tools/hot-functions.txt >"$o
 # of the first link. Cargo does not see the order file change: touch.
 touch src/main.rs
 cargo rustc --profile dist --bin gpumem-top -- \
-  -C link-arg=-Wl,--symbol-ordering-file="$PWD/$out/link-order.txt" -C link-arg=-Wl,--no-warn-symbol-ordering
+  -C link-arg=-Wl,--symbol-ordering-file="$(realpath "$out/link-order.txt")" -C link-arg=-Wl,--no-warn-symbol-ordering
 echo "build-monitor: $out/gpumem-top, $(wc -l <"$out/link-order.txt") functions placed first" >&2

@@ -7,7 +7,7 @@
 # the live view does; a stale list still works, only less well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${CARGO_TARGET_DIR:-target}/dist"
+out="${CARGO_TARGET_DIR:-target}/monitor/dist"
 tools/build-monitor.sh
 cg=$(mktemp)
 trap 'rm -f "$cg"' EXIT

@@ -2,7 +2,7 @@
 //! twice a second for every publishing process: callers walk the document
 //! (objects by key, arrays by element) and values go straight where they
 //! are used, with no allocation per segment or key and integers worked out
-//! while scanned (`cargo bench --bench live -- parse_publisher`: 149 µs for
+//! while scanned (`cargo bench --bench live -- parse_publisher`: 137 µs for
 //! the 41 KB file where serde_json's derive took 182 µs). Accepts exactly
 //! what serde_json does (a test holds the two to the same verdicts and
 //! values); nesting deeper than 128 is an error, as there.

@@ -230,7 +230,10 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
     let mut f = Fields::default();
     let (mut address, mut total_size, mut stream, mut segment_type, mut is_expandable) =
         (None, None, 0, "large", false);
-    let mut raw: Option<Vec<(u64, u64, u64)>> = None;
+    // Blocks are read with addresses from 0 (the segment's address may come
+    // after them) and moved into place once it is known.
+    let mut blocks: Option<Vec<BlockInfo>> = None;
+    let mut odd_state = None;
     r.object(|r, key| {
         match f.first(r, &key, SEGMENT_KEYS)? {
             Some("address") => address = Some(r.u64()?),
@@ -258,10 +261,19 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
                     if n != 3 {
                         return r.error("a block is [size, requested_size, state]");
                     }
-                    v.push((t[0], t[1], t[2]));
+                    let state = match t[2] {
+                        0 => BlockState::ActiveAllocated,
+                        1 => BlockState::ActivePendingFree,
+                        2 => BlockState::Inactive,
+                        x => {
+                            odd_state.get_or_insert((v.len(), x));
+                            BlockState::Inactive
+                        }
+                    };
+                    v.push(BlockInfo { address: 0, size: t[0], requested_size: t[1], state, tag: 0 });
                     Ok(())
                 })?;
-                raw = Some(v);
+                blocks = Some(v);
             }
             _ => r.skip()?,
         }
@@ -269,28 +281,22 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
     })?;
     let address = need(r, address, "address")?;
     let total_size = need(r, total_size, "total_size")?;
-    let raw = need(r, raw, "blocks")?;
-    let mut blocks = Vec::with_capacity(raw.len());
+    let mut blocks = need(r, blocks, "blocks")?;
     let (mut addr, mut allocated, mut active, mut requested) = (address, 0u64, 0u64, 0u64);
-    for (size, req, st) in raw {
-        let state = match st {
-            0 => BlockState::ActiveAllocated,
-            1 => BlockState::ActivePendingFree,
-            2 => BlockState::Inactive,
-            x => {
-                bad.get_or_insert_with(|| format!("segment {address:#x}: block state {x}"));
-                BlockState::Inactive
-            }
-        };
-        if state != BlockState::Inactive {
-            active = active.wrapping_add(size);
+    for (i, b) in blocks.iter_mut().enumerate() {
+        if let Some((_, x)) = odd_state.filter(|&(at, _)| at == i) {
+            bad.get_or_insert_with(|| format!("segment {address:#x}: block state {x}"));
+            break;
         }
-        if state == BlockState::ActiveAllocated {
-            allocated = allocated.wrapping_add(size);
-            requested = requested.wrapping_add(req);
+        if b.state != BlockState::Inactive {
+            active = active.wrapping_add(b.size);
         }
-        blocks.push(BlockInfo { address: addr, size, requested_size: req, state, tag: 0 });
-        match addr.checked_add(size) {
+        if b.state == BlockState::ActiveAllocated {
+            allocated = allocated.wrapping_add(b.size);
+            requested = requested.wrapping_add(b.requested_size);
+        }
+        b.address = addr;
+        match addr.checked_add(b.size) {
             Some(a) => addr = a,
             None => {
                 bad.get_or_insert_with(|| "block addresses overflow".into());

@@ -125,6 +125,8 @@ pub struct OnScreen {
     look_index: std::collections::HashMap<Look, u16>,
     /// Looks of cells past the table's numbering (`ODD`), by cell.
     odd: std::collections::HashMap<usize, Look>,
+    /// The look numbered last (an index into `looks`, which may have been rebuilt since).
+    last_look: u16,
 }
 
 /// The look number of a cell whose look is in `OnScreen::odd`.
@@ -149,6 +151,7 @@ impl OnScreen {
             looks: vec![Look::BLANK],
             look_index: [(Look::BLANK, 0)].into_iter().collect(),
             odd: Default::default(),
+            last_look: 0,
         }
     }
 
@@ -216,7 +219,12 @@ impl OnScreen {
     /// still on screen; past a u16's numbering a look is `ODD` (kept by
     /// cell in `odd`).
     fn look_number(&mut self, look: Look) -> u16 {
+        // Runs of changed cells mostly share a look: no hashing for those.
+        if self.looks.get(self.last_look as usize) == Some(&look) {
+            return self.last_look;
+        }
         if let Some(&n) = self.look_index.get(&look) {
+            self.last_look = n;
             return n;
         }
         if self.looks.len() >= ODD as usize {
