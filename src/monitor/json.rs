@@ -75,7 +75,16 @@ impl<'a> Reader<'a> {
 
     /// An object: `f` is called with each key, the reader at its value,
     /// and must consume that value.
-    pub fn object(&mut self, mut f: impl FnMut(&mut Self, Cow<'a, str>) -> Result<()>) -> Result<()> {
+    pub fn object(&mut self, f: impl FnMut(&mut Self, Cow<'a, str>) -> Result<()>) -> Result<()> {
+        self.members(Self::string, f)
+    }
+
+    /// An object whose keys are read by `key`.
+    fn members<K>(
+        &mut self,
+        mut key: impl FnMut(&mut Self) -> Result<K>,
+        mut f: impl FnMut(&mut Self, K) -> Result<()>,
+    ) -> Result<()> {
         self.eat(b'{')?;
         self.enter()?;
         if self.peek() == Some(b'}') {
@@ -87,9 +96,9 @@ impl<'a> Reader<'a> {
             if self.peek() != Some(b'"') {
                 return self.error("expected a key");
             }
-            let key = self.string()?;
+            let k = key(self)?;
             self.eat(b':')?;
-            f(self, key)?;
+            f(self, k)?;
             match self.peek() {
                 Some(b',') => self.i += 1,
                 Some(b'}') => {
@@ -351,32 +360,7 @@ impl<'a> Reader<'a> {
     /// are not UTF-8 and unpaired surrogates in what nobody reads are let be.
     pub fn skip(&mut self) -> Result<()> {
         match self.peek() {
-            Some(b'{') => {
-                self.eat(b'{')?;
-                self.enter()?;
-                if self.peek() == Some(b'}') {
-                    self.i += 1;
-                    self.depth -= 1;
-                    return Ok(());
-                }
-                loop {
-                    if self.peek() != Some(b'"') {
-                        return self.error("expected a key");
-                    }
-                    self.skip_string()?;
-                    self.eat(b':')?;
-                    self.skip()?;
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            self.depth -= 1;
-                            return Ok(());
-                        }
-                        _ => return self.error("expected `,` or `}`"),
-                    }
-                }
-            }
+            Some(b'{') => self.members(Self::skip_string, |r, ()| r.skip()),
             Some(b'[') => self.array(|r| r.skip()),
             Some(b'"') => self.skip_string(),
             Some(b't' | b'f') => self.bool().map(drop),
