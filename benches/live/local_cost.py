@@ -29,6 +29,19 @@ def publisher(work, binary):
     return subprocess.Popen([sys.executable, os.path.join(HERE, "fake_publisher.py"), rec, pub]), pub
 
 
+def faults(pid):
+    """Minor page faults per thread name."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        out[name] = out.get(name, 0) + int(st.rsplit(")", 1)[1].split()[7])
+    return out
+
+
 def drain(fd, seconds):
     t0 = time.time()
     while time.time() - t0 < seconds:
@@ -72,13 +85,14 @@ def main():
             for b in binaries:
                 pid, fd = spawn_pty([b, "--interval", "500", "--publish-dir", pubdir])
                 drain(fd, 5)  # start-up is not the steady cost
-                c0, t0s, w0 = cpu_seconds(pid), threads(pid), time.time()
+                c0, t0s, f0, w0 = cpu_seconds(pid), threads(pid), faults(pid), time.time()
                 drain(fd, a.seconds)
                 wall = time.time() - w0
                 used = cpu_seconds(pid) - c0
                 print(json.dumps({"binary": b, "seconds": round(wall, 1), "core_percent": round(100 * used / wall, 3),
                                   "threads_cpu_seconds": {t: round(v - t0s.get(t, 0.0), 4)
                                                           for t, v in threads(pid).items()},
+                                  "minor_faults": {t: v - f0.get(t, 0) for t, v in faults(pid).items()},
                                   **mem(pid), "rss_kb_by_mapping": rss_by_mapping(pid, top=10)}), flush=True)
                 os.kill(pid, signal.SIGTERM)
                 os.waitpid(pid, 0)
