@@ -168,17 +168,39 @@ pub fn live_by_call_site(
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
+    let u = unit_of(n, UNITS.len() - 1);
     if u == 0 {
         format!("{n} B")
     } else {
-        format!("{v:.2} {}", UNITS[u])
+        let q = scaled(n, 10 * u as u32, 100);
+        format!("{}.{:02} {}", q / 100, q % 100, UNITS[u])
     }
+}
+
+/// The power of 1024 to show `n` in: the largest whose quotient is at least 1.
+pub fn unit_of(n: u64, most: usize) -> usize {
+    (1..=most).take_while(|&u| u < 7 && n >> (10 * u) != 0).last().unwrap_or(0)
+}
+
+/// `n / 2^shift` in units of `1/per` (`per` a power of ten), rounded half
+/// to even: the digits `{:.k}` prints for the f64 quotient, which is exact
+/// for n < 2^53, without float formatting (a measurable part of drawing a
+/// live frame, which shows a few dozen of these twice a second).
+pub fn scaled(n: u64, shift: u32, per: u64) -> u64 {
+    if n >= 1 << 53 {
+        // The f64 quotient is n rounded first: format as the float would.
+        let v = n as f64 / (1u64 << shift) as f64;
+        let digits = per.ilog10() as usize;
+        let s = format!("{v:.digits$}");
+        return s.replace('.', "").parse().unwrap_or(u64::MAX);
+    }
+    let d = 1u128 << shift;
+    let num = n as u128 * per as u128;
+    let (mut q, r) = (num / d, num % d);
+    if 2 * r > d || (2 * r == d && q & 1 == 1) {
+        q += 1;
+    }
+    q as u64
 }
 
 #[cfg(test)]
@@ -209,6 +231,51 @@ mod tests {
         let b5 = h.iter().find(|b| b.hi == 8 << 20).unwrap();
         assert_eq!((b5.free_count, b5.free_bytes), (1, 5 << 20));
         assert_eq!(human_bytes(17 << 20), "17.00 MiB");
+    }
+
+    /// The float formatting these replace.
+    fn human_bytes_f64(n: u64) -> String {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = n as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u < UNITS.len() - 1 {
+            v /= 1024.0;
+            u += 1;
+        }
+        if u == 0 {
+            format!("{n} B")
+        } else {
+            format!("{v:.2} {}", UNITS[u])
+        }
+    }
+
+    #[test]
+    fn human_bytes_prints_what_float_formatting_did() {
+        // Every value up to 4 MiB, exact ties (n * 100 / 1024^u ending in .5)
+        // in each unit, and a spread of large values up to u64::MAX.
+        let mut ns: Vec<u64> = (0..4 << 20).collect();
+        for u in 1..=4u32 {
+            let d = 1u64 << (10 * u);
+            for k in 0..2000u64 {
+                // n * 200 = (2k + 1) * d  =>  n * 100 / d = k + 0.5
+                let t = (2 * k + 1) * d;
+                if t % 200 == 0 {
+                    ns.push(t / 200);
+                }
+                ns.push(k * d / 100 + k);
+            }
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ns.push(x >> (x % 64));
+        }
+        ns.extend([u64::MAX, 1 << 53, (1 << 53) - 1, (1 << 53) + 1, 1 << 60, (1 << 50) - 1]);
+        for n in ns {
+            assert_eq!(human_bytes(n), human_bytes_f64(n), "{n}");
+        }
     }
 
     fn ann(stage: &str, name: &str, t: i64) -> Annotation {

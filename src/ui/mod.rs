@@ -552,16 +552,15 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 /// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
 fn short_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v >= 100.0 || u == 0 {
-        format!("{v:.0}{}", UNITS[u])
+    let u = crate::analysis::unit_of(n, UNITS.len() - 1);
+    let shift = 10 * u as u32;
+    if u == 0 {
+        format!("{n}B")
+    } else if n >= 1 << 53 || n >> shift >= 100 {
+        format!("{}{}", crate::analysis::scaled(n, shift, 1), UNITS[u])
     } else {
-        format!("{v:.1}{}", UNITS[u])
+        let q = crate::analysis::scaled(n, shift, 10);
+        format!("{}.{}{}", q / 10, q % 10, UNITS[u])
     }
 }
 
@@ -768,4 +767,48 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
         Line::from("? / h        this help"),
     ];
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_bytes;
+
+    /// The float formatting `short_bytes` replaced.
+    fn short_bytes_f64(n: u64) -> String {
+        const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+        let mut v = n as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u < UNITS.len() - 1 {
+            v /= 1024.0;
+            u += 1;
+        }
+        if v >= 100.0 || u == 0 {
+            format!("{v:.0}{}", UNITS[u])
+        } else {
+            format!("{v:.1}{}", UNITS[u])
+        }
+    }
+
+    #[test]
+    fn short_bytes_prints_what_float_formatting_did() {
+        let mut ns: Vec<u64> = (0..4 << 20).collect();
+        for u in 1..=4u32 {
+            let d = 1u64 << (10 * u);
+            for k in 0..3000u64 {
+                // Ties of both forms: n / d = k + 0.5 and n * 10 / d = k + 0.5.
+                ns.extend([(2 * k + 1) * d / 2, (2 * k + 1) * d / 20, k * d + k]);
+            }
+        }
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ns.push(x >> (x % 64));
+        }
+        ns.extend([u64::MAX, 1 << 53, (1 << 53) + 1, 1 << 60]);
+        for n in ns {
+            assert_eq!(short_bytes(n), short_bytes_f64(n), "{n}");
+        }
+    }
 }
