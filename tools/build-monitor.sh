@@ -12,6 +12,9 @@
 #                                      x86_64 Linux since 1.90, and nm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in nm readelf python3; do
+  command -v "$tool" >/dev/null || { echo "build-monitor: needs $tool (binutils, python3)" >&2; exit 2; }
+done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/monitor"
 out="$CARGO_TARGET_DIR/dist"
 # Packed relocations need glibc >= 2.36 where the binary runs.

@@ -7,6 +7,9 @@
 # the live view does; a stale list still works, only less well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in valgrind cc nm python3; do
+  command -v "$tool" >/dev/null || { echo "profile-hot-functions: needs $tool" >&2; exit 2; }
+done
 out="${CARGO_TARGET_DIR:-target}/monitor/dist"
 tools/build-monitor.sh
 cg=$(mktemp)
