@@ -183,24 +183,48 @@ pub fn unit_of(n: u64, most: usize) -> usize {
 }
 
 /// `n / 2^shift` in units of `1/per` (`per` a power of ten), rounded half
-/// to even: the digits `{:.k}` prints for the f64 quotient, which is exact
-/// for n < 2^53, without float formatting (a measurable part of drawing a
-/// live frame, which shows a few dozen of these twice a second).
+/// to even: the digits `{:.k}` prints for the f64 quotient, without float
+/// formatting (a measurable part of drawing a live frame, which shows a few
+/// dozen of these twice a second).
 pub fn scaled(n: u64, shift: u32, per: u64) -> u64 {
-    if n >= 1 << 53 {
-        // The f64 quotient is n rounded first: format as the float would.
-        let v = n as f64 / (1u64 << shift) as f64;
-        let digits = per.ilog10() as usize;
-        let s = format!("{v:.digits$}");
-        return s.replace('.', "").parse().unwrap_or(u64::MAX);
-    }
+    // Past 2^53 the float is n rounded to 53 bits: round it the same way
+    // first (its value is an integer, and dividing it by 2^shift is exact).
+    let n = if n >= 1 << 53 { (n as f64) as u128 } else { n as u128 };
     let d = 1u128 << shift;
-    let num = n as u128 * per as u128;
+    let num = n * per as u128;
     let (mut q, r) = (num / d, num % d);
     if 2 * r > d || (2 * r == d && q & 1 == 1) {
         q += 1;
     }
     q as u64
+}
+
+/// Byte counts to hold the integer formatting of `human_bytes` and
+/// `ui::short_bytes` to the float formatting they replaced: every value up
+/// to 4 MiB, exact ties (n / 1024^u, n·10 / 1024^u and n·100 / 1024^u
+/// ending in .5) in each unit, and a spread of values up to u64::MAX.
+#[cfg(test)]
+pub(crate) fn byte_values() -> Vec<u64> {
+    let mut ns: Vec<u64> = (0..4 << 20).collect();
+    for u in 1..=4u32 {
+        let d = 1u64 << (10 * u);
+        for k in 0..3000u64 {
+            let t = (2 * k + 1) * d;
+            ns.extend([t / 2, t / 20, k * d / 100 + k, k * d + k]);
+            if t % 200 == 0 {
+                ns.push(t / 200);
+            }
+        }
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..200_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ns.push(x >> (x % 64));
+    }
+    ns.extend([u64::MAX, 1 << 53, (1 << 53) - 1, (1 << 53) + 1, 1 << 60, (1 << 50) - 1]);
+    ns
 }
 
 #[cfg(test)]
@@ -251,29 +275,7 @@ mod tests {
 
     #[test]
     fn human_bytes_prints_what_float_formatting_did() {
-        // Every value up to 4 MiB, exact ties (n * 100 / 1024^u ending in .5)
-        // in each unit, and a spread of large values up to u64::MAX.
-        let mut ns: Vec<u64> = (0..4 << 20).collect();
-        for u in 1..=4u32 {
-            let d = 1u64 << (10 * u);
-            for k in 0..2000u64 {
-                // n * 200 = (2k + 1) * d  =>  n * 100 / d = k + 0.5
-                let t = (2 * k + 1) * d;
-                if t % 200 == 0 {
-                    ns.push(t / 200);
-                }
-                ns.push(k * d / 100 + k);
-            }
-        }
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for _ in 0..200_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ns.push(x >> (x % 64));
-        }
-        ns.extend([u64::MAX, 1 << 53, (1 << 53) - 1, (1 << 53) + 1, 1 << 60, (1 << 50) - 1]);
-        for n in ns {
+        for n in byte_values() {
             assert_eq!(human_bytes(n), human_bytes_f64(n), "{n}");
         }
     }

@@ -556,7 +556,7 @@ fn short_bytes(n: u64) -> String {
     let shift = 10 * u as u32;
     if u == 0 {
         format!("{n}B")
-    } else if n >= 1 << 53 || n >> shift >= 100 {
+    } else if n >> shift >= 100 {
         format!("{}{}", crate::analysis::scaled(n, shift, 1), UNITS[u])
     } else {
         let q = crate::analysis::scaled(n, shift, 10);
@@ -791,23 +791,7 @@ mod tests {
 
     #[test]
     fn short_bytes_prints_what_float_formatting_did() {
-        let mut ns: Vec<u64> = (0..4 << 20).collect();
-        for u in 1..=4u32 {
-            let d = 1u64 << (10 * u);
-            for k in 0..3000u64 {
-                // Ties of both forms: n / d = k + 0.5 and n * 10 / d = k + 0.5.
-                ns.extend([(2 * k + 1) * d / 2, (2 * k + 1) * d / 20, k * d + k]);
-            }
-        }
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for _ in 0..200_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ns.push(x >> (x % 64));
-        }
-        ns.extend([u64::MAX, 1 << 53, (1 << 53) + 1, 1 << 60]);
-        for n in ns {
+        for n in crate::analysis::byte_values() {
             assert_eq!(short_bytes(n), short_bytes_f64(n), "{n}");
         }
     }
