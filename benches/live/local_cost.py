@@ -14,7 +14,7 @@ Needs cc and python3; --callgrind needs valgrind.
 import argparse, fcntl, json, os, select, signal, struct, subprocess, sys, tempfile, termios, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from monitor_cost import cpu_seconds, mem, rss_by_mapping, spawn_pty, threads  # noqa: E402
+from monitor_cost import cpu_seconds, mem, per_thread, rss_by_mapping, spawn_pty, threads  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,15 +31,7 @@ def publisher(work, binary):
 
 def faults(pid):
     """Minor page faults per thread name."""
-    out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            st = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
-        except OSError:
-            continue
-        name = st[st.index("(") + 1:st.rindex(")")]
-        out[name] = out.get(name, 0) + int(st.rsplit(")", 1)[1].split()[7])
-    return out
+    return per_thread(pid, lambda _, f: int(f[7]))
 
 
 def drain(fd, seconds):

@@ -22,22 +22,26 @@ def tick_seconds(pid):
     return (int(f[11]) + int(f[12])) / HZ  # utime + stime
 
 
+def per_thread(pid, value):
+    """value(task directory, the fields of its stat after the name) summed
+    per thread name; threads that end meanwhile are left out."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        task = "/proc/%d/task/%s" % (pid, tid)
+        try:
+            stat = open(task + "/stat").read()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            v = value(task, stat.rsplit(")", 1)[1].split())
+        except (OSError, ValueError):
+            continue
+        out[name] = out.get(name, 0) + v
+    return out
+
+
 def threads(pid):
     """CPU seconds per thread name (summed over threads of one name), from
     each thread's schedstat."""
-    out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            stat = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        try:
-            ns = int(open("/proc/%d/task/%s/schedstat" % (pid, tid)).read().split()[0])
-        except (OSError, ValueError):
-            continue
-        out[name] = out.get(name, 0.0) + ns / 1e9
-    return out
+    return per_thread(pid, lambda task, _: int(open(task + "/schedstat").read().split()[0]) / 1e9)
 
 
 def mem(pid):
