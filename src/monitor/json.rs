@@ -85,51 +85,40 @@ impl<'a> Reader<'a> {
         mut key: impl FnMut(&mut Self) -> Result<K>,
         mut f: impl FnMut(&mut Self, K) -> Result<()>,
     ) -> Result<()> {
-        self.eat(b'{')?;
-        self.enter()?;
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        loop {
-            if self.peek() != Some(b'"') {
-                return self.error("expected a key");
+        self.sequence(b'{', b'}', |r| {
+            if r.peek() != Some(b'"') {
+                return r.error("expected a key");
             }
-            let k = key(self)?;
-            self.eat(b':')?;
-            f(self, k)?;
-            match self.peek() {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    self.depth -= 1;
-                    return Ok(());
-                }
-                _ => return self.error("expected `,` or `}`"),
-            }
-        }
+            let k = key(r)?;
+            r.eat(b':')?;
+            f(r, k)
+        })
     }
 
     /// An array: `f` is called at each element and must consume it.
-    pub fn array(&mut self, mut f: impl FnMut(&mut Self) -> Result<()>) -> Result<()> {
-        self.eat(b'[')?;
+    pub fn array(&mut self, f: impl FnMut(&mut Self) -> Result<()>) -> Result<()> {
+        self.sequence(b'[', b']', f)
+    }
+
+    /// `open`, items separated by commas (each read by `item`), `close`.
+    fn sequence(&mut self, open: u8, close: u8, mut item: impl FnMut(&mut Self) -> Result<()>) -> Result<()> {
+        self.eat(open)?;
         self.enter()?;
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.i += 1;
             self.depth -= 1;
             return Ok(());
         }
         loop {
-            f(self)?;
+            item(self)?;
             match self.peek() {
                 Some(b',') => self.i += 1,
-                Some(b']') => {
+                Some(c) if c == close => {
                     self.i += 1;
                     self.depth -= 1;
                     return Ok(());
                 }
-                _ => return self.error("expected `,` or `]`"),
+                _ => return self.error(format_args!("expected `,` or `{}`", close as char)),
             }
         }
     }
