@@ -117,9 +117,8 @@ pub struct PublisherScan {
     pub skipped: Vec<String>,
 }
 
-/// Parses one publisher file's bytes (the schema of `RawFile`, read with
-/// `json::Reader`; `parse_bytes_serde` is the same through serde_json, kept
-/// as the tests' oracle).
+/// Parses one publisher file's bytes with `json::Reader` (the tests hold it
+/// to `parse_bytes_serde`, the same schema read through serde_json's derive).
 pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
     let mut r = Reader::new(bytes);
     let mut f = Fields::default();
