@@ -81,6 +81,7 @@ def _layout(torch, device):
                 "stream": s.get("stream", 0),
                 "segment_type": s.get("segment_type", "large"),
                 "is_expandable": bool(s.get("is_expandable", False)),
+                "segment_pool_id": [int(x) for x in s.get("segment_pool_id", (0, 0))],
                 "blocks": blocks,
             }
         )

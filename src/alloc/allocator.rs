@@ -34,6 +34,16 @@ pub enum AllocError {
     NotAllocated(u64),
     #[error("block at {0:#x} is not waiting for its free to complete")]
     NotPending(u64),
+    #[error("the default pool (0,0) is not a private pool")]
+    DefaultPool,
+    #[error("pool {0:?} was released and cannot be used again")]
+    PoolReleased(MempoolId),
+    #[error("already allocating to pool {0:?}")]
+    AlreadyRouting(MempoolId),
+    #[error("too many private pools")]
+    TooManyPools,
+    #[error("block recorded on too many streams")]
+    TooManyStreams,
 }
 
 /// PyTorch's `OutOfMemoryError`, with the same message text.
@@ -66,10 +76,11 @@ struct Block {
     es: u32,
     gen: u32,
     gc_count_base: i64,
+    /// Pool index: `2 * slot + kind` (kind 0 = small, 1 = large; slot 0 is
+    /// the default pools, others private pools, docs/allocator.md §pools).
+    pool: u16,
     /// Outstanding stream events (record_stream) before the free completes.
-    event_count: u16,
-    /// 0 = small pool, 1 = large pool.
-    pool: u8,
+    event_count: u8,
     allocated: bool,
     mapped: bool,
     /// Free requested, completion left to the caller (`free_completed`).
@@ -125,12 +136,76 @@ struct ExpandableSegment {
 }
 
 #[inline]
-fn stat_pool(pool: u8) -> usize {
-    if pool == 0 {
+fn stat_pool(pool: u16) -> usize {
+    if is_small(pool) {
         SMALL_POOL
     } else {
         LARGE_POOL
     }
+}
+
+/// Whether pool index `pool` is a small-block pool.
+#[inline]
+fn is_small(pool: u16) -> bool {
+    pool & 1 == 0
+}
+
+/// The pool index for a request of `size` (rounded) in pool slot `slot`.
+#[inline]
+fn pool_index(slot: PoolSlot, size: u64) -> u16 {
+    slot.0 * 2 + u16::from(size > K_SMALL_SIZE)
+}
+
+/// A pool slot of one allocator: `PoolSlot::DEFAULT` is the default pools
+/// (PyTorch's `large_blocks`/`small_blocks`), every other slot a private pool
+/// (CUDA graphs, graph trees, `MemPool`; docs/allocator.md "Private pools").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PoolSlot(pub(crate) u16);
+
+impl PoolSlot {
+    pub const DEFAULT: PoolSlot = PoolSlot(0);
+    pub fn is_default(self) -> bool {
+        self.0 == 0
+    }
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// PyTorch's `MempoolId_t`: (0,0) the default pools, (uid,0) a graph's own
+/// pool, (0,n) a `graph_pool_handle()` or `MemPool`.
+pub type MempoolId = (u64, u64);
+
+/// Which mallocs a `begin_allocate_to_pool` routes (the `captures_underway`
+/// filter): those on one stream (a capture), or all of them (`use_mem_pool`
+/// on the one thread the model has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Stream(u64),
+    Always,
+}
+
+/// A private pool's bookkeeping (`PrivatePool`).
+#[derive(Debug, Clone, Default)]
+struct PoolState {
+    /// `None` for a private pool whose id the recording does not carry.
+    id: Option<MempoolId>,
+    use_count: i32,
+    /// Live cudaMallocs (or expandable maps) of the pool.
+    cuda_malloc_count: i32,
+    /// In `graph_pools` (the default slot always is).
+    live: bool,
+    no_split: bool,
+    use_on_oom: bool,
+}
+
+/// What a pool looks like from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolView {
+    pub slot: PoolSlot,
+    pub id: Option<MempoolId>,
+    pub use_count: i32,
+    pub freeable: bool,
 }
 
 /// A live block of a segment that existed before a trace's window.
@@ -151,6 +226,7 @@ pub struct SeedSegment {
     pub size: u64,
     pub stream: u64,
     pub small: bool,
+    pub pool: PoolSlot,
     pub blocks: Vec<SeedBlock>,
 }
 
@@ -179,7 +255,18 @@ pub struct CachingAllocator<D> {
     allowed_memory_maximum: Option<u64>,
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
-    pools: [Pool; 2],
+    /// Indexed by pool index (`2 * slot + kind`).
+    pools: Vec<Pool>,
+    /// Indexed by slot; slot 0 is the default pools.
+    pool_state: Vec<PoolState>,
+    /// `graph_pools_freeable`, in the order the pools became freeable.
+    freeable: Vec<PoolSlot>,
+    /// `captures_underway`, searched newest first.
+    captures: Vec<(PoolSlot, Route)>,
+    /// Frees postponed by a capture (blocks with stream uses freed during it).
+    deferred: Vec<u32>,
+    /// `record_stream` streams recorded during a capture, by block index.
+    capture_uses: HashMap<u32, Vec<u64>>,
     stats: DeviceStats,
     total_allocated_memory: u64,
     es: Vec<Option<ExpandableSegment>>,
@@ -201,7 +288,12 @@ impl<D: Device> CachingAllocator<D> {
             device_index: 0,
             blocks: Vec::new(),
             free_slots: Vec::new(),
-            pools: [Pool::default(), Pool::default()],
+            pools: vec![Pool::default(), Pool::default()],
+            pool_state: vec![PoolState { id: Some((0, 0)), use_count: 1, live: true, ..Default::default() }],
+            freeable: Vec::new(),
+            captures: Vec::new(),
+            deferred: Vec::new(),
+            capture_uses: HashMap::new(),
             stats: DeviceStats::default(),
             total_allocated_memory: 0,
             es: Vec::new(),
@@ -327,7 +419,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     #[inline]
-    fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u8, es: u32) -> u32 {
+    fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u16, es: u32) -> u32 {
         let b = Block {
             ptr,
             size,
@@ -429,6 +521,23 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     pub fn malloc_tagged(&mut self, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
+        let slot = self.route(stream);
+        self.malloc_in(slot, orig_size, stream, tag)
+    }
+
+    /// `get_pool`'s routing: the newest capture whose filter takes the stream.
+    fn route(&self, stream: u64) -> PoolSlot {
+        for &(slot, r) in self.captures.iter().rev() {
+            if r == Route::Always || r == Route::Stream(stream) {
+                return slot;
+            }
+        }
+        PoolSlot::DEFAULT
+    }
+
+    /// `malloc` into pool slot `slot` whatever the routing says: replay uses
+    /// it with the pool the recording shows (docs/allocator.md "Private pools").
+    pub fn malloc_in(&mut self, slot: PoolSlot, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
         if orig_size >= ONE_EXA_BYTES {
             return Err(OutOfMemory {
                 requested: orig_size,
@@ -439,23 +548,34 @@ impl<D: Device> CachingAllocator<D> {
                 message: "CUDA out of memory. Tried to allocate more than 1EB memory.".into(),
             });
         }
-        self.process_events();
+        let slot = if self.pool_state.get(slot.index()).is_some_and(|p| p.live) { slot } else { PoolSlot::DEFAULT };
+        // While any capture is underway, malloc leaves events alone.
+        if self.captures.is_empty() {
+            self.process_events();
+        }
         let size = self.config.round_size(orig_size);
-        let pool: u8 = if size <= K_SMALL_SIZE { 0 } else { 1 };
+        let pool = pool_index(slot, size);
         let alloc_size = self.config.allocation_size(size);
         let es_active = self.config.expandable_segments;
 
         let mut found = self.get_free_block(pool, size, stream, es_active);
+        let mut pool_used = pool;
         if found.is_none() {
             if self.gc_active() {
                 self.garbage_collect_cached_blocks();
             }
             found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
+            if found.is_none() && slot.is_default() {
+                if let Some((b, p)) = self.try_mempool_fallback(size, stream, es_active) {
+                    found = Some(b);
+                    pool_used = p;
+                }
+            }
             if found.is_none() && self.release_available_cached_blocks(pool, size, stream) {
                 found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
             }
-            if found.is_none() {
-                self.release_cached_blocks();
+            if found.is_none() && self.captures.is_empty() {
+                self.release_cached_blocks(None);
                 found = self.alloc_block(pool, size, alloc_size, stream, es_active, true);
             }
         }
@@ -463,8 +583,134 @@ impl<D: Device> CachingAllocator<D> {
             return Err(self.out_of_memory(orig_size, size, alloc_size, stream));
         };
         let split = self.should_split(block, size, es_active);
-        let i = self.alloc_found_block(block, pool, size, orig_size, split, tag);
+        let i = self.alloc_found_block(block, pool_used, size, orig_size, split, tag);
         Ok(BlockId { idx: i, gen: self.blocks[i as usize].gen })
+    }
+
+    /// `try_mempool_fallback`: a default-pool request that cudaMalloc could
+    /// not serve takes a cached block of a `use_on_oom` pool (best fit only).
+    fn try_mempool_fallback(&mut self, size: u64, stream: u64, es_active: bool) -> Option<(u32, u16)> {
+        let pools: Vec<PoolSlot> = (1..self.pool_state.len())
+            .filter(|&i| self.pool_state[i].live && self.pool_state[i].use_on_oom)
+            .map(|i| PoolSlot(i as u16))
+            .collect();
+        for slot in pools {
+            let pool = pool_index(slot, size);
+            if let Some(b) = self.get_free_block(pool, size, stream, es_active) {
+                return Some((b, pool));
+            }
+        }
+        None
+    }
+
+    // ---- private pools (docs/allocator.md "Private pools")
+
+    /// `create_or_incref_pool`: a pool with `id` that is alive gains a
+    /// reference; otherwise a new pool starts with one. `None` makes a
+    /// new pool whose id is not known (replay of a recording without it).
+    pub fn create_pool(&mut self, id: Option<MempoolId>) -> Result<PoolSlot, AllocError> {
+        if id == Some((0, 0)) {
+            return Err(AllocError::DefaultPool);
+        }
+        if let Some(id) = id {
+            if let Some(i) = self.pool_state.iter().position(|p| p.live && p.id == Some(id)) {
+                let p = &mut self.pool_state[i];
+                if p.use_count == 0 {
+                    return Err(AllocError::PoolReleased(id));
+                }
+                p.use_count += 1;
+                return Ok(PoolSlot(i as u16));
+            }
+        }
+        let fresh = PoolState { id, use_count: 1, live: true, ..Default::default() };
+        let i = match self.pool_state.iter().skip(1).position(|p| !p.live) {
+            Some(k) => {
+                self.pool_state[k + 1] = fresh;
+                k + 1
+            }
+            None => {
+                if self.pool_state.len() >= (u16::MAX / 2) as usize {
+                    return Err(AllocError::TooManyPools);
+                }
+                self.pool_state.push(fresh);
+                self.pools.push(Pool::default());
+                self.pools.push(Pool::default());
+                self.pool_state.len() - 1
+            }
+        };
+        Ok(PoolSlot(i as u16))
+    }
+
+    /// The live pool with this id.
+    pub fn pool_slot(&self, id: MempoolId) -> Option<PoolSlot> {
+        if id == (0, 0) {
+            return Some(PoolSlot::DEFAULT);
+        }
+        self.pool_state.iter().position(|p| p.live && p.id == Some(id)).map(|i| PoolSlot(i as u16))
+    }
+
+    /// The recorded id of a pool slot (`None`: private, id unknown).
+    pub fn pool_id(&self, slot: PoolSlot) -> Option<MempoolId> {
+        self.pool_state.get(slot.index()).and_then(|p| p.id)
+    }
+
+    /// Every live pool, default first.
+    pub fn pools(&self) -> Vec<PoolView> {
+        (0..self.pool_state.len())
+            .filter(|&i| self.pool_state[i].live)
+            .map(|i| {
+                let slot = PoolSlot(i as u16);
+                let p = &self.pool_state[i];
+                PoolView { slot, id: p.id, use_count: p.use_count, freeable: self.freeable.contains(&slot) }
+            })
+            .collect()
+    }
+
+    /// `MemPool(use_on_oom=…, no_split=…)`.
+    pub fn set_pool_flags(&mut self, slot: PoolSlot, no_split: bool, use_on_oom: bool) {
+        if let Some(p) = self.pool_state.get_mut(slot.index()).filter(|_| !slot.is_default()) {
+            p.no_split = no_split;
+            p.use_on_oom = use_on_oom;
+        }
+    }
+
+    /// `beginAllocateToPool`: a reference to the pool (created if needed),
+    /// and mallocs that `route` takes go to it until `end_allocate_to_pool`.
+    pub fn begin_allocate_to_pool(&mut self, id: MempoolId, route: Route) -> Result<PoolSlot, AllocError> {
+        let slot = self.create_pool(Some(id))?;
+        if self.captures.iter().any(|&(s, _)| s == slot) {
+            return Err(AllocError::AlreadyRouting(id));
+        }
+        self.captures.push((slot, route));
+        Ok(slot)
+    }
+
+    /// `endAllocateToPool`: routing stops; nothing is freed.
+    pub fn end_allocate_to_pool(&mut self, slot: PoolSlot) {
+        self.captures.retain(|&(s, _)| s != slot);
+    }
+
+    /// `releasePool`: one reference less; at none the pool is freeable, and
+    /// the next `empty_cache` returns its free segments.
+    pub fn release_pool(&mut self, slot: PoolSlot) {
+        if slot.is_default() {
+            return;
+        }
+        let Some(p) = self.pool_state.get_mut(slot.index()).filter(|p| p.live && p.use_count > 0) else {
+            return;
+        };
+        p.use_count -= 1;
+        if p.use_count == 0 && !self.freeable.contains(&slot) {
+            self.freeable.push(slot);
+        }
+    }
+
+    /// `emptyCache(id)` (what `~MemPool` does): only that pool, and only if
+    /// it is freeable.
+    pub fn empty_cache_pool(&mut self, slot: PoolSlot) {
+        if !slot.is_default() {
+            self.release_cached_blocks(Some(slot));
+        }
     }
 
     fn out_of_memory(&mut self, orig_size: u64, size: u64, alloc_size: u64, stream: u64) -> OutOfMemory {
@@ -500,7 +746,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Best fit (spec §6.1).
     #[inline]
-    fn get_free_block(&mut self, pool: u8, size: u64, stream: u64, es_active: bool) -> Option<u32> {
+    fn get_free_block(&mut self, pool: u16, size: u64, stream: u64, es_active: bool) -> Option<u32> {
         if self.gc_active() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
@@ -562,8 +808,11 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     fn should_split(&self, i: u32, size: u64, es_active: bool) -> bool {
         let b = &self.blocks[i as usize];
+        if self.pool_state[(b.pool >> 1) as usize].no_split {
+            return false;
+        }
         let remaining = b.size - size;
-        if b.pool == 0 || es_active {
+        if is_small(b.pool) || es_active {
             remaining >= K_MIN_BLOCK_SIZE
         } else {
             size < self.config.max_split_size && remaining > K_SMALL_SIZE
@@ -572,7 +821,7 @@ impl<D: Device> CachingAllocator<D> {
 
     /// Spec §6.3: carve `size` from the front of block `i` when splitting.
     #[inline]
-    fn alloc_found_block(&mut self, i: u32, pool: u8, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
+    fn alloc_found_block(&mut self, i: u32, pool: u16, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
         let sp = stat_pool(pool);
         let already_split = self.is_split(i);
         let es = self.blocks[i as usize].es;
@@ -632,7 +881,7 @@ impl<D: Device> CachingAllocator<D> {
     /// Spec §6.4: a new segment from the device.
     fn alloc_block(
         &mut self,
-        pool: u8,
+        pool: u16,
         size: u64,
         alloc_size: u64,
         stream: u64,
@@ -653,6 +902,7 @@ impl<D: Device> CachingAllocator<D> {
         let ptr = self.device.malloc(alloc_size, self.emitted).ok()?;
         self.total_allocated_memory += alloc_size;
         let b = self.new_block(stream, alloc_size, ptr, pool, NIL);
+        self.pool_state[(pool >> 1) as usize].cuda_malloc_count += 1;
         let sp = stat_pool(pool);
         self.stats.increase(Kind::Segment, sp, 1);
         self.stats.increase(Kind::ReservedBytes, sp, alloc_size as i64);
@@ -672,6 +922,7 @@ impl<D: Device> CachingAllocator<D> {
         };
         self.stats.num_device_free += 1;
         self.device.free(ptr, size);
+        self.pool_state[(pool >> 1) as usize].cuda_malloc_count -= 1;
         self.total_allocated_memory -= size;
         let sp = stat_pool(pool);
         self.stats.decrease(Kind::Segment, sp, 1);
@@ -685,7 +936,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Spec §6.5: free oversize cached blocks until the request could fit.
-    fn release_available_cached_blocks(&mut self, pool: u8, size: u64, stream: u64) -> bool {
+    fn release_available_cached_blocks(&mut self, pool: u16, size: u64, stream: u64) -> bool {
         let mss = self.config.max_split_size;
         if mss == UNLIMITED {
             return false;
@@ -727,24 +978,63 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `torch.cuda.empty_cache()`.
     pub fn empty_cache(&mut self) {
-        self.release_cached_blocks();
+        self.release_cached_blocks(None);
     }
 
-    /// Spec §6.6: complete pending frees, then release every wholly free
-    /// segment (large pool first) and unmap every free expandable page.
-    fn release_cached_blocks(&mut self) -> bool {
-        self.synchronize_and_free_events();
-        self.release_blocks(1);
-        self.release_blocks(0);
+    /// `release_cached_blocks(mempool_id)` (spec §6.6; docs/allocator.md
+    /// "Private pools"): with no pool, the default pools (large first; not
+    /// while a capture is underway), then every freeable private pool's small
+    /// and large segments; with a pool, only that one if it is freeable.
+    /// A freeable pool left with no segments is erased.
+    fn release_cached_blocks(&mut self, target: Option<PoolSlot>) -> bool {
+        if target.is_none() && self.captures.is_empty() {
+            self.synchronize_and_free_events(None);
+            self.release_blocks(1);
+            self.release_blocks(0);
+        }
+        for slot in self.freeable.clone() {
+            if let Some(t) = target {
+                if t != slot {
+                    continue;
+                }
+                self.synchronize_and_free_events(Some(slot));
+            }
+            self.release_blocks(slot.0 * 2);
+            self.release_blocks(slot.0 * 2 + 1);
+            let p = &mut self.pool_state[slot.index()];
+            if p.cuda_malloc_count == 0 {
+                *p = PoolState::default();
+                self.freeable.retain(|&s| s != slot);
+            }
+        }
         true
     }
 
-    fn synchronize_and_free_events(&mut self) {
+    /// Completes pending stream events: all of them, or those of one pool's blocks.
+    fn synchronize_and_free_events(&mut self, only: Option<PoolSlot>) {
         self.stats.num_sync_all_streams += 1;
-        self.complete_stream_events();
+        self.insert_events_deferred_until_no_capture();
+        match only {
+            None => self.complete_stream_events(),
+            Some(slot) => {
+                let mut rest = VecDeque::new();
+                while let Some(i) = self.cuda_events.pop_front() {
+                    if self.blocks[i as usize].pool >> 1 != slot.0 {
+                        rest.push_back(i);
+                        continue;
+                    }
+                    let b = &mut self.blocks[i as usize];
+                    b.event_count -= 1;
+                    if b.event_count == 0 {
+                        self.free_block(i);
+                    }
+                }
+                self.cuda_events = rest;
+            }
+        }
     }
 
-    fn release_blocks(&mut self, pool: u8) {
+    fn release_blocks(&mut self, pool: u16) {
         let all: Vec<u32> = self.pools[pool as usize].streams.iter().flat_map(|s| s.blocks.values()).collect();
         let mut to_unmap = Vec::new();
         for i in all {
@@ -820,18 +1110,49 @@ impl<D: Device> CachingAllocator<D> {
         let i = self.free_phase_one(id)?;
         if !self.blocks[i as usize].has_uses {
             self.free_block(i);
+        } else if !self.captures.is_empty() {
+            // A capture may still use the block: its free waits until no
+            // capture is underway (`deferred_blocks`).
+            self.blocks[i as usize].pending = true;
+            self.deferred.push(i);
         } else {
-            // One event per stream the block was used on; the free completes
-            // when the last of them does.
-            let uses = self.stream_uses.remove(&i).unwrap_or_default();
-            let b = &mut self.blocks[i as usize];
-            b.has_uses = false;
-            b.event_count += uses.len() as u16;
-            for _ in uses {
-                self.cuda_events.push_back(i);
-            }
+            self.insert_events(i);
         }
         Ok(())
+    }
+
+    /// One event per stream the block was used on; the free completes when
+    /// the last of them does.
+    fn insert_events(&mut self, i: u32) {
+        let uses = self.stream_uses.remove(&i).unwrap_or_default();
+        let b = &mut self.blocks[i as usize];
+        b.has_uses = false;
+        b.pending = false;
+        if uses.is_empty() {
+            self.free_block(i);
+            return;
+        }
+        b.event_count += uses.len() as u8;
+        for _ in uses {
+            self.cuda_events.push_back(i);
+        }
+    }
+
+    /// Frees a capture postponed: the stream uses recorded during a capture
+    /// are dropped, the rest become events as usual.
+    fn insert_events_deferred_until_no_capture(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        for i in std::mem::take(&mut self.deferred) {
+            if let Some(during) = self.capture_uses.remove(&i) {
+                if let Some(u) = self.stream_uses.get_mut(&i) {
+                    u.retain(|s| !during.contains(s));
+                }
+            }
+            self.insert_events(i);
+        }
+        self.capture_uses.clear();
     }
 
     /// The first phase of a free alone (`free_requested`); the block waits for
@@ -861,7 +1182,13 @@ impl<D: Device> CachingAllocator<D> {
         if stream != b.stream {
             let uses = self.stream_uses.entry(id.idx).or_default();
             if !uses.contains(&stream) {
+                if uses.len() >= u8::MAX as usize {
+                    return Err(AllocError::TooManyStreams);
+                }
                 uses.push(stream);
+                if !self.captures.is_empty() {
+                    self.capture_uses.entry(id.idx).or_default().push(stream);
+                }
             }
             self.blocks[id.idx as usize].has_uses = true;
         }
@@ -872,6 +1199,9 @@ impl<D: Device> CachingAllocator<D> {
     /// next allocation, so every recorded stream event completes.
     #[inline]
     pub fn process_events(&mut self) {
+        if self.captures.is_empty() {
+            self.insert_events_deferred_until_no_capture();
+        }
         if !self.cuda_events.is_empty() {
             self.complete_stream_events();
         }
@@ -994,7 +1324,7 @@ impl<D: Device> CachingAllocator<D> {
         !b.allocated && !b.pending && b.event_count == 0
     }
 
-    fn find_expandable_block(&mut self, pool: u8, size: u64, stream: u64) -> Option<u32> {
+    fn find_expandable_block(&mut self, pool: u16, size: u64, stream: u64) -> Option<u32> {
         let p = &self.pools[pool as usize];
         if let Some(s) = p.find(stream) {
             for &u in p.streams[s].unmapped.values() {
@@ -1011,7 +1341,7 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
         }
-        let page = self.config.page_size(pool == 0);
+        let page = self.config.page_size(is_small(pool));
         let total = self.device.total_memory();
         let va = page * (total + total / 8).div_ceil(page);
         let base = self.device.reserve(va, page, self.emitted).ok()?;
@@ -1072,13 +1402,14 @@ impl<D: Device> CachingAllocator<D> {
         self.try_merge_blocks(i, next);
         self.pool_insert(i);
         self.total_allocated_memory += msize;
+        self.pool_state[(pool >> 1) as usize].cuda_malloc_count += 1;
         self.stats.increase(Kind::ReservedBytes, stat_pool(pool), msize as i64);
         self.stats.num_device_alloc += 1;
         self.emit(Event::new(Action::SegmentMap, maddr, msize, stream));
         true
     }
 
-    fn try_allocate_expandable_block(&mut self, pool: u8, size: u64, stream: u64) -> Option<u32> {
+    fn try_allocate_expandable_block(&mut self, pool: u16, size: u64, stream: u64) -> Option<u32> {
         let mut c = self.find_expandable_block(pool, size, stream)?;
         if !self.blocks[c as usize].mapped {
             let csize = self.blocks[c as usize].size;
@@ -1152,6 +1483,7 @@ impl<D: Device> CachingAllocator<D> {
         self.try_merge_blocks(i, next);
         self.unmapped_insert(i);
         self.device.unmap(uptr, usize_, page);
+        self.pool_state[(pool >> 1) as usize].cuda_malloc_count -= 1;
         self.total_allocated_memory -= usize_;
         self.stats.decrease(Kind::ReservedBytes, stat_pool(pool), usize_ as i64);
         self.stats.num_device_free += 1;
@@ -1186,8 +1518,10 @@ impl<D: Device> CachingAllocator<D> {
                 active_size: 0,
                 requested_size: 0,
                 stream: b.stream,
-                segment_type: if b.pool == 0 { "small" } else { "large" },
+                segment_type: if is_small(b.pool) { "small" } else { "large" },
                 is_expandable: b.es != NIL,
+                pool: self.pool_state[(b.pool >> 1) as usize].id,
+                private: b.pool >> 1 != 0,
                 blocks: Vec::new(),
             };
             let mut idx = head;
@@ -1227,7 +1561,11 @@ impl<D: Device> CachingAllocator<D> {
     /// its live blocks by address. Blocks must lie inside the segment, in
     /// address order, without overlap.
     pub fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
-        let pool: u8 = if seg.small { 0 } else { 1 };
+        if !self.pool_state.get(seg.pool.index()).is_some_and(|p| p.live) {
+            return Err(format!("segment {:#x} names a pool that does not exist", seg.address));
+        }
+        let pool: u16 = seg.pool.0 * 2 + u16::from(!seg.small);
+        self.pool_state[seg.pool.index()].cuda_malloc_count += 1;
         let sp = stat_pool(pool);
         let mut at = seg.address;
         let end = seg.address.checked_add(seg.size).ok_or("segment wraps the address space")?;

@@ -9,7 +9,8 @@ pub mod snapshot;
 pub mod stats;
 
 pub use allocator::{
-    AllocError, BlockId, BlockView, CachingAllocator, OutOfMemory, SeedBlock, SeedSegment, StatePoint,
+    AllocError, BlockId, BlockView, CachingAllocator, MempoolId, OutOfMemory, PoolSlot, PoolView, Route, SeedBlock,
+    SeedSegment, StatePoint,
 };
 pub use config::{AllocatorConfig, ConfigError};
 pub use event::{Action, Event};

@@ -51,5 +51,10 @@ pub struct SegmentInfo {
     pub stream: u64,
     pub segment_type: &'static str,
     pub is_expandable: bool,
+    /// `segment_pool_id`: (0,0) for the default pools; `None` for a private
+    /// pool whose id the recording does not carry.
+    pub pool: Option<(u64, u64)>,
+    /// Whether the segment belongs to a private pool (CUDA graph, MemPool).
+    pub private: bool,
     pub blocks: Vec<BlockInfo>,
 }

@@ -199,7 +199,8 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
 
 const FILE_KEYS: &[&str] =
     &["version", "pid", "nspid", "device", "uuid", "time", "interval", "command", "stats", "segments", "steps"];
-const SEGMENT_KEYS: &[&str] = &["address", "total_size", "stream", "segment_type", "is_expandable", "blocks"];
+const SEGMENT_KEYS: &[&str] =
+    &["address", "total_size", "stream", "segment_type", "is_expandable", "blocks", "segment_pool_id"];
 
 fn need<T>(r: &Reader, v: Option<T>, key: &str) -> Result<T, String> {
     v.map_or_else(|| r.error(format_args!("missing field `{key}`")), Ok)
@@ -229,6 +230,7 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
     let mut f = Fields::default();
     let (mut address, mut total_size, mut stream, mut segment_type, mut is_expandable) =
         (None, None, 0, "large", false);
+    let mut pool = (0u64, 0u64);
     // Blocks are read with addresses from 0 (the segment's address may come
     // after them) and moved into place once it is known.
     let mut blocks: Option<Vec<BlockInfo>> = None;
@@ -240,6 +242,19 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
             Some("stream") => stream = r.u64()?,
             Some("segment_type") => segment_type = if r.string()? == "small" { "small" } else { "large" },
             Some("is_expandable") => is_expandable = r.bool()?,
+            Some("segment_pool_id") => {
+                let mut n = 0;
+                r.array(|r| {
+                    let v = r.u64()?;
+                    match n {
+                        0 => pool.0 = v,
+                        1 => pool.1 = v,
+                        _ => return r.error("segment_pool_id is [a, b]"),
+                    }
+                    n += 1;
+                    Ok(())
+                })?;
+            }
             Some("blocks") => {
                 let mut v = Vec::new();
                 r.array(|r| {
@@ -318,6 +333,8 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
         stream,
         segment_type,
         is_expandable,
+        pool: Some(pool),
+        private: pool != (0, 0),
         blocks,
     })
 }
@@ -387,6 +404,8 @@ mod tests {
         segment_type: String,
         #[serde(default)]
         is_expandable: bool,
+        #[serde(default)]
+        segment_pool_id: (u64, u64),
         /// [size, requested_size, state] with state 0 allocated, 1 pending free, 2 inactive.
         blocks: Vec<(u64, u64, u8)>,
     }
@@ -462,6 +481,8 @@ mod tests {
                 stream: s.stream,
                 segment_type,
                 is_expandable: s.is_expandable,
+                pool: Some(s.segment_pool_id),
+                private: s.segment_pool_id != (0, 0),
                 blocks,
             });
         }
