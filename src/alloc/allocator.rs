@@ -226,7 +226,8 @@ pub struct SeedSegment {
     pub size: u64,
     pub stream: u64,
     pub small: bool,
-    pub pool: PoolSlot,
+    /// `segment_pool_id`; a private pool is created on first use.
+    pub pool: MempoolId,
     pub blocks: Vec<SeedBlock>,
 }
 
@@ -703,6 +704,34 @@ impl<D: Device> CachingAllocator<D> {
         if p.use_count == 0 && !self.freeable.contains(&slot) {
             self.freeable.push(slot);
         }
+    }
+
+    /// Releases exactly these whole free segments, as one `empty_cache`
+    /// would (one sync): for a replay whose recording says which segments
+    /// went where our model's release order cannot tell. Returns the
+    /// address of the first segment that is not a whole free segment.
+    pub fn release_segments(&mut self, addrs: &[u64]) -> Result<(), u64> {
+        self.stats.num_sync_all_streams += 1;
+        for &a in addrs {
+            let i = (0..self.blocks.len() as u32)
+                .find(|&i| {
+                    let b = &self.blocks[i as usize];
+                    b.alive && b.ptr == a && b.mapped && b.es == NIL
+                })
+                .ok_or(a)?;
+            let b = &self.blocks[i as usize];
+            if b.prev != NIL || b.next != NIL || Self::block_state(b) != BlockState::Inactive {
+                return Err(a);
+            }
+            let slot = PoolSlot(b.pool >> 1);
+            self.release_block(i);
+            let p = &mut self.pool_state[slot.index()];
+            if !slot.is_default() && p.cuda_malloc_count == 0 && self.freeable.contains(&slot) {
+                *p = PoolState::default();
+                self.freeable.retain(|&s| s != slot);
+            }
+        }
+        Ok(())
     }
 
     /// `emptyCache(id)` (what `~MemPool` does): only that pool, and only if
@@ -1561,11 +1590,12 @@ impl<D: Device> CachingAllocator<D> {
     /// its live blocks by address. Blocks must lie inside the segment, in
     /// address order, without overlap.
     pub fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
-        if !self.pool_state.get(seg.pool.index()).is_some_and(|p| p.live) {
-            return Err(format!("segment {:#x} names a pool that does not exist", seg.address));
-        }
-        let pool: u16 = seg.pool.0 * 2 + u16::from(!seg.small);
-        self.pool_state[seg.pool.index()].cuda_malloc_count += 1;
+        let slot = match self.pool_slot(seg.pool) {
+            Some(s) => s,
+            None => self.create_pool(Some(seg.pool)).map_err(|e| e.to_string())?,
+        };
+        let pool: u16 = slot.0 * 2 + u16::from(!seg.small);
+        self.pool_state[slot.index()].cuda_malloc_count += 1;
         let sp = stat_pool(pool);
         let mut at = seg.address;
         let end = seg.address.checked_add(seg.size).ok_or("segment wraps the address space")?;

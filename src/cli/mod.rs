@@ -263,6 +263,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     // equal it) and addresses from the recording.
     let exact_conf = what_if_conf.clone().unwrap_or_else(|| recorded_conf.clone());
     let mut opts = ReplayOptions::new(exact_conf.clone(), args.device_total);
+    opts.pools = Arc::new(crate::replay::pools::plan(dev, &trace.stacks));
     opts.memory_limit = limit;
     opts.keep_events = args.dump_events.is_some() || matches!(args.at, Some(At::Oom));
     if let Some(At::Event(i)) = args.at {

@@ -3,10 +3,11 @@
 //! `Oracle` from the recording. A `segment_free`/`segment_unmap` that no
 //! malloc explains was an `empty_cache()`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, SeedSegment, StatePoint};
+use super::pools::{BurstKind, PoolLabel, PoolPlan};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment, StatePoint};
 use crate::device::Oracle;
 use crate::trace::pickle::FastHash;
 
@@ -34,6 +35,9 @@ pub struct ReplayOptions {
     /// Per recorded event, its call-stack id (`DeviceTrace::stacks`): live
     /// blocks carry it as their tag. Empty when unknown.
     pub stacks: std::sync::Arc<[u32]>,
+    /// The recording's pools (`pools::plan`); empty: every request in the
+    /// default pools.
+    pub pools: Arc<PoolPlan>,
 }
 
 impl ReplayOptions {
@@ -45,6 +49,7 @@ impl ReplayOptions {
             keep_events: false,
             stop_at: None,
             stacks: Arc::from([]),
+            pools: Arc::new(PoolPlan::default()),
         }
     }
 }
@@ -115,6 +120,14 @@ pub struct Stepper<'a> {
     /// Live blocks by recorded address.
     live: HashMap<u64, BlockId, FastHash>,
     empty_cache_at: Vec<usize>,
+    pools: Arc<PoolPlan>,
+    /// The allocator's pool for each pool of the plan met so far.
+    slots: HashMap<PoolLabel, PoolSlot>,
+    /// Live segments (and expandable maps) by address: (size, pool).
+    segs: BTreeMap<u64, (u64, PoolSlot)>,
+    /// Release bursts replayed from the recording's list of segments
+    /// because our release order did not match it.
+    directed: usize,
 }
 
 impl<'a> Stepper<'a> {
@@ -126,6 +139,8 @@ impl<'a> Stepper<'a> {
             alloc.set_memory_limit(opts.memory_limit);
         }
         let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
+        let mut segs = BTreeMap::new();
+        let mut slots = HashMap::new();
         for s in seed {
             let blocks = alloc.seed_segment(s).map_err(|reason| Divergence {
                 event: 0,
@@ -133,9 +148,65 @@ impl<'a> Stepper<'a> {
                 got: None,
                 reason,
             })?;
+            let slot = alloc.pool_slot(s.pool).unwrap_or(PoolSlot::DEFAULT);
+            slots.insert(PoolLabel::Known(s.pool), slot);
+            segs.insert(s.address, (s.size, slot));
             live.extend(blocks);
         }
-        Ok(Stepper { rec, stacks: opts.stacks.clone(), alloc, live, empty_cache_at: Vec::new() })
+        slots.insert(PoolLabel::DEFAULT, PoolSlot::DEFAULT);
+        Ok(Stepper {
+            rec,
+            stacks: opts.stacks.clone(),
+            alloc,
+            live,
+            empty_cache_at: Vec::new(),
+            pools: opts.pools.clone(),
+            slots,
+            segs,
+            directed: 0,
+        })
+    }
+
+    /// Release bursts replayed from the recording's list of segments.
+    pub fn directed_releases(&self) -> usize {
+        self.directed
+    }
+
+    /// The allocator's pool for a pool of the plan, created on first use.
+    fn slot_for(&mut self, label: PoolLabel) -> PoolSlot {
+        if let Some(&s) = self.slots.get(&label) {
+            if self.alloc.pools().iter().any(|p| p.slot == s) {
+                return s;
+            }
+        }
+        let id = match label {
+            PoolLabel::Known(id) => Some(id),
+            PoolLabel::Anonymous(_) => None,
+        };
+        let s = self.alloc.create_pool(id).unwrap_or(PoolSlot::DEFAULT);
+        self.slots.insert(label, s);
+        s
+    }
+
+    /// The segment holding recorded address `addr`, if live.
+    fn segment_of(&self, addr: u64) -> Option<PoolSlot> {
+        let (&a, &(size, slot)) = self.segs.range(..=addr).next_back()?;
+        (addr < a.saturating_add(size)).then_some(slot)
+    }
+
+    /// Follows the segments the last step created and released.
+    fn track(&mut self, slot: PoolSlot) {
+        for e in self.alloc.events() {
+            match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    self.segs.insert(e.addr, (e.size, slot));
+                }
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    self.segs.remove(&e.addr);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Recorded events reproduced so far.
@@ -152,11 +223,119 @@ impl<'a> Stepper<'a> {
         &self.empty_cache_at
     }
 
-    /// Runs the request recorded at `k`; returns the block on success.
-    fn request(&mut self, k: usize) -> Option<BlockId> {
+    /// Runs the request recorded at `k` (its events start at `from`);
+    /// returns the block on success.
+    fn request(&mut self, from: usize, k: usize) -> Option<BlockId> {
         let e = self.rec[k];
         let tag = self.stacks.get(k).copied().unwrap_or(0);
-        self.alloc.malloc_tagged(e.size, e.stream, tag).ok()
+        if !self.pools.any_private {
+            let got = self.alloc.malloc_tagged(e.size, e.stream, tag).ok();
+            self.track(PoolSlot::DEFAULT);
+            return got;
+        }
+        // The pool of the segment the request landed in: a live one, or
+        // the one the recording creates for it.
+        let created = (from..k).rev().find(|&c| {
+            let s = self.rec[c];
+            matches!(s.action, Action::SegmentAlloc | Action::SegmentMap)
+                && e.addr >= s.addr
+                && e.addr < s.addr.saturating_add(s.size)
+        });
+        let slot = match (e.action, self.segment_of(e.addr), created) {
+            (Action::Oom, _, _) => PoolSlot::DEFAULT,
+            (_, _, Some(c)) => {
+                let first = self.pools.segment_at(c);
+                let slot = self.slot_for(first);
+                if self.pools.certain.contains(&c) {
+                    slot
+                } else {
+                    // A pool with a free block that fits needs no new
+                    // segment: try the plan's choice, then the others.
+                    let mut options = vec![slot, PoolSlot::DEFAULT];
+                    options.extend(self.alloc.pools().iter().map(|p| p.slot));
+                    options.dedup();
+                    let saved = self.alloc.clone();
+                    let mut chosen = None;
+                    for &o in options.iter().chain([PoolSlot(u16::MAX)].iter()) {
+                        let o = if o.0 == u16::MAX {
+                            match self.alloc.create_pool(None) {
+                                Ok(s) => s,
+                                Err(_) => break,
+                            }
+                        } else {
+                            o
+                        };
+                        let got = self.alloc.malloc_in(o, e.size, e.stream, tag).ok();
+                        if self.check(from).is_ok() && self.position() == k + 1 {
+                            chosen = Some((o, got));
+                            break;
+                        }
+                        self.alloc = saved.clone();
+                    }
+                    match chosen {
+                        Some((o, got)) => {
+                            self.track(o);
+                            return got;
+                        }
+                        None => slot,
+                    }
+                }
+            }
+            (_, Some(slot), None) => slot,
+            (_, None, None) => PoolSlot::DEFAULT,
+        };
+        let got = self.alloc.malloc_in(slot, e.size, e.stream, tag).ok();
+        self.track(slot);
+        got
+    }
+
+    /// A release burst from `i` that no malloc explains: `empty_cache()` or
+    /// a pool's `emptyCache(id)` as the plan says, checked against the
+    /// recording; where our order differs, the recorded segments are
+    /// released as listed.
+    fn release_burst(&mut self, i: usize) {
+        let rec = self.rec;
+        if !self.pools.any_private {
+            self.alloc.empty_cache();
+            self.track(PoolSlot::DEFAULT);
+            self.empty_cache_at.push(i);
+            return;
+        }
+        let end = self.pools.burst_end.get(&i).copied().unwrap_or_else(|| {
+            (i..rec.len()).find(|&k| rec[k].action != Action::SegmentFree).unwrap_or(rec.len())
+        });
+        let saved = self.alloc.clone();
+        match self.pools.bursts.get(&i).cloned() {
+            Some(BurstKind::PoolOnly(label)) => {
+                let slot = self.slot_for(label);
+                self.alloc.release_pool(slot);
+                self.alloc.empty_cache_pool(slot);
+            }
+            Some(BurstKind::EmptyCache(labels)) => {
+                for l in labels {
+                    if let Some(&slot) = self.slots.get(&l) {
+                        self.alloc.release_pool(slot);
+                    }
+                }
+                self.alloc.empty_cache();
+                self.empty_cache_at.push(i);
+            }
+            None => {
+                self.alloc.empty_cache();
+                self.empty_cache_at.push(i);
+            }
+        }
+        if self.check(i).is_ok() && self.position() == end {
+            self.track(PoolSlot::DEFAULT);
+            return;
+        }
+        self.alloc = saved;
+        self.alloc.clear_events();
+        let addrs: Vec<u64> = rec[i..end].iter().filter(|e| e.action == Action::SegmentFree).map(|e| e.addr).collect();
+        if self.alloc.release_segments(&addrs).is_ok() {
+            self.directed += 1;
+        }
+        self.track(PoolSlot::DEFAULT);
     }
 
     fn note_live(&mut self, b: Option<BlockId>) {
@@ -200,31 +379,31 @@ impl<'a> Stepper<'a> {
                 // Either the release path of the next malloc (OOM retry,
                 // max_split_size release, GC) or an empty_cache() call.
                 let mut explained = false;
-                if let Some(k) = next_request(rec, i) {
-                    let saved = self.alloc.clone();
-                    let got = self.request(k);
+                let framed = self.pools.framed.contains(&i);
+                if let Some(k) = next_request(rec, i).filter(|_| !framed) {
+                    let saved = (self.alloc.clone(), self.segs.clone());
+                    let got = self.request(i, k);
                     if self.check(i).is_ok() && self.position() == k + 1 {
                         self.note_live(got);
                         explained = true;
                     } else {
-                        self.alloc = saved;
+                        (self.alloc, self.segs) = saved;
                     }
                 }
                 if !explained {
                     self.alloc.clear_events();
-                    self.alloc.empty_cache();
-                    self.empty_cache_at.push(i);
+                    self.release_burst(i);
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap => match next_request(rec, i) {
                 Some(k) => {
-                    let got = self.request(k);
+                    let got = self.request(i, k);
                     self.note_live(got);
                 }
                 None => return Err(fail(format!("{} with no allocation request after it", ev.action))),
             },
             Action::Alloc | Action::Oom => {
-                let got = self.request(i);
+                let got = self.request(i, i);
                 self.note_live(got);
             }
             Action::FreeRequested => match self.live.get(&ev.addr) {

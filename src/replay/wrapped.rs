@@ -109,7 +109,7 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
     let mut out: BTreeMap<u64, SeedSegment> = segs
         .iter()
         .map(|(&address, &(size, stream, small))| {
-            (address, SeedSegment { address, size, stream, small, pool: crate::alloc::PoolSlot::DEFAULT, blocks: Vec::new() })
+            (address, SeedSegment { address, size, stream, small, pool: (0, 0), blocks: Vec::new() })
         })
         .collect();
     // Block sizes the final snapshot shows for each requested size.

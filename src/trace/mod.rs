@@ -70,6 +70,8 @@ pub struct RecordedSegment {
     pub stream: u64,
     pub small: bool,
     pub is_expandable: bool,
+    /// `segment_pool_id` (torch 2.x): (0,0) for the default pools.
+    pub pool: (u64, u64),
     pub blocks: Vec<RecordedBlock>,
 }
 

@@ -501,12 +501,85 @@ impl<R: Read> Source<R> {
             if b == b'\n' {
                 return Ok(out);
             }
-            if out.len() > 4096 {
+            // Text arguments of protocol 0 (numbers, quoted strings): long
+            // lines are strings, which the caller charges once read.
+            if out.len() > 1 << 20 {
                 return Err(PickleError::Malformed { offset: self.offset(), msg: format!("{what} line is too long") });
             }
             out.push(b);
         }
     }
+}
+
+/// Protocol 0's UNICODE argument: raw-unicode-escape, where bytes are
+/// Latin-1 characters and only `\uXXXX` / `\UXXXXXXXX` are escapes.
+fn raw_unicode_escape(b: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\\' && i + 1 < b.len() && (b[i + 1] == b'u' || b[i + 1] == b'U') {
+            let n = if b[i + 1] == b'u' { 4 } else { 8 };
+            let hex = std::str::from_utf8(b.get(i + 2..i + 2 + n)?).ok()?;
+            out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+            i += 2 + n;
+        } else {
+            out.push(char::from(c));
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// Protocol 0's STRING argument: a Python string literal in single or
+/// double quotes with backslash escapes.
+fn python_string_literal(b: &[u8]) -> Option<Vec<u8>> {
+    let q = *b.first()?;
+    if !(q == b'\'' || q == b'"') || b.len() < 2 || *b.last()? != q {
+        return None;
+    }
+    let body = &b[1..b.len() - 1];
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        if body[i] != b'\\' {
+            out.push(body[i]);
+            i += 1;
+            continue;
+        }
+        let e = *body.get(i + 1)?;
+        i += 2;
+        match e {
+            b'n' => out.push(b'\n'),
+            b't' => out.push(b'\t'),
+            b'r' => out.push(b'\r'),
+            b'0'..=b'7' => {
+                let mut v = u32::from(e - b'0');
+                let mut k = 0;
+                while k < 2 && i < body.len() && (b'0'..=b'7').contains(&body[i]) {
+                    v = v * 8 + u32::from(body[i] - b'0');
+                    i += 1;
+                    k += 1;
+                }
+                out.push(u8::try_from(v).ok()?);
+            }
+            b'x' => {
+                let hex = std::str::from_utf8(body.get(i..i + 2)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b'\\' | b'\'' | b'"' => out.push(e),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'v' => out.push(11),
+            _ => {
+                out.push(b'\\');
+                out.push(e);
+            }
+        }
+    }
+    Some(out)
 }
 
 fn refused_name(op: u8) -> Option<&'static str> {
@@ -1144,6 +1217,27 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     } else {
                         let bytes = self.src.vec(n as u64, "SHORT_BINUNICODE")?;
                         self.string(offset, bytes)?
+                    };
+                    self.push(offset, v)?
+                }
+                b'V' => {
+                    let line = self.src.line("UNICODE")?;
+                    let text = raw_unicode_escape(&line).ok_or_else(|| self.malformed(offset, "bad UNICODE escape"))?;
+                    let v = self.string(offset, text.into_bytes())?;
+                    self.push(offset, v)?
+                }
+                b'S' => {
+                    let line = self.src.line("STRING")?;
+                    let bytes = python_string_literal(&line)
+                        .ok_or_else(|| self.malformed(offset, "bad STRING literal (expected a quoted string)"))?;
+                    // Protocol 0's STRING is a byte string; text where it is UTF-8.
+                    let v = match String::from_utf8(bytes) {
+                        Ok(t) => self.string(offset, t.into_bytes())?,
+                        Err(e) => {
+                            let b = e.into_bytes();
+                            self.charge(offset, b.len() as u64)?;
+                            Value::Bytes(Rc::new(b))
+                        }
                     };
                     self.push(offset, v)?
                 }

@@ -295,12 +295,21 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
         None => total_size <= 2 << 20,
     };
     Ok(RecordedSegment {
-        device: v.get("device").and_then(|d| d.as_i64()).unwrap_or(0) as i32,
+        device: match v.get("device").map(|d| d.as_i64()) {
+            None => 0,
+            Some(Some(d)) if (0..=i32::MAX as i64).contains(&d) => d as i32,
+            Some(_) => return Err(schema(path, "'device' is not a device index (0 to 2^31-1)")),
+        },
         address,
         total_size,
         stream: opt_u64(v, "stream").unwrap_or(0),
         small,
         is_expandable: v.get("is_expandable").and_then(|x| x.as_bool()).unwrap_or(false),
+        pool: v
+            .get("segment_pool_id")
+            .and_then(|p| p.items())
+            .and_then(|p| Some((p.first()?.as_u64()?, p.get(1)?.as_u64()?)))
+            .unwrap_or((0, 0)),
         blocks,
     })
 }
@@ -454,14 +463,18 @@ fn read_snapshot_with<R: Read>(r: R, unpacked_bytes: u64, generic_only: bool) ->
             devices.push(dt);
         }
     }
+    // Segments join the device they name; a device index only names a
+    // device, so memory stays bounded by what the file holds.
+    let mut at: HashMap<i32, usize> = devices.iter().enumerate().map(|(i, d)| (d.device, i)).collect();
     for s in segments {
-        let d = s.device.max(0) as usize;
-        while devices.len() <= d {
-            let n = devices.len() as i32;
-            devices.push(DeviceTrace { device: n, ..Default::default() });
-        }
-        devices[d].segments.push(s);
+        let d = s.device;
+        let i = *at.entry(d).or_insert_with(|| {
+            devices.push(DeviceTrace { device: d, ..Default::default() });
+            devices.len() - 1
+        });
+        devices[i].segments.push(s);
     }
+    devices.sort_by_key(|d| d.device);
     if let Value::Dict(_) = &root {
         if let Some(s) = root.get("allocator_settings") {
             trace.settings = Some(settings(&s));

@@ -1,0 +1,213 @@
+//! Which pool each segment of a recording belonged to (docs/allocator.md,
+//! "Inferring pools"). Snapshots of PyTorch 2.11 name the pool of the
+//! segments alive at the end (`segment_pool_id`) but not the pool of a
+//! trace entry. A block never leaves its segment's pool, so a request's pool
+//! is the pool of the segment it landed in; only segments created and freed
+//! inside the trace need a guess, which the release burst that freed them
+//! gives:
+//!
+//! - `torch.cuda.empty_cache()` (frames through `empty_cache`, or no frames
+//!   at all) releases the default large pool, the default small pool, then
+//!   each freeable private pool's small and large segments, each run sorted
+//!   by (stream, size, address). A run ends where the kind changes or that
+//!   order stops increasing.
+//! - A burst with frames but none of `empty_cache` and not inside a malloc
+//!   is `~MemPool`'s `emptyCache(id)`: one private pool.
+//! - A burst inside a malloc (the request right after it has the same
+//!   frames) is that malloc's retry path: default pools.
+//!
+//! The guess is only a first choice: the replay checks it when the segment
+//! is created (a pool with a free block that fits could not have needed a
+//! new segment) and when it is released (`Stepper`).
+
+use std::collections::HashMap;
+
+use crate::alloc::config::K_SMALL_BUFFER;
+use crate::alloc::{Action, MempoolId};
+use crate::trace::{DeviceTrace, Frame};
+
+/// A pool as the plan knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolLabel {
+    /// A pool whose id the snapshot records ((0,0) = the default pools).
+    Known(MempoolId),
+    /// A private pool whose id the recording does not carry, numbered in
+    /// the order the plan met it.
+    Anonymous(u32),
+}
+
+impl PoolLabel {
+    pub const DEFAULT: PoolLabel = PoolLabel::Known((0, 0));
+
+    pub fn is_default(self) -> bool {
+        self == PoolLabel::DEFAULT
+    }
+}
+
+/// How a burst of segment releases that no malloc explains is replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BurstKind {
+    /// `torch.cuda.empty_cache()`: the default pools, then the private pools
+    /// listed (in the order their segments appear), made freeable first.
+    EmptyCache(Vec<PoolLabel>),
+    /// `emptyCache(id)` of one private pool (what `~MemPool` does).
+    PoolOnly(PoolLabel),
+}
+
+/// The pools of one recording.
+#[derive(Debug, Clone, Default)]
+pub struct PoolPlan {
+    /// First-choice pool of the segment each `segment_alloc`/`segment_map`
+    /// (by recorded event index) creates.
+    pub segment: HashMap<usize, PoolLabel>,
+    /// Segments whose pool the snapshot records (event index of their
+    /// `segment_alloc`): no other choice is tried.
+    pub certain: std::collections::HashSet<usize>,
+    /// Release bursts by the index of their first event.
+    pub bursts: HashMap<usize, BurstKind>,
+    /// Bursts whose frames say they are not inside a malloc (an
+    /// `empty_cache` or `~MemPool`): no malloc's retry path explains them.
+    pub framed: std::collections::HashSet<usize>,
+    /// Where each burst ends (exclusive), by its first event.
+    pub burst_end: HashMap<usize, usize>,
+    /// Whether any private pool appears: without one, the replay is the
+    /// default-pool replay it always was.
+    pub any_private: bool,
+    /// Anonymous pools the plan made.
+    pub anonymous: u32,
+}
+
+impl PoolPlan {
+    /// The first choice for the segment created at recorded event `i`.
+    pub fn segment_at(&self, i: usize) -> PoolLabel {
+        self.segment.get(&i).copied().unwrap_or(PoolLabel::DEFAULT)
+    }
+}
+
+fn is_empty_cache(stack: &[Frame]) -> bool {
+    stack.iter().any(|f| f.name == "empty_cache")
+}
+
+/// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).
+pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
+    let ev = &dev.events;
+    let mut out = PoolPlan::default();
+    // Segment lifetimes: (index of segment_alloc, size, stream), by address.
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    let mut freed_at: HashMap<usize, usize> = HashMap::new();
+    for (i, e) in ev.iter().enumerate() {
+        match e.action {
+            Action::SegmentAlloc => {
+                live.insert(e.addr, i);
+            }
+            Action::SegmentFree => {
+                if let Some(start) = live.remove(&e.addr) {
+                    freed_at.insert(i, start);
+                }
+            }
+            _ => {}
+        }
+    }
+    // Alive at the end: the snapshot's pool id.
+    for s in &dev.segments {
+        if let Some(&start) = live.get(&s.address) {
+            out.segment.insert(start, PoolLabel::Known(s.pool));
+            out.certain.insert(start);
+        }
+        if s.pool != (0, 0) {
+            out.any_private = true;
+        }
+    }
+    let stack_of = |i: usize| -> &[Frame] {
+        let id = dev.stacks.get(i).copied().unwrap_or(0) as usize;
+        stacks.get(id.wrapping_sub(1)).map(Vec::as_slice).unwrap_or(&[])
+    };
+    // Release bursts.
+    let mut i = 0;
+    while i < ev.len() {
+        if ev[i].action != Action::SegmentFree {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        // One call's releases share its frames: a change of frames starts
+        // another burst.
+        let sid = dev.stacks.get(start).copied();
+        while i < ev.len() && ev[i].action == Action::SegmentFree && dev.stacks.get(i).copied() == sid {
+            i += 1;
+        }
+        let run = start..i;
+        out.burst_end.insert(start, i);
+        let stack_id = dev.stacks.get(start).copied().unwrap_or(0);
+        let next_request = ev.get(i).is_some_and(|e| {
+            matches!(e.action, Action::SegmentAlloc | Action::Alloc | Action::Oom | Action::SegmentMap)
+        });
+        let in_malloc = stack_id != 0 && next_request && dev.stacks.get(i).copied() == Some(stack_id);
+        if in_malloc {
+            continue;
+        }
+        let framed = run.clone().any(|k| !stack_of(k).is_empty());
+        if framed {
+            out.framed.insert(start);
+        }
+        let global = run.clone().any(|k| is_empty_cache(stack_of(k))) || !framed;
+        // Passes: a new one where the kind changes or (stream, size, addr)
+        // stops increasing.
+        let mut passes: Vec<(bool, Vec<usize>)> = Vec::new();
+        for k in run {
+            let e = ev[k];
+            let small = e.size == K_SMALL_BUFFER;
+            let continues = passes.last().is_some_and(|(s, ks)| {
+                let p = ev[*ks.last().unwrap_or(&k)];
+                *s == small && (p.stream, p.size, p.addr) < (e.stream, e.size, e.addr)
+            });
+            match passes.last_mut() {
+                Some((_, ks)) if continues => ks.push(k),
+                _ => passes.push((small, vec![k])),
+            }
+        }
+        let label_pass = |out: &mut PoolPlan, ks: &[usize], label: PoolLabel| {
+            for k in ks {
+                if let Some(&s) = freed_at.get(k) {
+                    out.segment.insert(s, label);
+                }
+            }
+        };
+        if global {
+            let mut p = 0;
+            if passes.first().is_some_and(|(small, _)| !small) {
+                label_pass(&mut out, &passes[0].1, PoolLabel::DEFAULT);
+                p = 1;
+            }
+            if passes.get(p).is_some_and(|(small, _)| *small) {
+                label_pass(&mut out, &passes[p].1, PoolLabel::DEFAULT);
+                p += 1;
+            }
+            // Each later [small][large] group: one freeable private pool.
+            let mut privates = Vec::new();
+            while p < passes.len() {
+                let label = PoolLabel::Anonymous(out.anonymous);
+                out.anonymous += 1;
+                out.any_private = true;
+                let small_first = passes[p].0;
+                label_pass(&mut out, &passes[p].1, label);
+                p += 1;
+                if small_first && passes.get(p).is_some_and(|(small, _)| !small) {
+                    label_pass(&mut out, &passes[p].1, label);
+                    p += 1;
+                }
+                privates.push(label);
+            }
+            out.bursts.insert(start, BurstKind::EmptyCache(privates));
+        } else {
+            let label = PoolLabel::Anonymous(out.anonymous);
+            out.anonymous += 1;
+            out.any_private = true;
+            for (_, ks) in &passes {
+                label_pass(&mut out, ks, label);
+            }
+            out.bursts.insert(start, BurstKind::PoolOnly(label));
+        }
+    }
+    out
+}
