@@ -16,9 +16,9 @@ use thiserror::Error;
 
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
-use crate::replay::whatif::{requests, run_requests, Request};
-use crate::replay::wrapped::{replay_wrapped, starts_empty};
-use crate::replay::{replay_events, ReplayOptions, ReplayResult};
+use crate::replay::session::{Fidelity, Session, Start, Want};
+use crate::replay::whatif::run_requests;
+use crate::replay::ReplayResult;
 use crate::trace::{self, DeviceTrace, Trace};
 
 mod live;
@@ -257,55 +257,24 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let dev = pick_device(&trace, args.device)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
-    let rec: &[Event] = &dev.events;
 
-    // Exact replay with the recorded config (or the one asked for, which may
+    // One replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
     let exact_conf = what_if_conf.clone().unwrap_or_else(|| recorded_conf.clone());
-    let mut opts = ReplayOptions::new(exact_conf.clone(), args.device_total);
-    opts.pools = Arc::new(crate::replay::pools::plan(dev, &trace.stacks));
-    opts.memory_limit = limit;
-    opts.keep_events = args.dump_events.is_some() || matches!(args.at, Some(At::Oom));
-    if let Some(At::Event(i)) = args.at {
-        opts.stop_at = Some(i.saturating_add(1));
-    }
-    let has_segments = dev.has_segment_events();
-    // A trace whose ring buffer wrapped starts mid-run: rebuild the start.
-    let wrapped = has_segments && !starts_empty(dev);
-    let exact: Option<ReplayResult> = if !has_segments {
-        None
-    } else if wrapped {
-        Some(replay_wrapped(rec, &opts, dev, 256).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?)
-    } else {
-        Some(replay_events(rec, &opts, ()))
+    let want = Want {
+        config: exact_conf.clone(),
+        changed: what_if_conf.is_some() || limit.is_some(),
+        device_total: args.device_total,
+        memory_limit: limit,
+        keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
+        stop_at: match args.at {
+            Some(At::Event(i)) => Some(i.saturating_add(1)),
+            _ => None,
+        },
+        context_bytes: CUDA_CONTEXT_BYTES,
     };
-    let changed = what_if_conf.is_some() || limit.is_some();
-
-    // When the trace cannot be reproduced with a changed config or limit (or
-    // carries no segment events at all), replay its requests instead.
-    let use_what_if = match &exact {
-        Some(r) => r.divergence.is_some() && changed,
-        None => true,
-    };
-    let fidelity = match &exact {
-        Some(r) if r.divergence.is_none() => "exact",
-        _ if use_what_if => "what-if",
-        _ => "diverged",
-    };
-    let empty_cache_at: Vec<usize> = match &exact {
-        Some(r) if r.divergence.is_none() => r.empty_cache_at.clone(),
-        _ => Vec::new(),
-    };
-    let reqs: Vec<Request> =
-        if use_what_if || !compare_confs.is_empty() { requests(rec, &empty_cache_at) } else { Vec::new() };
-    let what_if =
-        use_what_if.then(|| run_requests(&reqs, exact_conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit));
-
-    let (stats, segments) = match (&what_if, &exact) {
-        (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
-        (None, Some(r)) => (r.allocator.stats().clone(), r.allocator.snapshot()),
-        (None, None) => unreachable!("what-if runs whenever there is no exact replay"),
-    };
+    let mut session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
+    let fidelity = session.fidelity;
 
     // On a terminal, the interactive view; scripts and pipes get the summary.
     let interactive = !args.json
@@ -313,16 +282,16 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         && compare_confs.is_empty()
         && std::io::stdout().is_terminal()
         && std::io::stdin().is_terminal();
-    if interactive && fidelity == "exact" && !wrapped {
-        let mut sopts = opts.clone();
-        sopts.stacks = std::sync::Arc::from(dev.stacks.as_slice());
-        let scrub = crate::replay::scrub::Scrubber::new(rec, &sopts, &[], 1024)
+    if interactive && fidelity.is_faithful() {
+        let scrub = session
+            .scrubber(1024)
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
+        let empty_cache_at = session.exact.empty_cache_at.clone();
         let mut app =
-            crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at.clone(), iterations, name, color);
+            crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name, color);
         if let Some(at) = args.at {
             app.cursor = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
@@ -335,36 +304,42 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    if let (Some(path), Some(r)) = (&args.dump_events, &exact) {
+    if let Some(path) = &args.dump_events {
         let f = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-        trace::write_jsonl(std::io::BufWriter::new(f), &r.events)
+        trace::write_jsonl(std::io::BufWriter::new(f), &session.exact.events)
             .with_context(|| format!("writing {}", path.display()))?;
     }
 
+    let (stats, segments) = match &session.what_if {
+        Some(w) => (w.allocator.stats().clone(), w.allocator.snapshot()),
+        None => (session.exact.allocator.stats().clone(), session.exact.allocator.snapshot()),
+    };
+    let replayed_label = if fidelity.is_faithful() { "recorded" } else { "replayed" };
+    let label = if what_if_conf.is_some() || limit.is_some() { &exact_conf.source } else { &recorded_conf.source };
     let mut rows = vec![CompareRow::from_stats(
-        if what_if_conf.is_some() || limit.is_some() {
-            exact_conf.source.clone()
-        } else {
-            recorded_conf.source.clone()
-        },
+        format!("{} (as {replayed_label})", if label.is_empty() { "default" } else { label }),
         limit,
         &stats,
     )];
-    rows[0].label = format!(
-        "{} (as {})",
-        if rows[0].label.is_empty() { "default" } else { &rows[0].label },
-        if fidelity == "exact" { "recorded" } else { "replayed" }
-    );
-    for (label, conf) in &compare_confs {
-        let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
-        rows.push(CompareRow::from_stats(label.clone(), limit, w.allocator.stats()));
+    if !compare_confs.is_empty() {
+        let reqs = session.requests().to_vec();
+        for (label, conf) in &compare_confs {
+            let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
+            rows.push(CompareRow::from_stats(label.clone(), limit, w.allocator.stats()));
+        }
     }
 
     let frag_now = fragmentation(&stats, &segments);
-    let peak = exact.as_ref().filter(|r| r.divergence.is_none()).map(|r| r.peak);
+    let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
+    let peak = exact_ok.then_some(session.exact.peak);
     let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let divergence = exact.as_ref().and_then(|r| r.divergence.clone()).filter(|_| fidelity == "diverged");
+    let divergence = session.divergence();
+    let covers = match session.start {
+        Start::ProcessStart => "process",
+        Start::Window => "window",
+        Start::StateOnly => "state",
+    };
 
     if args.json {
         let ev = |e: &Option<Event>| {
@@ -376,13 +351,17 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             "device": dev.device,
             "events": dev.events.len(),
             "alloc_conf": exact_conf.source,
-            "start": if wrapped { "reconstructed" } else { "process-start" },
+            "start": session.start,
             "memory_limit_bytes": limit,
-            "fidelity": fidelity,
+            "fidelity": fidelity.name(),
+            "stats_cover": covers,
             "first_divergence": divergence.as_ref().map(|d| json!({
                 "event": d.event, "expected": ev(&d.expected), "got": ev(&d.got), "reason": d.reason,
             })),
-            "inferred_empty_cache_calls": empty_cache_at.len(),
+            "inferred_empty_cache_calls": if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
+            "directed_releases": session.exact.directed,
+            "recorded_totals": session.recorded,
+            "not_in_trace": not_in_trace(session.start),
             "stats": stats_json(&stats),
             "peak": peak.map(|p| json!({
                 "event": p.event,
@@ -398,6 +377,17 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 "external_fragmentation": round4(frag_now.external_fragmentation),
                 "rounding_waste_bytes": frag_now.rounding_waste_bytes,
             },
+            "pools": pools_json(&segments),
+            "segments": segments.iter().map(|s| json!({
+                "address": s.address,
+                "total_size": s.total_size,
+                "allocated_size": s.allocated_size,
+                "stream": s.stream,
+                "segment_type": s.segment_type,
+                "is_expandable": s.is_expandable,
+                "segment_pool_id": s.pool.map(|p| [p.0, p.1]),
+                "private_pool": s.private,
+            })).collect::<Vec<_>>(),
             "compare": if compare_confs.is_empty() { Vec::new() } else { rows.iter().map(CompareRow::json).collect() },
             "elapsed_ms": round4(elapsed_ms),
         });
@@ -406,30 +396,64 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         writeln!(so)?;
     } else {
         let mut so = std::io::stdout().lock();
-        if wrapped {
-            writeln!(so, "note: the trace does not start at process start (its ring buffer wrapped); the state at its first event was rebuilt from the final segments, so peaks and counters cover the recorded window only")?;
+        match session.start {
+            Start::Window => writeln!(so, "note: the trace does not start at process start (its ring buffer wrapped, or history was enabled mid-run); the state at its first event was rebuilt from the final segments, so peaks and counters cover the recorded window only")?,
+            Start::StateOnly => writeln!(so, "note: the snapshot has no trace (history was not recorded): it shows the state when it was taken; peaks and counters are that state's, not the run's")?,
+            Start::ProcessStart => {}
         }
         write!(
             so,
             "{}",
-            summary_text(
-                &name,
-                &trace,
-                dev,
-                &exact_conf,
-                limit,
-                fidelity,
-                exact.as_ref(),
-                &stats,
-                &rows,
-                compare_confs.is_empty()
-            )
+            summary_text(&name, &trace, dev, &exact_conf, limit, &session, &stats, &segments, &rows, compare_confs.is_empty())
         )?;
         if let Some(at) = args.at {
-            writeln!(so, "{}", at_text(at, exact.as_ref(), dev))?;
+            writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
         }
     }
-    Ok(if fidelity == "diverged" { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if fidelity == Fidelity::Diverged { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Counters a replay cannot know from the trace alone, by kind of start.
+fn not_in_trace(start: Start) -> Vec<&'static str> {
+    match start {
+        // An empty_cache() that frees nothing leaves no trace entry, nor does
+        // a CUDA-graph capture's own empty_cache (docs/replay.md).
+        Start::ProcessStart => vec!["num_sync_all_streams"],
+        Start::Window | Start::StateOnly => {
+            vec!["num_sync_all_streams", "peaks", "allocated/freed totals", "num_alloc_retries", "num_ooms"]
+        }
+    }
+}
+
+/// Segments and bytes per pool: the default pools, then each private pool.
+fn pools_json(segs: &[crate::alloc::SegmentInfo]) -> Value {
+    let mut pools: Vec<(bool, Option<(u64, u64)>, usize, u64, u64)> = Vec::new();
+    for s in segs {
+        let key = (s.private, s.pool);
+        match pools.iter_mut().find(|p| (p.0, p.1) == key) {
+            Some(p) => {
+                p.2 += 1;
+                p.3 += s.total_size;
+                p.4 += s.allocated_size;
+            }
+            None => pools.push((s.private, s.pool, 1, s.total_size, s.allocated_size)),
+        }
+    }
+    pools.sort_by_key(|p| (p.0, p.1));
+    Value::Array(
+        pools
+            .into_iter()
+            .map(|(private, id, n, reserved, allocated)| {
+                json!({
+                    "segment_pool_id": id.map(|p| [p.0, p.1]),
+                    "kind": if private { "private" } else { "default" },
+                    "segments": n,
+                    "reserved_bytes": reserved,
+                    "allocated_bytes": allocated,
+                })
+            })
+            .collect(),
+    )
 }
 
 fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
@@ -475,9 +499,9 @@ fn summary_text(
     dev: &DeviceTrace,
     conf: &AllocatorConfig,
     limit: Option<u64>,
-    fidelity: &str,
-    exact: Option<&ReplayResult>,
+    session: &Session,
     s: &DeviceStats,
+    segs: &[crate::alloc::SegmentInfo],
     rows: &[CompareRow],
     no_compare: bool,
 ) -> String {
@@ -493,25 +517,50 @@ fn summary_text(
         conf.source,
         limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
     ));
-    match (fidelity, exact) {
-        ("exact", Some(r)) => o.push_str(&format!(
-            "fidelity: exact, all {} events reproduced (action, address, size, stream){}\n",
-            r.reproduced,
-            if r.inferred_empty_cache > 0 {
-                format!("; {} empty_cache() calls inferred", r.inferred_empty_cache)
-            } else {
-                String::new()
-            }
+    let r = &session.exact;
+    let inferred = if r.inferred_empty_cache > 0 {
+        format!("; {} empty_cache() calls inferred", r.inferred_empty_cache)
+    } else {
+        String::new()
+    };
+    match session.fidelity {
+        Fidelity::Exact => o.push_str(&format!(
+            "fidelity: exact, all {} events reproduced (action, address, size, stream){inferred}\n",
+            r.reproduced
         )),
-        ("diverged", Some(r)) => {
-            if let Some(d) = &r.divergence {
+        Fidelity::ExactWindow => o.push_str(&format!(
+            "fidelity: exact-window, all {} events of the window reproduced from its rebuilt start{inferred}\n",
+            r.reproduced
+        )),
+        Fidelity::StateOnly => o.push_str(&format!(
+            "fidelity: state-only, {} segments as the snapshot holds them (no trace to replay)\n",
+            session.recorded.segments
+        )),
+        Fidelity::Diverged => {
+            if let Some(d) = session.divergence() {
                 o.push_str(&format!(
                     "fidelity: DIVERGED at event {}: {} (recorded {:?}, ours {:?})\n",
                     d.event, d.reason, d.expected, d.got
                 ));
             }
         }
-        _ => o.push_str("fidelity: what-if (the trace's requests under this config, simulated addresses)\n"),
+        Fidelity::WhatIf => {
+            o.push_str("fidelity: what-if (the trace's requests under this config, simulated addresses)\n")
+        }
+    }
+    let private: Vec<&crate::alloc::SegmentInfo> = segs.iter().filter(|s| s.private).collect();
+    if !private.is_empty() {
+        let mut ids: Vec<String> = private
+            .iter()
+            .map(|s| s.pool.map(|p| format!("({},{})", p.0, p.1)).unwrap_or_else(|| "(id not recorded)".into()))
+            .collect();
+        ids.dedup();
+        o.push_str(&format!(
+            "private pools: {} segments, {} reserved, in {}\n",
+            private.len(),
+            human_bytes(private.iter().map(|s| s.total_size).sum()),
+            ids.join(", ")
+        ));
     }
     let bar = format!("|{}|\n", "=".repeat(81));
     let sep = format!("|{}|\n", "-".repeat(81));
@@ -562,7 +611,7 @@ fn summary_text(
     );
     o.push_str(&format!("| {counters:<80}|\n"));
     o.push_str(bar);
-    if let Some(r) = exact.filter(|r| r.divergence.is_none()) {
+    if let Some(r) = Some(r).filter(|r| r.divergence.is_none() && session.start != Start::StateOnly) {
         let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
         let t0 = dev.time_us.first().copied().unwrap_or(0);
         o.push_str(&format!(
@@ -574,8 +623,7 @@ fn summary_text(
             human_bytes(r.peak.reserved - r.peak.allocated)
         ));
     }
-    let segs = exact.map(|r| r.allocator.snapshot()).unwrap_or_default();
-    let f = fragmentation(s, &segs);
+    let f = fragmentation(s, segs);
     o.push_str(&format!(
         "fragmentation: peak_ratio {:.4}; at the end: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
         peak_ratio(s),
@@ -641,37 +689,36 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     }
     let trace = load_with_progress(&args.trace)?;
     let dev = pick_device(&trace, args.device)?;
-    if !dev.has_segment_events() || !starts_empty(dev) {
-        return Err(anyhow!(InputError(format!(
-            "{}: export needs a trace recorded from process start with segment events (this one {})",
-            args.trace.display(),
-            if dev.has_segment_events() { "starts mid-run" } else { "has no segment events" }
-        ))));
-    }
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let mut opts = ReplayOptions::new(conf, DEFAULT_DEVICE_TOTAL);
-    opts.memory_limit = args.memory_limit;
-    let rec: &[Event] = &dev.events;
-    let exact = replay_events(rec, &opts, ());
-    if let Some(d) = &exact.divergence {
-        return Err(anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason));
+    let want = Want {
+        config: conf,
+        changed: false,
+        device_total: DEFAULT_DEVICE_TOTAL,
+        memory_limit: args.memory_limit,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: CUDA_CONTEXT_BYTES,
+    };
+    let session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
+    if !session.fidelity.is_faithful() {
+        let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
+        return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));
     }
-    let empty_cache_at = exact.empty_cache_at.clone();
-    drop(exact);
-    opts.stacks = std::sync::Arc::from(dev.stacks.as_slice());
-    let scrub = crate::replay::scrub::Scrubber::new(rec, &opts, &[], 1024)
+    let scrub = session
+        .scrubber(1024)
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
     let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
+    let empty_cache_at = session.exact.empty_cache_at.clone();
     let mut app =
         crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name.clone(), true);
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);
     app.cursor = match at {
-        At::Event(i) if i > last => {
+        At::Event(i) if i > last && !dev.events.is_empty() => {
             return Err(anyhow!(InputError(format!("--at {i}: the trace has {} events", dev.events.len()))))
         }
-        At::Event(i) => i,
+        At::Event(i) => i.min(last),
         At::End => last,
         At::Oom => oom_index(&dev.events)
             .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,

@@ -90,6 +90,9 @@ pub struct ReplayResult<'a> {
     /// Recorded event indices at which an `empty_cache()` was inferred.
     pub empty_cache_at: Vec<usize>,
     pub peak: Peak,
+    /// Release bursts replayed from the recording's list of segments
+    /// (`Stepper::directed_releases`).
+    pub directed: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub events: Vec<Event>,
     pub points: Vec<StatePoint>,
@@ -452,6 +455,7 @@ pub fn replay_events_from<'a>(
                 reproduced: 0,
                 empty_cache_at: Vec::new(),
                 peak,
+                directed: 0,
                 events: kept_events,
                 points: kept_points,
             };
@@ -484,6 +488,7 @@ pub fn replay_events_from<'a>(
         divergence,
         inferred_empty_cache: st.empty_cache_at.len(),
         reproduced,
+        directed: st.directed,
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,

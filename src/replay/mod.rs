@@ -5,6 +5,7 @@
 mod engine;
 pub mod pools;
 pub mod scrub;
+pub mod session;
 pub mod whatif;
 pub mod wrapped;
 

@@ -55,6 +55,10 @@ impl<'a> Scrubber<'a> {
     /// The allocator right after `event` (after the whole malloc, for an
     /// event that is part of one).
     pub fn seek(&mut self, event: usize) -> &CachingAllocator<Oracle<'a>> {
+        if self.is_empty() {
+            // A state-only snapshot: the seeded state is the only one.
+            return self.cur.allocator();
+        }
         let target = event.min(self.len().saturating_sub(1)) + 1;
         if self.cur.position() > target || target - self.cur.position() > self.every {
             let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);

@@ -63,6 +63,7 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
         return Err("the trace's ring buffer wrapped, and rebuilding the starting state of expandable segments is not supported".into());
     }
     // Segments: undo the window's segment events from the end backwards.
+    let pool_of: HashMap<u64, (u64, u64)> = dev.segments.iter().map(|s| (s.address, s.pool)).collect();
     let mut segs: BTreeMap<u64, (u64, u64, bool)> =
         dev.segments.iter().map(|s| (s.address, (s.total_size, s.stream, s.small))).collect();
     for e in dev.events.iter().rev() {
@@ -109,7 +110,8 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
     let mut out: BTreeMap<u64, SeedSegment> = segs
         .iter()
         .map(|(&address, &(size, stream, small))| {
-            (address, SeedSegment { address, size, stream, small, pool: (0, 0), blocks: Vec::new() })
+            let pool = pool_of.get(&address).copied().unwrap_or((0, 0));
+            (address, SeedSegment { address, size, stream, small, pool, blocks: Vec::new() })
         })
         .collect();
     // Block sizes the final snapshot shows for each requested size.
@@ -202,9 +204,10 @@ pub fn replay_wrapped<'a>(
     opts: &super::ReplayOptions,
     dev: &DeviceTrace,
     max_tries: usize,
-) -> Result<super::ReplayResult<'a>, String> {
+) -> Result<(super::ReplayResult<'a>, Vec<SeedSegment>), String> {
     let (mut seed, guesses) = reconstruct(dev, &opts.config)?;
     let mut best = super::replay_events_from(rec, opts, &seed, ());
+    let mut best_seed = seed.clone();
     let mut tries = 0;
     while let Some(d) = best.divergence.clone() {
         let target = d.expected.map(|e| e.addr).unwrap_or(0);
@@ -233,6 +236,7 @@ pub fn replay_wrapped<'a>(
                 let further = r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event;
                 if further {
                     best = r;
+                    best_seed = seed.clone();
                     improved = true;
                     break 'search;
                 }
@@ -243,5 +247,5 @@ pub fn replay_wrapped<'a>(
             break;
         }
     }
-    Ok(best)
+    Ok((best, best_seed))
 }

@@ -1,0 +1,285 @@
+//! One recorded device, opened, classified and replayed once: what the
+//! `replay` summary, `--json`, the TUI and `export` all start from
+//! (docs/replay.md).
+//!
+//! A recording is one of three kinds:
+//! - from process start: replayed from an empty allocator;
+//! - a window (the ring buffer wrapped, or history was enabled mid-run):
+//!   the state at its first event is rebuilt from the final segments;
+//! - state only (no trace at all): the final segments are the state.
+//!
+//! Whatever the kind, the state the replay ends in must be the snapshot's
+//! own (allocated, reserved and segments); a replay that ends elsewhere is
+//! `diverged`, with the reason.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::pools::{self, PoolPlan};
+use super::scrub::Scrubber;
+use super::whatif::{requests, run_requests, Request, WhatIf};
+use super::wrapped::{replay_wrapped, starts_empty};
+use super::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
+use crate::alloc::{Action, AllocatorConfig, BlockState, Event, SeedBlock, SeedSegment, SegmentInfo};
+use crate::trace::{DeviceTrace, Frame};
+
+/// Where the recording starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Start {
+    ProcessStart,
+    /// A window of a longer run; the state at its first event is rebuilt.
+    Window,
+    /// No trace: the snapshot's segments alone.
+    StateOnly,
+}
+
+/// How far our numbers are PyTorch's (docs/replay.md "Fidelity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fidelity {
+    /// Every recorded event reproduced from process start.
+    Exact,
+    /// Every event of a window reproduced from its rebuilt start.
+    ExactWindow,
+    /// No trace: the snapshot's state, nothing replayed.
+    StateOnly,
+    /// Another config or limit was asked for: the requests replayed under it.
+    WhatIf,
+    /// We did not reproduce the recording (see the divergence).
+    Diverged,
+}
+
+impl Fidelity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fidelity::Exact => "exact",
+            Fidelity::ExactWindow => "exact-window",
+            Fidelity::StateOnly => "state-only",
+            Fidelity::WhatIf => "what-if",
+            Fidelity::Diverged => "diverged",
+        }
+    }
+
+    /// Whether the state shown is the recorded run's own.
+    pub fn is_faithful(self) -> bool {
+        matches!(self, Fidelity::Exact | Fidelity::ExactWindow | Fidelity::StateOnly)
+    }
+}
+
+/// What a replay is asked for.
+#[derive(Debug, Clone)]
+pub struct Want {
+    /// The config to replay under (the recorded one unless a what-if).
+    pub config: AllocatorConfig,
+    /// Whether `config` or `memory_limit` differ from the recording.
+    pub changed: bool,
+    pub device_total: u64,
+    pub memory_limit: Option<u64>,
+    pub keep_events: bool,
+    pub stop_at: Option<usize>,
+    /// CUDA context bytes assumed by what-if runs.
+    pub context_bytes: u64,
+}
+
+/// Totals of a list of segments, as `torch.cuda.memory_snapshot()` sums them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Totals {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub segments: usize,
+}
+
+impl Totals {
+    pub fn of_recorded(dev: &DeviceTrace) -> Totals {
+        Totals {
+            allocated_bytes: dev
+                .segments
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .filter(|b| b.state == BlockState::ActiveAllocated)
+                .map(|b| b.size)
+                .sum(),
+            reserved_bytes: dev.segments.iter().map(|s| s.total_size).sum(),
+            segments: dev.segments.len(),
+        }
+    }
+
+    pub fn of(segs: &[SegmentInfo]) -> Totals {
+        Totals {
+            allocated_bytes: segs.iter().map(|s| s.allocated_size).sum(),
+            reserved_bytes: segs.iter().map(|s| s.total_size).sum(),
+            segments: segs.len(),
+        }
+    }
+}
+
+/// A recorded device, replayed.
+pub struct Session<'a> {
+    pub dev: &'a DeviceTrace,
+    pub start: Start,
+    pub fidelity: Fidelity,
+    pub opts: ReplayOptions,
+    /// The state before the first event (empty from process start).
+    pub seed: Vec<SeedSegment>,
+    /// The replay with recorded addresses.
+    pub exact: ReplayResult<'a>,
+    /// The requests under the asked config, when they could not be
+    /// replayed with recorded addresses.
+    pub what_if: Option<WhatIf>,
+    /// Why a replay is `diverged` when every event was reproduced but the
+    /// end state is not the snapshot's.
+    pub end_mismatch: Option<String>,
+    /// The snapshot's totals, and ours at the end.
+    pub recorded: Totals,
+    pub replayed: Totals,
+    /// The requests (for `--compare`), made on demand.
+    reqs: Option<Vec<Request>>,
+}
+
+/// Whether a device's recording holds a trace at all.
+fn has_trace(dev: &DeviceTrace) -> bool {
+    dev.events.iter().any(|e| e.action != Action::Snapshot)
+}
+
+/// The snapshot's segments as they are, for a state-only snapshot.
+fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
+    dev.segments
+        .iter()
+        .map(|s| SeedSegment {
+            address: s.address,
+            size: s.total_size,
+            stream: s.stream,
+            small: s.small,
+            pool: s.pool,
+            blocks: s
+                .blocks
+                .iter()
+                .filter(|b| b.state != BlockState::Inactive)
+                .map(|b| SeedBlock {
+                    address: b.address,
+                    size: b.size,
+                    requested: b.requested_size,
+                    pending: b.state == BlockState::ActivePendingFree,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+impl<'a> Session<'a> {
+    /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
+    /// replays it once as `req` asks.
+    pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, String> {
+        let rec: &'a [Event] = &dev.events;
+        let mut opts = ReplayOptions::new(req.config.clone(), req.device_total);
+        opts.memory_limit = req.memory_limit;
+        opts.keep_events = req.keep_events;
+        opts.stop_at = req.stop_at;
+        opts.pools = Arc::new(pools::plan(dev, stacks));
+        let start = if !has_trace(dev) {
+            if dev.segments.is_empty() {
+                return Err("the snapshot has no trace and no segments".into());
+            }
+            Start::StateOnly
+        } else if starts_empty(dev) {
+            Start::ProcessStart
+        } else {
+            Start::Window
+        };
+        let (seed, exact) = match start {
+            Start::ProcessStart => (Vec::new(), replay_events(rec, &opts, ())),
+            Start::StateOnly => {
+                let seed = state_seed(dev);
+                let r = replay_events_from(rec, &opts, &seed, ());
+                (seed, r)
+            }
+            Start::Window => {
+                let (r, seed) = replay_wrapped(rec, &opts, dev, 256)?;
+                (seed, r)
+            }
+        };
+        let recorded = Totals::of_recorded(dev);
+        let replayed = Totals::of(&exact.allocator.snapshot());
+        let complete = req.stop_at.is_none_or(|s| s >= rec.len());
+        let end_mismatch = (exact.divergence.is_none() && complete && replayed != recorded).then(|| {
+            format!(
+                "every event was reproduced, but the end state is not the snapshot's: ours {} B allocated, {} B reserved in {} segments; the snapshot's {} B, {} B in {}",
+                replayed.allocated_bytes,
+                replayed.reserved_bytes,
+                replayed.segments,
+                recorded.allocated_bytes,
+                recorded.reserved_bytes,
+                recorded.segments
+            )
+        });
+        let faithful = exact.divergence.is_none() && end_mismatch.is_none();
+        let fidelity = match start {
+            _ if faithful && start == Start::StateOnly => Fidelity::StateOnly,
+            _ if faithful && start == Start::Window => Fidelity::ExactWindow,
+            _ if faithful => Fidelity::Exact,
+            _ if req.changed => Fidelity::WhatIf,
+            _ => Fidelity::Diverged,
+        };
+        let mut s = Session {
+            dev,
+            start,
+            fidelity,
+            opts,
+            seed,
+            exact,
+            what_if: None,
+            end_mismatch,
+            recorded,
+            replayed,
+            reqs: None,
+        };
+        if fidelity == Fidelity::WhatIf {
+            let w = run_requests(s.requests(), req.config.clone(), req.device_total, req.context_bytes, req.memory_limit);
+            s.what_if = Some(w);
+        }
+        Ok(s)
+    }
+
+    /// The trace's requests, with the inferred `empty_cache()` calls.
+    pub fn requests(&mut self) -> &[Request] {
+        if self.reqs.is_none() {
+            let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
+            self.reqs = Some(requests(&self.dev.events, &at));
+        }
+        self.reqs.as_deref().unwrap_or(&[])
+    }
+
+    /// The divergence to report: the first event not reproduced, or the
+    /// end state that is not the snapshot's.
+    pub fn divergence(&self) -> Option<Divergence> {
+        if self.fidelity != Fidelity::Diverged {
+            return None;
+        }
+        self.exact.divergence.clone().or_else(|| {
+            self.end_mismatch.as_ref().map(|reason| Divergence {
+                event: self.dev.events.len(),
+                expected: None,
+                got: None,
+                reason: reason.clone(),
+            })
+        })
+    }
+
+    /// A scrubber over the recording (for the TUI and `export`), with call
+    /// stacks as block tags. Only for a faithful replay.
+    pub fn scrubber(&self, every: usize) -> Result<Scrubber<'a>, Divergence> {
+        let mut o = self.opts.clone();
+        o.stacks = Arc::from(self.dev.stacks.as_slice());
+        o.stop_at = None;
+        o.keep_events = false;
+        Scrubber::new(&self.dev.events, &o, &self.seed, every)
+    }
+}
+
+/// The plan of a device's pools (re-exported for callers that replay
+/// without a session).
+pub fn pool_plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
+    pools::plan(dev, stacks)
+}
