@@ -139,6 +139,8 @@ fn cells_are_drawn_to_scale_within_a_segment() {
         stream: 0,
         segment_type: "large",
         is_expandable: false,
+        pool: Some((0, 0)),
+        private: false,
         blocks: vec![
             b(0, 40, 30, BlockState::ActiveAllocated),
             b(40, 20, 20, BlockState::ActivePendingFree),

@@ -41,7 +41,8 @@ fn check(name: &str) -> usize {
         dev.time_us.drain(..cut);
         dev.stacks.drain(..cut);
         assert!(!starts_empty(&dev), "{name} cut at {cut}: detected as wrapped");
-        let r = replay_wrapped(&dev.events, &opts, &dev, 64).unwrap_or_else(|e| panic!("{name} cut at {cut}: {e}"));
+        let (r, _) =
+            replay_wrapped(&dev.events, &opts, &dev, 64).unwrap_or_else(|e| panic!("{name} cut at {cut}: {e}"));
         assert!(r.divergence.is_none(), "{name} cut at {cut}: {:?}", r.divergence);
         assert_eq!(r.reproduced, dev.events.len());
         r.allocator.check_invariants().unwrap();

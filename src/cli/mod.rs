@@ -272,6 +272,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             _ => None,
         },
         context_bytes: CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
     };
     let mut session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
     let fidelity = session.fidelity;
@@ -404,7 +405,18 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         write!(
             so,
             "{}",
-            summary_text(&name, &trace, dev, &exact_conf, limit, &session, &stats, &segments, &rows, compare_confs.is_empty())
+            summary_text(
+                &name,
+                &trace,
+                dev,
+                &exact_conf,
+                limit,
+                &session,
+                &stats,
+                &segments,
+                &rows,
+                compare_confs.is_empty()
+            )
         )?;
         if let Some(at) = args.at {
             writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
@@ -698,6 +710,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         keep_events: false,
         stop_at: None,
         context_bytes: CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
     };
     let session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
     if !session.fidelity.is_faithful() {

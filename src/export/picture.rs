@@ -194,7 +194,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
                 y + row * 0.78,
                 (row * 0.75).min(12.0),
                 "end",
-                &format!("{:#x} {}", seg.address, short(seg.total_size)),
+                &format!("{:#x} {}{}", seg.address, short(seg.total_size), if seg.private { " *" } else { "" }),
                 "",
             );
         }

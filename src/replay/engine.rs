@@ -304,9 +304,12 @@ impl<'a> Stepper<'a> {
             self.empty_cache_at.push(i);
             return;
         }
-        let end = self.pools.burst_end.get(&i).copied().unwrap_or_else(|| {
-            (i..rec.len()).find(|&k| rec[k].action != Action::SegmentFree).unwrap_or(rec.len())
-        });
+        let end = self
+            .pools
+            .burst_end
+            .get(&i)
+            .copied()
+            .unwrap_or_else(|| (i..rec.len()).find(|&k| rec[k].action != Action::SegmentFree).unwrap_or(rec.len()));
         let saved = self.alloc.clone();
         match self.pools.bursts.get(&i).cloned() {
             Some(BurstKind::PoolOnly(label)) => {

@@ -81,6 +81,10 @@ pub struct Want {
     pub stop_at: Option<usize>,
     /// CUDA context bytes assumed by what-if runs.
     pub context_bytes: u64,
+    /// Whether the recording holds the allocator's state at its end (a
+    /// PyTorch snapshot does; our JSON lines and RMM logs do not): only then
+    /// is the end state checked, and a window rebuilt.
+    pub recorded_state: bool,
 }
 
 /// Totals of a list of segments, as `torch.cuda.memory_snapshot()` sums them.
@@ -183,7 +187,7 @@ impl<'a> Session<'a> {
                 return Err("the snapshot has no trace and no segments".into());
             }
             Start::StateOnly
-        } else if starts_empty(dev) {
+        } else if !req.recorded_state || starts_empty(dev) {
             Start::ProcessStart
         } else {
             Start::Window
@@ -202,7 +206,7 @@ impl<'a> Session<'a> {
         };
         let recorded = Totals::of_recorded(dev);
         let replayed = Totals::of(&exact.allocator.snapshot());
-        let complete = req.stop_at.is_none_or(|s| s >= rec.len());
+        let complete = req.recorded_state && req.stop_at.is_none_or(|s| s >= rec.len());
         let end_mismatch = (exact.divergence.is_none() && complete && replayed != recorded).then(|| {
             format!(
                 "every event was reproduced, but the end state is not the snapshot's: ours {} B allocated, {} B reserved in {} segments; the snapshot's {} B, {} B in {}",
@@ -215,7 +219,11 @@ impl<'a> Session<'a> {
             )
         });
         let faithful = exact.divergence.is_none() && end_mismatch.is_none();
+        // Requests alone (no segment events, no state): replayed on the
+        // simulated device, which is a what-if of PyTorch's allocator.
+        let requests_only = !req.recorded_state && !dev.has_segment_events();
         let fidelity = match start {
+            _ if requests_only => Fidelity::WhatIf,
             _ if faithful && start == Start::StateOnly => Fidelity::StateOnly,
             _ if faithful && start == Start::Window => Fidelity::ExactWindow,
             _ if faithful => Fidelity::Exact,
@@ -236,7 +244,8 @@ impl<'a> Session<'a> {
             reqs: None,
         };
         if fidelity == Fidelity::WhatIf {
-            let w = run_requests(s.requests(), req.config.clone(), req.device_total, req.context_bytes, req.memory_limit);
+            let w =
+                run_requests(s.requests(), req.config.clone(), req.device_total, req.context_bytes, req.memory_limit);
             s.what_if = Some(w);
         }
         Ok(s)

@@ -323,8 +323,12 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         SegmentOrder::Size => "size",
     };
     let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
-    let title =
-        Line::from(Span::styled(format!(" Fragmentation map ─ {} segments ─ by {order} ", view.segments.len()), focus));
+    let private = view.segments.iter().filter(|s| s.private).count();
+    let pools = if private > 0 { format!("─ {private} in private pools (*) ") } else { String::new() };
+    let title = Line::from(Span::styled(
+        format!(" Fragmentation map ─ {} segments ─ by {order} {pools}", view.segments.len()),
+        focus,
+    ));
     let inner = paint::boxed(buf, area, &title, None);
     if inner.height == 0 {
         return;
@@ -351,12 +355,14 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
 }
 
 fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, buf: &mut Buffer) {
-    let label_w = 22usize;
+    let label_w = 23usize;
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
     let rows = inner.height as usize - 1;
     for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
         let y = inner.y + row as u16;
-        let label = format!("{:#014x} {:>7}", seg.address, short_bytes(seg.total_size));
+        // `*`: the segment belongs to a private pool (CUDA graph, MemPool).
+        let mark = if seg.private { '*' } else { ' ' };
+        let label = format!("{:#014x} {:>7}{mark}", seg.address, short_bytes(seg.total_size));
         let style = if view.scroll + row == view.selected {
             Style::default().add_modifier(Modifier::REVERSED)
         } else {
@@ -443,6 +449,15 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
     buf.set_stringn(area.x, area.y + area.height - 1, footer, width, theme.fg(Color::DarkGray));
 }
 
+/// ` of private pool (1,0)` for a private pool's segment, else nothing.
+pub fn pool_name(seg: &SegmentInfo) -> String {
+    match (seg.private, seg.pool) {
+        (false, _) => String::new(),
+        (true, Some((a, b))) => format!(" of private pool ({a},{b})"),
+        (true, None) => " of a private pool (id not recorded)".into(),
+    }
+}
+
 /// The segments in the view's order.
 pub fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
     ordered_indices(view.segments, view.order).into_iter().map(|i| &view.segments[i]).collect()
@@ -481,10 +496,11 @@ pub fn call_site(frames: &[Frame]) -> String {
 fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
     let mut lines = vec![Line::from(Span::styled(
         format!(
-            "segment {:#x}: {} {} pool, stream {}{} ─ ↑/↓ block  Enter/Esc back",
+            "segment {:#x}: {} {} pool{}, stream {}{} ─ ↑/↓ block  Enter/Esc back",
             seg.address,
             human_bytes(seg.total_size),
             seg.segment_type,
+            pool_name(seg),
             seg.stream,
             if seg.is_expandable { ", expandable" } else { "" }
         ),

@@ -1,0 +1,227 @@
+//! The snapshots users really bring (recorded on an H200 with torch 2.11,
+//! each with the `memory_stats()` PyTorch reported at the end): CUDA graphs,
+//! torch.compile's graph trees and MemPools (private pools), a wrapped ring
+//! buffer with no segment events, and a snapshot taken without history.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use common::fixture;
+use gpumem_top::alloc::AllocatorConfig;
+use gpumem_top::replay::pools::{self, PoolPlan};
+use gpumem_top::replay::session::{Fidelity, Session, Want};
+use gpumem_top::replay::{replay_events, ReplayOptions};
+use gpumem_top::trace;
+use serde_json::Value;
+
+const H200: u64 = 150_109_880_320;
+
+fn truth(name: &str) -> Value {
+    let t: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("field/{name}.truth.json"))).unwrap()).unwrap();
+    t["stats"].clone()
+}
+
+fn replay_json(file: &str, extra: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .arg("replay")
+        .arg(fixture(&format!("field/{file}")))
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The three numbers every kind must reach: the snapshot's own state.
+fn assert_current(name: &str, j: &Value) {
+    let t = truth(name);
+    for k in ["allocated_bytes.all.current", "reserved_bytes.all.current", "segment.all.current"] {
+        assert_eq!(j["stats"][k], t[k], "{name}: {k}");
+    }
+}
+
+/// Recorded from process start: every peak and counter PyTorch reported,
+/// except the one the trace cannot show (an empty_cache() that frees
+/// nothing leaves no entry), which the JSON names.
+#[test]
+fn private_pool_traces_replay_exactly_with_pytorchs_numbers() {
+    for name in ["cudagraph_infer_gpt2", "compile_reduce_overhead_train", "mempools"] {
+        let j = replay_json(&format!("{name}.pickle.gz"), &[]);
+        assert_eq!(j["fidelity"], "exact", "{name}: {}", j["first_divergence"]);
+        assert_eq!(j["start"], "process-start");
+        assert_eq!(j["directed_releases"], 0, "{name}: our release order is PyTorch's");
+        assert_current(name, &j);
+        let t = truth(name);
+        let mut checked = 0;
+        for (k, v) in t.as_object().unwrap() {
+            if k == "num_sync_all_streams" {
+                continue;
+            }
+            assert_eq!(&j["stats"][k], v, "{name}: {k}");
+            checked += 1;
+        }
+        assert!(checked >= 20, "{name}: {checked} stats compared");
+        assert!(j["not_in_trace"].as_array().unwrap().iter().any(|x| x == "num_sync_all_streams"));
+    }
+}
+
+#[test]
+fn the_json_says_which_pool_each_segment_belongs_to() {
+    let pools_of = |name: &str| -> Vec<(Value, u64)> {
+        let j = replay_json(&format!("{name}.pickle.gz"), &[]);
+        j["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["segment_pool_id"].clone(), p["segments"].as_u64().unwrap()))
+            .collect()
+    };
+    let id = |a: u64, b: u64| serde_json::json!([a, b]);
+    assert_eq!(pools_of("cudagraph_infer_gpt2"), vec![(id(0, 0), 23), (id(1, 0), 2)]);
+    assert_eq!(pools_of("compile_reduce_overhead_train"), vec![(id(0, 0), 3), (id(0, 1), 4)]);
+    assert_eq!(pools_of("mempools"), vec![(id(0, 2), 10)]);
+    // Per segment, as the snapshot's segment_pool_id says.
+    let j = replay_json("cudagraph_infer_gpt2.pickle.gz", &[]);
+    let t = trace::load(&fixture("field/cudagraph_infer_gpt2.pickle.gz")).unwrap();
+    for s in &t.devices[0].segments {
+        let ours = j["segments"].as_array().unwrap().iter().find(|x| x["address"] == s.address).unwrap();
+        assert_eq!(ours["segment_pool_id"], id(s.pool.0, s.pool.1), "segment {:#x}", s.address);
+        assert_eq!(ours["private_pool"], s.pool != (0, 0));
+    }
+}
+
+/// The inference is what makes these exact: with every request in the
+/// default pools, each of them diverges where the spec says simpler rules fail.
+#[test]
+fn without_pool_inference_the_private_pool_traces_diverge() {
+    for (name, first_bad) in
+        [("mempools", 2usize), ("cudagraph_infer_gpt2", 1915), ("compile_reduce_overhead_train", 160)]
+    {
+        let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
+        let dev = t.main_device().unwrap();
+        let conf = t.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+        let mut opts = ReplayOptions::new(conf, H200);
+        let r = replay_events(&dev.events, &opts, ());
+        assert_eq!(r.divergence.as_ref().map(|d| d.event), Some(first_bad), "{name}");
+        opts.pools = Arc::new(pools::plan(dev, &t.stacks));
+        let r = replay_events(&dev.events, &opts, ());
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+        r.allocator.check_invariants().unwrap();
+    }
+}
+
+/// An empty plan is the old default-pool replay: ordinary traces see no change.
+#[test]
+fn the_plan_of_an_ordinary_trace_has_no_private_pool() {
+    for name in ["gpt2_train", "llama_pressure", "multistream_pipeline"] {
+        let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
+        let p: PoolPlan = pools::plan(t.main_device().unwrap(), &t.stacks);
+        assert!(!p.any_private, "{name}");
+    }
+}
+
+#[test]
+fn a_wrapped_window_without_segment_events_is_exact_window() {
+    let name = "wrapped_steady_resnet50";
+    let j = replay_json(&format!("{name}.pickle.gz"), &[]);
+    assert_eq!(j["fidelity"], "exact-window", "{}", j["first_divergence"]);
+    assert_eq!(j["start"], "window");
+    assert_eq!(j["stats_cover"], "window");
+    assert_current(name, &j);
+    // Every current value PyTorch reported is the end state's.
+    let t = truth(name);
+    for (k, v) in t.as_object().unwrap() {
+        if k.ends_with(".current") {
+            assert_eq!(&j["stats"][k], v, "{k}");
+        }
+    }
+    // The peak of the window is at most the run's, and reached in it.
+    let peak = j["peak"]["allocated_bytes"].as_u64().unwrap();
+    assert!(peak <= t["allocated_bytes.all.peak"].as_u64().unwrap() && peak > 0);
+    // --at works on a window.
+    let at = replay_json(&format!("{name}.pickle.gz"), &["--at", "100"]);
+    assert_eq!(at["fidelity"], "exact-window");
+}
+
+#[test]
+fn a_snapshot_without_history_is_state_only() {
+    for file in ["history_less_gpt2.pickle.gz", "history_less_segment_list.pickle.gz"] {
+        let j = replay_json(file, &[]);
+        assert_eq!(j["fidelity"], "state-only", "{file}");
+        assert_eq!(j["events"], 0);
+        assert_current("history_less_gpt2", &j);
+        let t = truth("history_less_gpt2");
+        for k in ["active_bytes.all.current", "requested_bytes.all.current", "inactive_split_bytes.all.current"] {
+            assert_eq!(j["stats"][k], t[k], "{file}: {k}");
+        }
+        assert_eq!(j["recorded_totals"]["reserved_bytes"], 4_208_984_064u64);
+        assert!(j["peak"].is_null());
+        assert_eq!(j["fragmentation"]["reserved_unallocated_bytes"], 4_208_984_064u64 - 1_563_807_744);
+    }
+}
+
+#[test]
+fn protocol_0_pickles_replay_like_the_binary_ones() {
+    let a = replay_json("mempools.pickle.gz", &[]);
+    let b = replay_json("mempools_protocol0.pickle.gz", &[]);
+    assert_eq!(b["fidelity"], "exact");
+    assert_eq!(a["stats"], b["stats"]);
+    assert_eq!(a["segments"], b["segments"]);
+}
+
+/// The session is the one thing every front end replays through.
+#[test]
+fn sessions_classify_each_kind_and_end_in_the_snapshots_state() {
+    for (name, want) in [
+        ("cudagraph_infer_gpt2", Fidelity::Exact),
+        ("compile_reduce_overhead_train", Fidelity::Exact),
+        ("mempools", Fidelity::Exact),
+        ("wrapped_steady_resnet50", Fidelity::ExactWindow),
+        ("history_less_gpt2", Fidelity::StateOnly),
+    ] {
+        let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
+        let dev = t.main_device().unwrap();
+        let w = Want {
+            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_else(AllocatorConfig::default),
+            changed: false,
+            device_total: H200,
+            memory_limit: None,
+            keep_events: false,
+            stop_at: None,
+            context_bytes: 0,
+            recorded_state: true,
+        };
+        let s = Session::open(dev, &t.stacks, &w).unwrap();
+        assert_eq!(s.fidelity, want, "{name}");
+        assert_eq!(s.recorded, s.replayed, "{name}");
+        // The scrubber (TUI, export) ends in the same state.
+        let mut sc = s.scrubber(256).unwrap();
+        let last = dev.events.len().saturating_sub(1);
+        assert_eq!(sc.seek(last).memory_stats(), s.exact.allocator.memory_stats(), "{name}");
+    }
+}
+
+#[test]
+fn export_draws_every_field_snapshot() {
+    for (name, needle) in [
+        ("cudagraph_infer_gpt2", "in private pools (*)"),
+        ("compile_reduce_overhead_train", "in private pools (*)"),
+        ("mempools", "10 in private pools (*)"),
+        ("wrapped_steady_resnet50", "109 segments"),
+        ("history_less_gpt2", "139 segments"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+            .arg("export")
+            .arg(fixture(&format!("field/{name}.pickle.gz")))
+            .args(["--view", "fragmap", "--format", "txt", "--plain", "--at", "end", "-o", "-"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(needle), "{name}: no {needle:?} in\n{text}");
+    }
+}
