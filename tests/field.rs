@@ -9,7 +9,6 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::fixture;
-use gpumem_top::alloc::AllocatorConfig;
 use gpumem_top::replay::pools::{self, PoolPlan};
 use gpumem_top::replay::session::{Fidelity, Session, Want};
 use gpumem_top::replay::{replay_events, ReplayOptions};
@@ -186,7 +185,7 @@ fn sessions_classify_each_kind_and_end_in_the_snapshots_state() {
         let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
         let dev = t.main_device().unwrap();
         let w = Want {
-            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_else(AllocatorConfig::default),
+            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
             changed: false,
             device_total: H200,
             memory_limit: None,

@@ -20,6 +20,45 @@ pub struct Fragmentation {
     pub free_bytes: u64,
 }
 
+/// Memory held by one pool: the default pools, or one private pool (a CUDA
+/// graph's, graph trees', a `MemPool`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PoolUsage {
+    /// `segment_pool_id`; `None` for a private pool whose id the
+    /// recording does not carry.
+    pub segment_pool_id: Option<[u64; 2]>,
+    pub kind: &'static str,
+    pub segments: usize,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+/// Segments and bytes per pool: the default pools first, then private
+/// pools by id.
+pub fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
+    let mut out: Vec<PoolUsage> = Vec::new();
+    for s in segments {
+        let id = s.pool.map(|p| [p.0, p.1]);
+        let kind = if s.private { "private" } else { "default" };
+        match out.iter_mut().find(|p| p.segment_pool_id == id && p.kind == kind) {
+            Some(p) => {
+                p.segments += 1;
+                p.reserved_bytes += s.total_size;
+                p.allocated_bytes += s.allocated_size;
+            }
+            None => out.push(PoolUsage {
+                segment_pool_id: id,
+                kind,
+                segments: 1,
+                reserved_bytes: s.total_size,
+                allocated_bytes: s.allocated_size,
+            }),
+        }
+    }
+    out.sort_by_key(|p| (p.kind == "private", p.segment_pool_id));
+    out
+}
+
 /// 1 − peak allocated / peak reserved, each at its own peak (GMLake's ratio).
 pub fn peak_ratio(stats: &DeviceStats) -> f64 {
     let a = stats.get(Kind::AllocatedBytes, 0).peak as f64;

@@ -378,7 +378,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 "external_fragmentation": round4(frag_now.external_fragmentation),
                 "rounding_waste_bytes": frag_now.rounding_waste_bytes,
             },
-            "pools": pools_json(&segments),
+            "pools": crate::analysis::pool_usage(&segments),
             "segments": segments.iter().map(|s| json!({
                 "address": s.address,
                 "total_size": s.total_size,
@@ -435,37 +435,6 @@ fn not_in_trace(start: Start) -> Vec<&'static str> {
             vec!["num_sync_all_streams", "peaks", "allocated/freed totals", "num_alloc_retries", "num_ooms"]
         }
     }
-}
-
-/// Segments and bytes per pool: the default pools, then each private pool.
-fn pools_json(segs: &[crate::alloc::SegmentInfo]) -> Value {
-    let mut pools: Vec<(bool, Option<(u64, u64)>, usize, u64, u64)> = Vec::new();
-    for s in segs {
-        let key = (s.private, s.pool);
-        match pools.iter_mut().find(|p| (p.0, p.1) == key) {
-            Some(p) => {
-                p.2 += 1;
-                p.3 += s.total_size;
-                p.4 += s.allocated_size;
-            }
-            None => pools.push((s.private, s.pool, 1, s.total_size, s.allocated_size)),
-        }
-    }
-    pools.sort_by_key(|p| (p.0, p.1));
-    Value::Array(
-        pools
-            .into_iter()
-            .map(|(private, id, n, reserved, allocated)| {
-                json!({
-                    "segment_pool_id": id.map(|p| [p.0, p.1]),
-                    "kind": if private { "private" } else { "default" },
-                    "segments": n,
-                    "reserved_bytes": reserved,
-                    "allocated_bytes": allocated,
-                })
-            })
-            .collect(),
-    )
 }
 
 fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
