@@ -262,3 +262,34 @@ fn a_resized_terminal_is_redrawn_at_its_new_size() {
     }
     p.keys(&["q"]);
 }
+
+/// The snapshots users bring open like any trace: a history-less snapshot
+/// as its state, a CUDA-graph trace with its private-pool segments marked.
+#[test]
+fn field_snapshots_open_in_the_tui() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("field/history_less_gpt2.pickle.gz");
+    let cmd = format!("'{bin}' replay '{}'; echo EXITED rc=$?; sleep 60", trace.display());
+    let p = Pane::start(&cmd, 160, 50);
+    let s = p.wait_for("state only: no trace in this snapshot");
+    assert!(s.contains("Fragmentation map ─ 139 segments"), "{s}");
+    assert!(s.contains("no timeline: the snapshot was taken without memory history"), "{s}");
+    assert!(s.contains("3.92 GiB"), "reserved is the snapshot's: {s}");
+    p.keys(&["Right", "End", "p"]);
+    p.keys(&["q"]);
+    p.wait_for("EXITED rc=0");
+
+    let trace = fixture("field/cudagraph_infer_gpt2.pickle.gz");
+    let cmd = format!("'{bin}' replay '{}' --at end; echo EXITED rc=$?; sleep 60", trace.display());
+    let p = Pane::start(&cmd, 160, 50);
+    let s = p.wait_for("event 3037/3038");
+    assert!(s.contains("25 segments ─ by address ─ 2 in private pools (*)"), "{s}");
+    p.keys(&["a"]);
+    p.wait_for("by size");
+    p.keys(&["Enter"]);
+    p.wait_for("Enter/Esc back");
+    p.keys(&["Escape"]);
+    p.wait_gone("Enter/Esc back");
+    p.keys(&["q"]);
+    p.wait_for("EXITED rc=0");
+}

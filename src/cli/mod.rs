@@ -293,6 +293,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         let empty_cache_at = session.exact.empty_cache_at.clone();
         let mut app =
             crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name, color);
+        app.window = session.start == Start::Window;
         if let Some(at) = args.at {
             app.cursor = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
@@ -694,6 +695,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let empty_cache_at = session.exact.empty_cache_at.clone();
     let mut app =
         crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name.clone(), true);
+    app.window = session.start == Start::Window;
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);
     app.cursor = match at {

@@ -35,6 +35,8 @@ pub struct ReplayApp<'a> {
     iterations: Vec<usize>,
     color: bool,
     status: String,
+    /// The trace is a window of a longer run (its start was rebuilt).
+    pub window: bool,
 }
 
 impl<'a> ReplayApp<'a> {
@@ -64,6 +66,7 @@ impl<'a> ReplayApp<'a> {
             iterations,
             color,
             status: String::new(),
+            window: false,
         }
     }
 
@@ -167,7 +170,11 @@ impl<'a> ReplayApp<'a> {
             screen: &mut self.screen,
             device: "recorded device".into(),
             source: format!("replay {}", self.name),
-            position: format!("event {}/{n}", self.cursor),
+            position: match (n, self.window) {
+                (0, _) => "state only: no trace in this snapshot".into(),
+                (_, true) => format!("event {}/{n} of a window (peaks since its start)", self.cursor),
+                _ => format!("event {}/{n}", self.cursor),
+            },
             banner: None,
             color: self.color,
             status: self.status.clone(),

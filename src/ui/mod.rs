@@ -660,6 +660,10 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
     let inner = paint::boxed(buf, area, &Line::from(Span::styled(title, focus)), None);
+    if n == 0 && inner.height > 0 {
+        let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
+        paint::line(buf, inner.x, inner.y, inner.width, &Line::from(note));
+    }
     if n == 0 || inner.width < 4 || inner.height < 2 {
         return;
     }
