@@ -47,6 +47,7 @@ fn screen_with(
     let k = gpumem_top::alloc::Kind::AllocatedBytes;
     let r = gpumem_top::alloc::Kind::ReservedBytes;
     let view = View {
+        peaks_known: true,
         device: "NVIDIA H200 (recorded)".into(),
         source: format!("replay {name}.pickle.gz"),
         position: format!("event {cursor}/{}", d.events.len()),

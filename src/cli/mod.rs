@@ -373,7 +373,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             })),
             "fragmentation": {
                 "at_peak_reserved_minus_allocated_bytes": peak.map(|p| p.reserved - p.allocated),
-                "peak_ratio": round4(peak_ratio(&stats)),
+                "peak_ratio": (session.start != Start::StateOnly).then(|| round4(peak_ratio(&stats))),
                 "reserved_unallocated_bytes": frag_now.reserved_unallocated_bytes,
                 "inactive_split_bytes": frag_now.inactive_split_bytes,
                 "external_fragmentation": round4(frag_now.external_fragmentation),
@@ -607,8 +607,8 @@ fn summary_text(
     }
     let f = fragmentation(s, segs);
     o.push_str(&format!(
-        "fragmentation: peak_ratio {:.4}; at the end: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
-        peak_ratio(s),
+        "fragmentation: peak_ratio {}; at the end: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
+        if session.start == Start::StateOnly { "n/a (no peaks in the snapshot)".into() } else { format!("{:.4}", peak_ratio(s)) },
         human_bytes(f.reserved_unallocated_bytes),
         human_bytes(f.inactive_split_bytes),
         f.external_fragmentation,

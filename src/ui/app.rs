@@ -387,7 +387,10 @@ pub fn draw_parts_into(
     let in_order = crate::ui::ordered_indices(segs, sc.order);
     let blocks = in_order.get(sc.selected).map_or(0, |&i| segs[i].blocks.len());
     sc.block = sc.block.min(blocks.saturating_sub(1));
+    // A replay with no events is a snapshot without a trace: no peaks.
+    let peaks_known = !(marks.timeline.is_empty() && chrome.source.starts_with("replay "));
     let view = View {
+        peaks_known,
         device: chrome.device,
         source: chrome.source,
         position: chrome.position,

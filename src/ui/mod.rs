@@ -51,6 +51,8 @@ pub struct View<'a> {
     pub allocated_peak: u64,
     pub reserved: u64,
     pub reserved_peak: u64,
+    /// False for a snapshot without a trace: its peaks are not in the file.
+    pub peaks_known: bool,
     /// NVML's (used, total) for the device, where known.
     pub device_memory: Option<(u64, u64)>,
     pub segments: &'a [SegmentInfo],
@@ -285,7 +287,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             view.allocated,
             scale,
             width,
-            format!(" {:>10}   peak {:>10}", human_bytes(view.allocated), human_bytes(view.allocated_peak)),
+            peak_text(view.allocated, view.allocated_peak, view.peaks_known),
             theme.fg(Color::Green),
         ),
         bar_line(
@@ -293,7 +295,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             view.reserved,
             scale,
             width,
-            format!(" {:>10}   peak {:>10}", human_bytes(view.reserved), human_bytes(view.reserved_peak)),
+            peak_text(view.reserved, view.reserved_peak, view.peaks_known),
             theme.fg(Color::Blue),
         ),
     ];
@@ -308,11 +310,17 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         )),
         None => lines.push(Line::from(" device     (no NVML reading for this source)")),
     }
+    let ratio = if !view.peaks_known {
+        "n/a (no peaks in the snapshot)".to_string()
+    } else if view.reserved_peak == 0 {
+        format!("{:.4}", 0.0)
+    } else {
+        format!("{:.4}", 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64)
+    };
     lines.push(Line::from(format!(
-        " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {:.4}",
+        " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {ratio}",
         human_bytes(gap),
         pct(gap, view.reserved),
-        if view.reserved_peak == 0 { 0.0 } else { 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64 }
     )));
     paint::lines(buf, area, &lines);
 }
@@ -455,6 +463,15 @@ pub fn pool_name(seg: &SegmentInfo) -> String {
         (false, _) => String::new(),
         (true, Some((a, b))) => format!(" of private pool ({a},{b})"),
         (true, None) => " of a private pool (id not recorded)".into(),
+    }
+}
+
+/// " 1.46 GiB   peak 3.82 GiB", or "peak unknown" where the file has none.
+fn peak_text(now: u64, peak: u64, known: bool) -> String {
+    if known {
+        format!(" {:>10}   peak {:>10}", human_bytes(now), human_bytes(peak))
+    } else {
+        format!(" {:>10}   peak not in the snapshot", human_bytes(now))
     }
 }
 
