@@ -111,10 +111,10 @@ fn random_bytes_are_not_a_trace() {
 }
 
 #[test]
-fn a_million_nested_lists_are_decoded_without_recursion_and_rejected_as_a_snapshot() {
+fn half_a_million_nested_lists_are_decoded_without_recursion_and_rejected_as_a_snapshot() {
     let mut p = vec![0x80, 0x04];
-    p.extend(std::iter::repeat_n(b']', 1_000_000));
-    p.extend(std::iter::repeat_n(b'a', 999_999));
+    p.extend(std::iter::repeat_n(b']', 500_000));
+    p.extend(std::iter::repeat_n(b'a', 499_999));
     p.push(b'.');
     rejects(&scratch("nested.pickle", &p), &["not a PyTorch snapshot"]);
 }
@@ -194,4 +194,271 @@ proptest! {
             }
         }
     }
+}
+
+/// Runs a shell command line with the address space capped at 2 GiB.
+fn capped(cmd: &str) -> (Option<i32>, String, String, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let out = Command::new("bash").arg("-c").arg(format!("ulimit -v 2097152; {cmd}")).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        t.elapsed(),
+    )
+}
+
+fn gzip(bytes: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    for chunk in bytes {
+        e.write_all(&chunk).unwrap();
+    }
+    e.finish().unwrap()
+}
+
+/// A segment's `device` is an index, not a length: 2^31-1 costs nothing.
+#[test]
+fn a_huge_device_index_allocates_nothing() {
+    let p = fixture("hostile/device_2147483647.pickle");
+    let (code, out, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
+    assert_eq!(code, Some(0), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["device"], 2147483647);
+    assert_eq!(j["fidelity"], "state-only");
+    let (code, _, err, _) =
+        capped(&format!("exec '{}' export '{}' --view fragmap --format txt -o -", bin().display(), p.display()));
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// A gzip bomb (600 MB of NONE POP from well under 1 MB) ends with exit 2
+/// in bounded memory and time: memory follows the file, not the unpacked bytes.
+#[test]
+fn a_gzip_bomb_is_refused_in_bounded_memory_and_time() {
+    let mut head = vec![0x80, 0x04];
+    head.extend(b"N0".repeat(1 << 20));
+    let body = std::iter::once(head).chain((0..300).map(|_| b"N0".repeat(1 << 20)));
+    let gz = gzip(body);
+    assert!(gz.len() < 4 << 20, "{}", gz.len());
+    let p = scratch("bomb.pickle.gz", &gz);
+    let (code, _, err, took) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bomb.pickle.gz") && err.contains("limit"), "{err}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+/// A plain pickle of 20 M empty tuples (each a real allocation) is refused
+/// before it outgrows 24 times its size.
+#[test]
+fn empty_containers_are_charged_what_they_cost() {
+    for op in [b')', 0x8f] {
+        let mut p = vec![0x80, 0x04];
+        p.extend(std::iter::repeat_n(op, 20 << 20));
+        p.push(b'.');
+        let path = scratch(&format!("empties_{op:02x}.pickle"), &p);
+        let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), path.display()));
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("exceeds the decoder's limit"), "{err}");
+    }
+}
+
+/// One line longer than 64 MiB in a JSON-lines trace is an error naming the
+/// line, read in bounded memory.
+#[test]
+fn a_huge_jsonl_line_is_an_error() {
+    let mut p = b"{\"action\":\"alloc\",\"addr\":1,\"size\":5,\"pad\":\"".to_vec();
+    p.extend(std::iter::repeat_n(b'x', 80 << 20));
+    p.extend(b"\"}\n");
+    let path = scratch("long.jsonl", &p);
+    let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), path.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 1") && err.contains("longer than"), "{err}");
+}
+
+/// gzip's CRC-32 is checked: altered data (stored, so it still inflates)
+/// or a wrong checksum is exit 2, not an exact replay of something else.
+#[test]
+fn a_gzip_checksum_mismatch_is_bad_input() {
+    let raw = {
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(fixture("field/mempools.pickle.gz")).unwrap())
+            .read_to_end(&mut raw)
+            .unwrap();
+        raw
+    };
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+    e.write_all(&raw).unwrap();
+    let mut gz = e.finish().unwrap();
+    let at = gz.windows(14).position(|w| w == b"collect_round2").unwrap();
+    gz[at] = b'C';
+    rejects(&scratch("altered.pickle.gz", &gz), &["checksum"]);
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(&raw).unwrap();
+    let mut gz = e.finish().unwrap();
+    let n = gz.len();
+    gz[n - 8] ^= 0xff;
+    rejects(&scratch("badcrc.pickle.gz", &gz), &["checksum"]);
+}
+
+/// A FIFO, a process substitution and stdin (`-`) are read once, whole.
+#[test]
+fn pipes_fifos_and_stdin_are_read_once() {
+    let f = fixture("field/mempools.pickle.gz");
+    let b = bin();
+    let fifo = std::env::temp_dir().join(format!("gpumem-top-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    for cmd in [
+        format!("cat '{}' | '{}' replay - --json", f.display(), b.display()),
+        format!("'{}' replay <(cat '{}') --json", b.display(), f.display()),
+        format!(
+            "mkfifo '{0}' && (cat '{1}' > '{0}' &) && timeout 20 '{2}' replay '{0}' --json; rm -f '{0}'",
+            fifo.display(),
+            f.display(),
+            b.display()
+        ),
+    ] {
+        let (code, out, err, _) = capped(&cmd);
+        assert_eq!(code, Some(0), "{cmd}: {err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{cmd}: {e}: {out}"));
+        assert_eq!(j["fidelity"], "exact", "{cmd}");
+        assert_eq!(j["events"], 138, "{cmd}");
+    }
+}
+
+/// `record -o` never truncates or follows what is there: an existing path
+/// is refused (exit 2) unless `--force` (which replaces the link, not its
+/// target) or `--append` (a recording only).
+#[test]
+fn record_refuses_existing_paths_and_symlinks() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = |args: &[&str]| {
+        let out = Command::new(bin())
+            .args(["record", "--source", "demo", "--interval", "20", "--count", "2"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let out = dir.join("run.jsonl");
+    let o = out.to_str().unwrap();
+    assert_eq!(rec(&["-o", o]).0, Some(0));
+    let before = std::fs::read(&out).unwrap();
+    let (code, err) = rec(&["-o", o]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), before, "nothing lost");
+    assert_eq!(rec(&["-o", o, "--append"]).0, Some(0));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 5, "header + 2 + 2");
+    // A symbolic link planted at the path: refused, then replaced by --force;
+    // its target is never written.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = dir.join("link.jsonl");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let l = link.to_str().unwrap();
+    assert_eq!(rec(&["-o", l]).0, Some(2));
+    assert_eq!(rec(&["-o", l, "--append"]).0, Some(2));
+    assert_eq!(rec(&["-o", l, "--force"]).0, Some(0));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    // Not a recording: --append refuses to add to it.
+    assert_eq!(rec(&["-o", victim.to_str().unwrap(), "--append"]).0, Some(2));
+}
+
+/// A recording cut inside its last line (a kill, a full disk) replays every
+/// complete sample and warns about the rest.
+#[test]
+fn a_torn_recording_replays_its_complete_lines() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-torn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("run.jsonl");
+    let _ = std::fs::remove_file(&out);
+    let st = Command::new(bin())
+        .args(["record", "--source", "demo", "--interval", "20", "--count", "4", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let full = std::fs::read(&out).unwrap();
+    let torn = dir.join("torn.jsonl");
+    std::fs::write(&torn, &full[..full.len() - 200]).unwrap();
+    let o = Command::new(bin()).args(["replay", torn.to_str().unwrap(), "--json"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("cut short") && err.contains("3 complete samples"), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["format"], "gpumem-top-record");
+    // A bad line in the middle is an error naming it.
+    let mut mid = full.clone();
+    let second = mid.iter().enumerate().filter(|(_, &b)| b == b'\n').nth(1).unwrap().0;
+    mid[second + 1] = b'x';
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, &mid).unwrap();
+    let o = Command::new(bin()).args(["replay", bad.to_str().unwrap(), "--json"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 3"));
+}
+
+/// The mempools snapshot with its allocator config replaced by `conf`.
+fn with_conf(conf: &str) -> Vec<u8> {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture("field/mempools.pickle.gz")).unwrap())
+        .read_to_end(&mut raw)
+        .unwrap();
+    let key = b"PYTORCH_CUDA_ALLOC_CONF\x94";
+    let at = raw.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(&raw[at..at + 2], b"hX", "the value is a memo reference to ''");
+    let mut v = vec![b'X'];
+    v.extend((conf.len() as u32).to_le_bytes());
+    v.extend(conf.as_bytes());
+    raw.splice(at..at + 2, v);
+    raw
+}
+
+/// Control characters in a config (or a name) make no invalid SVG, and a
+/// 2 MB config string is cut, so PNG export stays fast and small.
+#[test]
+fn control_characters_and_huge_strings_export_cleanly() {
+    let p = scratch("ctl.pickle", &with_conf("expandable_segments:\u{1}\u{1b}[31m<&\"'>"));
+    let svg = Command::new(bin())
+        .args(["export", p.to_str().unwrap(), "--view", "bars", "--format", "svg", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(svg.status.success(), "{}", String::from_utf8_lossy(&svg.stderr));
+    let text = String::from_utf8(svg.stdout).unwrap();
+    assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "control characters in the SVG");
+    assert!(text.contains("&lt;&amp;&quot;'&gt;"), "escaped");
+    let png = Command::new(bin())
+        .args(["export", p.to_str().unwrap(), "--view", "bars", "--format", "png", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(png.status.success() && png.stdout.starts_with(b"\x89PNG"));
+    let big = scratch("big.pickle", &with_conf(&"x".repeat(2 << 20)));
+    let (code, out, err, took) =
+        capped(&format!("exec '{}' export '{}' --view bars --format png -o - | wc -c", bin().display(), big.display()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.trim().parse::<u64>().unwrap() < 1 << 20, "{out}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+/// One line per error, once, with the right exit code.
+#[test]
+fn messages_say_each_thing_once_and_bad_input_is_exit_2() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-msg-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a.pickle")).unwrap();
+    let out = Command::new(bin()).args(["replay", dir.join("a.pickle").to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(err.matches("directory").count(), 1, "{err}");
+    // A negative size says so.
+    let neg = scratch("neg.jsonl", b"{\"action\":\"alloc\",\"addr\":1,\"size\":-5}\n");
+    rejects(&neg, &["line 1", "\"size\" must be a non-negative integer"]);
+    // A byte order mark and blank lines before a JSON-lines trace are fine.
+    let bom = scratch("bom.jsonl", b"\xef\xbb\xbf\n\n{\"action\":\"alloc\",\"addr\":1,\"size\":5,\"stream\":0}\n");
+    let out = Command::new(bin()).args(["replay", bom.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Device -1 is an error, not device 0.
+    rejects(&scratch("dev.jsonl", b"{\"action\":\"alloc\",\"addr\":1,\"size\":5,\"device\":-1}\n"), &["\"device\""]);
 }

@@ -245,6 +245,61 @@ pub struct RecordArgs {
     /// Stop after this many samples (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+    /// Replace an existing file (the path itself: a symbolic link there is
+    /// removed, never followed).
+    #[arg(long, conflicts_with = "append")]
+    pub force: bool,
+    /// Add samples to an existing recording.
+    #[arg(long)]
+    pub append: bool,
+}
+
+/// Opens `record`'s output: a new file, never through a symbolic link;
+/// an existing path only with `--force` (replaced) or `--append` (a
+/// recording, added to). Returns the file and whether it needs a header.
+fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = &args.output;
+    let bad = |e: std::io::Error| anyhow!(InputError(format!("{}: {e}", path.display())));
+    if args.append {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(bad)?;
+        if !f.metadata().map_err(bad)?.is_file() {
+            return Err(anyhow!(InputError(format!("{}: not a regular file", path.display()))));
+        }
+        let mut head = [0u8; 256];
+        let n = f.read(&mut head).map_err(bad)?;
+        if n == 0 {
+            return Ok((f, true));
+        }
+        if !String::from_utf8_lossy(&head[..n]).contains(RECORD_FORMAT) {
+            return Err(anyhow!(InputError(format!(
+                "{}: not a gpumem-top recording; --append adds only to one",
+                path.display()
+            ))));
+        }
+        return Ok((f, false));
+    }
+    if args.force {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => return Err(anyhow!(InputError(format!("{}: is a directory", path.display())))),
+            Ok(_) => std::fs::remove_file(path).map_err(bad)?,
+            Err(_) => {}
+        }
+    }
+    // O_CREAT|O_EXCL: fails on any existing path, a symbolic link included.
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(anyhow!(InputError(format!(
+            "{}: already exists; --force replaces it, --append adds to a recording",
+            path.display()
+        )))),
+        Err(e) => Err(bad(e)),
+    }
 }
 
 /// `record`: headless sampling into JSON lines that `replay` shows later.
@@ -252,14 +307,21 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let thresholds = args.live.thresholds()?;
     let interval = args.live.interval()?;
     let (src, name) = source_for(args.live.source, &args.live)?;
-    let file = std::fs::File::create(&args.output)
-        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.output.display()))))?;
-    let mut w = std::io::BufWriter::new(file);
-    writeln!(
-        w,
-        "{}",
-        json!({"format": RECORD_FORMAT, "version": 1, "source": name, "interval_ms": args.live.interval})
-    )?;
+    let (mut file, header) = open_recording(args)?;
+    let out = args.output.display().to_string();
+    // Each line goes out in one write, so a kill leaves whole lines (and a
+    // full disk at most one cut line, which `replay` drops with a warning).
+    let put = |file: &mut std::fs::File, v: &Value| -> Result<()> {
+        let mut line = serde_json::to_vec(v)?;
+        line.push(b'\n');
+        file.write_all(&line).with_context(|| format!("writing {out}"))
+    };
+    if header {
+        put(
+            &mut file,
+            &json!({"format": RECORD_FORMAT, "version": 1, "source": name, "interval_ms": args.live.interval}),
+        )?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
@@ -269,9 +331,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| n < c) {
         let Ok(snap) = sampler.rx.recv_timeout(Duration::from_millis(100)) else { continue };
         let a = alerts(&snap, &thresholds);
-        serde_json::to_writer(&mut w, &record_line(&snap, &a))?;
-        writeln!(w)?;
-        w.flush()?;
+        put(&mut file, &record_line(&snap, &a))?;
         n += 1;
     }
     eprintln!("gpumem-top: recorded {n} samples to {}", args.output.display());
@@ -295,6 +355,7 @@ fn record_line(snap: &Snapshot, a: &[Alert]) -> Value {
                 "segments": p.segments.iter().map(|s| json!({
                     "address": s.address, "total_size": s.total_size, "stream": s.stream,
                     "segment_type": s.segment_type, "is_expandable": s.is_expandable,
+                    "segment_pool_id": s.pool.map(|p| [p.0, p.1]).unwrap_or([0, 0]),
                     "blocks": s.blocks.iter().map(|b| (b.size, b.requested_size, match b.state {
                         crate::alloc::BlockState::ActiveAllocated => 0,
                         crate::alloc::BlockState::ActivePendingFree => 1,
@@ -309,42 +370,52 @@ fn record_line(snap: &Snapshot, a: &[Alert]) -> Value {
 }
 
 /// True when `path` starts like a recording (its header line).
-pub fn is_recording(path: &std::path::Path) -> bool {
-    let mut head = [0u8; 200];
-    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
-    let h = String::from_utf8_lossy(&head[..n]);
-    h.starts_with('{') && h.contains(RECORD_FORMAT)
-}
-
-/// Reads a recording back into snapshots. `Ok(None)`: not a recording.
-pub fn read_recording(path: &std::path::Path) -> Result<Option<Vec<Snapshot>>> {
-    if !is_recording(path) {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
-    let mut lines = text.lines();
-    let Some(first) = lines.next() else { return Ok(None) };
-    let Ok(head) = serde_json::from_str::<Value>(first) else { return Ok(None) };
+/// Reads a recording back into snapshots. Every complete line is read; a
+/// last line cut short (a kill or a full disk during `record`) is dropped
+/// with a warning, any other bad line is an error naming it.
+pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snapshot>> {
+    let mut lines = crate::trace::bounded_lines(r).enumerate().peekable();
+    let bad = |n: usize, m: String| anyhow!(InputError(format!("{name}: line {}: {m}", n + 1)));
+    let Some((_, first)) = lines.next() else { return Ok(Vec::new()) };
+    let first = first.map_err(|e| bad(0, e.to_string()))?;
+    let head: Value = serde_json::from_str(&first).map_err(|e| bad(0, e.to_string()))?;
     if head["format"] != RECORD_FORMAT {
-        return Ok(None);
+        return Err(bad(0, "not a gpumem-top recording".into()));
     }
     let mut out = Vec::new();
-    for (i, l) in lines.enumerate() {
-        let bad = |m: String| anyhow!(InputError(format!("{}: line {}: {m}", path.display(), i + 2)));
-        let v: Value = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
-        let mut snap: Snapshot = Snapshot {
-            time: v["time"].as_f64().unwrap_or(0.0),
-            gpus: serde_json::from_value(v["gpus"].clone()).map_err(|e| bad(format!("gpus: {e}")))?,
-            ..Default::default()
-        };
-        for p in v["published"].as_array().into_iter().flatten() {
-            let bytes = serde_json::to_vec(p)?;
-            snap.publishers.push(publisher::parse_bytes(&bytes, path).map_err(bad)?);
+    while let Some((i, l)) = lines.next() {
+        let last = lines.peek().is_none();
+        let parsed = l.map_err(|e| bad(i, e.to_string())).and_then(|l| {
+            if l.trim().is_empty() {
+                return Ok(None);
+            }
+            let v: Value = serde_json::from_str(&l).map_err(|e| bad(i, e.to_string()))?;
+            let mut snap: Snapshot = Snapshot {
+                time: v["time"].as_f64().unwrap_or(0.0),
+                gpus: serde_json::from_value(v["gpus"].clone()).map_err(|e| bad(i, format!("gpus: {e}")))?,
+                ..Default::default()
+            };
+            for p in v["published"].as_array().into_iter().flatten() {
+                let bytes = serde_json::to_vec(p)?;
+                snap.publishers
+                    .push(publisher::parse_bytes(&bytes, std::path::Path::new(name)).map_err(|m| bad(i, m))?);
+            }
+            snap.gone = serde_json::from_value(v["gone"].clone()).unwrap_or_default();
+            Ok(Some(snap))
+        });
+        match parsed {
+            Ok(Some(s)) => out.push(s),
+            Ok(None) => {}
+            Err(e) if last && !out.is_empty() => {
+                eprintln!(
+                    "gpumem-top: warning: {e:#}: the last line is cut short (a kill or a full disk during record); replaying the {} complete samples before it",
+                    out.len()
+                );
+            }
+            Err(e) => return Err(e),
         }
-        snap.gone = serde_json::from_value(v["gone"].clone()).unwrap_or_default();
-        out.push(snap);
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 #[derive(Args, Debug, Clone)]

@@ -24,8 +24,7 @@ use crate::trace::{self, DeviceTrace, Trace};
 mod live;
 mod synth;
 pub use live::{
-    is_recording, live, read_recording, record, replay_recording, serve, snapshot_json, LiveArgs, RecordArgs,
-    ServeArgs, SourceKind,
+    live, read_recording, record, replay_recording, serve, snapshot_json, LiveArgs, RecordArgs, ServeArgs, SourceKind,
 };
 pub use synth::{synth, SynthArgs};
 
@@ -125,33 +124,90 @@ pub struct ReplayArgs {
     /// Which device of a multi-GPU snapshot to replay (default: the busiest).
     #[arg(long, value_name = "N")]
     pub device: Option<i32>,
+    /// Most bytes a compressed input may unpack to (default: 64 times the
+    /// file plus 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_unpacked: Option<u64>,
 }
 
-/// Counts bytes read, for the progress line.
-struct Counting<R> {
-    inner: R,
-    n: Arc<AtomicU64>,
+/// An input's bytes from the first: the head already read, then the rest.
+pub type InputReader = std::io::BufReader<std::io::Chain<std::io::Cursor<Vec<u8>>, Box<dyn Read + Send>>>;
+
+/// One input, opened and read once: a file, a FIFO, `<(…)` or `-` (stdin).
+/// The first line is kept so the format can be told without reading again.
+pub struct Input {
+    name: String,
+    head: Vec<u8>,
+    rest: Box<dyn Read + Send>,
+    /// The file's size (0 when unknown: a pipe).
+    size: u64,
+    /// A gzip file's unpacked size from its trailer (a hint), else 0.
+    unpacked: u64,
+    /// Bytes of the file read so far.
+    read: Arc<AtomicU64>,
 }
 
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let k = self.inner.read(buf)?;
-        self.n.fetch_add(k as u64, Ordering::Relaxed);
-        Ok(k)
+impl Input {
+    pub fn open(path: &Path) -> Result<Input> {
+        let bad = |e: std::io::Error| anyhow!(InputError(format!("{}: {e}", path.display())));
+        let (name, raw, size, unpacked): (String, Box<dyn Read + Send>, u64, u64) = if path.as_os_str() == "-" {
+            ("stdin".into(), Box::new(std::io::stdin()), 0, 0)
+        } else {
+            let mut f = std::fs::File::open(path).map_err(bad)?;
+            let meta = f.metadata().map_err(bad)?;
+            if meta.is_dir() {
+                return Err(anyhow!(InputError(format!("{}: is a directory", path.display()))));
+            }
+            // Only a regular file can be measured and read twice.
+            let (size, unpacked) =
+                if meta.is_file() { (meta.len(), trace::gzip_unpacked_size(&mut f)) } else { (0, 0) };
+            (path.display().to_string(), Box::new(f), size, unpacked)
+        };
+        let read = Arc::new(AtomicU64::new(0));
+        let mut rest: Box<dyn Read + Send> = Box::new(trace::Counted { inner: raw, n: read.clone() });
+        // The first line, or 4 KiB of it.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 512];
+        while head.len() < 4096 && !head.contains(&b'\n') {
+            match rest.read(&mut byte) {
+                Ok(0) => break,
+                Ok(k) => head.extend_from_slice(&byte[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(anyhow!(InputError(format!("{name}: {e}")))),
+            }
+        }
+        Ok(Input { name, head, rest, size, unpacked, read })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the input is a `record` recording (JSON lines of samples).
+    pub fn is_recording(&self) -> bool {
+        let first = self.head.split(|&b| b == b'\n').next().unwrap_or(&[]);
+        first.starts_with(b"{") && String::from_utf8_lossy(first).contains(live::RECORD_FORMAT)
+    }
+
+    /// The whole input, from its first byte.
+    pub fn reader(self) -> InputReader {
+        std::io::BufReader::with_capacity(1 << 16, std::io::Cursor::new(self.head).chain(self.rest))
     }
 }
 
 /// Loads a trace; when that takes over a second and stderr is a terminal,
 /// shows how much of the file has been read.
 pub fn load_with_progress(path: &Path) -> Result<Trace> {
-    let mut f = std::fs::File::open(path).map_err(|e| InputError(format!("{}: {e}", path.display())))?;
-    let total = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let unpacked =
-        if f.metadata().map(|m| m.is_file()).unwrap_or(false) { trace::gzip_unpacked_size(&mut f) } else { 0 };
-    let n = Arc::new(AtomicU64::new(0));
+    load_input(Input::open(path)?, None)
+}
+
+/// Loads a trace from an input under the bounds of docs/input.md
+/// (`max_unpacked`: `--max-unpacked`).
+pub fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
+    let (total, unpacked, n, name) = (input.size, input.unpacked, input.read.clone(), input.name.clone());
     let done = Arc::new(AtomicBool::new(false));
     let progress = std::io::stderr().is_terminal().then(|| {
-        let (n, done, name) = (n.clone(), done.clone(), path.display().to_string());
+        let (n, done, name) = (n.clone(), done.clone(), name.clone());
         std::thread::spawn(move || {
             let start = Instant::now();
             let mut shown = false;
@@ -172,13 +228,13 @@ pub fn load_with_progress(path: &Path) -> Result<Trace> {
             }
         })
     });
-    let reader = std::io::BufReader::with_capacity(1 << 16, Counting { inner: f, n });
-    let out = trace::read_any_compressed_sized(reader, unpacked);
+    let limits = trace::ReadLimits { consumed: Some(n), max_unpacked };
+    let out = trace::read_limited(input.reader(), unpacked, limits);
     done.store(true, Ordering::Relaxed);
     if let Some(h) = progress {
         let _ = h.join();
     }
-    out.map_err(|e| anyhow!(e).context(path.display().to_string()))
+    out.map_err(|e| anyhow!(e).context(name))
 }
 
 fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
@@ -246,14 +302,17 @@ fn parse_conf(s: &str) -> Result<AllocatorConfig> {
 
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    if let Some(snaps) = read_recording(&args.trace)? {
+    let input = Input::open(&args.trace)?;
+    if input.is_recording() {
+        let name = input.name().to_string();
+        let snaps = read_recording(input.reader(), &name)?;
         return replay_recording(&args.trace, snaps, args.json);
     }
     args.cap.check()?;
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
-    let trace = load_with_progress(&args.trace)?;
+    let trace = load_input(input, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
@@ -274,7 +333,8 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         context_bytes: CUDA_CONTEXT_BYTES,
         recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
     };
-    let mut session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
+    let mut session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     let fidelity = session.fidelity;
 
     // On a terminal, the interactive view; scripts and pipes get the summary.
@@ -661,6 +721,10 @@ pub struct ExportArgs {
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
     pub device: Option<i32>,
+    /// Most bytes a compressed input may unpack to (default: 64 times the
+    /// file plus 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_unpacked: Option<u64>,
 }
 
 /// `export`: one view of a trace at one moment, as SVG, PNG or text.
@@ -669,7 +733,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     if !(400..=8000).contains(&args.width) {
         return Err(anyhow!(InputError(format!("--width must be 400..8000 pixels, got {}", args.width))));
     }
-    let trace = load_with_progress(&args.trace)?;
+    let trace = load_input(Input::open(&args.trace)?, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let want = Want {
@@ -682,7 +746,8 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         context_bytes: CUDA_CONTEXT_BYTES,
         recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
     };
-    let session = Session::open(dev, &trace.stacks, &want).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
+    let session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     if !session.fidelity.is_faithful() {
         let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
         return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));

@@ -50,8 +50,28 @@ pub struct Scene<'a> {
 pub const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const FAMILY: &str = "DejaVu Sans";
 
+/// The longest text a picture shows (a title, a config string): a longer
+/// one is cut, so a hostile name cannot make a picture slow or huge.
+const MAX_TEXT: usize = 200;
+
+/// Text for SVG: XML's special characters escaped, control characters
+/// (invalid in XML 1.0) dropped, and cut at `MAX_TEXT` characters.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len().min(MAX_TEXT * 6));
+    for (n, c) in s.chars().filter(|c| !c.is_control()).enumerate() {
+        if n == MAX_TEXT {
+            out.push('…');
+            break;
+        }
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Fills and patterns per block state, readable in greyscale: solid dark,

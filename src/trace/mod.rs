@@ -5,13 +5,15 @@
 pub mod pickle;
 mod snapshot;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use thiserror::Error;
 
 use crate::alloc::{Action, AllocatorConfig, BlockState, Event};
-pub use snapshot::{read_snapshot, read_snapshot_sized};
+pub use snapshot::{read_snapshot, read_snapshot_limited, read_snapshot_sized};
 
 #[derive(Debug, Error)]
 pub enum TraceError {
@@ -21,10 +23,12 @@ pub enum TraceError {
     Schema(String),
     #[error("line {line}: {msg}")]
     Line { line: usize, msg: String },
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("unrecognised format: {0}")]
     Format(String),
+    #[error("{0}")]
+    Corrupt(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -163,6 +167,26 @@ impl Trace {
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
+/// A compressed input may unpack to this many times the bytes of it read …
+pub const UNPACK_RATIO: u64 = 64;
+/// … plus this (docs/input.md).
+pub const UNPACK_SLACK: u64 = 256 << 20;
+/// The longest line of a JSON-lines or CSV input.
+pub const MAX_LINE: usize = 64 << 20;
+
+/// Bounds on reading one input, so that memory and time follow the file
+/// (docs/input.md "Bounds").
+#[derive(Debug, Clone, Default)]
+pub struct ReadLimits {
+    /// Bytes of the file read so far, counted by the caller's reader: the
+    /// pickle decoder's memory allowance and the unpacked-size cap grow with
+    /// these. Without it, with the bytes the decoder reads.
+    pub consumed: Option<Arc<AtomicU64>>,
+    /// A fixed cap on the unpacked size instead of `UNPACK_RATIO` times the
+    /// file plus `UNPACK_SLACK` (`--max-unpacked`).
+    pub max_unpacked: Option<u64>,
+}
+
 /// Opens a trace file of any supported format, gzip-compressed or not.
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
     let f = std::fs::File::open(path)?;
@@ -177,12 +201,77 @@ pub fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<Trace, T
 
 /// As `read_any_compressed`, with the unpacked size if known (for gzip, the
 /// trailer's ISIZE; see `gzip_unpacked_size`).
-pub fn read_any_compressed_sized<R: BufRead + Send + 'static>(mut r: R, unpacked: u64) -> Result<Trace, TraceError> {
+pub fn read_any_compressed_sized<R: BufRead + Send + 'static>(r: R, unpacked: u64) -> Result<Trace, TraceError> {
+    let n = Arc::new(AtomicU64::new(0));
+    let counted = BufReader::with_capacity(1 << 16, Counted { inner: r, n: n.clone() });
+    read_limited(counted, unpacked, ReadLimits { consumed: Some(n), max_unpacked: None })
+}
+
+/// Counts the bytes read through it.
+pub struct Counted<R> {
+    pub inner: R,
+    pub n: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
+}
+
+/// Stops a decompressor once it has produced more than the limits allow.
+struct Capped<R> {
+    inner: R,
+    produced: u64,
+    limits: ReadLimits,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.produced += k as u64;
+        let cap = match (self.limits.max_unpacked, &self.limits.consumed) {
+            (Some(m), _) => m,
+            (None, Some(c)) => c.load(Ordering::Relaxed).saturating_mul(UNPACK_RATIO).saturating_add(UNPACK_SLACK),
+            (None, None) => u64::MAX,
+        };
+        if self.produced > cap {
+            let how = match self.limits.max_unpacked {
+                Some(_) => "the --max-unpacked limit".to_string(),
+                None => format!("{UNPACK_RATIO} times the compressed bytes read plus 256 MiB; --max-unpacked BYTES raises the limit"),
+            };
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("gzip data unpacks to more than {cap} bytes ({how})"),
+            ));
+        }
+        Ok(k)
+    }
+}
+
+/// Reads a trace of any format from `r` under `limits`: the pickle decoder's
+/// memory and a compressed input's unpacked size grow with the bytes of the
+/// file read, lines are bounded, and a gzip member's CRC and size are
+/// checked to the end.
+pub fn read_limited<R: BufRead + Send + 'static>(
+    mut r: R,
+    unpacked: u64,
+    limits: ReadLimits,
+) -> Result<Trace, TraceError> {
     if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
-        let pipe = Prefetch::spawn(flate2::bufread::MultiGzDecoder::new(r));
-        read_any_sized(BufReader::with_capacity(1 << 16, pipe), unpacked)
+        let capped = Capped { inner: flate2::bufread::MultiGzDecoder::new(r), produced: 0, limits: limits.clone() };
+        let pipe = Prefetch::spawn(capped);
+        let mut r = BufReader::with_capacity(1 << 16, pipe);
+        let t = read_any_sized(&mut r, unpacked, &limits)?;
+        // A pickle ends at STOP, before gzip's trailer: read to the end so
+        // the CRC-32 and size are checked.
+        std::io::copy(&mut r, &mut std::io::sink())
+            .map_err(|e| TraceError::Corrupt(format!("gzip stream after the trace: {e}")))?;
+        Ok(t)
     } else {
-        read_any_sized(r, unpacked)
+        read_any_sized(r, unpacked, &limits)
     }
 }
 
@@ -292,20 +381,25 @@ impl std::io::Read for Prefetch {
 
 /// Reads a trace of any supported format from an uncompressed stream.
 pub fn read_any<R: BufRead>(r: R) -> Result<Trace, TraceError> {
-    read_any_sized(r, 0)
+    read_any_sized(r, 0, &ReadLimits::default())
 }
 
-fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64) -> Result<Trace, TraceError> {
+fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> Result<Trace, TraceError> {
     let head = r.fill_buf()?;
     if head.is_empty() {
         return Err(TraceError::Format("the file is empty".into()));
     }
+    // A text file may start with a UTF-8 byte order mark or blank lines.
+    let text_start = {
+        let t = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+        t.iter().find(|b| !b.is_ascii_whitespace()).copied()
+    };
     match head[0] {
-        0x80 => read_snapshot_sized(r, unpacked),
-        b'{' => read_jsonl(r),
-        _ if head.starts_with(b"Thread,") => read_rmm_csv(r),
+        0x80 => read_snapshot_limited(r, unpacked, limits),
+        _ if text_start == Some(b'{') => read_jsonl(r),
+        _ if head.starts_with(b"Thread,") || head.starts_with(b"\xef\xbb\xbfThread,") => read_rmm_csv(r),
         // Protocol 0/1 pickles start with a container or MARK opcode.
-        b'(' | b']' | b'}' | b'l' | b'd' => read_snapshot(r),
+        b'(' | b']' | b'}' | b'l' | b'd' => read_snapshot_limited(r, unpacked, limits),
         b => {
             Err(TraceError::Format(format!("first byte 0x{b:02x} is neither a pickle, JSON lines, nor an RMM log CSV")))
         }
@@ -315,13 +409,14 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64) -> Result<Trace, TraceErr
 /// Our JSON-lines trace: `{"action","addr","size","stream","time_us"?,"device"?}` per line.
 pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
     let mut devices: Vec<DeviceTrace> = Vec::new();
-    for (n, line) in r.lines().enumerate() {
+    for (n, line) in bounded_lines(r).enumerate() {
         let line = line?;
+        let line = line.strip_prefix('\u{feff}').unwrap_or(&line);
         if line.trim().is_empty() {
             continue;
         }
         let err = |msg: String| TraceError::Line { line: n + 1, msg };
-        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| err(format!("not JSON: {e}")))?;
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not JSON: {e}")))?;
         let action = v["action"].as_str().ok_or_else(|| err("missing \"action\"".into()))?;
         let action = Action::from_name(action).ok_or_else(|| err(format!("unknown action {action:?}")))?;
         let num = |k: &str| -> Result<u64, TraceError> {
@@ -330,10 +425,13 @@ pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
         };
         let addr = if v.get("addr").is_some() { num("addr")? } else { 0 };
         let e = Event::new(action, addr, num("size")?, if v.get("stream").is_some() { num("stream")? } else { 0 });
-        let device = v["device"].as_u64().unwrap_or(0) as usize;
-        if device > 1024 {
-            return Err(err(format!("device index {device} is out of range")));
-        }
+        let device = match v.get("device") {
+            None => 0,
+            Some(d) => match d.as_u64() {
+                Some(d) if d <= 1024 => d as usize,
+                _ => return Err(err(format!("\"device\" must be a device index 0..=1024, got {d}"))),
+            },
+        };
         while devices.len() <= device {
             let d = devices.len() as i32;
             devices.push(DeviceTrace { device: d, ..Default::default() });
@@ -341,6 +439,49 @@ pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
         devices[device].push(e, v["time_us"].as_i64().unwrap_or(0), 0);
     }
     Ok(Trace { format: TraceFormat::Jsonl, devices, ..Default::default() })
+}
+
+/// Lines of at most `MAX_LINE` bytes: a longer one is an error naming it,
+/// not a buffer the size of the file.
+pub fn bounded_lines<R: BufRead>(mut r: R) -> impl Iterator<Item = Result<String, TraceError>> {
+    let mut n = 0usize;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        n += 1;
+        let mut buf = Vec::new();
+        match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf) {
+            Ok(0) => {
+                done = true;
+                None
+            }
+            Ok(_) if buf.len() > MAX_LINE => {
+                done = true;
+                Some(Err(TraceError::Line { line: n, msg: format!("is longer than {MAX_LINE} bytes") }))
+            }
+            Ok(_) => {
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop();
+                    }
+                }
+                match String::from_utf8(buf) {
+                    Ok(s) => Some(Ok(s)),
+                    Err(_) => {
+                        done = true;
+                        Some(Err(TraceError::Line { line: n, msg: "is not UTF-8".into() }))
+                    }
+                }
+            }
+            Err(e) => {
+                done = true;
+                Some(Err(TraceError::Io(e)))
+            }
+        }
+    })
 }
 
 /// Writes events as our JSON lines, one `{"action","addr","size","stream"}` per event.
@@ -355,8 +496,9 @@ pub fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Result<()> 
 /// Frees carry no phases, so each becomes `free_requested` + `free_completed`.
 pub fn read_rmm_csv<R: BufRead>(r: R) -> Result<Trace, TraceError> {
     let mut dt = DeviceTrace::default();
-    let mut lines = r.lines().enumerate();
+    let mut lines = bounded_lines(r).enumerate();
     let header = lines.next().map(|(_, l)| l).transpose()?.unwrap_or_default();
+    let header = header.strip_prefix('\u{feff}').unwrap_or(&header).to_string();
     let cols: Vec<&str> = header.split(',').map(str::trim).collect();
     let col = |name: &str| {
         cols.iter()

@@ -368,18 +368,22 @@ impl Compactor for () {
 
 /// Decoder limits. The defaults bound a hostile file to a small multiple of
 /// its own size.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Bytes the decoder may account for per byte read, plus `slack`.
     pub bytes_per_input_byte: u64,
     pub slack: u64,
     /// Open MARKs at once.
     pub max_marks: usize,
+    /// The bytes of the file read so far, when the pickle comes through a
+    /// decompressor: the allowance grows with these, not with the unpacked
+    /// bytes, so memory is bounded by the file (docs/input.md).
+    pub consumed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { bytes_per_input_byte: 24, slack: 64 << 20, max_marks: 100_000 }
+        Limits { bytes_per_input_byte: 24, slack: 64 << 20, max_marks: 100_000, consumed: None }
     }
 }
 
@@ -581,6 +585,12 @@ fn python_string_literal(b: &[u8]) -> Option<Vec<u8>> {
     }
     Some(out)
 }
+
+/// What one container value costs in memory (the `Rc`, its `RefCell` and
+/// an empty `Vec`, with the allocator's rounding): charged for every
+/// container an opcode makes, so a pickle of empty tuples cannot outgrow its
+/// allowance (docs/input.md).
+const CONTAINER: u64 = 128;
 
 fn refused_name(op: u8) -> Option<&'static str> {
     Some(match op {
@@ -857,9 +867,17 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         self.charged += bytes;
         if self.charged > self.allowance {
             // The allowance grows with the input read; recompute it only when passed.
-            self.allowance = self.src.offset().saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
+            let read = match &self.limits.consumed {
+                Some(c) => c.load(std::sync::atomic::Ordering::Relaxed),
+                None => self.src.offset(),
+            };
+            self.allowance = read.saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
             if self.charged > self.allowance {
-                return Err(PickleError::Limit { offset, what: "memory for decoded values", limit: self.allowance });
+                return Err(PickleError::Limit {
+                    offset,
+                    what: "memory for decoded values (24 times the file read plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times its unpacked bytes)",
+                    limit: self.allowance,
+                });
             }
         }
         Ok(())
@@ -1275,15 +1293,21 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     if self.try_fast_entry(offset)? {
                         continue;
                     }
-                    self.charge(offset, 64)?;
+                    self.charge(offset, CONTAINER)?;
                     self.push(offset, Value::Dict(Rc::new(RefCell::new(Dict::default()))))?
                 }
                 b']' => {
-                    self.charge(offset, 48)?;
+                    self.charge(offset, CONTAINER)?;
                     self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
                 }
-                b')' => self.push(offset, Value::Tuple(Rc::new(Tuple::default())))?,
-                0x8f => self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?,
+                b')' => {
+                    self.charge(offset, CONTAINER)?;
+                    self.push(offset, Value::Tuple(Rc::new(Tuple::default())))?
+                }
+                0x8f => {
+                    self.charge(offset, CONTAINER)?;
+                    self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
+                }
                 b'(' => {
                     if self.marks.len() >= self.limits.max_marks {
                         return Err(PickleError::Limit {
@@ -1411,10 +1435,12 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 }
                 b'l' => {
                     let items = self.pop_mark(offset)?;
+                    self.charge(offset, CONTAINER)?;
                     self.push(offset, Value::List(Rc::new(RefCell::new(List::new(items)))))?
                 }
                 b't' | 0x91 => {
                     let items = self.pop_mark(offset)?;
+                    self.charge(offset, CONTAINER)?;
                     self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
                 }
                 b'd' => {
@@ -1422,6 +1448,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     if items.len() % 2 != 0 {
                         return Err(self.malformed(offset, "DICT with an odd number of values"));
                     }
+                    self.charge(offset, CONTAINER)?;
                     let mut d = Dict::default();
                     let mut it = items.into_iter();
                     while let (Some(k), Some(v)) = (it.next(), it.next()) {
@@ -1436,6 +1463,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                         return Err(self.malformed(offset, "TUPLE with too few values on the stack"));
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
+                    self.charge(offset, CONTAINER)?;
                     self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
                 }
                 _ => return Err(PickleError::UnknownOpcode { offset, op }),
@@ -1557,7 +1585,10 @@ mod tests {
         p.extend(std::iter::repeat_n(b']', 1_000_000));
         p.extend(std::iter::repeat_n(b'a', 999_999));
         p.push(b'.');
-        let v = decode_bytes(&p).unwrap();
+        // A million lists cost more than the default allowance of a 2 MB
+        // input; with room for them, decoding and dropping never recurse.
+        let v = decode(&p[..], &mut (), Limits { slack: 512 << 20, ..Limits::default() }).unwrap();
         drop(v);
+        assert!(decode_bytes(&p).unwrap_err().to_string().contains("exceeds the decoder's limit"));
     }
 }

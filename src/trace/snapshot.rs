@@ -243,9 +243,10 @@ fn schema(path: &str, msg: impl std::fmt::Display) -> TraceError {
 
 fn req_u64(v: &Value, key: &str, path: &str) -> Result<u64, TraceError> {
     match v.get(key) {
-        Some(x) => x
-            .as_u64()
-            .ok_or_else(|| schema(path, format!("'{key}' is a {}, expected a non-negative int", x.type_name()))),
+        Some(x) => x.as_u64().ok_or_else(|| match x.as_i64() {
+            Some(v) if v < 0 => schema(path, format!("'{key}' is negative ({v})")),
+            _ => schema(path, format!("'{key}' is a {}, expected a non-negative integer", x.type_name())),
+        }),
         None => Err(schema(path, format!("missing '{key}'"))),
     }
 }
@@ -359,11 +360,26 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
 /// are sized for it up front instead of growing by copies. (Capacity never
 /// written costs no resident memory.)
 pub fn read_snapshot_sized<R: Read>(r: R, unpacked_bytes: u64) -> Result<Trace, TraceError> {
-    read_snapshot_with(r, unpacked_bytes, false).map(|(t, _)| t)
+    read_snapshot_with(r, unpacked_bytes, false, &super::ReadLimits::default()).map(|(t, _)| t)
+}
+
+/// As `read_snapshot_sized`, with the decoder's memory bounded by the bytes
+/// of the file read (`ReadLimits::consumed`) rather than the unpacked bytes.
+pub fn read_snapshot_limited<R: Read>(
+    r: R,
+    unpacked_bytes: u64,
+    limits: &super::ReadLimits,
+) -> Result<Trace, TraceError> {
+    read_snapshot_with(r, unpacked_bytes, false, limits).map(|(t, _)| t)
 }
 
 /// Also returns how many entries the fast path decoded.
-fn read_snapshot_with<R: Read>(r: R, unpacked_bytes: u64, generic_only: bool) -> Result<(Trace, usize), TraceError> {
+fn read_snapshot_with<R: Read>(
+    r: R,
+    unpacked_bytes: u64,
+    generic_only: bool,
+    limits: &super::ReadLimits,
+) -> Result<(Trace, usize), TraceError> {
     let mut cols = EntryColumns { generic_only, ..Default::default() };
     // A trace entry takes at least ~40 bytes of pickle. The size is a hint
     // from the file: a failed reservation just means growing as usual.
@@ -371,7 +387,11 @@ fn read_snapshot_with<R: Read>(r: R, unpacked_bytes: u64, generic_only: bool) ->
     let _ = cols.events.try_reserve(n);
     let _ = cols.time_us.try_reserve(n);
     let _ = cols.stack.try_reserve(n);
-    let root = decode(r, &mut cols, Limits::default()).map_err(TraceError::Pickle)?;
+    // With an explicit unpacked-size cap the user has vouched for the
+    // unpacked bytes: the allowance follows them instead of the file.
+    let consumed = if limits.max_unpacked.is_some() { None } else { limits.consumed.clone() };
+    let lim = Limits { consumed, ..Limits::default() };
+    let root = decode(r, &mut cols, lim).map_err(TraceError::Pickle)?;
     let mut w = Walker { stacks: Vec::new(), interned: HashMap::new() };
     let mut trace = Trace { format: TraceFormat::PytorchSnapshot, ..Default::default() };
 
@@ -506,8 +526,9 @@ mod tests {
             flate2::read::MultiGzDecoder::new(std::fs::File::open(root.join(name)).unwrap())
                 .read_to_end(&mut raw)
                 .unwrap();
-            let (fast, taken) = read_snapshot_with(&raw[..], raw.len() as u64, false).unwrap();
-            let (slow, none) = read_snapshot_with(&raw[..], 0, true).unwrap();
+            let (fast, taken) =
+                read_snapshot_with(&raw[..], raw.len() as u64, false, &crate::trace::ReadLimits::default()).unwrap();
+            let (slow, none) = read_snapshot_with(&raw[..], 0, true, &crate::trace::ReadLimits::default()).unwrap();
             assert_eq!(none, 0);
             assert!(taken * 100 >= fast.devices[0].events.len() * 99, "{name}: fast path took {taken}");
             let (a, b) = (&fast.devices[0], &slow.devices[0]);

@@ -653,7 +653,14 @@ fn wait_input(timeout: Duration, wake: Option<i32>) -> Input {
 /// ratatui's hook).
 pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
     let term_flag = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+    // SIGINT and SIGQUIT from outside (kill, or a key outside raw mode) end
+    // the loop too, so the terminal is restored on those ways out as well.
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
+    ] {
         signal_hook::flag::register(sig, term_flag.clone())?;
     }
     let winch = Arc::new(AtomicBool::new(false));
@@ -707,6 +714,9 @@ pub fn run_app(app: &mut impl Interactive) -> std::io::Result<()> {
         Ok(())
     })();
     ratatui::restore();
+    // restore() leaves raw mode and the alternate screen; our frame writer
+    // hid the cursor, so show it again.
+    let _ = crossterm::execute!(std::io::stdout(), crossterm::cursor::Show);
     result
 }
 
