@@ -130,7 +130,7 @@ fn publisher_files_good_foreign_oversized_and_malformed() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
     let s = scan(&d, me, publisher::DEFAULT_CAP);
-    assert!(s.published.is_empty() && s.skipped[0].contains("it must be ours and 0700"), "{:?}", s.skipped);
+    assert!(s.published.is_empty() && s.skipped[0].contains("it must be our own 0700 directory"), "{:?}", s.skipped);
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -348,35 +348,7 @@ fn the_python_publisher_writes_what_the_scanner_reads() {
         return;
     }
     let d = tmpdir("py");
-    let fake = d.join("fake");
-    std::fs::create_dir_all(fake.join("torch")).unwrap();
-    std::fs::write(
-        fake.join("torch/__init__.py"),
-        r#"
-class _Cuda:
-    def current_device(self): return 0
-    def memory_allocated(self, d=None): return 8 << 20
-    def memory_stats(self, d=None):
-        return {"allocated_bytes.all.current": 8 << 20, "reserved_bytes.all.current": 20 << 20, "num_ooms": 0}
-    def memory_snapshot(self):
-        return [{"device": 0, "address": 140000000000000, "total_size": 20 << 20, "stream": 0,
-                 "segment_type": "large", "allocated_size": 8 << 20, "active_size": 8 << 20,
-                 "blocks": [{"size": 8 << 20, "requested_size": 8 << 20, "state": "active_allocated"},
-                            {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]},
-                {"device": 1, "address": 5, "total_size": 2 << 20, "stream": 0, "segment_type": "small", "blocks": []}]
-cuda = _Cuda()
-class _Hook:
-    def remove(self): pass
-class _Opt:
-    hooks = []
-    @staticmethod
-    def register_optimizer_step_post_hook(f):
-        _Opt.hooks.append(f); return _Hook()
-class optim:
-    optimizer = _Opt
-"#,
-    )
-    .unwrap();
+    let fake = fake_torch(&d);
     let script = r#"
 import sys, time, torch, gpumem_top_publish as g
 g.start(interval=0.05)
@@ -412,6 +384,144 @@ time.sleep(0.5)
     // At exit the publisher removes its file.
     assert!(scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP).published.is_empty());
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A stand-in `torch` package that answers memory_stats()/memory_snapshot()
+/// like PyTorch, for the publisher run by CPython.
+fn fake_torch(d: &Path) -> PathBuf {
+    let fake = d.join("fake");
+    std::fs::create_dir_all(fake.join("torch")).unwrap();
+    std::fs::write(
+        fake.join("torch/__init__.py"),
+        r#"
+class _Cuda:
+    def current_device(self): return 0
+    def memory_allocated(self, d=None): return 8 << 20
+    def memory_stats(self, d=None):
+        return {"allocated_bytes.all.current": 8 << 20, "reserved_bytes.all.current": 20 << 20, "num_ooms": 0}
+    def memory_snapshot(self):
+        return [{"device": 0, "address": 140000000000000, "total_size": 20 << 20, "stream": 0,
+                 "segment_type": "large", "allocated_size": 8 << 20, "active_size": 8 << 20,
+                 "blocks": [{"size": 8 << 20, "requested_size": 8 << 20, "state": "active_allocated"},
+                            {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]},
+                {"device": 1, "address": 5, "total_size": 2 << 20, "stream": 0, "segment_type": "small", "blocks": []}]
+cuda = _Cuda()
+class _Hook:
+    def remove(self): pass
+class _Opt:
+    hooks = []
+    @staticmethod
+    def register_optimizer_step_post_hook(f):
+        _Opt.hooks.append(f); return _Hook()
+class optim:
+    optimizer = _Opt
+"#,
+    )
+    .unwrap();
+    fake
+}
+
+fn have_python() -> bool {
+    Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Runs `script` with the publisher and the stand-in torch; returns its
+/// exit status, stdout and stderr.
+fn run_publisher(d: &Path, dir: &Path, script: &str) -> (bool, String, String) {
+    let fake = fake_torch(d);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .env("PYTHONPATH", format!("{}:{}", fake.display(), common::root().join("assets/python").display()))
+        .env("GPUMEM_TOP_DIR", dir)
+        .env("TMPDIR", d)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// A symbolic link planted where the publisher's directory goes, a
+/// directory someone else made, or one that is not private: the publisher
+/// never writes or chmods there, warns once, publishes to a fresh private
+/// directory gpumem-top also reads, and training goes on.
+#[test]
+fn the_publisher_never_harms_training_or_follows_what_it_did_not_make() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have_python() {
+        return;
+    }
+    let script = r#"
+import os, time, torch, gpumem_top_publish as g
+g.start(interval=0.05)
+time.sleep(0.3)
+import glob
+print("training goes on", os.getpid())
+print("files", sorted(glob.glob(os.path.join(os.environ["TMPDIR"], "gpumem-top-*", "*.json"))))
+"#;
+    // 1. A symbolic link to a victim directory.
+    let d = tmpdir("pub-link");
+    let victim = d.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = d.join("pubdir");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let (ok, out, err) = run_publisher(&d, &link, script);
+    assert!(ok && out.contains("training goes on"), "{out}{err}");
+    assert_eq!(err.matches("gpumem_top_publish:").count(), 1, "one warning: {err}");
+    assert!(err.contains("not a directory") && err.contains("publishing to"), "{err}");
+    assert_eq!(std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777, 0o755, "never chmod-ed");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing written there");
+    assert!(out.contains(".json"), "published to the fallback: {out}");
+    // 2. Our own directory, but open to others: refused, not chmod-ed.
+    let d = tmpdir("pub-open");
+    let open = d.join("pubdir");
+    std::fs::create_dir_all(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (ok, _, err) = run_publisher(&d, &open, script);
+    assert!(ok, "{err}");
+    assert!(err.contains("mode 777"), "{err}");
+    assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o777);
+    // 3. Made by another user (only root can arrange that here).
+    if publisher::current_uid() == 0 {
+        let d = tmpdir("pub-other");
+        let theirs = d.join("pubdir");
+        std::fs::create_dir_all(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let c = std::ffi::CString::new(theirs.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; chown changes only its owner.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let (ok, out, err) = run_publisher(&d, &theirs, script);
+        assert!(ok && out.contains("training goes on"), "{err}");
+        assert!(err.contains("belongs to uid 65534"), "{err}");
+    }
+}
+
+/// The scanner reads at most the cap of a file however large it is, finds
+/// the publisher's fallback directories, and keeps one file per process and
+/// device (the newest).
+#[test]
+fn the_scanner_caps_reads_and_keeps_one_file_per_process() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tmpdir("scan-dups");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let me = std::process::id();
+    let mut old = published(me, 0, 8 << 20, 20 << 20, &[]);
+    old["time"] = json!(100.0);
+    let mut new = published(me, 0, 9 << 20, 20 << 20, &[]);
+    new["time"] = json!(200.0);
+    std::fs::write(d.join(format!("{me}-0.json")), serde_json::to_vec(&old).unwrap()).unwrap();
+    std::fs::write(d.join(format!("{me}-0b.json")), serde_json::to_vec(&new).unwrap()).unwrap();
+    // Over the cap: skipped, and not read whole.
+    std::fs::write(d.join("big.json"), vec![b' '; 4096]).unwrap();
+    let s = scan(&d, publisher::current_uid(), 1024);
+    assert_eq!(s.published.len(), 1, "{:?}", s.skipped);
+    assert_eq!(s.published[0].allocated(), 9 << 20, "the newest");
+    assert!(s.skipped.iter().any(|x| x.contains("older file")), "{:?}", s.skipped);
+    assert!(s.skipped.iter().any(|x| x.contains("big.json: over the 1024 byte cap")), "{:?}", s.skipped);
 }
 
 #[test]

@@ -17,6 +17,9 @@ each optimizer step are kept too (gpumem-top's leak alert reads them).
 import atexit
 import json
 import os
+import stat
+import sys
+import tempfile
 import threading
 import time
 
@@ -36,13 +39,53 @@ def default_dir():
 
 
 def _private_dir(path):
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
+    """``path`` as our own 0700 directory: created if missing; an existing
+    one must be a real directory (not a symbolic link), ours and private.
+    Nothing we did not create is ever chmod-ed. Raises OSError otherwise."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)  # ours, just made: undo the umask
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError("%s is not a directory" % path)
     if st.st_uid != os.getuid():
         raise PermissionError("%s belongs to uid %d, not us" % (path, st.st_uid))
     if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
+        raise PermissionError("%s has mode %o; it must be 0700" % (path, st.st_mode & 0o777))
     return path
+
+
+def _fallback_dir():
+    """A fresh private directory where gpumem-top also looks
+    (``$TMPDIR/gpumem-top-<uid>-*``)."""
+    return tempfile.mkdtemp(prefix="gpumem-top-%d-" % os.getuid())
+
+
+def _warn(msg):
+    try:
+        sys.stderr.write("gpumem_top_publish: %s\n" % msg)
+    except Exception:
+        pass
+
+
+def _usable_dir(directory):
+    """The directory to publish into: ``directory`` if it is ours and
+    private, else (with one warning) a fresh private one, else None."""
+    try:
+        return _private_dir(directory)
+    except Exception as e:
+        try:
+            d = _fallback_dir()
+        except Exception as e2:
+            _warn("not publishing: %s; no fallback directory: %s" % (e, e2))
+            return None
+        _warn("%s; publishing to %s instead" % (e, d))
+        return d
 
 
 def _nspid():
@@ -119,10 +162,20 @@ def publish_once(torch, directory, device, interval, layout=True):
     }
     name = "%d-%d.json" % (os.getpid(), device)
     path = os.path.join(directory, name)
-    tmp = os.path.join(directory, ".%s.%d.tmp" % (name, threading.get_ident()))
-    with open(tmp, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    tmp = ".%s.%d.tmp" % (name, threading.get_ident())
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    # Through a descriptor of the directory, never following a link: a
+    # directory swapped for a symbolic link after the check gets nothing.
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
     return path
 
 
@@ -140,12 +193,23 @@ def start(interval=0.5, directory=None, devices=None, layout=True):
     ``devices``: CUDA device indices (default: the current device).
     ``layout``: include the segment/block layout (the fragmentation map).
     """
+    try:
+        return _start(interval, directory, devices, layout)
+    except Exception as e:
+        # Publishing must never break training.
+        _warn("not publishing: %s" % e)
+        return None
+
+
+def _start(interval, directory, devices, layout):
     import torch
 
     with _lock:
         if _state["thread"] is not None:
             return _state["thread"]
-        directory = _private_dir(directory or default_dir())
+        directory = _usable_dir(directory or default_dir())
+        if directory is None:
+            return None
         devs = list(devices) if devices is not None else [torch.cuda.current_device()]
         stop = threading.Event()
         try:

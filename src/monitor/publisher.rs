@@ -343,17 +343,75 @@ fn segment(r: &mut Reader, bad: &mut Option<String>) -> Result<SegmentInfo, Stri
 /// most `cap` bytes.
 pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
     let mut out = PublisherScan::default();
-    let Ok(meta) = std::fs::metadata(dir) else { return out };
-    if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+    scan_into(dir, uid, cap, &mut out);
+    // Where the publisher falls back when the usual directory is not
+    // usable (another user made it, say): private mkdtemp directories.
+    for d in fallback_dirs(uid) {
+        if d != dir {
+            scan_into(&d, uid, cap, &mut out);
+        }
+    }
+    dedupe(&mut out);
+    out
+}
+
+/// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`.
+pub fn fallback_dirs(uid: u32) -> Vec<PathBuf> {
+    let tmp = std::env::temp_dir();
+    let prefix = format!("gpumem-top-{uid}-");
+    let Ok(rd) = std::fs::read_dir(&tmp) else { return Vec::new() };
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// One file per (process, device): the newest, when a process has files in
+/// two directories or under two names.
+fn dedupe(out: &mut PublisherScan) {
+    out.published.sort_by(|a, b| (a.pid, a.cuda_device).cmp(&(b.pid, b.cuda_device)).then(b.time.total_cmp(&a.time)));
+    let mut kept: Vec<Published> = Vec::with_capacity(out.published.len());
+    for p in out.published.drain(..) {
+        match kept.last() {
+            Some(k) if (k.pid, k.cuda_device) == (p.pid, p.cuda_device) => {
+                out.skipped.push(format!(
+                    "{}: an older file of pid {} device {}",
+                    p.path.display(),
+                    p.pid,
+                    p.cuda_device
+                ));
+            }
+            _ => kept.push(p),
+        }
+    }
+    out.published = kept;
+}
+
+fn scan_into(dir: &Path, uid: u32, cap: u64, out: &mut PublisherScan) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // The directory itself, not what a link there points to.
+    let Ok(meta) = std::fs::symlink_metadata(dir) else { return };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
         out.skipped.push(format!(
-            "{}: not read (owned by uid {}, mode {:o}; it must be ours and 0700)",
+            "{}: not read (a {}, owned by uid {}, mode {:o}; it must be our own 0700 directory)",
             dir.display(),
+            if meta.file_type().is_symlink() {
+                "symbolic link"
+            } else if meta.is_dir() {
+                "directory"
+            } else {
+                "file"
+            },
             meta.uid(),
             meta.mode() & 0o777
         ));
-        return out;
+        return;
     }
-    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
     let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
     names.sort();
     for path in names {
@@ -362,21 +420,37 @@ pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
         if name.starts_with('.') || !name.ends_with(".json") {
             continue;
         }
-        let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+        // Opened without following a link; checked and read through the
+        // one descriptor, at most `cap` bytes however much the file grows.
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path);
+        let mut f = match f {
+            Ok(f) => f,
+            Err(e) => {
+                out.skipped.push(format!("{}: not opened ({e})", path.display()));
+                continue;
+            }
+        };
+        let Ok(m) = f.metadata() else { continue };
         if !m.file_type().is_file() {
             out.skipped.push(format!("{}: not a regular file", path.display()));
-        } else if m.uid() != uid {
+            continue;
+        }
+        if m.uid() != uid {
             out.skipped.push(format!("{}: owned by uid {}, not us", path.display(), m.uid()));
-        } else if m.len() > cap {
-            out.skipped.push(format!("{}: {} bytes, over the {} byte cap", path.display(), m.len(), cap));
-        } else {
-            match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| parse_bytes(&b, &path)) {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        match (&mut f).take(cap + 1).read_to_end(&mut bytes) {
+            Ok(n) if n as u64 > cap => {
+                out.skipped.push(format!("{}: over the {cap} byte cap", path.display()));
+            }
+            Ok(_) => match parse_bytes(&bytes, &path) {
                 Ok(p) => out.published.push(p),
                 Err(e) => out.skipped.push(format!("{}: malformed: {e}", path.display())),
-            }
+            },
+            Err(e) => out.skipped.push(format!("{}: {e}", path.display())),
         }
     }
-    out
 }
 
 /// Creates `dir` (mode 0700) if missing.
