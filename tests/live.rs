@@ -292,6 +292,72 @@ extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 
+/// `/metrics` within 1 s while 200 idle and 10 dripping connections are
+/// open, for longer than any one of them may live; `HEAD` answers the
+/// headers alone; the server's memory stays flat.
+#[test]
+fn serve_stays_prompt_beside_idle_and_dripping_clients() {
+    let mut child = Command::new(bin())
+        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", "50"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    let idle: Vec<std::net::TcpStream> = (0..200).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drippers: Vec<_> = (0..10)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // A new connection whenever the server drops the last one.
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = std::net::TcpStream::connect(&addr) else { continue };
+                    for b in b"GET /metrics HTTP/1.1\r\n".iter().cycle() {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed) || s.write_all(&[*b]).is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
+            })
+        })
+        .collect();
+    let rss = |pid: u32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        s.lines().find(|l| l.starts_with("VmRSS:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let rss0 = rss(child.id());
+    let start = std::time::Instant::now();
+    let mut slowest = Duration::ZERO;
+    while start.elapsed() < Duration::from_secs(5) {
+        let t = std::time::Instant::now();
+        let (head, body) = http_get(&addr, "/metrics");
+        slowest = slowest.max(t.elapsed());
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(body.contains("gpumem_gpu_memory_total_bytes"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(slowest < Duration::from_secs(1), "slowest /metrics took {slowest:?}");
+    // HEAD: the same headers, no body.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 200 OK") && r.contains("Content-Length: ") && r.ends_with("\r\n\r\n"), "{r}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for d in drippers {
+        d.join().unwrap();
+    }
+    drop(idle);
+    assert!(rss(child.id()) < rss0 + 20_000, "RSS grew from {rss0} kB to {} kB", rss(child.id()));
+    // SAFETY: signals our own child.
+    unsafe { kill(child.id() as i32, 15) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 #[test]
 fn json_without_a_gpu_is_the_simulated_device_and_a_named_device_is_an_error() {
     let out = Command::new(bin()).args(["--json"]).env("GPUMEM_TOP_DIR", tmpdir("json")).output().unwrap();

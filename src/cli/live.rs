@@ -2,7 +2,7 @@
 //! `record` and `serve`.
 
 use std::io::{IsTerminal, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -436,63 +436,32 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let listener =
         TcpListener::bind(&args.listen).map_err(|e| anyhow!(InputError(format!("--listen {}: {e}", args.listen))))?;
     let addr = listener.local_addr()?;
-    listener.set_nonblocking(true)?;
     eprintln!("gpumem-top: serving {name} metrics on http://{addr}/metrics");
-    let sampler = Sampler::spawn(src, interval);
-    // Accepting and sampling share this thread: the latest sample is plain state.
-    let mut latest: Option<(Snapshot, Vec<Alert>)> = None;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    while !stop.load(Ordering::Relaxed) {
-        while let Ok(s) = sampler.rx.try_recv() {
-            let a = alerts(&s, &thresholds);
-            latest = Some((s, a));
-        }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let body = latest.as_ref().map(|(s, a)| crate::export::prometheus::exposition(s, a));
-                // A client that misbehaves only loses its own answer.
-                let _ = answer(stream, body);
+    // Samples become the exposition once, off the thread that answers.
+    let body: crate::export::http::Body = Arc::default();
+    let collector = {
+        let (body, stop) = (body.clone(), stop.clone());
+        std::thread::Builder::new().name("gpumem-collect".into()).spawn(move || {
+            let sampler = Sampler::spawn(src, interval);
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(s) = sampler.rx.recv_timeout(Duration::from_millis(200)) else { continue };
+                let a = alerts(&s, &thresholds);
+                let text = Arc::new(crate::export::prometheus::exposition(&s, &a));
+                if let Ok(mut b) = body.lock() {
+                    *b = Some(text);
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn answer(mut s: TcpStream, body: Option<String>) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut req = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 * 1024 {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        req.extend_from_slice(&buf[..n]);
-    }
-    let line = String::from_utf8_lossy(&req);
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, text) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => match body {
-            Some(b) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", b),
-            None => ("503 Service Unavailable", "text/plain", "no sample yet\n".to_string()),
-        },
-        ("GET", "/") => ("200 OK", "text/plain", "gpumem-top: metrics at /metrics\n".to_string()),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-        _ => ("405 Method Not Allowed", "text/plain", "GET only\n".to_string()),
+        })?
     };
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    )?;
-    s.flush()
+    let served = crate::export::http::serve(listener, body, stop.clone());
+    stop.store(true, Ordering::Relaxed);
+    let _ = collector.join();
+    served?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `replay RECORDING.jsonl`: the live view over what was recorded, or with

@@ -1,6 +1,7 @@
 //! Renderings of the same state outside the terminal: pictures for
 //! reports (SVG, PNG, text) and Prometheus text exposition.
 
+pub mod http;
 pub mod picture;
 pub mod prometheus;
 pub mod text;

@@ -202,7 +202,8 @@ impl Sampler {
         interval: Duration,
         waker: Option<std::os::unix::net::UnixStream>,
     ) -> Sampler {
-        let (tx, rx) = mpsc::channel();
+        // Bounded: a consumer that falls behind loses samples, never memory.
+        let (tx, rx) = mpsc::sync_channel(8);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("gpumem-sampler".into())
@@ -210,8 +211,9 @@ impl Sampler {
                 let mut n = 0u64;
                 loop {
                     let started = Instant::now();
-                    if tx.send(source.snapshot()).is_err() {
-                        return;
+                    match tx.try_send(source.snapshot()) {
+                        Ok(()) | Err(mpsc::TrySendError::Full(_)) => {}
+                        Err(mpsc::TrySendError::Disconnected(_)) => return,
                     }
                     if let Some(w) = &waker {
                         // Non-blocking: a full pipe already says "wake up".
