@@ -1,0 +1,180 @@
+//! A mutation fuzzer over the three input formats (pickle snapshots of
+//! protocols 0 and 4, our JSON lines, RMM CSV): real inputs with bytes
+//! flipped, inserted, deleted, duplicated, spliced and cut, each read and,
+//! when it reads, replayed through the same session every front end uses.
+//! A panic or an execution over 2 s fails, and the input is saved.
+//!
+//! CI runs it for `GPUMEM_FUZZ_SECS` (default 15) seconds; a longer run:
+//!
+//!     GPUMEM_FUZZ_EXECS=1000000 cargo test --release --test fuzz -- --nocapture
+
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use common::fixture;
+use gpumem_top::replay::session::{Session, Want};
+use gpumem_top::trace;
+
+fn gunzip(path: &str) -> Vec<u8> {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture(path)).unwrap()).read_to_end(&mut raw).unwrap();
+    raw
+}
+
+fn seeds() -> Vec<Vec<u8>> {
+    let mut jsonl = String::new();
+    for (i, a) in
+        ["segment_alloc", "alloc", "alloc", "free_requested", "free_completed", "segment_free"].iter().enumerate()
+    {
+        let addr = if i == 2 { 140_000_000_001_024u64 } else { 140_000_000_000_000 };
+        let size = if a.starts_with("segment") { 2 << 20 } else { 512 };
+        jsonl.push_str(&format!("{{\"action\":\"{a}\",\"addr\":{addr},\"size\":{size},\"stream\":0,\"device\":0}}\n"));
+    }
+    let rmm = "Thread,Time,Action,Pointer,Size,Stream\n\
+               1,08:00:00:000001,allocate,0x7f0000000000,5242880,0x0\n\
+               1,08:00:00:000002,allocate,0x7f0000500000,3145728,0x0\n\
+               1,08:00:00:000003,free,0x7f0000000000,5242880,0x0\n\
+               1,08:00:00:000004,allocate failure,0x0,99999999999,0x0\n";
+    vec![
+        gunzip("field/mempools.pickle.gz"),
+        gunzip("field/mempools_protocol0.pickle.gz"),
+        gunzip("traces/multistream_pipeline.pickle.gz"),
+        std::fs::read(fixture("traces/small_snapshot.pickle")).unwrap(),
+        jsonl.into_bytes(),
+        rmm.as_bytes().to_vec(),
+    ]
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Pickle opcodes worth inserting: containers, marks, memo, strings, ints.
+const OPS: &[u8] = b"()]}.NKMJ\x8a\x8c\x94hjqraeust\x85\x86\x87\x88\x89G0(2lVSIdp";
+
+fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&seeds[rng.below(seeds.len())]);
+    for _ in 0..1 + rng.below(6) {
+        if out.is_empty() {
+            out.push(0x80);
+        }
+        let i = rng.below(out.len());
+        match rng.below(9) {
+            0 => out[i] = rng.next() as u8,
+            1 => out[i] ^= 1 << rng.below(8),
+            2 => out.insert(i, rng.next() as u8),
+            3 => out.insert(i, OPS[rng.below(OPS.len())]),
+            4 => {
+                let n = rng.below(64).min(out.len() - i);
+                out.drain(i..i + n);
+            }
+            5 => {
+                let n = rng.below(256).min(out.len() - i);
+                let dup: Vec<u8> = out[i..i + n].to_vec();
+                out.splice(i..i, dup);
+            }
+            6 => {
+                let other = &seeds[rng.below(seeds.len())];
+                let j = rng.below(other.len());
+                let n = rng.below(512).min(other.len() - j);
+                out.splice(i..i, other[j..j + n].iter().copied());
+            }
+            7 => out.truncate(i.max(1)),
+            _ => out[i] = [0, 0xff, 0x7f, 0x80, b'-', b'9'][rng.below(6)],
+        }
+        out.truncate(1 << 20);
+    }
+}
+
+/// One execution: read, and replay what reads.
+fn execute(input: &[u8]) {
+    let Ok(t) = trace::read_any(input) else { return };
+    for dev in &t.devices {
+        if dev.events.len() > 100_000 {
+            continue;
+        }
+        let want = Want {
+            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+            changed: false,
+            device_total: 150_109_880_320,
+            memory_limit: None,
+            keep_events: false,
+            stop_at: None,
+            context_bytes: 0,
+            recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
+        };
+        if let Ok(s) = Session::open(dev, &t.stacks, &want) {
+            let _ = s.exact.allocator.snapshot();
+            if s.fidelity.is_faithful() {
+                if let Ok(mut sc) = s.scrubber(64) {
+                    let _ = sc.seek(dev.events.len() / 2).memory_stats();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fuzz_pickle_jsonl_and_rmm_inputs() {
+    let secs: u64 = std::env::var("GPUMEM_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
+    let execs: Option<u64> = std::env::var("GPUMEM_FUZZ_EXECS").ok().and_then(|s| s.parse().ok());
+    let seed: u64 =
+        std::env::var("GPUMEM_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9e37_79b9_7f4a_7c15);
+    let seeds = seeds();
+    // Every seed reads as it is.
+    for (i, s) in seeds.iter().enumerate() {
+        assert!(trace::read_any(&s[..]).is_ok(), "seed {i} does not read");
+    }
+    let mut rng = Rng(seed);
+    let mut input = Vec::new();
+    let start = Instant::now();
+    let mut n = 0u64;
+    let mut read_ok = 0u64;
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    loop {
+        match execs {
+            Some(e) if n >= e => break,
+            None if start.elapsed() >= Duration::from_secs(secs) => break,
+            _ => {}
+        }
+        mutate(&mut rng, &seeds, &mut input);
+        let t = Instant::now();
+        let r = std::panic::catch_unwind(|| execute(&input));
+        let took = t.elapsed();
+        if r.is_err() || took > Duration::from_secs(2) {
+            std::panic::set_hook(prev);
+            let p = std::env::temp_dir().join(format!("gpumem-top-fuzz-crash-{n}.bin"));
+            std::fs::write(&p, &input).unwrap();
+            panic!(
+                "execution {n} {} (input saved to {}); replay it with `gpumem-top replay {}`",
+                if r.is_err() { "panicked" } else { "took over 2 s" },
+                p.display(),
+                p.display()
+            );
+        }
+        if trace::read_any(&input[..]).is_ok() {
+            read_ok += 1;
+        }
+        n += 1;
+    }
+    std::panic::set_hook(prev);
+    eprintln!(
+        "fuzz: {n} executions in {:.1} s ({read_ok} read as a trace), seed {seed:#x}, no panic, none over 2 s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(n > 0);
+}
