@@ -293,3 +293,45 @@ fn field_snapshots_open_in_the_tui() {
     p.keys(&["q"]);
     p.wait_for("EXITED rc=0");
 }
+
+impl Pane {
+    /// tmux's view of the terminal: (alternate screen on, cursor visible).
+    fn modes(&self) -> (bool, bool) {
+        let out = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &self.name, "#{alternate_on} #{cursor_flag}"])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut it = s.split_whitespace();
+        (it.next() == Some("1"), it.next() == Some("1"))
+    }
+}
+
+/// After `q`, SIGINT or SIGQUIT from outside, the alternate screen is off
+/// and the cursor is visible again.
+#[test]
+fn every_way_out_restores_the_terminal() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let trace = fixture("field/mempools.pickle.gz");
+    for (i, how) in ["q", "INT", "QUIT", "TERM"].into_iter().enumerate() {
+        let pidfile = std::env::temp_dir().join(format!("gpumem-top-tui-pid-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_file(&pidfile);
+        let cmd = format!(
+            "sh -c 'echo $$ > {}; exec {bin} replay {}'; echo EXITED; sleep 60",
+            pidfile.display(),
+            trace.display()
+        );
+        let p = Pane::start(&cmd, 120, 40);
+        p.wait_for("Fragmentation map");
+        assert_eq!(p.modes(), (true, false), "full screen, cursor hidden");
+        if how == "q" {
+            p.keys(&["q"]);
+        } else {
+            let pid = std::fs::read_to_string(&pidfile).unwrap();
+            assert!(Command::new("kill").args([&format!("-{how}"), pid.trim()]).status().unwrap().success());
+        }
+        p.wait_for("EXITED");
+        assert_eq!(p.modes(), (false, true), "after {how}: the alternate screen is off and the cursor shown");
+        let _ = std::fs::remove_file(&pidfile);
+    }
+}
