@@ -273,6 +273,14 @@ fn a_huge_jsonl_line_is_an_error() {
     let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), path.display()));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("line 1") && err.contains("longer than"), "{err}");
+    // The same for an RMM log.
+    let mut p = b"Thread,Time,Action,Pointer,Size,Stream\n1,".to_vec();
+    p.extend(std::iter::repeat_n(b'7', 80 << 20));
+    p.extend(b",allocate,0x0,5,0x0\n");
+    let path = scratch("long.csv", &p);
+    let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), path.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 2") && err.contains("longer than"), "{err}");
 }
 
 /// gzip's CRC-32 is checked: altered data (stored, so it still inflates)
@@ -365,6 +373,14 @@ fn record_refuses_existing_paths_and_symlinks() {
     assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
     // Not a recording: --append refuses to add to it.
     assert_eq!(rec(&["-o", victim.to_str().unwrap(), "--append"]).0, Some(2));
+    // --force never removes a directory, a device or a FIFO.
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for p in [dir.to_str().unwrap(), fifo.to_str().unwrap(), "/dev/null"] {
+        let (code, err) = rec(&["-o", p, "--force"]);
+        assert_eq!(code, Some(2), "{p}: {err}");
+        assert!(std::fs::symlink_metadata(p).is_ok(), "{p} is still there");
+    }
 }
 
 /// A recording cut inside its last line (a kill, a full disk) replays every

@@ -285,9 +285,16 @@ fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
         return Ok((f, false));
     }
     if args.force {
+        // Only a file or a link is replaced: never a directory, a device
+        // (`-o /dev/null --force` as root), a FIFO or a socket.
         match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => return Err(anyhow!(InputError(format!("{}: is a directory", path.display())))),
-            Ok(_) => std::fs::remove_file(path).map_err(bad)?,
+            Ok(m) if m.is_file() || m.file_type().is_symlink() => std::fs::remove_file(path).map_err(bad)?,
+            Ok(_) => {
+                return Err(anyhow!(InputError(format!(
+                    "{}: not a regular file; --force replaces only files and links",
+                    path.display()
+                ))))
+            }
             Err(_) => {}
         }
     }
