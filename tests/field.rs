@@ -224,3 +224,50 @@ fn export_draws_every_field_snapshot() {
         assert!(text.contains(needle), "{name}: no {needle:?} in\n{text}");
     }
 }
+
+/// Every recorded snapshot beside its truth (the five above and those
+/// `benches/field/record_field.py` recorded on the H200: graphs sharing a
+/// pool, make_graphed_callables, graph trees with checkpointed pools,
+/// MemPools destroyed, expandable segments under graphs, a wrapped window of
+/// graph replays, no history): faithful, ending in PyTorch's current state;
+/// from process start, every stat PyTorch reported but the syncs a trace
+/// cannot show.
+#[test]
+fn every_field_snapshot_reaches_pytorchs_numbers() {
+    let dir = fixture("field");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".truth.json")) else {
+            continue;
+        };
+        let j = replay_json(&format!("{name}.pickle.gz"), &[]);
+        assert!(
+            ["exact", "exact-window", "state-only"].contains(&j["fidelity"].as_str().unwrap()),
+            "{name}: {} {}",
+            j["fidelity"],
+            j["first_divergence"]
+        );
+        assert_eq!(j["directed_releases"], 0, "{name}");
+        assert_current(name, &j);
+        if j["start"] == "process-start" {
+            for (k, v) in truth(name).as_object().unwrap() {
+                if k != "num_sync_all_streams" {
+                    assert_eq!(&j["stats"][k], v, "{name}: {k}");
+                }
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 13, "{n} snapshots");
+}
+
+/// A graph tree's checkpoint restore puts blocks back in place, not by
+/// best fit: without placing them, that replay diverges.
+#[test]
+fn checkpointed_graph_tree_pools_are_restored_in_place() {
+    let j = replay_json("compile_reduce_overhead_infer_shapes.pickle.gz", &[]);
+    assert_eq!(j["fidelity"], "exact");
+    assert!(j["placed_allocs"].as_u64().unwrap() > 0);
+    assert_eq!(replay_json("compile_reduce_overhead_mlp.pickle.gz", &[])["placed_allocs"], 0);
+}

@@ -172,6 +172,8 @@ fn a_pytorch_process_publishes_what_torch_reports() {
     let dir = std::env::temp_dir().join(format!("gpumem-gpu-pub-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // The publisher writes only into our own private directory.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let log = dir.join("phases.log");
     // Memory holds still within each phase: what torch reports at its start
     // is what any reading inside it must see.
@@ -321,6 +323,8 @@ fn multi_gpu_every_gpu_listed_and_a_run_on_gpu_1_seen_there_only() {
     let dir = std::env::temp_dir().join(format!("gpumem-multi-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    // The publisher writes only into our own private directory.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let script = format!(
         r#"
 import sys, torch, gpumem_top_publish as g

@@ -734,6 +734,26 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
+    /// `alloc_found_block` on the free block that starts at `addr`, with
+    /// exactly `size` bytes (split off when the block is larger): how a
+    /// graph tree's `setCheckpointPoolState` restores a segment's blocks in
+    /// place. `None` if no free block of a private pool starts there, on
+    /// that stream, with room for `size`.
+    pub fn alloc_at(&mut self, addr: u64, size: u64, stream: u64, tag: u32) -> Option<BlockId> {
+        let i = (0..self.blocks.len() as u32).find(|&i| {
+            let b = &self.blocks[i as usize];
+            b.alive && b.ptr == addr && b.mapped && b.stream == stream && b.pool >> 1 != 0
+        })?;
+        let b = &self.blocks[i as usize];
+        if Self::block_state(b) != BlockState::Inactive || b.size < size || size == 0 {
+            return None;
+        }
+        let (pool, split) = (b.pool, b.size > size);
+        self.pool_remove(i);
+        let j = self.alloc_found_block(i, pool, size, size, split, tag);
+        Some(BlockId { idx: j, gen: self.blocks[j as usize].gen })
+    }
+
     /// `emptyCache(id)` (what `~MemPool` does): only that pool, and only if
     /// it is freeable.
     pub fn empty_cache_pool(&mut self, slot: PoolSlot) {

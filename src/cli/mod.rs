@@ -248,8 +248,13 @@ fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
     }
 }
 
-fn stats_json(s: &DeviceStats) -> Value {
-    Value::Object(s.flat().into_iter().map(|(k, v)| (k, json!(v))).collect())
+/// `torch.cuda.memory_stats()`: the 121 counters and, as PyTorch 2.11
+/// adds, the config's `max_split_size` (-1 when unlimited).
+fn stats_json(s: &DeviceStats, conf: &AllocatorConfig) -> Value {
+    let mut m: serde_json::Map<String, Value> = s.flat().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let mss = conf.max_split_size;
+    m.insert("max_split_size".into(), json!(if mss == crate::alloc::config::UNLIMITED { -1 } else { mss as i64 }));
+    Value::Object(m)
 }
 
 /// The index of the first `oom` event.
@@ -422,9 +427,10 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             })),
             "inferred_empty_cache_calls": if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
             "directed_releases": session.exact.directed,
+            "placed_allocs": session.exact.placed,
             "recorded_totals": session.recorded,
             "not_in_trace": not_in_trace(session.start),
-            "stats": stats_json(&stats),
+            "stats": stats_json(&stats, &exact_conf),
             "peak": peak.map(|p| json!({
                 "event": p.event,
                 "time_us": dev.time_us.get(p.event).copied(),

@@ -408,7 +408,7 @@ fn run<D: Backed>(
             "compare": [],
             "on_oom": args.on_oom,
             "ooms": ooms,
-            "stats": stats_json(&stats),
+            "stats": stats_json(&stats, &conf),
             "peak": peak,
             "fragmentation": {
                 "peak_ratio": round4(peak_ratio(&stats)),

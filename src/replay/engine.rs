@@ -93,6 +93,9 @@ pub struct ReplayResult<'a> {
     /// Release bursts replayed from the recording's list of segments
     /// (`Stepper::directed_releases`).
     pub directed: usize,
+    /// Allocations placed as a graph tree's checkpoint restore put them
+    /// (`Stepper::placed_allocs`).
+    pub placed: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub events: Vec<Event>,
     pub points: Vec<StatePoint>,
@@ -131,6 +134,8 @@ pub struct Stepper<'a> {
     /// Release bursts replayed from the recording's list of segments
     /// because our release order did not match it.
     directed: usize,
+    /// Allocations placed where a graph tree's checkpoint put them.
+    placed: usize,
 }
 
 impl<'a> Stepper<'a> {
@@ -167,12 +172,18 @@ impl<'a> Stepper<'a> {
             slots,
             segs,
             directed: 0,
+            placed: 0,
         })
     }
 
     /// Release bursts replayed from the recording's list of segments.
     pub fn directed_releases(&self) -> usize {
         self.directed
+    }
+
+    /// Allocations placed as a graph tree's checkpoint restore put them.
+    pub fn placed_allocs(&self) -> usize {
+        self.placed
     }
 
     /// The allocator's pool for a pool of the plan, created on first use.
@@ -292,6 +303,31 @@ impl<'a> Stepper<'a> {
         got
     }
 
+    /// A graph tree's `setCheckpointPoolState` re-allocates each block of a
+    /// checkpointed segment in place (`alloc_found_block` on the block at a
+    /// pointer, with the block's size), not by best fit: where a request
+    /// recorded at `i` did not reproduce, and the recording puts it at the
+    /// start of a free block of a private pool, it is placed there
+    /// (docs/replay.md). `saved` is the state before the request.
+    fn place(
+        &mut self,
+        i: usize,
+        saved: (CachingAllocator<Oracle<'a>>, BTreeMap<u64, (u64, PoolSlot)>),
+    ) -> Option<BlockId> {
+        let e = self.rec[i];
+        let tried = std::mem::replace(&mut self.alloc, saved.0);
+        self.segs = saved.1;
+        let slot = self.segment_of(e.addr).filter(|s| !s.is_default());
+        let tag = self.stacks.get(i).copied().unwrap_or(0);
+        let placed = slot.and_then(|_| self.alloc.alloc_at(e.addr, e.size, e.stream, tag));
+        if placed.is_some() && self.check(i).is_ok() {
+            self.placed += 1;
+            return placed;
+        }
+        self.alloc = tried;
+        None
+    }
+
     /// A release burst from `i` that no malloc explains: `empty_cache()` or
     /// a pool's `emptyCache(id)` as the plan says, checked against the
     /// recording; where our order differs, the recorded segments are
@@ -304,12 +340,11 @@ impl<'a> Stepper<'a> {
             self.empty_cache_at.push(i);
             return;
         }
-        let end = self
-            .pools
-            .burst_end
-            .get(&i)
-            .copied()
-            .unwrap_or_else(|| (i..rec.len()).find(|&k| rec[k].action != Action::SegmentFree).unwrap_or(rec.len()));
+        let end = self.pools.burst_end.get(&i).copied().unwrap_or_else(|| {
+            (i..rec.len())
+                .find(|&k| !matches!(rec[k].action, Action::SegmentFree | Action::SegmentUnmap))
+                .unwrap_or(rec.len())
+        });
         let saved = self.alloc.clone();
         match self.pools.bursts.get(&i).cloned() {
             Some(BurstKind::PoolOnly(label)) => {
@@ -332,6 +367,12 @@ impl<'a> Stepper<'a> {
             }
         }
         if self.check(i).is_ok() && self.position() == end {
+            self.track(PoolSlot::DEFAULT);
+            return;
+        }
+        if rec[i..end].iter().any(|e| e.action == Action::SegmentUnmap) {
+            // Expandable pages cannot be released as listed: keep our
+            // release, and let the check report where it differs.
             self.track(PoolSlot::DEFAULT);
             return;
         }
@@ -408,6 +449,17 @@ impl<'a> Stepper<'a> {
                 }
                 None => return Err(fail(format!("{} with no allocation request after it", ev.action))),
             },
+            Action::Alloc if self.pools.any_private => {
+                let saved = (self.alloc.clone(), self.segs.clone());
+                let got = self.request(i, i);
+                if self.check(i).is_ok() {
+                    self.note_live(got);
+                } else if let Some(b) = self.place(i, saved) {
+                    self.note_live(Some(b));
+                } else {
+                    self.note_live(got);
+                }
+            }
             Action::Alloc | Action::Oom => {
                 let got = self.request(i, i);
                 self.note_live(got);
@@ -459,6 +511,7 @@ pub fn replay_events_from<'a>(
                 empty_cache_at: Vec::new(),
                 peak,
                 directed: 0,
+                placed: 0,
                 events: kept_events,
                 points: kept_points,
             };
@@ -492,6 +545,7 @@ pub fn replay_events_from<'a>(
         inferred_empty_cache: st.empty_cache_at.len(),
         reproduced,
         directed: st.directed,
+        placed: st.placed,
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,

@@ -125,7 +125,8 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
     // Release bursts.
     let mut i = 0;
     while i < ev.len() {
-        if ev[i].action != Action::SegmentFree {
+        let release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+        if !release(ev[i].action) {
             i += 1;
             continue;
         }
@@ -133,7 +134,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
         // One call's releases share its frames: a change of frames starts
         // another burst.
         let sid = dev.stacks.get(start).copied();
-        while i < ev.len() && ev[i].action == Action::SegmentFree && dev.stacks.get(i).copied() == sid {
+        while i < ev.len() && release(ev[i].action) && dev.stacks.get(i).copied() == sid {
             i += 1;
         }
         let run = start..i;
