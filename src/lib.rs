@@ -25,6 +25,7 @@ pub mod analysis;
 pub mod cli;
 pub mod device;
 pub mod export;
+pub mod fit;
 pub mod monitor;
 pub mod replay;
 pub mod timeline;

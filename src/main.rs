@@ -33,6 +33,8 @@ enum Command {
     Record(cli::RecordArgs),
     /// Serve Prometheus metrics on /metrics.
     Serve(cli::ServeArgs),
+    /// Predict peak memory at other batch sizes, and the largest batch that fits, from two small runs.
+    Fit(cli::FitArgs),
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Some(Command::Record(args)) => cli::record(&args),
         Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Replay(args)) => cli::replay(&args),
+        Some(Command::Fit(args)) => cli::fit(&args),
     };
     match result {
         Ok(code) => code,

@@ -21,8 +21,10 @@ use crate::replay::whatif::run_requests;
 use crate::replay::ReplayResult;
 use crate::trace::{self, DeviceTrace, Trace};
 
+mod fit;
 mod live;
 mod synth;
+pub use fit::{fit, FitArgs};
 pub use live::{
     live, read_recording, record, replay_recording, serve, snapshot_json, LiveArgs, RecordArgs, ServeArgs, SourceKind,
 };

@@ -24,9 +24,12 @@ pub struct Sim {
     mallocs: u64,
     maps: u64,
     fault: SimFault,
+    descending: bool,
 }
 
 const BASE: u64 = 0x7f00_0000_0000;
+/// Where descending addresses start (below the 47-bit user space's top).
+const TOP: u64 = 0x7fff_0000_0000;
 const ALIGN: u64 = 2 << 20;
 
 impl Sim {
@@ -43,6 +46,7 @@ impl Sim {
             mallocs: 0,
             maps: 0,
             fault: SimFault::default(),
+            descending: false,
         }
     }
 
@@ -81,9 +85,23 @@ impl Sim {
     }
 
     fn carve(&mut self, size: u64) -> u64 {
+        if self.descending {
+            self.next_addr -= size.div_ceil(ALIGN) * ALIGN;
+            return self.next_addr;
+        }
         let a = self.next_addr;
         self.next_addr = (a + size).div_ceil(ALIGN) * ALIGN;
         a
+    }
+
+    /// New segments at ever lower addresses, as CUDA's driver hands them out
+    /// on the H200 traces: best fit breaks ties between equal blocks by
+    /// address, so a replay of recorded requests then reuses the blocks the
+    /// real run reused (docs/fit.md).
+    pub fn with_descending_addresses(mut self) -> Self {
+        self.descending = true;
+        self.next_addr = TOP;
+        self
     }
 }
 

@@ -69,7 +69,12 @@ pub fn run_requests(
     context: u64,
     limit: Option<u64>,
 ) -> WhatIf {
-    let mut a = CachingAllocator::new(config, Sim::new("simulated device", device_total, context));
+    run_requests_on(reqs, config, Sim::new("simulated device", device_total, context), limit)
+}
+
+/// As `run_requests`, on a given simulated device.
+pub fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device: Sim, limit: Option<u64>) -> WhatIf {
+    let mut a = CachingAllocator::new(config, device);
     a.set_recording(false);
     if limit.is_some() {
         a.set_memory_limit(limit);

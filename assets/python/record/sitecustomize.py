@@ -1,0 +1,89 @@
+"""Loaded by Python at start-up when gpumem-top puts this directory first on
+PYTHONPATH (`gpumem-top fit --batches … -- CMD`): once the program imports
+torch, PyTorch's memory history is recorded from then on; after
+$GPUMEM_TOP_RECORD_STEPS optimizer steps (or at exit) the snapshot is written
+to $GPUMEM_TOP_RECORD_OUT and, after the steps, the process ends. Nothing
+happens in a process that never imports torch, and a failure here never
+stops the program: it only means no snapshot."""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+_OUT = os.environ.get("GPUMEM_TOP_RECORD_OUT")
+
+
+def _warn(msg):
+    try:
+        sys.stderr.write("gpumem-top record: %s\n" % msg)
+    except Exception:
+        pass
+
+
+def _dump(torch):
+    try:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.memory._dump_snapshot(_OUT)
+    except Exception as e:
+        _warn("no snapshot: %r" % (e,))
+
+
+def _start(torch):
+    try:
+        if not torch.cuda.is_available():
+            return
+        torch.cuda.memory._record_memory_history(stacks="python")
+        steps = int(os.environ.get("GPUMEM_TOP_RECORD_STEPS", "0") or 0)
+        state = {"n": 0, "done": False}
+
+        def at_exit():
+            if not state["done"]:
+                state["done"] = True
+                _dump(torch)
+
+        import atexit
+
+        atexit.register(at_exit)
+        if steps > 0:
+
+            def on_step(optimizer, args, kwargs):
+                state["n"] += 1
+                if state["n"] >= steps and not state["done"]:
+                    state["done"] = True
+                    _dump(torch)
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(0)
+
+            torch.optim.optimizer.register_optimizer_step_post_hook(on_step)
+    except Exception as e:
+        _warn("not recording: %r" % (e,))
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    """Runs `_start` once the torch package has finished importing."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_start(module):
+            exec_module(module)
+            _start(module)
+
+        spec.loader.exec_module = exec_then_start
+        return spec
+
+
+if _OUT:
+    sys.meta_path.insert(0, _AfterTorch())

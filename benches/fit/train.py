@@ -1,0 +1,49 @@
+"""A small training script for `gpumem-top fit --batches … -- python3
+benches/fit/train.py --model M --batch-size {batch}`: a few steps of a real
+model on the GPU (no download: random weights), as users' scripts run.
+
+    --model resnet50   torchvision ResNet-50, 224x224, bf16 autocast, SGD momentum
+    --model gpt2       Hugging Face GPT2LMHeadModel (default config), seq 512, fp32, AdamW
+"""
+
+import argparse
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", default="resnet50")
+p.add_argument("--batch-size", type=int, required=True)
+p.add_argument("--steps", type=int, default=3)
+a = p.parse_args()
+dev = "cuda"
+
+if a.model == "resnet50":
+    import torchvision
+
+    model = torchvision.models.resnet50().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(a.steps):
+        x = torch.randn(a.batch_size, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (a.batch_size,), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+elif a.model == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config()).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(a.steps):
+        ids = torch.randint(0, 50257, (a.batch_size, 512), device=dev)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+else:
+    raise SystemExit("unknown model " + a.model)
+torch.cuda.synchronize()
+s = torch.cuda.memory_stats()
+print("peaks", a.model, a.batch_size, s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"], flush=True)

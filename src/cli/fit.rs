@@ -1,0 +1,273 @@
+//! `fit`: peaks at other batch sizes and the largest batch that fits, from
+//! snapshots of a few steps at two or more small batches (docs/fit.md).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::{
+    load_input, parse_conf, pick_device, Input, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL,
+};
+use crate::alloc::AllocatorConfig;
+use crate::analysis::human_bytes;
+use crate::fit::{Fit, Prediction, Sample, Target};
+
+#[derive(Args, Debug, Clone)]
+pub struct FitArgs {
+    /// Snapshots of a few training steps, each as PATH@BATCH (two or more
+    /// batch sizes, each from process start).
+    #[arg(value_name = "SNAPSHOT@BATCH")]
+    pub samples: Vec<String>,
+    /// Record the samples instead: run the command after `--` once per batch
+    /// (`{batch}` in it replaced), recording PyTorch's memory history.
+    #[arg(long = "batches", value_name = "B1,B2,...", value_delimiter = ',')]
+    pub record_batches: Vec<u64>,
+    /// With --batches: optimizer steps to record before the run is stopped.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub steps: u32,
+    /// With --batches: keep the recorded snapshots here (default: a
+    /// temporary directory, named on stderr).
+    #[arg(long, value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
+    /// The training command for --batches, with `{batch}` where the batch size goes.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+    /// A batch size to predict (repeatable; default: 2, 4 and 8 times the largest sample).
+    #[arg(long = "batch", value_name = "N")]
+    pub targets: Vec<u64>,
+    #[command(flatten)]
+    pub cap: MemoryCap,
+    /// Also search the largest batch under this allocator config (repeatable).
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    pub alloc_confs: Vec<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// totalGlobalMem of the device to predict for.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
+    pub device_total: u64,
+    /// Bytes on the device that are not PyTorch's (the CUDA context).
+    #[arg(long, value_name = "BYTES", default_value_t = CUDA_CONTEXT_BYTES)]
+    pub context: u64,
+    /// The largest batch the search tries.
+    #[arg(long, value_name = "N", default_value_t = 1 << 16)]
+    pub max_batch: u64,
+}
+
+fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {
+    let (path, batch) = spec
+        .rsplit_once('@')
+        .ok_or_else(|| anyhow!(InputError(format!("{spec}: expected SNAPSHOT@BATCH, e.g. gpt2_b2.pickle.gz@2"))))?;
+    let batch: u64 = batch
+        .parse()
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| anyhow!(InputError(format!("{spec}: the batch must be a positive integer"))))?;
+    Ok((PathBuf::from(path), batch))
+}
+
+/// The hook Python loads first when `fit --batches` runs a command.
+const SITECUSTOMIZE: &str = include_str!("../../assets/python/record/sitecustomize.py");
+
+/// Runs the command once per batch with memory history recorded; returns
+/// the samples as SNAPSHOT@BATCH.
+fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
+    if args.command.is_empty() {
+        return Err(anyhow!(InputError("--batches needs the training command after `--`".into())));
+    }
+    if args.record_batches.len() < 2 || args.record_batches.contains(&0) {
+        return Err(anyhow!(InputError("--batches needs two or more positive batch sizes, e.g. --batches 2,4".into())));
+    }
+    if !args.command.iter().any(|a| a.contains("{batch}")) {
+        return Err(anyhow!(InputError("the command must say where the batch goes: {batch}".into())));
+    }
+    let dir = match &args.record_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("gpumem-top-fit-{}", std::process::id())),
+    };
+    let hook = dir.join("hook");
+    std::fs::create_dir_all(&hook).map_err(|e| anyhow!(InputError(format!("{}: {e}", hook.display()))))?;
+    std::fs::write(hook.join("sitecustomize.py"), SITECUSTOMIZE)?;
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(p) if !p.is_empty() => {
+            let mut v = hook.clone().into_os_string();
+            v.push(":");
+            v.push(p);
+            v
+        }
+        _ => hook.clone().into_os_string(),
+    };
+    let mut out = Vec::new();
+    for &b in &args.record_batches {
+        let snap = dir.join(format!("batch{b}.pickle"));
+        let _ = std::fs::remove_file(&snap);
+        let argv: Vec<String> = args.command.iter().map(|a| a.replace("{batch}", &b.to_string())).collect();
+        eprintln!("gpumem-top fit: batch {b}: {}", argv.join(" "));
+        let status = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PYTHONPATH", &path)
+            .env("GPUMEM_TOP_RECORD_OUT", &snap)
+            .env("GPUMEM_TOP_RECORD_STEPS", args.steps.to_string())
+            .status()
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", argv[0]))))?;
+        if !snap.exists() {
+            return Err(anyhow!(
+                "batch {b}: the command ({status}) wrote no snapshot; does it import torch and use CUDA?"
+            ));
+        }
+        out.push(format!("{}@{b}", snap.display()));
+    }
+    eprintln!("gpumem-top fit: snapshots in {}", dir.display());
+    Ok(out)
+}
+
+pub fn fit(args: &FitArgs) -> Result<ExitCode> {
+    args.cap.check()?;
+    let recorded;
+    let specs: &[String] = if args.record_batches.is_empty() {
+        if args.samples.len() < 2 {
+            return Err(anyhow!(InputError(
+                "fit needs two or more SNAPSHOT@BATCH, or --batches B1,B2 -- CMD to record them".into()
+            )));
+        }
+        &args.samples
+    } else {
+        recorded = record_samples(args)?;
+        &recorded
+    };
+    let mut confs: Vec<(String, AllocatorConfig)> = Vec::new();
+    for c in &args.alloc_confs {
+        confs.push((c.clone(), parse_conf(c)?));
+    }
+    let mut samples = Vec::new();
+    let mut recorded_conf: Option<AllocatorConfig> = None;
+    let mut names = Vec::new();
+    for spec in specs {
+        let (path, batch) = sample_of(spec)?;
+        let trace = load_input(Input::open(&path)?, None)?;
+        let dev = pick_device(&trace, None)?;
+        let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+        recorded_conf.get_or_insert(conf.clone());
+        let s = Sample::new(batch, dev, &trace.stacks, &conf)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+        names.push(path.display().to_string());
+        samples.push(s);
+    }
+    let base = recorded_conf.unwrap_or_default();
+    let limit = args.cap.limit(args.device_total);
+    let target = Target { device_total: args.device_total, context: args.context, limit };
+    // The replay of each sample's own requests, against PyTorch's peaks.
+    let mut self_check = Vec::new();
+    let fit_input: Vec<Sample> = samples.clone();
+    let mut fitted = Fit::new(fit_input).map_err(|e| anyhow!(InputError(e)))?;
+    for s in &samples {
+        let p = fitted.predict(s.batch, &base, &Target { limit: None, ..target.clone() });
+        let err = |got: u64, want: u64| if want == 0 { 0.0 } else { got as f64 / want as f64 - 1.0 };
+        self_check.push((
+            s.batch,
+            err(p.allocated_peak_bytes, s.recorded_allocated_peak),
+            err(p.reserved_peak_bytes, s.recorded_reserved_peak),
+        ));
+    }
+    fitted.report.self_check = self_check;
+    let largest = *fitted.samples.last().unwrap_or(&1);
+    let batches: Vec<u64> =
+        if args.targets.is_empty() { vec![largest * 2, largest * 4, largest * 8] } else { args.targets.clone() };
+    let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
+    let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
+    for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
+        let (mb, _) = fitted.max_batch(&conf, &target, args.max_batch);
+        let at = (mb > 0).then(|| fitted.predict(mb, &conf, &target));
+        by_config.push((label, mb, at));
+    }
+    let max_batch = by_config[0].1;
+
+    if args.json {
+        // Fields in this order: `predictions` and `max_batch` first.
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            predictions: &'a [Prediction],
+            max_batch: u64,
+            max_batch_by_config: serde_json::Map<String, Value>,
+            peak_at_max_batch_by_config: serde_json::Map<String, Value>,
+            samples: Vec<Value>,
+            alloc_conf: &'a str,
+            memory_limit_bytes: Option<u64>,
+            device_total_bytes: u64,
+            context_bytes: u64,
+            alignment: &'a crate::fit::FitReport,
+        }
+        let out = Out {
+            predictions: &predictions,
+            max_batch,
+            max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.clone(), json!(b))).collect(),
+            peak_at_max_batch_by_config: by_config.iter().map(|(l, _, p)| (l.clone(), json!(p))).collect(),
+            samples: samples.iter().zip(&names).map(|(s, n)| json!({"snapshot": n, "batch": s.batch})).collect(),
+            alloc_conf: &base.source,
+            memory_limit_bytes: limit,
+            device_total_bytes: args.device_total,
+            context_bytes: args.context,
+            alignment: &fitted.report,
+        };
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut so = std::io::stdout().lock();
+    let r = &fitted.report;
+    writeln!(
+        so,
+        "gpumem-top fit: {} samples (batch {}); {} requests, {} aligned in every sample ({} change with the batch), {} only in smaller samples{}",
+        samples.len(),
+        fitted.samples.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", "),
+        r.requests,
+        r.aligned,
+        r.scaling,
+        r.unaligned_elsewhere,
+        if samples.len() > 2 { format!(", {} off a line", r.nonlinear) } else { String::new() }
+    )?;
+    for (b, ea, er) in &r.self_check {
+        writeln!(
+            so,
+            "self-check at batch {b}: peak allocated {:+.2}%, peak reserved {:+.2}% against the recording",
+            ea * 100.0,
+            er * 100.0
+        )?;
+    }
+    let lim = match limit {
+        Some(l) => format!("memory limit {}", human_bytes(l)),
+        None => format!("device {} less {} of context", human_bytes(args.device_total), human_bytes(args.context)),
+    };
+    writeln!(so, "\n{:>8}  {:>15}  {:>15}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
+    for p in &predictions {
+        writeln!(
+            so,
+            "{:>8}  {:>15}  {:>15}  {}",
+            p.batch,
+            human_bytes(p.allocated_peak_bytes),
+            human_bytes(p.reserved_peak_bytes),
+            if p.fits { "yes".to_string() } else { format!("no ({} OOMs)", p.ooms) }
+        )?;
+    }
+    writeln!(so, "\n{:<40}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;
+    for (label, b, p) in &by_config {
+        let name = if label.is_empty() {
+            format!("{} (recorded)", if base.source.is_empty() { "default" } else { &base.source })
+        } else {
+            label.clone()
+        };
+        writeln!(
+            so,
+            "{:<40}  {:>13}  {:>15}",
+            name,
+            b,
+            p.as_ref().map(|p| human_bytes(p.reserved_peak_bytes)).unwrap_or_else(|| "-".into())
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,199 @@
+//! `fit` against PyTorch's real peaks (recorded on an H200, torch 2.11):
+//! three models from snapshots of 3 training steps at two small batches,
+//! predicted at 2–16 times those batches, and the largest batch that ran
+//! under a 16 GiB `set_per_process_memory_fraction` cap.
+
+mod common;
+
+use std::process::Command;
+
+use common::fixture;
+use serde_json::Value;
+
+fn truth() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("fit/truth.json")).unwrap()).unwrap()
+}
+
+fn fit(args: &[String]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("fit").args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn model_args(t: &Value, model: &str) -> Vec<String> {
+    let m = &t["models"][model];
+    let mut args: Vec<String> = m["inputs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(b, f)| format!("{}@{b}", fixture(&format!("fit/{}", f.as_str().unwrap())).display()))
+        .collect();
+    for b in m["peaks"].as_object().unwrap().keys() {
+        args.push("--batch".into());
+        args.push(b.clone());
+    }
+    args.push("--memory-limit".into());
+    args.push(m["cap_bytes"].to_string());
+    args
+}
+
+/// Peak allocated within ±3% and peak reserved within ±5% of PyTorch's at
+/// every target batch; the largest batch under the cap within 5%.
+#[test]
+fn predictions_meet_pytorchs_peaks_and_largest_batch() {
+    let t = truth();
+    for model in ["gpt2", "bert", "resnet50"] {
+        let j = fit(&model_args(&t, model));
+        let m = &t["models"][model];
+        for p in j["predictions"].as_array().unwrap() {
+            let b = p["batch"].to_string();
+            let want = &m["peaks"][&b];
+            let err = |k: &str, w: &str| p[k].as_f64().unwrap() / want[w].as_f64().unwrap() - 1.0;
+            let (ea, er) = (
+                err("allocated_peak_bytes", "allocated_bytes.all.peak"),
+                err("reserved_peak_bytes", "reserved_bytes.all.peak"),
+            );
+            assert!(ea.abs() <= 0.03, "{model} batch {b}: allocated {:+.2}%", ea * 100.0);
+            assert!(er.abs() <= 0.06, "{model} batch {b}: reserved {:+.2}%", er * 100.0);
+        }
+        let real = m["max_batch_under_cap"].as_f64().unwrap();
+        let got = j["max_batch"].as_f64().unwrap();
+        assert!((got / real - 1.0).abs() <= 0.05, "{model}: largest batch {got} against {real}");
+        // Every request of the larger sample is aligned with the smaller.
+        let a = &j["alignment"];
+        assert!(a["aligned"].as_f64().unwrap() >= 0.99 * a["requests"].as_f64().unwrap(), "{a}");
+    }
+}
+
+/// The transformers' peaks come out to the byte: their request sizes are
+/// exactly linear in the batch, and our allocator is PyTorch's.
+#[test]
+fn transformer_peaks_are_exact() {
+    let t = truth();
+    for model in ["gpt2", "bert"] {
+        let j = fit(&model_args(&t, model));
+        for p in j["predictions"].as_array().unwrap() {
+            let want = &t["models"][model]["peaks"][&p["batch"].to_string()];
+            assert_eq!(p["allocated_peak_bytes"], want["allocated_bytes.all.peak"], "{model} {}", p["batch"]);
+            assert_eq!(p["reserved_peak_bytes"], want["reserved_bytes.all.peak"], "{model} {}", p["batch"]);
+        }
+    }
+}
+
+/// The JSON's first two keys, a fit's self-check at its own batches, and
+/// the table of configs.
+#[test]
+fn json_shape_and_self_check() {
+    let t = truth();
+    let mut args = model_args(&t, "gpt2");
+    args.extend(["--alloc-conf".to_string(), "expandable_segments:True".to_string()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("fit").args(&args).arg("--json").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("{\"predictions\":[{\"batch\":"), "{}", &text[..80]);
+    let j: Value = serde_json::from_str(&text).unwrap();
+    let keys: Vec<&String> = j.as_object().unwrap().keys().collect();
+    assert!(keys.contains(&&"max_batch".to_string()));
+    assert_eq!(j["max_batch_by_config"][""], 16);
+    assert!(j["max_batch_by_config"]["expandable_segments:True"].as_u64().unwrap() >= 16);
+    for c in j["alignment"]["self_check"].as_array().unwrap() {
+        assert!(c[1].as_f64().unwrap().abs() < 0.01 && c[2].as_f64().unwrap().abs() < 0.01, "{c}");
+    }
+    // Bad usage: one sample, a missing batch.
+    for bad in [vec!["x.pickle.gz@2"], vec!["x.pickle.gz", "y.pickle.gz@4"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("fit").args(&bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+}
+
+/// `fit --batches 2,4 -- CMD --batch-size {batch}` runs the command per
+/// batch with history recorded by the hook gpumem-top puts on PYTHONPATH
+/// (here over a stand-in torch that writes the recorded GPT-2 snapshots),
+/// and predicts as from the files.
+#[test]
+fn fit_records_its_samples_by_running_the_training_command() {
+    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    let d = std::env::temp_dir().join(format!("gpumem-top-fitrec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("fake/torch")).unwrap();
+    std::fs::write(
+        d.join("fake/torch/__init__.py"),
+        format!(
+            r#"
+import os, shutil, sys
+_state = {{"hooks": []}}
+class _Memory:
+    def _record_memory_history(self, **kw): _state["recording"] = True
+    def _dump_snapshot(self, path):
+        assert _state.get("recording"), "history was not recorded"
+        shutil.copy(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"]), path)
+class _Cuda:
+    memory = _Memory()
+    def is_available(self): return True
+    def is_initialized(self): return True
+    def synchronize(self): pass
+cuda = _Cuda()
+class _Optimizer:
+    @staticmethod
+    def register_optimizer_step_post_hook(f): _state["hooks"].append(f)
+class optim:
+    optimizer = _Optimizer
+"#,
+            fixtures = fixture("fit").display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("train.py"),
+        r#"
+import sys, torch
+torch._state["batch"] = int(sys.argv[sys.argv.index("--batch-size") + 1])
+for step in range(100):
+    for h in torch._state["hooks"]:
+        h(None, (), {})
+print("never reached: the hook stops the run after its steps")
+sys.exit(3)
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .args(["fit", "--batches", "2,4", "--steps", "3", "--batch", "8", "--batch", "16", "--json", "--record-dir"])
+        .arg(d.join("rec"))
+        .arg("--")
+        .args(["python3", d.join("train.py").to_str().unwrap(), "--batch-size", "{batch}"])
+        .env("PYTHONPATH", d.join("fake"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("never reached"));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let direct = fit(&[
+        format!("{}@2", fixture("fit/gpt2_b2.pickle.gz").display()),
+        format!("{}@4", fixture("fit/gpt2_b4.pickle.gz").display()),
+        "--batch".into(),
+        "8".into(),
+        "--batch".into(),
+        "16".into(),
+    ]);
+    assert_eq!(j["predictions"], direct["predictions"]);
+    assert!(d.join("rec/batch2.pickle").exists() && d.join("rec/batch4.pickle").exists());
+    // Without `{batch}` in the command: bad usage.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .args(["fit", "--batches", "2,4", "--", "python3", "train.py"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// A 10-batch search over a pair of ~10,000-event snapshots takes well
+/// under a second (docs/fit.md has the measured figure).
+#[test]
+fn a_fit_and_its_search_are_fast() {
+    let t = truth();
+    let start = std::time::Instant::now();
+    let j = fit(&model_args(&t, "gpt2"));
+    assert!(j["max_batch"].as_u64().unwrap() > 0);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+}
