@@ -134,20 +134,25 @@ class _Cuda:
     def is_initialized(self): return True
     def synchronize(self): pass
 cuda = _Cuda()
-class _Optimizer:
-    @staticmethod
-    def register_optimizer_step_post_hook(f): _state["hooks"].append(f)
-class optim:
-    optimizer = _Optimizer
+# As in torch: torch.optim is imported, torch.optim.optimizer is not.
+from . import optim
 "#,
             fixtures = fixture("fit").display().to_string()
         ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.join("fake/torch/optim")).unwrap();
+    std::fs::write(d.join("fake/torch/optim/__init__.py"), "").unwrap();
+    std::fs::write(
+        d.join("fake/torch/optim/optimizer.py"),
+        "import torch\ndef register_optimizer_step_post_hook(f):\n    torch._state['hooks'].append(f)\n",
     )
     .unwrap();
     std::fs::write(
         d.join("train.py"),
         r#"
 import sys, torch
+import torch.optim.optimizer
 torch._state["batch"] = int(sys.argv[sys.argv.index("--batch-size") + 1])
 for step in range(100):
     for h in torch._state["hooks"]:

@@ -57,6 +57,9 @@ def _start(torch):
                     sys.stderr.flush()
                     os._exit(0)
 
+            # A submodule torch does not import by itself.
+            import torch.optim.optimizer
+
             torch.optim.optimizer.register_optimizer_step_post_hook(on_step)
     except Exception as e:
         _warn("not recording: %r" % (e,))
