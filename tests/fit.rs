@@ -142,7 +142,9 @@ from . import optim
     )
     .unwrap();
     std::fs::create_dir_all(d.join("fake/torch/optim")).unwrap();
-    std::fs::write(d.join("fake/torch/optim/__init__.py"), "").unwrap();
+    // As torch 2.11's torch/optim/__init__.py: it imports its submodules
+    // and deletes their names, so only an import of the module finds them.
+    std::fs::write(d.join("fake/torch/optim/__init__.py"), "from . import optimizer\ndel optimizer\n").unwrap();
     std::fs::write(
         d.join("fake/torch/optim/optimizer.py"),
         "import torch\ndef register_optimizer_step_post_hook(f):\n    torch._state['hooks'].append(f)\n",
@@ -152,7 +154,6 @@ from . import optim
         d.join("train.py"),
         r#"
 import sys, torch
-import torch.optim.optimizer
 torch._state["batch"] = int(sys.argv[sys.argv.index("--batch-size") + 1])
 for step in range(100):
     for h in torch._state["hooks"]:

@@ -417,6 +417,7 @@ fn the_python_publisher_writes_what_the_scanner_reads() {
     let fake = fake_torch(&d);
     let script = r#"
 import sys, time, torch, gpumem_top_publish as g
+import torch.optim.optimizer
 g.start(interval=0.05)
 torch.optim.optimizer.hooks[0](None, (), {})
 time.sleep(0.3)
@@ -472,16 +473,17 @@ class _Cuda:
                             {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]},
                 {"device": 1, "address": 5, "total_size": 2 << 20, "stream": 0, "segment_type": "small", "blocks": []}]
 cuda = _Cuda()
-class _Hook:
-    def remove(self): pass
-class _Opt:
-    hooks = []
-    @staticmethod
-    def register_optimizer_step_post_hook(f):
-        _Opt.hooks.append(f); return _Hook()
-class optim:
-    optimizer = _Opt
+# As in torch: a torch.optim package whose optimizer module is imported
+# by name (the publisher imports the function from it).
+from . import optim
 "#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(fake.join("torch/optim")).unwrap();
+    std::fs::write(fake.join("torch/optim/__init__.py"), "").unwrap();
+    std::fs::write(
+        fake.join("torch/optim/optimizer.py"),
+        "hooks = []\nclass _Hook:\n    def remove(self): pass\ndef register_optimizer_step_post_hook(f):\n    hooks.append(f)\n    return _Hook()\n",
     )
     .unwrap();
     fake

@@ -213,8 +213,11 @@ def _start(interval, directory, devices, layout):
         devs = list(devices) if devices is not None else [torch.cuda.current_device()]
         stop = threading.Event()
         try:
-            _state["hook"] = torch.optim.optimizer.register_optimizer_step_post_hook(_on_step)
-        except AttributeError:
+            # torch.optim deletes its submodules' names: import the function.
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            _state["hook"] = register_optimizer_step_post_hook(_on_step)
+        except (AttributeError, ImportError):
             _state["hook"] = None
 
         def loop():

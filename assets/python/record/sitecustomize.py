@@ -57,10 +57,11 @@ def _start(torch):
                     sys.stderr.flush()
                     os._exit(0)
 
-            # A submodule torch does not import by itself.
-            import torch.optim.optimizer
+            # torch.optim deletes its submodules' names, so the attribute
+            # path does not work; the module itself does.
+            from torch.optim.optimizer import register_optimizer_step_post_hook
 
-            torch.optim.optimizer.register_optimizer_step_post_hook(on_step)
+            register_optimizer_step_post_hook(on_step)
     except Exception as e:
         _warn("not recording: %r" % (e,))
 
