@@ -181,7 +181,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
         let (mb, _) = fitted.max_batch(&conf, &target, args.max_batch);
-        let at = (mb > 0).then(|| fitted.predict(mb, &conf, &target));
+        let at = (mb > 0).then(|| fitted.predict_limited(mb, &conf, &target));
         by_config.push((label, mb, at));
     }
     let max_batch = by_config[0].1;

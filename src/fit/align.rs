@@ -67,7 +67,7 @@ pub fn scored(a: &[(u64, u64)], b: &[(u64, u64)], ratio: f64) -> Vec<(usize, usi
                     best = left;
                     code = 2;
                 }
-                let diag = if j - 1 >= prev_band.0 && j - 1 <= prev_band.1 { prev[j - 1] } else { NEG };
+                let diag = if j > prev_band.0 && j - 1 <= prev_band.1 { prev[j - 1] } else { NEG };
                 let sc = score(a[i - 1], b[j - 1]);
                 if sc > 0 && diag > NEG {
                     let d = diag + sc;

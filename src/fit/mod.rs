@@ -288,6 +288,20 @@ impl Fit {
         run_requests_on(&self.requests_at(batch), config.clone(), sim, limit).allocator.stats().clone()
     }
 
+    /// The peaks at `batch` as the run would reach them under the target's
+    /// limit (the cache freed and retried as PyTorch does when it nears it).
+    pub fn predict_limited(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
+        let st = self.run(batch, config, target, target.limit);
+        Prediction {
+            batch,
+            allocated_peak_bytes: st.get(Kind::AllocatedBytes, 0).peak as u64,
+            reserved_peak_bytes: st.get(Kind::ReservedBytes, 0).peak as u64,
+            fits: st.num_ooms == 0,
+            ooms: st.num_ooms as u64,
+            num_alloc_retries: st.num_alloc_retries,
+        }
+    }
+
     /// Whether `batch` runs without an OOM under `config` on `target`.
     pub fn fits(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> bool {
         self.run(batch, config, target, target.limit).num_ooms == 0
