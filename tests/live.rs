@@ -242,16 +242,22 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
     (head.to_string(), body.to_string())
 }
 
-#[test]
-fn serve_demo_exposes_prometheus_metrics_over_http() {
+/// `serve --source demo` on a free port; its address from the line it prints.
+fn start_serve(interval_ms: &str) -> (std::process::Child, String) {
     let mut child = Command::new(bin())
-        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", "100"])
+        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", interval_ms])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
     let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    (child, addr)
+}
+
+#[test]
+fn serve_demo_exposes_prometheus_metrics_over_http() {
+    let (mut child, addr) = start_serve("100");
     std::thread::sleep(Duration::from_millis(400));
     let (head, body) = http_get(&addr, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
@@ -297,14 +303,7 @@ extern "C" {
 /// headers alone; the server's memory stays flat.
 #[test]
 fn serve_stays_prompt_beside_idle_and_dripping_clients() {
-    let mut child = Command::new(bin())
-        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", "50"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    let (mut child, addr) = start_serve("50");
     std::thread::sleep(Duration::from_millis(300));
     let idle: Vec<std::net::TcpStream> = (0..200).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -193,6 +193,21 @@ pub struct Prediction {
     pub num_alloc_retries: i64,
 }
 
+impl Prediction {
+    /// Peaks from one run, whether it fits from another (the same, or the
+    /// run under the limit).
+    fn of(batch: u64, peaks: &crate::alloc::DeviceStats, fits: &crate::alloc::DeviceStats) -> Prediction {
+        Prediction {
+            batch,
+            allocated_peak_bytes: peaks.get(Kind::AllocatedBytes, 0).peak as u64,
+            reserved_peak_bytes: peaks.get(Kind::ReservedBytes, 0).peak as u64,
+            fits: fits.num_ooms == 0,
+            ooms: fits.num_ooms as u64,
+            num_alloc_retries: fits.num_alloc_retries,
+        }
+    }
+}
+
 /// The device a prediction runs on.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -292,14 +307,7 @@ impl Fit {
     /// limit (the cache freed and retried as PyTorch does when it nears it).
     pub fn predict_limited(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
         let st = self.run(batch, config, target, target.limit);
-        Prediction {
-            batch,
-            allocated_peak_bytes: st.get(Kind::AllocatedBytes, 0).peak as u64,
-            reserved_peak_bytes: st.get(Kind::ReservedBytes, 0).peak as u64,
-            fits: st.num_ooms == 0,
-            ooms: st.num_ooms as u64,
-            num_alloc_retries: st.num_alloc_retries,
-        }
+        Prediction::of(batch, &st, &st)
     }
 
     /// Whether `batch` runs without an OOM under `config` on `target`.
@@ -313,15 +321,7 @@ impl Fit {
     pub fn predict(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
         let st = self.run(batch, config, target, None);
         let limited = target.limit.map(|l| self.run(batch, config, target, Some(l)));
-        let fits_st = limited.as_ref().unwrap_or(&st);
-        Prediction {
-            batch,
-            allocated_peak_bytes: st.get(Kind::AllocatedBytes, 0).peak as u64,
-            reserved_peak_bytes: st.get(Kind::ReservedBytes, 0).peak as u64,
-            fits: fits_st.num_ooms == 0,
-            ooms: fits_st.num_ooms as u64,
-            num_alloc_retries: fits_st.num_alloc_retries,
-        }
+        Prediction::of(batch, &st, limited.as_ref().unwrap_or(&st))
     }
 
     /// The largest batch that runs without an OOM (0: not even batch 1),
