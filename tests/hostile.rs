@@ -478,3 +478,23 @@ fn messages_say_each_thing_once_and_bad_input_is_exit_2() {
     // Device -1 is an error, not device 0.
     rejects(&scratch("dev.jsonl", b"{\"action\":\"alloc\",\"addr\":1,\"size\":5,\"device\":-1}\n"), &["\"device\""]);
 }
+
+/// A gzip of short JSON lines or RMM rows (each line an event) is held to
+/// the same bound as a pickle: events are charged against 24 times the
+/// compressed bytes plus 64 MiB.
+#[test]
+fn compressed_text_traces_are_bounded_by_the_file() {
+    let line = b"{\"action\":\"oom\",\"size\":0}\n".to_vec();
+    let gz = gzip((0..200).map(|_| line.repeat(40_000)));
+    let p = scratch("many.jsonl.gz", &gz);
+    let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("exceed 24 times"), "{err}");
+    let mut csv = b"Thread,Time,Action,Pointer,Size,Stream\n".to_vec();
+    csv.extend(b"1,t,free,0,0,0\n".repeat(200_000));
+    let gz = gzip((0..60).map(|i| if i == 0 { csv.clone() } else { b"1,t,free,0,0,0\n".repeat(200_000) }));
+    let p = scratch("many.csv.gz", &gz);
+    let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("exceed 24 times"), "{err}");
+}

@@ -396,8 +396,10 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> R
     };
     match head[0] {
         0x80 => read_snapshot_limited(r, unpacked, limits),
-        _ if text_start == Some(b'{') => read_jsonl(r),
-        _ if head.starts_with(b"Thread,") || head.starts_with(b"\xef\xbb\xbfThread,") => read_rmm_csv(r),
+        _ if text_start == Some(b'{') => read_jsonl_limited(r, limits),
+        _ if head.starts_with(b"Thread,") || head.starts_with(b"\xef\xbb\xbfThread,") => {
+            read_rmm_csv_limited(r, limits)
+        }
         // Protocol 0/1 pickles start with a container or MARK opcode.
         b'(' | b']' | b'}' | b'l' | b'd' => read_snapshot_limited(r, unpacked, limits),
         b => {
@@ -408,12 +410,40 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> R
 
 /// Our JSON-lines trace: `{"action","addr","size","stream","time_us"?,"device"?}` per line.
 pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
+    read_jsonl_limited(r, &ReadLimits::default())
+}
+
+/// Bytes one event takes in a `DeviceTrace`'s columns, with room for the
+/// columns' growth.
+const EVENT_COST: u64 = 96;
+
+/// Whether `events` events fit the memory the limits allow (docs/input.md):
+/// 24 times the bytes of the file read, plus 64 MiB.
+fn events_fit(events: u64, limits: &ReadLimits, read: u64) -> bool {
+    let read = limits.consumed.as_ref().map(|c| c.load(Ordering::Relaxed)).unwrap_or(read);
+    let allowance = match limits.max_unpacked {
+        Some(m) => m.saturating_mul(24),
+        None => read.saturating_mul(24),
+    };
+    events.saturating_mul(EVENT_COST) <= allowance.saturating_add(64 << 20)
+}
+
+fn read_jsonl_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, TraceError> {
     let mut devices: Vec<DeviceTrace> = Vec::new();
+    let (mut n_events, mut read) = (0u64, 0u64);
     for (n, line) in bounded_lines(r).enumerate() {
         let line = line?;
+        read += line.len() as u64 + 1;
         let line = line.strip_prefix('\u{feff}').unwrap_or(&line);
         if line.trim().is_empty() {
             continue;
+        }
+        n_events += 1;
+        if !events_fit(n_events, limits, read) {
+            return Err(TraceError::Line {
+                line: n + 1,
+                msg: "the events exceed 24 times the file's bytes plus 64 MiB (--max-unpacked raises it for a compressed file)".into(),
+            });
         }
         let err = |msg: String| TraceError::Line { line: n + 1, msg };
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not JSON: {e}")))?;
@@ -495,7 +525,12 @@ pub fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Result<()> 
 /// RAPIDS RMM `logging_resource_adaptor` CSV: `Thread,Time,Action,Pointer,Size,Stream`.
 /// Frees carry no phases, so each becomes `free_requested` + `free_completed`.
 pub fn read_rmm_csv<R: BufRead>(r: R) -> Result<Trace, TraceError> {
+    read_rmm_csv_limited(r, &ReadLimits::default())
+}
+
+fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, TraceError> {
     let mut dt = DeviceTrace::default();
+    let mut read = 0u64;
     let mut lines = bounded_lines(r).enumerate();
     let header = lines.next().map(|(_, l)| l).transpose()?.unwrap_or_default();
     let header = header.strip_prefix('\u{feff}').unwrap_or(&header).to_string();
@@ -508,10 +543,17 @@ pub fn read_rmm_csv<R: BufRead>(r: R) -> Result<Trace, TraceError> {
     let (c_action, c_ptr, c_size, c_stream) = (col("Action")?, col("Pointer")?, col("Size")?, col("Stream")?);
     for (n, line) in lines {
         let line = line?;
+        read += line.len() as u64 + 1;
         if line.trim().is_empty() {
             continue;
         }
         let err = |msg: String| TraceError::Line { line: n + 1, msg };
+        if !events_fit(dt.events.len() as u64 + 2, limits, read + header.len() as u64) {
+            return Err(err(
+                "the events exceed 24 times the file's bytes plus 64 MiB (--max-unpacked raises it for a compressed file)"
+                    .into(),
+            ));
+        }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let get =
             |i: usize| f.get(i).copied().ok_or_else(|| err(format!("has {} fields, expected {}", f.len(), cols.len())));
