@@ -54,8 +54,8 @@ fn predictions_meet_pytorchs_peaks_and_largest_batch() {
                 err("reserved_peak_bytes", "reserved_bytes.all.peak"),
             );
             assert!(ea.abs() <= 0.03, "{model} batch {b}: allocated {:+.2}%", ea * 100.0);
-            // ±5%, except ResNet-50 at 16 times its smaller sample, where
-            // cuDNN's workspace choices take it to -5.5% (docs/fit.md).
+            // ±5%, except ResNet-50 at 16 times its smaller sample, which
+            // is -5.5% for a reason not yet found (docs/fit.md).
             let tol = if (model, b.as_str()) == ("resnet50", "128") { 0.056 } else { 0.05 };
             assert!(er.abs() <= tol, "{model} batch {b}: reserved {:+.2}%", er * 100.0);
         }
