@@ -549,7 +549,7 @@ impl<D: Device> CachingAllocator<D> {
                 message: "CUDA out of memory. Tried to allocate more than 1EB memory.".into(),
             });
         }
-        let slot = if self.pool_state.get(slot.index()).is_some_and(|p| p.live) { slot } else { PoolSlot::DEFAULT };
+        let slot = if self.pool_live(slot) { slot } else { PoolSlot::DEFAULT };
         // While any capture is underway, malloc leaves events alone.
         if self.captures.is_empty() {
             self.process_events();
@@ -642,17 +642,26 @@ impl<D: Device> CachingAllocator<D> {
         Ok(PoolSlot(i as u16))
     }
 
+    /// A freeable pool left without segments leaves `graph_pools`.
+    fn erase_if_empty(&mut self, slot: PoolSlot) {
+        let p = &mut self.pool_state[slot.index()];
+        if !slot.is_default() && p.cuda_malloc_count == 0 {
+            *p = PoolState::default();
+            self.freeable.retain(|&s| s != slot);
+        }
+    }
+
+    /// Whether `slot` is a pool in use (the default pools always are).
+    pub fn pool_live(&self, slot: PoolSlot) -> bool {
+        self.pool_state.get(slot.index()).is_some_and(|p| p.live)
+    }
+
     /// The live pool with this id.
     pub fn pool_slot(&self, id: MempoolId) -> Option<PoolSlot> {
         if id == (0, 0) {
             return Some(PoolSlot::DEFAULT);
         }
         self.pool_state.iter().position(|p| p.live && p.id == Some(id)).map(|i| PoolSlot(i as u16))
-    }
-
-    /// The recorded id of a pool slot (`None`: private, id unknown).
-    pub fn pool_id(&self, slot: PoolSlot) -> Option<MempoolId> {
-        self.pool_state.get(slot.index()).and_then(|p| p.id)
     }
 
     /// Every live pool, default first.
@@ -725,10 +734,8 @@ impl<D: Device> CachingAllocator<D> {
             }
             let slot = PoolSlot(b.pool >> 1);
             self.release_block(i);
-            let p = &mut self.pool_state[slot.index()];
-            if !slot.is_default() && p.cuda_malloc_count == 0 && self.freeable.contains(&slot) {
-                *p = PoolState::default();
-                self.freeable.retain(|&s| s != slot);
+            if self.freeable.contains(&slot) {
+                self.erase_if_empty(slot);
             }
         }
         Ok(())
@@ -1050,11 +1057,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             self.release_blocks(slot.0 * 2);
             self.release_blocks(slot.0 * 2 + 1);
-            let p = &mut self.pool_state[slot.index()];
-            if p.cuda_malloc_count == 0 {
-                *p = PoolState::default();
-                self.freeable.retain(|&s| s != slot);
-            }
+            self.erase_if_empty(slot);
         }
         true
     }

@@ -10,7 +10,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{
-    load_input, parse_conf, pick_device, Input, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL,
+    load_with_progress, parse_conf, pick_device, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL,
 };
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
@@ -148,7 +148,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let mut names = Vec::new();
     for spec in specs {
         let (path, batch) = sample_of(spec)?;
-        let trace = load_input(Input::open(&path)?, None)?;
+        let trace = load_with_progress(&path)?;
         let dev = pick_device(&trace, None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
@@ -180,7 +180,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
     let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
-        let (mb, _) = fitted.max_batch(&conf, &target, args.max_batch);
+        let mb = fitted.max_batch(&conf, &target, args.max_batch);
         let at = (mb > 0).then(|| fitted.predict_limited(mb, &conf, &target));
         by_config.push((label, mb, at));
     }

@@ -310,11 +310,6 @@ impl Fit {
         Prediction::of(batch, &st, &st)
     }
 
-    /// Whether `batch` runs without an OOM under `config` on `target`.
-    pub fn fits(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> bool {
-        self.run(batch, config, target, target.limit).num_ooms == 0
-    }
-
     /// The peaks at `batch` under `config`: what the run would reach on the
     /// whole device (so a batch that does not fit still gets its peaks), and
     /// whether it fits under the target's limit.
@@ -326,31 +321,27 @@ impl Fit {
 
     /// The largest batch that runs without an OOM (0: not even batch 1),
     /// searched by doubling then bisection, at most `max` (a run that still
-    /// fits there reports `max`). Returns it and the batches tried.
-    pub fn max_batch(&self, config: &AllocatorConfig, target: &Target, max: u64) -> (u64, Vec<u64>) {
-        let mut tried = Vec::new();
-        let fits = |b: u64, tried: &mut Vec<u64>| {
-            tried.push(b);
-            self.fits(b, config, target)
-        };
-        if !fits(1, &mut tried) {
-            return (0, tried);
+    /// fits there reports `max`).
+    pub fn max_batch(&self, config: &AllocatorConfig, target: &Target, max: u64) -> u64 {
+        let fits = |b: u64| self.predict_limited(b, config, target).fits;
+        if !fits(1) {
+            return 0;
         }
         let (mut lo, mut hi) = (1u64, 2u64);
-        while hi <= max && fits(hi, &mut tried) {
+        while hi <= max && fits(hi) {
             lo = hi;
             hi = hi.saturating_mul(2);
         }
         let mut hi = hi.min(max + 1);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if fits(mid, &mut tried) {
+            if fits(mid) {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        (lo, tried)
+        lo
     }
 }
 

@@ -90,11 +90,9 @@ pub struct ReplayResult<'a> {
     /// Recorded event indices at which an `empty_cache()` was inferred.
     pub empty_cache_at: Vec<usize>,
     pub peak: Peak,
-    /// Release bursts replayed from the recording's list of segments
-    /// (`Stepper::directed_releases`).
+    /// Release bursts replayed from the recording's list of segments.
     pub directed: usize,
-    /// Allocations placed as a graph tree's checkpoint restore put them
-    /// (`Stepper::placed_allocs`).
+    /// Allocations placed as a graph tree's checkpoint restore put them.
     pub placed: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub events: Vec<Event>,
@@ -176,20 +174,10 @@ impl<'a> Stepper<'a> {
         })
     }
 
-    /// Release bursts replayed from the recording's list of segments.
-    pub fn directed_releases(&self) -> usize {
-        self.directed
-    }
-
-    /// Allocations placed as a graph tree's checkpoint restore put them.
-    pub fn placed_allocs(&self) -> usize {
-        self.placed
-    }
-
     /// The allocator's pool for a pool of the plan, created on first use.
     fn slot_for(&mut self, label: PoolLabel) -> PoolSlot {
         if let Some(&s) = self.slots.get(&label) {
-            if self.alloc.pools().iter().any(|p| p.slot == s) {
+            if self.alloc.pool_live(s) {
                 return s;
             }
         }
@@ -449,7 +437,9 @@ impl<'a> Stepper<'a> {
                 }
                 None => return Err(fail(format!("{} with no allocation request after it", ev.action))),
             },
-            Action::Alloc if self.pools.any_private => {
+            // Only a block of a private pool can have been placed by a
+            // checkpoint restore: keep the state to retry there, and only there.
+            Action::Alloc if self.segment_of(ev.addr).is_some_and(|s| !s.is_default()) => {
                 let saved = (self.alloc.clone(), self.segs.clone());
                 let got = self.request(i, i);
                 if self.check(i).is_ok() {

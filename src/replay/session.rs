@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::pools::{self, PoolPlan};
+use super::pools;
 use super::scrub::Scrubber;
 use super::whatif::{requests, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
@@ -222,13 +222,13 @@ impl<'a> Session<'a> {
         // Requests alone (no segment events, no state): replayed on the
         // simulated device, which is a what-if of PyTorch's allocator.
         let requests_only = !req.recorded_state && !dev.has_segment_events();
-        let fidelity = match start {
-            _ if requests_only => Fidelity::WhatIf,
-            _ if faithful && start == Start::StateOnly => Fidelity::StateOnly,
-            _ if faithful && start == Start::Window => Fidelity::ExactWindow,
-            _ if faithful => Fidelity::Exact,
-            _ if req.changed => Fidelity::WhatIf,
-            _ => Fidelity::Diverged,
+        let fidelity = match (requests_only, faithful, start) {
+            (true, _, _) => Fidelity::WhatIf,
+            (false, true, Start::StateOnly) => Fidelity::StateOnly,
+            (false, true, Start::Window) => Fidelity::ExactWindow,
+            (false, true, Start::ProcessStart) => Fidelity::Exact,
+            (false, false, _) if req.changed => Fidelity::WhatIf,
+            (false, false, _) => Fidelity::Diverged,
         };
         let mut s = Session {
             dev,
@@ -285,10 +285,4 @@ impl<'a> Session<'a> {
         o.keep_events = false;
         Scrubber::new(&self.dev.events, &o, &self.seed, every)
     }
-}
-
-/// The plan of a device's pools (re-exported for callers that replay
-/// without a session).
-pub fn pool_plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
-    pools::plan(dev, stacks)
 }
