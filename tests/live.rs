@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::{bin, http_get, start_serve};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -227,32 +228,6 @@ fn fragmentation_alert_needs_a_gib_reserved_and_half_of_it_free() {
     assert_eq!(a[0].kind, "fragmentation");
     assert!((a[0].value - 0.6).abs() < 1e-9);
     std::fs::remove_dir_all(&d).unwrap();
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gpumem-top")
-}
-
-fn http_get(addr: &str, path: &str) -> (String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n").unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    let (head, body) = r.split_once("\r\n\r\n").unwrap();
-    (head.to_string(), body.to_string())
-}
-
-/// `serve --source demo` on a free port; its address from the line it prints.
-fn start_serve(interval_ms: &str) -> (std::process::Child, String) {
-    let mut child = Command::new(bin())
-        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", interval_ms])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
-    (child, addr)
 }
 
 #[test]

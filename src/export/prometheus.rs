@@ -138,6 +138,23 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             o.sample(name, &pl(p), f(fr, p));
         }
     }
+    o.family(
+        "gpumem_torch_step_end_allocated_bytes",
+        "gauge",
+        "Allocated bytes at the end of the latest optimizer step (the leak judgement's input).",
+    );
+    for p in &snap.publishers {
+        if let Some(&v) = p.steps.last() {
+            o.sample("gpumem_torch_step_end_allocated_bytes", &pl(p), v as f64);
+        }
+    }
+    // One series per kind, 0 when quiet, so dashboards and rules see a
+    // steady series rather than one that appears and vanishes.
+    o.family("gpumem_alerts_active", "gauge", "Alerts raised now, per kind (0 when none).");
+    for kind in crate::monitor::alerts::KINDS {
+        let n = alerts.iter().filter(|a| a.kind == kind).count();
+        o.sample("gpumem_alerts_active", &[("kind", kind.to_string())], n as f64);
+    }
     o.family("gpumem_alert", "gauge", "1 for each alert raised now (kind: device_usage, leak, fragmentation).");
     for a in alerts {
         let l = [

@@ -24,6 +24,9 @@ impl Default for Thresholds {
     }
 }
 
+/// Every kind an alert can have.
+pub const KINDS: [&str; 3] = ["device_usage", "leak", "fragmentation"];
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
     /// "device_usage", "leak" or "fragmentation".

@@ -155,7 +155,7 @@ impl DemoSource {
             command: Some("gpumem-top demo (synthetic GPT-2)".into()),
             stats: a.stats().flat().into_iter().collect(),
             segments: a.snapshot(),
-            steps: Vec::new(),
+            steps: self.driver.step_ends.iter().copied().collect(),
             path: PathBuf::new(),
         };
         Snapshot {

@@ -64,6 +64,9 @@ pub struct Driver<D: Device> {
     pub ooms: Vec<usize>,
     pub empty_caches: Vec<usize>,
     pub iterations: Vec<usize>,
+    /// Allocated bytes at the end of the most recent iterations (at most
+    /// 64), as the publisher reports them after each optimizer step.
+    pub step_ends: VecDeque<u64>,
     pub oom_log: Vec<OomRecord>,
     /// Points dropped from the front of the timeline (bounded runs).
     pub dropped: usize,
@@ -93,6 +96,7 @@ impl<D: Device> Driver<D> {
             ooms: Vec::new(),
             empty_caches: Vec::new(),
             iterations: Vec::new(),
+            step_ends: VecDeque::new(),
             oom_log: Vec::new(),
             dropped: 0,
             max_points: None,
@@ -210,6 +214,10 @@ impl<D: Device> Driver<D> {
             }
             Op::Iteration(_) => {
                 self.iterations.push(self.points.len());
+                if self.step_ends.len() == 64 {
+                    self.step_ends.pop_front();
+                }
+                self.step_ends.push_back(self.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64);
                 // A step that completes resets the shrink ladder.
                 self.retries = 0;
                 self.scale = 1.0;

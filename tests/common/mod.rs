@@ -59,3 +59,34 @@ pub fn render_live(app: &mut gpumem_top::ui::live::LiveApp, w: u16, h: u16) -> S
     .unwrap();
     t.backend().to_string()
 }
+
+/// The `gpumem-top` binary cargo built for these tests.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpumem-top")
+}
+
+/// One HTTP/1.1 GET over a fresh connection: (head, body).
+pub fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\nConnection: close\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP head from {addr}: {r:?}"));
+    (head.to_string(), body.to_string())
+}
+
+/// `serve --source demo` on a free port; its address from the line it prints.
+pub fn start_serve(interval_ms: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", interval_ms])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let err = child.stderr.take().unwrap();
+    std::io::BufReader::new(err).read_line(&mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    (child, addr)
+}
