@@ -1,4 +1,4 @@
-//! PyTorch 2.11's `DeviceCachingAllocator` for one device (spec §5–§11).
+//! PyTorch 2.11's `DeviceCachingAllocator` for one device (docs/pytorch-allocator.md §5–§11).
 //!
 //! Blocks live in an arena and are linked to their segment neighbours by
 //! index. Free blocks sit in per-(pool, stream) ordered maps keyed by
@@ -77,7 +77,7 @@ struct Block {
     gen: u32,
     gc_count_base: i64,
     /// Pool index: `2 * slot + kind` (kind 0 = small, 1 = large; slot 0 is
-    /// the default pools, others private pools, docs/allocator.md §pools).
+    /// the default pools, others private pools, docs/allocator.md §Private pools).
     pool: u16,
     /// Outstanding stream events (record_stream) before the free completes.
     event_count: u8,
@@ -516,7 +516,7 @@ impl<D: Device> CachingAllocator<D> {
         self.allowed_memory_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
     }
 
-    /// `malloc` (spec §6). `tag` is kept with the block until its free completes.
+    /// `malloc` (docs/pytorch-allocator.md §6). `tag` is kept with the block until its free completes.
     pub fn malloc(&mut self, orig_size: u64, stream: u64) -> Result<BlockId, OutOfMemory> {
         self.malloc_tagged(orig_size, stream, 0)
     }
@@ -800,7 +800,7 @@ impl<D: Device> CachingAllocator<D> {
         OutOfMemory { requested: orig_size, rounded: size, alloc_size, stream, device_free, message }
     }
 
-    /// Best fit (spec §6.1).
+    /// Best fit (docs/pytorch-allocator.md §6.1).
     #[inline]
     fn get_free_block(&mut self, pool: u16, size: u64, stream: u64, es_active: bool) -> Option<u32> {
         if self.gc_active() {
@@ -808,7 +808,7 @@ impl<D: Device> CachingAllocator<D> {
         }
         let mss = self.config.max_split_size;
         let max_non_split = self.config.max_non_split_rounding_size;
-        // PyTorch's two oversize rules (spec §6.1).
+        // PyTorch's two oversize rules (docs/pytorch-allocator.md §6.1).
         let accept = |bsize: u64| {
             let oversize_for_normal = size < mss && bsize >= mss;
             let too_loose_for_oversize = size >= mss && bsize >= size.saturating_add(max_non_split);
@@ -875,7 +875,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// Spec §6.3: carve `size` from the front of block `i` when splitting.
+    /// docs/pytorch-allocator.md §6.3: carve `size` from the front of block `i` when splitting.
     #[inline]
     fn alloc_found_block(&mut self, i: u32, pool: u16, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
         let sp = stat_pool(pool);
@@ -934,7 +934,7 @@ impl<D: Device> CachingAllocator<D> {
         b
     }
 
-    /// Spec §6.4: a new segment from the device.
+    /// docs/pytorch-allocator.md §6.4: a new segment from the device.
     fn alloc_block(
         &mut self,
         pool: u16,
@@ -970,7 +970,7 @@ impl<D: Device> CachingAllocator<D> {
         Some(b)
     }
 
-    /// cudaFree of a whole free segment (spec §6.6).
+    /// cudaFree of a whole free segment (docs/pytorch-allocator.md §6.6).
     fn release_block(&mut self, i: u32) {
         let (ptr, size, stream, pool) = {
             let b = &self.blocks[i as usize];
@@ -991,7 +991,7 @@ impl<D: Device> CachingAllocator<D> {
         self.delete_block(i);
     }
 
-    /// Spec §6.5: free oversize cached blocks until the request could fit.
+    /// docs/pytorch-allocator.md §6.5: free oversize cached blocks until the request could fit.
     fn release_available_cached_blocks(&mut self, pool: u16, size: u64, stream: u64) -> bool {
         let mss = self.config.max_split_size;
         if mss == UNLIMITED {
@@ -1037,7 +1037,7 @@ impl<D: Device> CachingAllocator<D> {
         self.release_cached_blocks(None);
     }
 
-    /// `release_cached_blocks(mempool_id)` (spec §6.6; docs/allocator.md
+    /// `release_cached_blocks(mempool_id)` (docs/pytorch-allocator.md §6.6; docs/allocator.md
     /// "Private pools"): with no pool, the default pools (large first; not
     /// while a capture is underway), then every freeable private pool's small
     /// and large segments; with a pool, only that one if it is freeable.
@@ -1110,7 +1110,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// Spec §6.7: release old unsplit large-pool segments while reserved is
+    /// docs/pytorch-allocator.md §6.7: release old unsplit large-pool segments while reserved is
     /// above `garbage_collection_threshold` of the memory limit.
     fn garbage_collect_cached_blocks(&mut self) {
         let Some(allowed) = self.allowed_memory_maximum else {
@@ -1155,7 +1155,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// PyTorch's `free` (spec §7): allocated stats drop now; the block becomes
+    /// PyTorch's `free` (docs/pytorch-allocator.md §7): allocated stats drop now; the block becomes
     /// reusable now, or once the streams it was used on are done.
     #[inline]
     pub fn free(&mut self, id: BlockId) -> Result<(), AllocError> {
@@ -1291,7 +1291,7 @@ impl<D: Device> CachingAllocator<D> {
         Ok(i)
     }
 
-    /// `free_block` (spec §7): merge with free neighbours and return to the pool.
+    /// `free_block` (docs/pytorch-allocator.md §7): merge with free neighbours and return to the pool.
     #[inline]
     fn free_block(&mut self, i: u32) {
         let (ptr, orig_size, req, stream, pool, es) = {
@@ -1366,7 +1366,7 @@ impl<D: Device> CachingAllocator<D> {
         ssize
     }
 
-    // ---- expandable segments (spec §9)
+    // ---- expandable segments (docs/pytorch-allocator.md §9)
 
     fn allocatable(&self, i: u32) -> bool {
         if i == NIL {

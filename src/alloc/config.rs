@@ -1,5 +1,5 @@
 //! Allocator constants, `PYTORCH_CUDA_ALLOC_CONF` parsing and size rounding
-//! (spec §1–§4).
+//! (docs/pytorch-allocator.md §1–§4).
 
 use thiserror::Error;
 
@@ -261,7 +261,7 @@ impl AllocatorConfig {
         self.roundup_power2_divisions[idx as usize]
     }
 
-    /// `round_size` (spec §3).
+    /// `round_size` (docs/pytorch-allocator.md §3).
     #[inline]
     pub fn round_size(&self, size: u64) -> u64 {
         if size < K_MIN_BLOCK_SIZE {
@@ -274,7 +274,7 @@ impl AllocatorConfig {
         K_MIN_BLOCK_SIZE * size.div_ceil(K_MIN_BLOCK_SIZE)
     }
 
-    /// `get_allocation_size` (spec §4): bytes requested from the device for a new segment.
+    /// `get_allocation_size` (docs/pytorch-allocator.md §4): bytes requested from the device for a new segment.
     pub fn allocation_size(&self, rounded: u64) -> u64 {
         if rounded <= K_SMALL_SIZE {
             K_SMALL_BUFFER
@@ -346,7 +346,7 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
     Ok(out)
 }
 
-/// `roundup_power2_next_division` (spec §3).
+/// `roundup_power2_next_division` (docs/pytorch-allocator.md §3).
 pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;

@@ -1,4 +1,4 @@
-//! `memory_stats()` counters with PyTorch's exact key names (spec §10).
+//! `memory_stats()` counters with PyTorch's exact key names (docs/pytorch-allocator.md §10).
 
 /// One PyTorch `Stat`: `increase` raises current, peak and allocated;
 /// `decrease` lowers current and raises freed.

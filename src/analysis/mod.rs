@@ -1,5 +1,5 @@
 //! Metrics derived from allocator state; nothing here mutates it. Names follow
-//! design §6 everywhere (screen, JSON, exports, Prometheus).
+//! docs/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
 
 use serde::Serialize;
 

@@ -30,7 +30,7 @@ pub use live::{
 };
 pub use synth::{synth, SynthArgs};
 
-/// totalGlobalMem of the H200 the shared traces were recorded on.
+/// totalGlobalMem of the H200 the calibration traces were recorded on.
 pub const DEFAULT_DEVICE_TOTAL: u64 = 150_109_880_320;
 /// CUDA context size assumed by what-if runs on the simulated device.
 pub const CUDA_CONTEXT_BYTES: u64 = 590 << 20;

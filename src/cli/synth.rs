@@ -43,7 +43,7 @@ pub struct SynthArgs {
     pub device: usize,
     #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
     pub model: ModelKind,
-    /// Batch size (default: the shared traces' runs: resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
+    /// Batch size (default: the calibration runs recorded on an H200 (benches/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
     #[arg(long, value_name = "B")]
     pub batch: Option<u64>,
     /// Sequence length of the transformer models (default 1024; bert 512).

@@ -50,7 +50,7 @@ impl Sim {
         }
     }
 
-    /// The H200 the shared traces were recorded on: 150,109,880,320 bytes,
+    /// The H200 the calibration traces were recorded on: 150,109,880,320 bytes,
     /// a 590 MiB context.
     pub fn h200() -> Self {
         Sim::new("simulated NVIDIA H200", 150_109_880_320, 590 << 20)

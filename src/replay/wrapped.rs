@@ -1,7 +1,7 @@
 //! Traces whose ring buffer wrapped (`_record_memory_history(max_entries=…)`)
 //! start mid-run: their first events free addresses the trace never
 //! allocated. The state at the first event is rebuilt backwards from the
-//! snapshot's final segments (spec §15.1): segments are the final ones with
+//! snapshot's final segments (docs/pytorch-allocator.md §15.1): segments are the final ones with
 //! the window's segment events undone; live blocks are those the window frees
 //! without allocating, and those alive at the end that the window never
 //! allocated. Peaks and counters then cover the window only.

@@ -120,7 +120,7 @@ pub struct Settings {
 impl Settings {
     /// The allocator configuration the recorded run used: the settings
     /// string, overridden by the already-parsed fields PyTorch stored
-    /// (spec §15.2).
+    /// (docs/pytorch-allocator.md §15.2).
     pub fn config(&self) -> AllocatorConfig {
         let mut c = AllocatorConfig::parse(&self.conf)
             .unwrap_or_else(|_| AllocatorConfig { source: self.conf.clone(), ..Default::default() });

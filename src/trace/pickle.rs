@@ -1,5 +1,5 @@
 //! A safe, streaming decoder for the data subset of Python's pickle format
-//! (protocols 0–5; spec §13). It never constructs objects or calls code:
+//! (protocols 0–5; docs/pytorch-allocator.md §13). It never constructs objects or calls code:
 //! `GLOBAL`, `REDUCE`, `BUILD` and every other opcode that would are refused
 //! with their byte offset. Memo entries are shared (`Rc`), never copied.
 //! Containers are dropped iteratively, so deep nesting cannot overflow the

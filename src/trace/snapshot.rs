@@ -1,4 +1,4 @@
-//! PyTorch's memory-snapshot schema (spec §12) on top of the pickle decoder:
+//! PyTorch's memory-snapshot schema (docs/pytorch-allocator.md §12) on top of the pickle decoder:
 //! every version from the bare list of segments of 1.x to torch 2.11's
 //! `device_traces` with `allocator_settings` and `external_annotations`.
 

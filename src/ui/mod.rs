@@ -1,4 +1,4 @@
-//! The screens of design §4, drawn from an immutable `View`: a header, the
+//! The screens of docs/architecture.md §Screens, drawn from an immutable `View`: a header, the
 //! allocated/reserved bars, the fragmentation map beside the block-size
 //! histogram, the timeline, and a status line. Nothing here computes metrics
 //! or owns data; the caller builds the `View` from whatever source it has.

@@ -94,7 +94,7 @@ impl Graph {
 }
 
 /// cuBLAS workspace a handle takes on Hopper at its first GEMM: 32 MiB plus
-/// cuBLASLt's 1 MiB (both seen in the shared traces, never freed).
+/// cuBLASLt's 1 MiB (both seen in the recorded H200 traces, never freed).
 pub const CUBLAS_WORKSPACE: u64 = 32 << 20;
 pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
 

@@ -61,7 +61,7 @@ fn ser_kind<S: serde::Serializer>(k: &ModelKind, s: S) -> Result<S::Ok, S::Error
 }
 
 impl SynthSpec {
-    /// The shapes of the shared traces' runs, 4 iterations.
+    /// The shapes of the calibration runs recorded on an H200 (benches/calibration), 4 iterations.
     pub fn new(model: ModelKind) -> Self {
         let (batch, seq) = model.default_batch_seq();
         SynthSpec {

@@ -58,7 +58,7 @@ impl ModelKind {
         }
     }
 
-    /// (batch, sequence) of the shared traces' runs.
+    /// (batch, sequence) of the calibration runs recorded on an H200 (benches/calibration).
     pub fn default_batch_seq(self) -> (u64, u64) {
         match self {
             ModelKind::Gpt2 => (8, 1024),
