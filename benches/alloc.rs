@@ -135,43 +135,34 @@ fn bench_scrub(c: &mut Criterion) {
 }
 
 fn bench_frame(c: &mut Criterion) {
-    use gpumem_top::ui::app::{draw_state_into, Chrome, Marks, Screen};
+    use gpumem_top::replay::model::ReplayModel;
+    use gpumem_top::replay::session::{Session, Want};
+    use gpumem_top::ui::app::ReplayApp;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
     let t = gpumem_top::trace::load(&path).unwrap();
     let d = &t.devices[0];
-    let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-    // Stacks and iteration marks on, as the TUI draws them.
-    opts.stacks = std::sync::Arc::from(d.stacks.as_slice());
-    let iterations = gpumem_top::analysis::iteration_marks(&d.time_us, &t.annotations, d.device);
-    let mut s = gpumem_top::replay::scrub::Scrubber::new(&d.events, &opts, &[], 256).unwrap();
-    let points = s.points().to_vec();
-    let a = s.seek(4400);
+    let want = Want {
+        config: t.settings.as_ref().unwrap().config(),
+        changed: false,
+        device_total: 150_109_880_320,
+        memory_limit: None,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
+        recorded_state: true,
+    };
+    let session = Session::open(d, &t.stacks, &want).unwrap();
+    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, "gpt2_train.pickle.gz".into()).unwrap();
+    // The app's own path, as `replay` draws a frame: seek, snapshot,
+    // histogram, figures, View, ratatui widgets.
+    let mut app = ReplayApp::new(model, true);
+    app.cursor = 4400;
     let area = ratatui::layout::Rect::new(0, 0, 200, 60);
     let mut buf = ratatui::buffer::Buffer::empty(area);
-    let mut screen = Screen::default();
-    // The app's own path: snapshot, histogram, figures, View, render.
     c.bench_function("frame/gpt2_peak_200x60", |b| {
         b.iter(|| {
-            let chrome = Chrome {
-                stacks: &t.stacks,
-                screen: &mut screen,
-                device: "NVIDIA H200".into(),
-                source: "replay gpt2_train.pickle.gz".into(),
-                position: "event 4400/14327".into(),
-                banner: None,
-                color: true,
-                status: String::new(),
-            };
-            let marks = Marks {
-                timeline: &points,
-                cursor: 4400,
-                peak_at: Some(4400),
-                ooms: &[],
-                empty_caches: &[],
-                iterations: &iterations,
-            };
             buf.reset();
-            draw_state_into(a, chrome, marks, area, &mut buf);
+            app.draw_into(area, &mut buf);
             black_box(&buf);
         })
     });

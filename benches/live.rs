@@ -5,6 +5,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use gpumem_top::alloc::BlockState;
 use gpumem_top::monitor::publisher::parse_bytes;
 use gpumem_top::monitor::sampler::DemoSource;
+use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -64,13 +65,13 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     let mut app = LiveApp::new("live".into(), None, true);
-    let mut term = gpumem_top::ui::term::Frames::new(ratatui::backend::TestBackend::new(200, 50)).unwrap();
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 50)).unwrap();
     let mut k = 0;
     c.bench_function("live/frame_200x50_ingest_draw_diff_write", |b| {
         b.iter(|| {
             app.ingest(samples[k % samples.len()].clone());
             k += 1;
-            term.draw(|a, buf| app.draw_into(a, buf)).unwrap();
+            term.draw(|f| app.draw(f)).unwrap();
         })
     });
     let mut b1 = Buffer::empty(area);
@@ -81,13 +82,6 @@ fn bench(c: &mut Criterion) {
     app.draw_into(area, &mut b2);
     eprintln!("cells changed between two frames: {}", b1.diff(&b2).len());
     c.bench_function("live/diff_ratatui", |b| b.iter(|| b1.diff(&b2).len()));
-    c.bench_function("live/diff_ours", |b| {
-        b.iter_batched(
-            || gpumem_top::ui::term::OnScreen::of(&b1),
-            |mut s| s.diff(&b2).len(),
-            criterion::BatchSize::SmallInput,
-        )
-    });
 }
 
 criterion_group! {

@@ -31,4 +31,5 @@ pub mod replay;
 pub mod timeline;
 pub mod trace;
 pub mod ui;
+pub mod view;
 pub mod workload;

@@ -167,8 +167,8 @@ fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_fail
     assert!(s.contains(&format!("pid {me} python train.py")), "{s}");
     assert!(s.contains("1 segments") || s.contains("1 segment"), "{s}");
     // Alerts: GPU 2 is 99% full; pid me leaked 5 steps in a row.
-    let kinds: Vec<&str> = app.alerts.iter().map(|a| a.kind).collect();
-    assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.alerts);
+    let kinds: Vec<&str> = app.model.alerts.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.model.alerts);
     assert!(s.contains("GPU 2 is 99.3% full"), "{s}");
     // Key 2 picks GPU 1: nobody publishes there.
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
@@ -187,7 +187,7 @@ fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_fail
     let s = render(&mut app, 140, 40);
     assert!(!s.contains("python eval.py"), "{s}");
     assert!(s.contains("gone"), "{s}");
-    assert_eq!(app.procs[&(0, me)].series.points().len(), 1, "its history is kept");
+    assert_eq!(app.model.procs[&(0, me)].series.points().len(), 1, "its history is kept");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -198,7 +198,12 @@ fn eight_gpus_fit_and_are_picked_by_number() {
     let mut src = LiveSource::new(Box::new(fake), Vec::new(), None);
     let mut app = LiveApp::new("live".into(), None, false);
     let snap = src.snapshot();
-    let j = gpumem_top::cli::snapshot_json(&snap, &alerts(&snap, &Thresholds::default()), "nvml");
+    let j = serde_json::to_value(gpumem_top::monitor::report::LiveReport::of(
+        &snap,
+        &alerts(&snap, &Thresholds::default()),
+        "nvml",
+    ))
+    .unwrap();
     assert_eq!(j["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(j["gpus"][7]["processes"][0]["pid"], 1007);
     app.ingest(snap);
@@ -585,9 +590,9 @@ fn histories_are_capped_and_gone_processes_leave_first() {
         };
         app.ingest(snap);
     }
-    assert_eq!(app.procs.len(), gpumem_top::ui::live::MAX_HISTORIES);
-    assert!(app.procs.contains_key(&(0, 1000)), "the live one stays");
-    assert!(app.procs.contains_key(&(0, 1011)), "the newest stays");
+    assert_eq!(app.model.procs.len(), gpumem_top::monitor::model::MAX_HISTORIES);
+    assert!(app.model.procs.contains_key(&(0, 1000)), "the live one stays");
+    assert!(app.model.procs.contains_key(&(0, 1011)), "the newest stays");
 }
 
 /// Under `CUDA_VISIBLE_DEVICES=1` a process calls NVML's GPU 1 `cuda:0`:

@@ -4,123 +4,107 @@
 mod common;
 
 use common::fixture;
-use gpumem_top::alloc::Action;
-use gpumem_top::analysis::{fragmentation, size_histogram};
+use gpumem_top::alloc::Action as TraceAction;
+use gpumem_top::replay::model::ReplayModel;
 use gpumem_top::replay::scrub::Scrubber;
+use gpumem_top::replay::session::{Session, Want};
 use gpumem_top::replay::ReplayOptions;
 use gpumem_top::trace;
-use gpumem_top::ui::{render, segment_cells, Cell, Focus, SegmentOrder, View};
+use gpumem_top::ui::app::ReplayApp;
+use gpumem_top::ui::event::{Action, Interactive};
+use gpumem_top::view::{segment_cells, Cell};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-fn screen(name: &str, limit: Option<u64>, at: impl Fn(&trace::DeviceTrace) -> usize, w: u16, h: u16) -> String {
+/// The peak: where the replay opens.
+const PEAK: Option<fn(&trace::DeviceTrace) -> usize> = None;
+
+fn screen(name: &str, limit: Option<u64>, at: Option<fn(&trace::DeviceTrace) -> usize>, w: u16, h: u16) -> String {
     screen_with(name, limit, at, w, h, None, false)
 }
 
-/// `zoom`: the segment (in size order) whose blocks to list.
+/// The replay app on `name` as `gpumem-top replay` opens it (with
+/// `--memory-limit limit`), moved to `at` (or left at the peak) and driven
+/// by actions: `zoom` sorts by size, goes down to that segment and zooms;
+/// `compact` switches the map to compact. Drawn through the app's own
+/// `Interactive::draw` into ratatui's test backend.
 fn screen_with(
     name: &str,
     limit: Option<u64>,
-    at: impl Fn(&trace::DeviceTrace) -> usize,
+    at: Option<fn(&trace::DeviceTrace) -> usize>,
     w: u16,
     h: u16,
     zoom: Option<usize>,
     compact: bool,
 ) -> String {
-    let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
+    let t: &'static trace::Trace =
+        Box::leak(Box::new(trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap()));
     let d = &t.devices[0];
-    let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-    opts.memory_limit = limit;
-    opts.stacks = std::sync::Arc::from(d.stacks.as_slice());
-    let mut s = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
-    let cursor = at(d);
-    let points = s.points().to_vec();
-    let peak_at = (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)));
-    let ooms: Vec<usize> =
-        d.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
-    let iterations = gpumem_top::analysis::iteration_marks(&d.time_us, &t.annotations, d.device);
-    let a = s.seek(cursor);
-    let segs = a.snapshot();
-    let stats = a.stats().clone();
-    let frag = fragmentation(&stats, &segs);
-    let hist = size_histogram(&segs);
-    let k = gpumem_top::alloc::Kind::AllocatedBytes;
-    let r = gpumem_top::alloc::Kind::ReservedBytes;
-    let view = View {
-        peaks_known: true,
-        device: "NVIDIA H200 (recorded)".into(),
-        source: format!("replay {name}.pickle.gz"),
-        position: format!("event {cursor}/{}", d.events.len()),
-        banner: None,
-        allocated: stats.get(k, 0).current as u64,
-        allocated_peak: stats.get(k, 0).peak as u64,
-        reserved: stats.get(r, 0).current as u64,
-        reserved_peak: stats.get(r, 0).peak as u64,
-        device_memory: None,
-        segments: &segs,
-        fragmentation: frag,
-        histogram: &hist,
-        timeline: &points,
-        cursor,
-        peak_at,
-        ooms: &ooms,
-        empty_caches: &[],
-        iterations: &iterations,
-        order: if zoom.is_some() { SegmentOrder::Size } else { SegmentOrder::Address },
-        scroll: 0,
-        selected: zoom.unwrap_or(0),
-        zoom: zoom.is_some(),
-        block: 0,
-        compact,
-        stacks: &t.stacks,
-        focus: Focus::Map,
-        help: false,
-        color: false,
-        status: String::new(),
+    let want = Want {
+        config: t.settings.as_ref().unwrap().config(),
+        changed: limit.is_some(),
+        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
+        memory_limit: limit,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
+        recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
     };
+    let session = Session::open(d, &t.stacks, &want).unwrap();
+    assert!(session.fidelity.is_faithful(), "{:?}", session.fidelity);
+    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, format!("{name}.pickle.gz")).unwrap();
+    let mut app = ReplayApp::new(model, false);
+    if let Some(at) = at {
+        app.cursor = at(d);
+    }
+    if let Some(k) = zoom {
+        app.apply(Action::Order);
+        for _ in 0..k {
+            app.apply(Action::Down);
+        }
+        app.apply(Action::Zoom);
+    }
+    if compact {
+        app.apply(Action::Compact);
+    }
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    term.draw(|f| render(&view, f.area(), f.buffer_mut())).unwrap();
+    term.draw(|f| app.draw(f)).unwrap();
     term.backend().to_string()
 }
 
-fn peak(d: &trace::DeviceTrace) -> usize {
-    let _ = d;
-    3041
-}
-
 fn first_oom(d: &trace::DeviceTrace) -> usize {
-    d.events.iter().position(|e| e.action == Action::Oom).unwrap()
+    d.events.iter().position(|e| e.action == TraceAction::Oom).unwrap()
 }
 
 #[test]
 fn resnet50_at_its_peak_100x30() {
-    insta::assert_snapshot!(screen("resnet50_train", None, peak, 100, 30));
+    insta::assert_snapshot!(screen("resnet50_train", None, PEAK, 100, 30));
 }
 
 #[test]
 fn resnet50_at_its_peak_200x60() {
-    insta::assert_snapshot!(screen("resnet50_train", None, peak, 200, 60));
+    insta::assert_snapshot!(screen("resnet50_train", None, PEAK, 200, 60));
 }
 
 #[test]
 fn llama_at_its_oom_100x30() {
-    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), first_oom, 100, 30));
+    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30));
 }
 
 #[test]
 fn llama_at_its_oom_200x60() {
-    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), first_oom, 200, 60));
+    insta::assert_snapshot!(screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 200, 60));
 }
 
 #[test]
 fn a_small_terminal_gets_a_message() {
-    let s = screen("resnet50_train", None, peak, 79, 24);
+    let s = screen("resnet50_train", None, PEAK, 79, 24);
     assert!(s.contains("gpumem-top needs a terminal of at least 80x24; this one is 79x24."), "{s}");
 }
 
 #[test]
 fn peak_screen_shows_the_figures_pytorch_reported() {
-    let s = screen("resnet50_train", None, peak, 120, 32);
+    let s = screen("resnet50_train", None, PEAK, 120, 32);
     // allocated_bytes.all.peak 5,855,043,584 = 5.45 GiB, at event 3041.
     assert!(s.contains("5.45 GiB   peak   5.45 GiB"), "{s}");
     assert!(s.contains("peak 5.45 GiB @ event 3041"), "{s}");
@@ -160,7 +144,7 @@ fn cells_are_drawn_to_scale_within_a_segment() {
 /// reserved by PyTorch but unallocated" (llama_pressure.truth.json).
 #[test]
 fn oom_screen_matches_pytorchs_oom_message() {
-    let s = screen("llama_pressure", Some(9_006_592_819), first_oom, 120, 32);
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 120, 32);
     assert!(s.contains("allocated ") && s.contains("7.87 GiB   peak   7.87 GiB"), "{s}");
     assert!(s.contains("reserved but unallocated 423.02 MiB"), "{s}");
     assert!(s.contains("✗"), "the OOM is marked on the timeline: {s}");
@@ -195,7 +179,7 @@ fn demo_at_seed_42_200x60() {
 /// and where each live block was allocated (from the trace's Python frames).
 #[test]
 fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 160, 40, Some(0), false);
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40, Some(0), false);
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
     assert!(s.contains("req"), "{s}");
     assert!(s.contains("modeling_llama.py:381 forward"), "a call site from the trace: {s}");
@@ -210,7 +194,7 @@ fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
 /// grouped by the line of Python that allocated them.
 #[test]
 fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
-    let s = screen("resnet50_train", None, peak, 200, 60);
+    let s = screen("resnet50_train", None, PEAK, 200, 60);
     assert!(s.contains("╵ 4 iterations"), "{s}");
     // The first iteration's peak is lower (no optimizer state yet); the global
     // peak is in the second.
@@ -226,7 +210,7 @@ fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
 /// scale, each given ceil(size / scale) cells.
 #[test]
 fn compact_map_fits_every_segment_at_a_fixed_scale() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), first_oom, 100, 30, None, true);
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, true);
     assert!(s.contains("compact: 1 cell = 16.0M ─ segments back to back by address"), "{s}");
     assert!(!s.contains("not shown"), "{s}");
     // The segments at the OOM, counted independently of the renderer.

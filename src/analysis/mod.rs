@@ -12,12 +12,19 @@ pub struct Fragmentation {
     pub reserved_unallocated_bytes: u64,
     /// Free bytes inside segments that also hold live blocks: `empty_cache` cannot release them.
     pub inactive_split_bytes: u64,
-    /// 1 − largest free block / total free, now (0 when nothing is free).
+    /// 1 − largest free block / total free, now (0 when nothing is free);
+    /// four decimals in JSON.
+    #[serde(serialize_with = "round4")]
     pub external_fragmentation: f64,
     /// allocated − requested, now.
     pub rounding_waste_bytes: u64,
     pub largest_free_block_bytes: u64,
     pub free_bytes: u64,
+}
+
+/// A ratio as JSON carries it: four decimals.
+pub fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64((x * 10_000.0).round() / 10_000.0)
 }
 
 /// Memory held by one pool: the default pools, or one private pool (a CUDA

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::InputError;
 use crate::monitor::alerts::{alerts, Alert, Thresholds};
@@ -107,39 +107,6 @@ pub fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
 
 /// The JSON of one snapshot: every GPU and process, the publishers'
 /// allocator figures, what was ignored, the alerts.
-pub fn snapshot_json(snap: &Snapshot, alerts: &[Alert], source: &str) -> Value {
-    let pubs: Vec<Value> = snap
-        .publishers
-        .iter()
-        .map(|p| {
-            let f = p.fragmentation();
-            json!({
-                "pid": p.pid, "gpu": p.device, "cuda_device": p.cuda_device, "uuid": p.uuid, "command": p.command, "time": p.time,
-                "allocated_bytes": p.allocated(), "reserved_bytes": p.reserved(),
-                "allocated_peak_bytes": p.stat("allocated_bytes.all.peak"),
-                "reserved_peak_bytes": p.stat("reserved_bytes.all.peak"),
-                "num_ooms": p.stat("num_ooms"), "num_alloc_retries": p.stat("num_alloc_retries"),
-                "segments": p.segments.len(),
-                "fragmentation": {
-                    "reserved_unallocated_bytes": f.reserved_unallocated_bytes,
-                    "inactive_split_bytes": f.inactive_split_bytes,
-                    "external_fragmentation": (f.external_fragmentation * 1e4).round() / 1e4,
-                    "rounding_waste_bytes": f.rounding_waste_bytes,
-                },
-            })
-        })
-        .collect();
-    json!({
-        "source": source,
-        "time": snap.time,
-        "gpus": snap.gpus,
-        "publishers": pubs,
-        "ignored": snap.skipped,
-        "gone": snap.gone,
-        "alerts": alerts,
-    })
-}
-
 fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
     let Some(q) = open_nvml(&args.devices)? else { return Ok(None) };
     let dir = args.dir();
@@ -169,7 +136,7 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         let snap = src.snapshot();
         let a = alerts(&snap, &thresholds);
         let mut so = std::io::stdout().lock();
-        serde_json::to_writer(&mut so, &snapshot_json(&snap, &a, name))?;
+        serde_json::to_writer(&mut so, &crate::monitor::report::LiveReport::of(&snap, &a, name))?;
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -179,27 +146,29 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         )));
     }
     let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    use crate::ui::event::{run_app, Event, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
-        crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
+        run_app(&mut app, Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
         return Ok(ExitCode::SUCCESS);
     };
     one_malloc_arena();
-    // The sampler wakes the UI through a socket pair when a snapshot is sent.
-    let (wake_rx, wake_tx) = match std::os::unix::net::UnixStream::pair() {
-        Ok((a, b)) if a.set_nonblocking(true).is_ok() && b.set_nonblocking(true).is_ok() => (Some(a), Some(b)),
-        _ => (None, None),
-    };
-    let mut sampler = Sampler::spawn_waking(src, interval, wake_tx);
+    // Samples arrive on the UI's event channel; one the UI has no room for
+    // is dropped (the next comes within an interval).
+    let events = Events::new();
+    let tx = events.sender();
+    let sampler = Sampler::spawn_into(src, interval, move |s| {
+        !matches!(tx.try_send(Event::Sample(Box::new(s))), Err(std::sync::mpsc::TrySendError::Disconnected(_)))
+    });
     let (name, banner) = match args.source {
         SourceKind::Live => ("live (NVML)", None),
         SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
     };
     let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
-    app.thresholds = thresholds;
-    app.feed = sampler.take_feed();
-    app.waker = wake_rx;
-    crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
+    app.model.thresholds = thresholds;
+    let r = run_app(&mut app, events);
+    drop(sampler);
+    r.map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -210,15 +179,11 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
 fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
-        const M_ARENA_MAX: i32 = -8;
-        const M_MMAP_THRESHOLD: i32 = -3;
-        // SAFETY: glibc's mallopt, called before the sampler thread exists.
+        // SAFETY: glibc's mallopt takes no pointers; called before the
+        // sampler thread exists.
         unsafe {
-            mallopt(M_ARENA_MAX, 1);
-            mallopt(M_MMAP_THRESHOLD, 64 << 10);
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
         }
     }
 }
@@ -318,15 +283,16 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let out = args.output.display().to_string();
     // Each line goes out in one write, so a kill leaves whole lines (and a
     // full disk at most one cut line, which `replay` drops with a warning).
-    let put = |file: &mut std::fs::File, v: &Value| -> Result<()> {
+    fn put(file: &mut std::fs::File, out: &str, v: &impl serde::Serialize) -> Result<()> {
         let mut line = serde_json::to_vec(v)?;
         line.push(b'\n');
         file.write_all(&line).with_context(|| format!("writing {out}"))
-    };
+    }
     if header {
         put(
             &mut file,
-            &json!({"format": RECORD_FORMAT, "version": 1, "source": name, "interval_ms": args.live.interval}),
+            &out,
+            &RecordHeader { format: RECORD_FORMAT, version: 1, source: name, interval_ms: args.live.interval },
         )?;
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -338,7 +304,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| n < c) {
         let Ok(snap) = sampler.rx.recv_timeout(Duration::from_millis(100)) else { continue };
         let a = alerts(&snap, &thresholds);
-        put(&mut file, &record_line(&snap, &a))?;
+        put(&mut file, &out, &record_line(&snap, &a))?;
         n += 1;
     }
     eprintln!("gpumem-top: recorded {n} samples to {}", args.output.display());
@@ -348,32 +314,29 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
 /// The first line's `format` of a recording.
 pub const RECORD_FORMAT: &str = "gpumem-top-record";
 
-/// One recorded sample: the snapshot JSON plus each publisher's full
-/// stats and layout (so `replay` can draw the fragmentation map).
-fn record_line(snap: &Snapshot, a: &[Alert]) -> Value {
-    let mut v = snapshot_json(snap, a, "");
-    let full: Vec<Value> = snap
-        .publishers
-        .iter()
-        .map(|p| {
-            json!({
-                "version": 1, "pid": p.pid, "nspid": p.nspid, "device": p.device, "uuid": p.uuid, "time": p.time,
-                "interval": p.interval, "command": p.command, "stats": p.stats, "steps": p.steps,
-                "segments": p.segments.iter().map(|s| json!({
-                    "address": s.address, "total_size": s.total_size, "stream": s.stream,
-                    "segment_type": s.segment_type, "is_expandable": s.is_expandable,
-                    "segment_pool_id": s.pool.map(|p| [p.0, p.1]).unwrap_or([0, 0]),
-                    "blocks": s.blocks.iter().map(|b| (b.size, b.requested_size, match b.state {
-                        crate::alloc::BlockState::ActiveAllocated => 0,
-                        crate::alloc::BlockState::ActivePendingFree => 1,
-                        crate::alloc::BlockState::Inactive => 2,
-                    })).collect::<Vec<_>>(),
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    v["published"] = Value::Array(full);
-    v
+/// A recording's first line.
+#[derive(serde::Serialize)]
+struct RecordHeader<'a> {
+    format: &'a str,
+    version: u32,
+    source: &'a str,
+    interval_ms: u64,
+}
+
+/// One recorded sample: the live report plus each publisher's file as it
+/// wrote it (so `replay` can draw the fragmentation map).
+#[derive(serde::Serialize)]
+struct RecordLine {
+    #[serde(flatten)]
+    report: crate::monitor::report::LiveReport,
+    published: Vec<publisher::RawFile>,
+}
+
+fn record_line(snap: &Snapshot, a: &[Alert]) -> RecordLine {
+    RecordLine {
+        report: crate::monitor::report::LiveReport::of(snap, a, ""),
+        published: snap.publishers.iter().map(publisher::RawFile::of).collect(),
+    }
 }
 
 /// True when `path` starts like a recording (its header line).
@@ -475,37 +438,51 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
 /// `--json` a summary per publishing process.
 pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: bool) -> Result<ExitCode> {
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let mut app = crate::ui::live::LiveApp::new(format!("recording {name}"), None, true);
     let n = snaps.len();
+    let interactive = !json_out && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if !interactive {
+        let mut model = crate::monitor::model::LiveModel::default();
+        for s in snaps {
+            model.ingest(s);
+        }
+        let report = crate::monitor::report::RecordingReport::of(&model, name, RECORD_FORMAT, n);
+        let mut so = std::io::stdout().lock();
+        if json_out {
+            serde_json::to_writer(&mut so, &report)?;
+            writeln!(so)?;
+        } else {
+            write!(so, "{}", recording_summary(&report))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut app = crate::ui::live::LiveApp::new(format!("recording {name}"), None, true);
     for s in snaps {
         app.ingest(s);
     }
-    if json_out {
-        let procs: Vec<Value> = app
-            .procs
-            .iter()
-            .map(|((gpu, pid), h)| {
-                let peak = h.series.peak();
-                json!({
-                    "gpu": gpu, "pid": pid, "command": h.last.command, "samples": h.series.points().len(),
-                    "peak_allocated_bytes": peak.map(|p| p.allocated),
-                    "peak_reserved_bytes": h.series.points().iter().map(|p| p.reserved).max(),
-                    "ooms": h.series.ooms.len(),
-                })
-            })
-            .collect();
-        let out = json!({"trace": name, "format": RECORD_FORMAT, "samples": n, "processes": procs,
-            "last": app.latest_full().map(|s| snapshot_json(&s, &app.alerts, "recording"))});
-        let mut so = std::io::stdout().lock();
-        serde_json::to_writer(&mut so, &out)?;
-        writeln!(so)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        return Err(anyhow!(InputError(
-            "the interactive view needs a terminal (for scripts: `replay FILE --json`)".into()
-        )));
-    }
-    crate::ui::app::run_app(&mut app).map_err(|e| anyhow!("terminal: {e}"))?;
+    crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The text summary of a recording (`replay RECORDING` into a pipe).
+fn recording_summary(r: &crate::monitor::report::RecordingReport) -> String {
+    use crate::analysis::human_bytes;
+    let mut out = format!("{}: {} samples ({}), {} processes\n", r.trace, r.samples, r.format, r.processes.len());
+    for p in &r.processes {
+        out.push_str(&format!(
+            "  GPU {} pid {} {}: {} samples, peak allocated {}, peak reserved {}, {} OOMs\n",
+            p.gpu,
+            p.pid,
+            p.command.as_deref().unwrap_or("?"),
+            p.samples,
+            p.peak_allocated_bytes.map_or("n/a".into(), human_bytes),
+            p.peak_reserved_bytes.map_or("n/a".into(), human_bytes),
+            p.ooms
+        ));
+    }
+    if let Some(l) = &r.last {
+        for a in &l.alerts {
+            out.push_str(&format!("  alert at the last sample: {}\n", a.message));
+        }
+    }
+    out
 }

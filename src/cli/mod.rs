@@ -16,6 +16,7 @@ use thiserror::Error;
 
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
+use crate::replay::model::ReplayModel;
 use crate::replay::session::{Fidelity, Session, Start, Want};
 use crate::replay::whatif::run_requests;
 use crate::replay::ReplayResult;
@@ -25,9 +26,7 @@ mod fit;
 mod live;
 mod synth;
 pub use fit::{fit, FitArgs};
-pub use live::{
-    live, read_recording, record, replay_recording, serve, snapshot_json, LiveArgs, RecordArgs, ServeArgs, SourceKind,
-};
+pub use live::{live, read_recording, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs, SourceKind};
 pub use synth::{synth, SynthArgs};
 
 /// totalGlobalMem of the H200 the calibration traces were recorded on.
@@ -351,16 +350,11 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         && std::io::stdout().is_terminal()
         && std::io::stdin().is_terminal();
     if interactive && fidelity.is_faithful() {
-        let scrub = session
-            .scrubber(1024)
-            .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-        let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
-        let empty_cache_at = session.exact.empty_cache_at.clone();
-        let mut app =
-            crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name, color);
-        app.window = session.start == Start::Window;
+        let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
+            .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+        let mut app = crate::ui::app::ReplayApp::new(model, color);
         if let Some(at) = args.at {
             app.cursor = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
@@ -369,7 +363,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 At::Peak => app.cursor,
             };
         }
-        crate::ui::app::run_app(&mut app).context("terminal")?;
+        crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -760,18 +754,12 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
         return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));
     }
-    let scrub = session
-        .scrubber(1024)
-        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
     let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
-    let empty_cache_at = session.exact.empty_cache_at.clone();
-    let mut app =
-        crate::ui::app::ReplayApp::new(scrub, dev, &trace.stacks, empty_cache_at, iterations, name.clone(), true);
-    app.window = session.start == Start::Window;
+    let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name.clone())
+        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);
-    app.cursor = match at {
+    let cursor = match at {
         At::Event(i) if i > last && !dev.events.is_empty() => {
             return Err(anyhow!(InputError(format!("--at {i}: the trace has {} events", dev.events.len()))))
         }
@@ -779,9 +767,10 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         At::End => last,
         At::Oom => oom_index(&dev.events)
             .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,
-        At::Peak => app.cursor,
+        At::Peak => model.peak_at.unwrap_or(0),
     };
-    let bytes = app.export(args.view, args.format, args.width, args.plain).map_err(|e| anyhow!(e))?;
+    let bytes = crate::export::replay::picture(&mut model, cursor, args.view, args.format, args.width, args.plain)
+        .map_err(|e| anyhow!(e))?;
     let ext = match args.format {
         Format::Svg => "svg",
         Format::Png => "png",
@@ -789,12 +778,12 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     };
     let view = format!("{:?}", args.view).to_lowercase();
     let stem = name.split('.').next().unwrap_or("trace").to_string();
-    let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{}.{ext}", app.cursor)));
+    let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{cursor}.{ext}")));
     if out.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&bytes)?;
     } else {
         std::fs::write(&out, &bytes).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
-        eprintln!("gpumem-top: wrote {} ({} bytes, event {})", out.display(), bytes.len(), app.cursor);
+        eprintln!("gpumem-top: wrote {} ({} bytes, event {cursor})", out.display(), bytes.len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,4 +4,5 @@
 pub mod http;
 pub mod picture;
 pub mod prometheus;
+pub mod replay;
 pub mod text;

@@ -3,10 +3,11 @@
 //! query is a trait so tests inject a fake NVML.
 
 pub mod alerts;
-pub mod json;
+pub mod model;
 pub mod nvml;
 pub mod procfs;
 pub mod publisher;
+pub mod report;
 pub mod sampler;
 
 use serde::{Deserialize, Serialize};

@@ -189,21 +189,25 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Takes a snapshot at once, then every `interval`.
+    /// Takes a snapshot at once, then every `interval`, onto `rx`. The
+    /// channel is bounded: a consumer that falls behind loses samples,
+    /// never memory.
     pub fn spawn(source: Box<dyn Source>, interval: Duration) -> Sampler {
-        Sampler::spawn_waking(source, interval, None)
+        let (tx, rx) = mpsc::sync_channel(8);
+        let mut s = Sampler::spawn_into(source, interval, move |snap| {
+            !matches!(tx.try_send(snap), Err(mpsc::TrySendError::Disconnected(_)))
+        });
+        s.rx = rx;
+        s
     }
 
-    /// As `spawn`, and writes a byte to `waker` after each snapshot sent,
-    /// so a UI can sleep in poll(2) until there is something to draw
-    /// instead of waking on a timer to look.
-    pub fn spawn_waking(
+    /// As `spawn`, handing each snapshot to `sink` (the TUI's event
+    /// channel) until it returns false.
+    pub fn spawn_into(
         mut source: Box<dyn Source>,
         interval: Duration,
-        waker: Option<std::os::unix::net::UnixStream>,
+        mut sink: impl FnMut(Snapshot) -> bool + Send + 'static,
     ) -> Sampler {
-        // Bounded: a consumer that falls behind loses samples, never memory.
-        let (tx, rx) = mpsc::sync_channel(8);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("gpumem-sampler".into())
@@ -211,13 +215,8 @@ impl Sampler {
                 let mut n = 0u64;
                 loop {
                     let started = Instant::now();
-                    match tx.try_send(source.snapshot()) {
-                        Ok(()) | Err(mpsc::TrySendError::Full(_)) => {}
-                        Err(mpsc::TrySendError::Disconnected(_)) => return,
-                    }
-                    if let Some(w) = &waker {
-                        // Non-blocking: a full pipe already says "wake up".
-                        let _ = std::io::Write::write(&mut &*w, &[1]);
+                    if !sink(source.snapshot()) {
+                        return;
                     }
                     // Start-up (NVML's init, the first scan, the first frames)
                     // and parsing leave freed heap pages behind; a monitor
@@ -235,16 +234,8 @@ impl Sampler {
                 }
             })
             .ok();
-        Sampler { rx, stop: Some(stop_tx), handle }
-    }
-}
-
-impl Sampler {
-    /// Hands the receiving end to a consumer that polls it (the TUI); the
-    /// thread keeps running until the sampler is dropped.
-    pub fn take_feed(&mut self) -> Option<Receiver<Snapshot>> {
         let (_, dead) = mpsc::channel();
-        Some(std::mem::replace(&mut self.rx, dead))
+        Sampler { rx: dead, stop: Some(stop_tx), handle }
     }
 }
 
@@ -261,12 +252,9 @@ impl Drop for Sampler {
 pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> i32;
-        }
-        // SAFETY: glibc's malloc_trim takes no pointers.
+        // SAFETY: glibc's malloc_trim takes no pointers and is thread-safe.
         unsafe {
-            malloc_trim(0);
+            libc::malloc_trim(0);
         }
     }
 }

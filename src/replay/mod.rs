@@ -3,6 +3,7 @@
 //! replay the same requests under another config.
 
 mod engine;
+pub mod model;
 pub mod pools;
 pub mod scrub;
 pub mod session;

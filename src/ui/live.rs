@@ -1,209 +1,82 @@
 //! The live view: every GPU NVML sees with its processes, and for the
 //! selected GPU the allocator screens of the PyTorch process that publishes
-//! its state. Snapshots arrive from the sampler thread; this only keeps
-//! history and draws.
+//! its state. Samples arrive as events from the sampler thread into the
+//! `LiveModel`; this keeps only what the keys selected, and draws.
 
-use std::collections::BTreeMap;
-
-use crossterm::event::{KeyCode, KeyEvent};
+use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Widget};
+use ratatui::Frame;
 
-use super::app::{draw_parts_into, Chrome, Marks, Screen, Totals};
+use super::event::{Action, Event, Interactive, Screen};
 use crate::analysis::human_bytes;
-use crate::monitor::alerts::{alerts, Alert, Thresholds};
+use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
-use crate::timeline::{Sample, Series, DAY_AT_1HZ};
-
-/// One publishing process's history.
-pub struct ProcHistory {
-    pub last: Published,
-    pub series: Series,
-    pub gone: bool,
-    /// In the latest snapshot.
-    pub fresh: bool,
-    pub nvml_used: Option<u64>,
-}
-
-/// Process histories kept at most (gone ones are dropped first). With 8
-/// GPUs that is 16 series of at most a day at 1 Hz (2.6 MiB each): the
-/// timeline stays under 50 MiB.
-pub const MAX_HISTORIES: usize = 8;
+use crate::view::parts::{draw_parts, Chrome, Marks, Totals};
 
 pub struct LiveApp {
-    pub latest: Option<Snapshot>,
-    pub gpu_series: BTreeMap<u32, Series>,
-    pub procs: BTreeMap<(u32, u32), ProcHistory>,
+    pub model: LiveModel,
     /// Index into the latest snapshot's GPUs.
     pub selected_gpu: usize,
     /// Index among the selected GPU's publishers.
     pub selected_proc: usize,
     pub screen: Screen,
-    pub alerts: Vec<Alert>,
-    pub thresholds: Thresholds,
     banner: Option<String>,
     source: String,
     color: bool,
     status: String,
-    series_cap: usize,
-    /// Where snapshots arrive from (the sampler thread).
-    pub feed: Option<std::sync::mpsc::Receiver<Snapshot>>,
-    /// Readable when the sampler has sent a snapshot.
-    pub waker: Option<std::os::unix::net::UnixStream>,
 }
 
 impl LiveApp {
     pub fn new(source: String, banner: Option<String>, color: bool) -> Self {
         LiveApp {
-            latest: None,
-            gpu_series: BTreeMap::new(),
-            procs: BTreeMap::new(),
+            model: LiveModel::default(),
             selected_gpu: 0,
             selected_proc: 0,
             screen: Screen::default(),
-            alerts: Vec::new(),
-            thresholds: Thresholds::default(),
             banner,
             source,
             color,
             status: String::new(),
-            series_cap: DAY_AT_1HZ,
-            feed: None,
-            waker: None,
         }
     }
 
-    pub fn ingest(&mut self, mut snap: Snapshot) {
-        let t = snap.time;
-        self.alerts = alerts(&snap, &self.thresholds);
-        for g in &snap.gpus {
-            let (a, r) = snap
-                .publishers
-                .iter()
-                .filter(|p| p.device == g.index)
-                .fold((0, 0), |(a, r), p| (a + p.allocated(), r + p.reserved()));
-            let cap = self.series_cap;
-            self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap)).push(Sample {
-                t,
-                allocated: a,
-                reserved: r,
-                used: g.used_bytes.unwrap_or(0),
-            });
-        }
-        for h in self.procs.values_mut() {
-            h.fresh = false;
-        }
-        // Publishers move into their histories: their layouts are the
-        // biggest thing a sample holds, kept once, not cloned.
-        for p in std::mem::take(&mut snap.publishers) {
-            let nvml_used = snap
-                .gpus
-                .iter()
-                .find(|g| g.index == p.device)
-                .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
-                .and_then(|x| x.used_bytes);
-            let sample =
-                Sample { t: p.time, allocated: p.allocated(), reserved: p.reserved(), used: nvml_used.unwrap_or(0) };
-            let (time, ooms) = (p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
-            let cap = self.series_cap;
-            let h = match self.procs.entry((p.device, p.pid)) {
-                std::collections::btree_map::Entry::Occupied(e) => {
-                    let h = e.into_mut();
-                    h.last = p;
-                    h
-                }
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(ProcHistory { last: p, series: Series::new(cap), gone: false, fresh: true, nvml_used })
-                }
-            };
-            h.series.push(sample);
-            h.series.note_ooms(time, ooms);
-            h.gone = false;
-            h.fresh = true;
-            h.nvml_used = nvml_used;
-        }
-        for pid in &snap.gone {
-            for ((_, p), h) in self.procs.iter_mut() {
-                if p == pid {
-                    h.gone = true;
-                }
+    /// Takes a sample into the model.
+    pub fn ingest(&mut self, snap: Snapshot) {
+        self.model.ingest(snap);
+        if self.status.is_empty() {
+            if let Some(why) = &self.model.ignored {
+                self.status = format!(" ignored: {why}");
             }
         }
-        while self.procs.len() > MAX_HISTORIES {
-            let victim = self.procs.iter().find(|(_, h)| h.gone).or_else(|| self.procs.iter().next()).map(|(k, _)| *k);
-            match victim {
-                Some(k) => {
-                    self.procs.remove(&k);
-                }
-                None => break,
-            }
-        }
-        if !snap.skipped.is_empty() && self.status.is_empty() {
-            self.status = format!(" ignored: {}", snap.skipped[0]);
-        }
-        self.selected_gpu = self.selected_gpu.min(snap.gpus.len().saturating_sub(1));
-        self.latest = Some(snap);
-    }
-
-    /// The latest snapshot with its publishers (which `ingest` moved into
-    /// the histories).
-    pub fn latest_full(&self) -> Option<Snapshot> {
-        let mut s = self.latest.clone()?;
-        s.publishers = self.procs.values().filter(|h| h.fresh).map(|h| h.last.clone()).collect();
-        Some(s)
-    }
-
-    /// The publisher in the latest snapshot that is NVML's process `p` on GPU `gpu`.
-    fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
-        self.procs.iter().find(|((d, _), h)| *d == gpu && h.fresh && h.last.matches(p)).map(|(_, h)| &h.last)
+        let gpus = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
+        self.selected_gpu = self.selected_gpu.min(gpus.saturating_sub(1));
     }
 
     fn gpu(&self) -> Option<&GpuSample> {
-        self.latest.as_ref().and_then(|s| s.gpus.get(self.selected_gpu))
+        self.model.latest.as_ref().and_then(|s| s.gpus.get(self.selected_gpu))
     }
 
     /// Histories of the selected GPU's publishers, live ones first.
     fn publishers(&self) -> Vec<&ProcHistory> {
-        let Some(g) = self.gpu() else { return Vec::new() };
-        let mut v: Vec<&ProcHistory> = self.procs.iter().filter(|((d, _), _)| *d == g.index).map(|(_, h)| h).collect();
-        v.sort_by_key(|h| (h.gone, h.last.pid));
-        v
+        self.gpu().map_or_else(Vec::new, |g| self.model.publishers_on(g.index))
+    }
+
+    fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
+        self.model.publisher_of(gpu, p)
     }
 
     pub fn handle_key(&mut self, k: KeyEvent) {
-        self.status.clear();
-        if self.screen.handle_key(k) {
-            return;
-        }
-        match k.code {
-            KeyCode::Char(c @ '1'..='9') => {
-                let i = c as usize - '1' as usize;
-                let n = self.latest.as_ref().map_or(0, |s| s.gpus.len());
-                if i < n {
-                    self.selected_gpu = i;
-                    self.selected_proc = 0;
-                    self.screen.selected = 0;
-                    self.screen.zoom = false;
-                } else {
-                    self.status = format!(" there is no GPU {c} (keys 1–{n})");
-                }
-            }
-            KeyCode::Char('n') => {
-                let n = self.publishers().len();
-                if n > 0 {
-                    self.selected_proc = (self.selected_proc + 1) % n;
-                    self.screen.selected = 0;
-                }
-            }
-            KeyCode::Char('s') => self.status = self.screenshot(),
-            _ => {}
+        if let Some(a) = Action::of(&k) {
+            self.apply(a);
         }
     }
 
     /// `s`: the focused view of the selected publisher, as SVG here.
-    fn screenshot(&mut self) -> String {
+    fn screenshot(&self) -> String {
         let view = super::app::focused_view(&self.screen);
         let pubs = self.publishers();
         let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) else {
@@ -235,7 +108,7 @@ impl LiveApp {
     }
 
     fn gpu_lines(&self) -> Vec<Line<'static>> {
-        let Some(snap) = &self.latest else { return vec![Line::from(" waiting for the first sample…")] };
+        let Some(snap) = &self.model.latest else { return vec![Line::from(" waiting for the first sample…")] };
         let mut lines = Vec::new();
         if snap.gpus.is_empty() {
             lines.push(Line::from(" NVML lists no GPU"));
@@ -258,7 +131,7 @@ impl LiveApp {
                 _ => format!("memory {na}"),
             };
             let util = g.utilization_percent.map_or(na.clone(), |u| format!("{u}%"));
-            let alert = self.alerts.iter().any(|a| a.gpu == g.index);
+            let alert = self.model.alerts.iter().any(|a| a.gpu == g.index);
             let style =
                 if sel { Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED) } else { Style::default() };
             lines.push(Line::from(vec![
@@ -311,21 +184,21 @@ impl LiveApp {
         lines
     }
 
-    pub fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
-        // The screen state is lent to the drawing while histories are borrowed.
-        let mut screen_slot = std::mem::take(&mut self.screen);
-        self.draw_with(&mut screen_slot, area, buf);
-        self.screen = screen_slot;
+    /// Draws into any buffer (tests).
+    pub fn draw_into(&self, area: Rect, buf: &mut Buffer) {
+        self.draw_with(area, buf)
     }
 
-    fn draw_with(&self, screen_slot: &mut Screen, area: Rect, buf: &mut Buffer) {
+    fn draw_with(&self, area: Rect, buf: &mut Buffer) {
         let lines = self.gpu_lines();
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
         let title = Line::from(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source));
-        let inner = super::paint::boxed(buf, top, &title, None);
-        super::paint::lines(buf, inner, &lines);
-        let alerts: Vec<String> = self.alerts.iter().map(|a| a.message.clone()).collect();
+        let block = Block::bordered().title(title);
+        let inner = block.inner(top);
+        block.render(top, buf);
+        Paragraph::new(lines).render(inner, buf);
+        let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
         let status =
             if alerts.is_empty() { self.status.clone() } else { format!(" ⚠ {}{}", alerts.join("; "), self.status) };
         let pubs = self.publishers();
@@ -340,8 +213,7 @@ impl LiveApp {
                 Line::from(""),
                 Line::from(format!(" {status}")),
             ];
-            let inner = super::paint::boxed(buf, rest, &Line::from(" Allocator "), None);
-            super::paint::lines(buf, inner, &msg);
+            Paragraph::new(msg).block(Block::bordered().title(" Allocator ")).render(rest, buf);
             return;
         };
         let p = &h.last;
@@ -361,7 +233,6 @@ impl LiveApp {
         let age = crate::monitor::now() - when;
         let chrome = Chrome {
             stacks: &[],
-            screen: screen_slot,
             device: self
                 .gpu()
                 .map_or("GPU".into(), |g| format!("{} #{}", g.name.clone().unwrap_or("GPU".into()), g.index)),
@@ -384,48 +255,62 @@ impl LiveApp {
             empty_caches: &[],
             iterations: &[],
         };
-        draw_parts_into(segs, totals, frag, chrome, marks, rest, buf);
+        draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }
 }
 
-impl super::app::Interactive for LiveApp {
-    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
-        LiveApp::draw_into(self, area, buf)
+impl Interactive for LiveApp {
+    fn draw(&mut self, frame: &mut Frame) {
+        let area = frame.area();
+        self.draw_into(area, frame.buffer_mut());
     }
-    fn handle_key(&mut self, k: KeyEvent) {
-        LiveApp::handle_key(self, k)
+
+    fn apply(&mut self, a: Action) {
+        self.status.clear();
+        if self.screen.apply(a) {
+            let pubs = self.publishers();
+            if let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) {
+                let sel = self.screen.sel.clamped(&h.last.segments);
+                self.screen.sel = sel;
+            }
+            return;
+        }
+        match a {
+            Action::Gpu(i) => {
+                let n = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
+                if i < n {
+                    self.selected_gpu = i;
+                    self.selected_proc = 0;
+                    self.screen.sel.selected = 0;
+                    self.screen.sel.zoom = false;
+                } else {
+                    self.status = format!(" there is no GPU {} (keys 1–{n})", i + 1);
+                }
+            }
+            Action::NextProcess => {
+                let n = self.publishers().len();
+                if n > 0 {
+                    self.selected_proc = (self.selected_proc + 1) % n;
+                    self.screen.sel.selected = 0;
+                }
+            }
+            Action::Screenshot => self.status = self.screenshot(),
+            _ => {}
+        }
     }
+
+    /// A sample from the sampler: into the model, and redraw.
+    fn update(&mut self, e: Event) -> bool {
+        match e {
+            Event::Sample(s) => {
+                self.ingest(*s);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn quit(&self) -> bool {
         self.screen.quit
-    }
-    /// With a waker the sampler says when to look; without one, look
-    /// five times a second.
-    fn wait(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(if self.waker.is_some() { 5000 } else { 200 })
-    }
-    fn wake_fd(&self) -> Option<i32> {
-        self.waker.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
-    }
-    /// Takes what the sampler sent; redraws only when something came.
-    fn tick(&mut self) -> bool {
-        if let Some(w) = &self.waker {
-            let mut sink = [0u8; 64];
-            loop {
-                match std::io::Read::read(&mut &*w, &mut sink) {
-                    Ok(n) if n > 0 => continue,
-                    // The sampler is gone (its end closed): stop polling a
-                    // descriptor that would stay readable, look on a timer.
-                    Ok(_) => self.waker = None,
-                    Err(_) => {}
-                }
-                break;
-            }
-        }
-        let got: Vec<Snapshot> = self.feed.as_ref().map(|rx| rx.try_iter().collect()).unwrap_or_default();
-        let changed = !got.is_empty();
-        for s in got {
-            self.ingest(s);
-        }
-        changed
     }
 }

@@ -1,0 +1,78 @@
+//! One moment of a replayed trace, or of any allocator, as a picture (SVG,
+//! PNG) or as the screen in text: `export`, and the screens' `s` key.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+
+use super::picture::{Format, Scene, ViewKind};
+use crate::alloc::{CachingAllocator, SegmentInfo};
+use crate::analysis::fragmentation;
+use crate::device::Device;
+use crate::replay::model::ReplayModel;
+use crate::view::parts::{draw_replay, Marks, Selection, Totals};
+use crate::view::Focus;
+
+/// The picture of an allocator's state with the timeline's marks.
+pub fn scene_of<'a, D: Device>(
+    a: &CachingAllocator<D>,
+    segs: &'a [SegmentInfo],
+    title: String,
+    note: &str,
+    m: Marks<'a>,
+) -> Scene<'a> {
+    let stats = a.stats();
+    let t = Totals::of(stats);
+    let conf = &a.config().source;
+    Scene {
+        title,
+        subtitle: format!("allocator config: {} · {note}", if conf.is_empty() { "default" } else { conf.as_str() }),
+        segments: segs,
+        allocated: t.allocated,
+        allocated_peak: t.allocated_peak,
+        reserved: t.reserved,
+        reserved_peak: t.reserved_peak,
+        fragmentation: fragmentation(stats, segs),
+        timeline: m.timeline,
+        cursor: m.cursor,
+        peak_at: m.peak_at,
+        ooms: m.ooms,
+        iterations: m.iterations,
+        empty_caches: m.empty_caches,
+    }
+}
+
+/// `view` of `model` after event `cursor`: SVG, PNG, or the screen as
+/// text (160 × 48, ANSI colours unless `plain`).
+pub fn picture(
+    model: &mut ReplayModel,
+    cursor: usize,
+    view: ViewKind,
+    format: Format,
+    width: u32,
+    plain: bool,
+) -> Result<Vec<u8>, String> {
+    if format == Format::Txt {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 160, 48));
+        let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
+        let sel = Selection { focus, ..Selection::default() };
+        let area = buf.area;
+        draw_replay(model, cursor, sel, !plain, String::new(), area, &mut buf);
+        return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
+    }
+    let n = model.points().len();
+    let (name, peak_at) = (model.name.clone(), model.peak_at);
+    let (ooms, empty_caches, iterations) = (model.ooms.clone(), model.empty_caches.clone(), model.iterations.clone());
+    let points = model.points().to_vec();
+    let marks =
+        Marks { timeline: &points, cursor, peak_at, ooms: &ooms, empty_caches: &empty_caches, iterations: &iterations };
+    let a = model.state_at(cursor);
+    let segs = a.snapshot();
+    let title = format!("{name} · event {cursor} of {n}{}", if Some(cursor) == peak_at { " (peak)" } else { "" });
+    let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";
+    let scene = scene_of(a, &segs, title, note, marks);
+    let svg = super::picture::svg(&scene, view, width);
+    match format {
+        Format::Svg => Ok(svg.into_bytes()),
+        _ => super::picture::png(&svg),
+    }
+}

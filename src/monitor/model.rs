@@ -1,0 +1,145 @@
+//! The live model: what the monitor keeps between samples (per-GPU and
+//! per-process histories, the alerts of the latest sample). The TUI draws
+//! it; `replay RECORDING --json` reports from it; neither owns it.
+
+use std::collections::BTreeMap;
+
+use super::alerts::{alerts, Alert, Thresholds};
+use super::{Published, Snapshot};
+use crate::timeline::{Sample, Series, DAY_AT_1HZ};
+
+/// One publishing process's history.
+pub struct ProcHistory {
+    pub last: Published,
+    pub series: Series,
+    pub gone: bool,
+    /// In the latest snapshot.
+    pub fresh: bool,
+    pub nvml_used: Option<u64>,
+}
+
+/// Process histories kept at most (gone ones are dropped first). With 8
+/// GPUs that is 16 series of at most a day at 1 Hz (2.6 MiB each): the
+/// timeline stays under 50 MiB.
+pub const MAX_HISTORIES: usize = 8;
+
+/// Histories and alerts over the samples seen so far.
+pub struct LiveModel {
+    pub latest: Option<Snapshot>,
+    pub gpu_series: BTreeMap<u32, Series>,
+    pub procs: BTreeMap<(u32, u32), ProcHistory>,
+    pub alerts: Vec<Alert>,
+    pub thresholds: Thresholds,
+    /// Why publisher files were ignored in the latest sample, if any.
+    pub ignored: Option<String>,
+    series_cap: usize,
+}
+
+impl Default for LiveModel {
+    fn default() -> Self {
+        LiveModel::new(Thresholds::default())
+    }
+}
+
+impl LiveModel {
+    pub fn new(thresholds: Thresholds) -> Self {
+        LiveModel {
+            latest: None,
+            gpu_series: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            alerts: Vec::new(),
+            thresholds,
+            ignored: None,
+            series_cap: DAY_AT_1HZ,
+        }
+    }
+
+    pub fn ingest(&mut self, mut snap: Snapshot) {
+        let t = snap.time;
+        self.alerts = alerts(&snap, &self.thresholds);
+        for g in &snap.gpus {
+            let (a, r) = snap
+                .publishers
+                .iter()
+                .filter(|p| p.device == g.index)
+                .fold((0, 0), |(a, r), p| (a + p.allocated(), r + p.reserved()));
+            let cap = self.series_cap;
+            self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap)).push(Sample {
+                t,
+                allocated: a,
+                reserved: r,
+                used: g.used_bytes.unwrap_or(0),
+            });
+        }
+        for h in self.procs.values_mut() {
+            h.fresh = false;
+        }
+        // Publishers move into their histories: their layouts are the
+        // biggest thing a sample holds, kept once, not cloned.
+        for p in std::mem::take(&mut snap.publishers) {
+            let nvml_used = snap
+                .gpus
+                .iter()
+                .find(|g| g.index == p.device)
+                .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
+                .and_then(|x| x.used_bytes);
+            let sample =
+                Sample { t: p.time, allocated: p.allocated(), reserved: p.reserved(), used: nvml_used.unwrap_or(0) };
+            let (time, ooms) = (p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
+            let cap = self.series_cap;
+            let h = match self.procs.entry((p.device, p.pid)) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    let h = e.into_mut();
+                    h.last = p;
+                    h
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(ProcHistory { last: p, series: Series::new(cap), gone: false, fresh: true, nvml_used })
+                }
+            };
+            h.series.push(sample);
+            h.series.note_ooms(time, ooms);
+            h.gone = false;
+            h.fresh = true;
+            h.nvml_used = nvml_used;
+        }
+        for pid in &snap.gone {
+            for ((_, p), h) in self.procs.iter_mut() {
+                if p == pid {
+                    h.gone = true;
+                }
+            }
+        }
+        while self.procs.len() > MAX_HISTORIES {
+            let victim = self.procs.iter().find(|(_, h)| h.gone).or_else(|| self.procs.iter().next()).map(|(k, _)| *k);
+            match victim {
+                Some(k) => {
+                    self.procs.remove(&k);
+                }
+                None => break,
+            }
+        }
+        self.ignored = snap.skipped.first().cloned();
+        self.latest = Some(snap);
+    }
+
+    /// The latest snapshot with its publishers (which `ingest` moved into
+    /// the histories).
+    pub fn latest_full(&self) -> Option<Snapshot> {
+        let mut s = self.latest.clone()?;
+        s.publishers = self.procs.values().filter(|h| h.fresh).map(|h| h.last.clone()).collect();
+        Some(s)
+    }
+
+    /// The publisher in the latest snapshot that is NVML's process `p` on GPU `gpu`.
+    pub fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
+        self.procs.iter().find(|((d, _), h)| *d == gpu && h.fresh && h.last.matches(p)).map(|(_, h)| &h.last)
+    }
+
+    /// Histories of GPU `gpu`'s publishers, live ones first.
+    pub fn publishers_on(&self, gpu: u32) -> Vec<&ProcHistory> {
+        let mut v: Vec<&ProcHistory> = self.procs.iter().filter(|((d, _), _)| *d == gpu).map(|(_, h)| h).collect();
+        v.sort_by_key(|h| (h.gone, h.last.pid));
+        v
+    }
+}

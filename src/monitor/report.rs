@@ -1,0 +1,128 @@
+//! The live JSON (`gpumem-top --json`, `record` lines' `last`, `replay
+//! RECORDING --json`) as types; docs/json.md is their schema.
+
+use serde::Serialize;
+
+use super::alerts::Alert;
+use super::model::LiveModel;
+use super::{GpuSample, Published, Snapshot};
+use crate::analysis::Fragmentation;
+
+/// One moment: every GPU, every publishing process, the alerts.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveReport {
+    /// "nvml", "simulated device", "recording", …
+    pub source: String,
+    pub time: f64,
+    pub gpus: Vec<GpuSample>,
+    pub publishers: Vec<PublisherReport>,
+    /// Publisher files ignored, and why.
+    pub ignored: Vec<String>,
+    /// PIDs whose process or publisher file went away since the previous sample.
+    pub gone: Vec<u32>,
+    pub alerts: Vec<Alert>,
+}
+
+/// What one PyTorch process published, with its fragmentation figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct PublisherReport {
+    pub pid: u32,
+    pub gpu: u32,
+    pub cuda_device: u32,
+    pub uuid: Option<String>,
+    pub command: Option<String>,
+    pub time: f64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_peak_bytes: u64,
+    pub reserved_peak_bytes: u64,
+    pub num_ooms: u64,
+    pub num_alloc_retries: u64,
+    pub segments: usize,
+    pub fragmentation: Fragmentation,
+}
+
+impl PublisherReport {
+    pub fn of(p: &Published) -> Self {
+        PublisherReport {
+            pid: p.pid,
+            gpu: p.device,
+            cuda_device: p.cuda_device,
+            uuid: p.uuid.clone(),
+            command: p.command.clone(),
+            time: p.time,
+            allocated_bytes: p.allocated(),
+            reserved_bytes: p.reserved(),
+            allocated_peak_bytes: p.stat("allocated_bytes.all.peak"),
+            reserved_peak_bytes: p.stat("reserved_bytes.all.peak"),
+            num_ooms: p.stat("num_ooms"),
+            num_alloc_retries: p.stat("num_alloc_retries"),
+            segments: p.segments.len(),
+            fragmentation: p.fragmentation(),
+        }
+    }
+}
+
+impl LiveReport {
+    pub fn of(snap: &Snapshot, alerts: &[Alert], source: &str) -> Self {
+        LiveReport {
+            source: source.to_string(),
+            time: snap.time,
+            gpus: snap.gpus.clone(),
+            publishers: snap.publishers.iter().map(PublisherReport::of).collect(),
+            ignored: snap.skipped.clone(),
+            gone: snap.gone.clone(),
+            alerts: alerts.to_vec(),
+        }
+    }
+}
+
+/// One process over a recording.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessSummary {
+    pub gpu: u32,
+    pub pid: u32,
+    pub command: Option<String>,
+    pub samples: usize,
+    /// The highest allocated bytes among the samples.
+    pub peak_allocated_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+    /// Samples at which `num_ooms` rose.
+    pub ooms: usize,
+}
+
+/// `replay RECORDING --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordingReport {
+    pub trace: String,
+    pub format: String,
+    pub samples: usize,
+    pub processes: Vec<ProcessSummary>,
+    /// The last sample, as `--json` reports one.
+    pub last: Option<LiveReport>,
+}
+
+impl RecordingReport {
+    pub fn of(model: &LiveModel, trace: String, format: &str, samples: usize) -> Self {
+        let processes = model
+            .procs
+            .iter()
+            .map(|((gpu, pid), h)| ProcessSummary {
+                gpu: *gpu,
+                pid: *pid,
+                command: h.last.command.clone(),
+                samples: h.series.points().len(),
+                peak_allocated_bytes: h.series.peak().map(|p| p.allocated),
+                peak_reserved_bytes: h.series.points().iter().map(|p| p.reserved).max(),
+                ooms: h.series.ooms.len(),
+            })
+            .collect();
+        RecordingReport {
+            trace,
+            format: format.to_string(),
+            samples,
+            processes,
+            last: model.latest_full().map(|s| LiveReport::of(&s, &model.alerts, "recording")),
+        }
+    }
+}

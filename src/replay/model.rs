@@ -1,0 +1,86 @@
+//! What the replay screens and exports show of a trace: the scrubber over
+//! its events with the timeline's marks. The interactive view adds a cursor
+//! and keys (`ui`); `export` draws one moment of it; neither owns it.
+
+use crate::alloc::{Action, CachingAllocator, StatePoint};
+use crate::device::Oracle;
+use crate::trace::{Annotation, DeviceTrace, Frame};
+
+use super::scrub::Scrubber;
+use super::session::{Session, Start};
+use super::Divergence;
+
+pub struct ReplayModel<'a> {
+    scrub: Scrubber<'a>,
+    pub stacks: &'a [Vec<Frame>],
+    /// The file's name, as the header shows it.
+    pub name: String,
+    /// The first event at the highest allocated bytes.
+    pub peak_at: Option<usize>,
+    pub ooms: Vec<usize>,
+    pub empty_caches: Vec<usize>,
+    /// Events where training iterations end (`Optimizer.step` annotations).
+    pub iterations: Vec<usize>,
+    /// The trace is a window of a longer run (its start was rebuilt).
+    pub window: bool,
+}
+
+impl<'a> ReplayModel<'a> {
+    /// The model of a faithful `session` over `dev`.
+    pub fn open(
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        annotations: &[Annotation],
+        name: String,
+    ) -> Result<Self, Divergence> {
+        Ok(ReplayModel::new(
+            session.scrubber(1024)?,
+            dev,
+            stacks,
+            session.exact.empty_cache_at.clone(),
+            crate::analysis::iteration_marks(&dev.time_us, annotations, dev.device),
+            name,
+            session.start == Start::Window,
+        ))
+    }
+
+    pub fn new(
+        scrub: Scrubber<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        empty_caches: Vec<usize>,
+        iterations: Vec<usize>,
+        name: String,
+        window: bool,
+    ) -> Self {
+        let peak_at = crate::analysis::peak_index(scrub.points());
+        let ooms = dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
+        ReplayModel { scrub, stacks, name, peak_at, ooms, empty_caches, iterations, window }
+    }
+
+    /// Allocated and reserved bytes after each event.
+    pub fn points(&self) -> &[StatePoint] {
+        self.scrub.points()
+    }
+
+    /// The last event's index (0 for a state-only snapshot).
+    pub fn last(&self) -> usize {
+        self.points().len().saturating_sub(1)
+    }
+
+    /// The allocator right after event `cursor`.
+    pub fn state_at(&mut self, cursor: usize) -> &CachingAllocator<Oracle<'a>> {
+        self.scrub.seek(cursor)
+    }
+
+    /// "event 12/300", or what kind of recording this is.
+    pub fn position(&self, cursor: usize) -> String {
+        let n = self.points().len();
+        match (n, self.window) {
+            (0, _) => "state only: no trace in this snapshot".into(),
+            (_, true) => format!("event {cursor}/{n} of a window (peaks since its start)"),
+            _ => format!("event {cursor}/{n}"),
+        }
+    }
+}

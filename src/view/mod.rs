@@ -1,0 +1,861 @@
+//! The screens of docs/architecture.md §Screens, drawn from an immutable `View`
+//! (`impl Widget for &View`): a header, the
+//! allocated/reserved bars, the fragmentation map beside the block-size
+//! histogram, the timeline, and a status line. Nothing here computes metrics
+//! or owns data; the caller builds the `View` from whatever source it has.
+
+pub mod parts;
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
+
+use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::analysis::{human_bytes, Fragmentation, SizeBucket};
+use crate::trace::Frame;
+
+/// The smallest terminal the screens are drawn in.
+pub const MIN_WIDTH: u16 = 80;
+pub const MIN_HEIGHT: u16 = 24;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SegmentOrder {
+    #[default]
+    Address,
+    Size,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Focus {
+    #[default]
+    Map,
+    Timeline,
+}
+
+/// Everything one frame shows.
+#[derive(Debug, Clone)]
+pub struct View<'a> {
+    pub device: String,
+    pub source: String,
+    /// "event 4400/14327" or a time.
+    pub position: String,
+    /// Shown above everything when set ("no NVIDIA GPU found: simulated device").
+    pub banner: Option<String>,
+    pub allocated: u64,
+    pub allocated_peak: u64,
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    /// False for a snapshot without a trace: its peaks are not in the file.
+    pub peaks_known: bool,
+    /// NVML's (used, total) for the device, where known.
+    pub device_memory: Option<(u64, u64)>,
+    pub segments: &'a [SegmentInfo],
+    pub fragmentation: Fragmentation,
+    pub histogram: &'a [SizeBucket],
+    /// Allocated and reserved over events (or samples).
+    pub timeline: &'a [StatePoint],
+    pub cursor: usize,
+    pub peak_at: Option<usize>,
+    pub ooms: &'a [usize],
+    pub empty_caches: &'a [usize],
+    /// Event indices where training iterations end (Optimizer.step).
+    pub iterations: &'a [usize],
+    pub order: SegmentOrder,
+    /// First segment row shown.
+    pub scroll: usize,
+    /// The highlighted segment (index in `order`).
+    pub selected: usize,
+    /// Show the blocks of the selected segment instead of the map.
+    pub zoom: bool,
+    /// The highlighted block of the zoomed segment; its call stack is shown.
+    pub block: usize,
+    /// Segments back to back at a fixed number of bytes per cell, for
+    /// hundreds of segments.
+    pub compact: bool,
+    /// Call stacks by tag (tag - 1), innermost frame first; empty when unknown.
+    pub stacks: &'a [Vec<Frame>],
+    pub focus: Focus,
+    pub help: bool,
+    pub color: bool,
+    pub status: String,
+}
+
+/// A bordered box with `title` (and `right`, right-aligned) in `area`;
+/// returns the inner area.
+fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect {
+    let mut block = Block::bordered().title(title);
+    if let Some(r) = right {
+        block = block.title(r.right_aligned());
+    }
+    let inner = block.inner(area);
+    block.render(area, buf);
+    inner
+}
+
+/// Lines that fit unwrapped, one per row of `area`.
+fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
+    Paragraph::new(lines).render(area, buf);
+}
+
+/// One line in one row at (x, y), `width` cells.
+fn put_row(buf: &mut Buffer, x: u16, y: u16, width: u16, l: Line) {
+    Paragraph::new(l).render(Rect { x, y, width, height: 1 }.intersection(buf.area), buf);
+}
+
+/// Styles, or none at all under NO_COLOR: glyphs carry the meaning either way.
+#[derive(Debug, Clone, Copy)]
+struct Theme {
+    color: bool,
+}
+
+impl Theme {
+    fn fg(self, c: Color) -> Style {
+        if self.color {
+            Style::default().fg(c)
+        } else {
+            Style::default()
+        }
+    }
+    fn bold(self) -> Style {
+        Style::default().add_modifier(Modifier::BOLD)
+    }
+}
+
+/// One glyph per block state, readable without colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    Allocated,
+    RoundingWaste,
+    PendingFree,
+    FreeInUsedSegment,
+    FreeSegment,
+}
+
+impl Cell {
+    pub fn glyph(self) -> char {
+        match self {
+            Cell::Allocated => '█',
+            Cell::RoundingWaste => '▓',
+            Cell::PendingFree => '▒',
+            Cell::FreeInUsedSegment => '░',
+            Cell::FreeSegment => '·',
+        }
+    }
+    fn color(self) -> Color {
+        match self {
+            Cell::Allocated => Color::Green,
+            Cell::RoundingWaste => Color::Yellow,
+            Cell::PendingFree => Color::Magenta,
+            Cell::FreeInUsedSegment => Color::Red,
+            Cell::FreeSegment => Color::Blue,
+        }
+    }
+    pub const LEGEND: [(Cell, &'static str); 5] = [
+        (Cell::Allocated, "allocated"),
+        (Cell::RoundingWaste, "rounding"),
+        (Cell::PendingFree, "pending free"),
+        (Cell::FreeInUsedSegment, "free in used segment"),
+        (Cell::FreeSegment, "free segment"),
+    ];
+}
+
+/// The cells of one segment's row, `width` cells covering the segment to
+/// scale: each cell shows the state holding most of its bytes.
+pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
+    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
+    let mut out = Vec::with_capacity(width);
+    if width == 0 || seg.total_size == 0 {
+        return out;
+    }
+    // Byte ranges of each state, in address order.
+    let mut ranges: Vec<(u64, u64, Cell)> = Vec::new();
+    for b in &seg.blocks {
+        let start = b.address - seg.address;
+        match b.state {
+            BlockState::ActiveAllocated => {
+                let used = b.requested_size.min(b.size);
+                ranges.push((start, start + used, Cell::Allocated));
+                if used < b.size {
+                    ranges.push((start + used, start + b.size, Cell::RoundingWaste));
+                }
+            }
+            BlockState::ActivePendingFree => ranges.push((start, start + b.size, Cell::PendingFree)),
+            BlockState::Inactive => ranges.push((
+                start,
+                start + b.size,
+                if whole_free { Cell::FreeSegment } else { Cell::FreeInUsedSegment },
+            )),
+        }
+    }
+    // Cell c covers [total·c/width, total·(c+1)/width): one division per
+    // cell, in u64 unless the product could overflow (u128 division is a
+    // library call, and this runs for every cell of the map each frame).
+    let (total, w) = (seg.total_size, width as u64);
+    let edge = |c: u64| match total.checked_mul(c) {
+        Some(p) => p / w,
+        None => (total as u128 * c as u128 / w as u128) as u64,
+    };
+    let mut r = 0;
+    let mut lo = 0;
+    for c in 0..width {
+        let next = edge(c as u64 + 1);
+        let hi = next.max(lo + 1);
+        let mut best = (0u64, Cell::FreeSegment);
+        while r < ranges.len() && ranges[r].1 <= lo {
+            r += 1;
+        }
+        let mut k = r;
+        let mut weights = [0u64; 5];
+        while k < ranges.len() && ranges[k].0 < hi {
+            let (a, b, cell) = ranges[k];
+            let w = b.min(hi) - a.max(lo);
+            weights[cell as usize] += w;
+            k += 1;
+        }
+        for (i, &w) in weights.iter().enumerate() {
+            // Ties go to the more telling state (allocated first).
+            if w > best.0 {
+                best = (w, Cell::LEGEND[i].0);
+            }
+        }
+        out.push(best.1);
+        lo = next;
+    }
+    out
+}
+
+impl Widget for &View<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        draw(self, area, buf)
+    }
+}
+
+/// Draws the whole screen.
+fn draw(view: &View, area: Rect, buf: &mut Buffer) {
+    let theme = Theme { color: view.color };
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this one is {}x{}.",
+            area.width, area.height
+        );
+        Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
+        return;
+    }
+    let banner_h = u16::from(view.banner.is_some());
+    let [banner, top, middle, bottom, status] = Layout::vertical([
+        Constraint::Length(banner_h),
+        Constraint::Length(6),
+        Constraint::Min(8),
+        Constraint::Length((area.height / 4).max(7)),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    if let Some(b) = &view.banner {
+        put_rows(
+            buf,
+            banner,
+            vec![Line::from(Span::styled(format!(" {b} "), theme.fg(Color::Yellow).add_modifier(Modifier::REVERSED)))],
+        );
+    }
+    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
+    let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), Some(Line::from(" ? help ")));
+    render_bars(view, theme, inner, buf);
+
+    let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
+    render_map(view, theme, map, buf);
+    render_histogram(view, theme, hist, buf);
+    render_timeline(view, theme, bottom, buf);
+    // A message (a written file, an alert) goes first: it matters more than
+    // the key hints, which shrink to make room.
+    let line = if view.status.trim().is_empty() {
+        Line::from(Span::styled(
+            " q quit  space pause  ←/→ step  PgUp/PgDn jump  p peak  o OOM  tab focus  s screenshot  ? help ",
+            theme.fg(Color::DarkGray),
+        ))
+    } else {
+        Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
+    };
+    put_rows(buf, status, vec![line]);
+    if view.help {
+        render_help(theme, area, buf);
+    }
+}
+
+fn bar_line(label: &str, value: u64, scale: u64, width: usize, tail: String, style: Style) -> Line<'static> {
+    let eighths = if scale == 0 { 0 } else { (value as u128 * width as u128 * 8 / scale as u128) as usize };
+    let full = (eighths / 8).min(width);
+    let part = if full < width { eighths % 8 } else { 0 };
+    let mut bar: String = "█".repeat(full);
+    if part > 0 {
+        bar.push([' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'][part]);
+    }
+    let pad = width.saturating_sub(full + usize::from(part > 0));
+    Line::from(vec![
+        Span::raw(format!(" {label:<10}")),
+        Span::styled(bar, style),
+        Span::raw(" ".repeat(pad)),
+        Span::raw(tail),
+    ])
+}
+
+fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let scale = view.device_memory.map(|(_, t)| t).unwrap_or(view.reserved_peak).max(view.reserved_peak).max(1);
+    let width = (area.width as usize).saturating_sub(56).max(10);
+    let gap = view.reserved.saturating_sub(view.allocated);
+    let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
+    let mut lines = vec![
+        bar_line(
+            "allocated",
+            view.allocated,
+            scale,
+            width,
+            peak_text(view.allocated, view.allocated_peak, view.peaks_known),
+            theme.fg(Color::Green),
+        ),
+        bar_line(
+            "reserved",
+            view.reserved,
+            scale,
+            width,
+            peak_text(view.reserved, view.reserved_peak, view.peaks_known),
+            theme.fg(Color::Blue),
+        ),
+    ];
+    match view.device_memory {
+        Some((used, total)) => lines.push(bar_line(
+            "device",
+            used,
+            scale,
+            width,
+            format!(" {:>10} / {} (NVML)", human_bytes(used), human_bytes(total)),
+            theme.fg(Color::Cyan),
+        )),
+        None => lines.push(Line::from(" device     (no NVML reading for this source)")),
+    }
+    let ratio = if !view.peaks_known {
+        "n/a (no peaks in the snapshot)".to_string()
+    } else if view.reserved_peak == 0 {
+        format!("{:.4}", 0.0)
+    } else {
+        format!("{:.4}", 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64)
+    };
+    lines.push(Line::from(format!(
+        " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {ratio}",
+        human_bytes(gap),
+        pct(gap, view.reserved),
+    )));
+    put_rows(buf, area, lines);
+}
+
+fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let order = match view.order {
+        SegmentOrder::Address => "address",
+        SegmentOrder::Size => "size",
+    };
+    let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
+    let private = view.segments.iter().filter(|s| s.private).count();
+    let pools = if private > 0 { format!("─ {private} in private pools (*) ") } else { String::new() };
+    let title = Line::from(Span::styled(
+        format!(" Fragmentation map ─ {} segments ─ by {order} {pools}", view.segments.len()),
+        focus,
+    ));
+    let inner = boxed(buf, area, title, None);
+    if inner.height == 0 {
+        return;
+    }
+    let segs = ordered(view);
+    if view.zoom {
+        if let Some(seg) = segs.get(view.selected) {
+            render_zoom(view, theme, seg, inner, buf);
+            return;
+        }
+    }
+    if view.compact {
+        render_compact(view, theme, &segs, Rect { height: inner.height - 1, ..inner }, buf);
+    } else {
+        render_rows(view, theme, &segs, inner, buf);
+    }
+    // Legend on the last line.
+    let mut spans = Vec::new();
+    for (c, name) in Cell::LEGEND {
+        spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
+        spans.push(Span::raw(format!(" {name}  ")));
+    }
+    put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, Line::from(spans));
+}
+
+fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, buf: &mut Buffer) {
+    let label_w = 23usize;
+    let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
+    let rows = inner.height as usize - 1;
+    for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
+        let y = inner.y + row as u16;
+        // `*`: the segment belongs to a private pool (CUDA graph, MemPool).
+        let mark = if seg.private { '*' } else { ' ' };
+        let label = format!("{:#014x} {:>7}{mark}", seg.address, short_bytes(seg.total_size));
+        let style = if view.scroll + row == view.selected {
+            Style::default().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::default()
+        };
+        put_row(buf, inner.x, y, label_w as u16, Line::styled(label, style));
+        // Cells are written directly: set_string would segment graphemes
+        // for every one-glyph string, most of a frame's cost.
+        let x0 = inner.x + label_w as u16 + 1;
+        if buf.area.contains(ratatui::layout::Position { x: x0, y }) {
+            let row = buf.index_of(x0, y);
+            let room = (buf.area.right() - x0) as usize;
+            for (cell, c) in buf.content[row..].iter_mut().zip(segment_cells(seg, cells_w.min(room))) {
+                cell.set_char(c.glyph()).set_style(theme.fg(c.color()));
+            }
+        }
+    }
+}
+
+/// One glyph into one cell (no-op outside the buffer).
+fn put(buf: &mut Buffer, x: u16, y: u16, glyph: char, style: Style) {
+    if let Some(cell) = buf.cell_mut((x, y)) {
+        cell.set_char(glyph).set_style(style);
+    }
+}
+
+/// The bytes one cell stands for in compact mode: the smallest power of two
+/// (at least 512 KiB) at which every segment, each given at least one cell,
+/// fits in `capacity` cells; the largest tried when none does.
+pub fn compact_scale(segs: &[&SegmentInfo], capacity: usize) -> u64 {
+    let mut b: u64 = 512 << 10;
+    while b < 1 << 50 {
+        if compact_cells(segs, b) <= capacity {
+            break;
+        }
+        b *= 2;
+    }
+    b
+}
+
+/// Cells the segments take at `per_cell` bytes a cell.
+pub fn compact_cells(segs: &[&SegmentInfo], per_cell: u64) -> usize {
+    segs.iter().map(|s| s.total_size.div_ceil(per_cell).max(1) as usize).sum()
+}
+
+fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, buf: &mut Buffer) {
+    if area.height < 2 || area.width == 0 {
+        return;
+    }
+    let width = area.width as usize;
+    let rows = area.height as usize - 1;
+    let per_cell = compact_scale(segs, width * rows);
+    let mut i = 0usize;
+    let mut shown = 0usize;
+    for (k, seg) in segs.iter().enumerate() {
+        let n = seg.total_size.div_ceil(per_cell).max(1) as usize;
+        if i + n > width * rows {
+            break;
+        }
+        let selected = k == view.selected;
+        for c in segment_cells(seg, n) {
+            let (x, y) = ((i % width) as u16, (i / width) as u16);
+            let mut style = theme.fg(c.color());
+            if selected {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            put(buf, area.x + x, area.y + y, c.glyph(), style);
+            i += 1;
+        }
+        shown += 1;
+    }
+    let hidden = segs.len() - shown;
+    let mut footer = format!(
+        "compact: 1 cell = {} ─ segments back to back by {}",
+        short_bytes(per_cell),
+        if view.order == SegmentOrder::Size { "size" } else { "address" }
+    );
+    if hidden > 0 {
+        footer.push_str(&format!(" ─ {hidden} not shown"));
+    }
+    if let Some(sel) = segs.get(view.selected) {
+        footer.push_str(&format!(" ─ selected {:#x} {}", sel.address, short_bytes(sel.total_size)));
+    }
+    buf.set_stringn(area.x, area.y + area.height - 1, footer, width, theme.fg(Color::DarkGray));
+}
+
+/// ` of private pool (1,0)` for a private pool's segment, else nothing.
+pub fn pool_name(seg: &SegmentInfo) -> String {
+    match (seg.private, seg.pool) {
+        (false, _) => String::new(),
+        (true, Some((a, b))) => format!(" of private pool ({a},{b})"),
+        (true, None) => " of a private pool (id not recorded)".into(),
+    }
+}
+
+/// " 1.46 GiB   peak 3.82 GiB", or "peak unknown" where the file has none.
+fn peak_text(now: u64, peak: u64, known: bool) -> String {
+    if known {
+        format!(" {:>10}   peak {:>10}", human_bytes(now), human_bytes(peak))
+    } else {
+        format!(" {:>10}   peak not in the snapshot", human_bytes(now))
+    }
+}
+
+/// The segments in the view's order.
+pub fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
+    ordered_indices(view.segments, view.order).into_iter().map(|i| &view.segments[i]).collect()
+}
+
+/// Indices into `segments` in `order` (size order: largest first, then by
+/// address).
+pub fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..segments.len()).collect();
+    if order == SegmentOrder::Size {
+        idx.sort_by(|&a, &b| {
+            let (a, b) = (&segments[a], &segments[b]);
+            b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address))
+        });
+    }
+    idx
+}
+
+/// Where an allocation was made: the innermost frame of the user's own
+/// Python code (PyTorch's files and C++ frames skipped where possible).
+pub fn call_site(frames: &[Frame]) -> String {
+    let py = |f: &&Frame| f.filename.ends_with(".py");
+    let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
+    match own.or_else(|| frames.iter().find(py)).or(frames.first()) {
+        // The basename keeps the line number visible in a narrow pane; the
+        // directories rarely disambiguate within one model's trace.
+        Some(f) if f.line > 0 => {
+            let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+            format!("{base}:{} {}", f.line, f.name)
+        }
+        Some(f) => f.name.clone(),
+        None => String::new(),
+    }
+}
+
+fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "segment {:#x}: {} {} pool{}, stream {}{} ─ ↑/↓ block  Enter/Esc back",
+            seg.address,
+            human_bytes(seg.total_size),
+            seg.segment_type,
+            pool_name(seg),
+            seg.stream,
+            if seg.is_expandable { ", expandable" } else { "" }
+        ),
+        theme.bold(),
+    ))];
+    let stack_of = |b: &crate::alloc::BlockInfo| -> Option<&Vec<Frame>> {
+        if b.tag > 0 && b.state != BlockState::Inactive {
+            view.stacks.get(b.tag as usize - 1)
+        } else {
+            None
+        }
+    };
+    let sel = view.block.min(seg.blocks.len().saturating_sub(1));
+    let frames: &[Frame] = seg.blocks.get(sel).and_then(stack_of).map_or(&[], |f| f.as_slice());
+    let h = area.height as usize;
+    // The selected block's stack takes at most half the pane.
+    let stack_rows = if frames.is_empty() { 0 } else { (frames.len() + 1).min(h / 2) };
+    let list_rows = h.saturating_sub(1 + stack_rows).max(1);
+    let first = (sel + 1).saturating_sub(list_rows);
+    for (i, b) in seg.blocks.iter().enumerate().skip(first).take(list_rows) {
+        let (state, cell) = match b.state {
+            BlockState::ActiveAllocated => ("allocated", Cell::Allocated),
+            BlockState::ActivePendingFree => ("pending free", Cell::PendingFree),
+            BlockState::Inactive => ("free", Cell::FreeInUsedSegment),
+        };
+        let site = stack_of(b).map(|f| call_site(f)).unwrap_or_default();
+        let requested = if b.state == BlockState::Inactive {
+            String::new()
+        } else {
+            format!("req {:>10}", human_bytes(b.requested_size))
+        };
+        let style = if i == sel { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
+        lines.push(Line::from(vec![
+            Span::styled(cell.glyph().to_string(), theme.fg(cell.color())),
+            Span::styled(
+                format!(
+                    " +{:<10} {:>10} {:<15} {:<12} {site}",
+                    short_bytes(b.address - seg.address),
+                    human_bytes(b.size),
+                    requested,
+                    state
+                ),
+                style,
+            ),
+        ]));
+    }
+    if stack_rows > 0 {
+        let list_end = 1 + seg.blocks.len().min(list_rows);
+        lines.resize(h.saturating_sub(stack_rows).max(list_end), Line::from(""));
+        lines.push(Line::from(Span::styled(
+            format!(
+                "call stack of the block at +{} (innermost first)",
+                short_bytes(seg.blocks[sel].address - seg.address)
+            ),
+            theme.bold(),
+        )));
+        for f in frames.iter().take(stack_rows - 1) {
+            let at = if f.line > 0 { format!("{}:{}", f.filename, f.line) } else { f.filename.clone() };
+            lines.push(Line::from(format!("  {}  {at}", f.name)));
+        }
+    }
+    Paragraph::new(lines).render(area, buf);
+}
+
+/// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
+fn short_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let u = crate::analysis::unit_of(n, UNITS.len() - 1);
+    let shift = 10 * u as u32;
+    if u == 0 {
+        format!("{n}B")
+    } else if n >> shift >= 100 {
+        format!("{}{}", crate::analysis::scaled(n, shift, 1), UNITS[u])
+    } else {
+        let q = crate::analysis::scaled(n, shift, 10);
+        format!("{}.{}{}", q / 10, q % 10, UNITS[u])
+    }
+}
+
+fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let inner = boxed(buf, area, Line::from(" Block sizes ─ allocated / free "), None);
+    let f = &view.fragmentation;
+    let mut lines = Vec::new();
+    let max = view.histogram.iter().map(|b| b.allocated_count.max(b.free_count)).max().unwrap_or(0).max(1);
+    let spark = |n: u64| -> String {
+        let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
+        "▇".repeat(w.min(8))
+    };
+    // Where the live bytes came from, when the source recorded stacks: the
+    // question that follows "why is this so big?".
+    let sites = if view.stacks.is_empty() {
+        Vec::new()
+    } else {
+        crate::analysis::live_by_call_site(view.segments, view.stacks, call_site)
+    };
+    let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
+    let height = inner.height as usize;
+    let site_rows =
+        if sites.is_empty() { 0 } else { (sites.len() + 2).min(height.saturating_sub(shown_n + 2).max(height / 3)) };
+    let rows = height.saturating_sub(2 + site_rows);
+    let shown: Vec<&SizeBucket> = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).collect();
+    let skip = shown.len().saturating_sub(rows);
+    for b in shown.iter().skip(skip) {
+        lines.push(Line::from(vec![
+            Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
+            Span::styled(format!("{:<8}", spark(b.allocated_count)), theme.fg(Color::Green)),
+            Span::raw(format!("{:>6} ", b.allocated_count)),
+            Span::styled(format!("{:<8}", spark(b.free_count)), theme.fg(Color::Red)),
+            Span::raw(format!("{:>6}", b.free_count)),
+        ]));
+    }
+    lines.push(Line::from(format!(
+        "largest free {}  external_fragmentation {:.2}",
+        human_bytes(f.largest_free_block_bytes),
+        f.external_fragmentation
+    )));
+    lines.push(Line::from(format!(
+        "inactive_split {}  rounding_waste {}",
+        human_bytes(f.inactive_split_bytes),
+        human_bytes(f.rounding_waste_bytes)
+    )));
+    if site_rows >= 2 {
+        lines.push(Line::from(""));
+        lines.push(Line::from(Span::styled("live bytes by call site", theme.bold())));
+        for (site, bytes, n) in sites.iter().take(site_rows - 2) {
+            lines.push(Line::from(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n)));
+        }
+    }
+    put_rows(buf, inner, lines);
+}
+
+/// The points of a polyline without the inner points of its horizontal
+/// runs: the canvas paints the same dots for one long flat segment as for
+/// its pieces, and a steady reserved line is one run, not hundreds.
+fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(pts.len());
+    for (i, &p) in pts.iter().enumerate() {
+        let inner = i > 0 && i + 1 < pts.len() && pts[i - 1].1 == p.1 && pts[i + 1].1 == p.1;
+        if !inner {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let n = view.timeline.len();
+    let focus = if view.focus == Focus::Timeline { theme.bold() } else { Style::default() };
+    let peak = view.peak_at.and_then(|p| view.timeline.get(p).map(|v| (p, v.allocated)));
+    let title = match peak {
+        Some((p, v)) if !view.iterations.is_empty() => format!(
+            " Timeline ─ allocated / reserved ─ peak {} @ event {p} (iteration {}) ",
+            human_bytes(v),
+            view.iterations.partition_point(|&m| m <= p) + 1
+        ),
+        Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
+        None => " Timeline ─ allocated / reserved ".to_string(),
+    };
+    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), None);
+    if n == 0 && inner.height > 0 {
+        let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
+        put_row(buf, inner.x, inner.y, inner.width, Line::from(note));
+    }
+    if n == 0 || inner.width < 4 || inner.height < 2 {
+        return;
+    }
+    let plot = Rect { height: inner.height - 1, ..inner };
+    let ymax = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1) as f64;
+    let cols = (plot.width as usize) * 2;
+    // Per braille column, the highest value of each series in its events.
+    let mut alloc_pts = Vec::with_capacity(cols);
+    let mut resv_pts = Vec::with_capacity(cols);
+    for c in 0..cols {
+        let lo = c * n / cols;
+        let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+        let slice = &view.timeline[lo..hi];
+        let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
+        let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
+        alloc_pts.push((c as f64, a));
+        resv_pts.push((c as f64, r));
+    }
+    let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
+    let cursor_x = (view.cursor.min(n - 1) * cols / n) as f64;
+    let col = |i: usize| (i.min(n - 1) * cols / n) as f64;
+    let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
+    let cleared: Vec<f64> = view.empty_caches.iter().map(|&e| col(e)).collect();
+    let iters: Vec<f64> = view.iterations.iter().map(|&e| col(e)).collect();
+    // Per-iteration peaks, labelled highest first where the labels do not
+    // overlap, so the global peak always gets its label.
+    let mut labels: Vec<(f64, f64, String)> = Vec::new();
+    if !view.iterations.is_empty() {
+        let mut peaks = crate::analysis::iteration_peaks(view.timeline, view.iterations);
+        peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut taken: Vec<(usize, usize)> = Vec::new();
+        for (i, v) in peaks {
+            let text = format!("▲{}", short_bytes(v));
+            let w = text.chars().count();
+            let cell = (col(i) as usize / 2).min((plot.width as usize).saturating_sub(w));
+            if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
+                taken.push((cell, cell + w));
+                labels.push(((cell * 2) as f64, v as f64, text));
+            }
+        }
+    }
+    Canvas::default()
+        .marker(Marker::Braille)
+        .x_bounds([0.0, cols as f64])
+        .y_bounds([0.0, ymax])
+        .paint(|ctx| {
+            for w in resv_pts.windows(2) {
+                ctx.draw(&CanvasLine::new(
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1,
+                    if theme.color { Color::Blue } else { Color::Reset },
+                ));
+            }
+            for w in alloc_pts.windows(2) {
+                ctx.draw(&CanvasLine::new(
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1,
+                    if theme.color { Color::Green } else { Color::Reset },
+                ));
+            }
+            ctx.draw(&CanvasLine::new(
+                cursor_x,
+                0.0,
+                cursor_x,
+                ymax,
+                if theme.color { Color::Yellow } else { Color::Reset },
+            ));
+            for &x in &iters {
+                ctx.print(x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)));
+            }
+            for (x, y, t) in &labels {
+                ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
+            }
+            for &x in &cleared {
+                ctx.print(x, 0.0, Span::styled("E", theme.fg(Color::Cyan)));
+            }
+            for &x in &marks {
+                ctx.print(x, ymax, Span::styled("✗", theme.fg(Color::Red)));
+            }
+        })
+        .render(plot, buf);
+    let axis = format!(
+        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} OOM ─ E {} empty_cache ─ ╵ {} iterations ▲ peaks ",
+        view.cursor,
+        n,
+        human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
+        human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
+        view.ooms.len(),
+        view.empty_caches.len(),
+        view.iterations.len()
+    );
+    buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+}
+
+fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
+    let w = 60.min(area.width);
+    let h = 19.min(area.height);
+    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    Clear.render(r, buf);
+    let lines = vec![
+        Line::from(Span::styled("keys", theme.bold())),
+        Line::from("q / Esc      quit"),
+        Line::from("←/→          one event back / forward"),
+        Line::from("PgUp/PgDn    jump 1/20 of the trace"),
+        Line::from("Home/End     first / last event"),
+        Line::from("p            jump to the peak"),
+        Line::from("o            jump to the next OOM"),
+        Line::from("space        pause / resume (synth, demo)"),
+        Line::from("+ / -        faster / slower (synth, demo)"),
+        Line::from("tab          focus map / timeline"),
+        Line::from("↑/↓          select a segment"),
+        Line::from("Enter        list its blocks and where they were allocated"),
+        Line::from("a            order segments by address / size"),
+        Line::from("c            compact map: fixed bytes per cell"),
+        Line::from("1-9, n       pick a GPU, the next process (live)"),
+        Line::from("s            write the focused view as SVG here"),
+        Line::from("? / h        this help"),
+    ];
+    Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_bytes;
+
+    /// The float formatting `short_bytes` replaced.
+    fn short_bytes_f64(n: u64) -> String {
+        const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+        let mut v = n as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u < UNITS.len() - 1 {
+            v /= 1024.0;
+            u += 1;
+        }
+        if v >= 100.0 || u == 0 {
+            format!("{v:.0}{}", UNITS[u])
+        } else {
+            format!("{v:.1}{}", UNITS[u])
+        }
+    }
+
+    #[test]
+    fn short_bytes_prints_what_float_formatting_did() {
+        for n in crate::analysis::byte_values() {
+            assert_eq!(short_bytes(n), short_bytes_f64(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! What a screen is drawn from besides the allocator's state: the totals for
+//! the bars, the timeline's marks, the header's texts and what the keys
+//! selected. The apps (`ui`) and the text export build these; drawing only
+//! reads them.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::widgets::Widget;
+
+use super::{Focus, SegmentOrder, View};
+use crate::alloc::{CachingAllocator, Kind, SegmentInfo, StatePoint};
+use crate::analysis::{fragmentation, size_histogram, Fragmentation};
+use crate::device::Device;
+use crate::trace::Frame;
+
+/// What the keys shared by every screen select. Drawing reads a clamped
+/// copy; only actions change it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    /// The highlighted segment (index in `order`).
+    pub selected: usize,
+    /// The highlighted block while zoomed.
+    pub block: usize,
+    pub zoom: bool,
+    pub compact: bool,
+    pub order: SegmentOrder,
+    /// First segment row shown.
+    pub scroll: usize,
+    pub focus: Focus,
+    pub help: bool,
+}
+
+impl Selection {
+    /// Within `segs`: the selected segment and block exist.
+    pub fn clamped(mut self, segs: &[SegmentInfo]) -> Selection {
+        self.scroll = self.scroll.min(segs.len().saturating_sub(1));
+        self.selected = self.selected.min(segs.len().saturating_sub(1));
+        let in_order = super::ordered_indices(segs, self.order);
+        let blocks = in_order.get(self.selected).map_or(0, |&i| segs[i].blocks.len());
+        self.block = self.block.min(blocks.saturating_sub(1));
+        self
+    }
+
+    /// Moves the selected segment by `d`, keeping it within the shown rows
+    /// (the map shows at least ten).
+    pub fn select(&mut self, d: isize) {
+        self.selected = self.selected.saturating_add_signed(d);
+        if self.selected < self.scroll {
+            self.scroll = self.selected;
+        } else if self.selected >= self.scroll + 10 {
+            self.scroll = self.selected - 9;
+        }
+    }
+}
+
+/// The bar figures of one allocator.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub allocated: u64,
+    pub allocated_peak: u64,
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    /// NVML's (used, total), where known.
+    pub device_memory: Option<(u64, u64)>,
+}
+
+impl Totals {
+    /// The figures of our allocator's `memory_stats()`.
+    pub fn of(stats: &crate::alloc::DeviceStats) -> Self {
+        Totals {
+            allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
+            allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
+            reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
+            reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
+            device_memory: None,
+        }
+    }
+}
+
+/// The timeline and its marks.
+#[derive(Debug, Clone, Copy)]
+pub struct Marks<'m> {
+    pub timeline: &'m [StatePoint],
+    pub cursor: usize,
+    pub peak_at: Option<usize>,
+    pub ooms: &'m [usize],
+    pub empty_caches: &'m [usize],
+    pub iterations: &'m [usize],
+}
+
+/// The header, banner and status line of a screen.
+#[derive(Debug, Clone)]
+pub struct Chrome<'s> {
+    pub stacks: &'s [Vec<Frame>],
+    pub device: String,
+    pub source: String,
+    pub position: String,
+    pub banner: Option<String>,
+    pub color: bool,
+    pub status: String,
+}
+
+/// Draws the screens from an allocator's parts: ours, or what a PyTorch
+/// process published.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_parts(
+    segs: &[SegmentInfo],
+    totals: Totals,
+    frag: Fragmentation,
+    chrome: Chrome,
+    marks: Marks,
+    sel: Selection,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let hist = size_histogram(segs);
+    let sel = sel.clamped(segs);
+    // A replay with no events is a snapshot without a trace: no peaks.
+    let peaks_known = !(marks.timeline.is_empty() && chrome.source.starts_with("replay "));
+    let view = View {
+        peaks_known,
+        device: chrome.device,
+        source: chrome.source,
+        position: chrome.position,
+        banner: chrome.banner,
+        allocated: totals.allocated,
+        allocated_peak: totals.allocated_peak,
+        reserved: totals.reserved,
+        reserved_peak: totals.reserved_peak,
+        device_memory: totals.device_memory,
+        segments: segs,
+        fragmentation: frag,
+        histogram: &hist,
+        timeline: marks.timeline,
+        cursor: marks.cursor,
+        peak_at: marks.peak_at,
+        ooms: marks.ooms,
+        empty_caches: marks.empty_caches,
+        iterations: marks.iterations,
+        order: sel.order,
+        scroll: sel.scroll,
+        selected: sel.selected,
+        zoom: sel.zoom,
+        block: sel.block,
+        compact: sel.compact,
+        stacks: chrome.stacks,
+        focus: sel.focus,
+        help: sel.help,
+        color: chrome.color,
+        status: chrome.status,
+    };
+    (&view).render(area, buf);
+}
+
+/// `draw_parts` of an allocator's state.
+pub fn draw_state<D: Device>(
+    a: &CachingAllocator<D>,
+    chrome: Chrome,
+    marks: Marks,
+    sel: Selection,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let segs = a.snapshot();
+    let stats = a.stats();
+    draw_parts(&segs, Totals::of(stats), fragmentation(stats, &segs), chrome, marks, sel, area, buf);
+}
+
+/// The replay screen of `model` after event `cursor`.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_replay(
+    model: &mut crate::replay::model::ReplayModel,
+    cursor: usize,
+    sel: Selection,
+    color: bool,
+    status: String,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let position = model.position(cursor);
+    let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
+    let (ooms, empty_caches, iterations) = (model.ooms.clone(), model.empty_caches.clone(), model.iterations.clone());
+    let points = model.points().to_vec();
+    let chrome = Chrome {
+        stacks,
+        device: "recorded device".into(),
+        source: format!("replay {name}"),
+        position,
+        banner: None,
+        color,
+        status,
+    };
+    let marks =
+        Marks { timeline: &points, cursor, peak_at, ooms: &ooms, empty_caches: &empty_caches, iterations: &iterations };
+    draw_state(model.state_at(cursor), chrome, marks, sel, area, buf);
+}
