@@ -51,13 +51,13 @@ pub enum AllocError {
 #[error("{message}")]
 pub struct OutOfMemory {
     /// The size asked for.
-    pub requested: u64,
+    pub(crate) requested: u64,
     /// The rounded size (the `oom` trace entry's size).
-    pub rounded: u64,
+    pub(crate) rounded: u64,
     /// The segment size that could not be obtained ("Tried to allocate").
-    pub alloc_size: u64,
-    pub stream: u64,
-    pub device_free: u64,
+    pub(crate) alloc_size: u64,
+    pub(crate) stream: u64,
+    pub(crate) device_free: u64,
     pub message: String,
 }
 
@@ -164,10 +164,10 @@ pub struct PoolSlot(pub(crate) u16);
 
 impl PoolSlot {
     pub const DEFAULT: PoolSlot = PoolSlot(0);
-    pub fn is_default(self) -> bool {
+    pub(crate) fn is_default(self) -> bool {
         self.0 == 0
     }
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 }
@@ -203,39 +203,39 @@ struct PoolState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolView {
     pub slot: PoolSlot,
-    pub id: Option<MempoolId>,
+    pub(crate) id: Option<MempoolId>,
     pub use_count: i32,
-    pub freeable: bool,
+    pub(crate) freeable: bool,
 }
 
 /// A live block of a segment that existed before a trace's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeedBlock {
-    pub address: u64,
-    pub size: u64,
-    pub requested: u64,
+    pub(crate) address: u64,
+    pub(crate) size: u64,
+    pub(crate) requested: u64,
     /// Freed by the program, waiting for `free_completed`.
-    pub pending: bool,
+    pub(crate) pending: bool,
 }
 
 /// A (non-expandable) segment to start from; the space between its live
 /// blocks is free.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedSegment {
-    pub address: u64,
-    pub size: u64,
-    pub stream: u64,
-    pub small: bool,
+    pub(crate) address: u64,
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+    pub(crate) small: bool,
     /// `segment_pool_id`; a private pool is created on first use.
-    pub pool: MempoolId,
-    pub blocks: Vec<SeedBlock>,
+    pub(crate) pool: MempoolId,
+    pub(crate) blocks: Vec<SeedBlock>,
 }
 
 /// The allocator's totals right after one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StatePoint {
-    pub allocated: u64,
-    pub reserved: u64,
+    pub(crate) allocated: u64,
+    pub(crate) reserved: u64,
 }
 
 /// What one handle points at.
@@ -243,9 +243,9 @@ pub struct StatePoint {
 pub struct BlockView {
     pub ptr: u64,
     pub size: u64,
-    pub requested: u64,
-    pub stream: u64,
-    pub allocated: bool,
+    pub(crate) requested: u64,
+    pub(crate) stream: u64,
+    pub(crate) allocated: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -320,15 +320,6 @@ impl<D: Device> CachingAllocator<D> {
     pub fn device(&self) -> &D {
         &self.device
     }
-    pub fn device_mut(&mut self) -> &mut D {
-        &mut self.device
-    }
-    pub fn into_device(self) -> D {
-        self.device
-    }
-    pub fn set_device_index(&mut self, d: i32) {
-        self.device_index = d;
-    }
 
     /// `torch.cuda.set_per_process_memory_fraction(f)` (2.9+ semantics: a
     /// fraction of 1.0 or more removes the limit).
@@ -353,7 +344,7 @@ impl<D: Device> CachingAllocator<D> {
         &self.events
     }
     /// Allocated and reserved bytes after each kept event.
-    pub fn points(&self) -> &[StatePoint] {
+    pub(crate) fn points(&self) -> &[StatePoint] {
         &self.points
     }
     pub fn take_events(&mut self) -> Vec<Event> {
@@ -366,11 +357,11 @@ impl<D: Device> CachingAllocator<D> {
         self.points.clear();
     }
     /// Number of events emitted since creation (kept or not).
-    pub fn emitted(&self) -> u64 {
+    pub(crate) fn emitted(&self) -> u64 {
         self.emitted
     }
     /// Appends an event the allocator did not produce itself (a `snapshot` marker).
-    pub fn push_external_event(&mut self, e: Event) {
+    pub(crate) fn push_external_event(&mut self, e: Event) {
         self.emit(e);
     }
 
@@ -380,12 +371,6 @@ impl<D: Device> CachingAllocator<D> {
     /// `torch.cuda.memory_stats()`: all 121 entries, sorted by key.
     pub fn memory_stats(&self) -> Vec<(String, i64)> {
         self.stats.flat()
-    }
-    pub fn reset_peak_memory_stats(&mut self) {
-        self.stats.reset_peak();
-    }
-    pub fn reset_accumulated_memory_stats(&mut self) {
-        self.stats.reset_accumulated();
     }
     /// Bytes currently obtained from the device (== `reserved_bytes.all.current`).
     pub fn total_allocated_memory(&self) -> u64 {
@@ -521,7 +506,7 @@ impl<D: Device> CachingAllocator<D> {
         self.malloc_tagged(orig_size, stream, 0)
     }
 
-    pub fn malloc_tagged(&mut self, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
+    pub(crate) fn malloc_tagged(&mut self, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
         let slot = self.route(stream);
         self.malloc_in(slot, orig_size, stream, tag)
     }
@@ -652,12 +637,12 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// Whether `slot` is a pool in use (the default pools always are).
-    pub fn pool_live(&self, slot: PoolSlot) -> bool {
+    pub(crate) fn pool_live(&self, slot: PoolSlot) -> bool {
         self.pool_state.get(slot.index()).is_some_and(|p| p.live)
     }
 
     /// The live pool with this id.
-    pub fn pool_slot(&self, id: MempoolId) -> Option<PoolSlot> {
+    pub(crate) fn pool_slot(&self, id: MempoolId) -> Option<PoolSlot> {
         if id == (0, 0) {
             return Some(PoolSlot::DEFAULT);
         }
@@ -719,7 +704,7 @@ impl<D: Device> CachingAllocator<D> {
     /// would (one sync): for a replay whose recording says which segments
     /// went where our model's release order cannot tell. Returns the
     /// address of the first segment that is not a whole free segment.
-    pub fn release_segments(&mut self, addrs: &[u64]) -> Result<(), u64> {
+    pub(crate) fn release_segments(&mut self, addrs: &[u64]) -> Result<(), u64> {
         self.stats.num_sync_all_streams += 1;
         for &a in addrs {
             let i = (0..self.blocks.len() as u32)
@@ -746,7 +731,7 @@ impl<D: Device> CachingAllocator<D> {
     /// graph tree's `setCheckpointPoolState` restores a segment's blocks in
     /// place. `None` if no free block of a private pool starts there, on
     /// that stream, with room for `size`.
-    pub fn alloc_at(&mut self, addr: u64, size: u64, stream: u64, tag: u32) -> Option<BlockId> {
+    pub(crate) fn alloc_at(&mut self, addr: u64, size: u64, stream: u64, tag: u32) -> Option<BlockId> {
         let i = (0..self.blocks.len() as u32).find(|&i| {
             let b = &self.blocks[i as usize];
             b.alive && b.ptr == addr && b.mapped && b.stream == stream && b.pool >> 1 != 0
@@ -1209,14 +1194,14 @@ impl<D: Device> CachingAllocator<D> {
 
     /// The first phase of a free alone (`free_requested`); the block waits for
     /// `free_completed`. Replay uses this to follow a recorded trace.
-    pub fn free_requested(&mut self, id: BlockId) -> Result<(), AllocError> {
+    pub(crate) fn free_requested(&mut self, id: BlockId) -> Result<(), AllocError> {
         let i = self.free_phase_one(id)?;
         self.blocks[i as usize].pending = true;
         Ok(())
     }
 
     /// Completes a free started with `free_requested`.
-    pub fn free_completed(&mut self, id: BlockId) -> Result<(), AllocError> {
+    pub(crate) fn free_completed(&mut self, id: BlockId) -> Result<(), AllocError> {
         let b = self.get(id)?;
         if !b.pending {
             return Err(AllocError::NotPending(b.ptr));
@@ -1250,7 +1235,7 @@ impl<D: Device> CachingAllocator<D> {
     /// `process_events`: the simulated GPU has finished all queued work by the
     /// next allocation, so every recorded stream event completes.
     #[inline]
-    pub fn process_events(&mut self) {
+    pub(crate) fn process_events(&mut self) {
         if self.captures.is_empty() {
             self.insert_events_deferred_until_no_capture();
         }
@@ -1612,7 +1597,7 @@ impl<D: Device> CachingAllocator<D> {
     /// been allocated now; no trace event is emitted. Returns the handles of
     /// its live blocks by address. Blocks must lie inside the segment, in
     /// address order, without overlap.
-    pub fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
+    pub(crate) fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
         let slot = match self.pool_slot(seg.pool) {
             Some(s) => s,
             None => self.create_pool(Some(seg.pool)).map_err(|e| e.to_string())?,

@@ -3,20 +3,20 @@
 
 use thiserror::Error;
 
-pub const K_MIN_BLOCK_SIZE: u64 = 512;
-pub const K_SMALL_SIZE: u64 = 1 << 20;
-pub const K_SMALL_BUFFER: u64 = 2 << 20;
-pub const K_LARGE_BUFFER: u64 = 20 << 20;
-pub const K_MIN_LARGE_ALLOC: u64 = 10 << 20;
-pub const K_ROUND_LARGE: u64 = 2 << 20;
-pub const K_ROUNDUP_POWER2_INTERVALS: usize = 16;
+pub(crate) const K_MIN_BLOCK_SIZE: u64 = 512;
+pub(crate) const K_SMALL_SIZE: u64 = 1 << 20;
+pub(crate) const K_SMALL_BUFFER: u64 = 2 << 20;
+pub(crate) const K_LARGE_BUFFER: u64 = 20 << 20;
+pub(crate) const K_MIN_LARGE_ALLOC: u64 = 10 << 20;
+pub(crate) const K_ROUND_LARGE: u64 = 2 << 20;
+pub(crate) const K_ROUNDUP_POWER2_INTERVALS: usize = 16;
 /// `allocate(size >= 1 EiB)` fails at once in PyTorch.
-pub const ONE_EXA_BYTES: u64 = 1 << 60;
+pub(crate) const ONE_EXA_BYTES: u64 = 1 << 60;
 /// `max_split_size` when unset (reported as -1).
-pub const UNLIMITED: u64 = u64::MAX;
+pub(crate) const UNLIMITED: u64 = u64::MAX;
 
 /// The keys PyTorch 2.11 accepts in `PYTORCH_CUDA_ALLOC_CONF`.
-pub const KNOWN_KEYS: &[&str] = &[
+pub(crate) const KNOWN_KEYS: &[&str] = &[
     "large_segment_size_mb",
     "max_split_size_mb",
     "max_non_split_rounding_mb",
@@ -36,8 +36,8 @@ pub const KNOWN_KEYS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid allocator config {conf:?}: {reason}")]
 pub struct ConfigError {
-    pub conf: String,
-    pub reason: String,
+    pub(crate) conf: String,
+    pub(crate) reason: String,
 }
 
 /// Parsed allocator settings, as PyTorch's `AcceleratorAllocatorConfig` +
@@ -45,23 +45,23 @@ pub struct ConfigError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocatorConfig {
     /// The settings string this was parsed from (stored in snapshots).
-    pub source: String,
-    pub max_split_size: u64,
-    pub max_non_split_rounding_size: u64,
-    pub garbage_collection_threshold: f64,
+    pub(crate) source: String,
+    pub(crate) max_split_size: u64,
+    pub(crate) max_non_split_rounding_size: u64,
+    pub(crate) garbage_collection_threshold: f64,
     pub expandable_segments: bool,
-    pub large_segment_size: u64,
+    pub(crate) large_segment_size: u64,
     /// Divisions per power-of-two bucket: [1MB..2MB) (and below), [2MB..4MB) … [32GB..).
     pub roundup_power2_divisions: [u64; K_ROUNDUP_POWER2_INTERVALS],
     /// `per_process_memory_fraction` from the config string (or set later by
     /// `set_per_process_memory_fraction`).
-    pub per_process_memory_fraction: Option<f64>,
-    pub release_lock_on_cudamalloc: bool,
-    pub graph_capture_record_stream_reuse: bool,
-    pub pinned_use_cuda_host_register: bool,
-    pub pinned_num_register_threads: u64,
-    pub pinned_use_background_threads: bool,
-    pub pinned_reserve_segment_size_mb: u64,
+    pub(crate) per_process_memory_fraction: Option<f64>,
+    pub(crate) release_lock_on_cudamalloc: bool,
+    pub(crate) graph_capture_record_stream_reuse: bool,
+    pub(crate) pinned_use_cuda_host_register: bool,
+    pub(crate) pinned_num_register_threads: u64,
+    pub(crate) pinned_use_background_threads: bool,
+    pub(crate) pinned_reserve_segment_size_mb: u64,
 }
 
 impl Default for AllocatorConfig {
@@ -263,7 +263,7 @@ impl AllocatorConfig {
 
     /// `round_size` (docs/pytorch-allocator.md §3).
     #[inline]
-    pub fn round_size(&self, size: u64) -> u64 {
+    pub(crate) fn round_size(&self, size: u64) -> u64 {
         if size < K_MIN_BLOCK_SIZE {
             return K_MIN_BLOCK_SIZE;
         }
@@ -275,7 +275,7 @@ impl AllocatorConfig {
     }
 
     /// `get_allocation_size` (docs/pytorch-allocator.md §4): bytes requested from the device for a new segment.
-    pub fn allocation_size(&self, rounded: u64) -> u64 {
+    pub(crate) fn allocation_size(&self, rounded: u64) -> u64 {
         if rounded <= K_SMALL_SIZE {
             K_SMALL_BUFFER
         } else if rounded < K_MIN_LARGE_ALLOC {
@@ -286,7 +286,7 @@ impl AllocatorConfig {
     }
 
     /// Expandable-segment page size for a pool.
-    pub fn page_size(&self, small: bool) -> u64 {
+    pub(crate) fn page_size(&self, small: bool) -> u64 {
         if small {
             K_SMALL_BUFFER
         } else {
@@ -347,7 +347,7 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
 }
 
 /// `roundup_power2_next_division` (docs/pytorch-allocator.md §3).
-pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+pub(crate) fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;
     }
@@ -365,7 +365,7 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 }
 
 /// PyTorch's `format_size`, used in OOM messages.
-pub fn format_size(size: u64) -> String {
+pub(crate) fn format_size(size: u64) -> String {
     if size <= 1024 {
         format!("{size} bytes")
     } else if size <= 1 << 20 {

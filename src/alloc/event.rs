@@ -17,7 +17,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 9] = [
+    pub(crate) const ALL: [Action; 9] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,

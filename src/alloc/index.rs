@@ -24,7 +24,7 @@ type Entry = (u64, u64, u32);
 
 /// Free blocks of one (pool, stream) keyed by (size, ptr).
 #[derive(Debug)]
-pub struct FreeBlocks {
+pub(crate) struct FreeBlocks {
     /// Each bin sorted by (size, ptr); grown on demand up to the largest bin
     /// used. Deques, since best fit takes the lowest address among equal
     /// sizes: runs of equal free segments change at the front.
@@ -171,7 +171,7 @@ impl FreeBlocks {
     }
 
     #[inline]
-    pub fn insert(&mut self, size: u64, ptr: u64, v: u32) {
+    pub(crate) fn insert(&mut self, size: u64, ptr: u64, v: u32) {
         let b = bin_of(size);
         if b >= self.bins.len() {
             self.bins.resize_with(b + 1, VecDeque::new);
@@ -191,7 +191,7 @@ impl FreeBlocks {
     }
 
     #[inline]
-    pub fn remove(&mut self, size: u64, ptr: u64) -> Option<u32> {
+    pub(crate) fn remove(&mut self, size: u64, ptr: u64) -> Option<u32> {
         let b = bin_of(size);
         let bin = self.bins.get_mut(b)?;
         let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, ptr) };
@@ -205,7 +205,7 @@ impl FreeBlocks {
 
     /// The first block with (size, ptr) >= (`size`, 0): PyTorch's lower_bound.
     #[inline]
-    pub fn first_from(&self, size: u64) -> Option<Entry> {
+    pub(crate) fn first_from(&self, size: u64) -> Option<Entry> {
         let b = bin_of(size);
         if let Some(bin) = self.bins.get(b) {
             if let Some(e) = bin.iter().find(|e| e.0 >= size) {
@@ -218,7 +218,7 @@ impl FreeBlocks {
     /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
     /// if `accept` takes it; the lookup is done once for both.
     #[inline]
-    pub fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
+    pub(crate) fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
         let mut b = bin_of(size);
         let mut i = match self.bins.get(b) {
             Some(bin) => bin.iter().position(|e| e.0 >= size),
@@ -242,26 +242,26 @@ impl FreeBlocks {
     }
 
     /// Blocks with (size, ptr) >= (`size`, 0), ascending.
-    pub fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+    pub(crate) fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
         let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0)..));
         first.chain(self.bins_after(b).flat_map(|n| self.bins[n].iter())).copied()
     }
 
     /// Blocks with (size, ptr) < (`size`, 0), descending.
-    pub fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
+    pub(crate) fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
         let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0)).rev());
         first.chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev())).copied()
     }
 
     /// All blocks, ascending.
-    pub fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
         let first = self.bins.first().into_iter().flat_map(|b| b.iter());
         first.chain(self.bins_after(0).flat_map(|n| self.bins[n].iter())).copied()
     }
 
-    pub fn values(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn values(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|e| e.2)
     }
 }

@@ -18,7 +18,7 @@ impl BlockState {
             BlockState::Inactive => "inactive",
         }
     }
-    pub fn from_name(s: &str) -> Option<Self> {
+    pub(crate) fn from_name(s: &str) -> Option<Self> {
         match s {
             "active_allocated" => Some(BlockState::ActiveAllocated),
             "active_pending_free" => Some(BlockState::ActivePendingFree),

@@ -6,36 +6,29 @@
 pub struct Stat {
     pub current: i64,
     pub peak: i64,
-    pub allocated: i64,
-    pub freed: i64,
+    pub(crate) allocated: i64,
+    pub(crate) freed: i64,
 }
 
 impl Stat {
     #[inline]
-    pub fn increase(&mut self, n: i64) {
+    pub(crate) fn increase(&mut self, n: i64) {
         self.current += n;
         self.peak = self.peak.max(self.current);
         self.allocated += n;
     }
     #[inline]
-    pub fn decrease(&mut self, n: i64) {
+    pub(crate) fn decrease(&mut self, n: i64) {
         self.current -= n;
         self.freed += n;
-    }
-    fn reset_peak(&mut self) {
-        self.peak = self.current;
-    }
-    fn reset_accumulated(&mut self) {
-        self.allocated = 0;
-        self.freed = 0;
     }
 }
 
 /// Index into a `StatArray`.
-pub const ALL: usize = 0;
-pub const SMALL_POOL: usize = 1;
-pub const LARGE_POOL: usize = 2;
-pub const POOL_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
+pub(crate) const ALL: usize = 0;
+pub(crate) const SMALL_POOL: usize = 1;
+pub(crate) const LARGE_POOL: usize = 2;
+pub(crate) const POOL_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
 
 /// The nine stat arrays, in the order of their names in `ARRAY_NAMES`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +57,7 @@ const KINDS: [Kind; 9] = [
     Kind::RequestedBytes,
 ];
 
-pub const ARRAY_NAMES: [&str; 9] = [
+pub(crate) const ARRAY_NAMES: [&str; 9] = [
     "allocation",
     "segment",
     "active",
@@ -84,13 +77,13 @@ pub struct DeviceStats {
     /// its peak, which is tracked on its own (it is not the sum of peaks).
     pools: [[Stat; 2]; 9],
     all_peak: [i64; 9],
-    pub oversize_allocations: Stat,
-    pub oversize_segments: Stat,
+    pub(crate) oversize_allocations: Stat,
+    pub(crate) oversize_segments: Stat,
     pub num_alloc_retries: i64,
     pub num_ooms: i64,
     pub num_sync_all_streams: i64,
     pub num_device_alloc: i64,
-    pub num_device_free: i64,
+    pub(crate) num_device_free: i64,
 }
 
 impl DeviceStats {
@@ -111,20 +104,20 @@ impl DeviceStats {
     }
     /// Increases `all` and the pool's entry (`pool` is SMALL_POOL or LARGE_POOL).
     #[inline]
-    pub fn increase(&mut self, kind: Kind, pool: usize, n: i64) {
+    pub(crate) fn increase(&mut self, kind: Kind, pool: usize, n: i64) {
         let k = kind as usize;
         self.pools[k][pool - 1].increase(n);
         let all = self.pools[k][0].current + self.pools[k][1].current;
         self.all_peak[k] = self.all_peak[k].max(all);
     }
     #[inline]
-    pub fn decrease(&mut self, kind: Kind, pool: usize, n: i64) {
+    pub(crate) fn decrease(&mut self, kind: Kind, pool: usize, n: i64) {
         self.pools[kind as usize][pool - 1].decrease(n);
     }
     /// Signed change: increase for n > 0, decrease for n < 0 (as PyTorch's
     /// `free_block` applies its net inactive-split change).
     #[inline]
-    pub fn change(&mut self, kind: Kind, pool: usize, n: i64) {
+    pub(crate) fn change(&mut self, kind: Kind, pool: usize, n: i64) {
         if n > 0 {
             self.increase(kind, pool, n)
         } else if n < 0 {
@@ -132,36 +125,8 @@ impl DeviceStats {
         }
     }
 
-    fn each_stat(&mut self, f: impl Fn(&mut Stat)) {
-        for a in self.pools.iter_mut() {
-            for s in a.iter_mut() {
-                f(s);
-            }
-        }
-        f(&mut self.oversize_allocations);
-        f(&mut self.oversize_segments);
-    }
-
-    /// `torch.cuda.reset_peak_memory_stats()`.
-    pub fn reset_peak(&mut self) {
-        self.each_stat(Stat::reset_peak);
-        for k in 0..9 {
-            self.all_peak[k] = self.pools[k][0].current + self.pools[k][1].current;
-        }
-    }
-
-    /// `torch.cuda.reset_accumulated_memory_stats()`.
-    pub fn reset_accumulated(&mut self) {
-        self.each_stat(Stat::reset_accumulated);
-        self.num_alloc_retries = 0;
-        self.num_ooms = 0;
-        self.num_sync_all_streams = 0;
-        self.num_device_alloc = 0;
-        self.num_device_free = 0;
-    }
-
     /// All 121 `torch.cuda.memory_stats()` entries, sorted by key as PyTorch returns them.
-    pub fn flat(&self) -> Vec<(String, i64)> {
+    pub(crate) fn flat(&self) -> Vec<(String, i64)> {
         let mut out = Vec::with_capacity(121);
         for (kind, name) in KINDS.iter().zip(ARRAY_NAMES) {
             for (pi, pool) in POOL_NAMES.iter().enumerate() {
@@ -244,10 +209,5 @@ mod tests {
         for (k, v) in &flat {
             assert_eq!(s.value(k), Some(*v), "{k}");
         }
-        s.reset_peak();
-        assert_eq!(s.value("reserved_bytes.all.peak"), Some(18 << 20));
-        s.reset_accumulated();
-        assert_eq!(s.value("reserved_bytes.all.allocated"), Some(0));
-        assert_eq!(s.value("reserved_bytes.all.current"), Some(18 << 20));
     }
 }

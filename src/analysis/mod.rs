@@ -7,42 +7,42 @@ use crate::alloc::{BlockState, DeviceStats, Kind, SegmentInfo, StatePoint};
 use crate::trace::{Annotation, Frame};
 
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct Fragmentation {
+pub(crate) struct Fragmentation {
     /// reserved − allocated, now (PyTorch's OOM message's "reserved but unallocated").
-    pub reserved_unallocated_bytes: u64,
+    pub(crate) reserved_unallocated_bytes: u64,
     /// Free bytes inside segments that also hold live blocks: `empty_cache` cannot release them.
-    pub inactive_split_bytes: u64,
+    pub(crate) inactive_split_bytes: u64,
     /// 1 − largest free block / total free, now (0 when nothing is free);
     /// four decimals in JSON.
     #[serde(serialize_with = "round4")]
-    pub external_fragmentation: f64,
+    pub(crate) external_fragmentation: f64,
     /// allocated − requested, now.
-    pub rounding_waste_bytes: u64,
-    pub largest_free_block_bytes: u64,
-    pub free_bytes: u64,
+    pub(crate) rounding_waste_bytes: u64,
+    pub(crate) largest_free_block_bytes: u64,
+    pub(crate) free_bytes: u64,
 }
 
 /// A ratio as JSON carries it: four decimals.
-pub fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((x * 10_000.0).round() / 10_000.0)
 }
 
 /// Memory held by one pool: the default pools, or one private pool (a CUDA
 /// graph's, graph trees', a `MemPool`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PoolUsage {
+pub(crate) struct PoolUsage {
     /// `segment_pool_id`; `None` for a private pool whose id the
     /// recording does not carry.
-    pub segment_pool_id: Option<[u64; 2]>,
-    pub kind: &'static str,
-    pub segments: usize,
-    pub reserved_bytes: u64,
-    pub allocated_bytes: u64,
+    pub(crate) segment_pool_id: Option<[u64; 2]>,
+    pub(crate) kind: &'static str,
+    pub(crate) segments: usize,
+    pub(crate) reserved_bytes: u64,
+    pub(crate) allocated_bytes: u64,
 }
 
 /// Segments and bytes per pool: the default pools first, then private
 /// pools by id.
-pub fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
+pub(crate) fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
     let mut out: Vec<PoolUsage> = Vec::new();
     for s in segments {
         let id = s.pool.map(|p| [p.0, p.1]);
@@ -67,7 +67,7 @@ pub fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
 }
 
 /// 1 − peak allocated / peak reserved, each at its own peak (GMLake's ratio).
-pub fn peak_ratio(stats: &DeviceStats) -> f64 {
+pub(crate) fn peak_ratio(stats: &DeviceStats) -> f64 {
     let a = stats.get(Kind::AllocatedBytes, 0).peak as f64;
     let r = stats.get(Kind::ReservedBytes, 0).peak as f64;
     if r <= 0.0 {
@@ -77,7 +77,7 @@ pub fn peak_ratio(stats: &DeviceStats) -> f64 {
     }
 }
 
-pub fn fragmentation(stats: &DeviceStats, segments: &[SegmentInfo]) -> Fragmentation {
+pub(crate) fn fragmentation(stats: &DeviceStats, segments: &[SegmentInfo]) -> Fragmentation {
     let cur = |k| stats.get(k, 0).current.max(0) as u64;
     fragmentation_of(
         cur(Kind::ReservedBytes),
@@ -90,7 +90,7 @@ pub fn fragmentation(stats: &DeviceStats, segments: &[SegmentInfo]) -> Fragmenta
 
 /// The figures from the four current byte counts (as a published
 /// `memory_stats()` has them) and the segments.
-pub fn fragmentation_of(
+pub(crate) fn fragmentation_of(
     reserved: u64,
     allocated: u64,
     inactive_split: u64,
@@ -114,16 +114,16 @@ pub fn fragmentation_of(
 
 /// One log2 bucket of the block-size histogram: sizes in `(lo, hi]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct SizeBucket {
-    pub hi: u64,
-    pub allocated_count: u64,
-    pub allocated_bytes: u64,
-    pub free_count: u64,
-    pub free_bytes: u64,
+pub(crate) struct SizeBucket {
+    pub(crate) hi: u64,
+    pub(crate) allocated_count: u64,
+    pub(crate) allocated_bytes: u64,
+    pub(crate) free_count: u64,
+    pub(crate) free_bytes: u64,
 }
 
 /// Block sizes in log2 buckets (512 B up), allocated (and pending) versus free.
-pub fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
+pub(crate) fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
     let mut buckets: Vec<SizeBucket> = Vec::new();
     for b in segments.iter().flat_map(|s| &s.blocks) {
         let i = (64 - (b.size.max(512) - 1).leading_zeros()).saturating_sub(9) as usize;
@@ -146,7 +146,7 @@ pub fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
 /// Where each training iteration ends: the first event after each
 /// `Optimizer.step` annotation ends (record_function markers PyTorch keeps in
 /// `external_annotations`), as event indices into `time_us`.
-pub fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<usize> {
+pub(crate) fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<usize> {
     let field = |a: &Annotation, k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let mut marks: Vec<usize> = annotations
         .iter()
@@ -162,14 +162,14 @@ pub fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32)
 }
 
 /// Index of the first point with the most allocated bytes.
-pub fn peak_index(points: &[StatePoint]) -> Option<usize> {
+pub(crate) fn peak_index(points: &[StatePoint]) -> Option<usize> {
     (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)))
 }
 
 /// The highest allocated bytes of each iteration `marks` delimits (the part
 /// before the first mark and after the last count as iterations too), as
 /// (event index of its first occurrence, bytes).
-pub fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u64)> {
+pub(crate) fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u64)> {
     let mut bounds: Vec<usize> = Vec::with_capacity(marks.len() + 2);
     bounds.push(0);
     bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < points.len()));
@@ -183,7 +183,7 @@ pub fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u6
 
 /// Live bytes grouped by where they were allocated, largest first:
 /// (call site, bytes, blocks). `tag` of a block is its stack + 1 (0 = none).
-pub fn live_by_call_site(
+pub(crate) fn live_by_call_site(
     segments: &[SegmentInfo],
     stacks: &[Vec<Frame>],
     site: impl Fn(&[Frame]) -> String,
@@ -212,7 +212,7 @@ pub fn live_by_call_site(
 }
 
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let u = unit_of(n, UNITS.len() - 1);
     if u == 0 {
@@ -224,7 +224,7 @@ pub fn human_bytes(n: u64) -> String {
 }
 
 /// The power of 1024 to show `n` in: the largest whose quotient is at least 1.
-pub fn unit_of(n: u64, most: usize) -> usize {
+pub(crate) fn unit_of(n: u64, most: usize) -> usize {
     (1..=most).take_while(|&u| u < 7 && n >> (10 * u) != 0).last().unwrap_or(0)
 }
 
@@ -232,7 +232,7 @@ pub fn unit_of(n: u64, most: usize) -> usize {
 /// to even: the digits `{:.k}` prints for the f64 quotient, without float
 /// formatting (a measurable part of drawing a live frame, which shows a few
 /// dozen of these twice a second).
-pub fn scaled(n: u64, shift: u32, per: u64) -> u64 {
+pub(crate) fn scaled(n: u64, shift: u32, per: u64) -> u64 {
     // Past 2^53 the float is n rounded to 53 bits: round it the same way
     // first (its value is an integer, and dividing it by 2^shift is exact).
     let n = if n >= 1 << 53 { (n as f64) as u128 } else { n as u128 };

@@ -21,41 +21,41 @@ pub struct FitArgs {
     /// Snapshots of a few training steps, each as PATH@BATCH (two or more
     /// batch sizes, each from process start).
     #[arg(value_name = "SNAPSHOT@BATCH")]
-    pub samples: Vec<String>,
+    pub(crate) samples: Vec<String>,
     /// Record the samples instead: run the command after `--` once per batch
     /// (`{batch}` in it replaced), recording PyTorch's memory history.
     #[arg(long = "batches", value_name = "B1,B2,...", value_delimiter = ',')]
-    pub record_batches: Vec<u64>,
+    pub(crate) record_batches: Vec<u64>,
     /// With --batches: optimizer steps to record before the run is stopped.
     #[arg(long, value_name = "N", default_value_t = 3)]
-    pub steps: u32,
+    pub(crate) steps: u32,
     /// With --batches: keep the recorded snapshots here (default: a
     /// temporary directory, named on stderr).
     #[arg(long, value_name = "DIR")]
-    pub record_dir: Option<PathBuf>,
+    pub(crate) record_dir: Option<PathBuf>,
     /// The training command for --batches, with `{batch}` where the batch size goes.
     #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
     /// A batch size to predict (repeatable; default: 2, 4 and 8 times the largest sample).
     #[arg(long = "batch", value_name = "N")]
-    pub targets: Vec<u64>,
+    pub(crate) targets: Vec<u64>,
     #[command(flatten)]
-    pub cap: MemoryCap,
+    pub(crate) cap: MemoryCap,
     /// Also search the largest batch under this allocator config (repeatable).
     #[arg(long = "alloc-conf", value_name = "CONF")]
-    pub alloc_confs: Vec<String>,
+    pub(crate) alloc_confs: Vec<String>,
     /// Print one JSON object.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// totalGlobalMem of the device to predict for.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
-    pub device_total: u64,
+    pub(crate) device_total: u64,
     /// Bytes on the device that are not PyTorch's (the CUDA context).
     #[arg(long, value_name = "BYTES", default_value_t = CUDA_CONTEXT_BYTES)]
-    pub context: u64,
+    pub(crate) context: u64,
     /// The largest batch the search tries.
     #[arg(long, value_name = "N", default_value_t = 1 << 16)]
-    pub max_batch: u64,
+    pub(crate) max_batch: u64,
 }
 
 fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {

@@ -22,33 +22,33 @@ use crate::monitor::{publisher, GpuQuery, NvmlQuery, Snapshot};
 pub struct LiveArgs {
     /// GPU index to watch (repeatable; default: all).
     #[arg(long = "device", value_name = "N")]
-    pub devices: Vec<u32>,
+    pub(crate) devices: Vec<u32>,
     /// Sampling interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
-    pub interval: u64,
+    pub(crate) interval: u64,
     /// Directory where PyTorch processes publish their allocator state
     /// (default: $GPUMEM_TOP_DIR, $XDG_RUNTIME_DIR/gpumem-top or /tmp/gpumem-top-UID).
     #[arg(long, value_name = "DIR")]
-    pub publish_dir: Option<PathBuf>,
+    pub(crate) publish_dir: Option<PathBuf>,
     /// Draw without colour (also when NO_COLOR is set).
     #[arg(long)]
-    pub no_color: bool,
+    pub(crate) no_color: bool,
     /// Print every GPU and process once as JSON, like `gpustat --json`.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Where samples come from: NVML and the publisher directory, or the
     /// simulated device running the demo's training loop.
     #[arg(long, value_enum, default_value_t = SourceKind::Live)]
-    pub source: SourceKind,
+    pub(crate) source: SourceKind,
     /// Alert when a GPU's used memory is over this share (0-1).
     #[arg(long, value_name = "F", default_value_t = 0.9)]
-    pub alert_usage: f64,
+    pub(crate) alert_usage: f64,
     /// Alert when allocated at step end grows this many steps in a row.
     #[arg(long, value_name = "N", default_value_t = 5)]
-    pub alert_leak_steps: usize,
+    pub(crate) alert_leak_steps: usize,
     /// Alert when reserved-but-unallocated is over this share of reserved (0-1).
     #[arg(long, value_name = "F", default_value_t = 0.5)]
-    pub alert_fragmentation: f64,
+    pub(crate) alert_fragmentation: f64,
 }
 
 impl LiveArgs {
@@ -89,7 +89,7 @@ pub enum SourceKind {
 /// NVML with at least one GPU, and the `--device` indices valid; `Ok(None)`
 /// when there is none and no device was asked for (the caller falls back to
 /// the simulated device).
-pub fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
+pub(crate) fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
     let opened = NvmlQuery::open().and_then(|mut q| q.device_count().map(|n| (q, n)));
     match opened {
         Ok((q, n)) if n > 0 => {
@@ -203,20 +203,20 @@ fn source_for(kind: SourceKind, args: &LiveArgs) -> Result<(Box<dyn Source>, &'s
 #[derive(Args, Debug, Clone)]
 pub struct RecordArgs {
     #[command(flatten)]
-    pub live: LiveArgs,
+    pub(crate) live: LiveArgs,
     /// The JSON-lines file to write (one snapshot per line after a header).
     #[arg(short = 'o', long = "output", value_name = "PATH.jsonl")]
-    pub output: PathBuf,
+    pub(crate) output: PathBuf,
     /// Stop after this many samples (default: until Ctrl-C or SIGTERM).
     #[arg(long, value_name = "N")]
-    pub count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Replace an existing file (the path itself: a symbolic link there is
     /// removed, never followed).
     #[arg(long, conflicts_with = "append")]
-    pub force: bool,
+    pub(crate) force: bool,
     /// Add samples to an existing recording.
     #[arg(long)]
-    pub append: bool,
+    pub(crate) append: bool,
 }
 
 /// Opens `record`'s output: a new file, never through a symbolic link;
@@ -312,7 +312,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
 }
 
 /// The first line's `format` of a recording.
-pub const RECORD_FORMAT: &str = "gpumem-top-record";
+pub(crate) const RECORD_FORMAT: &str = "gpumem-top-record";
 
 /// A recording's first line.
 #[derive(serde::Serialize)]
@@ -391,10 +391,10 @@ pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snaps
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub live: LiveArgs,
+    pub(crate) live: LiveArgs,
     /// Address to listen on (port 0: any free port, printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
-    pub listen: String,
+    pub(crate) listen: String,
 }
 
 /// `serve`: Prometheus text exposition on /metrics, sampled every interval.

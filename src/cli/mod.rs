@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use serde_json::{json, Value};
 use thiserror::Error;
 
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::replay::model::ReplayModel;
+use crate::replay::report::{self, CompareRow, ReplayReport};
 use crate::replay::session::{Fidelity, Session, Start, Want};
 use crate::replay::whatif::run_requests;
 use crate::replay::ReplayResult;
@@ -37,7 +37,7 @@ pub const CUDA_CONTEXT_BYTES: u64 = 590 << 20;
 /// Bad usage or bad input: exit code 2.
 #[derive(Debug, Error)]
 #[error("{0}")]
-pub struct InputError(pub String);
+pub(crate) struct InputError(pub String);
 
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>()) {
@@ -49,7 +49,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 
 /// Where to look in a trace: an event index, the peak, the first OOM or the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum At {
+pub(crate) enum At {
     Event(usize),
     Peak,
     Oom,
@@ -70,18 +70,18 @@ impl std::str::FromStr for At {
 
 /// PyTorch's per-process memory cap: a byte limit or a share of the device.
 #[derive(Args, Debug, Clone, Default)]
-pub struct MemoryCap {
+pub(crate) struct MemoryCap {
     /// Per-process memory limit in bytes (PyTorch's allowed_memory_maximum).
     #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
-    pub memory_limit: Option<u64>,
+    pub(crate) memory_limit: Option<u64>,
     /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
     #[arg(long, value_name = "F")]
-    pub memory_fraction: Option<f64>,
+    pub(crate) memory_fraction: Option<f64>,
 }
 
 impl MemoryCap {
     /// A fraction outside (0, 1] is bad input.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         match self.memory_fraction {
             Some(f) if !(f > 0.0 && f <= 1.0) => {
                 Err(anyhow!(InputError(format!("--memory-fraction must be in (0, 1], got {f}"))))
@@ -91,7 +91,7 @@ impl MemoryCap {
     }
 
     /// The limit in bytes on a device of `total` bytes (a fraction of 1 is none).
-    pub fn limit(&self, total: u64) -> Option<u64> {
+    pub(crate) fn limit(&self, total: u64) -> Option<u64> {
         self.memory_limit.or(self.memory_fraction.filter(|f| *f < 1.0).map(|f| (f * total as f64) as u64))
     }
 }
@@ -99,44 +99,44 @@ impl MemoryCap {
 #[derive(Args, Debug, Clone)]
 pub struct ReplayArgs {
     /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
-    pub trace: PathBuf,
+    pub(crate) trace: PathBuf,
     /// Replay under this allocator config instead of the recorded one (PyTorch's
     /// PYTORCH_CUDA_ALLOC_CONF syntax, e.g. expandable_segments:True).
     #[arg(long, value_name = "CONF")]
-    pub alloc_conf: Option<String>,
+    pub(crate) alloc_conf: Option<String>,
     #[command(flatten)]
-    pub cap: MemoryCap,
+    pub(crate) cap: MemoryCap,
     /// Also run the trace's requests under this config (repeatable) and compare.
     #[arg(long = "compare", value_name = "CONF")]
-    pub compare: Vec<String>,
+    pub(crate) compare: Vec<String>,
     /// Print one JSON object on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Write the replayed events as JSON lines to PATH.
     #[arg(long, value_name = "PATH")]
-    pub dump_events: Option<PathBuf>,
+    pub(crate) dump_events: Option<PathBuf>,
     /// Report the state at this point: an event index, peak, oom or end.
     #[arg(long, value_name = "EVENT|peak|oom|end")]
-    pub at: Option<At>,
+    pub(crate) at: Option<At>,
     /// totalGlobalMem of the recorded device (sizes expandable-segment
     /// reservations and memory fractions).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
-    pub device_total: u64,
+    pub(crate) device_total: u64,
     /// Which device of a multi-GPU snapshot to replay (default: the busiest).
     #[arg(long, value_name = "N")]
-    pub device: Option<i32>,
+    pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
     #[arg(long, value_name = "BYTES")]
-    pub max_unpacked: Option<u64>,
+    pub(crate) max_unpacked: Option<u64>,
 }
 
 /// An input's bytes from the first: the head already read, then the rest.
-pub type InputReader = std::io::BufReader<std::io::Chain<std::io::Cursor<Vec<u8>>, Box<dyn Read + Send>>>;
+pub(crate) type InputReader = std::io::BufReader<std::io::Chain<std::io::Cursor<Vec<u8>>, Box<dyn Read + Send>>>;
 
 /// One input, opened and read once: a file, a FIFO, `<(…)` or `-` (stdin).
 /// The first line is kept so the format can be told without reading again.
-pub struct Input {
+pub(crate) struct Input {
     name: String,
     head: Vec<u8>,
     rest: Box<dyn Read + Send>,
@@ -185,26 +185,26 @@ impl Input {
     }
 
     /// Whether the input is a `record` recording (JSON lines of samples).
-    pub fn is_recording(&self) -> bool {
+    pub(crate) fn is_recording(&self) -> bool {
         let first = self.head.split(|&b| b == b'\n').next().unwrap_or(&[]);
         first.starts_with(b"{") && String::from_utf8_lossy(first).contains(live::RECORD_FORMAT)
     }
 
     /// The whole input, from its first byte.
-    pub fn reader(self) -> InputReader {
+    pub(crate) fn reader(self) -> InputReader {
         std::io::BufReader::with_capacity(1 << 16, std::io::Cursor::new(self.head).chain(self.rest))
     }
 }
 
 /// Loads a trace; when that takes over a second and stderr is a terminal,
 /// shows how much of the file has been read.
-pub fn load_with_progress(path: &Path) -> Result<Trace> {
+pub(crate) fn load_with_progress(path: &Path) -> Result<Trace> {
     load_input(Input::open(path)?, None)
 }
 
 /// Loads a trace from an input under the bounds of docs/input.md
 /// (`max_unpacked`: `--max-unpacked`).
-pub fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
+pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
     let (total, unpacked, n, name) = (input.size, input.unpacked, input.read.clone(), input.name.clone());
     let done = Arc::new(AtomicBool::new(false));
     let progress = std::io::stderr().is_terminal().then(|| {
@@ -251,55 +251,16 @@ fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
 
 /// `torch.cuda.memory_stats()`: the 121 counters and, as PyTorch 2.11
 /// adds, the config's `max_split_size` (-1 when unlimited).
-fn stats_json(s: &DeviceStats, conf: &AllocatorConfig) -> Value {
-    let mut m: serde_json::Map<String, Value> = s.flat().into_iter().map(|(k, v)| (k, json!(v))).collect();
+pub(crate) fn stats_map(s: &DeviceStats, conf: &AllocatorConfig) -> std::collections::BTreeMap<String, i64> {
+    let mut m: std::collections::BTreeMap<String, i64> = s.flat().into_iter().collect();
     let mss = conf.max_split_size;
-    m.insert("max_split_size".into(), json!(if mss == crate::alloc::config::UNLIMITED { -1 } else { mss as i64 }));
-    Value::Object(m)
+    m.insert("max_split_size".into(), if mss == crate::alloc::config::UNLIMITED { -1 } else { mss as i64 });
+    m
 }
 
 /// The index of the first `oom` event.
 fn oom_index(events: &[Event]) -> Option<usize> {
     events.iter().position(|e| e.action == crate::alloc::Action::Oom)
-}
-
-struct CompareRow {
-    label: String,
-    limit: Option<u64>,
-    peak_allocated: i64,
-    peak_reserved: i64,
-    peak_ratio: f64,
-    retries: i64,
-    ooms: i64,
-}
-
-impl CompareRow {
-    fn from_stats(label: String, limit: Option<u64>, s: &DeviceStats) -> Self {
-        CompareRow {
-            label,
-            limit,
-            peak_allocated: s.get(Kind::AllocatedBytes, 0).peak,
-            peak_reserved: s.get(Kind::ReservedBytes, 0).peak,
-            peak_ratio: peak_ratio(s),
-            retries: s.num_alloc_retries,
-            ooms: s.num_ooms,
-        }
-    }
-    fn json(&self) -> Value {
-        json!({
-            "alloc_conf": self.label,
-            "memory_limit_bytes": self.limit,
-            "peak_allocated_bytes": self.peak_allocated,
-            "peak_reserved_bytes": self.peak_reserved,
-            "peak_ratio": round4(self.peak_ratio),
-            "num_alloc_retries": self.retries,
-            "num_ooms": self.ooms,
-        })
-    }
-}
-
-fn round4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
 }
 
 fn parse_conf(s: &str) -> Result<AllocatorConfig> {
@@ -388,7 +349,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         let reqs = session.requests().to_vec();
         for (label, conf) in &compare_confs {
             let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
-            rows.push(CompareRow::from_stats(label.clone(), limit, w.allocator.stats()));
+            let mut row = CompareRow::from_stats(label.clone(), limit, w.allocator.stats());
+            (row.new_ooms, row.avoided_ooms) = (Some(w.new_ooms), Some(w.avoided_ooms));
+            rows.push(row);
         }
     }
 
@@ -398,63 +361,45 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let divergence = session.divergence();
-    let covers = match session.start {
-        Start::ProcessStart => "process",
-        Start::Window => "window",
-        Start::StateOnly => "state",
-    };
-
     if args.json {
-        let ev = |e: &Option<Event>| {
-            e.map(|e| json!({"action": e.action.name(), "addr": e.addr, "size": e.size, "stream": e.stream}))
-        };
-        let out = json!({
-            "trace": name,
-            "format": trace.format.name(),
-            "device": dev.device,
-            "events": dev.events.len(),
-            "alloc_conf": exact_conf.source,
-            "start": session.start,
-            "memory_limit_bytes": limit,
-            "fidelity": fidelity.name(),
-            "stats_cover": covers,
-            "first_divergence": divergence.as_ref().map(|d| json!({
-                "event": d.event, "expected": ev(&d.expected), "got": ev(&d.got), "reason": d.reason,
-            })),
-            "inferred_empty_cache_calls": if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
-            "directed_releases": session.exact.directed,
-            "placed_allocs": session.exact.placed,
-            "recorded_totals": session.recorded,
-            "not_in_trace": not_in_trace(session.start),
-            "stats": stats_json(&stats, &exact_conf),
-            "peak": peak.map(|p| json!({
-                "event": p.event,
-                "time_us": dev.time_us.get(p.event).copied(),
-                "allocated_bytes": p.allocated,
-                "reserved_bytes": p.reserved,
-            })),
-            "fragmentation": {
-                "at_peak_reserved_minus_allocated_bytes": peak.map(|p| p.reserved - p.allocated),
-                "peak_ratio": (session.start != Start::StateOnly).then(|| round4(peak_ratio(&stats))),
-                "reserved_unallocated_bytes": frag_now.reserved_unallocated_bytes,
-                "inactive_split_bytes": frag_now.inactive_split_bytes,
-                "external_fragmentation": round4(frag_now.external_fragmentation),
-                "rounding_waste_bytes": frag_now.rounding_waste_bytes,
+        let out = ReplayReport {
+            trace: name.clone(),
+            format: trace.format.name(),
+            device: dev.device,
+            events: dev.events.len(),
+            alloc_conf: exact_conf.source.clone(),
+            start: session.start,
+            memory_limit_bytes: limit,
+            fidelity: fidelity.name(),
+            stats_cover: report::covers(session.start),
+            first_divergence: divergence.as_ref().map(|d| report::DivergenceReport {
+                event: d.event,
+                expected: d.expected.as_ref().map(report::EventReport::of),
+                got: d.got.as_ref().map(report::EventReport::of),
+                reason: d.reason.clone(),
+            }),
+            inferred_empty_cache_calls: if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
+            directed_releases: session.exact.directed,
+            placed_allocs: session.exact.placed,
+            recorded_totals: session.recorded,
+            not_in_trace: not_in_trace(session.start),
+            stats: stats_map(&stats, &exact_conf),
+            peak: peak.map(|p| report::PeakReport {
+                event: p.event,
+                time_us: dev.time_us.get(p.event).copied(),
+                allocated_bytes: p.allocated,
+                reserved_bytes: p.reserved,
+            }),
+            fragmentation: report::FragmentationReport {
+                at_peak_reserved_minus_allocated_bytes: peak.map(|p| p.reserved - p.allocated),
+                peak_ratio: (session.start != Start::StateOnly).then(|| peak_ratio(&stats)),
+                now: frag_now,
             },
-            "pools": crate::analysis::pool_usage(&segments),
-            "segments": segments.iter().map(|s| json!({
-                "address": s.address,
-                "total_size": s.total_size,
-                "allocated_size": s.allocated_size,
-                "stream": s.stream,
-                "segment_type": s.segment_type,
-                "is_expandable": s.is_expandable,
-                "segment_pool_id": s.pool.map(|p| [p.0, p.1]),
-                "private_pool": s.private,
-            })).collect::<Vec<_>>(),
-            "compare": if compare_confs.is_empty() { Vec::new() } else { rows.iter().map(CompareRow::json).collect() },
-            "elapsed_ms": round4(elapsed_ms),
-        });
+            pools: crate::analysis::pool_usage(&segments),
+            segments: segments.iter().map(report::SegmentReport::of).collect(),
+            compare: if compare_confs.is_empty() { Vec::new() } else { rows.clone() },
+            elapsed_ms,
+        };
         let mut so = std::io::stdout().lock();
         serde_json::to_writer(&mut so, &out)?;
         writeln!(so)?;
@@ -685,12 +630,12 @@ fn summary_text(
         for r in rows {
             o.push_str(&format!(
                 "{:<48} {:>12} {:>12} {:>10.4} {:>8} {:>6}\n",
-                r.label,
-                human_bytes(r.peak_allocated.max(0) as u64),
-                human_bytes(r.peak_reserved.max(0) as u64),
+                r.alloc_conf,
+                human_bytes(r.peak_allocated_bytes.max(0) as u64),
+                human_bytes(r.peak_reserved_bytes.max(0) as u64),
                 r.peak_ratio,
-                r.retries,
-                r.ooms
+                r.num_alloc_retries,
+                r.num_ooms
             ));
         }
     }
@@ -700,33 +645,33 @@ fn summary_text(
 #[derive(Args, Debug, Clone)]
 pub struct ExportArgs {
     /// A PyTorch memory snapshot that replays exactly (.pickle, .pickle.gz).
-    pub trace: PathBuf,
+    pub(crate) trace: PathBuf,
     #[arg(long, value_enum)]
-    pub view: crate::export::picture::ViewKind,
+    pub(crate) view: crate::export::picture::ViewKind,
     /// The moment shown: an event index, peak (default), oom or end.
     #[arg(long, value_name = "EVENT|peak|oom|end")]
-    pub at: Option<At>,
+    pub(crate) at: Option<At>,
     #[arg(long, value_enum)]
-    pub format: crate::export::picture::Format,
+    pub(crate) format: crate::export::picture::Format,
     /// Where to write (default: TRACE-VIEW-AT.FORMAT here; `-`: stdout).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
     /// Picture width in pixels (SVG and PNG).
     #[arg(long, value_name = "PX", default_value_t = 1600)]
-    pub width: u32,
+    pub(crate) width: u32,
     /// Text without ANSI colours.
     #[arg(long)]
-    pub plain: bool,
+    pub(crate) plain: bool,
     /// Per-process memory limit in bytes (as the run had it).
     #[arg(long, value_name = "BYTES")]
-    pub memory_limit: Option<u64>,
+    pub(crate) memory_limit: Option<u64>,
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
-    pub device: Option<i32>,
+    pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
     #[arg(long, value_name = "BYTES")]
-    pub max_unpacked: Option<u64>,
+    pub(crate) max_unpacked: Option<u64>,
 }
 
 /// `export`: one view of a trace at one moment, as SVG, PNG or text.

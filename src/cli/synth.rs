@@ -9,17 +9,17 @@ use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
-use serde_json::json;
 
-use super::{parse_conf, round4, stats_json, InputError, MemoryCap};
+use super::{parse_conf, stats_map, InputError, MemoryCap};
 use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use crate::analysis::{fragmentation, peak_ratio};
 use crate::device::{Cuda, Device, Sim};
 use crate::workload::driver::{Driver, OnOom, Progress};
+use crate::workload::report::{DeviceMaps, NvmlDevice, SynthFragmentation, SynthPeak, SynthReport};
 use crate::workload::{ModelKind, Optimizer, SynthSpec, Synthetic};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// CUDA when libcuda and a GPU are present, else the simulated device.
     Auto,
     Cuda,
@@ -27,7 +27,7 @@ pub enum Backend {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OptimizerArg {
+pub(crate) enum OptimizerArg {
     Sgd,
     Adam,
     Adamw,
@@ -37,83 +37,83 @@ pub enum OptimizerArg {
 pub struct SynthArgs {
     /// Where segment memory comes from.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    pub backend: Backend,
+    pub(crate) backend: Backend,
     /// CUDA device index.
     #[arg(long, value_name = "N", default_value_t = 0)]
-    pub device: usize,
+    pub(crate) device: usize,
     #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
-    pub model: ModelKind,
+    pub(crate) model: ModelKind,
     /// Batch size (default: the calibration runs recorded on an H200 (benches/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
     #[arg(long, value_name = "B")]
-    pub batch: Option<u64>,
+    pub(crate) batch: Option<u64>,
     /// Sequence length of the transformer models (default 1024; bert 512).
     #[arg(long, value_name = "S")]
-    pub seq: Option<u64>,
+    pub(crate) seq: Option<u64>,
     /// Transformer layers (gpt2 12, bert 12, llama 16) or MLP hidden layers (3).
     #[arg(long, value_name = "N")]
-    pub layers: Option<u64>,
+    pub(crate) layers: Option<u64>,
     /// Hidden size (gpt2/bert 768, llama 2048, mlp 4096).
     #[arg(long, value_name = "H")]
-    pub hidden: Option<u64>,
+    pub(crate) hidden: Option<u64>,
     /// Attention heads (key/value heads of llama follow with --kv-heads).
     #[arg(long, value_name = "N")]
-    pub heads: Option<u64>,
+    pub(crate) heads: Option<u64>,
     #[arg(long, value_name = "N")]
-    pub kv_heads: Option<u64>,
+    pub(crate) kv_heads: Option<u64>,
     /// Feed-forward width (default 4 × hidden; llama 8192).
     #[arg(long, value_name = "N")]
-    pub ffn: Option<u64>,
+    pub(crate) ffn: Option<u64>,
     /// Vocabulary size (gpt2 50257, bert 30522, llama 128256).
     #[arg(long, value_name = "N")]
-    pub vocab: Option<u64>,
+    pub(crate) vocab: Option<u64>,
     /// Iterations to run (default: 4 with --json; until you quit in the TUI).
     #[arg(long, value_name = "N")]
-    pub iterations: Option<u64>,
+    pub(crate) iterations: Option<u64>,
     /// Seed of --varlen's batch and sequence draws.
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// bf16 autocast: bf16 matmul/conv outputs and weight copies.
     #[arg(long)]
-    pub amp: bool,
+    pub(crate) amp: bool,
     /// Activation checkpointing: keep only the inputs of segments of about √layers layers; recompute in backward.
     #[arg(long)]
-    pub checkpoint: bool,
+    pub(crate) checkpoint: bool,
     /// Gradient accumulation over K micro-batches per optimizer step.
     #[arg(long, value_name = "K", default_value_t = 1)]
-    pub accum: u64,
+    pub(crate) accum: u64,
     /// Optimizer (default: sgd for resnet50, adamw otherwise).
     #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerArg>,
+    pub(crate) optimizer: Option<OptimizerArg>,
     /// Forward passes only, under no_grad.
     #[arg(long)]
-    pub inference: bool,
+    pub(crate) inference: bool,
     /// A random batch (half to full) and sequence (half to full) every step.
     #[arg(long)]
-    pub varlen: bool,
+    pub(crate) varlen: bool,
     /// Bytes leaked (allocated and never freed) per iteration.
     #[arg(long, value_name = "BYTES")]
-    pub leak: Option<u64>,
+    pub(crate) leak: Option<u64>,
     #[arg(long, value_enum, default_value_t = OnOom::Stop)]
-    pub on_oom: OnOom,
+    pub(crate) on_oom: OnOom,
     /// Allocator config in PYTORCH_CUDA_ALLOC_CONF syntax (default: that
     /// variable, or PYTORCH_ALLOC_CONF).
     #[arg(long, value_name = "CONF")]
-    pub alloc_conf: Option<String>,
+    pub(crate) alloc_conf: Option<String>,
     #[command(flatten)]
-    pub cap: MemoryCap,
+    pub(crate) cap: MemoryCap,
     /// Write every new segment (and mapped page) so the driver commits it.
     #[arg(long)]
-    pub touch: bool,
+    pub(crate) touch: bool,
     /// TUI pace: 1 runs about 800 requests a second.
     #[arg(long, default_value_t = 1.0)]
-    pub speed: f64,
+    pub(crate) speed: f64,
     /// Print one JSON object on stdout instead of opening the TUI.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 impl SynthArgs {
-    pub fn spec(&self) -> Result<SynthSpec> {
+    pub(crate) fn spec(&self) -> Result<SynthSpec> {
         let bad = |m: String| anyhow!(InputError(m));
         let mut s = SynthSpec::new(self.model);
         let sh = &mut s.shape;
@@ -319,8 +319,8 @@ fn run<D: Backed>(
     let pid = std::process::id();
     // Which GPU NVML watched: CUDA's ordinal, its UUID and NVML's index.
     let nvml_device = match (&index, &nvml) {
-        (Some((i, uuid)), Some(nv)) => json!({"cuda_index": i, "uuid": uuid, "nvml_index": nv.index()}),
-        _ => serde_json::Value::Null,
+        (Some((i, uuid)), Some(nv)) => Some(NvmlDevice { cuda_index: *i, uuid: uuid.clone(), nvml_index: nv.index() }),
+        _ => None,
     };
     let mut driver = Driver::new(alloc, Synthetic::new(spec.clone()), args.on_oom);
     if let Some(nv) = nvml {
@@ -367,16 +367,17 @@ fn run<D: Backed>(
         let peak = driver.peak_at().map(|i| {
             let p = driver.points[i];
             let iteration = driver.iterations.iter().filter(|&&m| m <= i).count() as u64 + 1;
-            json!({
-                "event": driver.peak_event.map(|e| e.0),
-                "request": i + driver.dropped,
-                "allocated_bytes": p.allocated,
-                "reserved_bytes": p.reserved,
-                "iteration": iteration,
-            })
+            SynthPeak {
+                event: driver.peak_event.map(|e| e.0),
+                request: i + driver.dropped,
+                allocated_bytes: p.allocated,
+                reserved_bytes: p.reserved,
+                iteration,
+            }
         });
         let device_desc = driver.alloc.device().describe();
-        let maps = driver.alloc.device().cuda().map(|c| json!({"range_maps": c.range_maps, "page_maps": c.page_maps}));
+        let maps =
+            driver.alloc.device().cuda().map(|c| DeviceMaps { range_maps: c.range_maps, page_maps: c.page_maps });
         let requests = driver.points.len() + driver.dropped;
         let outcome = match driver.progress() {
             _ if interrupted => "interrupted",
@@ -385,46 +386,39 @@ fn run<D: Backed>(
             Progress::Running => "interrupted",
         };
         let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
-        let ooms = serde_json::to_value(&driver.oom_log)?;
+        let ooms = driver.oom_log.clone();
         let iterations_done = driver.iterations.len();
         driver.release_all();
         let held_after = driver.alloc.device().cuda().map(|c| c.held());
         let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
-        let out = json!({
-            "trace": null,
-            "format": "synthetic",
-            "workload": spec,
-            "backend": backend,
-            "device": device_desc,
-            "events": driver.alloc.emitted(),
-            "requests": requests,
-            "iterations": iterations_done,
-            "outcome": outcome,
-            "alloc_conf": conf_text,
-            "memory_limit_bytes": limit,
-            // A synthetic run has nothing recorded to be faithful to.
-            "fidelity": "synthetic",
-            "first_divergence": null,
-            "compare": [],
-            "on_oom": args.on_oom,
-            "ooms": ooms,
-            "stats": stats_json(&stats, &conf),
-            "peak": peak,
-            "fragmentation": {
-                "peak_ratio": round4(peak_ratio(&stats)),
-                "reserved_unallocated_bytes": frag.reserved_unallocated_bytes,
-                "inactive_split_bytes": frag.inactive_split_bytes,
-                "external_fragmentation": round4(frag.external_fragmentation),
-                "rounding_waste_bytes": frag.rounding_waste_bytes,
-            },
-            "nvml_device": nvml_device,
-            "cuda_context_bytes": if is_cuda { s.context } else { None },
-            "nvml_used_bytes_at_peak": if is_cuda { s.at_peak } else { None },
-            "reserved_bytes_at_nvml_sample": if is_cuda { Some(s.reserved_at_sample) } else { None },
-            "device_maps": maps,
-            "device_bytes_held_after_release": held_after,
-            "elapsed_ms": round4(started.elapsed().as_secs_f64() * 1000.0),
-        });
+        let out = SynthReport {
+            trace: None,
+            format: "synthetic",
+            workload: spec,
+            backend,
+            device: device_desc,
+            events: driver.alloc.emitted(),
+            requests,
+            iterations: iterations_done,
+            outcome,
+            alloc_conf: conf_text,
+            memory_limit_bytes: limit,
+            fidelity: "synthetic",
+            first_divergence: None,
+            compare: Vec::new(),
+            on_oom: args.on_oom,
+            ooms,
+            stats: stats_map(&stats, &conf),
+            peak,
+            fragmentation: SynthFragmentation { peak_ratio: peak_ratio(&stats), now: frag },
+            nvml_device,
+            cuda_context_bytes: if is_cuda { s.context } else { None },
+            nvml_used_bytes_at_peak: if is_cuda { s.at_peak } else { None },
+            reserved_bytes_at_nvml_sample: if is_cuda { Some(s.reserved_at_sample) } else { None },
+            device_maps: maps,
+            device_bytes_held_after_release: held_after,
+            elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+        };
         let mut so = std::io::stdout().lock();
         serde_json::to_writer(&mut so, &out)?;
         writeln!(so)?;
@@ -441,7 +435,7 @@ fn run<D: Backed>(
 }
 
 /// "gpt2 batch 8 × seq 1024, AdamW, amp" for headers.
-pub fn describe(s: &SynthSpec) -> String {
+pub(crate) fn describe(s: &SynthSpec) -> String {
     let mut out = s.model.name().to_string();
     out += &format!(" batch {}", s.batch);
     if s.seq > 0 && s.model != ModelKind::Resnet50 && s.model != ModelKind::Mlp {

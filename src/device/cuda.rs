@@ -31,7 +31,7 @@ fn err(e: result::DriverError) -> DeviceError {
 }
 
 /// "GPU-" and the 16 bytes as 8-4-4-4-12 hex digits, NVML's UUID form.
-pub fn uuid_string(b: &[u8; 16]) -> String {
+pub(crate) fn uuid_string(b: &[u8; 16]) -> String {
     let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
         "GPU-{}-{}-{}-{}-{}",
@@ -57,17 +57,17 @@ pub struct Cuda {
     pages: HashMap<u64, (sys::CUmemGenericAllocationHandle, u64)>,
     reservations: HashMap<u64, u64>,
     /// cuMemMap calls that mapped a page range (one per `map`).
-    pub range_maps: u64,
-    pub page_maps: u64,
+    pub(crate) range_maps: u64,
+    pub(crate) page_maps: u64,
 }
 
 impl Cuda {
     /// True when libcuda loads and reports at least one device.
-    pub fn available() -> bool {
+    pub(crate) fn available() -> bool {
         Cuda::device_count().is_ok_and(|n| n > 0)
     }
 
-    pub fn device_count() -> Result<usize, CudaUnavailable> {
+    pub(crate) fn device_count() -> Result<usize, CudaUnavailable> {
         // Loading the library panics inside cudarc when it is missing: ask first.
         if !unsafe { sys::is_culib_present() } {
             return Err(CudaUnavailable::NoDriver);
@@ -108,17 +108,17 @@ impl Cuda {
         })
     }
 
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.index
     }
 
     /// The GPU's UUID as NVML writes it.
-    pub fn uuid(&self) -> Option<&str> {
+    pub(crate) fn uuid(&self) -> Option<&str> {
         self.uuid.as_deref()
     }
 
     /// Bytes of device memory this backend holds now.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.segments.values().sum::<u64>() + self.pages.values().map(|p| p.1).sum::<u64>()
     }
 
@@ -143,7 +143,7 @@ impl Cuda {
 
     /// Returns everything still held (a safety net behind the allocator's
     /// own release on exit).
-    pub fn release_everything(&mut self) {
+    pub(crate) fn release_everything(&mut self) {
         for (ptr, _) in std::mem::take(&mut self.segments) {
             let _ = unsafe { result::free_sync(ptr) };
         }

@@ -98,7 +98,7 @@ impl Sim {
     /// on the H200 traces: best fit breaks ties between equal blocks by
     /// address, so a replay of recorded requests then reuses the blocks the
     /// real run reused (docs/fit.md).
-    pub fn with_descending_addresses(mut self) -> Self {
+    pub(crate) fn with_descending_addresses(mut self) -> Self {
         self.descending = true;
         self.next_addr = TOP;
         self

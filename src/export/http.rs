@@ -13,14 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Connections open at once.
-pub const MAX_CONNECTIONS: usize = 1024;
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// From accept to the last byte of the answer.
-pub const DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(2);
 /// A request's head (line and headers).
 const MAX_REQUEST: usize = 16 * 1024;
 
 /// What `/metrics` answers: the latest exposition, or none yet.
-pub type Body = Arc<Mutex<Option<Arc<String>>>>;
+pub(crate) type Body = Arc<Mutex<Option<Arc<String>>>>;
 
 struct Conn {
     stream: TcpStream,
@@ -31,7 +31,7 @@ struct Conn {
 }
 
 /// The answer to one request head.
-pub fn respond(req: &[u8], body: Option<&str>) -> Vec<u8> {
+pub(crate) fn respond(req: &[u8], body: Option<&str>) -> Vec<u8> {
     let line = String::from_utf8_lossy(req);
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));

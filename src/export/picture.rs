@@ -11,7 +11,7 @@ use crate::analysis::{human_bytes, Fragmentation};
 
 /// Which view to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ViewKind {
+pub(crate) enum ViewKind {
     Fragmap,
     Timeline,
     Bars,
@@ -19,7 +19,7 @@ pub enum ViewKind {
 
 /// The file format of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Svg,
     Png,
     Txt,
@@ -27,27 +27,27 @@ pub enum Format {
 
 /// Everything a picture shows.
 #[derive(Debug, Clone)]
-pub struct Scene<'a> {
+pub(crate) struct Scene<'a> {
     /// "gpt2_train.pickle.gz · event 4400 of 14327 (peak)"
-    pub title: String,
+    pub(crate) title: String,
     /// Allocator config and device.
-    pub subtitle: String,
-    pub segments: &'a [SegmentInfo],
-    pub allocated: u64,
-    pub allocated_peak: u64,
-    pub reserved: u64,
-    pub reserved_peak: u64,
-    pub fragmentation: Fragmentation,
-    pub timeline: &'a [StatePoint],
-    pub cursor: usize,
-    pub peak_at: Option<usize>,
-    pub ooms: &'a [usize],
-    pub iterations: &'a [usize],
-    pub empty_caches: &'a [usize],
+    pub(crate) subtitle: String,
+    pub(crate) segments: &'a [SegmentInfo],
+    pub(crate) allocated: u64,
+    pub(crate) allocated_peak: u64,
+    pub(crate) reserved: u64,
+    pub(crate) reserved_peak: u64,
+    pub(crate) fragmentation: Fragmentation,
+    pub(crate) timeline: &'a [StatePoint],
+    pub(crate) cursor: usize,
+    pub(crate) peak_at: Option<usize>,
+    pub(crate) ooms: &'a [usize],
+    pub(crate) iterations: &'a [usize],
+    pub(crate) empty_caches: &'a [usize],
 }
 
 /// The bundled font: every PNG is drawn with it and nothing else.
-pub const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+pub(crate) const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const FAMILY: &str = "DejaVu Sans";
 
 /// The longest text a picture shows (a title, a config string): a longer
@@ -405,7 +405,7 @@ fn bars(scene: &Scene, width: f64) -> String {
 }
 
 /// The SVG of `view`, `width` pixels wide.
-pub fn svg(scene: &Scene, view: ViewKind, width: u32) -> String {
+pub(crate) fn svg(scene: &Scene, view: ViewKind, width: u32) -> String {
     let w = width.clamp(400, 8000) as f64;
     match view {
         ViewKind::Fragmap => fragmap(scene, w),
@@ -415,7 +415,7 @@ pub fn svg(scene: &Scene, view: ViewKind, width: u32) -> String {
 }
 
 /// Rasterises an SVG made by `svg` with the bundled font only.
-pub fn png(svg: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
     let mut opt = resvg::usvg::Options::default();
     let mut db = resvg::usvg::fontdb::Database::new();
     db.load_font_data(FONT.to_vec());

@@ -31,7 +31,7 @@ impl Out {
 }
 
 /// The exposition of `snap`; `alerts` become `gpumem_alert` series.
-pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
+pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
     let mut o = Out { text: String::new() };
     let gpu_l = |g: &crate::monitor::GpuSample| {
         vec![("gpu", g.index.to_string()), ("name", g.name.clone().unwrap_or_default())]

@@ -13,7 +13,7 @@ use crate::view::parts::{draw_replay, Marks, Selection, Totals};
 use crate::view::Focus;
 
 /// The picture of an allocator's state with the timeline's marks.
-pub fn scene_of<'a, D: Device>(
+pub(crate) fn scene_of<'a, D: Device>(
     a: &CachingAllocator<D>,
     segs: &'a [SegmentInfo],
     title: String,
@@ -43,7 +43,7 @@ pub fn scene_of<'a, D: Device>(
 
 /// `view` of `model` after event `cursor`: SVG, PNG, or the screen as
 /// text (160 × 48, ANSI colours unless `plain`).
-pub fn picture(
+pub(crate) fn picture(
     model: &mut ReplayModel,
     cursor: usize,
     view: ViewKind,

@@ -29,7 +29,7 @@ fn sgr_fg(c: Color) -> Option<String> {
 
 /// Every row of `buf`, trailing blanks trimmed; with `ansi`, colour and
 /// bold/reverse as SGR sequences, reset at each line's end.
-pub fn from_buffer(buf: &Buffer, ansi: bool) -> String {
+pub(crate) fn from_buffer(buf: &Buffer, ansi: bool) -> String {
     let a = buf.area;
     let mut out = String::new();
     for y in a.top()..a.bottom() {

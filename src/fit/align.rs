@@ -11,7 +11,7 @@
 /// algorithm-dependent workspaces do). Computed in a band around the
 /// diagonal (the runs make nearly the same requests), so memory and time
 /// are O(N·W).
-pub fn scored(a: &[(u64, u64)], b: &[(u64, u64)], ratio: f64) -> Vec<(usize, usize)> {
+pub(crate) fn scored(a: &[(u64, u64)], b: &[(u64, u64)], ratio: f64) -> Vec<(usize, usize)> {
     let (n, m) = (a.len(), b.len());
     if n == 0 || m == 0 {
         return Vec::new();

@@ -27,14 +27,14 @@ use crate::trace::{DeviceTrace, Frame};
 /// One recorded run: its batch and the requests it made.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    pub batch: u64,
+    pub(crate) batch: u64,
     reqs: Vec<Request>,
     /// Per request: the alignment key of an `Alloc` (its call stack and
     /// stream), 0 for other requests.
     keys: Vec<u64>,
     /// PyTorch's peaks in the recording (for the self-check).
-    pub recorded_allocated_peak: u64,
-    pub recorded_reserved_peak: u64,
+    pub(crate) recorded_allocated_peak: u64,
+    pub(crate) recorded_reserved_peak: u64,
 }
 
 impl Sample {
@@ -154,43 +154,43 @@ impl Size {
 
 /// A fitted training run.
 #[derive(Debug, Clone)]
-pub struct Fit {
+pub(crate) struct Fit {
     /// The skeleton: the largest sample's requests.
     skeleton: Vec<Request>,
     /// Per skeleton request index of an `Alloc`: its size model.
     sizes: HashMap<usize, Size>,
-    pub samples: Vec<u64>,
-    pub report: FitReport,
+    pub(crate) samples: Vec<u64>,
+    pub(crate) report: FitReport,
 }
 
 /// How well the samples agree (the prediction's confidence).
 #[derive(Debug, Clone, Serialize)]
-pub struct FitReport {
+pub(crate) struct FitReport {
     /// Allocations in the skeleton.
-    pub requests: usize,
+    pub(crate) requests: usize,
     /// Of those, aligned in every sample.
-    pub aligned: usize,
+    pub(crate) aligned: usize,
     /// Allocations of the other samples with no partner.
-    pub unaligned_elsewhere: usize,
+    pub(crate) unaligned_elsewhere: usize,
     /// Aligned requests whose size changes with the batch.
-    pub scaling: usize,
+    pub(crate) scaling: usize,
     /// With three or more samples: aligned requests whose sizes are not on a
     /// line (more than 1% off it).
-    pub nonlinear: usize,
+    pub(crate) nonlinear: usize,
     /// The replay of each sample's own requests, against its recorded peaks:
     /// (batch, allocated error, reserved error) as fractions.
-    pub self_check: Vec<(u64, f64, f64)>,
+    pub(crate) self_check: Vec<(u64, f64, f64)>,
 }
 
 /// One prediction.
 #[derive(Debug, Clone, Serialize)]
-pub struct Prediction {
-    pub batch: u64,
-    pub allocated_peak_bytes: u64,
-    pub reserved_peak_bytes: u64,
-    pub fits: bool,
-    pub ooms: u64,
-    pub num_alloc_retries: i64,
+pub(crate) struct Prediction {
+    pub(crate) batch: u64,
+    pub(crate) allocated_peak_bytes: u64,
+    pub(crate) reserved_peak_bytes: u64,
+    pub(crate) fits: bool,
+    pub(crate) ooms: u64,
+    pub(crate) num_alloc_retries: i64,
 }
 
 impl Prediction {
@@ -210,12 +210,12 @@ impl Prediction {
 
 /// The device a prediction runs on.
 #[derive(Debug, Clone)]
-pub struct Target {
-    pub device_total: u64,
+pub(crate) struct Target {
+    pub(crate) device_total: u64,
     /// CUDA context and other non-PyTorch memory on the device.
-    pub context: u64,
+    pub(crate) context: u64,
     /// `set_per_process_memory_fraction(limit / total)`, in bytes.
-    pub limit: Option<u64>,
+    pub(crate) limit: Option<u64>,
 }
 
 impl Fit {
@@ -277,7 +277,7 @@ impl Fit {
     }
 
     /// The skeleton's requests with their sizes at `batch`.
-    pub fn requests_at(&self, batch: u64) -> Vec<Request> {
+    pub(crate) fn requests_at(&self, batch: u64) -> Vec<Request> {
         self.skeleton
             .iter()
             .enumerate()
@@ -305,7 +305,7 @@ impl Fit {
 
     /// The peaks at `batch` as the run would reach them under the target's
     /// limit (the cache freed and retried as PyTorch does when it nears it).
-    pub fn predict_limited(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
+    pub(crate) fn predict_limited(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
         let st = self.run(batch, config, target, target.limit);
         Prediction::of(batch, &st, &st)
     }
@@ -313,7 +313,7 @@ impl Fit {
     /// The peaks at `batch` under `config`: what the run would reach on the
     /// whole device (so a batch that does not fit still gets its peaks), and
     /// whether it fits under the target's limit.
-    pub fn predict(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
+    pub(crate) fn predict(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
         let st = self.run(batch, config, target, None);
         let limited = target.limit.map(|l| self.run(batch, config, target, Some(l)));
         Prediction::of(batch, &st, limited.as_ref().unwrap_or(&st))
@@ -322,7 +322,7 @@ impl Fit {
     /// The largest batch that runs without an OOM (0: not even batch 1),
     /// searched by doubling then bisection, at most `max` (a run that still
     /// fits there reports `max`).
-    pub fn max_batch(&self, config: &AllocatorConfig, target: &Target, max: u64) -> u64 {
+    pub(crate) fn max_batch(&self, config: &AllocatorConfig, target: &Target, max: u64) -> u64 {
         let fits = |b: u64| self.predict_limited(b, config, target).fits;
         if !fits(1) {
             return 0;

@@ -25,16 +25,16 @@ impl Default for Thresholds {
 }
 
 /// Every kind an alert can have.
-pub const KINDS: [&str; 3] = ["device_usage", "leak", "fragmentation"];
+pub(crate) const KINDS: [&str; 3] = ["device_usage", "leak", "fragmentation"];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
     /// "device_usage", "leak" or "fragmentation".
     pub kind: &'static str,
-    pub gpu: u32,
-    pub pid: Option<u32>,
+    pub(crate) gpu: u32,
+    pub(crate) pid: Option<u32>,
     pub value: f64,
-    pub message: String,
+    pub(crate) message: String,
 }
 
 pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {

@@ -30,10 +30,10 @@ pub struct ProcessSample {
 /// A MIG instance of a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigSample {
-    pub index: u32,
-    pub name: Option<String>,
-    pub total_bytes: Option<u64>,
-    pub used_bytes: Option<u64>,
+    pub(crate) index: u32,
+    pub(crate) name: Option<String>,
+    pub(crate) total_bytes: Option<u64>,
+    pub(crate) used_bytes: Option<u64>,
 }
 
 /// One GPU at one moment. A field NVML could not give is `None` and its

@@ -10,12 +10,12 @@ use crate::timeline::{Sample, Series, DAY_AT_1HZ};
 
 /// One publishing process's history.
 pub struct ProcHistory {
-    pub last: Published,
+    pub(crate) last: Published,
     pub series: Series,
-    pub gone: bool,
+    pub(crate) gone: bool,
     /// In the latest snapshot.
-    pub fresh: bool,
-    pub nvml_used: Option<u64>,
+    pub(crate) fresh: bool,
+    pub(crate) nvml_used: Option<u64>,
 }
 
 /// Process histories kept at most (gone ones are dropped first). With 8
@@ -25,13 +25,13 @@ pub const MAX_HISTORIES: usize = 8;
 
 /// Histories and alerts over the samples seen so far.
 pub struct LiveModel {
-    pub latest: Option<Snapshot>,
-    pub gpu_series: BTreeMap<u32, Series>,
+    pub(crate) latest: Option<Snapshot>,
+    pub(crate) gpu_series: BTreeMap<u32, Series>,
     pub procs: BTreeMap<(u32, u32), ProcHistory>,
     pub alerts: Vec<Alert>,
-    pub thresholds: Thresholds,
+    pub(crate) thresholds: Thresholds,
     /// Why publisher files were ignored in the latest sample, if any.
-    pub ignored: Option<String>,
+    pub(crate) ignored: Option<String>,
     series_cap: usize,
 }
 
@@ -125,19 +125,19 @@ impl LiveModel {
 
     /// The latest snapshot with its publishers (which `ingest` moved into
     /// the histories).
-    pub fn latest_full(&self) -> Option<Snapshot> {
+    pub(crate) fn latest_full(&self) -> Option<Snapshot> {
         let mut s = self.latest.clone()?;
         s.publishers = self.procs.values().filter(|h| h.fresh).map(|h| h.last.clone()).collect();
         Some(s)
     }
 
     /// The publisher in the latest snapshot that is NVML's process `p` on GPU `gpu`.
-    pub fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
+    pub(crate) fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
         self.procs.iter().find(|((d, _), h)| *d == gpu && h.fresh && h.last.matches(p)).map(|(_, h)| &h.last)
     }
 
     /// Histories of GPU `gpu`'s publishers, live ones first.
-    pub fn publishers_on(&self, gpu: u32) -> Vec<&ProcHistory> {
+    pub(crate) fn publishers_on(&self, gpu: u32) -> Vec<&ProcHistory> {
         let mut v: Vec<&ProcHistory> = self.procs.iter().filter(|((d, _), _)| *d == gpu).map(|(_, h)| h).collect();
         v.sort_by_key(|h| (h.gone, h.last.pid));
         v

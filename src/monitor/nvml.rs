@@ -151,7 +151,7 @@ impl ProcessMemory {
 
     /// The GPU with this UUID (how CUDA's device N is found in NVML, whose
     /// order can differ), else NVML's device `index`.
-    pub fn open_uuid(uuid: Option<&str>, index: u32) -> Result<Self, String> {
+    pub(crate) fn open_uuid(uuid: Option<&str>, index: u32) -> Result<Self, String> {
         let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
         let found = uuid.and_then(|u| nvml.device_by_uuid(u).ok()).and_then(|d| d.index().ok());
         let index = found.unwrap_or(index);
@@ -160,13 +160,13 @@ impl ProcessMemory {
     }
 
     /// NVML's index of the GPU watched.
-    pub fn index(&self) -> u32 {
+    pub(crate) fn index(&self) -> u32 {
         self.index
     }
 
     /// Bytes `pid` holds on the GPU (context included), as `nvidia-smi`
     /// shows it; `None` when NVML does not list it or cannot say.
-    pub fn used_by(&self, pid: u32) -> Option<u64> {
+    pub(crate) fn used_by(&self, pid: u32) -> Option<u64> {
         let dev = self.nvml.device_by_index(self.index).ok()?;
         let procs = dev.running_compute_processes().ok()?;
         procs.into_iter().find(|p| p.pid == pid).and_then(|p| used(p.used_gpu_memory))

@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// NVML PID → PID visible here.
 #[derive(Debug, Default, Clone)]
-pub struct PidMap {
+pub(crate) struct PidMap {
     outer_to_local: HashMap<u32, u32>,
     scanned: Option<std::time::Instant>,
 }
@@ -17,7 +17,7 @@ pub struct PidMap {
 const RESCAN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The PIDs of `status` text's NSpid line, outermost first.
-pub fn nspids(status: &str) -> Vec<u32> {
+pub(crate) fn nspids(status: &str) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
@@ -27,7 +27,7 @@ pub fn nspids(status: &str) -> Vec<u32> {
 
 impl PidMap {
     /// Rescans /proc when a PID is neither visible nor mapped.
-    pub fn refresh_if_missing(&mut self, pids: impl Iterator<Item = u32>) {
+    pub(crate) fn refresh_if_missing(&mut self, pids: impl Iterator<Item = u32>) {
         if self.scanned.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
             return;
         }
@@ -38,7 +38,7 @@ impl PidMap {
         }
     }
 
-    pub fn rescan(&mut self, proc_root: &Path) {
+    pub(crate) fn rescan(&mut self, proc_root: &Path) {
         self.outer_to_local.clear();
         let Ok(rd) = std::fs::read_dir(proc_root) else { return };
         for e in rd.flatten() {
@@ -56,7 +56,7 @@ impl PidMap {
     }
 
     /// The PID here of NVML's `pid`, if the process is visible.
-    pub fn local(&self, pid: u32) -> Option<u32> {
+    pub(crate) fn local(&self, pid: u32) -> Option<u32> {
         self.outer_to_local.get(&pid).copied().or_else(|| exists(pid).then_some(pid))
     }
 }
@@ -67,7 +67,7 @@ fn exists(pid: u32) -> bool {
 
 /// The process's command: its command line's program name and first
 /// argument (`python train.py`), or `comm`.
-pub fn command(pid: u32) -> Option<String> {
+pub(crate) fn command(pid: u32) -> Option<String> {
     if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) {
         let parts: Vec<String> = c
             .split(|&b| b == 0)
@@ -83,12 +83,6 @@ pub fn command(pid: u32) -> Option<String> {
         }
     }
     std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
-}
-
-/// Real user id of a running process, from /proc/<pid>/status.
-pub fn uid_of(pid: u32) -> Option<u32> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    st.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|r| r.split_whitespace().next()?.parse().ok())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ pub const DEFAULT_CAP: u64 = 16 << 20;
 
 /// The directory publishers write to and we read: `$GPUMEM_TOP_DIR`, else
 /// `$XDG_RUNTIME_DIR/gpumem-top`, else `/tmp/gpumem-top-<uid>`.
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("GPUMEM_TOP_DIR").filter(|d| !d.is_empty()) {
         return d.into();
     }
@@ -37,16 +37,16 @@ pub fn current_uid() -> u32 {
 pub struct Published {
     pub pid: u32,
     /// Its PIDs in nested namespaces, outermost first (from its /proc/self/status).
-    pub nspid: Vec<u32>,
+    pub(crate) nspid: Vec<u32>,
     /// NVML's index of its GPU once a live source has matched it (see
     /// `assign_gpus`); until then the CUDA ordinal it published.
     pub device: u32,
     /// The CUDA ordinal as the process numbers it (under
     /// `CUDA_VISIBLE_DEVICES` not NVML's index).
     pub cuda_device: u32,
-    pub uuid: Option<String>,
-    pub time: f64,
-    pub interval: f64,
+    pub(crate) uuid: Option<String>,
+    pub(crate) time: f64,
+    pub(crate) interval: f64,
     pub command: Option<String>,
     /// `torch.cuda.memory_stats()` as published.
     pub stats: BTreeMap<String, i64>,
@@ -54,11 +54,11 @@ pub struct Published {
     pub segments: Vec<SegmentInfo>,
     pub steps: Vec<u64>,
     #[serde(skip)]
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Published {
-    pub fn stat(&self, key: &str) -> u64 {
+    pub(crate) fn stat(&self, key: &str) -> u64 {
         self.stats.get(key).copied().unwrap_or(0).max(0) as u64
     }
     pub fn allocated(&self) -> u64 {
@@ -68,7 +68,7 @@ impl Published {
         self.stat("reserved_bytes.all.current")
     }
     /// The fragmentation figures of what it published.
-    pub fn fragmentation(&self) -> crate::analysis::Fragmentation {
+    pub(crate) fn fragmentation(&self) -> crate::analysis::Fragmentation {
         crate::analysis::fragmentation_of(
             self.reserved(),
             self.allocated(),
@@ -79,7 +79,7 @@ impl Published {
     }
 
     /// True when NVML's process is this publisher.
-    pub fn matches(&self, p: &ProcessSample) -> bool {
+    pub(crate) fn matches(&self, p: &ProcessSample) -> bool {
         let ids = [Some(p.pid), p.local_pid];
         ids.iter().flatten().any(|&id| id == self.pid || self.nspid.contains(&id))
     }
@@ -118,50 +118,50 @@ pub struct PublisherScan {
 
 /// A segment as a publisher file carries it.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct RawSegment {
-    pub address: u64,
-    pub total_size: u64,
+pub(crate) struct RawSegment {
+    pub(crate) address: u64,
+    pub(crate) total_size: u64,
     #[serde(default)]
-    pub stream: u64,
+    pub(crate) stream: u64,
     #[serde(default)]
-    pub segment_type: String,
+    pub(crate) segment_type: String,
     #[serde(default)]
-    pub is_expandable: bool,
+    pub(crate) is_expandable: bool,
     #[serde(default)]
-    pub segment_pool_id: (u64, u64),
+    pub(crate) segment_pool_id: (u64, u64),
     /// [size, requested_size, state] with state 0 allocated, 1 pending free, 2 inactive.
-    pub blocks: Vec<(u64, u64, u8)>,
+    pub(crate) blocks: Vec<(u64, u64, u8)>,
 }
 
 /// A publisher file (`assets/python/gpumem_top_publish.py` writes it;
 /// docs/json.md has its schema).
 #[derive(Debug, Serialize, Deserialize)]
-pub struct RawFile {
-    pub version: u32,
-    pub pid: u32,
+pub(crate) struct RawFile {
+    pub(crate) version: u32,
+    pub(crate) pid: u32,
     #[serde(default)]
-    pub nspid: Vec<u32>,
-    pub device: u32,
+    pub(crate) nspid: Vec<u32>,
+    pub(crate) device: u32,
     /// The GPU's UUID as NVML spells it ("GPU-…"); absent from older publishers.
     #[serde(default)]
-    pub uuid: Option<String>,
-    pub time: f64,
+    pub(crate) uuid: Option<String>,
+    pub(crate) time: f64,
     #[serde(default)]
-    pub interval: f64,
+    pub(crate) interval: f64,
     #[serde(default)]
-    pub command: Option<String>,
-    pub stats: BTreeMap<String, i64>,
+    pub(crate) command: Option<String>,
+    pub(crate) stats: BTreeMap<String, i64>,
     #[serde(default)]
-    pub segments: Vec<RawSegment>,
+    pub(crate) segments: Vec<RawSegment>,
     /// allocated_bytes.all.current at the end of recent optimizer steps.
     #[serde(default)]
-    pub steps: Vec<u64>,
+    pub(crate) steps: Vec<u64>,
 }
 
 impl RawFile {
     /// `p` as its publisher wrote it (a recording keeps this, so that
     /// `replay` reads it back with `parse_bytes`).
-    pub fn of(p: &Published) -> RawFile {
+    pub(crate) fn of(p: &Published) -> RawFile {
         RawFile {
             version: 1,
             pid: p.pid,
@@ -293,7 +293,7 @@ pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
 }
 
 /// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`.
-pub fn fallback_dirs(uid: u32) -> Vec<PathBuf> {
+pub(crate) fn fallback_dirs(uid: u32) -> Vec<PathBuf> {
     let tmp = std::env::temp_dir();
     let prefix = format!("gpumem-top-{uid}-");
     let Ok(rd) = std::fs::read_dir(&tmp) else { return Vec::new() };

@@ -12,38 +12,38 @@ use crate::analysis::Fragmentation;
 #[derive(Debug, Clone, Serialize)]
 pub struct LiveReport {
     /// "nvml", "simulated device", "recording", …
-    pub source: String,
-    pub time: f64,
-    pub gpus: Vec<GpuSample>,
-    pub publishers: Vec<PublisherReport>,
+    pub(crate) source: String,
+    pub(crate) time: f64,
+    pub(crate) gpus: Vec<GpuSample>,
+    pub(crate) publishers: Vec<PublisherReport>,
     /// Publisher files ignored, and why.
-    pub ignored: Vec<String>,
+    pub(crate) ignored: Vec<String>,
     /// PIDs whose process or publisher file went away since the previous sample.
-    pub gone: Vec<u32>,
-    pub alerts: Vec<Alert>,
+    pub(crate) gone: Vec<u32>,
+    pub(crate) alerts: Vec<Alert>,
 }
 
 /// What one PyTorch process published, with its fragmentation figures.
 #[derive(Debug, Clone, Serialize)]
-pub struct PublisherReport {
-    pub pid: u32,
-    pub gpu: u32,
-    pub cuda_device: u32,
-    pub uuid: Option<String>,
-    pub command: Option<String>,
-    pub time: f64,
-    pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
-    pub allocated_peak_bytes: u64,
-    pub reserved_peak_bytes: u64,
-    pub num_ooms: u64,
-    pub num_alloc_retries: u64,
-    pub segments: usize,
-    pub fragmentation: Fragmentation,
+pub(crate) struct PublisherReport {
+    pub(crate) pid: u32,
+    pub(crate) gpu: u32,
+    pub(crate) cuda_device: u32,
+    pub(crate) uuid: Option<String>,
+    pub(crate) command: Option<String>,
+    pub(crate) time: f64,
+    pub(crate) allocated_bytes: u64,
+    pub(crate) reserved_bytes: u64,
+    pub(crate) allocated_peak_bytes: u64,
+    pub(crate) reserved_peak_bytes: u64,
+    pub(crate) num_ooms: u64,
+    pub(crate) num_alloc_retries: u64,
+    pub(crate) segments: usize,
+    pub(crate) fragmentation: Fragmentation,
 }
 
 impl PublisherReport {
-    pub fn of(p: &Published) -> Self {
+    pub(crate) fn of(p: &Published) -> Self {
         PublisherReport {
             pid: p.pid,
             gpu: p.device,
@@ -79,31 +79,31 @@ impl LiveReport {
 
 /// One process over a recording.
 #[derive(Debug, Clone, Serialize)]
-pub struct ProcessSummary {
-    pub gpu: u32,
-    pub pid: u32,
-    pub command: Option<String>,
-    pub samples: usize,
+pub(crate) struct ProcessSummary {
+    pub(crate) gpu: u32,
+    pub(crate) pid: u32,
+    pub(crate) command: Option<String>,
+    pub(crate) samples: usize,
     /// The highest allocated bytes among the samples.
-    pub peak_allocated_bytes: Option<u64>,
-    pub peak_reserved_bytes: Option<u64>,
+    pub(crate) peak_allocated_bytes: Option<u64>,
+    pub(crate) peak_reserved_bytes: Option<u64>,
     /// Samples at which `num_ooms` rose.
-    pub ooms: usize,
+    pub(crate) ooms: usize,
 }
 
 /// `replay RECORDING --json`.
 #[derive(Debug, Clone, Serialize)]
-pub struct RecordingReport {
-    pub trace: String,
-    pub format: String,
-    pub samples: usize,
-    pub processes: Vec<ProcessSummary>,
+pub(crate) struct RecordingReport {
+    pub(crate) trace: String,
+    pub(crate) format: String,
+    pub(crate) samples: usize,
+    pub(crate) processes: Vec<ProcessSummary>,
     /// The last sample, as `--json` reports one.
-    pub last: Option<LiveReport>,
+    pub(crate) last: Option<LiveReport>,
 }
 
 impl RecordingReport {
-    pub fn of(model: &LiveModel, trace: String, format: &str, samples: usize) -> Self {
+    pub(crate) fn of(model: &LiveModel, trace: String, format: &str, samples: usize) -> Self {
         let processes = model
             .procs
             .iter()

@@ -42,12 +42,6 @@ impl LiveSource {
             previous: Vec::new(),
         }
     }
-    /// Reads publisher files owned by `uid` (tests use a fake owner).
-    pub fn with_owner(mut self, uid: u32, cap: u64) -> Self {
-        self.uid = uid;
-        self.cap = cap;
-        self
-    }
 }
 
 fn alive(pid: u32) -> bool {
@@ -182,8 +176,8 @@ impl Source for DemoSource {
 }
 
 /// A sampling thread; dropping it stops the thread.
-pub struct Sampler {
-    pub rx: Receiver<Snapshot>,
+pub(crate) struct Sampler {
+    pub(crate) rx: Receiver<Snapshot>,
     stop: Option<Sender<()>>,
     handle: Option<JoinHandle<()>>,
 }
@@ -192,7 +186,7 @@ impl Sampler {
     /// Takes a snapshot at once, then every `interval`, onto `rx`. The
     /// channel is bounded: a consumer that falls behind loses samples,
     /// never memory.
-    pub fn spawn(source: Box<dyn Source>, interval: Duration) -> Sampler {
+    pub(crate) fn spawn(source: Box<dyn Source>, interval: Duration) -> Sampler {
         let (tx, rx) = mpsc::sync_channel(8);
         let mut s = Sampler::spawn_into(source, interval, move |snap| {
             !matches!(tx.try_send(snap), Err(mpsc::TrySendError::Disconnected(_)))
@@ -203,7 +197,7 @@ impl Sampler {
 
     /// As `spawn`, handing each snapshot to `sink` (the TUI's event
     /// channel) until it returns false.
-    pub fn spawn_into(
+    pub(crate) fn spawn_into(
         mut source: Box<dyn Source>,
         interval: Duration,
         mut sink: impl FnMut(Snapshot) -> bool + Send + 'static,
@@ -249,7 +243,7 @@ impl Drop for Sampler {
 }
 
 /// Returns freed heap memory to the system (glibc's malloc_trim).
-pub fn trim_heap() {
+pub(crate) fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: glibc's malloc_trim takes no pointers and is thread-safe.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment, StatePoint};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment};
 use crate::device::Oracle;
 use crate::trace::pickle::FastHash;
 
@@ -15,26 +15,26 @@ use crate::trace::pickle::FastHash;
 pub struct Divergence {
     /// Index of the first recorded event we did not reproduce.
     pub event: usize,
-    pub expected: Option<Event>,
-    pub got: Option<Event>,
-    pub reason: String,
+    pub(crate) expected: Option<Event>,
+    pub(crate) got: Option<Event>,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
-    pub config: AllocatorConfig,
+    pub(crate) config: AllocatorConfig,
     /// `totalGlobalMem` of the recorded device.
-    pub device_total: u64,
+    pub(crate) device_total: u64,
     /// `allowed_memory_maximum` in bytes (from a memory fraction), if any.
     pub memory_limit: Option<u64>,
     /// Keep every replayed event and the state after it (for `--dump-events`
     /// and timelines); otherwise memory stays flat however long the trace.
-    pub keep_events: bool,
+    pub(crate) keep_events: bool,
     /// Stop once this many recorded events have been reproduced.
-    pub stop_at: Option<usize>,
+    pub(crate) stop_at: Option<usize>,
     /// Per recorded event, its call-stack id (`DeviceTrace::stacks`): live
     /// blocks carry it as their tag. Empty when unknown.
-    pub stacks: std::sync::Arc<[u32]>,
+    pub(crate) stacks: std::sync::Arc<[u32]>,
     /// The recording's pools (`pools::plan`); empty: every request in the
     /// default pools.
     pub pools: Arc<PoolPlan>,
@@ -57,10 +57,10 @@ impl ReplayOptions {
 /// The highest `allocated_bytes.all.current` and where it was first reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Peak {
-    pub event: usize,
-    pub allocated: u64,
+    pub(crate) event: usize,
+    pub(crate) allocated: u64,
     /// Reserved bytes at that event.
-    pub reserved: u64,
+    pub(crate) reserved: u64,
 }
 
 /// Called after each recorded event is reproduced, with the allocator's
@@ -84,19 +84,18 @@ pub struct ReplayResult<'a> {
     /// `None` when every event was reproduced.
     pub divergence: Option<Divergence>,
     /// `empty_cache()` calls inferred from unexplained segment releases.
-    pub inferred_empty_cache: usize,
+    pub(crate) inferred_empty_cache: usize,
     /// Events reproduced (all of them unless diverged).
     pub reproduced: usize,
     /// Recorded event indices at which an `empty_cache()` was inferred.
-    pub empty_cache_at: Vec<usize>,
-    pub peak: Peak,
+    pub(crate) empty_cache_at: Vec<usize>,
+    pub(crate) peak: Peak,
     /// Release bursts replayed from the recording's list of segments.
-    pub directed: usize,
+    pub(crate) directed: usize,
     /// Allocations placed as a graph tree's checkpoint restore put them.
-    pub placed: usize,
+    pub(crate) placed: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
-    pub events: Vec<Event>,
-    pub points: Vec<StatePoint>,
+    pub(crate) events: Vec<Event>,
 }
 
 /// The first request (`alloc`/`oom`) at or after `i`, if no free or snapshot
@@ -212,17 +211,12 @@ impl<'a> Stepper<'a> {
     }
 
     /// Recorded events reproduced so far.
-    pub fn position(&self) -> usize {
+    pub(crate) fn position(&self) -> usize {
         self.alloc.emitted() as usize
     }
 
-    pub fn allocator(&self) -> &CachingAllocator<Oracle<'a>> {
+    pub(crate) fn allocator(&self) -> &CachingAllocator<Oracle<'a>> {
         &self.alloc
-    }
-
-    /// Recorded event indices where an `empty_cache()` was inferred.
-    pub fn empty_cache_at(&self) -> &[usize] {
-        &self.empty_cache_at
     }
 
     /// Runs the request recorded at `k` (its events start at `from`);
@@ -403,7 +397,7 @@ impl<'a> Stepper<'a> {
     /// Reproduces the next recorded event(s). The events it emitted, and the
     /// state after each, are in `allocator().events()` / `points()` until the
     /// next step.
-    pub fn step(&mut self) -> Result<(), Divergence> {
+    pub(crate) fn step(&mut self) -> Result<(), Divergence> {
         let rec = self.rec;
         let i = self.position();
         let ev = rec[i];
@@ -487,7 +481,6 @@ pub fn replay_events_from<'a>(
 ) -> ReplayResult<'a> {
     let mut peak = Peak::default();
     let mut kept_events = Vec::new();
-    let mut kept_points = Vec::new();
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
     let mut st = match Stepper::new(rec, opts, seed) {
         Ok(st) => st,
@@ -503,7 +496,6 @@ pub fn replay_events_from<'a>(
                 directed: 0,
                 placed: 0,
                 events: kept_events,
-                points: kept_points,
             };
         }
     };
@@ -521,7 +513,6 @@ pub fn replay_events_from<'a>(
         }
         if opts.keep_events {
             kept_events.extend_from_slice(st.alloc.events());
-            kept_points.extend_from_slice(st.alloc.points());
         }
         for (j, e) in rec.iter().enumerate().take(st.position()).skip(i) {
             observer.after_event(j, e, &st.alloc);
@@ -539,6 +530,5 @@ pub fn replay_events_from<'a>(
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,
-        points: kept_points,
     }
 }

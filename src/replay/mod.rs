@@ -5,6 +5,7 @@
 mod engine;
 pub mod model;
 pub mod pools;
+pub mod report;
 pub mod scrub;
 pub mod session;
 pub mod whatif;

@@ -12,17 +12,17 @@ use super::Divergence;
 
 pub struct ReplayModel<'a> {
     scrub: Scrubber<'a>,
-    pub stacks: &'a [Vec<Frame>],
+    pub(crate) stacks: &'a [Vec<Frame>],
     /// The file's name, as the header shows it.
-    pub name: String,
+    pub(crate) name: String,
     /// The first event at the highest allocated bytes.
-    pub peak_at: Option<usize>,
-    pub ooms: Vec<usize>,
-    pub empty_caches: Vec<usize>,
+    pub(crate) peak_at: Option<usize>,
+    pub(crate) ooms: Vec<usize>,
+    pub(crate) empty_caches: Vec<usize>,
     /// Events where training iterations end (`Optimizer.step` annotations).
-    pub iterations: Vec<usize>,
+    pub(crate) iterations: Vec<usize>,
     /// The trace is a window of a longer run (its start was rebuilt).
-    pub window: bool,
+    pub(crate) window: bool,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -60,22 +60,22 @@ impl<'a> ReplayModel<'a> {
     }
 
     /// Allocated and reserved bytes after each event.
-    pub fn points(&self) -> &[StatePoint] {
+    pub(crate) fn points(&self) -> &[StatePoint] {
         self.scrub.points()
     }
 
     /// The last event's index (0 for a state-only snapshot).
-    pub fn last(&self) -> usize {
+    pub(crate) fn last(&self) -> usize {
         self.points().len().saturating_sub(1)
     }
 
     /// The allocator right after event `cursor`.
-    pub fn state_at(&mut self, cursor: usize) -> &CachingAllocator<Oracle<'a>> {
+    pub(crate) fn state_at(&mut self, cursor: usize) -> &CachingAllocator<Oracle<'a>> {
         self.scrub.seek(cursor)
     }
 
     /// "event 12/300", or what kind of recording this is.
-    pub fn position(&self, cursor: usize) -> String {
+    pub(crate) fn position(&self, cursor: usize) -> String {
         let n = self.points().len();
         match (n, self.window) {
             (0, _) => "state only: no trace in this snapshot".into(),

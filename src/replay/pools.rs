@@ -28,7 +28,7 @@ use crate::trace::{DeviceTrace, Frame};
 
 /// A pool as the plan knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PoolLabel {
+pub(crate) enum PoolLabel {
     /// A pool whose id the snapshot records ((0,0) = the default pools).
     Known(MempoolId),
     /// A private pool whose id the recording does not carry, numbered in
@@ -38,15 +38,11 @@ pub enum PoolLabel {
 
 impl PoolLabel {
     pub const DEFAULT: PoolLabel = PoolLabel::Known((0, 0));
-
-    pub fn is_default(self) -> bool {
-        self == PoolLabel::DEFAULT
-    }
 }
 
 /// How a burst of segment releases that no malloc explains is replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BurstKind {
+pub(crate) enum BurstKind {
     /// `torch.cuda.empty_cache()`: the default pools, then the private pools
     /// listed (in the order their segments appear), made freeable first.
     EmptyCache(Vec<PoolLabel>),
@@ -59,27 +55,27 @@ pub enum BurstKind {
 pub struct PoolPlan {
     /// First-choice pool of the segment each `segment_alloc`/`segment_map`
     /// (by recorded event index) creates.
-    pub segment: HashMap<usize, PoolLabel>,
+    pub(crate) segment: HashMap<usize, PoolLabel>,
     /// Segments whose pool the snapshot records (event index of their
     /// `segment_alloc`): no other choice is tried.
-    pub certain: std::collections::HashSet<usize>,
+    pub(crate) certain: std::collections::HashSet<usize>,
     /// Release bursts by the index of their first event.
-    pub bursts: HashMap<usize, BurstKind>,
+    pub(crate) bursts: HashMap<usize, BurstKind>,
     /// Bursts whose frames say they are not inside a malloc (an
     /// `empty_cache` or `~MemPool`): no malloc's retry path explains them.
-    pub framed: std::collections::HashSet<usize>,
+    pub(crate) framed: std::collections::HashSet<usize>,
     /// Where each burst ends (exclusive), by its first event.
-    pub burst_end: HashMap<usize, usize>,
+    pub(crate) burst_end: HashMap<usize, usize>,
     /// Whether any private pool appears: without one, the replay is the
     /// default-pool replay it always was.
     pub any_private: bool,
     /// Anonymous pools the plan made.
-    pub anonymous: u32,
+    pub(crate) anonymous: u32,
 }
 
 impl PoolPlan {
     /// The first choice for the segment created at recorded event `i`.
-    pub fn segment_at(&self, i: usize) -> PoolLabel {
+    pub(crate) fn segment_at(&self, i: usize) -> PoolLabel {
         self.segment.get(&i).copied().unwrap_or(PoolLabel::DEFAULT)
     }
 }

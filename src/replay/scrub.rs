@@ -39,16 +39,16 @@ impl<'a> Scrubber<'a> {
     }
 
     /// Events in the trace.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.points.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
 
     /// Allocated and reserved bytes after each event.
-    pub fn points(&self) -> &[StatePoint] {
+    pub(crate) fn points(&self) -> &[StatePoint] {
         &self.points
     }
 
@@ -74,13 +74,16 @@ impl<'a> Scrubber<'a> {
         }
         self.cur.allocator()
     }
+}
 
+#[cfg(test)]
+impl Scrubber<'_> {
     /// Steps the last `seek` replayed.
-    pub fn last_steps(&self) -> usize {
+    fn last_steps(&self) -> usize {
         self.last_steps
     }
 
-    pub fn checkpoints(&self) -> usize {
+    fn checkpoints(&self) -> usize {
         self.checkpoints.len()
     }
 }

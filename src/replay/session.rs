@@ -27,7 +27,8 @@ use crate::trace::{DeviceTrace, Frame};
 /// Where the recording starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Start {
+#[allow(clippy::enum_variant_names)] // "process-start" in JSON reads as meant
+pub(crate) enum Start {
     ProcessStart,
     /// A window of a longer run; the state at its first event is rebuilt.
     Window,
@@ -90,13 +91,13 @@ pub struct Want {
 /// Totals of a list of segments, as `torch.cuda.memory_snapshot()` sums them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Totals {
-    pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
-    pub segments: usize,
+    pub(crate) allocated_bytes: u64,
+    pub(crate) reserved_bytes: u64,
+    pub(crate) segments: usize,
 }
 
 impl Totals {
-    pub fn of_recorded(dev: &DeviceTrace) -> Totals {
+    pub(crate) fn of_recorded(dev: &DeviceTrace) -> Totals {
         Totals {
             allocated_bytes: dev
                 .segments
@@ -110,7 +111,7 @@ impl Totals {
         }
     }
 
-    pub fn of(segs: &[SegmentInfo]) -> Totals {
+    pub(crate) fn of(segs: &[SegmentInfo]) -> Totals {
         Totals {
             allocated_bytes: segs.iter().map(|s| s.allocated_size).sum(),
             reserved_bytes: segs.iter().map(|s| s.total_size).sum(),
@@ -121,20 +122,20 @@ impl Totals {
 
 /// A recorded device, replayed.
 pub struct Session<'a> {
-    pub dev: &'a DeviceTrace,
-    pub start: Start,
+    pub(crate) dev: &'a DeviceTrace,
+    pub(crate) start: Start,
     pub fidelity: Fidelity,
-    pub opts: ReplayOptions,
+    pub(crate) opts: ReplayOptions,
     /// The state before the first event (empty from process start).
-    pub seed: Vec<SeedSegment>,
+    pub(crate) seed: Vec<SeedSegment>,
     /// The replay with recorded addresses.
     pub exact: ReplayResult<'a>,
     /// The requests under the asked config, when they could not be
     /// replayed with recorded addresses.
-    pub what_if: Option<WhatIf>,
+    pub(crate) what_if: Option<WhatIf>,
     /// Why a replay is `diverged` when every event was reproduced but the
     /// end state is not the snapshot's.
-    pub end_mismatch: Option<String>,
+    pub(crate) end_mismatch: Option<String>,
     /// The snapshot's totals, and ours at the end.
     pub recorded: Totals,
     pub replayed: Totals,
@@ -252,7 +253,7 @@ impl<'a> Session<'a> {
     }
 
     /// The trace's requests, with the inferred `empty_cache()` calls.
-    pub fn requests(&mut self) -> &[Request] {
+    pub(crate) fn requests(&mut self) -> &[Request] {
         if self.reqs.is_none() {
             let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
             self.reqs = Some(requests(&self.dev.events, &at));
@@ -262,7 +263,7 @@ impl<'a> Session<'a> {
 
     /// The divergence to report: the first event not reproduced, or the
     /// end state that is not the snapshot's.
-    pub fn divergence(&self) -> Option<Divergence> {
+    pub(crate) fn divergence(&self) -> Option<Divergence> {
         if self.fidelity != Fidelity::Diverged {
             return None;
         }

@@ -10,7 +10,7 @@ use crate::device::Sim;
 
 /// What the program asked the allocator to do, without the allocator's answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// `key` is the recorded address, used to match the frees.
     Alloc {
         key: u64,
@@ -33,7 +33,7 @@ pub enum Request {
 
 /// The requests of a recorded event stream. `empty_cache_at` are the event
 /// indices where the exact replay inferred `empty_cache()` calls.
-pub fn requests(rec: &[Event], empty_cache_at: &[usize]) -> Vec<Request> {
+pub(crate) fn requests(rec: &[Event], empty_cache_at: &[usize]) -> Vec<Request> {
     let mut out = Vec::with_capacity(rec.len());
     let mut ec = empty_cache_at.iter().peekable();
     for (i, e) in rec.iter().enumerate() {
@@ -52,17 +52,17 @@ pub fn requests(rec: &[Event], empty_cache_at: &[usize]) -> Vec<Request> {
 }
 
 #[derive(Debug, Clone)]
-pub struct WhatIf {
-    pub allocator: CachingAllocator<Sim>,
+pub(crate) struct WhatIf {
+    pub(crate) allocator: CachingAllocator<Sim>,
     /// Allocations that failed in this run but succeeded when recorded.
-    pub new_ooms: u64,
+    pub(crate) new_ooms: u64,
     /// Allocations that failed when recorded but succeed in this run.
-    pub avoided_ooms: u64,
+    pub(crate) avoided_ooms: u64,
 }
 
 /// Runs `reqs` on a fresh allocator with `config` over a simulated device of
 /// `device_total` bytes (less `context` for the CUDA context).
-pub fn run_requests(
+pub(crate) fn run_requests(
     reqs: &[Request],
     config: AllocatorConfig,
     device_total: u64,
@@ -73,7 +73,7 @@ pub fn run_requests(
 }
 
 /// As `run_requests`, on a given simulated device.
-pub fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device: Sim, limit: Option<u64>) -> WhatIf {
+pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device: Sim, limit: Option<u64>) -> WhatIf {
     let mut a = CachingAllocator::new(config, device);
     a.set_recording(false);
     if limit.is_some() {

@@ -47,11 +47,11 @@ pub fn starts_empty(dev: &DeviceTrace) -> bool {
 /// A live block whose size is a guess, and the other sizes it could have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guess {
-    pub segment: usize,
-    pub block: usize,
+    pub(crate) segment: usize,
+    pub(crate) block: usize,
     /// The request rounded: the smallest size the block can have.
-    pub rounded: u64,
-    pub options: Vec<u64>,
+    pub(crate) rounded: u64,
+    pub(crate) options: Vec<u64>,
 }
 
 /// The segments and live blocks at the trace's first event, and the blocks

@@ -10,15 +10,15 @@ use crate::alloc::StatePoint;
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Sample {
     /// Seconds since the Unix epoch.
-    pub t: f64,
-    pub allocated: u64,
-    pub reserved: u64,
+    pub(crate) t: f64,
+    pub(crate) allocated: u64,
+    pub(crate) reserved: u64,
     /// NVML's used bytes (device or process).
-    pub used: u64,
+    pub(crate) used: u64,
 }
 
 /// 24 hours at 1 Hz.
-pub const DAY_AT_1HZ: usize = 86_400;
+pub(crate) const DAY_AT_1HZ: usize = 86_400;
 
 #[derive(Debug, Clone)]
 pub struct Series {
@@ -26,7 +26,7 @@ pub struct Series {
     points: Vec<Sample>,
     peak: Option<Sample>,
     /// Times of OOMs (a publisher's `num_ooms` rising).
-    pub ooms: Vec<f64>,
+    pub(crate) ooms: Vec<f64>,
     last_ooms: Option<i64>,
 }
 
@@ -35,7 +35,7 @@ impl Series {
         Series { cap: cap.max(4), points: Vec::new(), peak: None, ooms: Vec::new(), last_ooms: None }
     }
 
-    pub fn push(&mut self, s: Sample) {
+    pub(crate) fn push(&mut self, s: Sample) {
         if self.peak.is_none_or(|p| s.allocated > p.allocated) {
             self.peak = Some(s);
         }
@@ -62,7 +62,7 @@ impl Series {
     }
 
     /// Notes the publisher's `num_ooms` at time `t`; a rise is an OOM.
-    pub fn note_ooms(&mut self, t: f64, num_ooms: i64) {
+    pub(crate) fn note_ooms(&mut self, t: f64, num_ooms: i64) {
         if self.last_ooms.is_some_and(|l| num_ooms > l) {
             self.ooms.push(t);
         }
@@ -73,18 +73,22 @@ impl Series {
         &self.points
     }
     /// The highest allocated sample ever seen (also before merging).
-    pub fn peak(&self) -> Option<Sample> {
+    pub(crate) fn peak(&self) -> Option<Sample> {
         self.peak
     }
-    pub fn state_points(&self) -> Vec<StatePoint> {
+    pub(crate) fn state_points(&self) -> Vec<StatePoint> {
         self.points.iter().map(|p| StatePoint { allocated: p.allocated, reserved: p.reserved }).collect()
     }
     /// Index of the point at or after time `t`.
-    pub fn index_at(&self, t: f64) -> usize {
+    pub(crate) fn index_at(&self, t: f64) -> usize {
         self.points.partition_point(|p| p.t < t).min(self.points.len().saturating_sub(1))
     }
+}
+
+#[cfg(test)]
+impl Series {
     /// Bytes the points take.
-    pub fn memory_bytes(&self) -> usize {
+    fn memory_bytes(&self) -> usize {
         self.points.capacity() * std::mem::size_of::<Sample>()
     }
 }

@@ -53,12 +53,12 @@ impl TraceFormat {
 pub struct Frame {
     pub name: String,
     pub filename: String,
-    pub line: i64,
+    pub(crate) line: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedBlock {
-    pub address: u64,
+    pub(crate) address: u64,
     pub size: u64,
     pub requested_size: u64,
     pub state: BlockState,
@@ -68,12 +68,12 @@ pub struct RecordedBlock {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedSegment {
-    pub device: i32,
+    pub(crate) device: i32,
     pub address: u64,
     pub total_size: u64,
-    pub stream: u64,
+    pub(crate) stream: u64,
     pub small: bool,
-    pub is_expandable: bool,
+    pub(crate) is_expandable: bool,
     /// `segment_pool_id` (torch 2.x): (0,0) for the default pools.
     pub pool: (u64, u64),
     pub blocks: Vec<RecordedBlock>,
@@ -82,7 +82,7 @@ pub struct RecordedSegment {
 /// The events of one device, as columns.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceTrace {
-    pub device: i32,
+    pub(crate) device: i32,
     pub events: Vec<Event>,
     pub time_us: Vec<i64>,
     /// Per event: index into `Trace::stacks` + 1; 0 = no frames.
@@ -90,11 +90,11 @@ pub struct DeviceTrace {
     /// Segments at the time the snapshot was taken.
     pub segments: Vec<RecordedSegment>,
     /// Pre-2.1 `free` entries, each expanded into `free_requested` + `free_completed`.
-    pub legacy_free: usize,
+    pub(crate) legacy_free: usize,
 }
 
 impl DeviceTrace {
-    pub fn push(&mut self, e: Event, time_us: i64, stack: u32) {
+    pub(crate) fn push(&mut self, e: Event, time_us: i64, stack: u32) {
         self.events.push(e);
         self.time_us.push(time_us);
         self.stacks.push(stack);
@@ -102,7 +102,7 @@ impl DeviceTrace {
 
     /// Whether the trace carries segment events, so that it can be replayed
     /// address-exact.
-    pub fn has_segment_events(&self) -> bool {
+    pub(crate) fn has_segment_events(&self) -> bool {
         self.events.iter().any(|e| e.action.is_segment())
     }
 }
@@ -112,9 +112,9 @@ impl DeviceTrace {
 pub struct Settings {
     pub conf: String,
     pub max_split_size: Option<i64>,
-    pub garbage_collection_threshold: Option<f64>,
+    pub(crate) garbage_collection_threshold: Option<f64>,
     pub expandable_segments: Option<bool>,
-    pub roundup_power2_divisions: Option<[u64; 16]>,
+    pub(crate) roundup_power2_divisions: Option<[u64; 16]>,
 }
 
 impl Settings {
@@ -143,9 +143,9 @@ impl Settings {
 /// An `external_annotations` entry (record_function markers and the like).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Annotation {
-    pub device: i32,
-    pub time_us: i64,
-    pub fields: Vec<(String, String)>,
+    pub(crate) device: i32,
+    pub(crate) time_us: i64,
+    pub(crate) fields: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -168,11 +168,11 @@ impl Trace {
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// A compressed input may unpack to this many times the bytes of it read …
-pub const UNPACK_RATIO: u64 = 64;
+pub(crate) const UNPACK_RATIO: u64 = 64;
 /// … plus this (docs/input.md).
-pub const UNPACK_SLACK: u64 = 256 << 20;
+pub(crate) const UNPACK_SLACK: u64 = 256 << 20;
 /// The longest line of a JSON-lines or CSV input.
-pub const MAX_LINE: usize = 64 << 20;
+pub(crate) const MAX_LINE: usize = 64 << 20;
 
 /// Bounds on reading one input, so that memory and time follow the file
 /// (docs/input.md "Bounds").
@@ -181,10 +181,10 @@ pub struct ReadLimits {
     /// Bytes of the file read so far, counted by the caller's reader: the
     /// pickle decoder's memory allowance and the unpacked-size cap grow with
     /// these. Without it, with the bytes the decoder reads.
-    pub consumed: Option<Arc<AtomicU64>>,
+    pub(crate) consumed: Option<Arc<AtomicU64>>,
     /// A fixed cap on the unpacked size instead of `UNPACK_RATIO` times the
     /// file plus `UNPACK_SLACK` (`--max-unpacked`).
-    pub max_unpacked: Option<u64>,
+    pub(crate) max_unpacked: Option<u64>,
 }
 
 /// Opens a trace file of any supported format, gzip-compressed or not.
@@ -195,22 +195,22 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
 
 /// Reads a trace of any supported format, recognising gzip by its magic bytes.
 /// Decompression runs on its own thread, ahead of the parser.
-pub fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<Trace, TraceError> {
+pub(crate) fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<Trace, TraceError> {
     read_any_compressed_sized(r, 0)
 }
 
 /// As `read_any_compressed`, with the unpacked size if known (for gzip, the
 /// trailer's ISIZE; see `gzip_unpacked_size`).
-pub fn read_any_compressed_sized<R: BufRead + Send + 'static>(r: R, unpacked: u64) -> Result<Trace, TraceError> {
+pub(crate) fn read_any_compressed_sized<R: BufRead + Send + 'static>(r: R, unpacked: u64) -> Result<Trace, TraceError> {
     let n = Arc::new(AtomicU64::new(0));
     let counted = BufReader::with_capacity(1 << 16, Counted { inner: r, n: n.clone() });
     read_limited(counted, unpacked, ReadLimits { consumed: Some(n), max_unpacked: None })
 }
 
 /// Counts the bytes read through it.
-pub struct Counted<R> {
-    pub inner: R,
-    pub n: Arc<AtomicU64>,
+pub(crate) struct Counted<R> {
+    pub(crate) inner: R,
+    pub(crate) n: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Counted<R> {
@@ -255,7 +255,7 @@ impl<R: Read> Read for Capped<R> {
 /// memory and a compressed input's unpacked size grow with the bytes of the
 /// file read, lines are bounded, and a gzip member's CRC and size are
 /// checked to the end.
-pub fn read_limited<R: BufRead + Send + 'static>(
+pub(crate) fn read_limited<R: BufRead + Send + 'static>(
     mut r: R,
     unpacked: u64,
     limits: ReadLimits,
@@ -278,7 +278,7 @@ pub fn read_limited<R: BufRead + Send + 'static>(
 /// The unpacked size a gzip file's trailer records (modulo 4 GiB, and
 /// whatever a truncated or hostile file holds there, so only a hint, capped
 /// at 16 times the file's size), or its own size for a file that is not gzip.
-pub fn gzip_unpacked_size(f: &mut std::fs::File) -> u64 {
+pub(crate) fn gzip_unpacked_size(f: &mut std::fs::File) -> u64 {
     use std::io::{Read, Seek, SeekFrom};
     let mut head = [0u8; 2];
     let mut tail = [0u8; 4];
@@ -408,11 +408,6 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> R
     }
 }
 
-/// Our JSON-lines trace: `{"action","addr","size","stream","time_us"?,"device"?}` per line.
-pub fn read_jsonl<R: BufRead>(r: R) -> Result<Trace, TraceError> {
-    read_jsonl_limited(r, &ReadLimits::default())
-}
-
 /// Bytes one event takes in a `DeviceTrace`'s columns, with room for the
 /// columns' growth.
 const EVENT_COST: u64 = 96;
@@ -473,7 +468,7 @@ fn read_jsonl_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, Tr
 
 /// Lines of at most `MAX_LINE` bytes: a longer one is an error naming it,
 /// not a buffer the size of the file.
-pub fn bounded_lines<R: BufRead>(mut r: R) -> impl Iterator<Item = Result<String, TraceError>> {
+pub(crate) fn bounded_lines<R: BufRead>(mut r: R) -> impl Iterator<Item = Result<String, TraceError>> {
     let mut n = 0usize;
     let mut done = false;
     std::iter::from_fn(move || {
@@ -515,17 +510,11 @@ pub fn bounded_lines<R: BufRead>(mut r: R) -> impl Iterator<Item = Result<String
 }
 
 /// Writes events as our JSON lines, one `{"action","addr","size","stream"}` per event.
-pub fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Result<()> {
+pub(crate) fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Result<()> {
     for e in events {
         writeln!(w, "{{\"action\":\"{}\",\"addr\":{},\"size\":{},\"stream\":{}}}", e.action, e.addr, e.size, e.stream)?;
     }
     w.flush()
-}
-
-/// RAPIDS RMM `logging_resource_adaptor` CSV: `Thread,Time,Action,Pointer,Size,Stream`.
-/// Frees carry no phases, so each becomes `free_requested` + `free_completed`.
-pub fn read_rmm_csv<R: BufRead>(r: R) -> Result<Trace, TraceError> {
-    read_rmm_csv_limited(r, &ReadLimits::default())
 }
 
 fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, TraceError> {

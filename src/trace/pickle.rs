@@ -35,21 +35,9 @@ pub enum PickleError {
     Io { offset: u64, source: std::io::Error },
 }
 
-impl PickleError {
-    pub fn offset(&self) -> u64 {
-        match self {
-            PickleError::Refused { offset, .. }
-            | PickleError::UnknownOpcode { offset, .. }
-            | PickleError::Truncated { offset, .. }
-            | PickleError::Malformed { offset, .. }
-            | PickleError::MemoMissing { offset, .. }
-            | PickleError::Limit { offset, .. }
-            | PickleError::Io { offset, .. } => *offset,
-        }
-    }
-}
+impl PickleError {}
 
-pub type Shared<T> = Rc<RefCell<T>>;
+pub(crate) type Shared<T> = Rc<RefCell<T>>;
 
 #[derive(Debug, Clone)]
 pub enum Value {
@@ -86,16 +74,8 @@ impl List {
         List { items, runs: Vec::new(), memo: None }
     }
 
-    pub fn len(&self) -> usize {
-        self.items.len() + self.runs.iter().map(|r| r.1 as usize).sum::<usize>()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.runs.is_empty()
-    }
-
     /// The items; entry runs come back as `Value::Entry`s.
-    pub fn items(&self) -> Vec<Value> {
+    pub(crate) fn items(&self) -> Vec<Value> {
         if self.runs.is_empty() {
             return self.items.clone();
         }
@@ -103,17 +83,17 @@ impl List {
     }
 
     /// The ids of a list made only of compacted entries.
-    pub fn entry_ids(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn entry_ids(&self) -> impl Iterator<Item = u32> + '_ {
         self.runs.iter().flat_map(|&(a, n)| a..a + n)
     }
 
     /// The plain items (compacted entries excluded).
-    pub fn values(&self) -> &[Value] {
+    pub(crate) fn values(&self) -> &[Value] {
         &self.items
     }
 
     /// Whether the list holds values other than compacted entries.
-    pub fn has_other_items(&self) -> bool {
+    pub(crate) fn has_other_items(&self) -> bool {
         !self.items.is_empty()
     }
 
@@ -165,7 +145,7 @@ impl Memo {
 pub struct Tuple(pub Vec<Value>);
 #[derive(Debug, Default)]
 pub struct Dict {
-    pub items: Vec<(Value, Value)>,
+    pub(crate) items: Vec<(Value, Value)>,
     /// The memo slot this dict was stored in, so compaction can release it.
     memo: Option<usize>,
     /// The compactor declined it as it was filled and it has not changed since.
@@ -232,14 +212,14 @@ impl Value {
         matches!(self, Value::List(_) | Value::Tuple(_) | Value::Dict(_))
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s.as_str()),
             _ => None,
         }
     }
 
-    pub fn as_i64(&self) -> Option<i64> {
+    pub(crate) fn as_i64(&self) -> Option<i64> {
         match self {
             Value::Int(i) => Some(*i),
             Value::Bool(b) => Some(*b as i64),
@@ -248,7 +228,7 @@ impl Value {
     }
 
     /// Non-negative integers up to 2^64 - 1 (addresses, sizes, streams).
-    pub fn as_u64(&self) -> Option<u64> {
+    pub(crate) fn as_u64(&self) -> Option<u64> {
         match self {
             Value::Int(i) if *i >= 0 => Some(*i as u64),
             Value::Bool(b) => Some(*b as u64),
@@ -266,7 +246,7 @@ impl Value {
         }
     }
 
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             Value::Float(f) => Some(*f),
             Value::Int(i) => Some(*i as f64),
@@ -274,7 +254,7 @@ impl Value {
         }
     }
 
-    pub fn as_bool(&self) -> Option<bool> {
+    pub(crate) fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
             Value::Int(i) => Some(*i != 0),
@@ -291,7 +271,7 @@ impl Value {
     }
 
     /// Items of a list or tuple (cloned handles; values are shared).
-    pub fn items(&self) -> Option<Vec<Value>> {
+    pub(crate) fn items(&self) -> Option<Vec<Value>> {
         match self {
             Value::List(l) => Some(l.borrow().items()),
             Value::Tuple(t) => Some(t.0.clone()),
@@ -299,7 +279,7 @@ impl Value {
         }
     }
 
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             Value::None => "None",
             Value::Bool(_) => "bool",
@@ -351,13 +331,13 @@ pub trait Compactor {
 /// The fields of a trace entry as the fast path reads them.
 #[derive(Debug, Clone, Default)]
 pub struct EntryFields {
-    pub action: Option<Rc<String>>,
-    pub addr: Option<u64>,
-    pub device_free: Option<u64>,
-    pub size: Option<u64>,
-    pub stream: Option<u64>,
-    pub time_us: Option<i64>,
-    pub stack: u32,
+    pub(crate) action: Option<Rc<String>>,
+    pub(crate) addr: Option<u64>,
+    pub(crate) device_free: Option<u64>,
+    pub(crate) size: Option<u64>,
+    pub(crate) stream: Option<u64>,
+    pub(crate) time_us: Option<i64>,
+    pub(crate) stack: u32,
 }
 
 impl Compactor for () {
@@ -393,7 +373,7 @@ const BUF: usize = 1 << 16;
 /// default SipHash showed up in profiles. The tables are bounded by the input
 /// size, so a crafted collision costs time linear in what was read.
 #[derive(Default, Clone, Copy)]
-pub struct FastHasher(u64);
+pub(crate) struct FastHasher(u64);
 
 impl std::hash::Hasher for FastHasher {
     fn finish(&self) -> u64 {
@@ -424,7 +404,7 @@ impl std::hash::Hasher for FastHasher {
     }
 }
 
-pub type FastHash = std::hash::BuildHasherDefault<FastHasher>;
+pub(crate) type FastHash = std::hash::BuildHasherDefault<FastHasher>;
 
 /// A buffered byte source that knows its offset.
 struct Source<R> {
@@ -1574,7 +1554,7 @@ mod tests {
         }
         fn compact_list(&mut self, _key: &str, list: &List) -> Option<u32> {
             // Looks at the list the dict is being appended to.
-            let _ = list.len();
+            let _ = list;
             None
         }
     }

@@ -15,8 +15,8 @@ use crate::workload::driver::{Driver, OnOom, Progress};
 use crate::workload::{ModelKind, SynthSpec, Synthetic};
 
 pub struct ReplayApp<'a> {
-    pub model: ReplayModel<'a>,
-    pub screen: Screen,
+    pub(crate) model: ReplayModel<'a>,
+    pub(crate) screen: Screen,
     pub cursor: usize,
     color: bool,
     status: String,
@@ -104,7 +104,7 @@ impl Interactive for ReplayApp<'_> {
 }
 
 /// The view a screenshot shows: the timeline when it has the focus.
-pub fn focused_view(sc: &Screen) -> ViewKind {
+pub(crate) fn focused_view(sc: &Screen) -> ViewKind {
     if sc.sel.focus == Focus::Timeline {
         ViewKind::Timeline
     } else {
@@ -113,7 +113,7 @@ pub fn focused_view(sc: &Screen) -> ViewKind {
 }
 
 /// "gpumem-top-<stem>-<view>-<where>-<unix seconds>.svg"
-pub fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
+pub(crate) fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let v = if view == ViewKind::Timeline { "timeline" } else { "fragmap" };
     let clean: String =
@@ -122,7 +122,7 @@ pub fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
 }
 
 /// Writes a screenshot and returns the status line saying where.
-pub fn save(name: &str, bytes: &[u8]) -> String {
+pub(crate) fn save(name: &str, bytes: &[u8]) -> String {
     match std::fs::write(name, bytes) {
         Ok(()) => format!(" wrote {name}"),
         Err(e) => format!(" screenshot failed: {name}: {e}"),
@@ -132,14 +132,14 @@ pub fn save(name: &str, bytes: &[u8]) -> String {
 /// A synthetic training loop driving the caching allocator live, on the
 /// simulated device (`demo`, and `synth` without a GPU) or a real one.
 pub struct SynthApp<D: Device> {
-    pub driver: Driver<D>,
-    pub screen: Screen,
+    pub(crate) driver: Driver<D>,
+    pub(crate) screen: Screen,
     stacks: Vec<Vec<crate::trace::Frame>>,
     source: String,
     banner: Option<String>,
-    pub paused: bool,
+    pub(crate) paused: bool,
     /// Requests run per 50 ms tick.
-    pub speed: usize,
+    pub(crate) speed: usize,
     color: bool,
     status: String,
 }
@@ -153,7 +153,7 @@ const LIVE_POINTS: usize = 20_000;
 
 /// Requests per tick at `--speed 1`: a GPT-2 iteration (about 4,300
 /// requests) takes about 5 s, so the timeline is readable.
-pub const BASE_SPEED: usize = 40;
+pub(crate) const BASE_SPEED: usize = 40;
 
 impl DemoApp {
     /// `demo`: GPT-2 small, batch up to 8 × up to 1024 tokens varying every

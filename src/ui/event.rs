@@ -60,7 +60,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub fn of(k: &KeyEvent) -> Option<Action> {
+    pub(crate) fn of(k: &KeyEvent) -> Option<Action> {
         if k.kind != KeyEventKind::Press {
             return None;
         }
@@ -96,9 +96,9 @@ impl Action {
 /// What the actions shared by every screen change: the selection, and
 /// whether to quit.
 #[derive(Debug, Default)]
-pub struct Screen {
-    pub sel: Selection,
-    pub quit: bool,
+pub(crate) struct Screen {
+    pub(crate) sel: Selection,
+    pub(crate) quit: bool,
 }
 
 impl Screen {
@@ -133,11 +133,6 @@ impl Screen {
             _ => return false,
         }
         true
-    }
-
-    /// Applies a key; true when it meant something to every screen.
-    pub fn handle_key(&mut self, k: KeyEvent) -> bool {
-        Action::of(&k).is_some_and(|a| self.apply(a))
     }
 }
 
@@ -177,7 +172,7 @@ impl Events {
         Events { tx, rx }
     }
 
-    pub fn sender(&self) -> SyncSender<Event> {
+    pub(crate) fn sender(&self) -> SyncSender<Event> {
         self.tx.clone()
     }
 }

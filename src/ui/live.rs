@@ -22,8 +22,8 @@ pub struct LiveApp {
     /// Index into the latest snapshot's GPUs.
     pub selected_gpu: usize,
     /// Index among the selected GPU's publishers.
-    pub selected_proc: usize,
-    pub screen: Screen,
+    pub(crate) selected_proc: usize,
+    pub(crate) screen: Screen,
     banner: Option<String>,
     source: String,
     color: bool,

@@ -19,18 +19,18 @@ use crate::analysis::{human_bytes, Fragmentation, SizeBucket};
 use crate::trace::Frame;
 
 /// The smallest terminal the screens are drawn in.
-pub const MIN_WIDTH: u16 = 80;
-pub const MIN_HEIGHT: u16 = 24;
+pub(crate) const MIN_WIDTH: u16 = 80;
+pub(crate) const MIN_HEIGHT: u16 = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SegmentOrder {
+pub(crate) enum SegmentOrder {
     #[default]
     Address,
     Size,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Focus {
+pub(crate) enum Focus {
     #[default]
     Map,
     Timeline,
@@ -38,50 +38,50 @@ pub enum Focus {
 
 /// Everything one frame shows.
 #[derive(Debug, Clone)]
-pub struct View<'a> {
-    pub device: String,
-    pub source: String,
+pub(crate) struct View<'a> {
+    pub(crate) device: String,
+    pub(crate) source: String,
     /// "event 4400/14327" or a time.
-    pub position: String,
+    pub(crate) position: String,
     /// Shown above everything when set ("no NVIDIA GPU found: simulated device").
-    pub banner: Option<String>,
-    pub allocated: u64,
-    pub allocated_peak: u64,
-    pub reserved: u64,
-    pub reserved_peak: u64,
+    pub(crate) banner: Option<String>,
+    pub(crate) allocated: u64,
+    pub(crate) allocated_peak: u64,
+    pub(crate) reserved: u64,
+    pub(crate) reserved_peak: u64,
     /// False for a snapshot without a trace: its peaks are not in the file.
-    pub peaks_known: bool,
+    pub(crate) peaks_known: bool,
     /// NVML's (used, total) for the device, where known.
-    pub device_memory: Option<(u64, u64)>,
-    pub segments: &'a [SegmentInfo],
-    pub fragmentation: Fragmentation,
-    pub histogram: &'a [SizeBucket],
+    pub(crate) device_memory: Option<(u64, u64)>,
+    pub(crate) segments: &'a [SegmentInfo],
+    pub(crate) fragmentation: Fragmentation,
+    pub(crate) histogram: &'a [SizeBucket],
     /// Allocated and reserved over events (or samples).
-    pub timeline: &'a [StatePoint],
-    pub cursor: usize,
-    pub peak_at: Option<usize>,
-    pub ooms: &'a [usize],
-    pub empty_caches: &'a [usize],
+    pub(crate) timeline: &'a [StatePoint],
+    pub(crate) cursor: usize,
+    pub(crate) peak_at: Option<usize>,
+    pub(crate) ooms: &'a [usize],
+    pub(crate) empty_caches: &'a [usize],
     /// Event indices where training iterations end (Optimizer.step).
-    pub iterations: &'a [usize],
-    pub order: SegmentOrder,
+    pub(crate) iterations: &'a [usize],
+    pub(crate) order: SegmentOrder,
     /// First segment row shown.
-    pub scroll: usize,
+    pub(crate) scroll: usize,
     /// The highlighted segment (index in `order`).
-    pub selected: usize,
+    pub(crate) selected: usize,
     /// Show the blocks of the selected segment instead of the map.
-    pub zoom: bool,
+    pub(crate) zoom: bool,
     /// The highlighted block of the zoomed segment; its call stack is shown.
-    pub block: usize,
+    pub(crate) block: usize,
     /// Segments back to back at a fixed number of bytes per cell, for
     /// hundreds of segments.
-    pub compact: bool,
+    pub(crate) compact: bool,
     /// Call stacks by tag (tag - 1), innermost frame first; empty when unknown.
-    pub stacks: &'a [Vec<Frame>],
-    pub focus: Focus,
-    pub help: bool,
-    pub color: bool,
-    pub status: String,
+    pub(crate) stacks: &'a [Vec<Frame>],
+    pub(crate) focus: Focus,
+    pub(crate) help: bool,
+    pub(crate) color: bool,
+    pub(crate) status: String,
 }
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
@@ -154,7 +154,7 @@ impl Cell {
             Cell::FreeSegment => Color::Blue,
         }
     }
-    pub const LEGEND: [(Cell, &'static str); 5] = [
+    pub(crate) const LEGEND: [(Cell, &'static str); 5] = [
         (Cell::Allocated, "allocated"),
         (Cell::RoundingWaste, "rounding"),
         (Cell::PendingFree, "pending free"),
@@ -426,7 +426,7 @@ fn put(buf: &mut Buffer, x: u16, y: u16, glyph: char, style: Style) {
 /// The bytes one cell stands for in compact mode: the smallest power of two
 /// (at least 512 KiB) at which every segment, each given at least one cell,
 /// fits in `capacity` cells; the largest tried when none does.
-pub fn compact_scale(segs: &[&SegmentInfo], capacity: usize) -> u64 {
+pub(crate) fn compact_scale(segs: &[&SegmentInfo], capacity: usize) -> u64 {
     let mut b: u64 = 512 << 10;
     while b < 1 << 50 {
         if compact_cells(segs, b) <= capacity {
@@ -438,7 +438,7 @@ pub fn compact_scale(segs: &[&SegmentInfo], capacity: usize) -> u64 {
 }
 
 /// Cells the segments take at `per_cell` bytes a cell.
-pub fn compact_cells(segs: &[&SegmentInfo], per_cell: u64) -> usize {
+pub(crate) fn compact_cells(segs: &[&SegmentInfo], per_cell: u64) -> usize {
     segs.iter().map(|s| s.total_size.div_ceil(per_cell).max(1) as usize).sum()
 }
 
@@ -484,7 +484,7 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
 }
 
 /// ` of private pool (1,0)` for a private pool's segment, else nothing.
-pub fn pool_name(seg: &SegmentInfo) -> String {
+pub(crate) fn pool_name(seg: &SegmentInfo) -> String {
     match (seg.private, seg.pool) {
         (false, _) => String::new(),
         (true, Some((a, b))) => format!(" of private pool ({a},{b})"),
@@ -502,13 +502,13 @@ fn peak_text(now: u64, peak: u64, known: bool) -> String {
 }
 
 /// The segments in the view's order.
-pub fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
+pub(crate) fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
     ordered_indices(view.segments, view.order).into_iter().map(|i| &view.segments[i]).collect()
 }
 
 /// Indices into `segments` in `order` (size order: largest first, then by
 /// address).
-pub fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
+pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..segments.len()).collect();
     if order == SegmentOrder::Size {
         idx.sort_by(|&a, &b| {
@@ -521,7 +521,7 @@ pub fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usi
 
 /// Where an allocation was made: the innermost frame of the user's own
 /// Python code (PyTorch's files and C++ frames skipped where possible).
-pub fn call_site(frames: &[Frame]) -> String {
+pub(crate) fn call_site(frames: &[Frame]) -> String {
     let py = |f: &&Frame| f.filename.ends_with(".py");
     let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
     match own.or_else(|| frames.iter().find(py)).or(frames.first()) {

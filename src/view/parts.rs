@@ -16,23 +16,23 @@ use crate::trace::Frame;
 /// What the keys shared by every screen select. Drawing reads a clamped
 /// copy; only actions change it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// The highlighted segment (index in `order`).
-    pub selected: usize,
+    pub(crate) selected: usize,
     /// The highlighted block while zoomed.
-    pub block: usize,
-    pub zoom: bool,
-    pub compact: bool,
-    pub order: SegmentOrder,
+    pub(crate) block: usize,
+    pub(crate) zoom: bool,
+    pub(crate) compact: bool,
+    pub(crate) order: SegmentOrder,
     /// First segment row shown.
-    pub scroll: usize,
-    pub focus: Focus,
-    pub help: bool,
+    pub(crate) scroll: usize,
+    pub(crate) focus: Focus,
+    pub(crate) help: bool,
 }
 
 impl Selection {
     /// Within `segs`: the selected segment and block exist.
-    pub fn clamped(mut self, segs: &[SegmentInfo]) -> Selection {
+    pub(crate) fn clamped(mut self, segs: &[SegmentInfo]) -> Selection {
         self.scroll = self.scroll.min(segs.len().saturating_sub(1));
         self.selected = self.selected.min(segs.len().saturating_sub(1));
         let in_order = super::ordered_indices(segs, self.order);
@@ -43,7 +43,7 @@ impl Selection {
 
     /// Moves the selected segment by `d`, keeping it within the shown rows
     /// (the map shows at least ten).
-    pub fn select(&mut self, d: isize) {
+    pub(crate) fn select(&mut self, d: isize) {
         self.selected = self.selected.saturating_add_signed(d);
         if self.selected < self.scroll {
             self.scroll = self.selected;
@@ -56,17 +56,17 @@ impl Selection {
 /// The bar figures of one allocator.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Totals {
-    pub allocated: u64,
-    pub allocated_peak: u64,
-    pub reserved: u64,
-    pub reserved_peak: u64,
+    pub(crate) allocated: u64,
+    pub(crate) allocated_peak: u64,
+    pub(crate) reserved: u64,
+    pub(crate) reserved_peak: u64,
     /// NVML's (used, total), where known.
-    pub device_memory: Option<(u64, u64)>,
+    pub(crate) device_memory: Option<(u64, u64)>,
 }
 
 impl Totals {
     /// The figures of our allocator's `memory_stats()`.
-    pub fn of(stats: &crate::alloc::DeviceStats) -> Self {
+    pub(crate) fn of(stats: &crate::alloc::DeviceStats) -> Self {
         Totals {
             allocated: stats.get(Kind::AllocatedBytes, 0).current as u64,
             allocated_peak: stats.get(Kind::AllocatedBytes, 0).peak as u64,
@@ -79,31 +79,31 @@ impl Totals {
 
 /// The timeline and its marks.
 #[derive(Debug, Clone, Copy)]
-pub struct Marks<'m> {
-    pub timeline: &'m [StatePoint],
-    pub cursor: usize,
-    pub peak_at: Option<usize>,
-    pub ooms: &'m [usize],
-    pub empty_caches: &'m [usize],
-    pub iterations: &'m [usize],
+pub(crate) struct Marks<'m> {
+    pub(crate) timeline: &'m [StatePoint],
+    pub(crate) cursor: usize,
+    pub(crate) peak_at: Option<usize>,
+    pub(crate) ooms: &'m [usize],
+    pub(crate) empty_caches: &'m [usize],
+    pub(crate) iterations: &'m [usize],
 }
 
 /// The header, banner and status line of a screen.
 #[derive(Debug, Clone)]
-pub struct Chrome<'s> {
-    pub stacks: &'s [Vec<Frame>],
-    pub device: String,
-    pub source: String,
-    pub position: String,
-    pub banner: Option<String>,
-    pub color: bool,
-    pub status: String,
+pub(crate) struct Chrome<'s> {
+    pub(crate) stacks: &'s [Vec<Frame>],
+    pub(crate) device: String,
+    pub(crate) source: String,
+    pub(crate) position: String,
+    pub(crate) banner: Option<String>,
+    pub(crate) color: bool,
+    pub(crate) status: String,
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
 /// process published.
 #[allow(clippy::too_many_arguments)]
-pub fn draw_parts(
+pub(crate) fn draw_parts(
     segs: &[SegmentInfo],
     totals: Totals,
     frag: Fragmentation,
@@ -153,7 +153,7 @@ pub fn draw_parts(
 }
 
 /// `draw_parts` of an allocator's state.
-pub fn draw_state<D: Device>(
+pub(crate) fn draw_state<D: Device>(
     a: &CachingAllocator<D>,
     chrome: Chrome,
     marks: Marks,
@@ -168,7 +168,7 @@ pub fn draw_state<D: Device>(
 
 /// The replay screen of `model` after event `cursor`.
 #[allow(clippy::too_many_arguments)]
-pub fn draw_replay(
+pub(crate) fn draw_replay(
     model: &mut crate::replay::model::ReplayModel,
     cursor: usize,
     sel: Selection,

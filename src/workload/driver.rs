@@ -24,13 +24,13 @@ pub enum OnOom {
 }
 
 /// Retries `shrink` makes before giving up.
-pub const SHRINK_RETRIES: u32 = 3;
+pub(crate) const SHRINK_RETRIES: u32 = 3;
 
 /// One OOM the run met.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OomRecord {
     /// Index of the timeline point (one per request).
-    pub at: usize,
+    pub(crate) at: usize,
     pub iteration: u64,
     pub batch: u64,
     pub message: String,
@@ -53,7 +53,7 @@ type PeakHook<D> = Box<dyn FnMut(&CachingAllocator<D>) + Send>;
 
 pub struct Driver<D: Device> {
     pub alloc: CachingAllocator<D>,
-    pub workload: Synthetic,
+    pub(crate) workload: Synthetic,
     on_oom: OnOom,
     live: HashMap<u64, BlockId>,
     queue: VecDeque<Op>,
@@ -66,19 +66,19 @@ pub struct Driver<D: Device> {
     pub iterations: Vec<usize>,
     /// Allocated bytes at the end of the most recent iterations (at most
     /// 64), as the publisher reports them after each optimizer step.
-    pub step_ends: VecDeque<u64>,
+    pub(crate) step_ends: VecDeque<u64>,
     pub oom_log: Vec<OomRecord>,
     /// Points dropped from the front of the timeline (bounded runs).
-    pub dropped: usize,
+    pub(crate) dropped: usize,
     max_points: Option<usize>,
     /// Called after each request that raised reserved memory to a new peak.
     on_reserved_peak: Option<PeakHook<D>>,
     reserved_peak_seen: u64,
     /// (allocator event index, allocated bytes) at the first highest allocated.
-    pub peak_event: Option<(u64, u64)>,
+    pub(crate) peak_event: Option<(u64, u64)>,
     /// Batch and sequence of the step now running.
-    pub batch: u64,
-    pub seq: u64,
+    pub(crate) batch: u64,
+    pub(crate) seq: u64,
     state: Progress,
 }
 
@@ -110,14 +110,14 @@ impl<D: Device> Driver<D> {
     }
 
     /// Keeps at most `n` timeline points, dropping the oldest half when full.
-    pub fn bounded(mut self, n: usize) -> Self {
+    pub(crate) fn bounded(mut self, n: usize) -> Self {
         self.max_points = Some(n.max(2));
         self
     }
 
     /// `f` sees the allocator each time reserved memory reaches a new peak
     /// (the CUDA backend samples NVML there).
-    pub fn on_reserved_peak(mut self, f: impl FnMut(&CachingAllocator<D>) + Send + 'static) -> Self {
+    pub(crate) fn on_reserved_peak(mut self, f: impl FnMut(&CachingAllocator<D>) + Send + 'static) -> Self {
         self.on_reserved_peak = Some(Box::new(f));
         self
     }
@@ -208,10 +208,6 @@ impl<D: Device> Driver<D> {
                     debug_assert!(r.is_ok(), "{r:?}");
                 }
             }
-            Op::EmptyCache => {
-                self.alloc.empty_cache();
-                self.empty_caches.push(self.points.len());
-            }
             Op::Iteration(_) => {
                 self.iterations.push(self.points.len());
                 if self.step_ends.len() == 64 {
@@ -276,7 +272,7 @@ impl<D: Device> Driver<D> {
 
     /// Frees every live block and empties the cache, returning all device
     /// memory (on exit, Ctrl-C and after an OOM).
-    pub fn release_all(&mut self) {
+    pub(crate) fn release_all(&mut self) {
         let mut blocks: Vec<(u64, BlockId)> = self.live.drain().collect();
         blocks.sort_by_key(|&(k, _)| std::cmp::Reverse(k));
         for (_, b) in blocks {
@@ -286,7 +282,7 @@ impl<D: Device> Driver<D> {
     }
 
     /// Index of the allocated-bytes peak in `points` (first of equals).
-    pub fn peak_at(&self) -> Option<usize> {
+    pub(crate) fn peak_at(&self) -> Option<usize> {
         crate::analysis::peak_index(&self.points)
     }
 }

@@ -14,76 +14,76 @@ use std::collections::HashMap;
 use super::Op;
 
 /// A tensor of the step: an index into `Graph::sizes`.
-pub type Tid = usize;
+pub(crate) type Tid = usize;
 
 /// One op of the forward pass.
 #[derive(Debug, Clone, Default)]
-pub struct Node {
+pub(crate) struct Node {
     /// Index into the workload's call-site table.
-    pub site: u32,
-    pub inputs: Vec<Tid>,
-    pub outputs: Vec<Tid>,
+    pub(crate) site: u32,
+    pub(crate) inputs: Vec<Tid>,
+    pub(crate) outputs: Vec<Tid>,
     /// Tensors (inputs or outputs) kept alive for this op's backward.
-    pub saved: Vec<Tid>,
+    pub(crate) saved: Vec<Tid>,
     /// Forward scratch allocations, freed before the op returns.
-    pub temps: Vec<u64>,
+    pub(crate) temps: Vec<u64>,
     /// Inputs that receive a gradient from this op's backward.
-    pub grad_in: Vec<Tid>,
+    pub(crate) grad_in: Vec<Tid>,
     /// Parameters (indices into `Graph::params`) that receive a gradient.
-    pub param_grads: Vec<usize>,
+    pub(crate) param_grads: Vec<usize>,
     /// Backward scratch allocations.
-    pub bwd_temps: Vec<u64>,
+    pub(crate) bwd_temps: Vec<u64>,
     /// A cuBLAS call: the first one in forward and in backward allocates the
     /// handle's workspace (kept for the life of the process).
-    pub matmul: bool,
+    pub(crate) matmul: bool,
     /// Checkpoint segment (0: never checkpointed).
-    pub segment: u32,
+    pub(crate) segment: u32,
     /// The gradient reaches the inputs as is (additions): nothing allocated.
-    pub pass_through: bool,
+    pub(crate) pass_through: bool,
 }
 
 /// One step's forward graph.
 #[derive(Debug, Clone, Default)]
 pub struct Graph {
     /// Bytes each tensor allocates (0 for a view of another tensor).
-    pub sizes: Vec<u64>,
+    pub(crate) sizes: Vec<u64>,
     /// Bytes of the tensor's data, which is what its gradient takes.
-    pub logical: Vec<u64>,
+    pub(crate) logical: Vec<u64>,
     /// The tensor whose storage a view shares.
-    pub base: Vec<Option<Tid>>,
+    pub(crate) base: Vec<Option<Tid>>,
     /// Autocast's cached weight casts: dropped when the forward ends unless saved.
-    pub autocast_cache: Vec<Tid>,
-    pub nodes: Vec<Node>,
+    pub(crate) autocast_cache: Vec<Tid>,
+    pub(crate) nodes: Vec<Node>,
     /// Tensors the training loop holds until backward is done (the batch,
     /// the model's output, the loss).
-    pub held: Vec<Tid>,
+    pub(crate) held: Vec<Tid>,
     /// Tensors made before the graph runs (the batch): allocated first.
-    pub inputs: Vec<Tid>,
+    pub(crate) inputs: Vec<Tid>,
     /// Parameter sizes in bytes (fp32 master weights).
     pub params: Vec<u64>,
     /// Call-site labels, indexed by `Node::site`.
-    pub sites: Vec<String>,
+    pub(crate) sites: Vec<String>,
 }
 
 impl Graph {
-    pub fn tensor(&mut self, bytes: u64) -> Tid {
+    pub(crate) fn tensor(&mut self, bytes: u64) -> Tid {
         self.sizes.push(bytes);
         self.logical.push(bytes);
         self.base.push(None);
         self.sizes.len() - 1
     }
     /// A view of `of` (in-place results, reshapes): never allocated.
-    pub fn alias(&mut self, of: Tid, bytes: u64) -> Tid {
+    pub(crate) fn alias(&mut self, of: Tid, bytes: u64) -> Tid {
         let root = self.root(of);
         self.sizes.push(0);
         self.logical.push(bytes);
         self.base.push(Some(root));
         self.sizes.len() - 1
     }
-    pub fn root(&self, t: Tid) -> Tid {
+    pub(crate) fn root(&self, t: Tid) -> Tid {
         self.base[t].unwrap_or(t)
     }
-    pub fn site(&mut self, label: impl Into<String>) -> u32 {
+    pub(crate) fn site(&mut self, label: impl Into<String>) -> u32 {
         let label = label.into();
         if let Some(i) = self.sites.iter().position(|s| *s == label) {
             return i as u32;
@@ -95,44 +95,44 @@ impl Graph {
 
 /// cuBLAS workspace a handle takes on Hopper at its first GEMM: 32 MiB plus
 /// cuBLASLt's 1 MiB (both seen in the recorded H200 traces, never freed).
-pub const CUBLAS_WORKSPACE: u64 = 32 << 20;
-pub const CUBLASLT_WORKSPACE: u64 = 1 << 20;
+pub(crate) const CUBLAS_WORKSPACE: u64 = 32 << 20;
+pub(crate) const CUBLASLT_WORKSPACE: u64 = 1 << 20;
 
 /// What persists across steps: parameters, their gradients, optimizer state,
 /// the cuBLAS workspaces, and key numbering.
 #[derive(Debug, Clone, Default)]
-pub struct Persistent {
+pub(crate) struct Persistent {
     next_key: u64,
-    pub param_keys: Vec<u64>,
+    pub(crate) param_keys: Vec<u64>,
     /// Present between backward and `zero_grad`.
-    pub grad_keys: Vec<Option<u64>>,
-    pub state_keys: Vec<u64>,
-    pub fwd_workspace: bool,
-    pub bwd_workspace: bool,
+    pub(crate) grad_keys: Vec<Option<u64>>,
+    pub(crate) state_keys: Vec<u64>,
+    pub(crate) fwd_workspace: bool,
+    pub(crate) bwd_workspace: bool,
 }
 
 impl Persistent {
-    pub fn key(&mut self) -> u64 {
+    pub(crate) fn key(&mut self) -> u64 {
         self.next_key += 1;
         self.next_key
     }
     /// The last key handed out.
-    pub fn last_key(&self) -> u64 {
+    pub(crate) fn last_key(&self) -> u64 {
         self.next_key
     }
 }
 
 /// How one step runs its graph.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StepMode {
+pub(crate) struct StepMode {
     /// `torch.no_grad()`: nothing saved, no backward.
-    pub inference: bool,
+    pub(crate) inference: bool,
     /// Checkpoint segments (`Node::segment` > 0) save only their inputs.
-    pub checkpoint: bool,
+    pub(crate) checkpoint: bool,
 }
 
 /// Emits the requests of one forward (and backward) pass of `g`.
-pub struct Executor<'a> {
+pub(crate) struct Executor<'a> {
     g: &'a Graph,
     p: &'a mut Persistent,
     out: &'a mut Vec<Op>,
@@ -228,7 +228,7 @@ impl<'a> Executor<'a> {
 
     /// One step: forward, then (unless inference) backward, parameter
     /// gradients accumulating into `Persistent::grad_keys`.
-    pub fn step(mut self, mode: StepMode) {
+    pub(crate) fn step(mut self, mode: StepMode) {
         let g = self.g;
         let n_t = g.sizes.len();
         for &t in &g.inputs {

@@ -5,12 +5,13 @@
 pub mod driver;
 pub mod graph;
 pub mod models;
+pub mod report;
 
 pub use models::{ModelKind, ModelShape};
 
 /// One request of a synthetic program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// `site` indexes the workload's call-site table (0: none).
     Alloc {
         key: u64,
@@ -20,7 +21,6 @@ pub enum Op {
     Free {
         key: u64,
     },
-    EmptyCache,
     /// An iteration ended (the `Optimizer.step` of a real run).
     Iteration(u64),
 }
@@ -40,8 +40,8 @@ pub enum Optimizer {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SynthSpec {
     #[serde(serialize_with = "ser_kind")]
-    pub model: ModelKind,
-    pub shape: ModelShape,
+    pub(crate) model: ModelKind,
+    pub(crate) shape: ModelShape,
     pub batch: u64,
     pub seq: u64,
     /// `None`: forever (the TUI).
@@ -89,16 +89,15 @@ impl SynthSpec {
 /// abandon it after an OOM and plan it again smaller.
 #[derive(Debug, Clone, Default)]
 pub struct StepPlan {
-    pub iteration: u64,
-    pub batch: u64,
-    pub seq: u64,
-    pub ops: Vec<Op>,
+    pub(crate) batch: u64,
+    pub(crate) seq: u64,
+    pub(crate) ops: Vec<Op>,
 }
 
 /// A training (or inference) loop of a real model shape.
 #[derive(Debug, Clone)]
 pub struct Synthetic {
-    pub spec: SynthSpec,
+    pub(crate) spec: SynthSpec,
     persistent: graph::Persistent,
     /// Persistent state as of the start of the step being planned, restored
     /// when that step is abandoned.
@@ -131,11 +130,11 @@ impl Synthetic {
     }
 
     /// Call-site labels; `Op::Alloc::site` indexes this.
-    pub fn sites(&self) -> &[String] {
+    pub(crate) fn sites(&self) -> &[String] {
         &self.sites
     }
 
-    pub fn iteration(&self) -> u64 {
+    pub(crate) fn iteration(&self) -> u64 {
         self.iteration
     }
 
@@ -173,7 +172,7 @@ impl Synthetic {
     }
 
     /// True once `iterations` steps were planned and run.
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.spec.iterations.is_some_and(|n| self.iteration >= n)
     }
 
@@ -234,12 +233,12 @@ impl Synthetic {
             let key = self.persistent.key();
             ops.push(Op::Alloc { key, size: self.spec.leak, site: SITE_LEAK });
         }
-        Some(StepPlan { iteration: self.iteration, batch, seq, ops })
+        Some(StepPlan { batch, seq, ops })
     }
 
     /// The step just planned failed: forget its persistent effects (state
     /// first allocated in it, gradients) and its iteration number.
-    pub fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         if let Some(p) = self.before.take() {
             self.persistent = p;
             for g in self.persistent.grad_keys.iter_mut() {
@@ -250,14 +249,14 @@ impl Synthetic {
     }
 
     /// The abandoned step is not retried (`--on-oom continue`): it counts.
-    pub fn skip(&mut self) {
+    pub(crate) fn skip(&mut self) {
         self.iteration += 1;
     }
 
     /// Keys that outlive a step: parameters, optimizer state, cuBLAS
     /// workspaces, leaks. Everything else live after an OOM belongs to the
     /// failed step.
-    pub fn keeps(&self, key: u64) -> bool {
+    pub(crate) fn keeps(&self, key: u64) -> bool {
         let p = self.before.as_ref().unwrap_or(&self.persistent);
         key <= p.last_key()
     }

@@ -25,12 +25,12 @@ pub enum ModelKind {
 /// Shape of a model; the transformer fields are ignored by `mlp`/`resnet50`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ModelShape {
-    pub layers: u64,
-    pub hidden: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub ffn: u64,
-    pub vocab: u64,
+    pub(crate) layers: u64,
+    pub(crate) hidden: u64,
+    pub(crate) heads: u64,
+    pub(crate) kv_heads: u64,
+    pub(crate) ffn: u64,
+    pub(crate) vocab: u64,
 }
 
 impl ModelKind {
@@ -46,7 +46,7 @@ impl ModelKind {
 
     /// GPT-2 small, BERT-base, a Llama-3.2-1B-like shape, an MLP of three
     /// 4096-wide layers.
-    pub fn default_shape(self) -> ModelShape {
+    pub(crate) fn default_shape(self) -> ModelShape {
         match self {
             ModelKind::Gpt2 => ModelShape { layers: 12, hidden: 768, heads: 12, kv_heads: 12, ffn: 3072, vocab: 50257 },
             ModelKind::Bert => ModelShape { layers: 12, hidden: 768, heads: 12, kv_heads: 12, ffn: 3072, vocab: 30522 },
@@ -59,7 +59,7 @@ impl ModelKind {
     }
 
     /// (batch, sequence) of the calibration runs recorded on an H200 (benches/calibration).
-    pub fn default_batch_seq(self) -> (u64, u64) {
+    pub(crate) fn default_batch_seq(self) -> (u64, u64) {
         match self {
             ModelKind::Gpt2 => (8, 1024),
             ModelKind::Bert => (16, 512),
@@ -75,8 +75,8 @@ const BF16: u64 = 2;
 
 /// Builds one step's graph; parameters are declared in the same order on
 /// every build, so their indices are stable across steps.
-pub struct Builder {
-    pub g: Graph,
+pub(crate) struct Builder {
+    pub(crate) g: Graph,
     amp: bool,
     dtype: Vec<u64>,
     /// Autocast's weight-cast cache: one bf16 copy per parameter per forward.
@@ -84,7 +84,7 @@ pub struct Builder {
     /// Parameters of the module being built (site label prefix).
     prefix: String,
     segment: u32,
-    pub batch: u64,
+    pub(crate) batch: u64,
 }
 
 impl Builder {
@@ -116,11 +116,11 @@ impl Builder {
             F32
         }
     }
-    pub fn param(&mut self, elems: u64) -> usize {
+    pub(crate) fn param(&mut self, elems: u64) -> usize {
         self.g.params.push(elems * F32);
         self.g.params.len() - 1
     }
-    pub fn input(&mut self, bytes: u64) -> Tid {
+    pub(crate) fn input(&mut self, bytes: u64) -> Tid {
         let t = self.t(bytes, 1);
         self.g.inputs.push(t);
         t
@@ -130,11 +130,11 @@ impl Builder {
         n.segment = self.segment;
         self.g.nodes.push(n);
     }
-    pub fn module(&mut self, prefix: impl Into<String>) {
+    pub(crate) fn module(&mut self, prefix: impl Into<String>) {
         self.prefix = prefix.into();
     }
     /// Ops built from now on form checkpoint segment `s` (0: none).
-    pub fn segment(&mut self, s: u32) {
+    pub(crate) fn segment(&mut self, s: u32) {
         self.segment = s;
     }
 
@@ -171,7 +171,7 @@ impl Builder {
     }
 
     /// `x @ w + b` over `rows` rows: a GEMM (cuBLAS) saving its input.
-    pub fn linear(&mut self, what: &str, x: Tid, rows: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
+    pub(crate) fn linear(&mut self, what: &str, x: Tid, rows: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
         match self.weight(what, w) {
             Some(wc) => {
                 let xc = self.cast_bf16(what, x);
@@ -359,14 +359,14 @@ impl Builder {
 
 /// What one step is built from.
 #[derive(Debug, Clone, Copy)]
-pub struct StepShape {
-    pub batch: u64,
-    pub seq: u64,
-    pub amp: bool,
+pub(crate) struct StepShape {
+    pub(crate) batch: u64,
+    pub(crate) seq: u64,
+    pub(crate) amp: bool,
     /// Checkpoint segments of about √layers layers each.
-    pub checkpoint: bool,
+    pub(crate) checkpoint: bool,
     /// No loss: the loop only runs the model (`torch.no_grad()`).
-    pub inference: bool,
+    pub(crate) inference: bool,
 }
 
 /// Segment number of layer `l` of `n`: groups of ⌈√n⌉ layers.
@@ -378,7 +378,7 @@ fn segment_of(l: u64, n: u64, on: bool) -> u32 {
     (l / g + 1) as u32
 }
 
-pub fn build(kind: ModelKind, shape: &ModelShape, step: StepShape) -> Graph {
+pub(crate) fn build(kind: ModelKind, shape: &ModelShape, step: StepShape) -> Graph {
     match kind {
         ModelKind::Gpt2 => gpt2(shape, step),
         ModelKind::Bert => bert(shape, step),

@@ -1,0 +1,163 @@
+//! `replay --json` as types; docs/json.md is the schema.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::session::{Start, Totals};
+use crate::alloc::Event;
+use crate::analysis::{round4, Fragmentation, PoolUsage};
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ReplayReport {
+    pub(crate) trace: String,
+    /// "pytorch-snapshot", "jsonl" or "rmm-csv".
+    pub(crate) format: &'static str,
+    pub(crate) device: i32,
+    pub(crate) events: usize,
+    /// The allocator config replayed (the recorded one unless `--alloc-conf`).
+    pub(crate) alloc_conf: String,
+    pub(crate) start: Start,
+    pub(crate) memory_limit_bytes: Option<u64>,
+    /// "exact", "exact-window", "state-only", "what-if" or "diverged".
+    pub(crate) fidelity: &'static str,
+    /// What `stats` covers: "process", "window" or "state".
+    pub(crate) stats_cover: &'static str,
+    pub(crate) first_divergence: Option<DivergenceReport>,
+    pub(crate) inferred_empty_cache_calls: usize,
+    pub(crate) directed_releases: usize,
+    pub(crate) placed_allocs: usize,
+    /// What the snapshot's own segments sum to.
+    pub(crate) recorded_totals: Totals,
+    /// Counters the trace cannot tell (docs/replay.md).
+    pub(crate) not_in_trace: Vec<&'static str>,
+    /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.
+    pub(crate) stats: BTreeMap<String, i64>,
+    pub(crate) peak: Option<PeakReport>,
+    pub(crate) fragmentation: FragmentationReport,
+    pub(crate) pools: Vec<PoolUsage>,
+    pub(crate) segments: Vec<SegmentReport>,
+    pub(crate) compare: Vec<CompareRow>,
+    #[serde(serialize_with = "round4")]
+    pub(crate) elapsed_ms: f64,
+}
+
+/// One recorded or replayed trace entry.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct EventReport {
+    pub(crate) action: &'static str,
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+}
+
+impl EventReport {
+    pub(crate) fn of(e: &Event) -> Self {
+        EventReport { action: e.action.name(), addr: e.addr, size: e.size, stream: e.stream }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DivergenceReport {
+    pub(crate) event: usize,
+    pub(crate) expected: Option<EventReport>,
+    pub(crate) got: Option<EventReport>,
+    pub(crate) reason: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct PeakReport {
+    pub(crate) event: usize,
+    pub(crate) time_us: Option<i64>,
+    pub(crate) allocated_bytes: u64,
+    pub(crate) reserved_bytes: u64,
+}
+
+/// The figures of docs/architecture.md §Fragmentation figures, now and at the peak.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct FragmentationReport {
+    pub(crate) at_peak_reserved_minus_allocated_bytes: Option<u64>,
+    /// 1 − peak allocated / peak reserved; none for a state-only snapshot.
+    #[serde(serialize_with = "round4_opt")]
+    pub(crate) peak_ratio: Option<f64>,
+    #[serde(flatten)]
+    pub(crate) now: Fragmentation,
+}
+
+fn round4_opt<S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(v) => round4(v, s),
+        None => s.serialize_none(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SegmentReport {
+    pub(crate) address: u64,
+    pub(crate) total_size: u64,
+    pub(crate) allocated_size: u64,
+    pub(crate) stream: u64,
+    pub(crate) segment_type: &'static str,
+    pub(crate) is_expandable: bool,
+    pub(crate) segment_pool_id: Option<[u64; 2]>,
+    pub(crate) private_pool: bool,
+}
+
+impl SegmentReport {
+    pub(crate) fn of(s: &crate::alloc::SegmentInfo) -> Self {
+        SegmentReport {
+            address: s.address,
+            total_size: s.total_size,
+            allocated_size: s.allocated_size,
+            stream: s.stream,
+            segment_type: s.segment_type,
+            is_expandable: s.is_expandable,
+            segment_pool_id: s.pool.map(|p| [p.0, p.1]),
+            private_pool: s.private,
+        }
+    }
+}
+
+/// The same requests under another config (`--compare`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CompareRow {
+    pub(crate) alloc_conf: String,
+    pub(crate) memory_limit_bytes: Option<u64>,
+    pub(crate) peak_allocated_bytes: i64,
+    pub(crate) peak_reserved_bytes: i64,
+    #[serde(serialize_with = "round4")]
+    pub(crate) peak_ratio: f64,
+    pub(crate) num_alloc_retries: i64,
+    pub(crate) num_ooms: i64,
+    /// Allocations that fail under this config but succeeded when recorded
+    /// (none for the recorded row).
+    pub(crate) new_ooms: Option<u64>,
+    /// Allocations that failed when recorded but succeed under this config.
+    pub(crate) avoided_ooms: Option<u64>,
+}
+
+impl CompareRow {
+    pub(crate) fn from_stats(alloc_conf: String, limit: Option<u64>, s: &crate::alloc::DeviceStats) -> Self {
+        use crate::alloc::Kind;
+        CompareRow {
+            alloc_conf,
+            memory_limit_bytes: limit,
+            peak_allocated_bytes: s.get(Kind::AllocatedBytes, 0).peak,
+            peak_reserved_bytes: s.get(Kind::ReservedBytes, 0).peak,
+            peak_ratio: crate::analysis::peak_ratio(s),
+            num_alloc_retries: s.num_alloc_retries,
+            num_ooms: s.num_ooms,
+            new_ooms: None,
+            avoided_ooms: None,
+        }
+    }
+}
+
+/// What the stats cover, by kind of start.
+pub(crate) fn covers(start: Start) -> &'static str {
+    match start {
+        Start::ProcessStart => "process",
+        Start::Window => "window",
+        Start::StateOnly => "state",
+    }
+}
