@@ -1,4 +1,5 @@
 //! The `gpumem-top` binary: parses the command line and runs one mode.
+#![deny(clippy::unwrap_used)]
 
 use std::process::ExitCode;
 

@@ -141,3 +141,19 @@ fn bad_export_arguments_exit_2_with_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// `--at` past the last event is the same error for `replay` and `export`,
+/// naming the trace's length; the last event itself is accepted by both.
+#[test]
+fn at_past_the_end_is_one_error_for_replay_and_export() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let t = fixture("traces/resnet50_train.pickle.gz");
+    for cmd in [vec!["replay", "--json"], vec!["export", "--view", "fragmap", "--format", "txt", "-o", "-"]] {
+        let o = Command::new(bin).arg(cmd[0]).arg(&t).args(&cmd[1..]).args(["--at", "9789"]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+        assert_eq!(err.trim_end(), "gpumem-top: --at 9789: the trace has 9789 events (0 to 9788)", "{cmd:?}");
+        let o = Command::new(bin).arg(cmd[0]).arg(&t).args(&cmd[1..]).args(["--at", "9788"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}

@@ -22,6 +22,57 @@ pub(crate) struct Fragmentation {
     pub(crate) free_bytes: u64,
 }
 
+/// What a byte of a segment is, as the map (terminal and pictures) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockClass {
+    /// Requested bytes of a live block.
+    Allocated,
+    /// A live block's bytes beyond its request (rounding).
+    RoundingWaste,
+    /// Freed, waiting for another stream's work (`record_stream`).
+    PendingFree,
+    /// Free, in a segment that also holds live blocks: `empty_cache` cannot release it.
+    FreeInUsedSegment,
+    /// Free, in a segment with nothing live: `empty_cache` releases it.
+    FreeSegment,
+}
+
+impl BlockClass {
+    /// Every class, in the order maps and legends list them.
+    pub const ALL: [BlockClass; 5] = [
+        BlockClass::Allocated,
+        BlockClass::RoundingWaste,
+        BlockClass::PendingFree,
+        BlockClass::FreeInUsedSegment,
+        BlockClass::FreeSegment,
+    ];
+}
+
+/// The byte ranges `[start, end)` (from the segment's address) of each
+/// class, in address order.
+pub fn class_spans(seg: &SegmentInfo) -> Vec<(u64, u64, BlockClass)> {
+    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
+    let mut out = Vec::with_capacity(seg.blocks.len() + 1);
+    for b in &seg.blocks {
+        let start = b.address - seg.address;
+        match b.state {
+            BlockState::ActiveAllocated => {
+                let used = b.requested_size.min(b.size);
+                out.push((start, start + used, BlockClass::Allocated));
+                if used < b.size {
+                    out.push((start + used, start + b.size, BlockClass::RoundingWaste));
+                }
+            }
+            BlockState::ActivePendingFree => out.push((start, start + b.size, BlockClass::PendingFree)),
+            BlockState::Inactive => {
+                let c = if whole_free { BlockClass::FreeSegment } else { BlockClass::FreeInUsedSegment };
+                out.push((start, start + b.size, c))
+            }
+        }
+    }
+    out
+}
+
 /// A ratio as JSON carries it: four decimals.
 pub(crate) fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((x * 10_000.0).round() / 10_000.0)
@@ -68,12 +119,16 @@ pub(crate) fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
 
 /// 1 − peak allocated / peak reserved, each at its own peak (GMLake's ratio).
 pub(crate) fn peak_ratio(stats: &DeviceStats) -> f64 {
-    let a = stats.get(Kind::AllocatedBytes, 0).peak as f64;
-    let r = stats.get(Kind::ReservedBytes, 0).peak as f64;
-    if r <= 0.0 {
+    let peak = |k| stats.get(k, 0).peak.max(0) as u64;
+    peak_ratio_of(peak(Kind::AllocatedBytes), peak(Kind::ReservedBytes))
+}
+
+/// `peak_ratio` from the two peaks: 1 − allocated / reserved (0 when nothing was reserved).
+pub(crate) fn peak_ratio_of(allocated_peak: u64, reserved_peak: u64) -> f64 {
+    if reserved_peak == 0 {
         0.0
     } else {
-        1.0 - a / r
+        1.0 - allocated_peak as f64 / reserved_peak as f64
     }
 }
 
@@ -220,6 +275,21 @@ pub(crate) fn human_bytes(n: u64) -> String {
     } else {
         let q = scaled(n, 10 * u as u32, 100);
         format!("{}.{:02} {}", q / 100, q % 100, UNITS[u])
+    }
+}
+
+/// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
+pub(crate) fn short_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let u = unit_of(n, UNITS.len() - 1);
+    let shift = 10 * u as u32;
+    if u == 0 {
+        format!("{n}B")
+    } else if n >> shift >= 100 {
+        format!("{}{}", scaled(n, shift, 1), UNITS[u])
+    } else {
+        let q = scaled(n, shift, 10);
+        format!("{}.{}{}", q / 10, q % 10, UNITS[u])
     }
 }
 

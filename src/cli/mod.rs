@@ -238,6 +238,19 @@ pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trac
     out.map_err(|e| anyhow!(e).context(name))
 }
 
+/// `--at EVENT` must name an event of the trace: the same rule for `replay`
+/// and `export`.
+fn check_at(at: Option<At>, dev: &DeviceTrace) -> Result<()> {
+    match at {
+        Some(At::Event(i)) if i >= dev.events.len() && !dev.events.is_empty() => Err(anyhow!(InputError(format!(
+            "--at {i}: the trace has {} events (0 to {})",
+            dev.events.len(),
+            dev.events.len() - 1
+        )))),
+        _ => Ok(()),
+    }
+}
+
 fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
     match want {
         Some(d) => t
@@ -281,6 +294,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
     let trace = load_input(input, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
+    check_at(args.at, dev)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
 
@@ -682,6 +696,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     }
     let trace = load_input(Input::open(&args.trace)?, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
+    check_at(args.at, dev)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let want = Want {
         config: conf,
@@ -705,9 +720,6 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);
     let cursor = match at {
-        At::Event(i) if i > last && !dev.events.is_empty() => {
-            return Err(anyhow!(InputError(format!("--at {i}: the trace has {} events", dev.events.len()))))
-        }
         At::Event(i) => i.min(last),
         At::End => last,
         At::Oom => oom_index(&dev.events)

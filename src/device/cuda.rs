@@ -69,6 +69,7 @@ impl Cuda {
 
     pub(crate) fn device_count() -> Result<usize, CudaUnavailable> {
         // Loading the library panics inside cudarc when it is missing: ask first.
+        // SAFETY: only tries to dlopen libcuda; no CUDA state is touched.
         if !unsafe { sys::is_culib_present() } {
             return Err(CudaUnavailable::NoDriver);
         }
@@ -87,8 +88,11 @@ impl Cuda {
         let d = |e: result::DriverError| CudaUnavailable::Driver(format!("{e:?}"));
         let dev = result::device::get(index as i32).map_err(d)?;
         let name = result::device::get_name(dev).map_err(d)?;
+        // SAFETY: `dev` is a device handle cuDeviceGet just returned.
         let total = unsafe { result::device::total_mem(dev) }.map_err(d)? as u64;
         let uuid = result::device::get_uuid(dev).ok().map(|u| uuid_string(&u.bytes.map(|b| b as u8)));
+        // SAFETY: `dev` is valid; the retained primary context is released
+        // in `Drop`, and made current on this thread, which makes every call below.
         unsafe {
             let ctx = result::primary_ctx::retain(dev).map_err(d)?;
             result::ctx::set_current(ctx).map_err(d)?;
@@ -133,6 +137,8 @@ impl Cuda {
 
     fn touch(&self, ptr: u64, size: u64) -> Result<(), DeviceError> {
         if self.touch {
+            // SAFETY: [ptr, ptr + size) is memory this backend allocated or
+            // mapped in the current context.
             unsafe {
                 sys::cuMemsetD8_v2(ptr, 0, size as usize).result().map_err(err)?;
                 sys::cuCtxSynchronize().result().map_err(err)?;
@@ -145,15 +151,18 @@ impl Cuda {
     /// own release on exit).
     pub(crate) fn release_everything(&mut self) {
         for (ptr, _) in std::mem::take(&mut self.segments) {
+            // SAFETY: a pointer cuMemAlloc returned, taken out of the map so it is freed once.
             let _ = unsafe { result::free_sync(ptr) };
         }
         for (ptr, (h, size)) in std::mem::take(&mut self.pages) {
+            // SAFETY: a page this backend mapped at `ptr` with handle `h`, unmapped and released once.
             unsafe {
                 let _ = sys::cuMemUnmap(ptr, size as usize);
                 let _ = sys::cuMemRelease(h);
             }
         }
         for (base, size) in std::mem::take(&mut self.reservations) {
+            // SAFETY: a range cuMemAddressReserve returned, its pages unmapped above.
             let _ = unsafe { sys::cuMemAddressFree(base, size as usize) };
         }
     }
@@ -162,6 +171,7 @@ impl Cuda {
 impl Drop for Cuda {
     fn drop(&mut self) {
         self.release_everything();
+        // SAFETY: releases the reference `open` retained, after every allocation in it is gone.
         let _ = unsafe { result::primary_ctx::release(self.dev) };
     }
 }
@@ -177,6 +187,7 @@ impl Device for Cuda {
         result::mem_get_info().map_or(0, |(free, _)| free as u64)
     }
     fn malloc(&mut self, size: u64, _at_event: u64) -> Result<u64, DeviceError> {
+        // SAFETY: cuMemAlloc in the current context; the pointer is kept until freed.
         let ptr = unsafe { result::malloc_sync(size as usize) }.map_err(err)?;
         self.segments.insert(ptr, size);
         if let Err(e) = self.touch(ptr, size) {
@@ -187,6 +198,7 @@ impl Device for Cuda {
     }
     fn free(&mut self, ptr: u64, _size: u64) {
         if self.segments.remove(&ptr).is_some() {
+            // SAFETY: a pointer cuMemAlloc returned, removed from the map so it is freed once.
             let _ = unsafe { result::free_sync(ptr) };
         }
     }
@@ -194,6 +206,7 @@ impl Device for Cuda {
         let _ = page;
         let mut ptr: sys::CUdeviceptr = 0;
         // Alignment 0 (the granularity), as PyTorch asks: 20 MiB is not a power of two.
+        // SAFETY: `ptr` is a valid out-parameter; no fixed address is asked for.
         unsafe { sys::cuMemAddressReserve(&mut ptr, size as usize, 0, 0, 0) }.result().map_err(err)?;
         self.reservations.insert(ptr, size);
         Ok(ptr)
@@ -204,6 +217,7 @@ impl Device for Cuda {
         let mut addr = ptr;
         while addr < ptr + size {
             let mut h: sys::CUmemGenericAllocationHandle = 0;
+            // SAFETY: `h` is a valid out-parameter and `prop` a filled allocation property.
             let r = unsafe { sys::cuMemCreate(&mut h, page as usize, &prop, 0) }.result();
             if let Err(e) = r {
                 // Undo the pages of this range, as PyTorch does on failure.
@@ -212,6 +226,7 @@ impl Device for Cuda {
                 }
                 return Err(err(e));
             }
+            // SAFETY: `addr` is an unmapped page inside a range this backend reserved; `h` was just created.
             unsafe { sys::cuMemMap(addr, page as usize, 0, h, 0) }.result().map_err(err)?;
             self.pages.insert(addr, (h, page));
             done.push(addr);
@@ -222,6 +237,7 @@ impl Device for Cuda {
             location: prop.location,
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
+        // SAFETY: [ptr, ptr + size) was mapped just above; `desc` outlives the call.
         unsafe { sys::cuMemSetAccess(ptr, size as usize, &desc, 1) }.result().map_err(err)?;
         self.range_maps += 1;
         self.touch(ptr, size)
@@ -230,6 +246,7 @@ impl Device for Cuda {
         let mut addr = ptr;
         while addr < ptr + size {
             if let Some((h, sz)) = self.pages.remove(&addr) {
+                // SAFETY: a page this backend mapped, removed from the map so it is unmapped once.
                 unsafe {
                     let _ = sys::cuMemUnmap(addr, sz as usize);
                     let _ = sys::cuMemRelease(h);
@@ -240,6 +257,7 @@ impl Device for Cuda {
     }
     fn release_reservation(&mut self, base: u64, size: u64) {
         if self.reservations.remove(&base).is_some() {
+            // SAFETY: a range cuMemAddressReserve returned, removed from the map so it is freed once.
             let _ = unsafe { sys::cuMemAddressFree(base, size as usize) };
         }
     }

@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::alloc::{SegmentInfo, StatePoint};
 use crate::analysis::{human_bytes, Fragmentation};
 
 /// Which view to draw.
@@ -157,27 +157,6 @@ impl Svg {
     }
 }
 
-/// Byte ranges of each state within a segment, in address order.
-fn spans(seg: &SegmentInfo) -> Vec<(u64, u64, usize)> {
-    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
-    let mut v = Vec::new();
-    for b in &seg.blocks {
-        let start = b.address - seg.address;
-        match b.state {
-            BlockState::ActiveAllocated => {
-                let used = b.requested_size.min(b.size);
-                v.push((start, used, 0));
-                if used < b.size {
-                    v.push((start + used, b.size - used, 1));
-                }
-            }
-            BlockState::ActivePendingFree => v.push((start, b.size, 2)),
-            BlockState::Inactive => v.push((start, b.size, if whole_free { 4 } else { 3 })),
-        }
-    }
-    v
-}
-
 fn fragmap(scene: &Scene, width: f64) -> String {
     let mut s = Svg { out: String::new(), w: width };
     let mut y = s.header(scene, "Fragmentation map");
@@ -218,8 +197,8 @@ fn fragmap(scene: &Scene, width: f64) -> String {
                 "",
             );
         }
-        for (start, len, state) in spans(seg) {
-            s.rect(x0 + start as f64 * scale, y, len as f64 * scale, row - 1.0, fill(state), "none");
+        for (start, end, class) in crate::analysis::class_spans(seg) {
+            s.rect(x0 + start as f64 * scale, y, (end - start) as f64 * scale, row - 1.0, fill(class as usize), "none");
         }
         // The segment's outline, so free segments show their extent.
         let _ = writeln!(
@@ -387,8 +366,7 @@ fn bars(scene: &Scene, width: f64) -> String {
         s.text(xf(v), y + 20.0, 12.0, "middle", &short(v), "");
         v += step;
     }
-    let peak_ratio =
-        if scene.reserved_peak == 0 { 0.0 } else { 1.0 - scene.allocated_peak as f64 / scene.reserved_peak as f64 };
+    let peak_ratio = crate::analysis::peak_ratio_of(scene.allocated_peak, scene.reserved_peak);
     s.text(
         24.0,
         y + 50.0,

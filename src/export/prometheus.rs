@@ -123,12 +123,7 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             f.external_fragmentation
         }),
         ("gpumem_torch_peak_ratio", "1 - peak allocated / peak reserved.", |_, p| {
-            let (a, r) = (p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"));
-            if r == 0 {
-                0.0
-            } else {
-                1.0 - a as f64 / r as f64
-            }
+            crate::analysis::peak_ratio_of(p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"))
         }),
     ];
     let frags: Vec<_> = snap.publishers.iter().map(|p| p.fragmentation()).collect();

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::publisher::{self, Published};
 use super::{now, GpuQuery, GpuSample, ProcessSample, Snapshot};
-use crate::alloc::{AllocatorConfig, CachingAllocator};
 use crate::device::{Device, Sim};
-use crate::workload::driver::{Driver, OnOom};
-use crate::workload::{ModelKind, SynthSpec, Synthetic};
+use crate::workload::driver::Driver;
 
 /// Produces one snapshot when asked.
 pub trait Source: Send {
@@ -99,13 +97,8 @@ pub struct DemoSource {
 
 impl DemoSource {
     pub fn new(seed: u64) -> Self {
-        let mut spec = SynthSpec::new(ModelKind::Gpt2);
-        spec.varlen = true;
-        spec.seed = seed;
-        spec.iterations = None;
-        let mut alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
-        alloc.set_recording(false);
-        let driver = Driver::new(alloc, Synthetic::new(spec), OnOom::Continue).bounded(4096);
+        let mut driver = crate::workload::driver::demo(seed).bounded(4096);
+        driver.alloc.set_recording(false);
         DemoSource { driver, last: Instant::now(), rate: 800.0 }
     }
 

@@ -5,14 +5,12 @@
 use ratatui::Frame;
 
 use super::event::{Action, Event, Interactive, Screen};
-use crate::alloc::{AllocatorConfig, CachingAllocator};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
 use crate::replay::model::ReplayModel;
 use crate::view::parts::{draw_replay, draw_state, Chrome, Marks};
 use crate::view::Focus;
-use crate::workload::driver::{Driver, OnOom, Progress};
-use crate::workload::{ModelKind, SynthSpec, Synthetic};
+use crate::workload::driver::{Driver, Progress};
 
 pub struct ReplayApp<'a> {
     pub(crate) model: ReplayModel<'a>,
@@ -159,13 +157,12 @@ impl DemoApp {
     /// `demo`: GPT-2 small, batch up to 8 × up to 1024 tokens varying every
     /// step (`--varlen`), AdamW, on the simulated H200, forever.
     pub fn demo(seed: u64, banner: String, color: bool) -> Self {
-        let mut spec = SynthSpec::new(ModelKind::Gpt2);
-        spec.varlen = true;
-        spec.seed = seed;
-        spec.iterations = None;
-        let alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
-        let driver = Driver::new(alloc, Synthetic::new(spec), OnOom::Continue);
-        SynthApp::new(driver, "demo: synthetic GPT-2 training loop".into(), Some(banner), color)
+        SynthApp::new(
+            crate::workload::driver::demo(seed),
+            "demo: synthetic GPT-2 training loop".into(),
+            Some(banner),
+            color,
+        )
     }
 }
 

@@ -15,7 +15,7 @@ use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
 
 use crate::alloc::{BlockState, SegmentInfo, StatePoint};
-use crate::analysis::{human_bytes, Fragmentation, SizeBucket};
+use crate::analysis::{human_bytes, short_bytes, Fragmentation, SizeBucket};
 use crate::trace::Frame;
 
 /// The smallest terminal the screens are drawn in.
@@ -125,15 +125,8 @@ impl Theme {
     }
 }
 
-/// One glyph per block state, readable without colour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cell {
-    Allocated,
-    RoundingWaste,
-    PendingFree,
-    FreeInUsedSegment,
-    FreeSegment,
-}
+/// One glyph per block class, readable without colour.
+pub use crate::analysis::BlockClass as Cell;
 
 impl Cell {
     pub fn glyph(self) -> char {
@@ -166,31 +159,11 @@ impl Cell {
 /// The cells of one segment's row, `width` cells covering the segment to
 /// scale: each cell shows the state holding most of its bytes.
 pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
-    let whole_free = seg.blocks.iter().all(|b| b.state == BlockState::Inactive);
     let mut out = Vec::with_capacity(width);
     if width == 0 || seg.total_size == 0 {
         return out;
     }
-    // Byte ranges of each state, in address order.
-    let mut ranges: Vec<(u64, u64, Cell)> = Vec::new();
-    for b in &seg.blocks {
-        let start = b.address - seg.address;
-        match b.state {
-            BlockState::ActiveAllocated => {
-                let used = b.requested_size.min(b.size);
-                ranges.push((start, start + used, Cell::Allocated));
-                if used < b.size {
-                    ranges.push((start + used, start + b.size, Cell::RoundingWaste));
-                }
-            }
-            BlockState::ActivePendingFree => ranges.push((start, start + b.size, Cell::PendingFree)),
-            BlockState::Inactive => ranges.push((
-                start,
-                start + b.size,
-                if whole_free { Cell::FreeSegment } else { Cell::FreeInUsedSegment },
-            )),
-        }
-    }
+    let ranges = crate::analysis::class_spans(seg);
     // Cell c covers [total·c/width, total·(c+1)/width): one division per
     // cell, in u64 unless the product could overflow (u128 division is a
     // library call, and this runs for every cell of the map each frame).
@@ -338,10 +311,8 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     }
     let ratio = if !view.peaks_known {
         "n/a (no peaks in the snapshot)".to_string()
-    } else if view.reserved_peak == 0 {
-        format!("{:.4}", 0.0)
     } else {
-        format!("{:.4}", 1.0 - view.allocated_peak as f64 / view.reserved_peak as f64)
+        format!("{:.4}", crate::analysis::peak_ratio_of(view.allocated_peak, view.reserved_peak))
     };
     lines.push(Line::from(format!(
         " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {ratio}",
@@ -608,21 +579,6 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
     Paragraph::new(lines).render(area, buf);
 }
 
-/// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
-fn short_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let u = crate::analysis::unit_of(n, UNITS.len() - 1);
-    let shift = 10 * u as u32;
-    if u == 0 {
-        format!("{n}B")
-    } else if n >> shift >= 100 {
-        format!("{}{}", crate::analysis::scaled(n, shift, 1), UNITS[u])
-    } else {
-        let q = crate::analysis::scaled(n, shift, 10);
-        format!("{}.{}{}", q / 10, q % 10, UNITS[u])
-    }
-}
-
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let inner = boxed(buf, area, Line::from(" Block sizes ─ allocated / free "), None);
     let f = &view.fragmentation;
@@ -834,7 +790,7 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
 
 #[cfg(test)]
 mod tests {
-    use super::short_bytes;
+    use crate::analysis::short_bytes;
 
     /// The float formatting `short_bytes` replaced.
     fn short_bytes_f64(n: u64) -> String {

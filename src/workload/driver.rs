@@ -286,3 +286,15 @@ impl<D: Device> Driver<D> {
         crate::analysis::peak_index(&self.points)
     }
 }
+
+/// The demo's training loop (the `demo` screen and `--source demo`): GPT-2
+/// small, batch up to 8 × up to 1024 tokens varying every step (`--varlen`),
+/// AdamW, on the simulated H200, forever.
+pub(crate) fn demo(seed: u64) -> Driver<crate::device::Sim> {
+    let mut spec = crate::workload::SynthSpec::new(crate::workload::ModelKind::Gpt2);
+    spec.varlen = true;
+    spec.seed = seed;
+    spec.iterations = None;
+    let alloc = CachingAllocator::new(crate::alloc::AllocatorConfig::default(), crate::device::Sim::h200());
+    Driver::new(alloc, Synthetic::new(spec), OnOom::Continue)
+}
