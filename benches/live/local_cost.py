@@ -8,7 +8,7 @@ come from monitor_cost.py; this one is for trying changes here first.
 Prints one JSON line per binary (run one after the other, same publisher):
 CPU share of one core by thread, VmRSS, resident kB by mapping. With
 --callgrind OUT the first binary runs under valgrind's callgrind instead
-(for tools/profile-hot-functions.sh) and nothing is measured.
+(to see where a frame spends its instructions) and nothing is measured.
 Needs cc and python3; --callgrind needs valgrind.
 """
 import argparse, fcntl, json, os, select, signal, struct, subprocess, sys, tempfile, termios, time

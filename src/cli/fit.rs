@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
 use clap::Args;
-use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 use super::{
     load_with_progress, parse_conf, pick_device, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL,
@@ -192,21 +192,26 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         struct Out<'a> {
             predictions: &'a [Prediction],
             max_batch: u64,
-            max_batch_by_config: serde_json::Map<String, Value>,
-            peak_at_max_batch_by_config: serde_json::Map<String, Value>,
-            samples: Vec<Value>,
+            max_batch_by_config: BTreeMap<&'a str, u64>,
+            peak_at_max_batch_by_config: BTreeMap<&'a str, Option<Prediction>>,
+            samples: Vec<SampleRef<'a>>,
             alloc_conf: &'a str,
             memory_limit_bytes: Option<u64>,
             device_total_bytes: u64,
             context_bytes: u64,
             alignment: &'a crate::fit::FitReport,
         }
+        #[derive(serde::Serialize)]
+        struct SampleRef<'a> {
+            snapshot: &'a str,
+            batch: u64,
+        }
         let out = Out {
             predictions: &predictions,
             max_batch,
-            max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.clone(), json!(b))).collect(),
-            peak_at_max_batch_by_config: by_config.iter().map(|(l, _, p)| (l.clone(), json!(p))).collect(),
-            samples: samples.iter().zip(&names).map(|(s, n)| json!({"snapshot": n, "batch": s.batch})).collect(),
+            max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.as_str(), *b)).collect(),
+            peak_at_max_batch_by_config: by_config.iter().map(|(l, _, p)| (l.as_str(), p.clone())).collect(),
+            samples: samples.iter().zip(&names).map(|(s, n)| SampleRef { snapshot: n, batch: s.batch }).collect(),
             alloc_conf: &base.source,
             memory_limit_bytes: limit,
             device_total_bytes: args.device_total,
