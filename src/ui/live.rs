@@ -197,7 +197,7 @@ impl LiveApp {
         let block = Block::bordered().title(title);
         let inner = block.inner(top);
         block.render(top, buf);
-        Paragraph::new(lines).render(inner, buf);
+        crate::view::put_rows(buf, inner, lines);
         let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
         let status =
             if alerts.is_empty() { self.status.clone() } else { format!(" ⚠ {}{}", alerts.join("; "), self.status) };

@@ -97,13 +97,20 @@ fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect
 }
 
 /// Lines that fit unwrapped, one per row of `area`.
-fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
-    Paragraph::new(lines).render(area, buf);
+///
+/// `Buffer::set_line` rather than `Paragraph`: the same cells for lines that
+/// fit, without a paragraph's style pass over its area and line composer,
+/// which made drawing a live frame twice as dear (docs/benchmarks.md).
+pub(crate) fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
+    let area = area.intersection(buf.area);
+    for (i, l) in lines.iter().take(area.height as usize).enumerate() {
+        buf.set_line(area.x, area.y + i as u16, l, area.width);
+    }
 }
 
 /// One line in one row at (x, y), `width` cells.
 fn put_row(buf: &mut Buffer, x: u16, y: u16, width: u16, l: Line) {
-    Paragraph::new(l).render(Rect { x, y, width, height: 1 }.intersection(buf.area), buf);
+    put_rows(buf, Rect { x, y, width, height: 1 }, vec![l]);
 }
 
 /// Styles, or none at all under NO_COLOR: glyphs carry the meaning either way.
