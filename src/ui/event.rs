@@ -224,6 +224,74 @@ fn spawn_ticker(tx: SyncSender<Event>, every: Duration) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A backend that asks the terminal's size once, and again only after a
+/// resize. ratatui's `Terminal` asks before every frame, and crossterm
+/// answers by opening `/dev/tty` (open, ioctl, close): three system calls
+/// a frame, for a size that only SIGWINCH changes, and SIGWINCH reaches the
+/// loop as `Event::Resize`. The one piece kept beside ratatui's own, for the
+/// live monitor's budget (docs/benchmarks.md).
+pub struct CachedSize<B> {
+    inner: B,
+    size: std::cell::Cell<Option<ratatui::layout::Size>>,
+}
+
+impl<B: ratatui::backend::Backend> CachedSize<B> {
+    pub fn new(inner: B) -> Self {
+        CachedSize { inner, size: std::cell::Cell::new(None) }
+    }
+
+    /// The terminal was resized: ask again.
+    pub fn resized(&self) {
+        self.size.set(None);
+    }
+}
+
+impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
+    type Error = B::Error;
+
+    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
+    where
+        I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>,
+    {
+        self.inner.draw(content)
+    }
+    fn append_lines(&mut self, n: u16) -> Result<(), Self::Error> {
+        self.inner.append_lines(n)
+    }
+    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), Self::Error> {
+        self.inner.show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<ratatui::layout::Position, Self::Error> {
+        self.inner.get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<ratatui::layout::Position>>(&mut self, position: P) -> Result<(), Self::Error> {
+        self.inner.set_cursor_position(position)
+    }
+    fn clear(&mut self) -> Result<(), Self::Error> {
+        self.inner.clear()
+    }
+    fn clear_region(&mut self, clear_type: ratatui::backend::ClearType) -> Result<(), Self::Error> {
+        self.inner.clear_region(clear_type)
+    }
+    fn size(&self) -> Result<ratatui::layout::Size, Self::Error> {
+        if let Some(s) = self.size.get() {
+            return Ok(s);
+        }
+        let s = self.inner.size()?;
+        self.size.set(Some(s));
+        Ok(s)
+    }
+    fn window_size(&mut self) -> Result<ratatui::backend::WindowSize, Self::Error> {
+        self.inner.window_size()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        self.inner.flush()
+    }
+}
+
 /// Runs `app` in the terminal until it quits or a quit event arrives.
 pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()> {
     let signals = spawn_signals(events.sender())?;
@@ -235,7 +303,7 @@ pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()
     let result = (|| -> std::io::Result<()> {
         let backend =
             ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
-        let mut terminal = ratatui::Terminal::new(backend)?;
+        let mut terminal = ratatui::Terminal::new(CachedSize::new(backend))?;
         spawn_input(events.sender())?;
         if let Some(every) = app.tick_every() {
             spawn_ticker(events.sender(), every)?;
@@ -256,6 +324,7 @@ pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()
                     }
                 }
                 Event::Resize => {
+                    terminal.backend().resized();
                     terminal.autoresize()?;
                     dirty = true;
                 }
@@ -270,4 +339,44 @@ pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()
     // cursor, so show it again.
     let _ = crossterm::execute!(std::io::stdout(), crossterm::cursor::Show);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::backend::{Backend, TestBackend};
+    use ratatui::layout::Size;
+
+    #[test]
+    fn the_size_is_asked_again_only_after_a_resize() {
+        let mut b = CachedSize::new(TestBackend::new(100, 30));
+        assert_eq!(b.size().unwrap(), Size::new(100, 30));
+        b.inner.resize(120, 40);
+        // No resize event yet: the size drawn at stays the one asked.
+        assert_eq!(b.size().unwrap(), Size::new(100, 30));
+        b.resized();
+        assert_eq!(b.size().unwrap(), Size::new(120, 40));
+        // Through ratatui's Terminal: the next frame after the event has the new size.
+        let mut t = ratatui::Terminal::new(b).unwrap();
+        t.backend_mut().inner.resize(90, 25);
+        t.backend().resized();
+        t.autoresize().unwrap();
+        let f = t.draw(|_| {}).unwrap();
+        assert_eq!((f.area.width, f.area.height), (90, 25));
+    }
+
+    #[test]
+    fn keys_map_to_actions() {
+        let k = |c| KeyEvent::from(c);
+        assert_eq!(Action::of(&k(KeyCode::Char('q'))), Some(Action::Back));
+        assert_eq!(Action::of(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
+        assert_eq!(Action::of(&k(KeyCode::Char('c'))), Some(Action::Compact));
+        assert_eq!(Action::of(&k(KeyCode::Char('3'))), Some(Action::Gpu(2)));
+        assert_eq!(Action::of(&k(KeyCode::Char('z'))), None);
+        let mut s = Screen::default();
+        assert!(s.apply(Action::Help) && s.sel.help);
+        assert!(s.apply(Action::Back) && !s.sel.help && !s.quit, "q closes the help first");
+        assert!(s.apply(Action::Back) && s.quit);
+        assert!(!Screen::default().apply(Action::Peak), "not a shared action");
+    }
 }
