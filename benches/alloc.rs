@@ -166,6 +166,18 @@ fn bench_frame(c: &mut Criterion) {
             black_box(&buf);
         })
     });
+    // The whole frame as the loop draws it: ratatui's Terminal (its buffers
+    // and diff) over its test backend, the cursor stepping so frames differ.
+    use gpumem_top::ui::event::{Action, Interactive};
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 60)).unwrap();
+    let mut right = true;
+    c.bench_function("frame/gpt2_step_200x60_terminal", |b| {
+        b.iter(|| {
+            app.apply(if right { Action::Right } else { Action::Left });
+            right = !right;
+            term.draw(|f| app.draw(f)).unwrap();
+        })
+    });
 }
 
 criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame);
