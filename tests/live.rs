@@ -338,16 +338,30 @@ fn serve_stays_prompt_beside_idle_and_dripping_clients() {
 }
 
 #[test]
-fn json_without_a_gpu_is_the_simulated_device_and_a_named_device_is_an_error() {
+fn json_without_a_gpu_is_an_error_and_the_simulated_device_only_when_asked() {
     let out = Command::new(bin()).args(["--json"]).env("GPUMEM_TOP_DIR", tmpdir("json")).output().unwrap();
+    if out.status.success() {
+        // A machine with a GPU: NVML's numbers.
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["source"], "nvml");
+    } else {
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty(), "nothing simulated printed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.trim_end(),
+            "gpumem-top: no NVIDIA GPU or NVML library found (use --source demo for the simulated device)"
+        );
+    }
+    let out = Command::new(bin())
+        .args(["--json", "--source", "demo"])
+        .env("GPUMEM_TOP_DIR", tmpdir("json"))
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    if v["source"] == "nvml" {
-        return; // a machine with a GPU
-    }
-    assert_eq!(v["source"], "simulated device (no NVIDIA GPU found)");
+    assert_eq!(v["source"], "simulated device");
     assert_eq!(v["gpus"][0]["name"], "simulated NVIDIA H200");
-    assert!(v["publishers"][0]["allocated_bytes"].as_u64().unwrap() > 0);
     let out = Command::new(bin()).args(["--json", "--device", "3"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -125,12 +125,14 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         SourceKind::Demo => Some(Box::new(DemoSource::new(42)) as Box<dyn Source>),
     };
     if args.json {
+        // Scripts get real numbers or an error, never the simulated device
+        // unless they ask for it (`--source demo`), as `record` and `serve`.
         let (mut src, name): (Box<dyn Source>, &str) = match source {
             Some(s) => (s, if args.source == SourceKind::Demo { "simulated device" } else { "nvml" }),
             None => {
-                let mut d = DemoSource::new(42);
-                d.advance(3000);
-                (Box::new(d), "simulated device (no NVIDIA GPU found)")
+                return Err(anyhow!(InputError(
+                    "no NVIDIA GPU or NVML library found (use --source demo for the simulated device)".into()
+                )))
             }
         };
         let snap = src.snapshot();
