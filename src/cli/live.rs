@@ -46,8 +46,9 @@ pub struct LiveArgs {
     /// Alert when allocated at step end grows this many steps in a row.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) alert_leak_steps: usize,
-    /// Alert when reserved-but-unallocated is over this share of reserved (0-1).
-    #[arg(long, value_name = "F", default_value_t = 0.5)]
+    /// Alert when, at the peaks, reserved memory that never held tensors is
+    /// over this share of peak reserved (`peak_ratio`, 0-1).
+    #[arg(long, value_name = "F", default_value_t = 0.25)]
     pub(crate) alert_fragmentation: f64,
 }
 

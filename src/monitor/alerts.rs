@@ -12,15 +12,16 @@ pub struct Thresholds {
     /// Allocated bytes at the end of this many optimizer steps in a row,
     /// each higher than the one before.
     pub leak_steps: usize,
-    /// Reserved-but-unallocated over this share of reserved...
+    /// At the peaks, reserved never allocated over this share of peak
+    /// reserved (`peak_ratio`)...
     pub fragmentation: f64,
-    /// ...once at least this much is reserved.
+    /// ...once the reserved peak is at least this much.
     pub fragmentation_min_reserved: u64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Thresholds { device_usage: 0.90, leak_steps: 5, fragmentation: 0.5, fragmentation_min_reserved: 1 << 30 }
+        Thresholds { device_usage: 0.90, leak_steps: 5, fragmentation: 0.25, fragmentation_min_reserved: 1 << 30 }
     }
 }
 
@@ -34,7 +35,7 @@ pub struct Alert {
     pub(crate) gpu: u32,
     pub(crate) pid: Option<u32>,
     pub value: f64,
-    pub(crate) message: String,
+    pub message: String,
 }
 
 pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
@@ -78,9 +79,13 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                 });
             }
         }
-        let (a, r) = (p.allocated(), p.reserved());
+        // Judged at the peaks, not now: between steps a caching allocator
+        // rightly holds most of what it reserved as cache. What runs out is
+        // the reserved peak; what it holds beyond the allocated peak never
+        // held a tensor at once (docs/cluster.md, the same rule in Prometheus).
+        let (a, r) = (p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"));
         if r >= t.fragmentation_min_reserved {
-            let share = (r - a.min(r)) as f64 / r as f64;
+            let share = crate::analysis::peak_ratio_of(a, r);
             if share > t.fragmentation {
                 out.push(Alert {
                     kind: "fragmentation",
@@ -88,10 +93,11 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     pid: Some(p.pid),
                     value: share,
                     message: format!(
-                        "pid {}: {:.0}% of reserved is unallocated ({})",
+                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {})",
                         p.pid,
                         share * 100.0,
-                        crate::analysis::human_bytes(r - a.min(r))
+                        crate::analysis::human_bytes(r),
+                        crate::analysis::human_bytes(a)
                     ),
                 });
             }
