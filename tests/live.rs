@@ -666,3 +666,29 @@ fn publishers_land_on_nvmls_gpu_by_uuid_then_by_process_then_by_ordinal() {
     let screen = render(&mut app, 140, 40);
     assert!(screen.contains("▶2 GPU 1") && screen.contains("pid 10 python train.py"), "{screen}");
 }
+
+/// An 80x24 terminal is enough for the live view: the list of GPUs above,
+/// the allocator screen of the publishing process below; smaller says so.
+#[test]
+fn the_live_view_fits_80x24() {
+    use gpumem_top::ui::event::Interactive;
+    let d = tmpdir("small");
+    let me = std::process::id();
+    write(&d, &format!("{me}-0.json"), &published(me, 0, 8 << 20, 20 << 20, &[]));
+    let nvml = FakeNvml::new(vec![gpu(0, GIB, vec![proc_(me, "python train.py", GIB)])]);
+    let mut app = LiveApp::new("live".into(), None, false);
+    app.ingest(LiveSource::new(Box::new(nvml), vec![], Some(d.clone())).snapshot());
+    let draw = |app: &mut LiveApp, w, h| {
+        let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        t.draw(|f| app.draw(f)).unwrap();
+        t.backend().to_string()
+    };
+    let s = draw(&mut app, 80, 24);
+    assert!(!s.contains("needs a terminal"), "{s}");
+    assert!(s.contains("GPU 0"), "{s}");
+    assert!(s.contains("allocated ") && s.contains("8.00 MiB"), "the publisher's bars: {s}");
+    assert!(s.contains("Fragmentation map"), "{s}");
+    let s = draw(&mut app, 80, 20);
+    assert!(s.contains("gpumem-top needs a terminal of at least 80x24; this one is 80x20."), "{s}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

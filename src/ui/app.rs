@@ -54,6 +54,9 @@ impl<'a> ReplayApp<'a> {
 impl Interactive for ReplayApp<'_> {
     fn draw(&mut self, frame: &mut Frame) {
         let area = frame.area();
+        if crate::view::too_small(area, frame.buffer_mut()) {
+            return;
+        }
         self.draw_into(area, frame.buffer_mut());
     }
 
@@ -272,6 +275,9 @@ impl<D: Device> SynthApp<D> {
 impl<D: Device> Interactive for SynthApp<D> {
     fn draw(&mut self, frame: &mut Frame) {
         let area = frame.area();
+        if crate::view::too_small(area, frame.buffer_mut()) {
+            return;
+        }
         self.draw_into(area, frame.buffer_mut());
     }
 

@@ -262,6 +262,9 @@ impl LiveApp {
 impl Interactive for LiveApp {
     fn draw(&mut self, frame: &mut Frame) {
         let area = frame.area();
+        if crate::view::too_small(area, frame.buffer_mut()) {
+            return;
+        }
         self.draw_into(area, frame.buffer_mut());
     }
 

@@ -21,6 +21,23 @@ use crate::trace::Frame;
 /// The smallest terminal the screens are drawn in.
 pub(crate) const MIN_WIDTH: u16 = 80;
 pub(crate) const MIN_HEIGHT: u16 = 24;
+/// The allocator screen inside a terminal of at least 80×24: the live view
+/// puts its list of GPUs above it (at most a third of the terminal).
+const MIN_SCREEN_HEIGHT: u16 = 16;
+
+/// Draws "needs a terminal of at least 80x24" when `area` (the whole
+/// terminal) is smaller, and says so.
+pub(crate) fn too_small(area: Rect, buf: &mut Buffer) -> bool {
+    if area.width >= MIN_WIDTH && area.height >= MIN_HEIGHT {
+        return false;
+    }
+    let msg = format!(
+        "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this one is {}x{}.",
+        area.width, area.height
+    );
+    Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
+    true
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum SegmentOrder {
@@ -217,9 +234,9 @@ impl Widget for &View<'_> {
 /// Draws the whole screen.
 fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     let theme = Theme { color: view.color };
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+    if area.width < MIN_WIDTH || area.height < MIN_SCREEN_HEIGHT {
         let msg = format!(
-            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this one is {}x{}.",
+            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this pane is {}x{}.",
             area.width, area.height
         );
         Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
@@ -229,8 +246,9 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     let [banner, top, middle, bottom, status] = Layout::vertical([
         Constraint::Length(banner_h),
         Constraint::Length(6),
-        Constraint::Min(8),
-        Constraint::Length((area.height / 4).max(7)),
+        Constraint::Min(if area.height < MIN_HEIGHT { 4 } else { 8 }),
+        // Below 24 rows (the live view's pane at 80x24) the timeline gives up rows first.
+        Constraint::Length(if area.height < MIN_HEIGHT { 5 } else { (area.height / 4).max(7) }),
         Constraint::Length(1),
     ])
     .areas(area);
