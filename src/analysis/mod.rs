@@ -73,6 +73,15 @@ pub fn class_spans(seg: &SegmentInfo) -> Vec<(u64, u64, BlockClass)> {
     out
 }
 
+/// "1 segment", "2 segments": `n` and the noun, plural unless one.
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A ratio as JSON carries it: four decimals.
 pub(crate) fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64((x * 10_000.0).round() / 10_000.0)

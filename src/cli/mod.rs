@@ -516,8 +516,8 @@ fn summary_text(
         dev.events.len()
     ));
     o.push_str(&format!(
-        "allocator config: {:?}{}\n",
-        conf.source,
+        "allocator config: {}{}\n",
+        if conf.source.is_empty() { "default".to_string() } else { format!("{:?}", conf.source) },
         limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
     ));
     let r = &session.exact;

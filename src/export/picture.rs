@@ -167,8 +167,8 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         13.0,
         "start",
         &format!(
-            "{} segments ─ allocated {} ─ reserved {} ─ reserved but unallocated {} ─ inactive_split {} ─ largest free block {} ─ external_fragmentation {:.2}",
-            scene.segments.len(),
+            "{} ─ allocated {} ─ reserved {} ─ reserved but unallocated {} ─ inactive_split {} ─ largest free block {} ─ external_fragmentation {:.2}",
+            crate::analysis::count(scene.segments.len(), "segment"),
             human_bytes(scene.allocated),
             human_bytes(scene.reserved),
             human_bytes(f.reserved_unallocated_bytes),

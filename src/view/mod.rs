@@ -356,7 +356,7 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let private = view.segments.iter().filter(|s| s.private).count();
     let pools = if private > 0 { format!("─ {private} in private pools (*) ") } else { String::new() };
     let title = Line::from(Span::styled(
-        format!(" Fragmentation map ─ {} segments ─ by {order} {pools}", view.segments.len()),
+        format!(" Fragmentation map ─ {} ─ by {order} {pools}", crate::analysis::count(view.segments.len(), "segment")),
         focus,
     ));
     let inner = boxed(buf, area, title, None);
@@ -774,14 +774,14 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         })
         .render(plot, buf);
     let axis = format!(
-        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} OOM ─ E {} empty_cache ─ ╵ {} iterations ▲ peaks ",
+        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} ─ E {} empty_cache ─ ╵ {} ▲ peaks ",
         view.cursor,
         n,
         human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
         human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
-        view.ooms.len(),
+        crate::analysis::count(view.ooms.len(), "OOM"),
         view.empty_caches.len(),
-        view.iterations.len()
+        crate::analysis::count(view.iterations.len(), "iteration")
     );
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
 }
