@@ -340,7 +340,7 @@ fn run<D: Backed>(
         let source = format!("synth {}", describe(&spec));
         let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
         let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
-        app.speed = ((crate::ui::app::BASE_SPEED as f64) * args.speed).round().max(1.0) as usize;
+        app.speed = args.speed;
         let r = crate::ui::event::run_app(&mut app, crate::ui::event::Events::new());
         app.driver.release_all();
         r.map_err(|e| anyhow!("terminal: {e}"))?;

@@ -47,7 +47,8 @@ impl<'a> ReplayApp<'a> {
     /// Draws into any buffer (tests).
     pub fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
         let status = self.status.clone();
-        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, area, buf);
+        let keys = crate::view::REPLAY_KEYS;
+        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, keys, area, buf);
     }
 }
 
@@ -139,8 +140,10 @@ pub struct SynthApp<D: Device> {
     source: String,
     banner: Option<String>,
     pub(crate) paused: bool,
-    /// Requests run per 50 ms tick.
-    pub(crate) speed: usize,
+    /// Times `BASE_SPEED` requests run per 50 ms tick (`+` doubles, `-` halves).
+    pub(crate) speed: f64,
+    /// Requests owed to the workload: below ×1/40 a tick runs less than one.
+    owed: f64,
     color: bool,
     status: String,
 }
@@ -180,7 +183,8 @@ impl<D: Device> SynthApp<D> {
             source,
             banner,
             paused: false,
-            speed: BASE_SPEED,
+            speed: 1.0,
+            owed: 0.0,
             color,
             status: String::new(),
         }
@@ -255,6 +259,7 @@ impl<D: Device> SynthApp<D> {
             banner: self.banner.clone(),
             color: self.color,
             status: self.status.clone(),
+            keys: crate::view::SYNTH_KEYS,
         };
         let marks = Marks {
             timeline: &d.points,
@@ -291,13 +296,14 @@ impl<D: Device> Interactive for SynthApp<D> {
                 self.paused = !self.paused;
                 self.status = if self.paused { " paused".into() } else { " running".into() };
             }
+            // Doubling and halving, so `+` after `-` is back where it was.
             Action::Faster => {
-                self.speed = (self.speed * 2).min(BASE_SPEED << 10);
-                self.status = format!(" speed ×{}", self.speed as f64 / BASE_SPEED as f64);
+                self.speed = (self.speed * 2.0).min(1024.0);
+                self.status = format!(" speed ×{}", self.speed);
             }
             Action::Slower => {
-                self.speed = (self.speed / 2).max(1);
-                self.status = format!(" speed ×{}", self.speed as f64 / BASE_SPEED as f64);
+                self.speed = (self.speed / 2.0).max(1.0 / 64.0);
+                self.status = format!(" speed ×{}", self.speed);
             }
             Action::Screenshot => self.status = self.screenshot(),
             _ => {}
@@ -309,8 +315,12 @@ impl<D: Device> Interactive for SynthApp<D> {
         if !matches!(e, Event::Tick) || !self.running() {
             return false;
         }
-        let n = self.speed;
-        self.advance(n);
+        self.owed += BASE_SPEED as f64 * self.speed;
+        let n = self.owed.floor();
+        self.owed -= n;
+        if n >= 1.0 {
+            self.advance(n as usize);
+        }
         true
     }
 
@@ -320,5 +330,28 @@ impl<D: Device> Interactive for SynthApp<D> {
 
     fn tick_every(&self) -> Option<std::time::Duration> {
         Some(std::time::Duration::from_millis(50))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speed_halves_and_doubles_back_to_one_and_runs_what_it_says() {
+        let mut app = DemoApp::demo(42, String::new(), false);
+        let said = |app: &mut DemoApp, a| {
+            app.apply(a);
+            app.status.clone()
+        };
+        let down: Vec<String> = (0..4).map(|_| said(&mut app, Action::Slower)).collect();
+        assert_eq!(down, [" speed ×0.5", " speed ×0.25", " speed ×0.125", " speed ×0.0625"]);
+        let up: Vec<String> = (0..4).map(|_| said(&mut app, Action::Faster)).collect();
+        assert_eq!(up, [" speed ×0.125", " speed ×0.25", " speed ×0.5", " speed ×1"]);
+        // At ×1/16 a tick owes 2.5 requests: two ticks run 5.
+        app.speed = 1.0 / 16.0;
+        let before = app.driver.points.len();
+        assert!(app.update(Event::Tick) && app.update(Event::Tick));
+        assert_eq!(app.driver.points.len() - before, 5);
     }
 }

@@ -246,6 +246,7 @@ impl LiveApp {
             banner: self.banner.clone(),
             color: self.color,
             status,
+            keys: crate::view::LIVE_KEYS,
         };
         let marks = Marks {
             timeline: &points,

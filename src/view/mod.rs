@@ -99,7 +99,17 @@ pub(crate) struct View<'a> {
     pub(crate) help: bool,
     pub(crate) color: bool,
     pub(crate) status: String,
+    /// The key hints of the mode drawn (`REPLAY_KEYS`, …); none in exports.
+    pub(crate) keys: &'static str,
 }
+
+/// The keys each mode answers to, as its status line lists them.
+pub(crate) const REPLAY_KEYS: &str =
+    " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
+pub(crate) const SYNTH_KEYS: &str =
+    " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help ";
+pub(crate) const LIVE_KEYS: &str =
+    " q quit  1-9 GPU  n next process  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
 /// returns the inner area.
@@ -270,10 +280,9 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
     let line = if view.status.trim().is_empty() {
-        Line::from(Span::styled(
-            " q quit  space pause  ←/→ step  PgUp/PgDn jump  p peak  o OOM  tab focus  s screenshot  ? help ",
-            theme.fg(Color::DarkGray),
-        ))
+        Line::from(Span::styled(view.keys, theme.fg(Color::DarkGray)))
+    } else if view.keys.is_empty() {
+        Line::from(view.status.clone())
     } else {
         Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
     };

@@ -98,6 +98,8 @@ pub(crate) struct Chrome<'s> {
     pub(crate) banner: Option<String>,
     pub(crate) color: bool,
     pub(crate) status: String,
+    /// The mode's key hints for the status line; empty in exports.
+    pub(crate) keys: &'static str,
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
@@ -148,6 +150,7 @@ pub(crate) fn draw_parts(
         help: sel.help,
         color: chrome.color,
         status: chrome.status,
+        keys: chrome.keys,
     };
     (&view).render(area, buf);
 }
@@ -174,6 +177,7 @@ pub(crate) fn draw_replay(
     sel: Selection,
     color: bool,
     status: String,
+    keys: &'static str,
     area: Rect,
     buf: &mut Buffer,
 ) {
@@ -189,6 +193,7 @@ pub(crate) fn draw_replay(
         banner: None,
         color,
         status,
+        keys,
     };
     let marks =
         Marks { timeline: &points, cursor, peak_at, ooms: &ooms, empty_caches: &empty_caches, iterations: &iterations };
