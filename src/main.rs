@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use gpumem_top::cli;
 
 /// A terminal GPU memory profiler: live allocated-vs-reserved bars, a
@@ -60,8 +60,42 @@ fn demo(banner: &str) -> ExitCode {
 /// The banner over the simulated device when NVML finds no GPU.
 const NO_GPU: &str = "no NVIDIA GPU found: simulated device";
 
+/// An option of the live view given before another subcommand
+/// (`gpumem-top --json replay X`) would be dropped silently: say where it goes.
+fn misplaced_option(m: &clap::ArgMatches) -> Option<String> {
+    let (sub, _) = m.subcommand()?;
+    if sub == "live" {
+        return None;
+    }
+    let cmd = Cli::command();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if m.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            let flag = arg.get_long().map_or_else(|| id.to_string(), |l| format!("--{l}"));
+            let takes_it = cmd
+                .find_subcommand(sub)
+                .is_some_and(|s| s.get_arguments().any(|a| a.get_long().is_some() && a.get_long() == arg.get_long()));
+            let fix = if takes_it {
+                format!("put it after the subcommand: gpumem-top {sub} ... {flag}")
+            } else {
+                format!("`{sub}` has no {flag}")
+            };
+            return Some(format!("{flag} before `{sub}` belongs to the live view and would be ignored; {fix}"));
+        }
+    }
+    None
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    if let Some(e) = misplaced_option(&matches) {
+        eprintln!("gpumem-top: {e}");
+        return ExitCode::from(2);
+    }
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         None => cli::live(&cli.live, NO_GPU),
         Some(Command::Live(args)) => cli::live(&args, NO_GPU),

@@ -157,3 +157,33 @@ fn at_past_the_end_is_one_error_for_replay_and_export() {
         assert_eq!(o.status.code(), Some(0), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+/// An option of the live view before another subcommand would be dropped
+/// silently; it is an error saying where it goes.
+#[test]
+fn live_options_before_a_subcommand_are_an_error_saying_where_they_go() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let t = fixture("traces/resnet50_train.pickle.gz");
+    let o = Command::new(bin).args(["--json", "replay"]).arg(&t).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim_end(),
+        "gpumem-top: --json before `replay` belongs to the live view and would be ignored; put it after the subcommand: gpumem-top replay ... --json"
+    );
+    let o = Command::new(bin)
+        .args(["--no-color", "export"])
+        .arg(&t)
+        .args(["--view", "bars", "--format", "txt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("`export` has no --no-color"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // After the subcommand, or for the live view itself, nothing changes.
+    let o = Command::new(bin).arg("replay").arg(&t).arg("--json").output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}
