@@ -2,8 +2,6 @@
 //! what the keys selected; each frame is drawn from them as an immutable
 //! `View`.
 
-use ratatui::Frame;
-
 use super::event::{Action, Event, Interactive, Screen};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
@@ -43,22 +41,13 @@ impl<'a> ReplayApp<'a> {
             Err(e) => format!(" screenshot failed: {e}"),
         }
     }
-
-    /// Draws into any buffer (tests).
-    pub fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
-        let status = self.status.clone();
-        let keys = crate::view::REPLAY_KEYS;
-        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, keys, area, buf);
-    }
 }
 
 impl Interactive for ReplayApp<'_> {
-    fn draw(&mut self, frame: &mut Frame) {
-        let area = frame.area();
-        if crate::view::too_small(area, frame.buffer_mut()) {
-            return;
-        }
-        self.draw_into(area, frame.buffer_mut());
+    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
+        let status = self.status.clone();
+        let keys = crate::view::REPLAY_KEYS;
+        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, keys, area, buf);
     }
 
     fn apply(&mut self, a: Action) {
@@ -148,6 +137,18 @@ pub struct SynthApp<D: Device> {
     status: String,
 }
 
+/// The timeline of a running workload, its cursor at the newest request.
+fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
+    Marks {
+        timeline: &d.points,
+        cursor: d.points.len().saturating_sub(1),
+        peak_at: d.peak_at(),
+        ooms: &d.ooms,
+        empty_caches: &d.empty_caches,
+        iterations: &d.iterations,
+    }
+}
+
 /// The simulated device with the demo's workload.
 pub type DemoApp = SynthApp<Sim>;
 
@@ -213,14 +214,7 @@ impl<D: Device> SynthApp<D> {
         let d = &self.driver;
         let segs = d.alloc.snapshot();
         let spec = &d.workload.spec;
-        let marks = Marks {
-            timeline: &d.points,
-            cursor: d.points.len().saturating_sub(1),
-            peak_at: d.peak_at(),
-            ooms: &d.ooms,
-            empty_caches: &d.empty_caches,
-            iterations: &d.iterations,
-        };
+        let marks = run_marks(d);
         let title = format!("{} · iteration {}", self.source, d.workload.iteration());
         let scene = crate::export::replay::scene_of(&d.alloc, &segs, title, &d.alloc.device().describe(), marks);
         let svg = crate::export::picture::svg(&scene, view, 1600);
@@ -240,8 +234,13 @@ impl<D: Device> SynthApp<D> {
         }
     }
 
-    /// Draws into any buffer (tests).
-    pub fn draw_into(&self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
+    fn running(&self) -> bool {
+        !self.paused && *self.driver.progress() == Progress::Running
+    }
+}
+
+impl<D: Device> Interactive for SynthApp<D> {
+    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
         let d = &self.driver;
         let state = match d.progress() {
             Progress::Running if self.paused => " (paused)",
@@ -261,29 +260,8 @@ impl<D: Device> SynthApp<D> {
             status: self.status.clone(),
             keys: crate::view::SYNTH_KEYS,
         };
-        let marks = Marks {
-            timeline: &d.points,
-            cursor: d.points.len().saturating_sub(1),
-            peak_at: d.peak_at(),
-            ooms: &d.ooms,
-            empty_caches: &d.empty_caches,
-            iterations: &d.iterations,
-        };
+        let marks = run_marks(d);
         draw_state(&d.alloc, chrome, marks, self.screen.sel, area, buf);
-    }
-
-    fn running(&self) -> bool {
-        !self.paused && *self.driver.progress() == Progress::Running
-    }
-}
-
-impl<D: Device> Interactive for SynthApp<D> {
-    fn draw(&mut self, frame: &mut Frame) {
-        let area = frame.area();
-        if crate::view::too_small(area, frame.buffer_mut()) {
-            return;
-        }
-        self.draw_into(area, frame.buffer_mut());
     }
 
     fn apply(&mut self, a: Action) {

@@ -138,8 +138,15 @@ impl Screen {
 
 /// An app the terminal loop drives.
 pub trait Interactive {
-    /// Draws the app's state; the view drawn is built from it and immutable.
-    fn draw(&mut self, frame: &mut Frame);
+    /// Draws the app's state into `buf`; the view drawn is built from it and immutable.
+    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer);
+    /// A frame of the whole terminal: below 80x24 it says so instead.
+    fn draw(&mut self, frame: &mut Frame) {
+        let area = frame.area();
+        if !crate::view::too_small(area, frame.buffer_mut()) {
+            self.draw_into(area, frame.buffer_mut());
+        }
+    }
     fn apply(&mut self, a: Action);
     /// A tick or a sample; true when the screen changed.
     fn update(&mut self, e: Event) -> bool {

@@ -9,7 +9,6 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Widget};
-use ratatui::Frame;
 
 use super::event::{Action, Event, Interactive, Screen};
 use crate::analysis::human_bytes;
@@ -183,13 +182,10 @@ impl LiveApp {
         }
         lines
     }
+}
 
-    /// Draws into any buffer (tests).
-    pub fn draw_into(&self, area: Rect, buf: &mut Buffer) {
-        self.draw_with(area, buf)
-    }
-
-    fn draw_with(&self, area: Rect, buf: &mut Buffer) {
+impl Interactive for LiveApp {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
         let lines = self.gpu_lines();
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
@@ -257,16 +253,6 @@ impl LiveApp {
             iterations: &[],
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
-    }
-}
-
-impl Interactive for LiveApp {
-    fn draw(&mut self, frame: &mut Frame) {
-        let area = frame.area();
-        if crate::view::too_small(area, frame.buffer_mut()) {
-            return;
-        }
-        self.draw_into(area, frame.buffer_mut());
     }
 
     fn apply(&mut self, a: Action) {
