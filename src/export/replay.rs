@@ -61,11 +61,9 @@ pub(crate) fn picture(
     }
     let n = model.points().len();
     let (name, peak_at) = (model.name.clone(), model.peak_at);
-    let (ooms, empty_caches, iterations) = (model.ooms.clone(), model.empty_caches.clone(), model.iterations.clone());
-    let points = model.points().to_vec();
-    let marks =
-        Marks { timeline: &points, cursor, peak_at, ooms: &ooms, empty_caches: &empty_caches, iterations: &iterations };
-    let a = model.state_at(cursor);
+    let at = model.at(cursor);
+    let marks = Marks::of(&at, cursor, peak_at);
+    let a = at.state;
     let segs = a.snapshot();
     let title = format!("{name} · event {cursor} of {n}{}", if Some(cursor) == peak_at { " (peak)" } else { "" });
     let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";

@@ -74,6 +74,13 @@ impl<'a> ReplayModel<'a> {
         self.scrub.seek(cursor)
     }
 
+    /// The state after event `cursor` with the timeline and its marks,
+    /// borrowed (a frame draws them all; nothing is copied).
+    pub(crate) fn at(&mut self, cursor: usize) -> ReplayAt<'_, 'a> {
+        let (state, points) = self.scrub.seek_with_points(cursor);
+        ReplayAt { state, points, ooms: &self.ooms, empty_caches: &self.empty_caches, iterations: &self.iterations }
+    }
+
     /// "event 12/300", or what kind of recording this is.
     pub(crate) fn position(&self, cursor: usize) -> String {
         let n = self.points().len();
@@ -83,4 +90,13 @@ impl<'a> ReplayModel<'a> {
             _ => format!("event {cursor}/{n}"),
         }
     }
+}
+
+/// What one moment of a replay draws: `ReplayModel::at`.
+pub(crate) struct ReplayAt<'m, 'a> {
+    pub(crate) state: &'m CachingAllocator<Oracle<'a>>,
+    pub(crate) points: &'m [StatePoint],
+    pub(crate) ooms: &'m [usize],
+    pub(crate) empty_caches: &'m [usize],
+    pub(crate) iterations: &'m [usize],
 }

@@ -88,6 +88,20 @@ pub(crate) struct Marks<'m> {
     pub(crate) iterations: &'m [usize],
 }
 
+impl<'m> Marks<'m> {
+    /// The marks of a replay at `cursor`.
+    pub(crate) fn of(at: &crate::replay::model::ReplayAt<'m, '_>, cursor: usize, peak_at: Option<usize>) -> Self {
+        Marks {
+            timeline: at.points,
+            cursor,
+            peak_at,
+            ooms: at.ooms,
+            empty_caches: at.empty_caches,
+            iterations: at.iterations,
+        }
+    }
+}
+
 /// The header, banner and status line of a screen.
 #[derive(Debug, Clone)]
 pub(crate) struct Chrome<'s> {
@@ -183,8 +197,7 @@ pub(crate) fn draw_replay(
 ) {
     let position = model.position(cursor);
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
-    let (ooms, empty_caches, iterations) = (model.ooms.clone(), model.empty_caches.clone(), model.iterations.clone());
-    let points = model.points().to_vec();
+    let at = model.at(cursor);
     let chrome = Chrome {
         stacks,
         device: "recorded device".into(),
@@ -195,7 +208,6 @@ pub(crate) fn draw_replay(
         status,
         keys,
     };
-    let marks =
-        Marks { timeline: &points, cursor, peak_at, ooms: &ooms, empty_caches: &empty_caches, iterations: &iterations };
-    draw_state(model.state_at(cursor), chrome, marks, sel, area, buf);
+    let marks = Marks::of(&at, cursor, peak_at);
+    draw_state(at.state, chrome, marks, sel, area, buf);
 }
