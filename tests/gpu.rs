@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpumem_top::monitor::ProcessMemory;
+use gpumem_top::ui::event::Interactive;
 use serde_json::Value;
 
 /// The binary: where cargo built it, or the bundle's copy on the GPU machine.

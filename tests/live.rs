@@ -14,6 +14,7 @@ use gpumem_top::monitor::alerts::{alerts, Thresholds};
 use gpumem_top::monitor::publisher::{self, scan};
 use gpumem_top::monitor::sampler::{LiveSource, Source};
 use gpumem_top::monitor::{GpuQuery, GpuSample, ProcessSample};
+use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
 use serde_json::{json, Value};
 
@@ -671,7 +672,6 @@ fn publishers_land_on_nvmls_gpu_by_uuid_then_by_process_then_by_ordinal() {
 /// the allocator screen of the publishing process below; smaller says so.
 #[test]
 fn the_live_view_fits_80x24() {
-    use gpumem_top::ui::event::Interactive;
     let d = tmpdir("small");
     let me = std::process::id();
     write(&d, &format!("{me}-0.json"), &published(me, 0, 8 << 20, 20 << 20, &[]));

@@ -25,12 +25,6 @@ impl<'a> ReplayApp<'a> {
         ReplayApp { model, screen: Screen::default(), cursor, color, status: String::new() }
     }
 
-    pub fn handle_key(&mut self, k: crossterm::event::KeyEvent) {
-        if let Some(a) = Action::of(&k) {
-            self.apply(a);
-        }
-    }
-
     /// `s`: the focused view as SVG in the current directory.
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
@@ -200,12 +194,6 @@ impl<D: Device> SynthApp<D> {
             self.status = format!(" OOM in iteration {} (batch {}): {first}; {}", o.iteration, o.batch, o.action);
         }
         self.refresh_stacks();
-    }
-
-    pub fn handle_key(&mut self, k: crossterm::event::KeyEvent) {
-        if let Some(a) = Action::of(&k) {
-            self.apply(a);
-        }
     }
 
     /// `s`: the focused view of the run now, as SVG in the current directory.

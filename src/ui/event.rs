@@ -148,6 +148,12 @@ pub trait Interactive {
         }
     }
     fn apply(&mut self, a: Action);
+    /// A key, as the loop applies it (tests press keys through this).
+    fn handle_key(&mut self, k: KeyEvent) {
+        if let Some(a) = Action::of(&k) {
+            self.apply(a);
+        }
+    }
     /// A tick or a sample; true when the screen changed.
     fn update(&mut self, e: Event) -> bool {
         let _ = e;

@@ -3,7 +3,6 @@
 //! its state. Samples arrive as events from the sampler thread into the
 //! `LiveModel`; this keeps only what the keys selected, and draws.
 
-use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -66,12 +65,6 @@ impl LiveApp {
 
     fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
         self.model.publisher_of(gpu, p)
-    }
-
-    pub fn handle_key(&mut self, k: KeyEvent) {
-        if let Some(a) = Action::of(&k) {
-            self.apply(a);
-        }
     }
 
     /// `s`: the focused view of the selected publisher, as SVG here.
