@@ -302,10 +302,11 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    let sampler = Sampler::spawn(src, interval);
+    // The sampler runs until it is dropped at the end of this function.
+    let (_sampler, rx) = Sampler::spawn(src, interval);
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| n < c) {
-        let Ok(snap) = sampler.rx.recv_timeout(Duration::from_millis(100)) else { continue };
+        let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
         let a = alerts(&snap, &thresholds);
         put(&mut file, &out, &record_line(&snap, &a))?;
         n += 1;
@@ -419,9 +420,10 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     let collector = {
         let (body, stop) = (body.clone(), stop.clone());
         std::thread::Builder::new().name("gpumem-collect".into()).spawn(move || {
-            let sampler = Sampler::spawn(src, interval);
+            // The sampler runs until it is dropped with this thread's closure.
+            let (_sampler, rx) = Sampler::spawn(src, interval);
             while !stop.load(Ordering::Relaxed) {
-                let Ok(s) = sampler.rx.recv_timeout(Duration::from_millis(200)) else { continue };
+                let Ok(s) = rx.recv_timeout(Duration::from_millis(200)) else { continue };
                 let a = alerts(&s, &thresholds);
                 let text = Arc::new(crate::export::prometheus::exposition(&s, &a));
                 if let Ok(mut b) = body.lock() {

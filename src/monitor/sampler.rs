@@ -170,22 +170,20 @@ impl Source for DemoSource {
 
 /// A sampling thread; dropping it stops the thread.
 pub(crate) struct Sampler {
-    pub(crate) rx: Receiver<Snapshot>,
     stop: Option<Sender<()>>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Sampler {
-    /// Takes a snapshot at once, then every `interval`, onto `rx`. The
-    /// channel is bounded: a consumer that falls behind loses samples,
+    /// Takes a snapshot at once, then every `interval`, onto the channel
+    /// returned. It is bounded: a consumer that falls behind loses samples,
     /// never memory.
-    pub(crate) fn spawn(source: Box<dyn Source>, interval: Duration) -> Sampler {
+    pub(crate) fn spawn(source: Box<dyn Source>, interval: Duration) -> (Sampler, Receiver<Snapshot>) {
         let (tx, rx) = mpsc::sync_channel(8);
-        let mut s = Sampler::spawn_into(source, interval, move |snap| {
+        let s = Sampler::spawn_into(source, interval, move |snap| {
             !matches!(tx.try_send(snap), Err(mpsc::TrySendError::Disconnected(_)))
         });
-        s.rx = rx;
-        s
+        (s, rx)
     }
 
     /// As `spawn`, handing each snapshot to `sink` (the TUI's event
@@ -221,8 +219,7 @@ impl Sampler {
                 }
             })
             .ok();
-        let (_, dead) = mpsc::channel();
-        Sampler { rx: dead, stop: Some(stop_tx), handle }
+        Sampler { stop: Some(stop_tx), handle }
     }
 }
 
