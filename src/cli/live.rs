@@ -121,21 +121,10 @@ fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
 pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     let thresholds = args.thresholds()?;
     let interval = args.interval()?;
-    let source = match args.source {
-        SourceKind::Live => live_source(args)?,
-        SourceKind::Demo => Some(Box::new(DemoSource::new(42)) as Box<dyn Source>),
-    };
     if args.json {
         // Scripts get real numbers or an error, never the simulated device
         // unless they ask for it (`--source demo`), as `record` and `serve`.
-        let (mut src, name): (Box<dyn Source>, &str) = match source {
-            Some(s) => (s, if args.source == SourceKind::Demo { "simulated device" } else { "nvml" }),
-            None => {
-                return Err(anyhow!(InputError(
-                    "no NVIDIA GPU or NVML library found (use --source demo for the simulated device)".into()
-                )))
-            }
-        };
+        let (mut src, name) = source_for(args.source, args)?;
         let snap = src.snapshot();
         let a = alerts(&snap, &thresholds);
         let mut so = std::io::stdout().lock();
@@ -143,6 +132,10 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let source = match args.source {
+        SourceKind::Live => live_source(args)?,
+        SourceKind::Demo => Some(Box::new(DemoSource::new(42)) as Box<dyn Source>),
+    };
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(anyhow!(InputError(
             "the interactive view needs a terminal (for scripts: `gpumem-top --json`, `record`, `serve`)".into()
