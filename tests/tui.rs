@@ -219,16 +219,20 @@ fn a_closed_terminal_ends_the_program() {
 fn the_live_view_redraws_as_samples_arrive() {
     let bin = env!("CARGO_BIN_EXE_gpumem-top");
     let p = Pane::start(&format!("{bin} live --source demo --interval 100"), 160, 45);
-    let samples = |s: &str| -> usize {
-        let at = s.find("cursor: event ").unwrap_or_else(|| panic!("no timeline footer:\n{s}"));
-        let rest = &s[at..];
-        let of = rest.find(" of ").unwrap();
-        rest[of + 4..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    // The live timeline's x axis is time: its footer says how long it
+    // covers and how many optimizer steps it shows.
+    let covered = |s: &str| -> (f64, usize) {
+        let at = s.find("─── now (+").unwrap_or_else(|| panic!("no timeline footer:\n{s}"));
+        let rest = &s[at + "─── now (+".len()..];
+        let secs: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+        let st = rest.find("╵ ").unwrap();
+        let steps = rest[st + "╵ ".len()..].split(' ').next().unwrap().parse().unwrap();
+        (secs, steps)
     };
-    let first = samples(&p.wait_for("cursor: event "));
-    std::thread::sleep(Duration::from_millis(1500));
-    let later = samples(&p.screen());
-    assert!(later >= first + 5, "{first} samples, then {later} 1.5 s later");
+    let first = covered(&p.wait_for("s) ─ allocated"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = covered(&p.screen());
+    assert!(later.0 >= first.0 + 2.0 && later.1 > first.1, "{first:?}, then {later:?} 2.5 s later");
     p.keys(&["q"]);
 }
 

@@ -3,20 +3,46 @@
 In a training script:
 
     import gpumem_top_publish
-    gpumem_top_publish.start()          # every 0.5 s, the current device
+    gpumem_top_publish.start()          # every 0.5 s, the devices it uses
 
-A daemon thread writes ``torch.cuda.memory_stats()`` and a compact
-segment/block layout (from ``torch.cuda.memory_snapshot()``) to
+or, with no code change, ``gpumem-top run -- python3 train.py`` (which puts
+this module and a ``sitecustomize`` on PYTHONPATH and calls ``start`` once
+the program initialises CUDA).
+
+A daemon thread writes ``torch.cuda.memory_stats()`` and, when it changed and
+the time budget allows, a compact segment/block layout to
 ``<dir>/<pid>-<device>.json``, written to a temporary name and renamed so a
 reader never sees half a file. ``<dir>`` is ``$GPUMEM_TOP_DIR``, else
 ``$XDG_RUNTIME_DIR/gpumem-top``, else ``/tmp/gpumem-top-<uid>``; it is created
-with mode 0700 and must belong to this user. The allocated bytes at the end of
-each optimizer step are kept too (gpumem-top's leak alert reads them).
+with mode 0700 and must belong to this user.
+
+What it costs the training (docs/live.md in gpumem-top's repository):
+
+* per sample, one ``memory_stats()`` call per device and one small file;
+* the layout comes from ``torch.cuda.memory_snapshot()``, which also copies
+  the whole memory history when history recording is on, so it is taken
+  only when the allocator's counters moved since the last one, and never
+  more often than keeps its measured cost under 0.5% of wall time;
+* at each optimizer step, a few integers (and with ``step_peaks`` one
+  ``memory_stats()`` and one peak reset).
+
+``step_peaks=True`` (``gpumem-top run --step-peaks``) gives each step's true
+peak allocated and reserved bytes. PyTorch keeps only all-time peaks, so this
+resets its peak counters at every step; ``torch.cuda.memory_stats()``,
+``max_memory_allocated()`` and ``reset_peak_memory_stats()`` are wrapped so
+that Python code still sees the peaks it would have seen. It is opt-in
+because C++ code reading the counters directly sees per-step peaks.
+
+A snapshot on demand: gpumem-top creates ``<dir>/<pid>.snapshot-request``;
+within one interval this process writes ``torch.cuda.memory._snapshot()``
+(the whole history when recording, else the state) to
+``<dir>/<pid>.snapshot.pickle``.
 """
 
 import atexit
 import json
 import os
+import pickle
 import stat
 import sys
 import tempfile
@@ -24,8 +50,28 @@ import threading
 import time
 
 _lock = threading.Lock()
-_state = {"thread": None, "stop": None, "steps": [], "hook": None, "files": []}
+# Guards PyTorch's peak counters between our read-and-reset and a reader.
+_peak_lock = threading.Lock()
+_state = {
+    "thread": None,
+    "stop": None,
+    "steps": [],
+    "step_log": [],
+    "step_n": 0,
+    "hook": None,
+    "files": [],
+    "owner": None,
+    "step_peaks": False,
+    "shadow": {},
+    "orig": None,
+    "last_step_time": None,
+}
 _STATE_CODES = {"active_allocated": 0, "active_pending_free": 1, "inactive": 2}
+# Steps kept in each file: at 10 ms a step, 5 s of them, so a reader
+# sampling every 0.5 s sees every step.
+_STEP_LOG = 512
+# A layout may cost at most 1/_LAYOUT_BUDGET of wall time.
+_LAYOUT_BUDGET = 200
 
 
 def default_dir():
@@ -144,73 +190,317 @@ def _uuid(torch, device):
     return cache[device]
 
 
-def publish_once(torch, directory, device, interval, layout=True):
-    """Writes one file now; returns its path."""
-    stats = torch.cuda.memory_stats(device)
-    doc = {
-        "version": 1,
-        "pid": os.getpid(),
-        "nspid": _nspid(),
-        "device": device,
-        "uuid": _uuid(torch, device),
-        "time": time.time(),
-        "interval": interval,
-        "command": _command(),
-        "stats": {k: int(v) for k, v in stats.items()},
-        "segments": _layout(torch, device) if layout else [],
-        "steps": list(_state["steps"]),
-    }
-    name = "%d-%d.json" % (os.getpid(), device)
-    path = os.path.join(directory, name)
+# --- peaks -----------------------------------------------------------------
+
+
+def _walk_peaks(d, prefix, out):
+    """Every ``…peak`` value of a (nested or flat) stats dict, by path."""
+    for k, v in d.items():
+        path = prefix + (k,)
+        if isinstance(v, dict):
+            _walk_peaks(v, path, out)
+        elif isinstance(v, int) and (k == "peak" or str(k).endswith(".peak")):
+            out[path] = v
+
+
+def _apply_shadow(d, prefix, shadow):
+    """``d`` with each peak raised to what the user would have seen had we
+    never reset it."""
+    out = {}
+    for k, v in d.items():
+        path = prefix + (k,)
+        if isinstance(v, dict):
+            out[k] = _apply_shadow(v, path, shadow)
+        elif path in shadow and isinstance(v, int):
+            out[k] = max(v, shadow[path])
+        else:
+            out[k] = v
+    return out
+
+
+def _install_peak_shadow(torch):
+    """Wraps PyTorch's stats getters and peak resets so that Python readers
+    see the peaks they would have seen without our resets (docs/live.md)."""
+    C = torch._C
+    pairs = []
+    for get_name, reset_name in (
+        ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
+        ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),
+    ):
+        get, reset = getattr(C, get_name, None), getattr(C, reset_name, None)
+        if get is None or reset is None:
+            continue
+        pairs.append((get_name, get, reset_name, reset))
+    if not pairs:
+        raise RuntimeError("this torch has no _cuda_memoryStats/_cuda_resetPeakMemoryStats")
+    shadow = _state["shadow"]
+
+    def key(args, kwargs):
+        dev = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
+        if dev is None:
+            return torch.cuda.current_device()
+        return int(getattr(dev, "index", dev) if not isinstance(dev, int) else dev)
+
+    def wrap_get(orig):
+        def stats(*args, **kwargs):
+            with _peak_lock:
+                r = orig(*args, **kwargs)
+                try:
+                    s = shadow.get(key(args, kwargs))
+                    return _apply_shadow(r, (), s) if s and isinstance(r, dict) else r
+                except Exception:
+                    return r
+
+        stats.__wrapped__ = orig
+        return stats
+
+    def wrap_reset(orig):
+        def reset(*args, **kwargs):
+            with _peak_lock:
+                try:
+                    shadow.pop(key(args, kwargs), None)
+                except Exception:
+                    shadow.clear()
+                return orig(*args, **kwargs)
+
+        reset.__wrapped__ = orig
+        return reset
+
+    _state["orig"] = (pairs[0][1], pairs[0][3])
+    for get_name, get, reset_name, reset in pairs:
+        setattr(C, get_name, wrap_get(get))
+        setattr(C, reset_name, wrap_reset(reset))
+
+
+def _take_peaks(device):
+    """This window's peaks on ``device`` (allocated, reserved), folded into
+    the shadow, and PyTorch's counters reset for the next window."""
+    get, reset = _state["orig"]
+    with _peak_lock:
+        raw = get(device)
+        peaks = {}
+        _walk_peaks(raw, (), peaks)
+        s = _state["shadow"].setdefault(device, {})
+        for p, v in peaks.items():
+            if v > s.get(p, -1):
+                s[p] = v
+        reset(device)
+
+    def at(*path):
+        v = raw
+        for k in path:
+            v = v.get(k, {}) if isinstance(v, dict) else {}
+        return v if isinstance(v, int) else None
+
+    a = at("allocated_bytes", "all", "peak")
+    if a is None:
+        a = at("allocated_bytes.all.peak")
+    r = at("reserved_bytes", "all", "peak")
+    if r is None:
+        r = at("reserved_bytes.all.peak")
+    return a, r
+
+
+# --- steps -----------------------------------------------------------------
+
+
+def _on_step(optimizer, args, kwargs):
+    if os.getpid() != _state["owner"]:
+        return  # a forked child: CUDA is not usable here
+    try:
+        import torch
+
+        dev = torch.cuda.current_device()
+        n = _state["step_n"] + 1
+        _state["step_n"] = n
+        alloc = int(torch.cuda.memory_allocated(dev))
+        try:
+            res = int(torch.cuda.memory_reserved(dev))
+        except Exception:
+            res = None
+        pa = pr = None
+        if _state["step_peaks"]:
+            pa, pr = _take_peaks(dev)
+        steps = _state["steps"]
+        steps.append(alloc)
+        del steps[:-64]
+        log = _state["step_log"]
+        log.append([n, time.time(), dev, alloc, res, pa, pr])
+        del log[:-_STEP_LOG]
+        _state["last_step_time"] = time.time()
+    except Exception:
+        pass  # Publishing must never break training.
+
+
+# --- files -----------------------------------------------------------------
+
+
+def _write_atomic(directory, name, data):
     tmp = ".%s.%d.tmp" % (name, threading.get_ident())
-    data = json.dumps(doc, separators=(",", ":")).encode()
     # Through a descriptor of the directory, never following a link: a
     # directory swapped for a symbolic link after the check gets nothing.
     dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
         os.close(dfd)
-    return path
+    return os.path.join(directory, name)
 
 
-def _on_step(optimizer, args, kwargs):
-    import torch
+def _fingerprint(stats):
+    """Counters that move whenever the layout can have changed."""
+    return tuple(
+        stats.get(k, 0)
+        for k in (
+            "allocation.all.allocated",
+            "allocation.all.freed",
+            "segment.all.allocated",
+            "segment.all.freed",
+            "reserved_bytes.all.current",
+        )
+    )
 
-    steps = _state["steps"]
-    steps.append(int(torch.cuda.memory_allocated()))
-    del steps[:-64]
+
+class _Layouts:
+    """When to take a layout, and the last one taken, per device."""
+
+    def __init__(self):
+        self.last = {}  # device -> (fingerprint, json text)
+        self.next_at = 0.0
+
+    def get(self, torch, device, stats, now, enabled):
+        if not enabled:
+            return "[]", None
+        fp = _fingerprint(stats)
+        prev = self.last.get(device)
+        if prev is not None and (prev[0] == fp or now < self.next_at):
+            return prev[1], prev[2]
+        t0 = time.perf_counter()
+        text = json.dumps(_layout(torch, device), separators=(",", ":"))
+        cost = time.perf_counter() - t0
+        self.next_at = now + cost * _LAYOUT_BUDGET
+        self.last[device] = (fp, text, now)
+        return text, now
 
 
-def start(interval=0.5, directory=None, devices=None, layout=True):
+def publish_once(torch, directory, device, interval, layout=True, layouts=None, window=None):
+    """Writes one file now; returns its path."""
+    stats = {k: int(v) for k, v in torch.cuda.memory_stats(device).items()}
+    now = time.time()
+    layouts = layouts if layouts is not None else _Layouts()
+    seg_text, layout_time = layouts.get(torch, device, stats, now, layout)
+    doc = {
+        "version": 1,
+        "pid": os.getpid(),
+        "nspid": _nspid(),
+        "device": device,
+        "uuid": _uuid(torch, device),
+        "time": now,
+        "interval": interval,
+        "command": _command(),
+        "stats": stats,
+        "steps": list(_state["steps"]),
+        "step_peaks": bool(_state["step_peaks"]),
+        "step_log": [s for s in list(_state["step_log"]) if s[2] == device],
+        "layout_time": layout_time,
+    }
+    if window is not None:
+        doc["window_peak"] = window
+    text = json.dumps(doc, separators=(",", ":"))
+    # The layout is spliced in as the text it was serialised to once.
+    data = (text[:-1] + ',"segments":' + seg_text + "}").encode()
+    return _write_atomic(directory, "%d-%d.json" % (os.getpid(), device), data)
+
+
+def _serve_snapshot_request(torch, directory):
+    """Answers ``<pid>.snapshot-request`` with ``<pid>.snapshot.pickle``
+    (or ``<pid>.snapshot.error``)."""
+    pid = os.getpid()
+    req = os.path.join(directory, "%d.snapshot-request" % pid)
+    if not os.path.exists(req):
+        return
+    try:
+        os.unlink(req)
+    except OSError:
+        return
+    try:
+        snap = torch.cuda.memory._snapshot()
+        data = pickle.dumps(snap, protocol=4)
+        _write_atomic(directory, "%d.snapshot.pickle" % pid, data)
+    except Exception as e:
+        try:
+            _write_atomic(directory, "%d.snapshot.error" % pid, repr(e).encode())
+        except Exception:
+            pass
+
+
+def _devices(torch, fixed):
+    """The devices to publish: those given, else the one current at start
+    plus every device where this process holds memory."""
+    if fixed is not None:
+        return fixed
+    devs = list(_state.get("home", []))
+    try:
+        n = torch.cuda.device_count()
+        for d in range(n):
+            if d not in devs and torch.cuda.memory_reserved(d) > 0:
+                devs.append(d)
+    except Exception:
+        pass
+    return devs
+
+
+def start(interval=0.5, directory=None, devices=None, layout=True, step_peaks=False, history=None):
     """Starts publishing every ``interval`` seconds (idempotent).
 
-    ``devices``: CUDA device indices (default: the current device).
+    ``devices``: CUDA device indices (default: the current device and any
+    other this process allocates on).
     ``layout``: include the segment/block layout (the fragmentation map).
+    ``step_peaks``: each optimizer step's true peaks (resets PyTorch's peak
+    counters at each step; Python readers see them as if it did not).
+    ``history``: also record PyTorch's memory history, this many entries.
     """
     try:
-        return _start(interval, directory, devices, layout)
+        return _start(interval, directory, devices, layout, step_peaks, history)
     except Exception as e:
         # Publishing must never break training.
         _warn("not publishing: %s" % e)
         return None
 
 
-def _start(interval, directory, devices, layout):
+def _after_fork_in_child():
+    # The thread does not exist here and CUDA is unusable in a forked
+    # child; the files are the parent's, never removed from here.
+    _state.update(thread=None, stop=None, files=[])
+
+
+def _start(interval, directory, devices, layout, step_peaks, history):
     import torch
 
     with _lock:
-        if _state["thread"] is not None:
+        if _state["thread"] is not None and _state["owner"] == os.getpid():
             return _state["thread"]
         directory = _usable_dir(directory or default_dir())
         if directory is None:
             return None
-        devs = list(devices) if devices is not None else [torch.cuda.current_device()]
+        _state["owner"] = os.getpid()
+        _state["home"] = [torch.cuda.current_device()]
+        fixed = list(devices) if devices is not None else None
+        if history:
+            torch.cuda.memory._record_memory_history(max_entries=int(history), stacks="python")
+        if step_peaks:
+            try:
+                _install_peak_shadow(torch)
+                _state["step_peaks"] = True
+            except Exception as e:
+                _warn("no step peaks: %s" % e)
         stop = threading.Event()
         try:
             # torch.optim deletes its submodules' names: import the function.
@@ -219,33 +509,59 @@ def _start(interval, directory, devices, layout):
             _state["hook"] = register_optimizer_step_post_hook(_on_step)
         except (AttributeError, ImportError):
             _state["hook"] = None
+        layouts = _Layouts()
 
         def loop():
             while not stop.is_set():
-                for d in devs:
+                window = {}
+                if _state["step_peaks"]:
+                    # Without optimizer steps, each interval is a window.
+                    # Once steps are seen, only they end windows: an
+                    # interval reset inside a step would cut its peak.
+                    if _state["last_step_time"] is None:
+                        for d in _devices(torch, fixed):
+                            try:
+                                a, r = _take_peaks(d)
+                                window[d] = [time.time(), a, r]
+                            except Exception:
+                                pass
+                for d in _devices(torch, fixed):
                     try:
-                        p = publish_once(torch, directory, d, interval, layout)
+                        p = publish_once(torch, directory, d, interval, layout, layouts, window.get(d))
                         if p not in _state["files"]:
                             _state["files"].append(p)
                     except Exception:
                         # Publishing must never break training.
                         pass
+                try:
+                    _serve_snapshot_request(torch, directory)
+                except Exception:
+                    pass
                 stop.wait(interval)
 
         t = threading.Thread(target=loop, name="gpumem-top-publish", daemon=True)
         _state["thread"], _state["stop"] = t, stop
         t.start()
-        atexit.register(stop_publishing)
+        if not _state.get("registered"):
+            _state["registered"] = True
+            atexit.register(stop_publishing)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork_in_child)
         return t
 
 
 def stop_publishing():
     """Stops the thread and removes this process's files."""
     with _lock:
+        if _state["owner"] != os.getpid():
+            return
         if _state["stop"] is not None:
             _state["stop"].set()
         if _state["hook"] is not None:
-            _state["hook"].remove()
+            try:
+                _state["hook"].remove()
+            except Exception:
+                pass
         for p in _state["files"]:
             try:
                 os.unlink(p)

@@ -16,6 +16,53 @@ pub struct ProcHistory {
     /// In the latest snapshot.
     pub(crate) fresh: bool,
     pub(crate) nvml_used: Option<u64>,
+    /// The highest step number taken into the series.
+    pub(crate) last_step: u64,
+    /// Every step seen, oldest first (at most `MAX_STEPS`).
+    pub(crate) steps: std::collections::VecDeque<StepPoint>,
+}
+
+/// One optimizer step of a publishing process as the timeline shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StepPoint {
+    pub(crate) n: u64,
+    pub(crate) t: f64,
+    /// Its own peaks, when the process publishes them (`run --step-peaks`).
+    pub(crate) peak_allocated: Option<u64>,
+    pub(crate) peak_reserved: Option<u64>,
+    pub(crate) allocated_end: u64,
+}
+
+/// Steps kept per process (about 3 MiB).
+pub(crate) const MAX_STEPS: usize = 100_000;
+
+impl ProcHistory {
+    /// Takes the steps `p` logged that are not in the series yet, each as a
+    /// point at its end: its own peaks where published, else its end state.
+    fn take_steps(&mut self, used: u64) {
+        let p = &self.last;
+        let since = self.last_step;
+        for s in p.step_log.iter().filter(|s| s.n() > since) {
+            // In time order with the samples: a step that ended while the
+            // file was written can carry a time after the file's.
+            let t = s.time().max(self.series.last_time().unwrap_or(f64::MIN)).min(p.time.max(s.time()));
+            let (pa, pr) = if p.step_peaks { (s.peak_allocated(), s.peak_reserved()) } else { (None, None) };
+            let allocated = pa.unwrap_or(s.allocated_end());
+            let reserved = pr.or(s.reserved_end()).unwrap_or(0);
+            self.series.push(Sample { t, allocated, reserved, used, step: true });
+            if self.steps.len() == MAX_STEPS {
+                self.steps.pop_front();
+            }
+            self.steps.push_back(StepPoint {
+                n: s.n(),
+                t,
+                peak_allocated: pa,
+                peak_reserved: pr,
+                allocated_end: s.allocated_end(),
+            });
+            self.last_step = s.n();
+        }
+    }
 }
 
 /// Process histories kept at most (gone ones are dropped first). With 8
@@ -69,6 +116,7 @@ impl LiveModel {
                 allocated: a,
                 reserved: r,
                 used: g.used_bytes.unwrap_or(0),
+                step: false,
             });
         }
         for h in self.procs.values_mut() {
@@ -83,8 +131,16 @@ impl LiveModel {
                 .find(|g| g.index == p.device)
                 .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
                 .and_then(|x| x.used_bytes);
-            let sample =
-                Sample { t: p.time, allocated: p.allocated(), reserved: p.reserved(), used: nvml_used.unwrap_or(0) };
+            // With step peaks on and no optimizer step yet, a sample is the
+            // window since the previous one: its peaks.
+            let (wa, wr) = p.window_peak.map_or((None, None), |w| (w.1, w.2));
+            let sample = Sample {
+                t: p.time,
+                allocated: p.allocated().max(wa.unwrap_or(0)),
+                reserved: p.reserved().max(wr.unwrap_or(0)),
+                used: nvml_used.unwrap_or(0),
+                step: false,
+            };
             let (time, ooms) = (p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
             let cap = self.series_cap;
             let h = match self.procs.entry((p.device, p.pid)) {
@@ -93,10 +149,17 @@ impl LiveModel {
                     h.last = p;
                     h
                 }
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    e.insert(ProcHistory { last: p, series: Series::new(cap), gone: false, fresh: true, nvml_used })
-                }
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(ProcHistory {
+                    last: p,
+                    series: Series::new(cap),
+                    gone: false,
+                    fresh: true,
+                    nvml_used,
+                    last_step: 0,
+                    steps: Default::default(),
+                }),
             };
+            h.take_steps(nvml_used.unwrap_or(0));
             h.series.push(sample);
             h.series.note_ooms(time, ooms);
             h.gone = false;

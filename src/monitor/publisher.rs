@@ -53,8 +53,54 @@ pub struct Published {
     #[serde(skip)]
     pub segments: Vec<SegmentInfo>,
     pub steps: Vec<u64>,
+    /// True when the process resets PyTorch's peaks at each step (`run
+    /// --step-peaks`): `step_log`'s peaks are then each step's own.
+    pub(crate) step_peaks: bool,
+    /// Recent optimizer steps, oldest first.
+    pub(crate) step_log: Vec<StepRecord>,
+    /// With step peaks on and no optimizer step yet: the peaks since the
+    /// previous sample (time, allocated, reserved).
+    pub(crate) window_peak: Option<(f64, Option<u64>, Option<u64>)>,
+    /// When its layout was taken (it is kept between samples while the
+    /// allocator's counters do not move or its time budget is spent).
+    pub(crate) layout_time: Option<f64>,
     #[serde(skip)]
     pub(crate) path: PathBuf,
+}
+
+/// One optimizer step as the publisher logged it: its number, when it
+/// ended, the device, allocated and reserved bytes at its end, and (with
+/// step peaks on) its peak allocated and reserved bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StepRecord(
+    pub(crate) u64,
+    pub(crate) f64,
+    pub(crate) u32,
+    pub(crate) u64,
+    pub(crate) Option<u64>,
+    pub(crate) Option<u64>,
+    pub(crate) Option<u64>,
+);
+
+impl StepRecord {
+    pub(crate) fn n(&self) -> u64 {
+        self.0
+    }
+    pub(crate) fn time(&self) -> f64 {
+        self.1
+    }
+    pub(crate) fn allocated_end(&self) -> u64 {
+        self.3
+    }
+    pub(crate) fn reserved_end(&self) -> Option<u64> {
+        self.4
+    }
+    pub(crate) fn peak_allocated(&self) -> Option<u64> {
+        self.5
+    }
+    pub(crate) fn peak_reserved(&self) -> Option<u64> {
+        self.6
+    }
 }
 
 impl Published {
@@ -156,6 +202,14 @@ pub(crate) struct RawFile {
     /// allocated_bytes.all.current at the end of recent optimizer steps.
     #[serde(default)]
     pub(crate) steps: Vec<u64>,
+    #[serde(default)]
+    pub(crate) step_peaks: bool,
+    #[serde(default)]
+    pub(crate) step_log: Vec<StepRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) window_peak: Option<(f64, Option<u64>, Option<u64>)>,
+    #[serde(default)]
+    pub(crate) layout_time: Option<f64>,
 }
 
 impl RawFile {
@@ -197,6 +251,10 @@ impl RawFile {
                 })
                 .collect(),
             steps: p.steps.clone(),
+            step_peaks: p.step_peaks,
+            step_log: p.step_log.clone(),
+            window_peak: p.window_peak,
+            layout_time: p.layout_time,
         }
     }
 }
@@ -272,6 +330,10 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
         stats: raw.stats,
         segments,
         steps: raw.steps,
+        step_peaks: raw.step_peaks,
+        step_log: raw.step_log.into_iter().filter(|s| s.2 == raw.device).collect(),
+        window_peak: raw.window_peak,
+        layout_time: raw.layout_time,
         path: path.to_path_buf(),
     })
 }

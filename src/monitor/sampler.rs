@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::publisher::{self, Published};
+use super::publisher::{self, Published, StepRecord};
 use super::{now, GpuQuery, GpuSample, ProcessSample, Snapshot};
 use crate::device::{Device, Sim};
 use crate::workload::driver::Driver;
@@ -93,18 +93,46 @@ pub struct DemoSource {
     last: Instant,
     /// Requests per second of wall time.
     rate: f64,
+    /// The steps as a publisher logs them, with the times they ended.
+    steps: std::collections::VecDeque<StepRecord>,
 }
 
 impl DemoSource {
     pub fn new(seed: u64) -> Self {
         let mut driver = crate::workload::driver::demo(seed).bounded(4096);
         driver.alloc.set_recording(false);
-        DemoSource { driver, last: Instant::now(), rate: 800.0 }
+        DemoSource { driver, last: Instant::now(), rate: 800.0, steps: Default::default() }
+    }
+
+    /// Runs `n` requests now (tests step it deterministically); the steps
+    /// that ended are logged as ending between `t0` and `t1`.
+    fn advance_between(&mut self, n: usize, t0: f64, t1: f64) {
+        let before = self.driver.step_log.back().map_or(0, |s| s.n);
+        self.driver.advance(n);
+        let new: Vec<_> = self.driver.step_log.iter().filter(|s| s.n > before).copied().collect();
+        let k = new.len();
+        for (i, s) in new.into_iter().enumerate() {
+            if self.steps.len() == 512 {
+                self.steps.pop_front();
+            }
+            let t = t0 + (t1 - t0) * (i + 1) as f64 / k as f64;
+            self.steps.push_back(StepRecord(
+                s.n,
+                t,
+                0,
+                s.allocated_end,
+                Some(s.reserved_end),
+                Some(s.peak_allocated),
+                Some(s.peak_reserved),
+            ));
+        }
     }
 
     /// Runs `n` requests now (tests step it deterministically).
     pub fn advance(&mut self, n: usize) {
-        self.driver.advance(n);
+        let t = now();
+        let t0 = self.steps.back().map_or(t - 1.0, |s| s.time());
+        self.advance_between(n, t0, t);
     }
 
     pub fn snapshot_now(&self) -> Snapshot {
@@ -143,6 +171,12 @@ impl DemoSource {
             stats: a.stats().flat().into_iter().collect(),
             segments: a.snapshot(),
             steps: self.driver.step_ends.iter().copied().collect(),
+            // The simulated process resets nothing of anyone's: its step
+            // peaks come from its own timeline.
+            step_peaks: true,
+            step_log: self.steps.iter().copied().collect(),
+            window_peak: None,
+            layout_time: None,
             path: PathBuf::new(),
         };
         Snapshot {
@@ -163,7 +197,8 @@ impl Source for DemoSource {
         let dt = self.last.elapsed().as_secs_f64();
         self.last = Instant::now();
         let n = (dt * self.rate).clamp(1.0, 100_000.0) as usize;
-        self.driver.advance(n);
+        let t = now();
+        self.advance_between(n, t - dt, t);
         self.snapshot_now()
     }
 }

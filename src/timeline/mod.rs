@@ -15,6 +15,10 @@ pub struct Sample {
     pub(crate) reserved: u64,
     /// NVML's used bytes (device or process).
     pub(crate) used: u64,
+    /// The end of an optimizer step: `allocated` and `reserved` are then its
+    /// peaks (with step peaks on) or its end.
+    #[serde(skip)]
+    pub(crate) step: bool,
 }
 
 /// 24 hours at 1 Hz.
@@ -48,6 +52,7 @@ impl Series {
                     allocated: c.iter().map(|x| x.allocated).max().unwrap_or(0),
                     reserved: c.iter().map(|x| x.reserved).max().unwrap_or(0),
                     used: c.iter().map(|x| x.used).max().unwrap_or(0),
+                    step: c.iter().any(|x| x.step),
                 })
                 .collect();
             self.points = merged;
@@ -71,6 +76,18 @@ impl Series {
 
     pub fn points(&self) -> &[Sample] {
         &self.points
+    }
+    /// The time of the latest point.
+    pub(crate) fn last_time(&self) -> Option<f64> {
+        self.points.last().map(|p| p.t)
+    }
+    /// The points' times, for a time axis.
+    pub(crate) fn times(&self) -> Vec<f64> {
+        self.points.iter().map(|p| p.t).collect()
+    }
+    /// Indices of the points that end a step.
+    pub(crate) fn step_indices(&self) -> Vec<usize> {
+        self.points.iter().enumerate().filter(|(_, p)| p.step).map(|(i, _)| i).collect()
     }
     /// The highest allocated sample ever seen (also before merging).
     pub(crate) fn peak(&self) -> Option<Sample> {
@@ -101,10 +118,16 @@ mod tests {
     fn a_full_series_merges_pairs_keeping_maxima_and_the_peak() {
         let mut s = Series::new(8);
         for i in 0..8u64 {
-            s.push(Sample { t: i as f64, allocated: if i == 3 { 100 } else { i }, reserved: 10 * i, used: 0 });
+            s.push(Sample {
+                t: i as f64,
+                allocated: if i == 3 { 100 } else { i },
+                reserved: 10 * i,
+                used: 0,
+                step: false,
+            });
         }
         assert_eq!(s.points().len(), 8);
-        s.push(Sample { t: 8.0, allocated: 1, reserved: 1, used: 0 });
+        s.push(Sample { t: 8.0, allocated: 1, reserved: 1, used: 0, step: false });
         let a: Vec<u64> = s.points().iter().map(|p| p.allocated).collect();
         assert_eq!(a, vec![1, 100, 5, 7, 1]);
         assert_eq!(s.points()[1].t, 2.0);
@@ -116,7 +139,7 @@ mod tests {
     fn a_day_at_1hz_stays_within_its_bound() {
         let mut s = Series::new(DAY_AT_1HZ);
         for i in 0..3 * DAY_AT_1HZ {
-            s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0 });
+            s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0, step: false });
         }
         assert!(s.points().len() <= DAY_AT_1HZ);
         assert!(s.memory_bytes() <= DAY_AT_1HZ * std::mem::size_of::<Sample>());

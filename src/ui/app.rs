@@ -140,6 +140,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         ooms: &d.ooms,
         empty_caches: &d.empty_caches,
         iterations: &d.iterations,
+        clock: None,
     }
 }
 

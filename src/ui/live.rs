@@ -13,7 +13,7 @@ use super::event::{Action, Event, Interactive, Screen};
 use crate::analysis::human_bytes;
 use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
-use crate::view::parts::{draw_parts, Chrome, Marks, Totals};
+use crate::view::parts::{draw_parts, Chrome, Clock, Marks, Totals};
 
 pub struct LiveApp {
     pub model: LiveModel,
@@ -78,6 +78,7 @@ impl LiveApp {
         let points = h.series.state_points();
         let peak_at = crate::analysis::peak_index(&points);
         let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
+        let steps = h.series.step_indices();
         let scene = crate::export::picture::Scene {
             title: format!("pid {} {} · GPU {}", p.pid, p.command.clone().unwrap_or_default(), p.device),
             subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
@@ -91,7 +92,7 @@ impl LiveApp {
             cursor: points.len().saturating_sub(1),
             peak_at,
             ooms: &ooms,
-            iterations: &[],
+            iterations: &steps,
             empty_caches: &[],
         };
         let svg = crate::export::picture::svg(&scene, view, 1600);
@@ -237,13 +238,16 @@ impl Interactive for LiveApp {
             status,
             keys: crate::view::LIVE_KEYS,
         };
+        let times = h.series.times();
+        let steps = h.series.step_indices();
         let marks = Marks {
             timeline: &points,
             cursor: points.len().saturating_sub(1),
             peak_at,
             ooms: &ooms,
             empty_caches: &[],
-            iterations: &[],
+            iterations: &steps,
+            clock: Some(Clock { times: &times, step_peaks: p.step_peaks }),
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }

@@ -81,6 +81,8 @@ pub(crate) struct View<'a> {
     pub(crate) empty_caches: &'a [usize],
     /// Event indices where training iterations end (Optimizer.step).
     pub(crate) iterations: &'a [usize],
+    /// Live: the timeline's x axis is time (and steps), not events.
+    pub(crate) clock: Option<parts::Clock<'a>>,
     pub(crate) order: SegmentOrder,
     /// First segment row shown.
     pub(crate) scroll: usize,
@@ -683,7 +685,17 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let n = view.timeline.len();
     let focus = if view.focus == Focus::Timeline { theme.bold() } else { Style::default() };
     let peak = view.peak_at.and_then(|p| view.timeline.get(p).map(|v| (p, v.allocated)));
+    let t0 = view.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
     let title = match peak {
+        Some((p, v)) if view.clock.is_some() => {
+            let at = view.clock.and_then(|c| c.times.get(p).copied()).unwrap_or(t0);
+            let step = if view.iterations.is_empty() {
+                String::new()
+            } else {
+                format!(", step {}", view.iterations.partition_point(|&m| m < p) + 1)
+            };
+            format!(" Timeline ─ allocated / reserved ─ peak {} at {}{step} ", human_bytes(v), duration(at - t0))
+        }
         Some((p, v)) if !view.iterations.is_empty() => format!(
             " Timeline ─ allocated / reserved ─ peak {} @ event {p} (iteration {}) ",
             human_bytes(v),
@@ -703,21 +715,45 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let plot = Rect { height: inner.height - 1, ..inner };
     let ymax = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1) as f64;
     let cols = (plot.width as usize) * 2;
-    // Per braille column, the highest value of each series in its events.
+    // The braille column of point i: by event, or by time on a live clock.
+    let times = view.clock.map(|c| c.times).filter(|t| t.len() == n);
+    let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
+    let col = |i: usize| -> f64 {
+        let i = i.min(n - 1);
+        match times {
+            Some(t) => (((t[i] - t[0]) / span * cols as f64) as usize).min(cols - 1) as f64,
+            None => (i * cols / n) as f64,
+        }
+    };
+    // Per braille column, the highest value of each series in its points;
+    // on a clock a column without points holds the value before it.
     let mut alloc_pts = Vec::with_capacity(cols);
     let mut resv_pts = Vec::with_capacity(cols);
-    for c in 0..cols {
-        let lo = c * n / cols;
-        let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-        let slice = &view.timeline[lo..hi];
-        let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
-        let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
-        alloc_pts.push((c as f64, a));
-        resv_pts.push((c as f64, r));
+    if times.is_some() {
+        let mut cells: Vec<Option<(u64, u64)>> = vec![None; cols];
+        for (i, p) in view.timeline.iter().enumerate() {
+            let c = &mut cells[col(i) as usize];
+            *c = Some(c.map_or((p.allocated, p.reserved), |(a, r)| (a.max(p.allocated), r.max(p.reserved))));
+        }
+        let mut held = (0, 0);
+        for (c, cell) in cells.into_iter().enumerate() {
+            held = cell.unwrap_or(held);
+            alloc_pts.push((c as f64, held.0 as f64));
+            resv_pts.push((c as f64, held.1 as f64));
+        }
+    } else {
+        for c in 0..cols {
+            let lo = c * n / cols;
+            let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+            let slice = &view.timeline[lo..hi];
+            let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
+            let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
+            alloc_pts.push((c as f64, a));
+            resv_pts.push((c as f64, r));
+        }
     }
     let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
-    let cursor_x = (view.cursor.min(n - 1) * cols / n) as f64;
-    let col = |i: usize| (i.min(n - 1) * cols / n) as f64;
+    let cursor_x = col(view.cursor);
     let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
     let cleared: Vec<f64> = view.empty_caches.iter().map(|&e| col(e)).collect();
     let iters: Vec<f64> = view.iterations.iter().map(|&e| col(e)).collect();
@@ -782,17 +818,48 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             }
         })
         .render(plot, buf);
-    let axis = format!(
-        " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} ─ E {} empty_cache ─ ╵ {} ▲ peaks ",
-        view.cursor,
-        n,
-        human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
-        human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
-        crate::analysis::count(view.ooms.len(), "OOM"),
-        view.empty_caches.len(),
-        crate::analysis::count(view.iterations.len(), "iteration")
-    );
+    let axis = match (view.clock, times) {
+        (Some(c), Some(t)) => {
+            let last = &view.timeline[n - 1];
+            format!(
+                " {} ─── now (+{}) ─ allocated {} ─ reserved {} ─ ✗ {} ─ ╵ {} {}",
+                duration(0.0),
+                duration(t[n - 1] - t[0]),
+                human_bytes(last.allocated),
+                human_bytes(last.reserved),
+                crate::analysis::count(view.ooms.len(), "OOM"),
+                crate::analysis::count(view.iterations.len(), "step"),
+                if view.iterations.is_empty() {
+                    "(no optimizer step seen) "
+                } else if c.step_peaks {
+                    "▲ each step's own peak "
+                } else {
+                    "at their ends; per-step peaks: gpumem-top run --step-peaks "
+                }
+            )
+        }
+        _ => format!(
+            " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} ─ E {} empty_cache ─ ╵ {} ▲ peaks ",
+            view.cursor,
+            n,
+            human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
+            human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
+            crate::analysis::count(view.ooms.len(), "OOM"),
+            view.empty_caches.len(),
+            crate::analysis::count(view.iterations.len(), "iteration")
+        ),
+    };
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+}
+
+/// Seconds as a short duration: "42 s", "4m 12s", "2h 03m".
+fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
 }
 
 fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {

@@ -86,6 +86,16 @@ pub(crate) struct Marks<'m> {
     pub(crate) ooms: &'m [usize],
     pub(crate) empty_caches: &'m [usize],
     pub(crate) iterations: &'m [usize],
+    /// A live timeline: its x axis is time, not events.
+    pub(crate) clock: Option<Clock<'m>>,
+}
+
+/// The x axis of a live timeline: each point's time (seconds since the
+/// epoch), and whether its step points carry the steps' own peaks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock<'m> {
+    pub(crate) times: &'m [f64],
+    pub(crate) step_peaks: bool,
 }
 
 impl<'m> Marks<'m> {
@@ -98,6 +108,7 @@ impl<'m> Marks<'m> {
             ooms: at.ooms,
             empty_caches: at.empty_caches,
             iterations: at.iterations,
+            clock: None,
         }
     }
 }
@@ -153,6 +164,7 @@ pub(crate) fn draw_parts(
         ooms: marks.ooms,
         empty_caches: marks.empty_caches,
         iterations: marks.iterations,
+        clock: marks.clock,
         order: sel.order,
         scroll: sel.scroll,
         selected: sel.selected,

@@ -67,6 +67,11 @@ pub struct Driver<D: Device> {
     /// Allocated bytes at the end of the most recent iterations (at most
     /// 64), as the publisher reports them after each optimizer step.
     pub(crate) step_ends: VecDeque<u64>,
+    /// The most recent iterations (at most 512): their number and their own
+    /// peak allocated and reserved bytes, as `run --step-peaks` publishes them.
+    pub(crate) step_log: VecDeque<StepPeak>,
+    /// Highest (allocated, reserved) since the last iteration ended.
+    step_max: (u64, u64),
     pub oom_log: Vec<OomRecord>,
     /// Points dropped from the front of the timeline (bounded runs).
     pub(crate) dropped: usize,
@@ -80,6 +85,16 @@ pub struct Driver<D: Device> {
     pub(crate) batch: u64,
     pub(crate) seq: u64,
     state: Progress,
+}
+
+/// One finished iteration's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepPeak {
+    pub(crate) n: u64,
+    pub(crate) allocated_end: u64,
+    pub(crate) reserved_end: u64,
+    pub(crate) peak_allocated: u64,
+    pub(crate) peak_reserved: u64,
 }
 
 impl<D: Device> Driver<D> {
@@ -97,6 +112,8 @@ impl<D: Device> Driver<D> {
             empty_caches: Vec::new(),
             iterations: Vec::new(),
             step_ends: VecDeque::new(),
+            step_log: VecDeque::new(),
+            step_max: (0, 0),
             oom_log: Vec::new(),
             dropped: 0,
             max_points: None,
@@ -135,6 +152,7 @@ impl<D: Device> Driver<D> {
             self.peak_event = Some((self.alloc.emitted().saturating_sub(1), allocated));
         }
         self.points.push(StatePoint { allocated, reserved });
+        self.step_max = (self.step_max.0.max(allocated), self.step_max.1.max(reserved));
         if reserved > self.reserved_peak_seen {
             self.reserved_peak_seen = reserved;
             if let Some(f) = self.on_reserved_peak.as_mut() {
@@ -213,7 +231,23 @@ impl<D: Device> Driver<D> {
                 if self.step_ends.len() == 64 {
                     self.step_ends.pop_front();
                 }
-                self.step_ends.push_back(self.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64);
+                let s = self.alloc.stats();
+                let (a, r) =
+                    (s.get(Kind::AllocatedBytes, 0).current as u64, s.get(Kind::ReservedBytes, 0).current as u64);
+                self.step_ends.push_back(a);
+                if self.step_log.len() == 512 {
+                    self.step_log.pop_front();
+                }
+                let n = self.step_log.back().map_or(1, |p| p.n + 1);
+                let (pa, pr) = (self.step_max.0.max(a), self.step_max.1.max(r));
+                self.step_log.push_back(StepPeak {
+                    n,
+                    allocated_end: a,
+                    reserved_end: r,
+                    peak_allocated: pa,
+                    peak_reserved: pr,
+                });
+                self.step_max = (a, r);
                 // A step that completes resets the shrink ladder.
                 self.retries = 0;
                 self.scale = 1.0;
