@@ -36,6 +36,10 @@ enum Command {
     Serve(cli::ServeArgs),
     /// Predict peak memory at other batch sizes, and the largest batch that fits, from two small runs.
     Fit(cli::FitArgs),
+    /// Start a training command with the publisher injected (no code change) and watch it.
+    Run(cli::RunArgs),
+    /// Ask a publishing process for a PyTorch memory snapshot and write it here.
+    Snapshot(cli::SnapshotArgs),
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -48,7 +52,7 @@ fn demo(banner: &str) -> ExitCode {
     }
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, banner.to_string(), color);
-    match gpumem_top::ui::event::run_app(&mut app, gpumem_top::ui::event::Events::new()) {
+    match gpumem_top::ui::event::run_app(&mut app, &gpumem_top::ui::event::Events::new()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpumem-top: terminal: {e}");
@@ -106,6 +110,8 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => cli::serve(&args),
         Some(Command::Replay(args)) => cli::replay(&args),
         Some(Command::Fit(args)) => cli::fit(&args),
+        Some(Command::Run(args)) => cli::run(&args),
+        Some(Command::Snapshot(args)) => cli::snapshot(&args),
     };
     match result {
         Ok(code) => code,

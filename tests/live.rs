@@ -79,7 +79,7 @@ fn published(pid: u32, device: u32, allocated: u64, reserved: u64, steps: &[u64]
         "stats": {"allocated_bytes.all.current": allocated, "reserved_bytes.all.current": reserved,
                   "allocated_bytes.all.peak": allocated, "reserved_bytes.all.peak": reserved,
                   "requested_bytes.all.current": allocated - 512, "inactive_split_bytes.all.current": 10 << 20,
-                  "num_ooms": 0, "num_alloc_retries": 2, "active_bytes.all.current": allocated + (2 << 20)},
+                  "num_ooms": 0, "num_alloc_retries": 0, "active_bytes.all.current": allocated + (2 << 20)},
         "segments": [{"address": 0x7f0000000000u64, "total_size": 20 << 20, "stream": 0, "segment_type": "large",
                       "is_expandable": false, "blocks": [[8 << 20, (8 << 20) - 512, 0], [2 << 20, 2 << 20, 1], [10 << 20, 0, 2]]}],
         "steps": steps,
@@ -250,7 +250,48 @@ fn fragmentation_alert_is_judged_at_the_peaks_with_a_gib_reserved() {
     assert_eq!(a.len(), 1, "{a:?}");
     assert_eq!(
         a[0].message,
-        format!("pid {me}: at the peaks 40% of reserved never held tensors (peak reserved 10.00 GiB, peak allocated 6.00 GiB)")
+        format!("pid {me}: at the peaks 40% of reserved never held tensors (peak reserved 10.00 GiB, peak allocated 6.00 GiB); try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Retries and OOMs are alerts of their own, with what to try: the
+/// expandable-segments hint only when reserved-but-never-allocated memory
+/// at the peaks is what ran out, else the peaks themselves.
+#[test]
+fn retries_and_ooms_raise_alerts_that_say_what_to_try() {
+    let d = tmpdir("retries");
+    let me = std::process::id();
+    let nvml = || Box::new(FakeNvml::new(vec![gpu(0, GIB, vec![])]));
+    let check = |v: &Value| {
+        write(&d, &format!("{me}-0.json"), v);
+        let snap = LiveSource::new(nvml(), vec![], Some(d.clone())).snapshot();
+        alerts(&snap, &Thresholds::default())
+    };
+    // A fixed-shape loop: peaks 9.5 of 10 GiB, no retry: nothing.
+    let mut v = published(me, 0, GIB, 10 * GIB, &[]);
+    v["stats"]["allocated_bytes.all.peak"] = json!(19 * GIB / 2);
+    v["segments"] = json!([]);
+    assert!(check(&v).is_empty());
+    // Retries with the peaks tight: the peaks do not fit.
+    v["stats"]["num_alloc_retries"] = json!(3);
+    let a = check(&v);
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!((a[0].kind, a[0].value), ("retries", 3.0));
+    assert_eq!(
+        a[0].message,
+        format!("pid {me}: 3 allocation retries (cudaMalloc failed until the cache was freed, a device synchronisation each); the peaks themselves do not fit (9.50 GiB allocated of 10.00 GiB reserved): a smaller batch, activation checkpointing or mixed precision")
+    );
+    // An OOM with 4 GiB reserved that never held tensors at the peak: the
+    // OOM alert (not the retries one) and the fragmentation one.
+    v["stats"]["num_ooms"] = json!(1);
+    v["stats"]["allocated_bytes.all.peak"] = json!(6 * GIB);
+    let a = check(&v);
+    let kinds: Vec<&str> = a.iter().map(|a| a.kind).collect();
+    assert_eq!(kinds, ["fragmentation", "oom"]);
+    assert_eq!(
+        a[1].message,
+        format!("pid {me}: CUDA out of memory (1 time); 4.00 GiB reserved at the peak never held tensors; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     );
     std::fs::remove_dir_all(&d).unwrap();
 }

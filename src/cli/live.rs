@@ -53,7 +53,7 @@ pub struct LiveArgs {
 }
 
 impl LiveArgs {
-    fn thresholds(&self) -> Result<Thresholds> {
+    pub(crate) fn thresholds(&self) -> Result<Thresholds> {
         for (name, v) in [("--alert-usage", self.alert_usage), ("--alert-fragmentation", self.alert_fragmentation)] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(anyhow!(InputError(format!("{name} must be in [0, 1], got {v}"))));
@@ -66,7 +66,7 @@ impl LiveArgs {
             ..Default::default()
         })
     }
-    fn interval(&self) -> Result<Duration> {
+    pub(crate) fn interval(&self) -> Result<Duration> {
         if !(10..=3_600_000).contains(&self.interval) {
             return Err(anyhow!(InputError(format!("--interval must be 10..3600000 ms, got {}", self.interval))));
         }
@@ -108,7 +108,7 @@ pub(crate) fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
 
 /// The JSON of one snapshot: every GPU and process, the publishers'
 /// allocator figures, what was ignored, the alerts.
-fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
+pub(crate) fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
     let Some(q) = open_nvml(&args.devices)? else { return Ok(None) };
     let dir = args.dir();
     // Publishers create it too; make it ours and private if it is missing.
@@ -142,30 +142,55 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         )));
     }
     let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    use crate::ui::event::{run_app, Event, Events};
+    use crate::ui::event::{run_app, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
-        run_app(&mut app, Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
+        run_app(&mut app, &crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
         return Ok(ExitCode::SUCCESS);
     };
     one_malloc_arena();
-    // Samples arrive on the UI's event channel; one the UI has no room for
-    // is dropped (the next comes within an interval).
     let events = Events::new();
-    let tx = events.sender();
-    let sampler = Sampler::spawn_into(src, interval, move |s| {
-        !matches!(tx.try_send(Event::Sample(Box::new(s))), Err(std::sync::mpsc::TrySendError::Disconnected(_)))
-    });
+    let sampler = sample_into(src, interval, &events);
     let (name, banner) = match args.source {
         SourceKind::Live => ("live (NVML)", None),
         SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
     };
     let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
     app.model.thresholds = thresholds;
-    let r = run_app(&mut app, events);
+    app.snapshots = args.source == SourceKind::Live;
+    let r = live_loop(&mut app, &events);
     drop(sampler);
-    r.map_err(|e| anyhow!("terminal: {e}"))?;
+    r?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The live view until the user quits; each snapshot taken with `S` opens
+/// in the replay view on the way, and `q` there comes back.
+pub(crate) fn live_loop(app: &mut crate::ui::live::LiveApp, events: &crate::ui::event::Events) -> Result<()> {
+    use crate::ui::event::run_app;
+    loop {
+        run_app(app, events).map_err(|e| anyhow!("terminal: {e}"))?;
+        let Some(path) = app.open.clone() else { return Ok(()) };
+        let color = app.color;
+        let note = super::open_replay(&path, color, |replay| {
+            let mut both = crate::ui::live::Beside { live: &mut *app, replay };
+            run_app(&mut both, events)
+        });
+        let note = note.unwrap_or_else(|e| format!(" {e:#}"));
+        app.reopened(note);
+    }
+}
+
+/// Sends each sample of `src` to the UI's channel; one the UI has no room
+/// for is dropped (the next comes within an interval).
+pub(crate) fn sample_into(src: Box<dyn Source>, interval: Duration, events: &crate::ui::event::Events) -> Sampler {
+    let tx = events.sender();
+    Sampler::spawn_into(src, interval, move |s| {
+        !matches!(
+            tx.try_send(crate::ui::event::Event::Sample(Box::new(s))),
+            Err(std::sync::mpsc::TrySendError::Disconnected(_))
+        )
+    })
 }
 
 /// A monitor runs for days beside training, so its heap stays small: one
@@ -275,37 +300,60 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let thresholds = args.live.thresholds()?;
     let interval = args.live.interval()?;
     let (src, name) = source_for(args.live.source, &args.live)?;
-    let (mut file, header) = open_recording(args)?;
-    let out = args.output.display().to_string();
-    // Each line goes out in one write, so a kill leaves whole lines (and a
-    // full disk at most one cut line, which `replay` drops with a warning).
-    fn put(file: &mut std::fs::File, out: &str, v: &impl serde::Serialize) -> Result<()> {
-        let mut line = serde_json::to_vec(v)?;
-        line.push(b'\n');
-        file.write_all(&line).with_context(|| format!("writing {out}"))
-    }
-    if header {
-        put(
-            &mut file,
-            &out,
-            &RecordHeader { format: RECORD_FORMAT, version: 1, source: name, interval_ms: args.live.interval },
-        )?;
-    }
+    let (file, header) = open_recording(args)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    // The sampler runs until it is dropped at the end of this function.
-    let (_sampler, rx) = Sampler::spawn(src, interval);
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) && args.count.is_none_or(|c| n < c) {
-        let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
-        let a = alerts(&snap, &thresholds);
-        put(&mut file, &out, &record_line(&snap, &a))?;
-        n += 1;
-    }
+    let rec = Recorder { file, header, out: &args.output, source: name, interval_ms: args.live.interval };
+    let n = rec.run(src, thresholds, interval, &stop, args.count)?;
     eprintln!("gpumem-top: recorded {n} samples to {}", args.output.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes samples to a recording until `stop` is set or `count` are written.
+pub(crate) struct Recorder<'a> {
+    pub(crate) file: std::fs::File,
+    /// The file is new: it needs the header line.
+    pub(crate) header: bool,
+    pub(crate) out: &'a std::path::Path,
+    pub(crate) source: &'a str,
+    pub(crate) interval_ms: u64,
+}
+
+impl Recorder<'_> {
+    pub(crate) fn run(
+        mut self,
+        src: Box<dyn Source>,
+        thresholds: Thresholds,
+        interval: Duration,
+        stop: &AtomicBool,
+        count: Option<u64>,
+    ) -> Result<u64> {
+        let out = self.out.display().to_string();
+        // Each line goes out in one write, so a kill leaves whole lines (and a
+        // full disk at most one cut line, which `replay` drops with a warning).
+        fn put(file: &mut std::fs::File, out: &str, v: &impl serde::Serialize) -> Result<()> {
+            let mut line = serde_json::to_vec(v)?;
+            line.push(b'\n');
+            file.write_all(&line).with_context(|| format!("writing {out}"))
+        }
+        if self.header {
+            let h =
+                RecordHeader { format: RECORD_FORMAT, version: 1, source: self.source, interval_ms: self.interval_ms };
+            put(&mut self.file, &out, &h)?;
+        }
+        // The sampler runs until it is dropped at the end of this function.
+        let (_sampler, rx) = Sampler::spawn(src, interval);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) && count.is_none_or(|c| n < c) {
+            let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
+            let a = alerts(&snap, &thresholds);
+            put(&mut self.file, &out, &record_line(&snap, &a))?;
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 /// The first line's `format` of a recording.
@@ -457,7 +505,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
     for s in snaps {
         app.ingest(s);
     }
-    crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
+    crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

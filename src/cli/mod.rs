@@ -24,9 +24,11 @@ use crate::trace::{self, DeviceTrace, Trace};
 
 mod fit;
 mod live;
+mod run;
 mod synth;
 pub use fit::{fit, FitArgs};
 pub use live::{live, read_recording, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs, SourceKind};
+pub use run::{run, snapshot, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
 
 /// totalGlobalMem of the H200 the calibration traces were recorded on.
@@ -280,6 +282,43 @@ fn parse_conf(s: &str) -> Result<AllocatorConfig> {
     AllocatorConfig::parse(s).map_err(|e| anyhow!(InputError(e.to_string())))
 }
 
+/// Opens `path` (a PyTorch snapshot) in the replay view through `show`,
+/// under its recorded allocator config, at its peak. Returns a note for the
+/// status line of the view it was opened from.
+pub(crate) fn open_replay(
+    path: &Path,
+    color: bool,
+    show: impl FnOnce(crate::ui::app::ReplayApp<'_>) -> std::io::Result<()>,
+) -> Result<String> {
+    let trace = load_with_progress(path)?;
+    let dev = pick_device(&trace, None)?;
+    let want = Want {
+        config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+        changed: false,
+        device_total: DEFAULT_DEVICE_TOTAL,
+        memory_limit: None,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
+    };
+    let session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+    let fidelity = session.fidelity;
+    if !fidelity.is_faithful() {
+        return Ok(format!(
+            " {}: replay is {} here; `gpumem-top replay` on it says why",
+            path.display(),
+            fidelity.name()
+        ));
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
+        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", path.display(), d.event, d.reason))?;
+    show(crate::ui::app::ReplayApp::new(model, color)).context("terminal")?;
+    Ok(format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len()))
+}
+
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let input = Input::open(&args.trace)?;
@@ -338,7 +377,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 At::Peak => app.cursor,
             };
         }
-        crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
+        crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
         return Ok(ExitCode::SUCCESS);
     }
 

@@ -341,7 +341,7 @@ fn run<D: Backed>(
         let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
         let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
         app.speed = args.speed;
-        let r = crate::ui::event::run_app(&mut app, crate::ui::event::Events::new());
+        let r = crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new());
         app.driver.release_all();
         r.map_err(|e| anyhow!("terminal: {e}"))?;
         if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {

@@ -1,5 +1,7 @@
 //! Alerts raised from a snapshot: a GPU nearly full, a suspected leak, a
-//! fragmented cache. Shown in the status line and in JSON.
+//! cache fragmented at its peaks, cudaMalloc retries, out-of-memory errors.
+//! Shown in the status line, in JSON and as Prometheus metrics; the rules
+//! are in docs/live.md.
 
 use serde::Serialize;
 
@@ -26,11 +28,14 @@ impl Default for Thresholds {
 }
 
 /// Every kind an alert can have.
-pub(crate) const KINDS: [&str; 3] = ["device_usage", "leak", "fragmentation"];
+pub(crate) const KINDS: [&str; 5] = ["device_usage", "leak", "fragmentation", "retries", "oom"];
+
+/// What to try when reserved memory that never held tensors is what runs out.
+const TRY_EXPANDABLE: &str = "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
-    /// "device_usage", "leak" or "fragmentation".
+    /// One of `KINDS`.
     pub kind: &'static str,
     pub(crate) gpu: u32,
     pub(crate) pid: Option<u32>,
@@ -93,7 +98,7 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     pid: Some(p.pid),
                     value: share,
                     message: format!(
-                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {})",
+                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_EXPANDABLE}",
                         p.pid,
                         share * 100.0,
                         crate::analysis::human_bytes(r),
@@ -101,6 +106,49 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     ),
                 });
             }
+        }
+        // A retry is a cudaMalloc that failed until the allocator freed its
+        // cache (a device-wide synchronisation each time): the process ran
+        // into the device's limit. PyTorch's counters only grow, so the
+        // alert stays for the rest of the run.
+        let (retries, ooms) = (p.stat("num_alloc_retries"), p.stat("num_ooms"));
+        let cached = r.saturating_sub(a);
+        let advice = if r > 0 && crate::analysis::peak_ratio_of(a, r) > t.fragmentation {
+            format!(
+                "{} reserved at the peak never held tensors; {TRY_EXPANDABLE}",
+                crate::analysis::human_bytes(cached)
+            )
+        } else {
+            format!(
+                "the peaks themselves do not fit ({} allocated of {} reserved): a smaller batch, activation checkpointing or mixed precision",
+                crate::analysis::human_bytes(a),
+                crate::analysis::human_bytes(r)
+            )
+        };
+        if ooms > 0 {
+            out.push(Alert {
+                kind: "oom",
+                gpu: p.device,
+                pid: Some(p.pid),
+                value: ooms as f64,
+                message: format!(
+                    "pid {}: CUDA out of memory ({}); {advice}",
+                    p.pid,
+                    crate::analysis::count(ooms as usize, "time")
+                ),
+            });
+        } else if retries > 0 {
+            out.push(Alert {
+                kind: "retries",
+                gpu: p.device,
+                pid: Some(p.pid),
+                value: retries as f64,
+                message: format!(
+                    "pid {}: {retries} allocation {} (cudaMalloc failed until the cache was freed, a device synchronisation each); {advice}",
+                    p.pid,
+                    if retries == 1 { "retry" } else { "retries" }
+                ),
+            });
         }
     }
     out

@@ -9,6 +9,7 @@ pub mod procfs;
 pub mod publisher;
 pub mod report;
 pub mod sampler;
+pub(crate) mod snapshot;
 
 use serde::{Deserialize, Serialize};
 

@@ -33,8 +33,8 @@ pub(crate) struct StepPoint {
     pub(crate) allocated_end: u64,
 }
 
-/// Steps kept per process (about 3 MiB).
-pub(crate) const MAX_STEPS: usize = 100_000;
+/// Steps kept per process (under 1 MiB).
+pub(crate) const MAX_STEPS: usize = 20_000;
 
 impl ProcHistory {
     /// Takes the steps `p` logged that are not in the series yet, each as a
@@ -49,7 +49,7 @@ impl ProcHistory {
             let (pa, pr) = if p.step_peaks { (s.peak_allocated(), s.peak_reserved()) } else { (None, None) };
             let allocated = pa.unwrap_or(s.allocated_end());
             let reserved = pr.or(s.reserved_end()).unwrap_or(0);
-            self.series.push(Sample { t, allocated, reserved, used, step: true });
+            self.series.push_step(Sample { t, allocated, reserved, used });
             if self.steps.len() == MAX_STEPS {
                 self.steps.pop_front();
             }
@@ -116,7 +116,6 @@ impl LiveModel {
                 allocated: a,
                 reserved: r,
                 used: g.used_bytes.unwrap_or(0),
-                step: false,
             });
         }
         for h in self.procs.values_mut() {
@@ -139,7 +138,6 @@ impl LiveModel {
                 allocated: p.allocated().max(wa.unwrap_or(0)),
                 reserved: p.reserved().max(wr.unwrap_or(0)),
                 used: nvml_used.unwrap_or(0),
-                step: false,
             };
             let (time, ooms) = (p.time, p.stats.get("num_ooms").copied().unwrap_or(0));
             let cap = self.series_cap;

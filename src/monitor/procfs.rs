@@ -85,9 +85,42 @@ pub(crate) fn command(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
 }
 
+/// The parent of `pid` (field 4 of /proc/PID/stat, after the command's
+/// closing parenthesis, which the command itself may contain).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// True when `pid` is `ancestor` or one of its descendants (the ranks
+/// `torchrun` starts under the command `run` started).
+pub(crate) fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut p = pid;
+    for _ in 0..64 {
+        if p == ancestor {
+            return true;
+        }
+        match parent(p) {
+            Some(q) if q > 1 && q != p => p = q,
+            _ => return false,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn we_descend_from_our_parent_and_not_it_from_us() {
+        let me = std::process::id();
+        let parent = super::parent(me).unwrap();
+        assert!(super::descends_from(me, me));
+        assert!(super::descends_from(me, parent));
+        assert!(!super::descends_from(parent, me));
+    }
 
     #[test]
     fn nspid_lines_give_the_outermost_pid_first() {

@@ -89,6 +89,21 @@ pub(crate) struct ProcessSummary {
     pub(crate) peak_reserved_bytes: Option<u64>,
     /// Samples at which `num_ooms` rose.
     pub(crate) ooms: usize,
+    /// Whether `steps` carry each step's own peaks (`run --step-peaks`).
+    pub(crate) step_peaks: bool,
+    /// Every optimizer step seen (the most recent 20,000).
+    pub(crate) steps: Vec<StepReport>,
+}
+
+/// One optimizer step of a recorded process.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StepReport {
+    pub(crate) step: u64,
+    pub(crate) time: f64,
+    /// Its own peaks; null unless the process published them.
+    pub(crate) allocated_peak_bytes: Option<u64>,
+    pub(crate) reserved_peak_bytes: Option<u64>,
+    pub(crate) allocated_end_bytes: u64,
 }
 
 /// `replay RECORDING --json`.
@@ -115,6 +130,18 @@ impl RecordingReport {
                 peak_allocated_bytes: h.series.peak().map(|p| p.allocated),
                 peak_reserved_bytes: h.series.points().iter().map(|p| p.reserved).max(),
                 ooms: h.series.ooms.len(),
+                step_peaks: h.last.step_peaks,
+                steps: h
+                    .steps
+                    .iter()
+                    .map(|s| StepReport {
+                        step: s.n,
+                        time: s.t,
+                        allocated_peak_bytes: s.peak_allocated,
+                        reserved_peak_bytes: s.peak_reserved,
+                        allocated_end_bytes: s.allocated_end,
+                    })
+                    .collect(),
             })
             .collect();
         RecordingReport {

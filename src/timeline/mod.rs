@@ -15,10 +15,6 @@ pub struct Sample {
     pub(crate) reserved: u64,
     /// NVML's used bytes (device or process).
     pub(crate) used: u64,
-    /// The end of an optimizer step: `allocated` and `reserved` are then its
-    /// peaks (with step peaks on) or its end.
-    #[serde(skip)]
-    pub(crate) step: bool,
 }
 
 /// 24 hours at 1 Hz.
@@ -31,12 +27,15 @@ pub struct Series {
     peak: Option<Sample>,
     /// Times of OOMs (a publisher's `num_ooms` rising).
     pub(crate) ooms: Vec<f64>,
+    /// Times of the points that end an optimizer step (their values are
+    /// the step's peaks, or its end); at most `cap`, the oldest dropped.
+    steps: Vec<f64>,
     last_ooms: Option<i64>,
 }
 
 impl Series {
     pub fn new(cap: usize) -> Self {
-        Series { cap: cap.max(4), points: Vec::new(), peak: None, ooms: Vec::new(), last_ooms: None }
+        Series { cap: cap.max(4), points: Vec::new(), peak: None, ooms: Vec::new(), last_ooms: None, steps: Vec::new() }
     }
 
     pub(crate) fn push(&mut self, s: Sample) {
@@ -52,7 +51,6 @@ impl Series {
                     allocated: c.iter().map(|x| x.allocated).max().unwrap_or(0),
                     reserved: c.iter().map(|x| x.reserved).max().unwrap_or(0),
                     used: c.iter().map(|x| x.used).max().unwrap_or(0),
-                    step: c.iter().any(|x| x.step),
                 })
                 .collect();
             self.points = merged;
@@ -85,9 +83,21 @@ impl Series {
     pub(crate) fn times(&self) -> Vec<f64> {
         self.points.iter().map(|p| p.t).collect()
     }
-    /// Indices of the points that end a step.
+    /// Pushes a point that ends an optimizer step.
+    pub(crate) fn push_step(&mut self, s: Sample) {
+        if self.steps.len() >= self.cap {
+            self.steps.drain(..self.cap / 2);
+        }
+        self.steps.push(s.t);
+        self.push(s);
+    }
+    /// Indices of the points that end a step (after merging, the point
+    /// that holds it).
     pub(crate) fn step_indices(&self) -> Vec<usize> {
-        self.points.iter().enumerate().filter(|(_, p)| p.step).map(|(i, _)| i).collect()
+        let first = self.points.first().map_or(f64::MAX, |p| p.t);
+        let mut v: Vec<usize> = self.steps.iter().filter(|&&t| t >= first).map(|&t| self.index_at(t)).collect();
+        v.dedup();
+        v
     }
     /// The highest allocated sample ever seen (also before merging).
     pub(crate) fn peak(&self) -> Option<Sample> {
@@ -118,16 +128,10 @@ mod tests {
     fn a_full_series_merges_pairs_keeping_maxima_and_the_peak() {
         let mut s = Series::new(8);
         for i in 0..8u64 {
-            s.push(Sample {
-                t: i as f64,
-                allocated: if i == 3 { 100 } else { i },
-                reserved: 10 * i,
-                used: 0,
-                step: false,
-            });
+            s.push(Sample { t: i as f64, allocated: if i == 3 { 100 } else { i }, reserved: 10 * i, used: 0 });
         }
         assert_eq!(s.points().len(), 8);
-        s.push(Sample { t: 8.0, allocated: 1, reserved: 1, used: 0, step: false });
+        s.push(Sample { t: 8.0, allocated: 1, reserved: 1, used: 0 });
         let a: Vec<u64> = s.points().iter().map(|p| p.allocated).collect();
         assert_eq!(a, vec![1, 100, 5, 7, 1]);
         assert_eq!(s.points()[1].t, 2.0);
@@ -139,7 +143,7 @@ mod tests {
     fn a_day_at_1hz_stays_within_its_bound() {
         let mut s = Series::new(DAY_AT_1HZ);
         for i in 0..3 * DAY_AT_1HZ {
-            s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0, step: false });
+            s.push(Sample { t: i as f64, allocated: i as u64, reserved: 0, used: 0 });
         }
         assert!(s.points().len() <= DAY_AT_1HZ);
         assert!(s.memory_bytes() <= DAY_AT_1HZ * std::mem::size_of::<Sample>());

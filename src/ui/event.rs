@@ -25,6 +25,8 @@ pub enum Event {
     Tick,
     /// A sample from the sampler thread (live).
     Sample(Box<Snapshot>),
+    /// The command `gpumem-top run` started has exited.
+    Exited(std::process::ExitStatus),
     /// SIGINT, SIGQUIT, SIGTERM or SIGHUP, or the terminal went away.
     Quit,
 }
@@ -54,6 +56,8 @@ pub enum Action {
     Faster,
     Slower,
     Screenshot,
+    /// `S`: ask the selected process for a PyTorch memory snapshot (live).
+    Snapshot,
     /// `1`–`9`: the GPU at that position (0-based).
     Gpu(usize),
     NextProcess,
@@ -86,6 +90,7 @@ impl Action {
             KeyCode::Char('+') => Action::Faster,
             KeyCode::Char('-') => Action::Slower,
             KeyCode::Char('s') => Action::Screenshot,
+            KeyCode::Char('S') => Action::Snapshot,
             KeyCode::Char(c @ '1'..='9') => Action::Gpu(c as usize - '1' as usize),
             KeyCode::Char('n') => Action::NextProcess,
             _ => return None,
@@ -170,6 +175,10 @@ pub trait Interactive {
 pub struct Events {
     tx: SyncSender<Event>,
     rx: Receiver<Event>,
+    /// The input thread and the ticker run once per channel, however many
+    /// views it feeds in turn (live, then a snapshot's replay, then live).
+    input: std::sync::Once,
+    ticker: std::sync::Once,
 }
 
 impl Default for Events {
@@ -182,7 +191,7 @@ impl Events {
     pub fn new() -> Self {
         // Bounded: a source that outpaces drawing waits or drops, never grows memory.
         let (tx, rx) = mpsc::sync_channel(64);
-        Events { tx, rx }
+        Events { tx, rx, input: std::sync::Once::new(), ticker: std::sync::Once::new() }
     }
 
     pub(crate) fn sender(&self) -> SyncSender<Event> {
@@ -306,7 +315,7 @@ impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
 }
 
 /// Runs `app` in the terminal until it quits or a quit event arrives.
-pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()> {
+pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<()> {
     let signals = spawn_signals(events.sender())?;
     // ratatui's init: raw mode, the alternate screen, and a panic hook that
     // restores the terminal. Frames go out through a 16 KiB buffer: a live
@@ -317,9 +326,13 @@ pub fn run_app(app: &mut impl Interactive, events: Events) -> std::io::Result<()
         let backend =
             ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
         let mut terminal = ratatui::Terminal::new(CachedSize::new(backend))?;
-        spawn_input(events.sender())?;
+        let mut started = Ok(());
+        events.input.call_once(|| started = spawn_input(events.sender()));
+        started?;
         if let Some(every) = app.tick_every() {
-            spawn_ticker(events.sender(), every)?;
+            let mut started = Ok(());
+            events.ticker.call_once(|| started = spawn_ticker(events.sender(), every));
+            started?;
         }
         let mut dirty = true;
         while !app.quit() {

@@ -15,6 +15,27 @@ use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
 use crate::view::parts::{draw_parts, Chrome, Clock, Marks, Totals};
 
+/// The command `gpumem-top run` started, as the view follows it.
+#[derive(Debug, Clone)]
+pub struct RunChild {
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    /// Where its output goes while the view is open.
+    pub(crate) log: Option<std::path::PathBuf>,
+    /// How it ended, once it has.
+    pub(crate) exited: Option<String>,
+    /// Its publisher has been seen (and selected once).
+    pub(crate) found: bool,
+}
+
+/// A snapshot asked of a process and not yet answered.
+#[derive(Debug, Clone)]
+struct Pending {
+    pid: u32,
+    dir: std::path::PathBuf,
+    since: std::time::Instant,
+}
+
 pub struct LiveApp {
     pub model: LiveModel,
     /// Index into the latest snapshot's GPUs.
@@ -24,8 +45,19 @@ pub struct LiveApp {
     pub(crate) screen: Screen,
     banner: Option<String>,
     source: String,
-    color: bool,
+    pub(crate) color: bool,
     status: String,
+    /// Set by `gpumem-top run`.
+    pub(crate) child: Option<RunChild>,
+    /// `q` once while the child runs: the next `q` leaves it running.
+    confirm_quit: bool,
+    /// False for a recording: there is no process to ask for a snapshot.
+    pub(crate) snapshots: bool,
+    pending: Option<Pending>,
+    /// A snapshot delivered here, for the caller to open in the replay view.
+    pub(crate) open: Option<std::path::PathBuf>,
+    /// Where delivered snapshots go (the current directory).
+    pub(crate) snapshot_dir: std::path::PathBuf,
 }
 
 impl LiveApp {
@@ -39,7 +71,129 @@ impl LiveApp {
             source,
             color,
             status: String::new(),
+            child: None,
+            confirm_quit: false,
+            snapshots: false,
+            pending: None,
+            open: None,
+            snapshot_dir: std::path::PathBuf::new(),
         }
+    }
+
+    /// Follows the command `run` started: its publisher is selected once
+    /// seen, its end is shown, and `q` asks before leaving it running.
+    pub(crate) fn follow(&mut self, child: RunChild) {
+        self.child = Some(child);
+    }
+
+    /// Selects the child's publisher (or one of its descendants': the ranks
+    /// torchrun starts) the first time one appears.
+    fn find_child(&mut self) {
+        let Some(c) = &self.child else { return };
+        if c.found {
+            return;
+        }
+        let Some(snap) = &self.model.latest else { return };
+        let pid = c.pid;
+        let hit = self
+            .model
+            .procs
+            .iter()
+            .filter(|(_, h)| h.fresh)
+            .find(|((_, p), _)| crate::monitor::procfs::descends_from(*p, pid))
+            .map(|((d, p), _)| (*d, *p));
+        let Some((dev, ppid)) = hit else { return };
+        if let Some(gi) = snap.gpus.iter().position(|g| g.index == dev) {
+            self.selected_gpu = gi;
+            self.selected_proc = self.model.publishers_on(dev).iter().position(|h| h.last.pid == ppid).unwrap_or(0);
+        }
+        if let Some(c) = &mut self.child {
+            c.found = true;
+        }
+    }
+
+    /// Asks the selected process for a snapshot.
+    fn ask_snapshot(&mut self) {
+        if !self.snapshots {
+            self.status = " snapshots come from a running process; this is a recording".into();
+            return;
+        }
+        let pubs = self.publishers();
+        let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) else {
+            self.status = " no process on this GPU publishes its allocator state to ask for a snapshot".into();
+            return;
+        };
+        if h.gone {
+            self.status = format!(" pid {} is gone", h.last.pid);
+            return;
+        }
+        let (pid, dir) = (h.last.pid, h.last.path.parent().map(|d| d.to_path_buf()).unwrap_or_default());
+        match crate::monitor::snapshot::request(&dir, pid) {
+            Ok(()) => {
+                self.pending = Some(Pending { pid, dir, since: std::time::Instant::now() });
+            }
+            Err(e) => self.status = format!(" cannot ask pid {pid} for a snapshot: {}: {e}", dir.display()),
+        }
+    }
+
+    /// Takes a snapshot answer, if one came.
+    fn check_snapshot(&mut self) {
+        use crate::monitor::snapshot::{deliver, poll, withdraw, Answer};
+        let Some(p) = &self.pending else { return };
+        match poll(&p.dir, p.pid) {
+            Answer::Pending => {
+                if p.since.elapsed() > std::time::Duration::from_secs(60) {
+                    withdraw(&p.dir, p.pid);
+                    self.status = format!(
+                        " pid {} did not answer the snapshot request in 60 s (its publisher predates snapshots, or it is stuck)",
+                        p.pid
+                    );
+                    self.pending = None;
+                }
+            }
+            Answer::Failed(why) => {
+                self.status = format!(" pid {} could not take a snapshot: {why}", p.pid);
+                self.pending = None;
+            }
+            Answer::Ready(from) => {
+                let dest = self.snapshot_dir.join(crate::monitor::snapshot::default_name(p.pid, crate::monitor::now()));
+                match deliver(&from, &dest) {
+                    Ok(()) => {
+                        self.status = format!(" snapshot of pid {} written to {}", p.pid, dest.display());
+                        self.open = Some(dest);
+                    }
+                    Err(e) => self.status = format!(" snapshot of pid {}: {}: {e}", p.pid, dest.display()),
+                }
+                self.pending = None;
+            }
+        }
+    }
+
+    /// A snapshot was opened and closed: back to the live view.
+    pub(crate) fn reopened(&mut self, note: String) {
+        self.open = None;
+        self.screen.quit = false;
+        self.status = note;
+    }
+
+    /// The status line's note about the child and a pending snapshot.
+    fn notes(&self) -> String {
+        let mut out = String::new();
+        if let Some(p) = &self.pending {
+            out.push_str(&format!(" asking pid {} for a snapshot… ", p.pid));
+        }
+        if let Some(c) = &self.child {
+            let log = c.log.as_ref().map_or(String::new(), |l| format!(", output in {}", l.display()));
+            match &c.exited {
+                Some(how) => out.push_str(&format!(" `{}` {how}{log}; q quits ", c.command)),
+                None if !c.found => out.push_str(&format!(
+                    " running `{}` (pid {}{log}); it appears here once it initialises CUDA ",
+                    c.command, c.pid
+                )),
+                None => {}
+            }
+        }
+        out
     }
 
     /// Takes a sample into the model.
@@ -60,7 +214,15 @@ impl LiveApp {
 
     /// Histories of the selected GPU's publishers, live ones first.
     fn publishers(&self) -> Vec<&ProcHistory> {
-        self.gpu().map_or_else(Vec::new, |g| self.model.publishers_on(g.index))
+        match self.gpu() {
+            Some(g) => self.model.publishers_on(g.index),
+            // Without NVML: every publisher.
+            None => {
+                let mut v: Vec<&ProcHistory> = self.model.procs.values().collect();
+                v.sort_by_key(|h| (h.gone, h.last.pid));
+                v
+            }
+        }
     }
 
     fn publisher_of(&self, gpu: u32, p: &crate::monitor::ProcessSample) -> Option<&Published> {
@@ -189,8 +351,8 @@ impl Interactive for LiveApp {
         block.render(top, buf);
         crate::view::put_rows(buf, inner, lines);
         let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
-        let status =
-            if alerts.is_empty() { self.status.clone() } else { format!(" ⚠ {}{}", alerts.join("; "), self.status) };
+        let status = format!("{}{}", self.notes(), self.status);
+        let status = if alerts.is_empty() { status } else { format!(" ⚠ {}{status}", alerts.join("; ")) };
         let pubs = self.publishers();
         let sel = self.selected_proc.min(pubs.len().saturating_sub(1));
         let Some(h) = pubs.get(sel) else {
@@ -254,6 +416,22 @@ impl Interactive for LiveApp {
 
     fn apply(&mut self, a: Action) {
         self.status.clear();
+        let top = !self.screen.sel.help && !self.screen.sel.zoom;
+        let running = self.child.as_ref().filter(|c| c.exited.is_none());
+        if let (Some(c), Action::Back | Action::Quit, true) = (running, a, top) {
+            if !self.confirm_quit {
+                self.confirm_quit = true;
+                self.status = format!(
+                    " `{}` (pid {}) is still running: q again leaves it running{}",
+                    c.command,
+                    c.pid,
+                    c.log.as_ref().map_or(String::new(), |l| format!(" (its output goes to {})", l.display()))
+                );
+                return;
+            }
+        } else {
+            self.confirm_quit = false;
+        }
         if self.screen.apply(a) {
             let pubs = self.publishers();
             if let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) {
@@ -282,6 +460,7 @@ impl Interactive for LiveApp {
                 }
             }
             Action::Screenshot => self.status = self.screenshot(),
+            Action::Snapshot => self.ask_snapshot(),
             _ => {}
         }
     }
@@ -291,6 +470,19 @@ impl Interactive for LiveApp {
         match e {
             Event::Sample(s) => {
                 self.ingest(*s);
+                self.find_child();
+                self.check_snapshot();
+                true
+            }
+            Event::Exited(st) => {
+                if let Some(c) = &mut self.child {
+                    c.exited = Some(match (st.code(), std::os::unix::process::ExitStatusExt::signal(&st)) {
+                        (Some(0), _) => "finished (exit status 0)".to_string(),
+                        (Some(n), _) => format!("failed (exit status {n})"),
+                        (None, Some(sig)) => format!("was killed by signal {sig}"),
+                        _ => format!("ended ({st})"),
+                    });
+                }
                 true
             }
             _ => false,
@@ -298,6 +490,35 @@ impl Interactive for LiveApp {
     }
 
     fn quit(&self) -> bool {
-        self.screen.quit
+        self.screen.quit || self.open.is_some()
+    }
+}
+
+/// A snapshot taken with `S`, open in the replay view: it draws and takes
+/// the keys; samples still reach the live model underneath, so the live
+/// histories have no gap when `q` returns to them.
+pub struct Beside<'l, 'r> {
+    pub(crate) live: &'l mut LiveApp,
+    pub(crate) replay: super::app::ReplayApp<'r>,
+}
+
+impl Interactive for Beside<'_, '_> {
+    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        self.replay.draw_into(area, buf);
+    }
+    fn apply(&mut self, a: Action) {
+        self.replay.apply(a);
+    }
+    fn update(&mut self, e: Event) -> bool {
+        match e {
+            Event::Sample(_) | Event::Exited(_) => {
+                self.live.update(e);
+                false
+            }
+            e => self.replay.update(e),
+        }
+    }
+    fn quit(&self) -> bool {
+        self.replay.quit()
     }
 }

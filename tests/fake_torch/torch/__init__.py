@@ -1,0 +1,3 @@
+from . import _C
+from . import cuda
+from . import optim

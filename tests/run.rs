@@ -1,0 +1,181 @@
+//! `gpumem-top run -- CMD` and `gpumem-top snapshot PID` without a GPU: the
+//! publisher injected into CPython over the stand-in torch of
+//! tests/fake_torch, recorded headless, and read back.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn have_python() -> bool {
+    Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpumem-run-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpumem-top")
+}
+
+/// `gpumem-top run ARGS -o DIR/rec.jsonl --publish-dir DIR/pub --
+/// python3 tests/scripts/fake_train.py` over the stand-in torch.
+fn run_fake_train(d: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .arg("run")
+        .args(args)
+        .arg("-o")
+        .arg(d.join("rec.jsonl"))
+        .arg("--publish-dir")
+        .arg(d.join("pub"))
+        .arg("--")
+        .arg("python3")
+        .arg(common::root().join("tests/scripts/fake_train.py"))
+        .env("PYTHONPATH", common::root().join("tests/fake_torch"))
+        .env("GPUMEM_TOP_BIN", bin())
+        .env("SNAP_DIR", d)
+        .output()
+        .unwrap()
+}
+
+fn replay_json(rec: &std::path::Path) -> Value {
+    let out = Command::new(bin()).arg("replay").arg(rec).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The done-when of the live issue, on the stand-in: each step's own peak
+/// reaches the recording exactly, the script's own readings are what they
+/// would be without us, the hook starts only once CUDA is initialised,
+/// survives a fork, and answers a snapshot request.
+#[test]
+fn run_injects_the_publisher_and_records_each_steps_own_peak() {
+    if !have_python() {
+        return;
+    }
+    let d = tmpdir("steps");
+    let (publish, rec) = (d.join("pub"), d.join("rec.jsonl"));
+    let out = run_fake_train(&d, &["--step-peaks", "--history", "5000", "--interval", "40"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let script: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    // Nothing before CUDA is initialised; publishing right after.
+    assert_eq!((script["before_init"].as_bool(), script["after_init"].as_bool()), (Some(false), Some(true)));
+    // The script's max_memory_allocated() after each step: the running
+    // maximum, as if nobody reset the peaks (step 3's own peak is 202 MiB).
+    let reads: Vec<u64> = script["reads"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(reads, [100 * MIB, 301 * MIB, 301 * MIB, 403 * MIB]);
+    assert_eq!(script["reserved_read"], 403 * MIB);
+    // Its own reset still works: the peak is then what is allocated.
+    assert_eq!(script["after_reset"], 4 * MIB);
+    // The forked child left the parent's file.
+    let files: Vec<&str> = script["files"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(files.iter().any(|f| f.ends_with("-0.json")), "{files:?}");
+    // The snapshot it asked of itself: torch.cuda.memory._snapshot() with
+    // the history recorded as --history said.
+    assert_eq!(script["snapshot_rc"], 0, "{}", script["snapshot_out"]);
+    assert!(script["snapshot_out"].as_str().unwrap().contains("open it with: gpumem-top replay"));
+    assert_eq!(script["snapshot"]["history"]["max_entries"], 5000);
+    assert_eq!(script["snapshot"]["device_traces"][0][0]["size"], 4 * MIB);
+
+    // The recording: each step's own peaks, exactly.
+    let j = replay_json(&rec);
+    let procs = j["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{j}");
+    let p = &procs[0];
+    assert_eq!(p["step_peaks"], true);
+    let steps = p["steps"].as_array().unwrap();
+    let col = |k: &str| -> Vec<u64> { steps.iter().map(|s| s[k].as_u64().unwrap()).collect() };
+    assert_eq!(col("step"), [1, 2, 3, 4]);
+    assert_eq!(col("allocated_peak_bytes"), [100 * MIB, 301 * MIB, 202 * MIB, 403 * MIB]);
+    assert_eq!(col("reserved_peak_bytes"), [100 * MIB, 301 * MIB, 301 * MIB, 403 * MIB]);
+    assert_eq!(col("allocated_end_bytes"), [MIB, 2 * MIB, 3 * MIB, 4 * MIB]);
+    assert_eq!(p["peak_allocated_bytes"], 403 * MIB);
+    // At exit the publisher removed its file.
+    assert!(std::fs::read_dir(&publish)
+        .unwrap()
+        .flatten()
+        .all(|e| !e.file_name().to_string_lossy().ends_with(".json")));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Without --step-peaks nothing is reset: the steps are logged at their
+/// ends with no peaks of their own, and the script reads PyTorch's own
+/// counters untouched.
+#[test]
+fn without_step_peaks_steps_are_their_ends_and_nothing_is_reset() {
+    if !have_python() {
+        return;
+    }
+    let d = tmpdir("nopeaks");
+    let rec = d.join("rec.jsonl");
+    let out = run_fake_train(&d, &["--interval", "40"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(script["reads"], serde_json::json!([100 * MIB, 301 * MIB, 301 * MIB, 403 * MIB]));
+    // No history asked for: none recorded.
+    assert_eq!(script["snapshot"]["history"], serde_json::json!({}));
+    let j = replay_json(&rec);
+    let p = &j["processes"][0];
+    assert_eq!(p["step_peaks"], false);
+    let steps = p["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    assert!(steps.iter().all(|s| s["allocated_peak_bytes"].is_null()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A Python process that imports torch and never initialises CUDA (a
+/// launcher, a data worker) publishes nothing and never loads the
+/// publisher; the command's exit status is `run`'s.
+#[test]
+fn a_process_that_never_touches_cuda_publishes_nothing() {
+    if !have_python() {
+        return;
+    }
+    let d = tmpdir("nocuda");
+    let publish = d.join("pub");
+    let out = Command::new(bin())
+        .args(["run", "--interval", "20", "-o"])
+        .arg(d.join("rec.jsonl"))
+        .arg("--publish-dir")
+        .arg(&publish)
+        .args(["--", "python3", "-c"])
+        .arg(
+            "import os, sys, time, torch; time.sleep(0.3); \
+             print(sorted(os.listdir(os.environ['GPUMEM_TOP_DIR'])), 'gpumem_top_publish' in sys.modules); sys.exit(7)",
+        )
+        .env("PYTHONPATH", common::root().join("tests/fake_torch"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[] False");
+    let j = replay_json(&d.join("rec.jsonl"));
+    assert_eq!(j["processes"], serde_json::json!([]));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Bad usage gets one line and exit 2: no command, a snapshot of a process
+/// that does not publish, an output that exists.
+#[test]
+fn run_and_snapshot_refuse_bad_usage() {
+    let d = tmpdir("bad");
+    let out = Command::new(bin()).args(["run", "-o"]).arg(d.join("x.jsonl")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(bin()).args(["snapshot", "1", "--publish-dir"]).arg(&d).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pid 1 does not publish its allocator state"), "{err}");
+    std::fs::write(d.join("x.jsonl"), "").unwrap();
+    let out = Command::new(bin()).args(["run", "-o"]).arg(d.join("x.jsonl")).args(["--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("x.jsonl: File exists"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
