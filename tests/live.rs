@@ -502,8 +502,17 @@ time.sleep(0.5)
     assert_eq!(p.steps, vec![8 << 20]);
     assert!(p.command.as_deref().unwrap_or("").starts_with("python3"));
     child.wait().unwrap();
-    // At exit the publisher removes its file.
+    // At exit the publisher leaves a final file; a live source reads it
+    // once (the process shows as gone) and removes it.
+    let s = scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP);
+    assert_eq!(s.published.len(), 1);
+    assert!(s.published[0].last_words);
+    let nvml = Box::new(FakeNvml::new(vec![gpu(0, GIB, vec![])]));
+    let mut src = LiveSource::new(nvml, vec![], Some(d.clone()));
+    let snap = src.snapshot();
+    assert_eq!((snap.publishers.len(), snap.gone.clone()), (1, vec![child.id()]));
     assert!(scan(&d, publisher::current_uid(), publisher::DEFAULT_CAP).published.is_empty());
+    assert!(src.snapshot().publishers.is_empty());
     std::fs::remove_dir_all(&d).unwrap();
 }
 

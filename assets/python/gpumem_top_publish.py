@@ -50,8 +50,12 @@ import threading
 import time
 
 _lock = threading.Lock()
+# One writer of the files at a time: the thread, or the final publish.
+_publish_lock = threading.Lock()
 # Guards PyTorch's peak counters between our read-and-reset and a reader.
 _peak_lock = threading.Lock()
+# One writer of the files at a time: the thread, or the final publish.
+_publish_lock = threading.Lock()
 _state = {
     "thread": None,
     "stop": None,
@@ -272,10 +276,21 @@ def _install_peak_shadow(torch):
         setattr(C, reset_name, wrap_reset(reset))
 
 
-def _take_peaks(device):
+def _take_peaks(device, step=False):
     """This window's peaks on ``device`` (allocated, reserved), folded into
-    the shadow, and PyTorch's counters reset for the next window."""
+    the shadow, and PyTorch's counters reset for the next window.
+
+    Windows the sampling thread closed before a step (before the first
+    optimizer step, say) are folded into that step's peaks, so a step's
+    peaks are always since the previous step, whoever reset in between."""
     get, reset = _state["orig"]
+
+    def at(raw, *path):
+        v = raw
+        for k in path:
+            v = v.get(k, {}) if isinstance(v, dict) else {}
+        return v if isinstance(v, int) else None
+
     with _peak_lock:
         raw = get(device)
         peaks = {}
@@ -285,20 +300,23 @@ def _take_peaks(device):
             if v > s.get(p, -1):
                 s[p] = v
         reset(device)
+        a = at(raw, "allocated_bytes", "all", "peak")
+        if a is None:
+            a = at(raw, "allocated_bytes.all.peak")
+        r = at(raw, "reserved_bytes", "all", "peak")
+        if r is None:
+            r = at(raw, "reserved_bytes.all.peak")
+        acc = _state.setdefault("since_step", {})
+        if step:
+            pa, pr = acc.pop(device, (None, None))
+            return _max(pa, a), _max(pr, r)
+        pa, pr = acc.get(device, (None, None))
+        acc[device] = (_max(pa, a), _max(pr, r))
+        return a, r
 
-    def at(*path):
-        v = raw
-        for k in path:
-            v = v.get(k, {}) if isinstance(v, dict) else {}
-        return v if isinstance(v, int) else None
 
-    a = at("allocated_bytes", "all", "peak")
-    if a is None:
-        a = at("allocated_bytes.all.peak")
-    r = at("reserved_bytes", "all", "peak")
-    if r is None:
-        r = at("reserved_bytes.all.peak")
-    return a, r
+def _max(x, y):
+    return y if x is None else x if y is None else max(x, y)
 
 
 # --- steps -----------------------------------------------------------------
@@ -320,7 +338,7 @@ def _on_step(optimizer, args, kwargs):
             res = None
         pa = pr = None
         if _state["step_peaks"]:
-            pa, pr = _take_peaks(dev)
+            pa, pr = _take_peaks(dev, step=True)
         steps = _state["steps"]
         steps.append(alloc)
         del steps[:-64]
@@ -375,9 +393,12 @@ class _Layouts:
         self.last = {}  # device -> (fingerprint, json text)
         self.next_at = 0.0
 
-    def get(self, torch, device, stats, now, enabled):
+    def get(self, torch, device, stats, now, enabled, cached_only=False):
         if not enabled:
             return "[]", None
+        if cached_only:
+            prev = self.last.get(device)
+            return (prev[1], prev[2]) if prev else ("[]", None)
         fp = _fingerprint(stats)
         prev = self.last.get(device)
         if prev is not None and (prev[0] == fp or now < self.next_at):
@@ -390,12 +411,14 @@ class _Layouts:
         return text, now
 
 
-def publish_once(torch, directory, device, interval, layout=True, layouts=None, window=None):
-    """Writes one file now; returns its path."""
+def publish_once(torch, directory, device, interval, layout=True, layouts=None, window=None, final=False):
+    """Writes one file now; returns its path. ``final``: the last one, at
+    exit, left for gpumem-top to read once and remove (so the last steps
+    and an OOM that ends the run are seen), with the layout taken before."""
     stats = {k: int(v) for k, v in torch.cuda.memory_stats(device).items()}
     now = time.time()
     layouts = layouts if layouts is not None else _Layouts()
-    seg_text, layout_time = layouts.get(torch, device, stats, now, layout)
+    seg_text, layout_time = layouts.get(torch, device, stats, now, layout, cached_only=final)
     doc = {
         "version": 1,
         "pid": os.getpid(),
@@ -410,6 +433,7 @@ def publish_once(torch, directory, device, interval, layout=True, layouts=None, 
         "step_peaks": bool(_state["step_peaks"]),
         "step_log": [s for s in list(_state["step_log"]) if s[2] == device],
         "layout_time": layout_time,
+        "final": final,
     }
     if window is not None:
         doc["window_peak"] = window
@@ -511,6 +535,25 @@ def _start(interval, directory, devices, layout, step_peaks, history):
             _state["hook"] = None
         layouts = _Layouts()
 
+        def publish_all(window, final=False):
+            for d in _devices(torch, fixed):
+                try:
+                    p = publish_once(torch, directory, d, interval, layout, layouts, window.get(d), final)
+                    if p not in _state["files"]:
+                        _state["files"].append(p)
+                except Exception:
+                    # Publishing must never break training.
+                    pass
+
+        def final():
+            # Under the publish lock, so no sample of the thread's lands
+            # after it.
+            with _publish_lock:
+                stop.set()
+                publish_all({}, final=True)
+
+        _state["final"] = final
+
         def loop():
             while not stop.is_set():
                 window = {}
@@ -525,14 +568,10 @@ def _start(interval, directory, devices, layout, step_peaks, history):
                                 window[d] = [time.time(), a, r]
                             except Exception:
                                 pass
-                for d in _devices(torch, fixed):
-                    try:
-                        p = publish_once(torch, directory, d, interval, layout, layouts, window.get(d))
-                        if p not in _state["files"]:
-                            _state["files"].append(p)
-                    except Exception:
-                        # Publishing must never break training.
-                        pass
+                with _publish_lock:
+                    if stop.is_set():
+                        return
+                    publish_all(window)
                 try:
                     _serve_snapshot_request(torch, directory)
                 except Exception:
@@ -551,20 +590,30 @@ def _start(interval, directory, devices, layout, step_peaks, history):
 
 
 def stop_publishing():
-    """Stops the thread and removes this process's files."""
+    """Stops the thread and writes a final file per device (marked so,
+    which gpumem-top reads once and removes); where that fails, removes
+    this process's files."""
     with _lock:
         if _state["owner"] != os.getpid():
             return
-        if _state["stop"] is not None:
-            _state["stop"].set()
         if _state["hook"] is not None:
             try:
                 _state["hook"].remove()
             except Exception:
                 pass
-        for p in _state["files"]:
+        done = False
+        if _state.get("final") is not None and _state["thread"] is not None:
             try:
-                os.unlink(p)
-            except OSError:
+                _state["final"]()
+                done = True
+            except Exception:
                 pass
-        _state.update(thread=None, stop=None, hook=None, files=[])
+        if _state["stop"] is not None:
+            _state["stop"].set()
+        if not done:
+            for p in _state["files"]:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+        _state.update(thread=None, stop=None, hook=None, files=[], final=None)

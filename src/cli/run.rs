@@ -169,6 +169,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let st = child.wait();
+                // Two more samples: the final file it wrote at exit (its
+                // last steps, an OOM that ended it) is read, then removed.
+                std::thread::sleep(interval * 2 + Duration::from_millis(100));
                 stop.store(true, Ordering::Relaxed);
                 st
             })

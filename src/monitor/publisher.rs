@@ -64,6 +64,8 @@ pub struct Published {
     /// When its layout was taken (it is kept between samples while the
     /// allocator's counters do not move or its time budget is spent).
     pub(crate) layout_time: Option<f64>,
+    /// The process's last file, written at its exit and left for us.
+    pub last_words: bool,
     #[serde(skip)]
     pub(crate) path: PathBuf,
 }
@@ -210,6 +212,9 @@ pub(crate) struct RawFile {
     pub(crate) window_peak: Option<(f64, Option<u64>, Option<u64>)>,
     #[serde(default)]
     pub(crate) layout_time: Option<f64>,
+    /// Written at exit: read once, then removed by the reader.
+    #[serde(default, rename = "final")]
+    pub(crate) last_words: bool,
 }
 
 impl RawFile {
@@ -255,6 +260,7 @@ impl RawFile {
             step_log: p.step_log.clone(),
             window_peak: p.window_peak,
             layout_time: p.layout_time,
+            last_words: p.last_words,
         }
     }
 }
@@ -334,6 +340,7 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
         step_log: raw.step_log.into_iter().filter(|s| s.2 == raw.device).collect(),
         window_peak: raw.window_peak,
         layout_time: raw.layout_time,
+        last_words: raw.last_words,
         path: path.to_path_buf(),
     })
 }

@@ -42,6 +42,10 @@ impl LiveSource {
     }
 }
 
+/// A final file older than this is from a run nobody watched: removed
+/// unread.
+const FINAL_FILE_FRESH_S: f64 = 30.0;
+
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -65,10 +69,18 @@ impl Source for LiveSource {
         if let Some(dir) = &self.dir {
             let scan = publisher::scan(dir, self.uid, self.cap);
             snap.skipped.extend(scan.skipped);
-            // A file whose process is gone is history, not a live process.
+            // A file whose process is gone is history, not a live process;
+            // its final file (written at exit) is read once, then removed,
+            // so the last steps and an OOM that ended the run are seen.
             for p in scan.published {
                 if alive(p.pid) || p.nspid.iter().any(|&q| alive(q)) {
                     snap.publishers.push(p);
+                } else if p.last_words {
+                    let _ = std::fs::remove_file(&p.path);
+                    if snap.time - p.time < FINAL_FILE_FRESH_S {
+                        snap.gone.push(p.pid);
+                        snap.publishers.push(p);
+                    }
                 } else {
                     snap.gone.push(p.pid);
                 }
@@ -177,6 +189,7 @@ impl DemoSource {
             step_log: self.steps.iter().copied().collect(),
             window_peak: None,
             layout_time: None,
+            last_words: false,
             path: PathBuf::new(),
         };
         Snapshot {
