@@ -40,6 +40,8 @@ enum Command {
     Run(cli::RunArgs),
     /// Ask a publishing process for a PyTorch memory snapshot and write it here.
     Snapshot(cli::SnapshotArgs),
+    /// Start publishing in a running Python 3.14+ process (sys.remote_exec) and watch it.
+    Attach(cli::AttachArgs),
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
         Some(Command::Fit(args)) => cli::fit(&args),
         Some(Command::Run(args)) => cli::run(&args),
         Some(Command::Snapshot(args)) => cli::snapshot(&args),
+        Some(Command::Attach(args)) => cli::attach(&args),
     };
     match result {
         Ok(code) => code,

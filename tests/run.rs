@@ -182,3 +182,32 @@ fn run_and_snapshot_refuse_bad_usage() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("x.jsonl: File exists"));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `attach` needs Python 3.14's sys.remote_exec: an older interpreter, a
+/// program that is not Python, a process that does not exist each get one
+/// line saying so and what to do instead, exit 2.
+#[test]
+fn attach_says_plainly_when_it_cannot() {
+    if !have_python() {
+        return;
+    }
+    let mut py = Command::new("python3").args(["-c", "import time; time.sleep(20)"]).spawn().unwrap();
+    let v = Command::new("python3").args(["-c", "import sys; print(sys.version_info >= (3, 14))"]).output().unwrap();
+    if String::from_utf8_lossy(&v.stdout).trim() == "False" {
+        let out = Command::new(bin()).args(["attach", &py.id().to_string()]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("attaching needs Python 3.14 or later (sys.remote_exec)"), "{err}");
+        assert!(err.contains("gpumem-top run -- CMD"), "{err}");
+    }
+    let _ = py.kill();
+    let _ = py.wait();
+    let mut sleep = Command::new("sleep").arg("20").spawn().unwrap();
+    let out = Command::new(bin()).args(["attach", &sleep.id().to_string()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a Python we can ask"));
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    let out = Command::new(bin()).args(["attach", "4000000000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

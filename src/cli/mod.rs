@@ -28,7 +28,7 @@ mod run;
 mod synth;
 pub use fit::{fit, FitArgs};
 pub use live::{live, read_recording, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs, SourceKind};
-pub use run::{run, snapshot, RunArgs, SnapshotArgs};
+pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
 
 /// totalGlobalMem of the H200 the calibration traces were recorded on.

@@ -104,6 +104,17 @@ fn command(args: &RunArgs, hook: &Path, dir: &Path) -> std::process::Command {
     c
 }
 
+/// The command as the status line names it: its first two words without
+/// their directories ("python3 train.py …").
+fn shown_command(argv: &[String]) -> String {
+    let base = |a: &String| Path::new(a).file_name().map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned());
+    let mut s = argv.iter().take(2).map(base).collect::<Vec<_>>().join(" ");
+    if argv.len() > 2 {
+        s.push_str(" …");
+    }
+    s
+}
+
 /// The exit code that passes the command's on: its own, or 128 + the signal.
 fn exit_code_of(st: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
@@ -148,7 +159,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     let hook = Hook::new()?;
     let mut cmd = command(args, &hook.0, &dir);
-    let shown = args.command.iter().map(|a| a.as_str()).take(3).collect::<Vec<_>>().join(" ");
+    let shown = shown_command(&args.command);
     if !interactive {
         // Headless: the command keeps the terminal (and gets Ctrl-C as it
         // would alone); we record until it exits.
@@ -220,6 +231,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         log: Some(log.clone()),
         exited: None,
         found: false,
+        ours: true,
     });
     let sampler = super::live::sample_into(src, interval, &events);
     let r = super::live::live_loop(&mut app, &events);
@@ -304,4 +316,101 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
             Answer::Pending => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AttachArgs {
+    /// The running Python process (3.14 or later) to start publishing in.
+    #[arg(value_name = "PID")]
+    pub(crate) pid: u32,
+    #[command(flatten)]
+    pub(crate) live: LiveArgs,
+    /// As `run --history`.
+    #[arg(long, value_name = "N")]
+    pub(crate) history: Option<u64>,
+    /// As `run --step-peaks`.
+    #[arg(long)]
+    pub(crate) step_peaks: bool,
+}
+
+/// The Python version of the interpreter at `exe`, as (major, minor).
+fn python_version(exe: &Path) -> Option<(u32, u32)> {
+    let out = std::process::Command::new(exe)
+        .args(["-I", "-c", "import sys; print('%d %d' % sys.version_info[:2])"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|w| w.parse().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// `gpumem-top attach PID`: injects the publisher into a running Python
+/// 3.14+ process through `sys.remote_exec` (PEP 768) and watches it.
+pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
+    let pid = args.pid;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(|e| anyhow!(InputError(format!("pid {pid}: {e} (no such process, or not ours)"))))?;
+    let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top_publish.start() in it";
+    // Only an interpreter is asked its version: another program is never
+    // run with arguments it may read differently.
+    let python = exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python"));
+    let version = if python { python_version(&exe) } else { None };
+    let Some((major, minor)) = version else {
+        return Err(anyhow!(InputError(format!("pid {pid} ({}) is not a Python we can ask; {how}", exe.display()))));
+    };
+    if (major, minor) < (3, 14) {
+        return Err(anyhow!(InputError(format!(
+            "pid {pid} runs Python {major}.{minor} ({}); attaching needs Python 3.14 or later (sys.remote_exec); {how}",
+            exe.display()
+        ))));
+    }
+    let thresholds = args.live.thresholds()?;
+    let interval = args.live.interval()?;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(anyhow!(InputError("attach opens the live view, which needs a terminal".into())));
+    }
+    let dir = args.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
+    publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
+    // The target imports from here at its next safe point, after we have
+    // returned: the directory stays (in the user's private publish dir).
+    let hook = dir.join(format!("attach-{pid}"));
+    std::fs::create_dir_all(&hook)?;
+    std::fs::write(hook.join("gpumem_top_publish.py"), PUBLISHER)?;
+    let script = hook.join("start.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import sys\nsys.path.insert(0, {hook:?})\nimport gpumem_top_publish as g, torch\n\
+             torch.cuda._lazy_call(lambda: g.start(interval={interval}, directory={dir:?}, step_peaks={peaks}, history={history}))\n",
+            hook = hook.display().to_string(),
+            interval = args.live.interval as f64 / 1000.0,
+            dir = dir.display().to_string(),
+            peaks = if args.step_peaks { "True" } else { "False" },
+            history = args.history.map_or("None".to_string(), |h| h.to_string()),
+        ),
+    )?;
+    let st = std::process::Command::new(&exe)
+        .args(["-I", "-c", &format!("import sys; sys.remote_exec({pid}, {:?})", script.display().to_string())])
+        .status()
+        .with_context(|| format!("running {}", exe.display()))?;
+    if !st.success() {
+        return Err(anyhow!(InputError(format!(
+            "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
+        ))));
+    }
+    let src = super::live::live_source(&args.live)?
+        .ok_or_else(|| anyhow!(InputError("no NVIDIA GPU or NVML library found".into())))?;
+    let color = !args.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
+    app.model.thresholds = thresholds;
+    app.snapshots = true;
+    let command = crate::monitor::procfs::command(pid).unwrap_or_else(|| exe.display().to_string());
+    app.follow(crate::ui::live::RunChild { pid, command, log: None, exited: None, found: false, ours: false });
+    let events = crate::ui::event::Events::new();
+    let sampler = super::live::sample_into(src, interval, &events);
+    let r = super::live::live_loop(&mut app, &events);
+    drop(sampler);
+    r?;
+    Ok(ExitCode::SUCCESS)
 }

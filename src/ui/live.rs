@@ -26,6 +26,8 @@ pub struct RunChild {
     pub(crate) exited: Option<String>,
     /// Its publisher has been seen (and selected once).
     pub(crate) found: bool,
+    /// We started it (`run`): quitting asks first. False for `attach`.
+    pub(crate) ours: bool,
 }
 
 /// A snapshot asked of a process and not yet answered.
@@ -187,8 +189,10 @@ impl LiveApp {
             match &c.exited {
                 Some(how) => out.push_str(&format!(" `{}` {how}{log}; q quits ", c.command)),
                 None if !c.found => out.push_str(&format!(
-                    " running `{}` (pid {}{log}); it appears here once it initialises CUDA ",
-                    c.command, c.pid
+                    " {} `{}` (pid {}{log}); it appears here once it initialises CUDA ",
+                    if c.ours { "running" } else { "attached to" },
+                    c.command,
+                    c.pid
                 )),
                 None => {}
             }
@@ -417,7 +421,7 @@ impl Interactive for LiveApp {
     fn apply(&mut self, a: Action) {
         self.status.clear();
         let top = !self.screen.sel.help && !self.screen.sel.zoom;
-        let running = self.child.as_ref().filter(|c| c.exited.is_none());
+        let running = self.child.as_ref().filter(|c| c.ours && c.exited.is_none());
         if let (Some(c), Action::Back | Action::Quit, true) = (running, a, top) {
             if !self.confirm_quit {
                 self.confirm_quit = true;

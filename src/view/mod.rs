@@ -111,7 +111,7 @@ pub(crate) const REPLAY_KEYS: &str =
 pub(crate) const SYNTH_KEYS: &str =
     " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help ";
 pub(crate) const LIVE_KEYS: &str =
-    " q quit  1-9 GPU  n next process  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
+    " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
 /// returns the inner area.
@@ -864,7 +864,7 @@ fn duration(secs: f64) -> String {
 
 fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
     let w = 60.min(area.width);
-    let h = 19.min(area.height);
+    let h = 20.min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let lines = vec![
@@ -883,6 +883,7 @@ fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
         Line::from("a            order segments by address / size"),
         Line::from("c            compact map: fixed bytes per cell"),
         Line::from("1-9, n       pick a GPU, the next process (live)"),
+        Line::from("S            ask the process for a snapshot, open it (live)"),
         Line::from("s            write the focused view as SVG here"),
         Line::from("? / h        this help"),
     ];
