@@ -17,8 +17,9 @@ use super::live::{LiveArgs, SourceKind};
 use super::InputError;
 use crate::monitor::publisher;
 
+/// What `run` and `attach` start in the process, and how they watch it.
 #[derive(Args, Debug, Clone)]
-pub struct RunArgs {
+pub struct PublishArgs {
     #[command(flatten)]
     pub(crate) live: LiveArgs,
     /// Record PyTorch's memory history in the command (this many entries,
@@ -32,6 +33,12 @@ pub struct RunArgs {
     /// that the script still reads the values it would have read.
     #[arg(long)]
     pub(crate) step_peaks: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub(crate) publish: PublishArgs,
     /// Record samples of the command to this JSON-lines file, headless,
     /// until it exits (`replay FILE` shows them).
     #[arg(short = 'o', long = "output", value_name = "PATH.jsonl")]
@@ -98,9 +105,9 @@ fn command(args: &RunArgs, hook: &Path, dir: &Path) -> std::process::Command {
         .env("PYTHONPATH", path)
         .env("GPUMEM_TOP_RUN", "1")
         .env("GPUMEM_TOP_DIR", dir)
-        .env("GPUMEM_TOP_INTERVAL", format!("{}", args.live.interval as f64 / 1000.0))
-        .env("GPUMEM_TOP_STEP_PEAKS", if args.step_peaks { "1" } else { "0" })
-        .env("GPUMEM_TOP_HISTORY", args.history.unwrap_or(0).to_string());
+        .env("GPUMEM_TOP_INTERVAL", format!("{}", args.publish.live.interval as f64 / 1000.0))
+        .env("GPUMEM_TOP_STEP_PEAKS", if args.publish.step_peaks { "1" } else { "0" })
+        .env("GPUMEM_TOP_HISTORY", args.publish.history.unwrap_or(0).to_string());
     c
 }
 
@@ -126,28 +133,28 @@ fn exit_code_of(st: std::process::ExitStatus) -> ExitCode {
 }
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    if args.live.json {
+    if args.publish.live.json {
         return Err(anyhow!(InputError(
             "run has no --json: record with -o FILE.jsonl, then `replay FILE --json`".into()
         )));
     }
-    if args.live.source != SourceKind::Live {
+    if args.publish.live.source != SourceKind::Live {
         return Err(anyhow!(InputError("run watches the command it starts: --source demo does not apply".into())));
     }
-    if args.history == Some(0) {
+    if args.publish.history == Some(0) {
         return Err(anyhow!(InputError("--history needs a number of entries, e.g. --history 100000".into())));
     }
-    let thresholds = args.live.thresholds()?;
-    let interval = args.live.interval()?;
+    let thresholds = args.publish.live.thresholds()?;
+    let interval = args.publish.live.interval()?;
     let interactive = args.output.is_none();
     if interactive && (!std::io::stdout().is_terminal() || !std::io::stdin().is_terminal()) {
         return Err(anyhow!(InputError(
             "the interactive view needs a terminal; without one, record: gpumem-top run -o FILE.jsonl -- CMD".into()
         )));
     }
-    let dir = args.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
+    let dir = args.publish.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
     publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
-    let src = match super::live::live_source(&args.live)? {
+    let src = match super::live::live_source(&args.publish.live)? {
         Some(s) => s,
         None => {
             // What the command publishes is still worth having; the GPU
@@ -188,7 +195,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             })
         };
         let rec =
-            super::live::Recorder { file, header: true, out: &out, source: "nvml", interval_ms: args.live.interval };
+            super::live::Recorder { file, header: true, out: &out, source: "nvml", interval_ms: args.publish.live.interval };
         let n = rec.run(src, thresholds, interval, &stop, None)?;
         let st = waiter.join().map_err(|_| anyhow!("waiting for {shown}"))??;
         eprintln!("gpumem-top: `{shown}` {st}; recorded {n} samples to {}", out.display());
@@ -221,7 +228,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             }
         })?;
     }
-    let color = !args.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = !args.publish.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
@@ -324,13 +331,7 @@ pub struct AttachArgs {
     #[arg(value_name = "PID")]
     pub(crate) pid: u32,
     #[command(flatten)]
-    pub(crate) live: LiveArgs,
-    /// As `run --history`.
-    #[arg(long, value_name = "N")]
-    pub(crate) history: Option<u64>,
-    /// As `run --step-peaks`.
-    #[arg(long)]
-    pub(crate) step_peaks: bool,
+    pub(crate) publish: PublishArgs,
 }
 
 /// The Python version of the interpreter at `exe`, as (major, minor).
@@ -365,12 +366,12 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             exe.display()
         ))));
     }
-    let thresholds = args.live.thresholds()?;
-    let interval = args.live.interval()?;
+    let thresholds = args.publish.live.thresholds()?;
+    let interval = args.publish.live.interval()?;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(anyhow!(InputError("attach opens the live view, which needs a terminal".into())));
     }
-    let dir = args.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
+    let dir = args.publish.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
     publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
     // The target imports from here at its next safe point, after we have
     // returned: the directory stays (in the user's private publish dir).
@@ -384,10 +385,10 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             "import sys\nsys.path.insert(0, {hook:?})\nimport gpumem_top_publish as g, torch\n\
              torch.cuda._lazy_call(lambda: g.start(interval={interval}, directory={dir:?}, step_peaks={peaks}, history={history}))\n",
             hook = hook.display().to_string(),
-            interval = args.live.interval as f64 / 1000.0,
+            interval = args.publish.live.interval as f64 / 1000.0,
             dir = dir.display().to_string(),
-            peaks = if args.step_peaks { "True" } else { "False" },
-            history = args.history.map_or("None".to_string(), |h| h.to_string()),
+            peaks = if args.publish.step_peaks { "True" } else { "False" },
+            history = args.publish.history.map_or("None".to_string(), |h| h.to_string()),
         ),
     )?;
     let st = std::process::Command::new(&exe)
@@ -399,9 +400,9 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
         ))));
     }
-    let src = super::live::live_source(&args.live)?
+    let src = super::live::live_source(&args.publish.live)?
         .ok_or_else(|| anyhow!(InputError("no NVIDIA GPU or NVML library found".into())))?;
-    let color = !args.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = !args.publish.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
