@@ -364,7 +364,8 @@ impl Interactive for LiveApp {
             let msg = vec![
                 Line::from(format!(" No process on {gpu} publishes its allocator state.")),
                 Line::from(""),
-                Line::from(" In the training script (assets/python/gpumem_top_publish.py on PYTHONPATH):"),
+                Line::from(" Start training under gpumem-top (no code change):  gpumem-top run -- python3 train.py"),
+                Line::from(" or in the script (assets/python/gpumem_top_publish.py on PYTHONPATH):"),
                 Line::from("     import gpumem_top_publish; gpumem_top_publish.start()"),
                 Line::from(""),
                 Line::from(format!(" {status}")),
