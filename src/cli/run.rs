@@ -194,8 +194,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 st
             })
         };
-        let rec =
-            super::live::Recorder { file, header: true, out: &out, source: "nvml", interval_ms: args.publish.live.interval };
+        let rec = super::live::Recorder {
+            file,
+            header: true,
+            out: &out,
+            source: "nvml",
+            interval_ms: args.publish.live.interval,
+        };
         let n = rec.run(src, thresholds, interval, &stop, None)?;
         let st = waiter.join().map_err(|_| anyhow!("waiting for {shown}"))??;
         eprintln!("gpumem-top: `{shown}` {st}; recorded {n} samples to {}", out.display());
