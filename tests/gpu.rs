@@ -480,3 +480,62 @@ sys.stdin.read()
     assert!(pid_on(&after, pid).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `gpumem-top run --step-peaks --history` beside a real PyTorch loop whose
+/// batch varies per step: every step's recorded peaks equal the script's
+/// own max_memory_allocated()/max_memory_reserved() at the step's end (it
+/// resets them before each step), and the snapshot it asked for mid-run
+/// replays exactly.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn run_records_each_steps_own_peaks_of_a_real_pytorch_loop() {
+    let dir = std::env::temp_dir().join(format!("gpumem-gpu-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rec, steps, snap) = (dir.join("rec.jsonl"), dir.join("steps.json"), dir.join("snap.pickle"));
+    let out = Command::new(bin())
+        .args(["run", "--step-peaks", "--history", "100000", "--interval", "200", "-o"])
+        .arg(&rec)
+        .arg("--publish-dir")
+        .arg(dir.join("pub"))
+        .args(["--", "python3"])
+        .arg(common::root().join("tests/scripts/torch_steps.py"))
+        .arg(&steps)
+        .env("GPUMEM_TOP_BIN", bin())
+        .env("SNAPSHOT_OUT", &snap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script: Value = serde_json::from_str(&std::fs::read_to_string(&steps).unwrap()).unwrap();
+    let out = Command::new(bin()).arg("replay").arg(&rec).arg("--json").output().unwrap();
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p =
+        rep["processes"].as_array().unwrap().iter().find(|p| p["pid"] == script["pid"]).expect("the script's process");
+    let ours = p["steps"].as_array().unwrap();
+    let rows = script["rows"].as_array().unwrap();
+    assert_eq!(ours.len(), rows.len(), "every step recorded");
+    for (o, r) in ours.iter().zip(rows) {
+        assert_eq!(o["step"], r["step"]);
+        assert_eq!(
+            (&o["allocated_peak_bytes"], &o["reserved_peak_bytes"]),
+            (&r["max_allocated"], &r["max_reserved"]),
+            "step {}",
+            r["step"]
+        );
+    }
+    let distinct: std::collections::BTreeSet<u64> =
+        ours.iter().map(|o| o["allocated_peak_bytes"].as_u64().unwrap()).collect();
+    assert!(distinct.len() >= 6, "the batches give different peaks: {distinct:?}");
+    assert_eq!(rows[19]["snapshot_rc"], 0);
+    let out = Command::new(bin()).arg("replay").arg(&snap).arg("--json").output().unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(j["fidelity"] == "exact" || j["fidelity"] == "exact-window", "{}", j["fidelity"]);
+    println!(
+        "run --step-peaks: {} steps equal the script's readings (peaks {:?}); snapshot at step 20: {} events, {}",
+        ours.len(),
+        distinct,
+        j["events"],
+        j["fidelity"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
