@@ -22,8 +22,13 @@ fn tmpdir(tag: &str) -> PathBuf {
     d
 }
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gpumem-top")
+/// The binary: where cargo built it, or the GPU bundle's copy.
+fn bin() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"));
+    if built.exists() {
+        return built;
+    }
+    common::root().join(".gpu/gpumem-top")
 }
 
 /// `gpumem-top run ARGS -o DIR/rec.jsonl --publish-dir DIR/pub --
@@ -86,6 +91,10 @@ fn run_injects_the_publisher_and_records_each_steps_own_peak() {
     assert!(script["snapshot_out"].as_str().unwrap().contains("open it with: gpumem-top replay"));
     assert_eq!(script["snapshot"]["history"]["max_entries"], 5000);
     assert_eq!(script["snapshot"]["device_traces"][0][0]["size"], 4 * MIB);
+    // Layouts never took the full snapshot (with the history): in PyTorch
+    // 2.11 that imports torch._inductor, which from the publisher's thread
+    // can deadlock with the training thread's own imports.
+    assert_eq!(script["full_snapshots"], serde_json::json!([]));
 
     // The recording: each step's own peaks, exactly; step 1's includes the
     // transient the publisher's sampling windows saw before it, and the

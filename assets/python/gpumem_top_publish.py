@@ -158,9 +158,27 @@ def _command():
         return None
 
 
-def _layout(torch, device):
+def _segments(torch, safe):
+    """``torch.cuda.memory_snapshot()`` without the history (PyTorch 2.11's
+    ``include_traces=False``: 0.2 ms on the H200 where the full call with
+    6,000 history entries took 5 s, most of it importing torch._inductor,
+    which the lightweight call never touches; see `_snapshots_safe_here`).
+    An older torch has only the full call, taken only when ``safe``; None
+    when not now."""
+    if _state.get("lightweight", True):
+        try:
+            return torch.cuda.memory_snapshot(include_traces=False)
+        except TypeError:
+            _state["lightweight"] = False
+    return torch.cuda.memory_snapshot() if safe else None
+
+
+def _layout(torch, device, safe=True):
+    snap = _segments(torch, safe)
+    if snap is None:
+        return None
     segs = []
-    for s in torch.cuda.memory_snapshot():
+    for s in snap:
         if s.get("device", 0) != device:
             continue
         blocks = [
@@ -346,6 +364,8 @@ def _on_step(optimizer, args, kwargs):
         log.append([n, time.time(), dev, alloc, res, pa, pr])
         del log[:-_STEP_LOG]
         _state["last_step_time"] = time.time()
+        if _state.get("in_step") is not None and not _snapshots_safe_here():
+            _state["in_step"]()
     except Exception:
         pass  # Publishing must never break training.
 
@@ -390,35 +410,49 @@ class _Layouts:
     """When to take a layout, and the last one taken, per device."""
 
     def __init__(self):
-        self.last = {}  # device -> (fingerprint, json text)
+        self.last = {}  # device -> (fingerprint, json text, time)
         self.next_at = 0.0
+        self.lock = threading.Lock()
 
-    def get(self, torch, device, stats, now, enabled, cached_only=False):
-        if not enabled:
-            return "[]", None
-        if cached_only:
-            prev = self.last.get(device)
-            return (prev[1], prev[2]) if prev else ("[]", None)
-        fp = _fingerprint(stats)
+    def due(self, device, stats, now):
         prev = self.last.get(device)
-        if prev is not None and (prev[0] == fp or now < self.next_at):
-            return prev[1], prev[2]
+        return prev is None or (prev[0] != _fingerprint(stats) and now >= self.next_at)
+
+    def take(self, torch, device, stats, now, safe=True):
+        """Takes a layout now (the caller has checked it is due)."""
         t0 = time.perf_counter()
-        text = json.dumps(_layout(torch, device), separators=(",", ":"))
+        segs = _layout(torch, device, safe)
+        if segs is None:
+            return
+        text = json.dumps(segs, separators=(",", ":"))
         cost = time.perf_counter() - t0
         self.next_at = now + cost * _LAYOUT_BUDGET
-        self.last[device] = (fp, text, now)
-        return text, now
+        self.last[device] = (_fingerprint(stats), text, now)
+
+    def get(self, torch, device, stats, now, enabled, may_take=True, safe=True):
+        """The layout to publish: a new one when due and ``may_take``, else
+        the last one."""
+        if not enabled:
+            return "[]", None
+        with self.lock:
+            if may_take and self.due(device, stats, now):
+                self.take(torch, device, stats, now, safe)
+            prev = self.last.get(device)
+            return (prev[1], prev[2]) if prev else ("[]", None)
 
 
-def publish_once(torch, directory, device, interval, layout=True, layouts=None, window=None, final=False):
+def publish_once(
+    torch, directory, device, interval, layout=True, layouts=None, window=None, final=False, safe=True
+):
     """Writes one file now; returns its path. ``final``: the last one, at
     exit, left for gpumem-top to read once and remove (so the last steps
-    and an OOM that ends the run are seen), with the layout taken before."""
+    and an OOM that ends the run are seen), with the layout taken before.
+    ``safe``: the full snapshot may be taken from this thread (see
+    `_snapshots_safe_here`)."""
     stats = {k: int(v) for k, v in torch.cuda.memory_stats(device).items()}
     now = time.time()
     layouts = layouts if layouts is not None else _Layouts()
-    seg_text, layout_time = layouts.get(torch, device, stats, now, layout, cached_only=final)
+    seg_text, layout_time = layouts.get(torch, device, stats, now, layout, not final, safe)
     doc = {
         "version": 1,
         "pid": os.getpid(),
@@ -441,6 +475,31 @@ def publish_once(torch, directory, device, interval, layout=True, layouts=None, 
     # The layout is spliced in as the text it was serialised to once.
     data = (text[:-1] + ',"segments":' + seg_text + "}").encode()
     return _write_atomic(directory, "%d-%d.json" % (os.getpid(), device), data)
+
+
+def _snapshots_safe_here():
+    """May this (the sampling) thread call torch.cuda.memory_snapshot()?
+
+    PyTorch 2.11's _cuda_memorySnapshot touches ``torch._inductor``, which
+    torch imports lazily; imported from our thread while the training
+    thread imports torch._dynamo (an optimizer's constructor does), the two
+    imports deadlock and Python hands the training thread a half-initialised
+    module: an ImportError that killed a training script on the H200
+    (docs/live.md). So our thread takes layouts and snapshots only once
+    ``torch._inductor`` is fully imported; until then the training thread
+    takes them at its optimizer steps, and between steps (a program without
+    any, a paused run) our thread does once neither a step nor an import
+    has happened for four samples."""
+    m = sys.modules.get("torch._inductor")
+    if m is not None and not getattr(getattr(m, "__spec__", None), "_initializing", False):
+        return True
+    last = _state["last_step_time"]
+    stepping = last is not None and time.time() - last < 4 * _state.get("interval", 0.5)
+    return not stepping and _state.get("quiet_samples", 0) >= 4
+
+
+def _snapshot_requested(directory):
+    return os.path.exists(os.path.join(directory, "%d.snapshot-request" % os.getpid()))
 
 
 def _serve_snapshot_request(torch, directory):
@@ -515,6 +574,7 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         if directory is None:
             return None
         _state["owner"] = os.getpid()
+        _state["interval"] = interval
         _state["home"] = [torch.cuda.current_device()]
         fixed = list(devices) if devices is not None else None
         if history:
@@ -536,14 +596,35 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         layouts = _Layouts()
 
         def publish_all(window, final=False):
+            safe = _snapshots_safe_here()
             for d in _devices(torch, fixed):
                 try:
-                    p = publish_once(torch, directory, d, interval, layout, layouts, window.get(d), final)
+                    p = publish_once(torch, directory, d, interval, layout, layouts, window.get(d), final, safe)
                     if p not in _state["files"]:
                         _state["files"].append(p)
                 except Exception:
                     # Publishing must never break training.
                     pass
+
+        def in_step():
+            # In the training thread, at an optimizer step, while our thread
+            # may not (`_snapshots_safe_here`): a requested snapshot, and
+            # with an older torch (no lightweight layout) a due layout. The
+            # lock is only tried: a step never waits for us.
+            if _snapshot_requested(directory):
+                _serve_snapshot_request(torch, directory)
+            if _state.get("lightweight", True) or not layouts.lock.acquire(blocking=False):
+                return
+            try:
+                now = time.time()
+                for d in _devices(torch, fixed):
+                    stats = {k: int(v) for k, v in torch.cuda.memory_stats(d).items()}
+                    if layout and layouts.due(d, stats, now):
+                        layouts.take(torch, d, stats, now)
+            finally:
+                layouts.lock.release()
+
+        _state["in_step"] = in_step
 
         def final():
             # Under the publish lock, so no sample of the thread's lands
@@ -573,9 +654,14 @@ def _start(interval, directory, devices, layout, step_peaks, history):
                         return
                     publish_all(window)
                 try:
-                    _serve_snapshot_request(torch, directory)
+                    if _snapshots_safe_here():
+                        _serve_snapshot_request(torch, directory)
                 except Exception:
                     pass
+                # Counts samples during which no module was imported.
+                n = len(sys.modules)
+                quiet = _state.get("quiet_samples", 0) + 1 if n == _state.get("modules") else 0
+                _state.update(modules=n, quiet_samples=quiet)
                 stop.wait(interval)
 
         t = threading.Thread(target=loop, name="gpumem-top-publish", daemon=True)
@@ -616,4 +702,4 @@ def stop_publishing():
                     os.unlink(p)
                 except OSError:
                     pass
-        _state.update(thread=None, stop=None, hook=None, files=[], final=None)
+        _state.update(thread=None, stop=None, hook=None, files=[], final=None, in_step=None)

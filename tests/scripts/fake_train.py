@@ -54,4 +54,5 @@ out["snapshot_rc"] = r.returncode
 out["snapshot_out"] = r.stdout.strip()
 with open(snap, "rb") as f:
     out["snapshot"] = pickle.load(f)
+out["full_snapshots"] = torch._C._full_snapshots
 print(json.dumps(out))

@@ -1,5 +1,7 @@
 _dev = {}
 _history = {}
+# Threads that took a full memory_snapshot() (with the history).
+_full_snapshots = []
 
 
 def _d(d):

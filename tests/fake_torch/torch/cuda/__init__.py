@@ -95,7 +95,11 @@ def reset_peak_memory_stats(device=None):
     return torch._C._cuda_resetPeakMemoryStats(0 if device is None else device)
 
 
-def memory_snapshot():
+def memory_snapshot(mempool_id=None, include_traces=True):
+    # As PyTorch 2.11: the full call (with the history) is what touches
+    # torch._inductor; which threads made it is noted.
+    if include_traces:
+        torch._C._full_snapshots.append(threading.current_thread().name)
     return memory._snapshot()["segments"]
 
 
