@@ -161,16 +161,17 @@ def _command():
 def _segments(torch, safe):
     """``torch.cuda.memory_snapshot()`` without the history (PyTorch 2.11's
     ``include_traces=False``: 0.2 ms on the H200 where the full call with
-    6,000 history entries took 5 s, most of it importing torch._inductor,
-    which the lightweight call never touches; see `_snapshots_safe_here`).
-    An older torch has only the full call, taken only when ``safe``; None
-    when not now."""
+    6,000 history entries took 5 s); an older torch has only the full call.
+    Either may touch ``torch._inductor`` (symbolising the blocks' stacks), so
+    it is taken only where ``safe`` (`_snapshots_safe_here`); None when not."""
+    if not safe:
+        return None
     if _state.get("lightweight", True):
         try:
             return torch.cuda.memory_snapshot(include_traces=False)
         except TypeError:
             _state["lightweight"] = False
-    return torch.cuda.memory_snapshot() if safe else None
+    return torch.cuda.memory_snapshot()
 
 
 def _layout(torch, device, safe=True):
@@ -480,7 +481,8 @@ def publish_once(
 def _snapshots_safe_here():
     """May this (the sampling) thread call torch.cuda.memory_snapshot()?
 
-    PyTorch 2.11's _cuda_memorySnapshot touches ``torch._inductor``, which
+    PyTorch 2.11's _cuda_memorySnapshot touches ``torch._inductor`` (also
+    with include_traces=False, once blocks carry recorded stacks), which
     torch imports lazily; imported from our thread while the training
     thread imports torch._dynamo (an optimizer's constructor does), the two
     imports deadlock and Python hands the training thread a half-initialised
@@ -608,12 +610,11 @@ def _start(interval, directory, devices, layout, step_peaks, history):
 
         def in_step():
             # In the training thread, at an optimizer step, while our thread
-            # may not (`_snapshots_safe_here`): a requested snapshot, and
-            # with an older torch (no lightweight layout) a due layout. The
-            # lock is only tried: a step never waits for us.
+            # may not (`_snapshots_safe_here`): a requested snapshot, a due
+            # layout. The lock is only tried: a step never waits for us.
             if _snapshot_requested(directory):
                 _serve_snapshot_request(torch, directory)
-            if _state.get("lightweight", True) or not layouts.lock.acquire(blocking=False):
+            if not layouts.lock.acquire(blocking=False):
                 return
             try:
                 now = time.time()
