@@ -30,6 +30,7 @@ pub mod cli;
 pub mod device;
 pub mod export;
 pub mod fit;
+pub mod keys;
 pub mod monitor;
 pub mod replay;
 pub mod timeline;

@@ -20,7 +20,7 @@ use ratatui::Terminal;
 const PEAK: Option<fn(&trace::DeviceTrace) -> usize> = None;
 
 fn screen(name: &str, limit: Option<u64>, at: Option<fn(&trace::DeviceTrace) -> usize>, w: u16, h: u16) -> String {
-    screen_with(name, limit, at, w, h, None, false)
+    screen_with(name, limit, at, w, h, None, &[])
 }
 
 /// The replay app on `name` as `gpumem-top replay` opens it (with
@@ -35,7 +35,7 @@ fn screen_with(
     w: u16,
     h: u16,
     zoom: Option<usize>,
-    compact: bool,
+    actions: &[Action],
 ) -> String {
     let t: &'static trace::Trace =
         Box::leak(Box::new(trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap()));
@@ -64,8 +64,8 @@ fn screen_with(
         }
         app.apply(Action::Zoom);
     }
-    if compact {
-        app.apply(Action::Compact);
+    for &a in actions {
+        app.dispatch(a);
     }
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     term.draw(|f| app.draw(f)).unwrap();
@@ -179,7 +179,7 @@ fn demo_at_seed_42_200x60() {
 /// and where each live block was allocated (from the trace's Python frames).
 #[test]
 fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40, Some(0), false);
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40, Some(0), &[]);
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
     assert!(s.contains("req"), "{s}");
     assert!(s.contains("modeling_llama.py:381 forward"), "a call site from the trace: {s}");
@@ -210,7 +210,7 @@ fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
 /// scale, each given ceil(size / scale) cells.
 #[test]
 fn compact_map_fits_every_segment_at_a_fixed_scale() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, true);
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, &[Action::Compact]);
     assert!(s.contains("compact: 1 cell = 16.0M ─ segments back to back by address"), "{s}");
     assert!(!s.contains("not shown"), "{s}");
     // The segments at the OOM, counted independently of the renderer.
@@ -229,4 +229,41 @@ fn compact_map_fits_every_segment_at_a_fixed_scale() {
         s.lines().skip(7).take(13).map(|l| l.chars().skip(2).take(60).filter(|c| "█▓▒░·".contains(*c)).count()).sum();
     assert_eq!(map_cells as u64, expected, "{s}");
     insta::assert_snapshot!(s);
+}
+
+/// The help lists the keys of the screen it is on, from the table the apps
+/// dispatch on; a key of another mode says where it belongs instead of
+/// doing nothing (the demo has no GPUs to pick and no events to step back
+/// through).
+#[test]
+fn the_help_and_unbound_keys_follow_the_mode() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    app.advance(500);
+    let draw = |app: &mut gpumem_top::ui::app::DemoApp| {
+        let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
+        term.draw(|f| {
+            let area = f.area();
+            app.draw_into(area, f.buffer_mut())
+        })
+        .unwrap();
+        term.backend().to_string()
+    };
+    app.handle_key(KeyEvent::from(KeyCode::Char('2')));
+    let s = draw(&mut app);
+    assert!(
+        s.contains("1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"),
+        "{s}"
+    );
+    app.handle_key(KeyEvent::from(KeyCode::Left));
+    assert!(draw(&mut app).contains("←/→ (one event back / forward) is for replay, not synth and the demo"));
+    app.handle_key(KeyEvent::from(KeyCode::Char('?')));
+    let s = draw(&mut app);
+    assert!(s.contains("space        pause / resume"), "{s}");
+    assert!(s.contains("+ / -        twice / half as fast"), "{s}");
+    assert!(!s.contains("jump to the peak") && !s.contains("pick a GPU"), "only this mode's keys: {s}");
+    // The replay's help: its keys, not the demo's.
+    let r = screen_with("llama_pressure", None, None, 120, 40, None, &[Action::Help]);
+    assert!(r.contains("p            jump to the peak") && r.contains("←/→          one event back / forward"), "{r}");
+    assert!(!r.contains("pause / resume"), "{r}");
 }

@@ -56,7 +56,7 @@ pub(crate) fn picture(
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
         let sel = Selection { focus, ..Selection::default() };
         let area = buf.area;
-        draw_replay(model, cursor, sel, !plain, String::new(), "", area, &mut buf);
+        draw_replay(model, cursor, sel, !plain, String::new(), None, area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
     }
     let n = model.points().len();

@@ -38,10 +38,16 @@ impl<'a> ReplayApp<'a> {
 }
 
 impl Interactive for ReplayApp<'_> {
+    fn mode(&self) -> crate::keys::Mode {
+        crate::keys::Mode::Replay
+    }
+    fn say(&mut self, msg: String) {
+        self.status = msg;
+    }
     fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
         let status = self.status.clone();
-        let keys = crate::view::REPLAY_KEYS;
-        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, keys, area, buf);
+        let mode = Some(crate::keys::Mode::Replay);
+        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, mode, area, buf);
     }
 
     fn apply(&mut self, a: Action) {
@@ -76,9 +82,7 @@ impl Interactive for ReplayApp<'_> {
                     None => self.status = " this trace has no OOM".into(),
                 }
             }
-            Action::Pause => self.status = " a replay has nothing to pause; ←/→ step through it".into(),
             Action::Screenshot => self.status = self.screenshot(),
-            Action::Gpu(i) => self.status = format!(" GPU {}: a replay shows one device", i + 1),
             _ => {}
         }
     }
@@ -229,6 +233,12 @@ impl<D: Device> SynthApp<D> {
 }
 
 impl<D: Device> Interactive for SynthApp<D> {
+    fn mode(&self) -> crate::keys::Mode {
+        crate::keys::Mode::Synth
+    }
+    fn say(&mut self, msg: String) {
+        self.status = msg;
+    }
     fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
         let d = &self.driver;
         let state = match d.progress() {
@@ -247,7 +257,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             banner: self.banner.clone(),
             color: self.color,
             status: self.status.clone(),
-            keys: crate::view::SYNTH_KEYS,
+            mode: Some(crate::keys::Mode::Synth),
         };
         let marks = run_marks(d);
         draw_state(&d.alloc, chrome, marks, self.screen.sel, area, buf);

@@ -8,7 +8,7 @@
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Duration;
 
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crossterm::event::KeyEvent;
 use ratatui::Frame;
 
 use crate::monitor::Snapshot;
@@ -31,72 +31,7 @@ pub enum Event {
     Quit,
 }
 
-/// What a key asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Quit,
-    /// `q`/`Esc`: close the help or the zoom, else quit.
-    Back,
-    Help,
-    Focus,
-    Up,
-    Down,
-    Zoom,
-    Compact,
-    Order,
-    Left,
-    Right,
-    PageUp,
-    PageDown,
-    Home,
-    End,
-    Peak,
-    NextOom,
-    Pause,
-    Faster,
-    Slower,
-    Screenshot,
-    /// `S`: ask the selected process for a PyTorch memory snapshot (live).
-    Snapshot,
-    /// `1`–`9`: the GPU at that position (0-based).
-    Gpu(usize),
-    NextProcess,
-}
-
-impl Action {
-    pub(crate) fn of(k: &KeyEvent) -> Option<Action> {
-        if k.kind != KeyEventKind::Press {
-            return None;
-        }
-        Some(match k.code {
-            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => Action::Quit,
-            KeyCode::Char('q') | KeyCode::Esc => Action::Back,
-            KeyCode::Char('?') | KeyCode::Char('h') => Action::Help,
-            KeyCode::Tab => Action::Focus,
-            KeyCode::Up => Action::Up,
-            KeyCode::Down => Action::Down,
-            KeyCode::Enter => Action::Zoom,
-            KeyCode::Char('c') => Action::Compact,
-            KeyCode::Char('a') => Action::Order,
-            KeyCode::Left => Action::Left,
-            KeyCode::Right => Action::Right,
-            KeyCode::PageUp => Action::PageUp,
-            KeyCode::PageDown => Action::PageDown,
-            KeyCode::Home => Action::Home,
-            KeyCode::End => Action::End,
-            KeyCode::Char('p') => Action::Peak,
-            KeyCode::Char('o') => Action::NextOom,
-            KeyCode::Char(' ') => Action::Pause,
-            KeyCode::Char('+') => Action::Faster,
-            KeyCode::Char('-') => Action::Slower,
-            KeyCode::Char('s') => Action::Screenshot,
-            KeyCode::Char('S') => Action::Snapshot,
-            KeyCode::Char(c @ '1'..='9') => Action::Gpu(c as usize - '1' as usize),
-            KeyCode::Char('n') => Action::NextProcess,
-            _ => return None,
-        })
-    }
-}
+pub use crate::keys::{Action, Mode};
 
 /// What the actions shared by every screen change: the selection, and
 /// whether to quit.
@@ -153,10 +88,22 @@ pub trait Interactive {
         }
     }
     fn apply(&mut self, a: Action);
+    /// Which keys it answers to (`crate::keys::KEYS`).
+    fn mode(&self) -> Mode;
+    /// Puts `msg` on the status line.
+    fn say(&mut self, msg: String);
+    /// An action from a key: applied where this mode answers to it, else
+    /// the status line says where it belongs.
+    fn dispatch(&mut self, a: Action) {
+        match a.answered_in(self.mode()) {
+            Ok(()) => self.apply(a),
+            Err(msg) => self.say(msg),
+        }
+    }
     /// A key, as the loop applies it (tests press keys through this).
     fn handle_key(&mut self, k: KeyEvent) {
         if let Some(a) = Action::of(&k) {
-            self.apply(a);
+            self.dispatch(a);
         }
     }
     /// A tick or a sample; true when the screen changed.
@@ -345,7 +292,7 @@ pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<(
                 Event::Quit => break,
                 Event::Key(k) => {
                     if let Some(a) = Action::of(&k) {
-                        app.apply(a);
+                        app.dispatch(a);
                         dirty = true;
                     }
                 }
@@ -393,6 +340,7 @@ mod tests {
 
     #[test]
     fn keys_map_to_actions() {
+        use crossterm::event::{KeyCode, KeyModifiers};
         let k = |c| KeyEvent::from(c);
         assert_eq!(Action::of(&k(KeyCode::Char('q'))), Some(Action::Back));
         assert_eq!(Action::of(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));

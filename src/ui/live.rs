@@ -345,6 +345,12 @@ impl LiveApp {
 }
 
 impl Interactive for LiveApp {
+    fn mode(&self) -> crate::keys::Mode {
+        crate::keys::Mode::Live
+    }
+    fn say(&mut self, msg: String) {
+        self.status = msg;
+    }
     fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
         let lines = self.gpu_lines();
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
@@ -403,7 +409,7 @@ impl Interactive for LiveApp {
             banner: self.banner.clone(),
             color: self.color,
             status,
-            keys: crate::view::LIVE_KEYS,
+            mode: Some(crate::keys::Mode::Live),
         };
         let times = h.series.times();
         let steps = h.series.step_indices();
@@ -508,6 +514,12 @@ pub struct Beside<'l, 'r> {
 }
 
 impl Interactive for Beside<'_, '_> {
+    fn mode(&self) -> crate::keys::Mode {
+        crate::keys::Mode::Replay
+    }
+    fn say(&mut self, msg: String) {
+        self.replay.say(msg);
+    }
     fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
         self.replay.draw_into(area, buf);
     }

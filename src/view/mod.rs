@@ -101,17 +101,10 @@ pub(crate) struct View<'a> {
     pub(crate) help: bool,
     pub(crate) color: bool,
     pub(crate) status: String,
-    /// The key hints of the mode drawn (`REPLAY_KEYS`, …); none in exports.
-    pub(crate) keys: &'static str,
+    /// The mode whose keys the status line hints and the help lists
+    /// (`crate::keys::KEYS`); none in exports.
+    pub(crate) mode: Option<crate::keys::Mode>,
 }
-
-/// The keys each mode answers to, as its status line lists them.
-pub(crate) const REPLAY_KEYS: &str =
-    " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
-pub(crate) const SYNTH_KEYS: &str =
-    " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help ";
-pub(crate) const LIVE_KEYS: &str =
-    " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help ";
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
 /// returns the inner area.
@@ -281,16 +274,17 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     render_timeline(view, theme, bottom, buf);
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
+    let hints = view.mode.map(crate::keys::hints).unwrap_or_default();
     let line = if view.status.trim().is_empty() {
-        Line::from(Span::styled(view.keys, theme.fg(Color::DarkGray)))
-    } else if view.keys.is_empty() {
+        Line::from(Span::styled(hints, theme.fg(Color::DarkGray)))
+    } else if hints.is_empty() {
         Line::from(view.status.clone())
     } else {
         Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
     };
     put_rows(buf, status, vec![line]);
-    if view.help {
-        render_help(theme, area, buf);
+    if let (true, Some(mode)) = (view.help, view.mode) {
+        render_help(theme, mode, area, buf);
     }
 }
 
@@ -862,31 +856,15 @@ fn duration(secs: f64) -> String {
     }
 }
 
-fn render_help(theme: Theme, area: Rect, buf: &mut Buffer) {
-    let w = 60.min(area.width);
-    let h = 20.min(area.height);
+/// The keys of `mode`, from the table the app dispatches on.
+fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buffer) {
+    let rows = crate::keys::help_rows(mode);
+    let w = 64.min(area.width);
+    let h = (rows.len() as u16 + 3).min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
-    let lines = vec![
-        Line::from(Span::styled("keys", theme.bold())),
-        Line::from("q / Esc      quit"),
-        Line::from("←/→          one event back / forward"),
-        Line::from("PgUp/PgDn    jump 1/20 of the trace"),
-        Line::from("Home/End     first / last event"),
-        Line::from("p            jump to the peak"),
-        Line::from("o            jump to the next OOM"),
-        Line::from("space        pause / resume (synth, demo)"),
-        Line::from("+ / -        faster / slower (synth, demo)"),
-        Line::from("tab          focus map / timeline"),
-        Line::from("↑/↓          select a segment"),
-        Line::from("Enter        list its blocks and where they were allocated"),
-        Line::from("a            order segments by address / size"),
-        Line::from("c            compact map: fixed bytes per cell"),
-        Line::from("1-9, n       pick a GPU, the next process (live)"),
-        Line::from("S            ask the process for a snapshot, open it (live)"),
-        Line::from("s            write the focused view as SVG here"),
-        Line::from("? / h        this help"),
-    ];
+    let mut lines = vec![Line::from(Span::styled("keys", theme.bold()))];
+    lines.extend(rows.into_iter().map(|(k, what)| Line::from(format!("{k:<12} {what}"))));
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
 }
 

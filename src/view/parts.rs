@@ -124,7 +124,9 @@ pub(crate) struct Chrome<'s> {
     pub(crate) color: bool,
     pub(crate) status: String,
     /// The mode's key hints for the status line; empty in exports.
-    pub(crate) keys: &'static str,
+    /// The mode whose keys the status line hints and the help lists; none
+    /// in exports.
+    pub(crate) mode: Option<crate::keys::Mode>,
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
@@ -176,7 +178,7 @@ pub(crate) fn draw_parts(
         help: sel.help,
         color: chrome.color,
         status: chrome.status,
-        keys: chrome.keys,
+        mode: chrome.mode,
     };
     (&view).render(area, buf);
 }
@@ -203,7 +205,7 @@ pub(crate) fn draw_replay(
     sel: Selection,
     color: bool,
     status: String,
-    keys: &'static str,
+    mode: Option<crate::keys::Mode>,
     area: Rect,
     buf: &mut Buffer,
 ) {
@@ -218,7 +220,7 @@ pub(crate) fn draw_replay(
         banner: None,
         color,
         status,
-        keys,
+        mode,
     };
     let marks = Marks::of(&at, cursor, peak_at);
     draw_state(at.state, chrome, marks, sel, area, buf);

@@ -1,0 +1,235 @@
+//! The keys: one table that the apps dispatch on (`Action::of`), the help
+//! overlay lists and the status line's hints are built from, per mode.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+/// What a key asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    /// `q`/`Esc`: close the help or the zoom, else quit.
+    Back,
+    Help,
+    Focus,
+    Up,
+    Down,
+    Zoom,
+    Compact,
+    Order,
+    Left,
+    Right,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    Peak,
+    NextOom,
+    Pause,
+    Faster,
+    Slower,
+    Screenshot,
+    /// `S`: ask the selected process for a PyTorch memory snapshot (live).
+    Snapshot,
+    /// `1`–`9`: the GPU at that position (0-based).
+    Gpu(usize),
+    NextProcess,
+}
+
+/// Which app is answering: the keys differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A PyTorch snapshot replayed through the allocator.
+    Replay,
+    /// A synthetic training loop (`synth`, the demo).
+    Synth,
+    /// NVML and publishing processes, or a recording of them.
+    Live,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Replay => "replay",
+            Mode::Synth => "synth and the demo",
+            Mode::Live => "the live view",
+        }
+    }
+}
+
+const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live];
+
+/// One row of the table.
+pub(crate) struct Binding {
+    /// The keys as the help shows them.
+    pub(crate) label: &'static str,
+    codes: &'static [KeyCode],
+    /// `Gpu(0)` stands for every digit.
+    action: Action,
+    /// What it does, for the help.
+    pub(crate) help: &'static str,
+    /// Its part of the status line's hints ("" for none).
+    hint: &'static str,
+    modes: &'static [Mode],
+}
+
+const fn b(
+    label: &'static str,
+    codes: &'static [KeyCode],
+    action: Action,
+    help: &'static str,
+    hint: &'static str,
+    modes: &'static [Mode],
+) -> Binding {
+    Binding { label, codes, action, help, hint, modes }
+}
+
+use KeyCode::Char as C;
+
+/// Every key, in the order the help lists them.
+pub(crate) const KEYS: &[Binding] = &[
+    b("q / Esc", &[C('q'), KeyCode::Esc], Action::Back, "close the help or the block list, else quit", "q quit", ALL),
+    b("Ctrl-C", &[], Action::Quit, "quit", "", ALL),
+    b("←/→", &[KeyCode::Left], Action::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
+    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Replay]),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the trace", "", &[Mode::Replay]),
+    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Replay]),
+    b("Home/End", &[KeyCode::Home], Action::Home, "first / last event", "", &[Mode::Replay]),
+    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Replay]),
+    b("p", &[C('p')], Action::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
+    b("o", &[C('o')], Action::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
+    b("space", &[C(' ')], Action::Pause, "pause / resume", "space pause", &[Mode::Synth]),
+    b("+ / -", &[C('+')], Action::Faster, "twice / half as fast", "+/- speed", &[Mode::Synth]),
+    b("", &[C('-')], Action::Slower, "", "", &[Mode::Synth]),
+    b(
+        "1-9",
+        &[C('1'), C('2'), C('3'), C('4'), C('5'), C('6'), C('7'), C('8'), C('9')],
+        Action::Gpu(0),
+        "pick a GPU",
+        "1-9 GPU",
+        &[Mode::Live],
+    ),
+    b("n", &[C('n')], Action::NextProcess, "the next publishing process on this GPU", "n next process", &[Mode::Live]),
+    b("S", &[C('S')], Action::Snapshot, "ask the process for a snapshot, open it", "S snapshot", &[Mode::Live]),
+    b("↑/↓", &[KeyCode::Up], Action::Up, "select a segment (a block in the list)", "↑/↓ Enter segment", ALL),
+    b("", &[KeyCode::Down], Action::Down, "", "", ALL),
+    b("Enter", &[KeyCode::Enter], Action::Zoom, "list its blocks and where they were allocated", "", ALL),
+    b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
+    b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "", &[Mode::Replay, Mode::Live]),
+    b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
+    b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
+    b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
+    b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", ALL),
+];
+
+fn same(a: Action, b: Action) -> bool {
+    matches!((a, b), (Action::Gpu(_), Action::Gpu(_))) || a == b
+}
+
+impl Action {
+    /// The action of a key press, from `KEYS`.
+    pub(crate) fn of(k: &KeyEvent) -> Option<Action> {
+        if k.kind != KeyEventKind::Press {
+            return None;
+        }
+        if k.code == C('c') && k.modifiers.contains(KeyModifiers::CONTROL) {
+            return Some(Action::Quit);
+        }
+        let found = KEYS.iter().find(|b| b.codes.contains(&k.code))?;
+        Some(match (found.action, k.code) {
+            (Action::Gpu(_), C(c @ '1'..='9')) => Action::Gpu(c as usize - '1' as usize),
+            (a, _) => a,
+        })
+    }
+
+    /// Whether `mode` answers to it; otherwise a line saying where it
+    /// does, for the status line.
+    pub(crate) fn answered_in(self, mode: Mode) -> Result<(), String> {
+        let rows: Vec<&Binding> = KEYS.iter().filter(|b| same(b.action, self)).collect();
+        if rows.iter().any(|b| b.modes.contains(&mode)) {
+            return Ok(());
+        }
+        let Some(first) = rows.first() else { return Ok(()) };
+        // The row of a pair that carries its label and help (←/→ for →).
+        let shown = KEYS
+            .iter()
+            .take_while(|b| !std::ptr::eq(*b, *first))
+            .filter(|b| !b.label.is_empty())
+            .last()
+            .filter(|_| first.label.is_empty())
+            .unwrap_or(first);
+        let whose: Vec<&str> = first.modes.iter().map(|m| m.name()).collect();
+        Err(format!(
+            " {} ({}) is for {}, not {}; ? lists this screen's keys",
+            shown.label,
+            shown.help,
+            whose.join(" and "),
+            mode.name()
+        ))
+    }
+}
+
+/// The status line's key hints for `mode`.
+pub(crate) fn hints(mode: Mode) -> String {
+    let mut s = String::from(" ");
+    for b in KEYS.iter().filter(|b| !b.hint.is_empty() && b.modes.contains(&mode)) {
+        s.push_str(b.hint);
+        s.push_str("  ");
+    }
+    s.truncate(s.trim_end().len());
+    s.push(' ');
+    s
+}
+
+/// The help's rows for `mode`: (keys, what they do).
+pub(crate) fn help_rows(mode: Mode) -> Vec<(&'static str, &'static str)> {
+    KEYS.iter().filter(|b| !b.label.is_empty() && b.modes.contains(&mode)).map(|b| (b.label, b.help)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn press(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn the_hints_are_the_table_read_per_mode() {
+        assert_eq!(
+            hints(Mode::Replay),
+            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+        );
+        assert_eq!(
+            hints(Mode::Synth),
+            " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help "
+        );
+        assert_eq!(
+            hints(Mode::Live),
+            " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+        );
+    }
+
+    #[test]
+    fn every_key_dispatches_to_its_row_and_other_modes_say_where_it_belongs() {
+        assert_eq!(Action::of(&press(C('7'))), Some(Action::Gpu(6)));
+        assert_eq!(Action::of(&press(KeyCode::Right)), Some(Action::Right));
+        assert_eq!(Action::of(&KeyEvent::new(C('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
+        assert_eq!(Action::of(&press(C('z'))), None);
+        assert_eq!(
+            Action::Right.answered_in(Mode::Synth).unwrap_err(),
+            " ←/→ (one event back / forward) is for replay, not synth and the demo; ? lists this screen's keys"
+        );
+        assert_eq!(
+            Action::Gpu(1).answered_in(Mode::Synth).unwrap_err(),
+            " 1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"
+        );
+        assert!(Action::Compact.answered_in(Mode::Live).is_ok());
+        // Every row's keys come back as its action (the help lists what is dispatched).
+        for b in KEYS {
+            for &code in b.codes {
+                let a = Action::of(&press(code)).unwrap();
+                assert!(same(a, b.action) || KEYS.iter().any(|o| o.codes.contains(&code) && same(o.action, a)));
+            }
+        }
+    }
+}
