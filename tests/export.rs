@@ -125,6 +125,29 @@ fn text_plain_and_ansi_equal_their_golden_files() {
     assert!(got.contains("reserved but unallocated 1.09 GiB (16.7% of reserved)"));
 }
 
+/// A text export is the view asked for, at the width asked for (a column
+/// per 10 pixels), and offers no keys: no "? help", no key hints.
+#[test]
+fn text_exports_follow_view_and_width() {
+    let mut got = Vec::new();
+    for view in ["bars", "fragmap", "timeline"] {
+        let out = tmp(&format!("w-{view}.txt"));
+        export("llama_pressure.pickle.gz", &["--view", view, "--format", "txt", "--plain", "--width", "1000"], &out);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.lines().all(|l| l.chars().count() <= 100), "{view}: 100 columns:\n{text}");
+        assert!(text.lines().any(|l| l.chars().count() == 100), "{view}: 100 columns:\n{text}");
+        assert!(!text.contains("? help") && !text.contains("q quit"), "{view}:\n{text}");
+        assert!(text.contains("event 3815/4547"), "{view} says when:\n{text}");
+        got.push(text);
+    }
+    assert!(got[0].contains("allocated") && !got[0].contains("Fragmentation map") && !got[0].contains("Timeline"));
+    assert!(got[1].contains("Fragmentation map ─ 202 segments") && !got[1].contains("Timeline ─"));
+    assert!(got[2].contains("Timeline ─ allocated / reserved") && !got[2].contains("Fragmentation map"));
+    // A row per segment, up to the 65 lines a text fragmap takes (caption,
+    // borders and legend included): 61 of the 202 here.
+    assert_eq!(got[1].lines().filter(|l| l.starts_with("│0x")).count(), 61);
+}
+
 #[test]
 fn bad_export_arguments_exit_2_with_one_line() {
     let bin = env!("CARGO_BIN_EXE_gpumem-top");

@@ -709,7 +709,7 @@ pub struct ExportArgs {
     /// Where to write (default: TRACE-VIEW-AT.FORMAT here; `-`: stdout).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub(crate) output: Option<PathBuf>,
-    /// Picture width in pixels (SVG and PNG).
+    /// Picture width in pixels (SVG and PNG; text gets a column per 10).
     #[arg(long, value_name = "PX", default_value_t = 1600)]
     pub(crate) width: u32,
     /// Text without ANSI colours.

@@ -10,7 +10,7 @@ use crate::analysis::fragmentation;
 use crate::device::Device;
 use crate::replay::model::ReplayModel;
 use crate::view::parts::{draw_replay, Marks, Selection, Totals};
-use crate::view::Focus;
+use crate::view::{Focus, Panel};
 
 /// The picture of an allocator's state with the timeline's marks.
 pub(crate) fn scene_of<'a, D: Device>(
@@ -41,8 +41,9 @@ pub(crate) fn scene_of<'a, D: Device>(
     }
 }
 
-/// `view` of `model` after event `cursor`: SVG, PNG, or the screen as
-/// text (160 × 48, ANSI colours unless `plain`).
+/// `view` of `model` after event `cursor`: SVG, PNG, or that panel of the
+/// screen as text (one column per 10 pixels of `width`: 160 for the
+/// default 1600; ANSI colours unless `plain`).
 pub(crate) fn picture(
     model: &mut ReplayModel,
     cursor: usize,
@@ -52,9 +53,16 @@ pub(crate) fn picture(
     plain: bool,
 ) -> Result<Vec<u8>, String> {
     if format == Format::Txt {
-        let mut buf = Buffer::empty(Rect::new(0, 0, 160, 48));
+        let cols = (width / 10).clamp(80, 800) as u16;
+        let (panel, rows) = match view {
+            ViewKind::Bars => (Panel::Bars, 6),
+            // Every segment a row (up to 60), the histogram beside them.
+            ViewKind::Fragmap => (Panel::Map, (model.state_at(cursor).snapshot().len() as u16 + 5).clamp(25, 65)),
+            ViewKind::Timeline => (Panel::Timeline, 17),
+        };
+        let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
-        let sel = Selection { focus, ..Selection::default() };
+        let sel = Selection { focus, panel: Some(panel), ..Selection::default() };
         let area = buf.area;
         draw_replay(model, cursor, sel, !plain, String::new(), None, area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());

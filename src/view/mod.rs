@@ -99,6 +99,8 @@ pub(crate) struct View<'a> {
     pub(crate) stacks: &'a [Vec<Frame>],
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    /// Draw only this panel (a text export of one view).
+    pub(crate) panel: Option<Panel>,
     pub(crate) color: bool,
     pub(crate) status: String,
     /// The mode whose keys the status line hints and the help lists
@@ -230,6 +232,42 @@ pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
     out
 }
 
+/// One panel of the screen, as `export --format txt --view` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Panel {
+    /// The header with the allocated / reserved / device bars.
+    Bars,
+    /// The fragmentation map with the block-size histogram.
+    Map,
+    Timeline,
+}
+
+/// `panel` alone in `area`; the map and the timeline under a line saying
+/// what and when (the bars' box says it in its title).
+fn draw_panel(view: &View, panel: Panel, area: Rect, buf: &mut Buffer) {
+    let theme = Theme { color: view.color };
+    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
+    let area = if panel == Panel::Bars || area.height < 2 {
+        area
+    } else {
+        let [caption, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+        put_rows(buf, caption, vec![Line::from(Span::styled(title.clone(), theme.bold()))]);
+        rest
+    };
+    match panel {
+        Panel::Bars => {
+            let inner = boxed(buf, area, Line::from(Span::styled(title, theme.bold())), None);
+            render_bars(view, theme, inner, buf);
+        }
+        Panel::Map => {
+            let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(area);
+            render_map(view, theme, map, buf);
+            render_histogram(view, theme, hist, buf);
+        }
+        Panel::Timeline => render_timeline(view, theme, area, buf),
+    }
+}
+
 impl Widget for &View<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         draw(self, area, buf)
@@ -238,6 +276,9 @@ impl Widget for &View<'_> {
 
 /// Draws the whole screen.
 fn draw(view: &View, area: Rect, buf: &mut Buffer) {
+    if let Some(p) = view.panel {
+        return draw_panel(view, p, area, buf);
+    }
     let theme = Theme { color: view.color };
     if area.width < MIN_WIDTH || area.height < MIN_SCREEN_HEIGHT {
         let msg = format!(
@@ -265,7 +306,9 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         );
     }
     let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
-    let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), Some(Line::from(" ? help ")));
+    // The help is a key: exports, which have none, do not offer it.
+    let help = view.mode.map(|_| Line::from(" ? help "));
+    let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
     render_bars(view, theme, inner, buf);
 
     let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);

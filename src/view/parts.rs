@@ -28,6 +28,8 @@ pub(crate) struct Selection {
     pub(crate) scroll: usize,
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    /// One panel only (a text export of one view); None: the whole screen.
+    pub(crate) panel: Option<super::Panel>,
 }
 
 impl Selection {
@@ -176,6 +178,7 @@ pub(crate) fn draw_parts(
         stacks: chrome.stacks,
         focus: sel.focus,
         help: sel.help,
+        panel: sel.panel,
         color: chrome.color,
         status: chrome.status,
         mode: chrome.mode,
