@@ -267,3 +267,15 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     assert!(r.contains("p            jump to the peak") && r.contains("←/→          one event back / forward"), "{r}");
     assert!(!r.contains("pause / resume"), "{r}");
 }
+
+/// The timeline says its scale and which line is which, and an OOM right
+/// after the peak leaves the peak's label readable (the ✗ sits on the floor
+/// with the iteration ticks).
+#[test]
+fn the_timeline_has_a_scale_a_key_and_both_marks() {
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40);
+    assert!(s.contains("0–8.3G ─ ━ allocated under ━ reserved"), "{s}");
+    assert!(s.contains("▲7.9G"), "the peak's label: {s}");
+    let floor = s.lines().rev().find(|l| l.contains('╵')).unwrap_or("");
+    assert!(floor.contains('✗'), "the OOM on the floor row: {s}");
+}

@@ -741,7 +741,25 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
-    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), None);
+    // The scale and which line is which (reserved is never below allocated,
+    // so without colour it is the upper line).
+    let top = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0);
+    let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
+    let scale = format!(" 0–{} ", short_bytes(top));
+    let long = " ━ allocated under ━ reserved ";
+    // What fits beside the title: scale and key, the scale, or nothing.
+    let key = match n {
+        0 => None,
+        _ if scale.chars().count() + long.chars().count() <= room => Some(Line::from(vec![
+            Span::raw(format!("{}─", scale)),
+            Span::styled(" ━ allocated", theme.fg(Color::Green)),
+            Span::raw(" under "),
+            Span::styled("━ reserved ", theme.fg(Color::Blue)),
+        ])),
+        _ if scale.chars().count() <= room => Some(Line::from(scale)),
+        _ => None,
+    };
+    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
     if n == 0 && inner.height > 0 {
         let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
         put_row(buf, inner.x, inner.y, inner.width, Line::from(note));
@@ -851,7 +869,9 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 ctx.print(x, 0.0, Span::styled("E", theme.fg(Color::Cyan)));
             }
             for &x in &marks {
-                ctx.print(x, ymax, Span::styled("✗", theme.fg(Color::Red)));
+                // On the floor, with the step ticks: at the top an OOM
+                // would cover the peak's label.
+                ctx.print(x, 0.0, Span::styled("✗", theme.fg(Color::Red)));
             }
         })
         .render(plot, buf);
