@@ -279,3 +279,15 @@ fn the_timeline_has_a_scale_a_key_and_both_marks() {
     let floor = s.lines().rev().find(|l| l.contains('╵')).unwrap_or("");
     assert!(floor.contains('✗'), "the OOM on the floor row: {s}");
 }
+
+/// The header, the bars and the timeline's footer speak of one moment: at
+/// the first event of llama_pressure (a segment_alloc whose alloc replays
+/// with it) all three say the state after the alloc, event 1.
+#[test]
+fn header_bars_and_footer_agree_at_the_first_event() {
+    let s = screen("llama_pressure", None, Some(|_| 0), 160, 40);
+    assert!(s.contains("─ event 1/4547 ─"), "{s}");
+    assert!(s.contains("cursor: event 1 of 4547 ─ allocated 126.00 MiB ─ reserved 126.00 MiB"), "{s}");
+    let bar = s.lines().find(|l| l.contains("│ allocated ")).unwrap_or("");
+    assert!(bar.contains("126.00 MiB"), "{s}");
+}

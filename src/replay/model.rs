@@ -74,6 +74,12 @@ impl<'a> ReplayModel<'a> {
         self.scrub.seek(cursor)
     }
 
+    /// The event whose state `state_at(cursor)` is (the end of the malloc
+    /// `cursor` is part of): what the screen says it shows.
+    pub(crate) fn shown(&mut self, cursor: usize) -> usize {
+        self.scrub.shown(cursor)
+    }
+
     /// The state after event `cursor` with the timeline and its marks,
     /// borrowed (a frame draws them all; nothing is copied).
     pub(crate) fn at(&mut self, cursor: usize) -> ReplayAt<'_, 'a> {

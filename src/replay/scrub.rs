@@ -80,6 +80,14 @@ impl<'a> Scrubber<'a> {
         }
         (self.cur.allocator(), &self.points)
     }
+
+    /// The event whose state `seek(event)` shows: the last event of the
+    /// malloc `event` is part of (a segment_alloc and the alloc it serves
+    /// replay as one step).
+    pub(crate) fn shown(&mut self, event: usize) -> usize {
+        self.seek(event);
+        self.cur.position().saturating_sub(1).min(self.len().saturating_sub(1))
+    }
 }
 
 #[cfg(test)]

@@ -60,8 +60,30 @@ impl Interactive for ReplayApp<'_> {
             return;
         }
         match a {
-            Action::Left => self.cursor = self.cursor.saturating_sub(1),
-            Action::Right => self.cursor = (self.cursor + 1).min(last),
+            // To the previous / next state that differs: the events of one
+            // malloc (segment_alloc, then alloc) show one state.
+            Action::Left => {
+                let from = self.model.shown(self.cursor);
+                let mut c = self.cursor;
+                while c > 0 {
+                    c -= 1;
+                    if self.model.shown(c) != from {
+                        break;
+                    }
+                }
+                self.cursor = c;
+            }
+            Action::Right => {
+                let from = self.model.shown(self.cursor);
+                let mut c = self.cursor;
+                while c < last {
+                    c += 1;
+                    if self.model.shown(c) != from {
+                        break;
+                    }
+                }
+                self.cursor = c;
+            }
             Action::PageUp => self.cursor = self.cursor.saturating_sub(jump),
             Action::PageDown => self.cursor = (self.cursor + jump).min(last),
             Action::Home => self.cursor = 0,

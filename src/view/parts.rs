@@ -212,6 +212,9 @@ pub(crate) fn draw_replay(
     area: Rect,
     buf: &mut Buffer,
 ) {
+    // The event whose state is drawn, so that the header, the bars and the
+    // timeline's footer all speak of one moment.
+    let cursor = model.shown(cursor);
     let position = model.position(cursor);
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let at = model.at(cursor);
