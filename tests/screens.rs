@@ -291,3 +291,25 @@ fn header_bars_and_footer_agree_at_the_first_event() {
     let bar = s.lines().find(|l| l.contains("│ allocated ")).unwrap_or("");
     assert!(bar.contains("126.00 MiB"), "{s}");
 }
+
+/// A long run keeps its latest events only: the timeline then says so, its
+/// peak is "in view" (the bars' peak is the run's), and event numbers are
+/// the run's, not the window's.
+#[test]
+fn a_long_runs_timeline_says_it_is_a_window() {
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    // Past the 20,000 points a run's screen keeps.
+    app.advance(30_000);
+    let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    term.draw(|f| {
+        let area = f.area();
+        app.draw_into(area, f.buffer_mut())
+    })
+    .unwrap();
+    let s = term.backend().to_string();
+    let title = s.lines().find(|l| l.contains("┌ Timeline")).unwrap_or("");
+    assert!(title.contains("events ─ peak in view"), "{title}");
+    let footer = s.lines().find(|l| l.contains("cursor: event")).unwrap_or("");
+    let of: usize = footer.split(" of ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(of >= 30_000, "the run's event count, not the window's: {footer}");
+}

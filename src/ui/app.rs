@@ -167,6 +167,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         empty_caches: &d.empty_caches,
         iterations: &d.iterations,
         clock: None,
+        first_event: d.dropped,
     }
 }
 

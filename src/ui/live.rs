@@ -421,6 +421,7 @@ impl Interactive for LiveApp {
             empty_caches: &[],
             iterations: &steps,
             clock: Some(Clock { times: &times, step_peaks: p.step_peaks }),
+            first_event: 0,
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }

@@ -83,6 +83,9 @@ pub(crate) struct View<'a> {
     pub(crate) iterations: &'a [usize],
     /// Live: the timeline's x axis is time (and steps), not events.
     pub(crate) clock: Option<parts::Clock<'a>>,
+    /// The event the timeline's first point is (a run keeps its latest
+    /// events only); 0 for a replay.
+    pub(crate) first_event: usize,
     pub(crate) order: SegmentOrder,
     /// First segment row shown.
     pub(crate) scroll: usize,
@@ -733,6 +736,11 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             };
             format!(" Timeline ─ allocated / reserved ─ peak {} at {}{step} ", human_bytes(v), duration(at - t0))
         }
+        // A run's timeline keeps its latest events only: its peak is the
+        // shown window's, which the bars' all-time peak may exceed.
+        Some((p, v)) if view.first_event > 0 => {
+            format!(" Timeline ─ last {} events ─ peak in view {} @ event {} ", n, human_bytes(v), p + view.first_event)
+        }
         Some((p, v)) if !view.iterations.is_empty() => format!(
             " Timeline ─ allocated / reserved ─ peak {} @ event {p} (iteration {}) ",
             human_bytes(v),
@@ -897,8 +905,8 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         }
         _ => format!(
             " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} ─ E {} empty_cache ─ ╵ {} ▲ peaks ",
-            view.cursor,
-            n,
+            view.cursor + view.first_event,
+            n + view.first_event,
             human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
             human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
             crate::analysis::count(view.ooms.len(), "OOM"),

@@ -90,6 +90,8 @@ pub(crate) struct Marks<'m> {
     pub(crate) iterations: &'m [usize],
     /// A live timeline: its x axis is time, not events.
     pub(crate) clock: Option<Clock<'m>>,
+    /// The event the first point is (0 unless older points were dropped).
+    pub(crate) first_event: usize,
 }
 
 /// The x axis of a live timeline: each point's time (seconds since the
@@ -111,6 +113,7 @@ impl<'m> Marks<'m> {
             empty_caches: at.empty_caches,
             iterations: at.iterations,
             clock: None,
+            first_event: 0,
         }
     }
 }
@@ -169,6 +172,7 @@ pub(crate) fn draw_parts(
         empty_caches: marks.empty_caches,
         iterations: marks.iterations,
         clock: marks.clock,
+        first_event: marks.first_event,
         order: sel.order,
         scroll: sel.scroll,
         selected: sel.selected,
