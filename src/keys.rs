@@ -180,6 +180,17 @@ pub(crate) fn hints(mode: Mode) -> String {
     s
 }
 
+/// What the screens' figures mean, for the help (docs/json.md defines
+/// them with the JSON's names).
+pub(crate) const FIGURES: &[(&str, &str)] = &[
+    ("reserved but unallocated", "reserved − allocated now: the cache"),
+    ("peak_ratio", "1 − peak allocated / peak reserved: reserved that never held tensors at once"),
+    ("external_fragmentation", "1 − largest free block / all free bytes"),
+    ("inactive_split", "free bytes in segments with live blocks: empty_cache cannot release them"),
+    ("rounding_waste", "allocated − requested: blocks rounded up"),
+    ("Block sizes", "how many blocks of each size are allocated / free (counts, not bytes)"),
+];
+
 /// The help's rows for `mode`: (keys, what they do).
 pub(crate) fn help_rows(mode: Mode) -> Vec<(&'static str, &'static str)> {
     KEYS.iter().filter(|b| !b.label.is_empty() && b.modes.contains(&mode)).map(|b| (b.label, b.help)).collect()

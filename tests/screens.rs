@@ -262,6 +262,9 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     assert!(s.contains("space        pause / resume"), "{s}");
     assert!(s.contains("+ / -        twice / half as fast"), "{s}");
     assert!(!s.contains("jump to the peak") && !s.contains("pick a GPU"), "only this mode's keys: {s}");
+    // And what the figures on the screen mean.
+    assert!(s.contains("peak_ratio                1 − peak allocated / peak reserved"), "{s}");
+    assert!(s.contains("(counts, not bytes)"), "{s}");
     // The replay's help: its keys, not the demo's.
     let r = screen_with("llama_pressure", None, None, 120, 40, None, &[Action::Help]);
     assert!(r.contains("p            jump to the peak") && r.contains("←/→          one event back / forward"), "{r}");

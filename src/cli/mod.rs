@@ -363,6 +363,14 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         && compare_confs.is_empty()
         && std::io::stdout().is_terminal()
         && std::io::stdin().is_terminal();
+    if interactive && !fidelity.is_faithful() {
+        // Said, not silently swapped for the summary.
+        eprintln!(
+            "gpumem-top: {}: the replay is {} here, and the interactive view shows only exact replays; the summary below says where it parts from the recording",
+            args.trace.display(),
+            fidelity.name()
+        );
+    }
     if interactive && fidelity.is_faithful() {
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());

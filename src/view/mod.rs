@@ -656,7 +656,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let inner = boxed(buf, area, Line::from(" Block sizes ─ allocated / free "), None);
+    let inner = boxed(buf, area, Line::from(" Block sizes ─ blocks allocated / free "), None);
     let f = &view.fragmentation;
     let mut lines = Vec::new();
     let max = view.histogram.iter().map(|b| b.allocated_count.max(b.free_count)).max().unwrap_or(0).max(1);
@@ -930,12 +930,16 @@ fn duration(secs: f64) -> String {
 /// The keys of `mode`, from the table the app dispatches on.
 fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buffer) {
     let rows = crate::keys::help_rows(mode);
-    let w = 64.min(area.width);
-    let h = (rows.len() as u16 + 3).min(area.height);
+    let figures = crate::keys::FIGURES;
+    let w = 100.min(area.width);
+    let h = (rows.len() as u16 + figures.len() as u16 + 5).min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let mut lines = vec![Line::from(Span::styled("keys", theme.bold()))];
     lines.extend(rows.into_iter().map(|(k, what)| Line::from(format!("{k:<12} {what}"))));
+    lines.push(Line::from(""));
+    lines.push(Line::from(Span::styled("figures", theme.bold())));
+    lines.extend(figures.iter().map(|(k, what)| Line::from(format!("{k:<25} {what}"))));
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
 }
 
