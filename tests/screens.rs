@@ -106,7 +106,7 @@ fn a_small_terminal_gets_a_message() {
 fn peak_screen_shows_the_figures_pytorch_reported() {
     let s = screen("resnet50_train", None, PEAK, 120, 32);
     // allocated_bytes.all.peak 5,855,043,584 = 5.45 GiB, at event 3041.
-    assert!(s.contains("5.45 GiB   peak   5.45 GiB"), "{s}");
+    assert!(s.contains("5.45 GiB   peak    5.45 GiB"), "{s}");
     assert!(s.contains("peak 5.45 GiB @ event 3041"), "{s}");
 }
 
@@ -145,7 +145,7 @@ fn cells_are_drawn_to_scale_within_a_segment() {
 #[test]
 fn oom_screen_matches_pytorchs_oom_message() {
     let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 120, 32);
-    assert!(s.contains("allocated ") && s.contains("7.87 GiB   peak   7.87 GiB"), "{s}");
+    assert!(s.contains("allocated ") && s.contains("7.87 GiB   peak    7.87 GiB"), "{s}");
     assert!(s.contains("reserved but unallocated 423.02 MiB"), "{s}");
     assert!(s.contains("✗"), "the OOM is marked on the timeline: {s}");
 }

@@ -380,7 +380,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             used,
             scale,
             width,
-            format!(" {:>10} / {} (NVML)", human_bytes(used), human_bytes(total)),
+            format!(" {:>11} / {} (NVML)", human_bytes(used), human_bytes(total)),
             theme.fg(Color::Cyan),
         )),
         None => lines.push(Line::from(" device     (no NVML reading for this source)")),
@@ -540,11 +540,13 @@ pub(crate) fn pool_name(seg: &SegmentInfo) -> String {
 }
 
 /// " 1.46 GiB   peak 3.82 GiB", or "peak unknown" where the file has none.
+/// Sizes take 11 columns, the widest `human_bytes` ("1016.00 MiB"), so the
+/// columns stay put as the figures change.
 fn peak_text(now: u64, peak: u64, known: bool) -> String {
     if known {
-        format!(" {:>10}   peak {:>10}", human_bytes(now), human_bytes(peak))
+        format!(" {:>11}   peak {:>11}", human_bytes(now), human_bytes(peak))
     } else {
-        format!(" {:>10}   peak not in the snapshot", human_bytes(now))
+        format!(" {:>11}   peak not in the snapshot", human_bytes(now))
     }
 }
 
@@ -961,6 +963,15 @@ mod tests {
         } else {
             format!("{v:.1}{}", UNITS[u])
         }
+    }
+
+    #[test]
+    fn the_bars_figures_keep_their_columns() {
+        let widths: Vec<usize> = [1016 << 20, 8 << 30, 512, 1023 << 30]
+            .iter()
+            .map(|&b| super::peak_text(b, b, true).chars().count())
+            .collect();
+        assert_eq!(widths, [31, 31, 31, 31]);
     }
 
     #[test]
