@@ -157,6 +157,15 @@ pub struct SynthApp<D: Device> {
     status: String,
 }
 
+/// "tried to allocate 20.00 MiB" out of PyTorch's OOM message.
+fn tried_to_allocate(message: &str) -> Option<String> {
+    let at = message.find("Tried to allocate ")?;
+    let rest = &message[at..];
+    let end = rest.find(". ").unwrap_or(rest.len());
+    let s = rest[..end].trim_end_matches('.');
+    Some(format!("t{}", &s[1..]))
+}
+
 /// The timeline of a running workload, its cursor at the newest request.
 fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
     Marks {
@@ -265,10 +274,14 @@ impl<D: Device> Interactive for SynthApp<D> {
     fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
         let d = &self.driver;
         let state = match d.progress() {
-            Progress::Running if self.paused => " (paused)",
-            Progress::Running => "",
-            Progress::Finished => " (finished)",
-            Progress::Stopped => " (stopped by OOM)",
+            Progress::Running if self.paused => " (paused)".to_string(),
+            Progress::Running => String::new(),
+            Progress::Finished => " (finished)".to_string(),
+            // What could not be had, in PyTorch's words.
+            Progress::Stopped => match d.oom_log.last().and_then(|r| tried_to_allocate(&r.message)) {
+                Some(what) => format!(" (stopped by OOM: {what})"),
+                None => " (stopped by OOM)".to_string(),
+            },
         };
         let shape =
             if d.seq > 0 { format!("batch {} × seq {}", d.batch, d.seq) } else { format!("batch {}", d.batch) };
@@ -353,5 +366,19 @@ mod tests {
         let before = app.driver.points.len();
         assert!(app.update(Event::Tick) && app.update(Event::Tick));
         assert_eq!(app.driver.points.len() - before, 5);
+    }
+}
+
+#[cfg(test)]
+mod oom_tests {
+    #[test]
+    fn the_stopped_status_names_what_could_not_be_had() {
+        let msg = "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 8.00 GiB of which 4.00 MiB is free.";
+        assert_eq!(super::tried_to_allocate(msg).as_deref(), Some("tried to allocate 20.00 MiB"));
+        assert_eq!(
+            super::tried_to_allocate("CUDA out of memory. Tried to allocate 1.50 GiB.").as_deref(),
+            Some("tried to allocate 1.50 GiB")
+        );
+        assert_eq!(super::tried_to_allocate("out of memory"), None);
     }
 }
