@@ -123,6 +123,26 @@ fn text_plain_and_ansi_equal_their_golden_files() {
     let got = std::fs::read_to_string(&out).unwrap();
     assert_eq!(got, std::fs::read_to_string(golden("resnet50-bars.txt")).unwrap());
     assert!(got.contains("reserved but unallocated 1.09 GiB (16.7% of reserved)"));
+    // Without NVML the bars are to the device's scale, and say so: 6.55 of
+    // 139.80 GiB reserved is a short bar, not a full one.
+    assert!(got.contains("device    139.80 GiB: its memory, the bars' full width"), "{got}");
+    let reserved = got.lines().find(|l| l.contains("│ reserved  ")).unwrap_or("");
+    assert!(reserved.matches('█').count() < 10, "{reserved}");
+}
+
+/// Under a memory limit the bars are to the limit's scale, and say so.
+#[test]
+fn bars_under_a_limit_are_to_its_scale() {
+    let out = tmp("limit-bars.txt");
+    export(
+        "llama_pressure.pickle.gz",
+        &["--memory-limit", "9006592819", "--at", "oom", "--view", "bars", "--format", "txt", "--plain"],
+        &out,
+    );
+    let got = std::fs::read_to_string(&out).unwrap();
+    assert!(got.contains("limit     8.39 GiB: the per-process memory limit, the bars' full width"), "{got}");
+    let reserved = got.lines().find(|l| l.contains("│ reserved  ")).unwrap_or("");
+    assert!(reserved.matches('█').count() > 90, "8.28 of 8.39 GiB is nearly full: {reserved}");
 }
 
 /// A text export is the view asked for, at the width asked for (a column

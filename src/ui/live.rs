@@ -387,6 +387,7 @@ impl Interactive for LiveApp {
             reserved: p.reserved(),
             reserved_peak: p.stat("reserved_bytes.all.peak"),
             device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
+            capacity: None,
         };
         let frag = p.fragmentation();
         let points = h.series.state_points();

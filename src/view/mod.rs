@@ -70,6 +70,8 @@ pub(crate) struct View<'a> {
     pub(crate) peaks_known: bool,
     /// NVML's (used, total) for the device, where known.
     pub(crate) device_memory: Option<(u64, u64)>,
+    /// Without NVML, the bars' scale and what it is ("limit", "device").
+    pub(crate) capacity: Option<(u64, &'static str)>,
     pub(crate) segments: &'a [SegmentInfo],
     pub(crate) fragmentation: Fragmentation,
     pub(crate) histogram: &'a [SizeBucket],
@@ -352,7 +354,13 @@ fn bar_line(label: &str, value: u64, scale: u64, width: usize, tail: String, sty
 }
 
 fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let scale = view.device_memory.map(|(_, t)| t).unwrap_or(view.reserved_peak).max(view.reserved_peak).max(1);
+    let scale = view
+        .device_memory
+        .map(|(_, t)| t)
+        .or(view.capacity.map(|c| c.0))
+        .unwrap_or(view.reserved_peak)
+        .max(view.reserved_peak)
+        .max(1);
     let width = (area.width as usize).saturating_sub(56).max(10);
     let gap = view.reserved.saturating_sub(view.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
@@ -383,7 +391,15 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             format!(" {:>11} / {} (NVML)", human_bytes(used), human_bytes(total)),
             theme.fg(Color::Cyan),
         )),
-        None => lines.push(Line::from(" device     (no NVML reading for this source)")),
+        None => lines.push(Line::from(match view.capacity {
+            Some((bytes, "limit")) => {
+                format!(" limit     {}: the per-process memory limit, the bars' full width", human_bytes(bytes))
+            }
+            Some((bytes, what)) => {
+                format!(" {what:<10}{}: its memory, the bars' full width (no NVML reading here)", human_bytes(bytes))
+            }
+            None => " device     (no NVML reading for this source)".to_string(),
+        })),
     }
     let ratio = if !view.peaks_known {
         "n/a (no peaks in the snapshot)".to_string()

@@ -64,6 +64,9 @@ pub struct Totals {
     pub(crate) reserved_peak: u64,
     /// NVML's (used, total), where known.
     pub(crate) device_memory: Option<(u64, u64)>,
+    /// Without NVML: what the bars are scaled to, and what it is (the
+    /// per-process memory limit, or the device's memory).
+    pub(crate) capacity: Option<(u64, &'static str)>,
 }
 
 impl Totals {
@@ -75,6 +78,7 @@ impl Totals {
             reserved: stats.get(Kind::ReservedBytes, 0).current as u64,
             reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
             device_memory: None,
+            capacity: None,
         }
     }
 }
@@ -162,6 +166,7 @@ pub(crate) fn draw_parts(
         reserved: totals.reserved,
         reserved_peak: totals.reserved_peak,
         device_memory: totals.device_memory,
+        capacity: totals.capacity,
         segments: segs,
         fragmentation: frag,
         histogram: &hist,
@@ -201,7 +206,14 @@ pub(crate) fn draw_state<D: Device>(
 ) {
     let segs = a.snapshot();
     let stats = a.stats();
-    draw_parts(&segs, Totals::of(stats), fragmentation(stats, &segs), chrome, marks, sel, area, buf);
+    // Bars to the scale of what can run out: the limit the run had, else
+    // the device (a reserved peak as the scale reads as "GPU full").
+    let capacity = match a.memory_limit() {
+        Some(l) => (l, "limit"),
+        None => (a.device().total_memory(), "device"),
+    };
+    let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
+    draw_parts(&segs, totals, fragmentation(stats, &segs), chrome, marks, sel, area, buf);
 }
 
 /// The replay screen of `model` after event `cursor`.
