@@ -93,7 +93,10 @@ fn misplaced_option(m: &clap::ArgMatches) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    // `run` and `attach` share the live view's options; its one-shot
+    // `--json` and `--source` they refuse, so their help does not offer them.
+    let hide = |c: clap::Command| c.mut_arg("json", |a| a.hide(true)).mut_arg("source", |a| a.hide(true));
+    let matches = Cli::command().mut_subcommand("run", hide).mut_subcommand("attach", hide).get_matches();
     if let Some(e) = misplaced_option(&matches) {
         eprintln!("gpumem-top: {e}");
         return ExitCode::from(2);

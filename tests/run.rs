@@ -175,9 +175,13 @@ fn a_process_that_never_touches_cuda_publishes_nothing() {
 }
 
 /// Bad usage gets one line and exit 2: no command, a snapshot of a process
-/// that does not publish, an output that exists.
+/// that does not publish, an output that exists; the help offers only what
+/// `run` accepts.
 #[test]
 fn run_and_snapshot_refuse_bad_usage() {
+    let help = Command::new(bin()).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--step-peaks") && !help.contains("--json") && !help.contains("--source"), "{help}");
     let d = tmpdir("bad");
     let out = Command::new(bin()).args(["run", "-o"]).arg(d.join("x.jsonl")).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
