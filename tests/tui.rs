@@ -277,9 +277,10 @@ fn field_snapshots_open_in_the_tui() {
     let trace = fixture("field/history_less_gpt2.pickle.gz");
     let cmd = format!("'{bin}' replay '{}'; echo EXITED rc=$?; sleep 60", trace.display());
     let p = Pane::start(&cmd, 160, 50);
-    let s = p.wait_for("state only: no trace in this snapshot");
+    // The last text drawn, so that the capture is not of a half-drawn frame.
+    let s = p.wait_for("no timeline: the snapshot was taken without memory history");
+    assert!(s.contains("state only: no trace in this snapshot"), "{s}");
     assert!(s.contains("Fragmentation map ─ 139 segments"), "{s}");
-    assert!(s.contains("no timeline: the snapshot was taken without memory history"), "{s}");
     assert!(s.contains("3.92 GiB"), "reserved is the snapshot's: {s}");
     p.keys(&["Right", "End", "p"]);
     p.keys(&["q"]);
@@ -288,8 +289,8 @@ fn field_snapshots_open_in_the_tui() {
     let trace = fixture("field/cudagraph_infer_gpt2.pickle.gz");
     let cmd = format!("'{bin}' replay '{}' --at end; echo EXITED rc=$?; sleep 60", trace.display());
     let p = Pane::start(&cmd, 160, 50);
-    let s = p.wait_for("event 3037/3038");
-    assert!(s.contains("25 segments ─ by address ─ 2 in private pools (*)"), "{s}");
+    let s = p.wait_for("25 segments ─ by address ─ 2 in private pools (*)");
+    assert!(s.contains("event 3037/3038"), "{s}");
     p.keys(&["a"]);
     p.wait_for("by size");
     p.keys(&["Enter"]);
