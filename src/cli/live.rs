@@ -72,7 +72,11 @@ impl LiveArgs {
         }
         Ok(Duration::from_millis(self.interval))
     }
-    fn dir(&self) -> PathBuf {
+    /// Colour on the screen: not with --no-color, nor under NO_COLOR.
+    pub(crate) fn color(&self) -> bool {
+        !self.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    }
+    pub(crate) fn dir(&self) -> PathBuf {
         self.publish_dir.clone().unwrap_or_else(publisher::default_dir)
     }
 }
@@ -141,7 +145,7 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
             "the interactive view needs a terminal (for scripts: `gpumem-top --json`, `record`, `serve`)".into()
         )));
     }
-    let color = !args.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = args.color();
     use crate::ui::event::{run_app, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
@@ -150,7 +154,6 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     };
     one_malloc_arena();
     let events = Events::new();
-    let sampler = sample_into(src, interval, &events);
     let (name, banner) = match args.source {
         SourceKind::Live => ("live (NVML)", None),
         SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
@@ -158,16 +161,21 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
     app.model.thresholds = thresholds;
     app.snapshots = args.source == SourceKind::Live;
-    let r = live_loop(&mut app, &events);
-    drop(sampler);
-    r?;
+    live_loop(&mut app, src, interval, &events)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The live view until the user quits; each snapshot taken with `S` opens
-/// in the replay view on the way, and `q` there comes back.
-pub(crate) fn live_loop(app: &mut crate::ui::live::LiveApp, events: &crate::ui::event::Events) -> Result<()> {
+/// The live view of `src`'s samples until the user quits; each snapshot
+/// taken with `S` opens in the replay view on the way, and `q` there comes
+/// back. The sampler runs until it returns.
+pub(crate) fn live_loop(
+    app: &mut crate::ui::live::LiveApp,
+    src: Box<dyn Source>,
+    interval: Duration,
+    events: &crate::ui::event::Events,
+) -> Result<()> {
     use crate::ui::event::run_app;
+    let _sampler = sample_into(src, interval, events);
     loop {
         run_app(app, events).map_err(|e| anyhow!("terminal: {e}"))?;
         let Some(path) = app.open.clone() else { return Ok(()) };
@@ -183,7 +191,7 @@ pub(crate) fn live_loop(app: &mut crate::ui::live::LiveApp, events: &crate::ui::
 
 /// Sends each sample of `src` to the UI's channel; one the UI has no room
 /// for is dropped (the next comes within an interval).
-pub(crate) fn sample_into(src: Box<dyn Source>, interval: Duration, events: &crate::ui::event::Events) -> Sampler {
+fn sample_into(src: Box<dyn Source>, interval: Duration, events: &crate::ui::event::Events) -> Sampler {
     let tx = events.sender();
     Sampler::spawn_into(src, interval, move |s| {
         !matches!(

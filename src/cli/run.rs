@@ -152,7 +152,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             "the interactive view needs a terminal; without one, record: gpumem-top run -o FILE.jsonl -- CMD".into()
         )));
     }
-    let dir = args.publish.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
+    let dir = args.publish.live.dir();
     publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
     let src = match super::live::live_source(&args.publish.live)? {
         Some(s) => s,
@@ -233,7 +233,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             }
         })?;
     }
-    let color = !args.publish.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = args.publish.live.color();
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
@@ -245,10 +245,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         found: false,
         ours: true,
     });
-    let sampler = super::live::sample_into(src, interval, &events);
-    let r = super::live::live_loop(&mut app, &events);
-    drop(sampler);
-    r?;
+    super::live::live_loop(&mut app, src, interval, &events)?;
     let st = status.lock().ok().and_then(|s| *s);
     match st {
         Some(st) => {
@@ -376,7 +373,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(anyhow!(InputError("attach opens the live view, which needs a terminal".into())));
     }
-    let dir = args.publish.live.publish_dir.clone().unwrap_or_else(publisher::default_dir);
+    let dir = args.publish.live.dir();
     publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
     // The target imports from here at its next safe point, after we have
     // returned: the directory stays (in the user's private publish dir).
@@ -407,16 +404,13 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     }
     let src = super::live::live_source(&args.publish.live)?
         .ok_or_else(|| anyhow!(InputError("no NVIDIA GPU or NVML library found".into())))?;
-    let color = !args.publish.live.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = args.publish.live.color();
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
     let command = crate::monitor::procfs::command(pid).unwrap_or_else(|| exe.display().to_string());
     app.follow(crate::ui::live::RunChild { pid, command, log: None, exited: None, found: false, ours: false });
     let events = crate::ui::event::Events::new();
-    let sampler = super::live::sample_into(src, interval, &events);
-    let r = super::live::live_loop(&mut app, &events);
-    drop(sampler);
-    r?;
+    super::live::live_loop(&mut app, src, interval, &events)?;
     Ok(ExitCode::SUCCESS)
 }
