@@ -236,6 +236,15 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         r.unaligned_elsewhere,
         if samples.len() > 2 { format!(", {} off a line", r.nonlinear) } else { String::new() }
     )?;
+    if r.workspaces > 0 {
+        writeln!(
+            so,
+            "{} of them are workspaces (freed at once, sizes not in proportion to the batch, as cuDNN's): between and beyond the samples their sizes are uncertain, so a prediction there is the mean of {} replays with each workspace's size drawn within ±{}% of its fit (docs/fit.md)",
+            r.workspaces,
+            crate::fit::WORKSPACE_RUNS,
+            crate::fit::WORKSPACE_SPREAD * 100.0
+        )?;
+    }
     for (b, ea, er) in &r.self_check {
         writeln!(
             so,
@@ -248,15 +257,35 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         Some(l) => format!("memory limit {}", human_bytes(l)),
         None => format!("device {} less {} of context", human_bytes(args.device_total), human_bytes(args.context)),
     };
-    writeln!(so, "\n{:>8}  {:>15}  {:>15}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
+    let ranged = predictions.iter().any(|p| p.runs > 1);
+    let range_head = if ranged { format!("  {:>21}", "reserved: lowest–most") } else { String::new() };
+    writeln!(so, "\n{:>8}  {:>15}  {:>15}{range_head}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
     for p in &predictions {
+        let range = match (ranged, p.runs > 1) {
+            (false, _) => String::new(),
+            (true, false) => format!("  {:>21}", "(sampled)"),
+            (true, true) => format!(
+                "  {:>21}",
+                format!(
+                    "{}–{}",
+                    human_bytes(p.reserved_peak_range_bytes[0]),
+                    human_bytes(p.reserved_peak_range_bytes[1])
+                )
+            ),
+        };
         writeln!(
             so,
-            "{:>8}  {:>15}  {:>15}  {}",
+            "{:>8}  {:>15}  {:>15}{range}  {}",
             p.batch,
             human_bytes(p.allocated_peak_bytes),
             human_bytes(p.reserved_peak_bytes),
-            if p.fits { "yes".to_string() } else { format!("no ({} OOMs)", p.ooms) }
+            if p.fits {
+                "yes".to_string()
+            } else if p.runs > 1 {
+                format!("no (out of memory in {} of {} replays)", p.runs_out_of_memory, p.runs)
+            } else {
+                format!("no ({} OOMs)", p.ooms)
+            }
         )?;
     }
     writeln!(so, "\n{:<40}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;

@@ -14,7 +14,7 @@
 
 mod align;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -152,6 +152,15 @@ impl Size {
     }
 }
 
+/// A workspace's size at a batch that was not sampled is known only to
+/// within a few percent (cuDNN picks its algorithm by shape), while whether
+/// it reuses a cached segment turns on its size to the rounding unit; so a
+/// prediction away from the samples averages over sizes within this
+/// fraction of the fitted one (docs/fit.md, "Workspaces").
+pub(crate) const WORKSPACE_SPREAD: f64 = 0.02;
+/// Replays averaged over when the run has workspaces.
+pub(crate) const WORKSPACE_RUNS: u64 = 16;
+
 /// A fitted training run.
 #[derive(Debug, Clone)]
 pub(crate) struct Fit {
@@ -159,6 +168,9 @@ pub(crate) struct Fit {
     skeleton: Vec<Request>,
     /// Per skeleton request index of an `Alloc`: its size model.
     sizes: HashMap<usize, Size>,
+    /// Skeleton indices of workspaces: allocations freed before the next
+    /// one whose size changes with the batch but not in proportion to it.
+    workspaces: HashSet<usize>,
     pub(crate) samples: Vec<u64>,
     pub(crate) report: FitReport,
 }
@@ -174,6 +186,10 @@ pub(crate) struct FitReport {
     pub(crate) unaligned_elsewhere: usize,
     /// Aligned requests whose size changes with the batch.
     pub(crate) scaling: usize,
+    /// Of those, workspaces (freed before the next allocation, a size not
+    /// in proportion to the batch): their sizes away from the samples are
+    /// uncertain, and predictions there average over them.
+    pub(crate) workspaces: usize,
     /// With three or more samples: aligned requests whose sizes are not on a
     /// line (more than 1% off it).
     pub(crate) nonlinear: usize,
@@ -186,24 +202,66 @@ pub(crate) struct FitReport {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Prediction {
     pub(crate) batch: u64,
+    /// With workspaces away from the samples: the mean over the runs.
     pub(crate) allocated_peak_bytes: u64,
     pub(crate) reserved_peak_bytes: u64,
+    /// The lowest and highest reserved peak of the runs (equal with one).
+    pub(crate) reserved_peak_range_bytes: [u64; 2],
+    /// Whether every run finished without an OOM.
     pub(crate) fits: bool,
+    /// The most OOMs and retries any run had.
     pub(crate) ooms: u64,
     pub(crate) num_alloc_retries: i64,
+    /// Replays the figures come from, and how many of them ran out of
+    /// memory under the limit.
+    pub(crate) runs: u64,
+    pub(crate) runs_out_of_memory: u64,
+}
+
+/// What one or more replays at a batch reached.
+#[derive(Debug, Clone, Copy, Default)]
+struct Outcome {
+    allocated_sum: u128,
+    reserved_sum: u128,
+    reserved_low: u64,
+    reserved_high: u64,
+    ooms: u64,
+    retries: i64,
+    runs: u64,
+    oom_runs: u64,
+}
+
+impl Outcome {
+    fn add(&mut self, st: &crate::alloc::DeviceStats) {
+        let r = st.get(Kind::ReservedBytes, 0).peak as u64;
+        self.allocated_sum += st.get(Kind::AllocatedBytes, 0).peak as u128;
+        self.reserved_sum += r as u128;
+        self.reserved_low = if self.runs == 0 { r } else { self.reserved_low.min(r) };
+        self.reserved_high = self.reserved_high.max(r);
+        self.ooms = self.ooms.max(st.num_ooms as u64);
+        self.oom_runs += u64::from(st.num_ooms > 0);
+        self.retries = self.retries.max(st.num_alloc_retries);
+        self.runs += 1;
+    }
+    fn mean(sum: u128, n: u64) -> u64 {
+        (sum / u128::from(n.max(1))) as u64
+    }
 }
 
 impl Prediction {
-    /// Peaks from one run, whether it fits from another (the same, or the
-    /// run under the limit).
-    fn of(batch: u64, peaks: &crate::alloc::DeviceStats, fits: &crate::alloc::DeviceStats) -> Prediction {
+    /// Peaks from one set of runs, whether it fits from another (the same,
+    /// or the runs under the limit).
+    fn of(batch: u64, peaks: &Outcome, fits: &Outcome) -> Prediction {
         Prediction {
             batch,
-            allocated_peak_bytes: peaks.get(Kind::AllocatedBytes, 0).peak as u64,
-            reserved_peak_bytes: peaks.get(Kind::ReservedBytes, 0).peak as u64,
-            fits: fits.num_ooms == 0,
-            ooms: fits.num_ooms as u64,
-            num_alloc_retries: fits.num_alloc_retries,
+            allocated_peak_bytes: Outcome::mean(peaks.allocated_sum, peaks.runs),
+            reserved_peak_bytes: Outcome::mean(peaks.reserved_sum, peaks.runs),
+            reserved_peak_range_bytes: [peaks.reserved_low, peaks.reserved_high],
+            fits: fits.ooms == 0,
+            ooms: fits.ooms,
+            num_alloc_retries: fits.retries,
+            runs: peaks.runs,
+            runs_out_of_memory: fits.oom_runs,
         }
     }
 }
@@ -245,7 +303,20 @@ impl Fit {
                 }
             }
         }
+        // Allocations freed before the next one: scratch space of one op.
+        let mut transient = HashSet::new();
+        let mut last_alloc: Option<(usize, u64)> = None;
+        for (i, r) in sk.reqs.iter().enumerate() {
+            match *r {
+                Request::Alloc { key, .. } => last_alloc = Some((i, key)),
+                Request::FreeRequested { key } if last_alloc.is_some_and(|(_, k)| k == key) => {
+                    transient.extend(last_alloc.take().map(|(j, _)| j));
+                }
+                _ => {}
+            }
+        }
         let mut sizes = HashMap::new();
+        let mut workspaces = HashSet::new();
         let (mut aligned, mut scaling, mut nonlinear) = (0, 0, 0);
         for (&i, pts) in &points {
             let size = if pts.len() == samples.len() {
@@ -259,6 +330,14 @@ impl Fit {
                 if pts.len() > 2 && pts.iter().any(|&(b, s)| (m.at(b) as f64 - s as f64).abs() > 0.01 * s as f64) {
                     nonlinear += 1;
                 }
+                // A tensor whose size changes with the batch is in
+                // proportion to it (the batch is one of its dimensions);
+                // scratch space that is not is a workspace an algorithm
+                // chose (cuDNN's), whose size elsewhere is uncertain.
+                let proportional = matches!(m, Size::Linear { a, .. } if a.abs() < 1.0);
+                if transient.contains(&i) && pts.iter().any(|p| p.1 != pts[0].1) && !proportional {
+                    workspaces.insert(i);
+                }
                 m
             } else {
                 Size::Fixed(pts[0].1)
@@ -270,20 +349,38 @@ impl Fit {
             aligned,
             unaligned_elsewhere,
             scaling,
+            workspaces: workspaces.len(),
             nonlinear,
             self_check: Vec::new(),
         };
-        Ok(Fit { skeleton: sk.reqs.clone(), sizes, samples: samples.iter().map(|s| s.batch).collect(), report })
+        Ok(Fit {
+            skeleton: sk.reqs.clone(),
+            sizes,
+            workspaces,
+            samples: samples.iter().map(|s| s.batch).collect(),
+            report,
+        })
     }
 
     /// The skeleton's requests with their sizes at `batch`.
     pub(crate) fn requests_at(&self, batch: u64) -> Vec<Request> {
+        self.requests_varied(batch, None)
+    }
+
+    /// As `requests_at`, with run `run`'s workspace sizes: each within
+    /// `WORKSPACE_SPREAD` of the fitted size, drawn from a fixed sequence so
+    /// that predictions repeat exactly.
+    fn requests_varied(&self, batch: u64, run: Option<u64>) -> Vec<Request> {
         self.skeleton
             .iter()
             .enumerate()
             .map(|(i, r)| match *r {
                 Request::Alloc { key, size, stream } => {
-                    let size = self.sizes.get(&i).map_or(size, |m| m.at(batch));
+                    let mut size = self.sizes.get(&i).map_or(size, |m| m.at(batch));
+                    if let Some(run) = run.filter(|_| self.workspaces.contains(&i)) {
+                        let u = unit(splitmix(i as u64 ^ splitmix(run)));
+                        size = ((size as f64) * (1.0 + WORKSPACE_SPREAD * u)).round().max(1.0) as u64;
+                    }
                     Request::Alloc { key, size, stream }
                 }
                 other => other,
@@ -292,15 +389,21 @@ impl Fit {
     }
 
     /// Replays the requests at `batch` under `config` with `limit`.
-    fn run(
-        &self,
-        batch: u64,
-        config: &AllocatorConfig,
-        target: &Target,
-        limit: Option<u64>,
-    ) -> crate::alloc::DeviceStats {
-        let sim = Sim::new("simulated device", target.device_total, target.context).with_descending_addresses();
-        run_requests_on(&self.requests_at(batch), config.clone(), sim, limit).allocator.stats().clone()
+    fn run(&self, batch: u64, config: &AllocatorConfig, target: &Target, limit: Option<u64>) -> Outcome {
+        let once = |reqs: &[Request]| {
+            let sim = Sim::new("simulated device", target.device_total, target.context).with_descending_addresses();
+            run_requests_on(reqs, config.clone(), sim, limit).allocator.stats().clone()
+        };
+        let mut out = Outcome::default();
+        // At a sampled batch the workspaces are known: one exact replay.
+        if self.workspaces.is_empty() || self.samples.contains(&batch) {
+            out.add(&once(&self.requests_at(batch)));
+        } else {
+            for run in 0..WORKSPACE_RUNS {
+                out.add(&once(&self.requests_varied(batch, Some(run))));
+            }
+        }
+        out
     }
 
     /// The peaks at `batch` as the run would reach them under the target's
@@ -345,6 +448,19 @@ impl Fit {
     }
 }
 
+/// SplitMix64's mixing function: a fixed, well-spread sequence.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A hash as a number in [-1, 1).
+fn unit(h: u64) -> f64 {
+    (h >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
 /// Least squares through the points; a constant when the sizes agree.
 fn fit_line(pts: &[(u64, u64)]) -> Size {
     if pts.iter().all(|p| p.1 == pts[0].1) {
@@ -362,4 +478,61 @@ fn fit_line(pts: &[(u64, u64)]) -> Size {
         return Size::Fixed(pts.iter().map(|p| p.1).max().unwrap_or(0));
     }
     Size::Linear { a: my - k * mx, k }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run at `b`: a kept tensor, then three allocations each freed before
+    /// the next: one in proportion to the batch (a temporary tensor), one
+    /// constant, one not in proportion (an algorithm's workspace).
+    fn sample(b: u64) -> Sample {
+        let allocs = [(1, 1000 * b, false), (2, 512 * b, true), (3, 4096, true), (4, 4096 + 100 * b, true)];
+        let mut reqs = Vec::new();
+        let mut keys = Vec::new();
+        for (k, size, freed) in allocs {
+            reqs.push(Request::Alloc { key: k, size, stream: 0 });
+            keys.push(k * 2 + 1);
+            if freed {
+                reqs.push(Request::FreeRequested { key: k });
+                reqs.push(Request::FreeCompleted { key: k });
+                keys.extend([0, 0]);
+            }
+        }
+        Sample { batch: b, reqs, keys, recorded_allocated_peak: 0, recorded_reserved_peak: 0 }
+    }
+
+    fn size_of(reqs: &[Request], key: u64) -> u64 {
+        reqs.iter()
+            .find_map(|r| match *r {
+                Request::Alloc { key: k, size, .. } if k == key => Some(size),
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn only_scratch_space_out_of_proportion_is_a_workspace() {
+        let f = Fit::new(vec![sample(2), sample(4)]).unwrap();
+        assert_eq!((f.report.scaling, f.report.workspaces), (3, 1));
+        let exact = f.requests_at(64);
+        assert_eq!([1, 2, 3, 4].map(|k| size_of(&exact, k)), [64_000, 32_768, 4096, 10_496]);
+        // Varied runs move the workspace only, within the spread, and not
+        // all to one size.
+        let mut seen = HashSet::new();
+        for run in 0..WORKSPACE_RUNS {
+            let v = f.requests_varied(64, Some(run));
+            assert_eq!([1, 2, 3].map(|k| size_of(&v, k)), [64_000, 32_768, 4096]);
+            let w = size_of(&v, 4) as f64;
+            assert!((w / 10_496.0 - 1.0).abs() <= WORKSPACE_SPREAD, "{w}");
+            seen.insert(w as u64);
+        }
+        assert!(seen.len() > WORKSPACE_RUNS as usize / 2, "{seen:?}");
+        // A sampled batch is replayed once, as recorded; others average runs.
+        let t = Target { device_total: 1 << 34, context: 0, limit: None };
+        let c = AllocatorConfig::default();
+        assert_eq!(f.predict(4, &c, &t).runs, 1);
+        assert_eq!(f.predict(64, &c, &t).runs, WORKSPACE_RUNS);
+    }
 }
