@@ -80,6 +80,36 @@ fn transformer_peaks_are_exact() {
     }
 }
 
+/// A second set recorded later (tests/fixtures/fit/more): four vision
+/// models, each predicted from two small batches at a larger one recorded
+/// the same way, against that run's own peaks.
+#[test]
+fn more_models_recorded_later_are_within_bounds() {
+    for (m, b1, b2, bt) in
+        [("resnet50", 8, 16, 128), ("resnet18", 16, 32, 128), ("efficientnet", 8, 16, 64), ("vit", 4, 8, 32)]
+    {
+        let snap = |b: u64| fixture(&format!("fit/more/{m}_b{b}.pickle.gz"));
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_gpumem-top")).args(["replay", "--json"]).arg(snap(bt)).output().unwrap();
+        let real: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(real["fidelity"], "exact", "{m}");
+        let j = fit(&[
+            format!("{}@{b1}", snap(b1).display()),
+            format!("{}@{b2}", snap(b2).display()),
+            "--batch".into(),
+            bt.to_string(),
+        ]);
+        let p = &j["predictions"][0];
+        let err = |k: &str, w: &str| p[k].as_f64().unwrap() / real["stats"][w].as_f64().unwrap() - 1.0;
+        let (ea, er) = (
+            err("allocated_peak_bytes", "allocated_bytes.all.peak"),
+            err("reserved_peak_bytes", "reserved_bytes.all.peak"),
+        );
+        assert!(ea.abs() <= 0.03, "{m} batch {bt}: allocated {:+.2}%", ea * 100.0);
+        assert!(er.abs() <= 0.05, "{m} batch {bt}: reserved {:+.2}%", er * 100.0);
+    }
+}
+
 /// ResNet-50's cuDNN workspaces are found (freed at once, sizes not in
 /// proportion to the batch) and predictions away from the samples average
 /// replays over their uncertain sizes: the range holds the mean, a sampled
@@ -195,6 +225,7 @@ from . import optim
         r#"
 import sys, torch
 torch._state["batch"] = int(sys.argv[sys.argv.index("--batch-size") + 1])
+print("training at batch", torch._state["batch"], flush=True)
 for step in range(100):
     for h in torch._state["hooks"]:
         h(None, (), {})
@@ -214,6 +245,8 @@ sys.exit(3)
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("never reached"));
+    // The script's own output goes to stderr; stdout is the JSON alone.
+    assert!(err.contains("training at batch 2") && err.contains("training at batch 4"), "{err}");
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let direct = fit(&[
         format!("{}@2", fixture("fit/gpt2_b2.pickle.gz").display()),

@@ -4,6 +4,9 @@ model on the GPU (no download: random weights), as users' scripts run.
 
     --model resnet50   torchvision ResNet-50, 224x224, bf16 autocast, SGD momentum
     --model gpt2       Hugging Face GPT2LMHeadModel (default config), seq 512, fp32, AdamW
+    --model efficientnet  torchvision EfficientNet-B0, 224x224, fp16 autocast + GradScaler, AdamW
+    --model vit        torchvision ViT-B/16, 224x224, bf16 autocast, AdamW
+    --model resnet18   torchvision ResNet-18, 224x224, fp32, SGD momentum
 """
 
 import argparse
@@ -30,6 +33,26 @@ if a.model == "resnet50":
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)
+elif a.model in ("efficientnet", "vit", "resnet18"):
+    import torchvision
+
+    ctor = {"efficientnet": torchvision.models.efficientnet_b0, "vit": torchvision.models.vit_b_16,
+            "resnet18": torchvision.models.resnet18}[a.model]
+    model = ctor().to(dev)
+    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.model == "resnet18"
+           else torch.optim.AdamW(model.parameters(), lr=1e-4))
+    dtype = {"efficientnet": torch.float16, "vit": torch.bfloat16}.get(a.model)
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for _ in range(a.steps):
+        x = torch.randn(a.batch_size, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (a.batch_size,), device=dev)
+        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
 elif a.model == "gpt2":
     from transformers import GPT2Config, GPT2LMHeadModel

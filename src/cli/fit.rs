@@ -2,6 +2,7 @@
 //! snapshots of a few steps at two or more small batches (docs/fit.md).
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -107,7 +108,14 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
         let _ = std::fs::remove_file(&snap);
         let argv: Vec<String> = args.command.iter().map(|a| a.replace("{batch}", &b.to_string())).collect();
         eprintln!("gpumem-top fit: batch {b}: {}", argv.join(" "));
-        let status = std::process::Command::new(&argv[0])
+        // The command's output goes to our stderr: stdout is for the
+        // prediction (one JSON object with --json).
+        let to_stderr = std::io::stderr().as_fd().try_clone_to_owned().map(std::process::Stdio::from);
+        let mut cmd = std::process::Command::new(&argv[0]);
+        if let Ok(e) = to_stderr {
+            cmd.stdout(e);
+        }
+        let status = cmd
             .args(&argv[1..])
             .env("PYTHONPATH", &path)
             .env("GPUMEM_TOP_RECORD_OUT", &snap)

@@ -168,9 +168,11 @@ pub(crate) struct Fit {
     skeleton: Vec<Request>,
     /// Per skeleton request index of an `Alloc`: its size model.
     sizes: HashMap<usize, Size>,
-    /// Skeleton indices of workspaces: allocations freed before the next
-    /// one whose size changes with the batch but not in proportion to it.
-    workspaces: HashSet<usize>,
+    /// Skeleton indices of workspaces (allocations freed before the next
+    /// one whose size changes with the batch but not in proportion to it),
+    /// each with its sizes in the samples: equal sizes at every sample are
+    /// the same shape, which gets the same algorithm and so varies alike.
+    workspaces: HashMap<usize, u64>,
     pub(crate) samples: Vec<u64>,
     pub(crate) report: FitReport,
 }
@@ -207,7 +209,7 @@ pub(crate) struct Prediction {
     pub(crate) reserved_peak_bytes: u64,
     /// The lowest and highest reserved peak of the runs (equal with one).
     pub(crate) reserved_peak_range_bytes: [u64; 2],
-    /// Whether every run finished without an OOM.
+    /// Whether more than half of the runs finished without an OOM.
     pub(crate) fits: bool,
     /// The most OOMs and retries any run had.
     pub(crate) ooms: u64,
@@ -257,7 +259,9 @@ impl Prediction {
             allocated_peak_bytes: Outcome::mean(peaks.allocated_sum, peaks.runs),
             reserved_peak_bytes: Outcome::mean(peaks.reserved_sum, peaks.runs),
             reserved_peak_range_bytes: [peaks.reserved_low, peaks.reserved_high],
-            fits: fits.ooms == 0,
+            // Most runs fit: the batch fits as the workspaces most likely
+            // turn out (`runs_out_of_memory` says how many did not).
+            fits: fits.oom_runs * 2 < fits.runs,
             ooms: fits.ooms,
             num_alloc_retries: fits.retries,
             runs: peaks.runs,
@@ -316,7 +320,7 @@ impl Fit {
             }
         }
         let mut sizes = HashMap::new();
-        let mut workspaces = HashSet::new();
+        let mut workspaces = HashMap::new();
         let (mut aligned, mut scaling, mut nonlinear) = (0, 0, 0);
         for (&i, pts) in &points {
             let size = if pts.len() == samples.len() {
@@ -336,7 +340,9 @@ impl Fit {
                 // chose (cuDNN's), whose size elsewhere is uncertain.
                 let proportional = matches!(m, Size::Linear { a, .. } if a.abs() < 1.0);
                 if transient.contains(&i) && pts.iter().any(|p| p.1 != pts[0].1) && !proportional {
-                    workspaces.insert(i);
+                    let mut by_batch = pts.clone();
+                    by_batch.sort_unstable();
+                    workspaces.insert(i, by_batch.iter().fold(0, |h, &(_, s)| splitmix(h ^ s)));
                 }
                 m
             } else {
@@ -377,8 +383,8 @@ impl Fit {
             .map(|(i, r)| match *r {
                 Request::Alloc { key, size, stream } => {
                     let mut size = self.sizes.get(&i).map_or(size, |m| m.at(batch));
-                    if let Some(run) = run.filter(|_| self.workspaces.contains(&i)) {
-                        let u = unit(splitmix(i as u64 ^ splitmix(run)));
+                    if let (Some(run), Some(&shape)) = (run, self.workspaces.get(&i)) {
+                        let u = unit(splitmix(shape ^ splitmix(run)));
                         size = ((size as f64) * (1.0 + WORKSPACE_SPREAD * u)).round().max(1.0) as u64;
                     }
                     Request::Alloc { key, size, stream }
@@ -484,11 +490,19 @@ fn fit_line(pts: &[(u64, u64)]) -> Size {
 mod tests {
     use super::*;
 
-    /// A run at `b`: a kept tensor, then three allocations each freed before
-    /// the next: one in proportion to the batch (a temporary tensor), one
-    /// constant, one not in proportion (an algorithm's workspace).
+    /// A run at `b`: a kept tensor, then allocations each freed before the
+    /// next: one in proportion to the batch (a temporary tensor), one
+    /// constant, and three not in proportion (an algorithm's workspaces, two
+    /// of one shape).
     fn sample(b: u64) -> Sample {
-        let allocs = [(1, 1000 * b, false), (2, 512 * b, true), (3, 4096, true), (4, 4096 + 100 * b, true)];
+        let allocs = [
+            (1, 1000 * b, false),
+            (2, 512 * b, true),
+            (3, 4096, true),
+            (4, 4096 + 100 * b, true),
+            (5, 4096 + 100 * b, true),
+            (6, 4000 + 100 * b, true),
+        ];
         let mut reqs = Vec::new();
         let mut keys = Vec::new();
         for (k, size, freed) in allocs {
@@ -515,11 +529,11 @@ mod tests {
     #[test]
     fn only_scratch_space_out_of_proportion_is_a_workspace() {
         let f = Fit::new(vec![sample(2), sample(4)]).unwrap();
-        assert_eq!((f.report.scaling, f.report.workspaces), (3, 1));
+        assert_eq!((f.report.scaling, f.report.workspaces), (5, 3));
         let exact = f.requests_at(64);
         assert_eq!([1, 2, 3, 4].map(|k| size_of(&exact, k)), [64_000, 32_768, 4096, 10_496]);
-        // Varied runs move the workspace only, within the spread, and not
-        // all to one size.
+        // Varied runs move the workspaces only, within the spread, not all
+        // to one size; one shape's alike, another's on its own.
         let mut seen = HashSet::new();
         for run in 0..WORKSPACE_RUNS {
             let v = f.requests_varied(64, Some(run));
@@ -527,6 +541,8 @@ mod tests {
             let w = size_of(&v, 4) as f64;
             assert!((w / 10_496.0 - 1.0).abs() <= WORKSPACE_SPREAD, "{w}");
             seen.insert(w as u64);
+            assert_eq!(size_of(&v, 5), size_of(&v, 4));
+            assert_ne!(size_of(&v, 6) + 96, size_of(&v, 4));
         }
         assert!(seen.len() > WORKSPACE_RUNS as usize / 2, "{seen:?}");
         // A sampled batch is replayed once, as recorded; others average runs.
