@@ -213,6 +213,26 @@ fn what_if_and_compare_answer_the_expandable_segments_question() {
     assert_eq!(l["fidelity"], "what-if");
     assert!(l["stats"]["num_ooms"].as_u64().unwrap() > 0);
     assert!(l["stats"]["reserved_bytes.all.peak"].as_u64().unwrap() <= 8_000_000_000);
+    // It says where the run would stop, and fails as that run would.
+    assert_eq!(out.status.code(), Some(1));
+    let o = &l["first_new_oom"];
+    assert_eq!(o["event"], 737, "{o}");
+    assert_eq!(o["requested_bytes"], 100_663_296, "{o}");
+    assert_eq!(o["call_site"], "activations.py:66 forward", "{o}");
+    assert_eq!(o["script_site"], "train_workloads.py:16 loop", "{o}");
+    assert_eq!(o["failing_allocations"], l["stats"]["num_ooms"], "{o}");
+    let out = run(&["replay", &path, "--memory-limit", "8000000000"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("would run out of memory at event 737 of 14327, 0.344 s in: a request of 96.00 MiB on stream 0 at activations.py:66 forward, called from train_workloads.py:16 loop;"),
+        "{text}"
+    );
+    // Under a limit it fits in: replayed exactly, no OOM, exit 0.
+    let out = run(&["replay", &path, "--json", "--memory-limit", "20000000000"]);
+    assert_eq!(out.status.code(), Some(0));
+    let l: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((l["fidelity"].as_str(), l["first_new_oom"].is_null()), (Some("exact"), true));
 }
 
 #[test]

@@ -316,3 +316,21 @@ fn a_long_runs_timeline_says_it_is_a_window() {
     let of: usize = footer.split(" of ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
     assert!(of >= 30_000, "the run's event count, not the window's: {footer}");
 }
+
+/// At an OOM the map's lower half says what was asked and by whom, down to
+/// the program's own frame, with what is left out counted.
+#[test]
+fn the_oom_screen_names_the_request_and_the_programs_frame() {
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30);
+    assert!(
+        s.contains("┌ OOM at event 3816: 117.05 MiB on stream 0 ┐")
+            || s.contains("OOM at event 3816: 117.05 MiB on stream 0 ─"),
+        "{s}"
+    );
+    assert!(s.contains("│ functional.py:2397 silu"), "{s}");
+    assert!(s.contains("│ … 17 frames"), "{s}");
+    assert!(s.contains("│ train_workloads.py:67 workload"), "{s}");
+    // Away from the OOM, no box.
+    let s = screen("llama_pressure", Some(9_006_592_819), PEAK, 100, 30);
+    assert!(!s.contains("OOM at event"), "{s}");
+}

@@ -275,6 +275,40 @@ pub(crate) fn live_by_call_site(
     out
 }
 
+/// Where an allocation was made: the innermost frame of the user's own
+/// Python code (PyTorch's files and C++ frames skipped where possible).
+pub(crate) fn call_site(frames: &[Frame]) -> String {
+    let py = |f: &&Frame| f.filename.ends_with(".py");
+    let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
+    match own.or_else(|| frames.iter().find(py)).or(frames.first()) {
+        // The basename keeps the line number visible in a narrow pane; the
+        // directories rarely disambiguate within one model's trace.
+        Some(f) if f.line > 0 => {
+            let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+            format!("{base}:{} {}", f.line, f.name)
+        }
+        Some(f) => f.name.clone(),
+        None => String::new(),
+    }
+}
+
+/// The index of the innermost frame of the program's own scripts: the first
+/// Python frame outside installed packages and PyTorch.
+pub(crate) fn script_frame(frames: &[Frame]) -> Option<usize> {
+    let library =
+        |f: &Frame| ["site-packages/", "dist-packages/", "torch/", "<frozen"].iter().any(|p| f.filename.contains(p));
+    frames.iter().position(|f| f.filename.ends_with(".py") && !library(f))
+}
+
+/// The innermost frame of the program's own scripts: the first Python frame
+/// outside installed packages (site-packages, dist-packages) and PyTorch,
+/// as `file:line function`; none when every frame is a library's.
+pub(crate) fn script_site(frames: &[Frame]) -> Option<String> {
+    let f = &frames[script_frame(frames)?];
+    let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+    Some(format!("{base}:{} {}", f.line, f.name))
+}
+
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -422,6 +422,20 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let divergence = session.divergence();
+    let new_oom = session.first_new_oom().map(|(event, failing)| {
+        let e = &dev.events[event];
+        let frames = dev.stacks.get(event).and_then(|&sid| trace.stacks.get((sid as usize).wrapping_sub(1)));
+        report::NewOomReport {
+            event,
+            requested_bytes: e.size,
+            stream: e.stream,
+            call_site: frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default(),
+            script_site: frames
+                .and_then(|f| crate::analysis::script_site(f))
+                .filter(|s| frames.is_some_and(|f| *s != crate::analysis::call_site(f))),
+            failing_allocations: failing,
+        }
+    });
     if args.json {
         let out = ReplayReport {
             trace: name.clone(),
@@ -439,6 +453,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 got: d.got.as_ref().map(report::EventReport::of),
                 reason: d.reason.clone(),
             }),
+            first_new_oom: new_oom.clone(),
             inferred_empty_cache_calls: if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
             directed_releases: session.exact.directed,
             placed_allocs: session.exact.placed,
@@ -490,8 +505,35 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         if let Some(at) = args.at {
             writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
         }
+        if let Some(o) = &new_oom {
+            writeln!(so, "{}", new_oom_text(o, dev))?;
+        }
     }
-    Ok(if fidelity == Fidelity::Diverged { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    // A what-if that runs out of memory where the recording did not: the
+    // run it stands for fails (docs/json.md, exit codes).
+    Ok(if fidelity == Fidelity::Diverged || new_oom.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// "would run out of memory at event N (request X at file:line)".
+fn new_oom_text(o: &report::NewOomReport, dev: &DeviceTrace) -> String {
+    let t0 = dev.time_us.first().copied().unwrap_or(0);
+    let when = dev.time_us.get(o.event).map(|t| format!(", {:.3} s in", (t - t0) as f64 / 1e6)).unwrap_or_default();
+    let site = match (&o.call_site, &o.script_site) {
+        (c, _) if c.is_empty() => "no Python frame recorded".to_string(),
+        (c, Some(s)) => format!("{c}, called from {s}"),
+        (c, None) => c.clone(),
+    };
+    let more = match o.failing_allocations {
+        0 | 1 => String::new(),
+        n => format!("; {} more allocations after it would fail too, if the program went on", n - 1),
+    };
+    format!(
+        "would run out of memory at event {} of {}{when}: a request of {} on stream {} at {site}{more}",
+        o.event,
+        dev.events.len(),
+        human_bytes(o.requested_bytes),
+        o.stream
+    )
 }
 
 /// Counters a replay cannot know from the trace alone, by kind of start.

@@ -18,6 +18,8 @@ pub struct ReplayModel<'a> {
     /// The first event at the highest allocated bytes.
     pub(crate) peak_at: Option<usize>,
     pub(crate) ooms: Vec<usize>,
+    /// Per OOM event: the size and stream it records, and its stack.
+    oom_requests: Vec<(u64, u64, u32)>,
     pub(crate) empty_caches: Vec<usize>,
     /// Events where training iterations end (`Optimizer.step` annotations).
     pub(crate) iterations: Vec<usize>,
@@ -55,8 +57,21 @@ impl<'a> ReplayModel<'a> {
         window: bool,
     ) -> Self {
         let peak_at = crate::analysis::peak_index(scrub.points());
-        let ooms = dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
-        ReplayModel { scrub, stacks, name, peak_at, ooms, empty_caches, iterations, window }
+        let ooms: Vec<usize> =
+            dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
+        let oom_requests = ooms
+            .iter()
+            .map(|&i| (dev.events[i].size, dev.events[i].stream, dev.stacks.get(i).copied().unwrap_or(0)))
+            .collect();
+        ReplayModel { scrub, stacks, name, peak_at, ooms, oom_requests, empty_caches, iterations, window }
+    }
+
+    /// The OOM that event `cursor` is, if it is one.
+    pub(crate) fn oom_at(&self, cursor: usize) -> Option<crate::view::parts::OomNote<'a>> {
+        let k = self.ooms.binary_search(&cursor).ok()?;
+        let (size, stream, sid) = self.oom_requests[k];
+        let frames = self.stacks.get((sid as usize).wrapping_sub(1)).map_or(&[][..], |f| f.as_slice());
+        Some(crate::view::parts::OomNote { event: cursor, size, stream, frames })
     }
 
     /// Allocated and reserved bytes after each event.

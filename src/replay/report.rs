@@ -24,6 +24,8 @@ pub(crate) struct ReplayReport {
     /// What `stats` covers: "process", "window" or "state".
     pub(crate) stats_cover: &'static str,
     pub(crate) first_divergence: Option<DivergenceReport>,
+    /// A what-if that runs out of memory where the recording did not.
+    pub(crate) first_new_oom: Option<NewOomReport>,
     pub(crate) inferred_empty_cache_calls: usize,
     pub(crate) directed_releases: usize,
     pub(crate) placed_allocs: usize,
@@ -40,6 +42,24 @@ pub(crate) struct ReplayReport {
     pub(crate) compare: Vec<CompareRow>,
     #[serde(serialize_with = "round4")]
     pub(crate) elapsed_ms: f64,
+}
+
+/// Where a what-if run first cannot allocate what the recording did.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct NewOomReport {
+    /// The recorded event of the request.
+    pub(crate) event: usize,
+    pub(crate) requested_bytes: u64,
+    pub(crate) stream: u64,
+    /// The innermost frame of the user's own code, `file:line function`
+    /// ("" when the trace has no frames for it).
+    pub(crate) call_site: String,
+    /// The innermost frame of the program's own scripts, when that is not
+    /// `call_site` (a library's code made the request).
+    pub(crate) script_site: Option<String>,
+    /// Allocations that fail in the what-if in all (the program would
+    /// have stopped at the first).
+    pub(crate) failing_allocations: u64,
 }
 
 /// One recorded or replayed trace entry.

@@ -261,6 +261,16 @@ impl<'a> Session<'a> {
         self.reqs.as_deref().unwrap_or(&[])
     }
 
+    /// The recorded event of the first allocation that a what-if run could
+    /// not make though the recording did, with how many failed in all.
+    pub(crate) fn first_new_oom(&self) -> Option<(usize, u64)> {
+        let w = self.what_if.as_ref()?;
+        let i = w.first_new_oom?;
+        let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
+        let (_, events) = super::whatif::requests_with_events(&self.dev.events, &at);
+        Some((events.get(i).copied()?, w.new_ooms))
+    }
+
     /// The divergence to report: the first event not reproduced, or the
     /// end state that is not the snapshot's.
     pub(crate) fn divergence(&self) -> Option<Divergence> {

@@ -34,21 +34,31 @@ pub(crate) enum Request {
 /// The requests of a recorded event stream. `empty_cache_at` are the event
 /// indices where the exact replay inferred `empty_cache()` calls.
 pub(crate) fn requests(rec: &[Event], empty_cache_at: &[usize]) -> Vec<Request> {
+    requests_with_events(rec, empty_cache_at).0
+}
+
+/// As `requests`, with the recorded event each request comes from (an
+/// inferred `empty_cache()`: the event it comes before).
+pub(crate) fn requests_with_events(rec: &[Event], empty_cache_at: &[usize]) -> (Vec<Request>, Vec<usize>) {
     let mut out = Vec::with_capacity(rec.len());
+    let mut at = Vec::with_capacity(rec.len());
     let mut ec = empty_cache_at.iter().peekable();
     for (i, e) in rec.iter().enumerate() {
         while ec.next_if(|&&j| j <= i).is_some() {
             out.push(Request::EmptyCache);
+            at.push(i);
         }
-        match e.action {
-            Action::Alloc => out.push(Request::Alloc { key: e.addr, size: e.size, stream: e.stream }),
-            Action::FreeRequested => out.push(Request::FreeRequested { key: e.addr }),
-            Action::FreeCompleted => out.push(Request::FreeCompleted { key: e.addr }),
-            Action::Oom => out.push(Request::FailedAlloc { size: e.size, stream: e.stream }),
-            _ => {}
-        }
+        let r = match e.action {
+            Action::Alloc => Request::Alloc { key: e.addr, size: e.size, stream: e.stream },
+            Action::FreeRequested => Request::FreeRequested { key: e.addr },
+            Action::FreeCompleted => Request::FreeCompleted { key: e.addr },
+            Action::Oom => Request::FailedAlloc { size: e.size, stream: e.stream },
+            _ => continue,
+        };
+        out.push(r);
+        at.push(i);
     }
-    out
+    (out, at)
 }
 
 #[derive(Debug, Clone)]
@@ -58,6 +68,9 @@ pub(crate) struct WhatIf {
     pub(crate) new_ooms: u64,
     /// Allocations that failed when recorded but succeed in this run.
     pub(crate) avoided_ooms: u64,
+    /// The first request that failed in this run but not when recorded
+    /// (its index in the requests).
+    pub(crate) first_new_oom: Option<usize>,
 }
 
 /// Runs `reqs` on a fresh allocator with `config` over a simulated device of
@@ -81,13 +94,17 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
     }
     let mut live: HashMap<u64, BlockId> = HashMap::new();
     let (mut new_ooms, mut avoided_ooms) = (0, 0);
-    for r in reqs {
+    let mut first_new_oom = None;
+    for (i, r) in reqs.iter().enumerate() {
         match *r {
             Request::Alloc { key, size, stream } => match a.malloc(size, stream) {
                 Ok(b) => {
                     live.insert(key, b);
                 }
-                Err(_) => new_ooms += 1,
+                Err(_) => {
+                    new_ooms += 1;
+                    first_new_oom.get_or_insert(i);
+                }
             },
             // A tensor that was never allocated here has nothing to free.
             Request::FreeRequested { key } => {
@@ -111,7 +128,7 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
             }
         }
     }
-    WhatIf { allocator: a, new_ooms, avoided_ooms }
+    WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom }
 }
 
 #[cfg(test)]

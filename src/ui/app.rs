@@ -294,6 +294,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             color: self.color,
             status: self.status.clone(),
             mode: Some(crate::keys::Mode::Synth),
+            oom: None,
         };
         let marks = run_marks(d);
         draw_state(&d.alloc, chrome, marks, self.screen.sel, area, buf);

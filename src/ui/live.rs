@@ -411,6 +411,7 @@ impl Interactive for LiveApp {
             color: self.color,
             status,
             mode: Some(crate::keys::Mode::Live),
+            oom: None,
         };
         let times = h.series.times();
         let steps = h.series.step_indices();

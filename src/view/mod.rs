@@ -111,6 +111,8 @@ pub(crate) struct View<'a> {
     /// The mode whose keys the status line hints and the help lists
     /// (`crate::keys::KEYS`); none in exports.
     pub(crate) mode: Option<crate::keys::Mode>,
+    /// The event shown ran out of memory: its request and stack.
+    pub(crate) oom: Option<parts::OomNote<'a>>,
 }
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
@@ -318,6 +320,13 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
 
     let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
     render_map(view, theme, map, buf);
+    if let Some(o) = view.oom.as_ref().filter(|_| !view.zoom && !view.compact) {
+        // Over the lower part of the map: the state is still the one the
+        // request met, above it. A zoomed or compact map is the user's
+        // choice to see the segments, and keeps the whole pane.
+        let h = (map.height / 2).max(4).min(map.height);
+        render_oom(theme, o, Rect { y: map.bottom() - h, height: h, ..map }, buf);
+    }
     render_histogram(view, theme, hist, buf);
     render_timeline(view, theme, bottom, buf);
     // A message (a written file, an alert) goes first: it matters more than
@@ -333,6 +342,87 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     put_rows(buf, status, vec![line]);
     if let (true, Some(mode)) = (view.help, view.mode) {
         render_help(theme, mode, area, buf);
+    }
+}
+
+/// The OOM's request and the stack that made it, innermost first; when the
+/// frames do not fit, the program's own innermost frame is kept and what is
+/// left out is counted.
+fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
+    ratatui::widgets::Clear.render(area, buf);
+    // The longest title that fits the box's top edge.
+    let (size, room) = (human_bytes(o.size), (area.width as usize).saturating_sub(4));
+    let title = [
+        format!(" out of memory at event {}: a request of {size} on stream {} ", o.event, o.stream),
+        format!(" OOM at event {}: {size} on stream {} ", o.event, o.stream),
+        format!(" OOM at event {}: {size} ", o.event),
+        format!(" OOM: {size} "),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= room)
+    .unwrap_or_default();
+    let title = Line::from(Span::styled(title, theme.fg(Color::Red).add_modifier(Modifier::BOLD)));
+    let inner = boxed(buf, area, title, None);
+    let rows = inner.height as usize;
+    let text = |f: &Frame| {
+        let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+        if f.line > 0 {
+            format!(" {base}:{} {}", f.line, f.name)
+        } else {
+            format!(" {}", f.name)
+        }
+    };
+    let lines = oom_stack_rows(o.frames, rows).into_iter().map(|r| match r {
+        StackRow::Frame(i) => Line::from(text(&o.frames[i])),
+        StackRow::Skipped(n) => {
+            Line::from(Span::styled(format!(" … {}", crate::analysis::count(n, "frame")), theme.fg(Color::DarkGray)))
+        }
+        StackRow::None => Line::from(Span::styled(" no Python frames recorded for it", theme.fg(Color::DarkGray))),
+    });
+    put_rows(buf, inner, lines.collect());
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StackRow {
+    Frame(usize),
+    /// This many frames left out here.
+    Skipped(usize),
+    None,
+}
+
+/// Which of `frames` fit in `rows`: the innermost ones, then (when it is
+/// further out) the program's own innermost frame, with what was left out
+/// counted where it was left out.
+fn oom_stack_rows(frames: &[Frame], rows: usize) -> Vec<StackRow> {
+    if rows == 0 {
+        return Vec::new();
+    }
+    if frames.is_empty() {
+        return vec![StackRow::None];
+    }
+    if frames.len() <= rows {
+        return (0..frames.len()).map(StackRow::Frame).collect();
+    }
+    match crate::analysis::script_frame(frames) {
+        // The program's frame comes after those shown: keep it, and say
+        // how many were skipped before and after it.
+        Some(k) if k + 1 > rows.saturating_sub(1) && rows >= 4 => {
+            let after = frames.len() - k - 1;
+            let tail = if after > 0 { 1 } else { 0 };
+            let head = rows - 2 - tail;
+            let mut v: Vec<StackRow> = (0..head).map(StackRow::Frame).collect();
+            v.push(StackRow::Skipped(k - head));
+            v.push(StackRow::Frame(k));
+            if after > 0 {
+                v.push(StackRow::Skipped(after));
+            }
+            v
+        }
+        _ => {
+            let mut v: Vec<StackRow> = (0..rows - 1).map(StackRow::Frame).collect();
+            v.push(StackRow::Skipped(frames.len() - (rows - 1)));
+            v
+        }
     }
 }
 
@@ -584,23 +674,6 @@ pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> 
     idx
 }
 
-/// Where an allocation was made: the innermost frame of the user's own
-/// Python code (PyTorch's files and C++ frames skipped where possible).
-pub(crate) fn call_site(frames: &[Frame]) -> String {
-    let py = |f: &&Frame| f.filename.ends_with(".py");
-    let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
-    match own.or_else(|| frames.iter().find(py)).or(frames.first()) {
-        // The basename keeps the line number visible in a narrow pane; the
-        // directories rarely disambiguate within one model's trace.
-        Some(f) if f.line > 0 => {
-            let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-            format!("{base}:{} {}", f.line, f.name)
-        }
-        Some(f) => f.name.clone(),
-        None => String::new(),
-    }
-}
-
 fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
     let mut lines = vec![Line::from(Span::styled(
         format!(
@@ -634,7 +707,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
             BlockState::ActivePendingFree => ("pending free", Cell::PendingFree),
             BlockState::Inactive => ("free", Cell::FreeInUsedSegment),
         };
-        let site = stack_of(b).map(|f| call_site(f)).unwrap_or_default();
+        let site = stack_of(b).map(|f| crate::analysis::call_site(f)).unwrap_or_default();
         let requested = if b.state == BlockState::Inactive {
             String::new()
         } else {
@@ -687,7 +760,7 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let sites = if view.stacks.is_empty() {
         Vec::new()
     } else {
-        crate::analysis::live_by_call_site(view.segments, view.stacks, call_site)
+        crate::analysis::live_by_call_site(view.segments, view.stacks, crate::analysis::call_site)
     };
     let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
     let height = inner.height as usize;
@@ -963,6 +1036,37 @@ fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buff
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_oom_stack_keeps_the_programs_own_frame() {
+        use super::{oom_stack_rows, StackRow};
+        use crate::trace::Frame;
+        let f = |file: &str| Frame { name: "f".into(), filename: file.into(), line: 1 };
+        let mut frames = vec![f("site-packages/torch/nn/functional.py")];
+        frames.extend((0..20).map(|_| f("site-packages/torch/nn/modules/module.py")));
+        frames.extend([f("train.py"), f("site-packages/x/runner.py"), f("site-packages/x/cli.py")]);
+        use StackRow::{Frame as F, Skipped as S};
+        // Six rows: three innermost, the 18 skipped, the script's, 2 after.
+        assert_eq!(oom_stack_rows(&frames, 6), vec![F(0), F(1), F(2), S(18), F(21), S(2)]);
+        // All fit: all shown; none recorded: said.
+        assert_eq!(oom_stack_rows(&frames[..3], 6), vec![F(0), F(1), F(2)]);
+        assert_eq!(oom_stack_rows(&[], 6), vec![StackRow::None]);
+        // The script's frame among the first rows: the rest counted.
+        let short = [f("train.py"), f("a.py"), f("b.py"), f("c.py")];
+        assert_eq!(oom_stack_rows(&short, 3), vec![F(0), F(1), S(2)]);
+        // Every row accounts for frames: shown plus skipped is the stack.
+        for rows in 1..30 {
+            let n: usize = oom_stack_rows(&frames, rows)
+                .iter()
+                .map(|r| match r {
+                    F(_) => 1,
+                    S(k) => *k,
+                    StackRow::None => 0,
+                })
+                .sum();
+            assert_eq!(n, frames.len(), "{rows} rows");
+        }
+    }
+
     use crate::analysis::short_bytes;
 
     /// The float formatting `short_bytes` replaced.

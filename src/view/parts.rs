@@ -132,10 +132,22 @@ pub(crate) struct Chrome<'s> {
     pub(crate) banner: Option<String>,
     pub(crate) color: bool,
     pub(crate) status: String,
-    /// The mode's key hints for the status line; empty in exports.
     /// The mode whose keys the status line hints and the help lists; none
     /// in exports.
     pub(crate) mode: Option<crate::keys::Mode>,
+    /// The request that ran out of memory, when the event shown is an OOM.
+    pub(crate) oom: Option<OomNote<'s>>,
+}
+
+/// An allocation PyTorch could not make: what was asked, and who asked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OomNote<'s> {
+    pub(crate) event: usize,
+    /// As the OOM entry records it (rounded as the allocator rounds).
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+    /// Innermost first; empty when the trace has none.
+    pub(crate) frames: &'s [Frame],
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
@@ -191,6 +203,7 @@ pub(crate) fn draw_parts(
         color: chrome.color,
         status: chrome.status,
         mode: chrome.mode,
+        oom: chrome.oom,
     };
     (&view).render(area, buf);
 }
@@ -233,6 +246,7 @@ pub(crate) fn draw_replay(
     let cursor = model.shown(cursor);
     let position = model.position(cursor);
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
+    let oom = model.oom_at(cursor);
     let at = model.at(cursor);
     let chrome = Chrome {
         stacks,
@@ -243,6 +257,7 @@ pub(crate) fn draw_replay(
         color,
         status,
         mode,
+        oom,
     };
     let marks = Marks::of(&at, cursor, peak_at);
     draw_state(at.state, chrome, marks, sel, area, buf);
