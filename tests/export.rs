@@ -145,6 +145,41 @@ fn bars_under_a_limit_are_to_its_scale() {
     assert!(reserved.matches('█').count() > 90, "8.28 of 8.39 GiB is nearly full: {reserved}");
 }
 
+/// Pictures of a run under a memory limit show the limit: a dashed red
+/// line with its value on the timeline and across the bars, and in the
+/// subtitle; without a limit, none of it.
+#[test]
+fn pictures_under_a_limit_draw_it() {
+    for view in ["timeline", "bars"] {
+        let out = tmp(&format!("limit-{view}.svg"));
+        export(
+            "llama_pressure.pickle.gz",
+            &["--memory-limit", "9006592819", "--at", "oom", "--view", view, "--format", "svg"],
+            &out,
+        );
+        let svg = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(svg.matches("memory limit 8.39 GiB").count(), 2, "{view}: line label and subtitle:\n{svg}");
+        assert!(svg.contains(r##"stroke="#c53030" stroke-width="1.5" stroke-dasharray="8 4""##), "{view}");
+        let out = tmp(&format!("nolimit-{view}.svg"));
+        export("resnet50_train.pickle.gz", &["--view", view, "--format", "svg"], &out);
+        assert!(!std::fs::read_to_string(&out).unwrap().contains("memory limit"), "{view}");
+    }
+    // On the timeline the limit's line is horizontal (a level, not a series).
+    let out = tmp("limit-tl.svg");
+    export(
+        "llama_pressure.pickle.gz",
+        &["--memory-limit", "9006592819", "--view", "timeline", "--format", "svg"],
+        &out,
+    );
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let line = svg.lines().find(|l| l.contains("stroke-dasharray=\"8 4\"")).unwrap_or("");
+    let y = |k: &str| -> f64 {
+        let i = line.find(k).map(|i| i + k.len()).unwrap_or(0);
+        line[i..].split('"').next().unwrap_or("0").parse().unwrap_or(-1.0)
+    };
+    assert_eq!(y("y1=\""), y("y2=\""), "horizontal: {line}");
+}
+
 /// A text export is the view asked for, at the width asked for (a column
 /// per 10 pixels), and offers no keys: no "? help", no key hints.
 #[test]

@@ -277,8 +277,14 @@ fn the_help_and_unbound_keys_follow_the_mode() {
 #[test]
 fn the_timeline_has_a_scale_a_key_and_both_marks() {
     let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40);
-    assert!(s.contains("0–8.3G ─ ━ allocated under ━ reserved"), "{s}");
+    // The run kept under its 8.39 GiB limit: the scale reaches it, and its
+    // line is keyed.
+    assert!(s.contains("0–8.4G ┄ the limit ─ ━ allocated under ━ reserved"), "{s}");
     assert!(s.contains("▲7.9G"), "the peak's label: {s}");
+    // The labels have the plot's top row to themselves: no line under them.
+    let lines: Vec<&str> = s.lines().collect();
+    let row = lines.iter().position(|l| l.contains("┌ Timeline")).map(|i| lines[i + 1]).unwrap_or("");
+    assert!(row.contains("▲7.9G") && !row.chars().any(|c| ('\u{2801}'..='\u{28ff}').contains(&c)), "{row}");
     let floor = s.lines().rev().find(|l| l.contains('╵')).unwrap_or("");
     assert!(floor.contains('✗'), "the OOM on the floor row: {s}");
 }

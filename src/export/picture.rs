@@ -44,6 +44,8 @@ pub(crate) struct Scene<'a> {
     pub(crate) ooms: &'a [usize],
     pub(crate) iterations: &'a [usize],
     pub(crate) empty_caches: &'a [usize],
+    /// The per-process memory limit the run had, drawn where it is.
+    pub(crate) memory_limit: Option<u64>,
 }
 
 /// The bundled font: every PNG is drawn with it and nothing else.
@@ -231,6 +233,7 @@ fn timeline(scene: &Scene, width: f64) -> String {
     let (x0, x1, y0, y1) = (110.0, width - 40.0, top + 30.0, top + 430.0);
     let n = scene.timeline.len().max(2);
     let max = scene.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1);
+    let max = max.max(scene.memory_limit.unwrap_or(0));
     let step = tick_step(max, 6);
     let top_v = max.div_ceil(step) * step;
     let xf = |i: usize| x0 + (x1 - x0) * i as f64 / (n - 1) as f64;
@@ -283,11 +286,14 @@ fn timeline(scene: &Scene, width: f64) -> String {
     if let Some(p) = scene.peak_at.filter(|&p| p < scene.timeline.len()) {
         let v = scene.timeline[p].allocated;
         let _ = writeln!(s.out, r##"<circle cx="{:.1}" cy="{:.1}" r="5" fill="#2c5282"/>"##, xf(p), yf(v));
+        // Right of the point, or left of it near the right edge (a label
+        // runs past the picture there).
+        let (lx, anchor) = if xf(p) > x0 + 0.7 * (x1 - x0) { (xf(p) - 8.0, "end") } else { (xf(p) + 8.0, "start") };
         s.text(
-            xf(p) + 8.0,
+            lx,
             yf(v) - 8.0,
             13.0,
-            "start",
+            anchor,
             &format!("peak {} @ event {p}", human_bytes(v)),
             r#" font-weight="bold""#,
         );
@@ -300,6 +306,10 @@ fn timeline(scene: &Scene, width: f64) -> String {
     if scene.cursor < n {
         s.line(xf(scene.cursor), y0, xf(scene.cursor), y1, r##"stroke="#1a202c" stroke-width="1""##);
     }
+    if let Some(l) = scene.memory_limit {
+        s.line(x0, yf(l), x1, yf(l), r##"stroke="#c53030" stroke-width="1.5" stroke-dasharray="8 4""##);
+        s.text(x1, yf(l) - 6.0, 13.0, "end", &format!("memory limit {}", human_bytes(l)), r##" fill="#c53030""##);
+    }
     // Legend.
     let ly = y1 + 70.0;
     s.line(24.0, ly - 4.0, 54.0, ly - 4.0, r##"stroke="#2c5282" stroke-width="2""##);
@@ -307,6 +317,10 @@ fn timeline(scene: &Scene, width: f64) -> String {
     s.line(150.0, ly - 4.0, 180.0, ly - 4.0, r##"stroke="#c05621" stroke-width="2" stroke-dasharray="6 3""##);
     s.text(186.0, ly, 13.0, "start", "reserved", "");
     s.text(270.0, ly, 13.0, "start", "┆ iteration end   E empty_cache   ✗ OOM   │ cursor", "");
+    if scene.memory_limit.is_some() {
+        s.line(650.0, ly - 4.0, 680.0, ly - 4.0, r##"stroke="#c53030" stroke-width="1.5" stroke-dasharray="8 4""##);
+        s.text(686.0, ly, 13.0, "start", "memory limit", "");
+    }
     s.finish(ly + 16.0)
 }
 
@@ -314,7 +328,7 @@ fn bars(scene: &Scene, width: f64) -> String {
     let mut s = Svg { out: String::new(), w: width };
     let top = s.header(scene, "Memory");
     let (x0, x1) = (220.0, width - 320.0);
-    let max = scene.reserved_peak.max(scene.allocated_peak).max(1);
+    let max = scene.reserved_peak.max(scene.allocated_peak).max(scene.memory_limit.unwrap_or(0)).max(1);
     let step = tick_step(max, 8);
     let top_v = max.div_ceil(step) * step;
     let xf = |v: u64| x0 + (x1 - x0) * v as f64 / top_v as f64;
@@ -359,6 +373,17 @@ fn bars(scene: &Scene, width: f64) -> String {
         "",
     );
     y += 50.0;
+    if let Some(l) = scene.memory_limit {
+        let _ = writeln!(
+            s.out,
+            r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#c53030" stroke-width="1.5" stroke-dasharray="8 4"/>"##,
+            xf(l),
+            top + 10.0,
+            xf(l),
+            y
+        );
+        s.text(xf(l), top + 4.0, 13.0, "middle", &format!("memory limit {}", human_bytes(l)), r##" fill="#c53030""##);
+    }
     s.line(x0, y, x1, y, r##"stroke="#1a202c""##);
     let mut v = 0;
     while v <= top_v {

@@ -25,7 +25,14 @@ pub(crate) fn scene_of<'a, D: Device>(
     let conf = &a.config().source;
     Scene {
         title,
-        subtitle: format!("allocator config: {} · {note}", if conf.is_empty() { "default" } else { conf.as_str() }),
+        subtitle: format!(
+            "allocator config: {}{} · {note}",
+            if conf.is_empty() { "default" } else { conf.as_str() },
+            a.memory_limit()
+                .map(|l| format!(" · memory limit {}", crate::analysis::human_bytes(l)))
+                .unwrap_or_default()
+        ),
+        memory_limit: a.memory_limit(),
         segments: segs,
         allocated: t.allocated,
         allocated_peak: t.allocated_peak,

@@ -260,6 +260,8 @@ impl LiveApp {
             ooms: &ooms,
             iterations: &steps,
             empty_caches: &[],
+            // memory_stats() does not carry set_per_process_memory_fraction.
+            memory_limit: None,
         };
         let svg = crate::export::picture::svg(&scene, view, 1600);
         let name = super::app::screenshot_name(&format!("pid{}", p.pid), view, "live");

@@ -842,20 +842,36 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     };
     // The scale and which line is which (reserved is never below allocated,
     // so without colour it is the upper line).
-    let top = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0);
+    // A per-process limit is drawn as a line, so the scale reaches it.
+    let limit = view.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
+    let top = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
     let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
-    let scale = format!(" 0–{} ", short_bytes(top));
+    // The limit is the scale's top when the run kept under it.
+    let scale = match limit {
+        Some(l) if l == top => format!(" 0–{} ┄ the limit ", short_bytes(top)),
+        _ => format!(" 0–{} ", short_bytes(top)),
+    };
     let long = " ━ allocated under ━ reserved ";
-    // What fits beside the title: scale and key, the scale, or nothing.
+    let limit_key = match limit {
+        Some(l) if l != top => format!("┄ limit {} ", short_bytes(l)),
+        _ => String::new(),
+    };
+    let (scale_w, long_w, limit_w) = (scale.chars().count(), long.chars().count(), limit_key.chars().count());
+    // What fits beside the title: scale and key (with the limit line's),
+    // the scale and the limit, the scale, or nothing.
     let key = match n {
         0 => None,
-        _ if scale.chars().count() + long.chars().count() <= room => Some(Line::from(vec![
+        _ if scale_w + long_w + limit_w <= room => Some(Line::from(vec![
             Span::raw(format!("{}─", scale)),
             Span::styled(" ━ allocated", theme.fg(Color::Green)),
             Span::raw(" under "),
             Span::styled("━ reserved ", theme.fg(Color::Blue)),
+            Span::styled(limit_key, theme.fg(Color::Red)),
         ])),
-        _ if scale.chars().count() <= room => Some(Line::from(scale)),
+        _ if scale_w + limit_w <= room => {
+            Some(Line::from(vec![Span::raw(scale), Span::styled(limit_key, theme.fg(Color::Red))]))
+        }
+        _ if scale_w <= room => Some(Line::from(scale)),
         _ => None,
     };
     let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
@@ -867,7 +883,11 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     let plot = Rect { height: inner.height - 1, ..inner };
-    let ymax = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1) as f64;
+    // With iterations, the plot's top row holds the peaks' labels and the
+    // lines stay below it, so no label covers a line.
+    let label_row = !view.iterations.is_empty() && plot.height >= 3;
+    let data_top = top.max(1) as f64;
+    let ymax = if label_row { data_top * plot.height as f64 / (plot.height - 1) as f64 } else { data_top };
     let cols = (plot.width as usize) * 2;
     // The braille column of point i: by event, or by time on a live clock.
     let times = view.clock.map(|c| c.times).filter(|t| t.len() == n);
@@ -924,7 +944,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             let cell = (col(i) as usize / 2).min((plot.width as usize).saturating_sub(w));
             if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
                 taken.push((cell, cell + w));
-                labels.push(((cell * 2) as f64, v as f64, text));
+                labels.push(((cell * 2) as f64, if label_row { ymax } else { v as f64 }, text));
             }
         }
     }
@@ -950,6 +970,15 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                     w[1].1,
                     if theme.color { Color::Green } else { Color::Reset },
                 ));
+            }
+            if let Some(l) = limit {
+                // Dashed, so it does not read as a series.
+                let mut x = 0.0;
+                while x < cols as f64 {
+                    let end = (x + 3.0).min(cols as f64);
+                    ctx.draw(&CanvasLine::new(x, l as f64, end, l as f64, Color::Red));
+                    x += 6.0;
+                }
             }
             ctx.draw(&CanvasLine::new(
                 cursor_x,
