@@ -16,6 +16,8 @@ pub enum Action {
     Zoom,
     Compact,
     Order,
+    /// `b`: the block-size histogram counts blocks, or sums their bytes.
+    HistogramBytes,
     Left,
     Right,
     PageUp,
@@ -116,6 +118,7 @@ pub(crate) const KEYS: &[Binding] = &[
     b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
     b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "", &[Mode::Replay, Mode::Live]),
     b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
+    b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
     b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
     b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", ALL),
@@ -188,7 +191,7 @@ pub(crate) const FIGURES: &[(&str, &str)] = &[
     ("external_fragmentation", "1 − largest free block / all free bytes"),
     ("inactive_split", "free bytes in segments with live blocks: empty_cache cannot release them"),
     ("rounding_waste", "allocated − requested: blocks rounded up"),
-    ("Block sizes", "how many blocks of each size are allocated / free (counts, not bytes)"),
+    ("Block sizes", "blocks of each size allocated / free: how many, or (b) how many bytes"),
 ];
 
 /// The help's rows for `mode`: (keys, what they do).

@@ -264,7 +264,7 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     assert!(!s.contains("jump to the peak") && !s.contains("pick a GPU"), "only this mode's keys: {s}");
     // And what the figures on the screen mean.
     assert!(s.contains("peak_ratio                1 − peak allocated / peak reserved"), "{s}");
-    assert!(s.contains("(counts, not bytes)"), "{s}");
+    assert!(s.contains("blocks of each size allocated / free: how many, or (b) how many bytes"), "{s}");
     // The replay's help: its keys, not the demo's.
     let r = screen_with("llama_pressure", None, None, 120, 40, None, &[Action::Help]);
     assert!(r.contains("p            jump to the peak") && r.contains("←/→          one event back / forward"), "{r}");
@@ -339,4 +339,51 @@ fn the_oom_screen_names_the_request_and_the_programs_frame() {
     // Away from the OOM, no box.
     let s = screen("llama_pressure", Some(9_006_592_819), PEAK, 100, 30);
     assert!(!s.contains("OOM at event"), "{s}");
+}
+
+/// The histogram has column heads, counts blocks, and `b` sums their bytes
+/// instead; sizes that do not fit fold into the first row shown, so the
+/// counts still add up to every block.
+#[test]
+fn the_histogram_counts_or_sums_bytes_with_heads() {
+    let rows = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter_map(|l| l.split("││").nth(1))
+            .map(|r| r.trim_end_matches(['│', '"']).to_string())
+            .filter(|r| r.starts_with('≤'))
+            .collect()
+    };
+    let s = screen("resnet50_train", None, PEAK, 100, 30);
+    assert!(s.contains("┌ Block sizes ─ counts (b: bytes) ─"), "{s}");
+    assert!(s.contains("││size        allocated           free│"), "{s}");
+    let counts: u64 =
+        rows(&s).iter().map(|r| r.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).sum::<u64>()).sum();
+    // Every block at the peak, counted independently of the screen.
+    let t = trace::load(&fixture("traces/resnet50_train.pickle.gz")).unwrap();
+    let d = &t.devices[0];
+    let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    let mut sc = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
+    let blocks: usize = sc.seek(3041).snapshot().iter().map(|g| g.blocks.len()).sum();
+    assert_eq!(counts, blocks as u64, "{s}");
+    let b = screen_with("resnet50_train", None, PEAK, 100, 30, None, &[Action::HistogramBytes]);
+    assert!(b.contains("┌ Block sizes ─ bytes (b: counts) ─"), "{b}");
+    // The allocated column sums to the allocated bytes at the peak, 5.45
+    // GiB (each figure rounded to 2 significant digits as the screen shows).
+    let bytes = |w: &str| -> Option<f64> {
+        let w = w.trim();
+        let (n, u) = w.split_at(w.len().checked_sub(1)?);
+        let k = match u {
+            "B" => 1.0,
+            "K" => 1024.0,
+            "M" => 1024.0 * 1024.0,
+            "G" => 1024.0 * 1024.0 * 1024.0,
+            _ => return None,
+        };
+        n.parse::<f64>().ok().map(|v| v * k)
+    };
+    // A row: size (7 columns), bar (8), allocated (6), space, bar (8), free (6).
+    let column = |r: &String, from: usize| r.chars().skip(from).take(6).collect::<String>();
+    let allocated: f64 = rows(&b).iter().filter_map(|r| bytes(&column(r, 15))).sum();
+    let want = 5_855_043_584.0;
+    assert!((allocated / want - 1.0).abs() < 0.03, "{allocated} against {want}: {b}");
 }

@@ -67,6 +67,7 @@ impl Screen {
                 s.block = 0;
             }
             Action::Compact => s.compact = !s.compact,
+            Action::HistogramBytes => s.hist_bytes = !s.hist_bytes,
             Action::Order => {
                 s.order = if s.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
             }

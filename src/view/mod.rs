@@ -104,6 +104,8 @@ pub(crate) struct View<'a> {
     pub(crate) stacks: &'a [Vec<Frame>],
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    /// The histogram sums bytes instead of counting blocks.
+    pub(crate) hist_bytes: bool,
     /// Draw only this panel (a text export of one view).
     pub(crate) panel: Option<Panel>,
     pub(crate) color: bool,
@@ -747,14 +749,17 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let inner = boxed(buf, area, Line::from(" Block sizes ─ blocks allocated / free "), None);
+    let title =
+        if view.hist_bytes { " Block sizes ─ bytes (b: counts) " } else { " Block sizes ─ counts (b: bytes) " };
+    let inner = boxed(buf, area, Line::from(title), None);
     let f = &view.fragmentation;
     let mut lines = Vec::new();
-    let max = view.histogram.iter().map(|b| b.allocated_count.max(b.free_count)).max().unwrap_or(0).max(1);
-    let spark = |n: u64| -> String {
-        let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
-        "▇".repeat(w.min(8))
+    let (alloc, free): (fn(&SizeBucket) -> u64, fn(&SizeBucket) -> u64) = if view.hist_bytes {
+        (|b| b.allocated_bytes, |b| b.free_bytes)
+    } else {
+        (|b| b.allocated_count, |b| b.free_count)
     };
+    let figure = |n: u64| if view.hist_bytes { short_bytes(n) } else { n.to_string() };
     // Where the live bytes came from, when the source recorded stacks: the
     // question that follows "why is this so big?".
     let sites = if view.stacks.is_empty() {
@@ -765,17 +770,41 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
     let height = inner.height as usize;
     let site_rows =
-        if sites.is_empty() { 0 } else { (sites.len() + 2).min(height.saturating_sub(shown_n + 2).max(height / 3)) };
-    let rows = height.saturating_sub(2 + site_rows);
-    let shown: Vec<&SizeBucket> = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).collect();
-    let skip = shown.len().saturating_sub(rows);
+        if sites.is_empty() { 0 } else { (sites.len() + 2).min(height.saturating_sub(shown_n + 3).max(height / 3)) };
+    // The column heads take a row; the two figure lines two more.
+    let rows = height.saturating_sub(3 + site_rows);
+    let mut shown: Vec<SizeBucket> =
+        view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).copied().collect();
+    // Too many sizes for the rows: the smallest fold into the first row
+    // shown, whose "≤" label then covers them all (nothing is dropped).
+    let skip = shown.len().saturating_sub(rows.max(1));
+    if skip > 0 {
+        let merged =
+            shown[..=skip].iter().fold(SizeBucket { hi: shown[skip].hi, ..Default::default() }, |m, b| SizeBucket {
+                hi: m.hi,
+                allocated_count: m.allocated_count + b.allocated_count,
+                allocated_bytes: m.allocated_bytes + b.allocated_bytes,
+                free_count: m.free_count + b.free_count,
+                free_bytes: m.free_bytes + b.free_bytes,
+            });
+        shown[skip] = merged;
+    }
+    let max = shown.iter().map(|b| alloc(b).max(free(b))).max().unwrap_or(0).max(1);
+    let spark = |n: u64| -> String {
+        let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
+        "▇".repeat(w.min(8))
+    };
+    lines.push(Line::from(Span::styled(
+        format!("{:<7}{:>14} {:>14}", "size", "allocated", "free"),
+        theme.fg(Color::DarkGray),
+    )));
     for b in shown.iter().skip(skip) {
         lines.push(Line::from(vec![
             Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
-            Span::styled(format!("{:<8}", spark(b.allocated_count)), theme.fg(Color::Green)),
-            Span::raw(format!("{:>6} ", b.allocated_count)),
-            Span::styled(format!("{:<8}", spark(b.free_count)), theme.fg(Color::Red)),
-            Span::raw(format!("{:>6}", b.free_count)),
+            Span::styled(format!("{:<8}", spark(alloc(b))), theme.fg(Color::Green)),
+            Span::raw(format!("{:>6} ", figure(alloc(b)))),
+            Span::styled(format!("{:<8}", spark(free(b))), theme.fg(Color::Red)),
+            Span::raw(format!("{:>6}", figure(free(b)))),
         ]));
     }
     lines.push(Line::from(format!(

@@ -28,6 +28,8 @@ pub(crate) struct Selection {
     pub(crate) scroll: usize,
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    /// The histogram sums bytes instead of counting blocks.
+    pub(crate) hist_bytes: bool,
     /// One panel only (a text export of one view); None: the whole screen.
     pub(crate) panel: Option<super::Panel>,
 }
@@ -199,6 +201,7 @@ pub(crate) fn draw_parts(
         stacks: chrome.stacks,
         focus: sel.focus,
         help: sel.help,
+        hist_bytes: sel.hist_bytes,
         panel: sel.panel,
         color: chrome.color,
         status: chrome.status,
