@@ -754,11 +754,9 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let inner = boxed(buf, area, Line::from(title), None);
     let f = &view.fragmentation;
     let mut lines = Vec::new();
-    let (alloc, free): (fn(&SizeBucket) -> u64, fn(&SizeBucket) -> u64) = if view.hist_bytes {
-        (|b| b.allocated_bytes, |b| b.free_bytes)
-    } else {
-        (|b| b.allocated_count, |b| b.free_count)
-    };
+    let bytes = view.hist_bytes;
+    let alloc = |b: &SizeBucket| if bytes { b.allocated_bytes } else { b.allocated_count };
+    let free = |b: &SizeBucket| if bytes { b.free_bytes } else { b.free_count };
     let figure = |n: u64| if view.hist_bytes { short_bytes(n) } else { n.to_string() };
     // Where the live bytes came from, when the source recorded stacks: the
     // question that follows "why is this so big?".
