@@ -18,6 +18,8 @@ pub enum Action {
     Order,
     /// `b`: the block-size histogram counts blocks, or sums their bytes.
     HistogramBytes,
+    /// `t`: map rows to one scale, or each stretched to the width.
+    RowScale,
     Left,
     Right,
     PageUp,
@@ -118,6 +120,7 @@ pub(crate) const KEYS: &[Binding] = &[
     b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
     b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "", &[Mode::Replay, Mode::Live]),
     b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
+    b("t", &[C('t')], Action::RowScale, "map rows to one scale / each to the full width", "", ALL),
     b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
     b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),

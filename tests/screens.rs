@@ -387,3 +387,23 @@ fn the_histogram_counts_or_sums_bytes_with_heads() {
     let want = 5_855_043_584.0;
     assert!((allocated / want - 1.0).abs() < 0.03, "{allocated} against {want}: {b}");
 }
+
+/// Map rows are to one scale (the largest segment's) or each stretched to
+/// the width; the title says which, and `t` switches. To scale, a 2 MiB
+/// segment beside a 304 MiB one gets a cell, not a full row.
+#[test]
+fn map_rows_to_scale_or_stretched_say_which() {
+    let cells = |s: &str, label: &str| -> usize {
+        let row = s.lines().find(|l| l.contains(label)).unwrap_or("");
+        row.split("││").next().unwrap_or("").chars().skip(24).filter(|c| "█▓▒░·".contains(*c)).count()
+    };
+    let s = screen("resnet50_train", None, PEAK, 200, 60);
+    let t = screen_with("resnet50_train", None, PEAK, 200, 60, None, &[Action::RowScale]);
+    let (scaled, stretched) = if s.contains("─ to scale ─") { (&s, &t) } else { (&t, &s) };
+    assert!(scaled.contains("─ by address ─ to scale ─"), "{scaled}");
+    assert!(stretched.contains("─ by address ─ stretched ─"), "{stretched}");
+    let (big, small) = ("0x7fa130000000    304M", "0x7fa143000000    2.0M");
+    assert_eq!(cells(scaled, small), 1, "{scaled}");
+    assert_eq!(cells(stretched, small), cells(stretched, big), "{stretched}");
+    assert_eq!(cells(scaled, big), cells(stretched, big));
+}

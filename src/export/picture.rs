@@ -79,14 +79,24 @@ fn esc(s: &str) -> String {
 /// Fills and patterns per block state, readable in greyscale: solid dark,
 /// cross-hatched, diagonal, dotted, white.
 const DEFS: &str = r##"<defs>
-<pattern id="waste" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#f6ad55"/><path d="M0 0L6 6M6 0L0 6" stroke="#7b341e" stroke-width="1"/></pattern>
-<pattern id="pending" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#fefcbf"/><path d="M0 6L6 0" stroke="#975a16" stroke-width="1.5"/></pattern>
-<pattern id="inactive" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" fill="#e2e8f0"/><circle cx="2.5" cy="2.5" r="0.9" fill="#4a5568"/></pattern>
+<pattern id="waste" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#ecc94b"/><path d="M0 0L6 6M6 0L0 6" stroke="#744210" stroke-width="1"/></pattern>
+<pattern id="pending" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#ed64a6"/><path d="M0 6L6 0" stroke="#702459" stroke-width="1.5"/></pattern>
+<pattern id="inactive" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" fill="#fc8181"/><circle cx="2.5" cy="2.5" r="0.9" fill="#742a2a"/></pattern>
 </defs>"##;
 
 fn fill(state: usize) -> &'static str {
-    ["#2c5282", "url(#waste)", "url(#pending)", "url(#inactive)", "#ffffff"][state]
+    ["#38a169", "url(#waste)", "url(#pending)", "url(#inactive)", "#bee3f8"][state]
 }
+
+/// The colour under each state's fill: the hues of the terminal's map
+/// (`view::Cell`), green, yellow, magenta, red and blue, so a picture pasted
+/// in a report reads like the screen it came from.
+#[cfg(test)]
+const BASE: [&str; 5] = ["#38a169", "#ecc94b", "#ed64a6", "#fc8181", "#bee3f8"];
+
+/// The series colours: the terminal's allocated green and reserved blue.
+const ALLOCATED: &str = "#2f855a";
+const RESERVED: &str = "#2b6cb0";
 const LEGEND: [&str; 5] =
     ["allocated", "rounding waste", "pending free", "free in a used segment", "free segment (releasable)"];
 
@@ -266,9 +276,9 @@ fn timeline(scene: &Scene, width: f64) -> String {
         (
             "reserved",
             (|p: &StatePoint| p.reserved) as fn(&StatePoint) -> u64,
-            r##"stroke="#c05621" stroke-width="2" stroke-dasharray="6 3""##,
+            format!(r#"stroke="{RESERVED}" stroke-width="2" stroke-dasharray="6 3""#),
         ),
-        ("allocated", |p: &StatePoint| p.allocated, r##"stroke="#2c5282" stroke-width="2""##),
+        ("allocated", |p: &StatePoint| p.allocated, format!(r#"stroke="{ALLOCATED}" stroke-width="2""#)),
     ] {
         let mut pts = String::new();
         for c in 0..cols.max(1) {
@@ -285,7 +295,7 @@ fn timeline(scene: &Scene, width: f64) -> String {
     }
     if let Some(p) = scene.peak_at.filter(|&p| p < scene.timeline.len()) {
         let v = scene.timeline[p].allocated;
-        let _ = writeln!(s.out, r##"<circle cx="{:.1}" cy="{:.1}" r="5" fill="#2c5282"/>"##, xf(p), yf(v));
+        let _ = writeln!(s.out, r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{ALLOCATED}"/>"#, xf(p), yf(v));
         // Right of the point, or left of it near the right edge (a label
         // runs past the picture there).
         let (lx, anchor) = if xf(p) > x0 + 0.7 * (x1 - x0) { (xf(p) - 8.0, "end") } else { (xf(p) + 8.0, "start") };
@@ -312,9 +322,15 @@ fn timeline(scene: &Scene, width: f64) -> String {
     }
     // Legend.
     let ly = y1 + 70.0;
-    s.line(24.0, ly - 4.0, 54.0, ly - 4.0, r##"stroke="#2c5282" stroke-width="2""##);
+    s.line(24.0, ly - 4.0, 54.0, ly - 4.0, &format!(r#"stroke="{ALLOCATED}" stroke-width="2""#));
     s.text(60.0, ly, 13.0, "start", "allocated", "");
-    s.line(150.0, ly - 4.0, 180.0, ly - 4.0, r##"stroke="#c05621" stroke-width="2" stroke-dasharray="6 3""##);
+    s.line(
+        150.0,
+        ly - 4.0,
+        180.0,
+        ly - 4.0,
+        &format!(r#"stroke="{RESERVED}" stroke-width="2" stroke-dasharray="6 3""#),
+    );
     s.text(186.0, ly, 13.0, "start", "reserved", "");
     s.text(270.0, ly, 13.0, "start", "┆ iteration end   E empty_cache   ✗ OOM   │ cursor", "");
     if scene.memory_limit.is_some() {
@@ -337,7 +353,7 @@ fn bars(scene: &Scene, width: f64) -> String {
     let mut y = top + 20.0;
     for (i, (name, now, peak)) in rows.iter().enumerate() {
         s.text(x0 - 12.0, y + 22.0, 15.0, "end", name, "");
-        s.rect(x0, y, xf(*now) - x0, 32.0, if i == 0 { fill(0) } else { "#ed8936" }, "#1a202c");
+        s.rect(x0, y, xf(*now) - x0, 32.0, if i == 0 { fill(0) } else { RESERVED }, "#1a202c");
         let _ = writeln!(
             s.out,
             r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#c53030" stroke-width="3"/>"##,
@@ -429,4 +445,48 @@ pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
     let mut pix = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty picture")?;
     resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pix.as_mut());
     pix.encode_png().map_err(|e| format!("PNG: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::style::Color;
+
+    fn hue(hex: &str) -> f64 {
+        let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);
+        let [r, g, b] = [(v >> 16) & 255, (v >> 8) & 255, v & 255].map(|c| c as f64 / 255.0);
+        let (max, min) = (r.max(g).max(b), r.min(g).min(b));
+        let d = max - min;
+        let h = if d == 0.0 {
+            0.0
+        } else if max == r {
+            60.0 * ((g - b) / d).rem_euclid(6.0)
+        } else if max == g {
+            60.0 * ((b - r) / d + 2.0)
+        } else {
+            60.0 * ((r - g) / d + 4.0)
+        };
+        h
+    }
+
+    /// Each state's colour in a picture is the hue the terminal's map gives
+    /// it, and the legends list the states in the same order.
+    #[test]
+    fn pictures_use_the_terminals_colours() {
+        let terminal = |c: Color| match c {
+            Color::Green => 120.0,
+            Color::Yellow => 60.0,
+            Color::Magenta => 300.0,
+            Color::Red => 0.0,
+            Color::Blue => 240.0,
+            _ => -1000.0,
+        };
+        for (i, (cell, _)) in crate::view::Cell::LEGEND.iter().enumerate() {
+            let (want, got) = (terminal(cell.color()), hue(BASE[i]));
+            let off = (want - got).rem_euclid(360.0).min((got - want).rem_euclid(360.0));
+            assert!(off <= 45.0, "{cell:?}: hue {got:.0} in pictures, {want:.0} on the terminal");
+            assert!(DEFS.contains(BASE[i]) || fill(i) == BASE[i], "{cell:?}");
+        }
+        assert!((hue(ALLOCATED) - 120.0).abs() <= 45.0 && (hue(RESERVED) - 240.0).abs() <= 45.0);
+    }
 }

@@ -106,6 +106,8 @@ pub(crate) struct View<'a> {
     pub(crate) help: bool,
     /// The histogram sums bytes instead of counting blocks.
     pub(crate) hist_bytes: bool,
+    /// The map's rows the other way than their default.
+    pub(crate) flip_scale: bool,
     /// Draw only this panel (a text export of one view).
     pub(crate) panel: Option<Panel>,
     pub(crate) color: bool,
@@ -178,7 +180,7 @@ impl Cell {
             Cell::FreeSegment => '·',
         }
     }
-    fn color(self) -> Color {
+    pub(crate) fn color(self) -> Color {
         match self {
             Cell::Allocated => Color::Green,
             Cell::RoundingWaste => Color::Yellow,
@@ -514,10 +516,26 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
     let private = view.segments.iter().filter(|s| s.private).count();
     let pools = if private > 0 { format!("─ {private} in private pools (*) ") } else { String::new() };
-    let title = Line::from(Span::styled(
-        format!(" Fragmentation map ─ {} ─ by {order} {pools}", crate::analysis::count(view.segments.len(), "segment")),
-        focus,
-    ));
+    let cells_w = (area.width as usize).saturating_sub(2 + ROW_LABEL + 1);
+    let scaled = rows_to_scale(view.segments, cells_w) != view.flip_scale;
+    let rows = match (view.compact, scaled) {
+        (true, _) => "",
+        (false, true) => "─ to scale ",
+        (false, false) => "─ stretched ",
+    };
+    let n = crate::analysis::count(view.segments.len(), "segment");
+    // The longest title that fits: nothing is cut without a word.
+    let room = (area.width as usize).saturating_sub(2);
+    let title = [
+        format!(" Fragmentation map ─ {n} ─ by {order} {rows}{pools}"),
+        format!(" Map ─ {n} ─ by {order} {rows}{pools}"),
+        format!(" Map ─ {n} ─ {order} {rows}"),
+        format!(" Map ─ {} {rows}", view.segments.len()),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= room)
+    .unwrap_or_else(|| " Map ".to_string());
+    let title = Line::from(Span::styled(title, focus));
     let inner = boxed(buf, area, title, None);
     if inner.height == 0 {
         return;
@@ -532,7 +550,7 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     if view.compact {
         render_compact(view, theme, &segs, Rect { height: inner.height - 1, ..inner }, buf);
     } else {
-        render_rows(view, theme, &segs, inner, buf);
+        render_rows(view, theme, &segs, scaled, inner, buf);
     }
     // Legend on the last line.
     let mut spans = Vec::new();
@@ -543,9 +561,23 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, Line::from(spans));
 }
 
-fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, buf: &mut Buffer) {
-    let label_w = 23usize;
+/// The map row's label: address and size.
+const ROW_LABEL: usize = 23;
+
+/// Whether rows to one scale (the largest segment's) read well: most
+/// segments still get enough cells to show their blocks. Segments of very
+/// different sizes (2 MiB beside 1.5 GiB) read better stretched, each to the
+/// width, and the title says which is shown.
+pub(crate) fn rows_to_scale(segs: &[SegmentInfo], cells: usize) -> bool {
+    let max = segs.iter().map(|s| s.total_size).max().unwrap_or(0).max(1);
+    let readable = segs.iter().filter(|s| s.total_size as u128 * cells as u128 >= 8 * max as u128).count();
+    !segs.is_empty() && 2 * readable >= segs.len()
+}
+
+fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], scaled: bool, inner: Rect, buf: &mut Buffer) {
+    let label_w = ROW_LABEL;
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
+    let max = view.segments.iter().map(|s| s.total_size).max().unwrap_or(0).max(1);
     let rows = inner.height as usize - 1;
     for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
         let y = inner.y + row as u16;
@@ -564,7 +596,13 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], inner: Rect, bu
         if buf.area.contains(ratatui::layout::Position { x: x0, y }) {
             let row = buf.index_of(x0, y);
             let room = (buf.area.right() - x0) as usize;
-            for (cell, c) in buf.content[row..].iter_mut().zip(segment_cells(seg, cells_w.min(room))) {
+            // To scale: the largest segment is the full width.
+            let n = if scaled {
+                ((seg.total_size as u128 * cells_w as u128).div_ceil(max as u128) as usize).max(1)
+            } else {
+                cells_w
+            };
+            for (cell, c) in buf.content[row..].iter_mut().zip(segment_cells(seg, n.min(room))) {
                 cell.set_char(c.glyph()).set_style(theme.fg(c.color()));
             }
         }
@@ -1092,6 +1130,31 @@ fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buff
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rows_read_to_scale_when_most_segments_get_cells() {
+        use crate::alloc::SegmentInfo;
+        let seg = |mib: u64| SegmentInfo {
+            device: 0,
+            address: 0,
+            total_size: mib << 20,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: 0,
+            stream: 0,
+            segment_type: "large",
+            is_expandable: false,
+            pool: None,
+            private: false,
+            blocks: Vec::new(),
+        };
+        // Similar sizes: to scale; a few giants among many 2 MiB: stretched.
+        assert!(super::rows_to_scale(&[seg(44), seg(118), seg(126)], 36));
+        assert!(!super::rows_to_scale(&[seg(304), seg(2), seg(2), seg(2)], 36));
+        // Wider rows give small segments their cells.
+        assert!(super::rows_to_scale(&[seg(304), seg(20), seg(20)], 200));
+        assert!(!super::rows_to_scale(&[], 36));
+    }
+
     #[test]
     fn an_oom_stack_keeps_the_programs_own_frame() {
         use super::{oom_stack_rows, StackRow};

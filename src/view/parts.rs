@@ -30,6 +30,9 @@ pub(crate) struct Selection {
     pub(crate) help: bool,
     /// The histogram sums bytes instead of counting blocks.
     pub(crate) hist_bytes: bool,
+    /// The map's rows the other way than their default (to one scale, or
+    /// each stretched to the width; `rows_to_scale` picks the default).
+    pub(crate) flip_scale: bool,
     /// One panel only (a text export of one view); None: the whole screen.
     pub(crate) panel: Option<super::Panel>,
 }
@@ -202,6 +205,7 @@ pub(crate) fn draw_parts(
         focus: sel.focus,
         help: sel.help,
         hist_bytes: sel.hist_bytes,
+        flip_scale: sel.flip_scale,
         panel: sel.panel,
         color: chrome.color,
         status: chrome.status,
