@@ -457,7 +457,7 @@ mod tests {
         let [r, g, b] = [(v >> 16) & 255, (v >> 8) & 255, v & 255].map(|c| c as f64 / 255.0);
         let (max, min) = (r.max(g).max(b), r.min(g).min(b));
         let d = max - min;
-        let h = if d == 0.0 {
+        if d == 0.0 {
             0.0
         } else if max == r {
             60.0 * ((g - b) / d).rem_euclid(6.0)
@@ -465,8 +465,7 @@ mod tests {
             60.0 * ((b - r) / d + 2.0)
         } else {
             60.0 * ((r - g) / d + 4.0)
-        };
-        h
+        }
     }
 
     /// Each state's colour in a picture is the hue the terminal's map gives
