@@ -174,12 +174,27 @@ impl Action {
     }
 }
 
-/// The status line's key hints for `mode`.
-pub(crate) fn hints(mode: Mode) -> String {
+/// The status line's key hints for `mode` that fit in `width` columns: the first ones, and always
+/// "? help" last (it lists the rest), so a narrow screen drops hints whole
+/// instead of cutting one.
+pub(crate) fn hints_within(mode: Mode, width: usize) -> String {
+    let all: Vec<&str> =
+        KEYS.iter().filter(|b| !b.hint.is_empty() && b.modes.contains(&mode)).map(|b| b.hint).collect();
+    let (help, rest) = match all.split_last() {
+        Some((h, r)) if *h == "? help" => (Some(*h), r),
+        _ => (None, &all[..]),
+    };
     let mut s = String::from(" ");
-    for b in KEYS.iter().filter(|b| !b.hint.is_empty() && b.modes.contains(&mode)) {
-        s.push_str(b.hint);
+    let tail = help.map_or(0, |h| h.chars().count() + 1);
+    for h in rest {
+        if s.chars().count() + h.chars().count() + 2 + tail > width {
+            break;
+        }
+        s.push_str(h);
         s.push_str("  ");
+    }
+    if let Some(h) = help {
+        s.push_str(h);
     }
     s.truncate(s.trim_end().len());
     s.push(' ');
@@ -195,6 +210,7 @@ pub(crate) const FIGURES: &[(&str, &str)] = &[
     ("inactive_split", "free bytes in segments with live blocks: empty_cache cannot release them"),
     ("rounding_waste", "allocated − requested: blocks rounded up"),
     ("Block sizes", "blocks of each size allocated / free: how many, or (b) how many bytes"),
+    ("split, empty (narrow map)", "free in a segment with live blocks; a segment with none (releasable)"),
 ];
 
 /// The help's rows for `mode`: (keys, what they do).
@@ -213,17 +229,21 @@ mod tests {
     #[test]
     fn the_hints_are_the_table_read_per_mode() {
         assert_eq!(
-            hints(Mode::Replay),
+            hints_within(Mode::Replay, usize::MAX),
             " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
         );
         assert_eq!(
-            hints(Mode::Synth),
+            hints_within(Mode::Synth, usize::MAX),
             " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help "
         );
         assert_eq!(
-            hints(Mode::Live),
+            hints_within(Mode::Live, usize::MAX),
             " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
         );
+        // Narrow: whole hints drop from the end, and "? help" stays.
+        assert_eq!(hints_within(Mode::Replay, 60), " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ? help ");
+        assert!(hints_within(Mode::Replay, 80).chars().count() <= 80);
+        assert_eq!(hints_within(Mode::Replay, 10), " ? help ");
     }
 
     #[test]

@@ -407,3 +407,21 @@ fn map_rows_to_scale_or_stretched_say_which() {
     assert_eq!(cells(stretched, small), cells(stretched, big), "{stretched}");
     assert_eq!(cells(scaled, big), cells(stretched, big));
 }
+
+/// At 80x24 every pane says its piece whole: titles, key hints, the
+/// histogram's figures and call sites, the timeline's footer and the map's
+/// legend shorten instead of being cut mid-word.
+#[test]
+fn at_80x24_nothing_is_cut_without_a_word() {
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 80, 24);
+    let l: Vec<&str> = s.lines().map(|l| l.trim_matches('"')).collect();
+    assert!(l[0].contains(" replay llama_pressure.pickle.gz ─ event 3816/4547 ") && l[0].contains(" ? help "), "{s}");
+    assert!(l[23].trim_end().ends_with("? help"), "{s}");
+    assert!(s.contains("┌ Sizes ─ counts ─") && s.contains("│size   allocated   free"), "{s}");
+    let sites = l.iter().position(|r| r.contains("live bytes by call site")).unwrap_or(usize::MAX);
+    assert!(l.get(sites + 1).is_some_and(|r| r.contains(" 2.2G modeling_llama.py:175 ")), "{s}");
+    assert!(s.contains("│ event 3816/4547 ─ allocated 7.87 GiB ─ reserved 8.28 GiB ─ ✗ 1 ─ E 0 ─ ╵ 1 "), "{s}");
+    assert!(s.contains("┌ OOM at event 3816: 117.05 MiB on stream 0 ─"), "{s}");
+    let r = screen("resnet50_train", None, PEAK, 80, 24);
+    assert!(r.contains("│█ alloc ▓ waste ▒ pending ░ split · empty "), "{r}");
+}

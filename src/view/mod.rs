@@ -316,9 +316,19 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
             vec![Line::from(Span::styled(format!(" {b} "), theme.fg(Color::Yellow).add_modifier(Modifier::REVERSED)))],
         );
     }
-    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
     // The help is a key: exports, which have none, do not offer it.
     let help = view.mode.map(|_| Line::from(" ? help "));
+    // The longest title that fits: the device goes first, then our name;
+    // where the trace is and which moment stay.
+    let room = (top.width as usize).saturating_sub(4 + if help.is_some() { 9 } else { 0 });
+    let title = [
+        format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position),
+        format!(" gpumem-top ─ {} ─ {} ", view.source, view.position),
+        format!(" {} ─ {} ", view.source, view.position),
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= room)
+    .unwrap_or_else(|| format!(" {} ", view.position));
     let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
     render_bars(view, theme, inner, buf);
 
@@ -335,7 +345,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     render_timeline(view, theme, bottom, buf);
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
-    let hints = view.mode.map(crate::keys::hints).unwrap_or_default();
+    let hints = view.mode.map(|m| crate::keys::hints_within(m, status.width as usize)).unwrap_or_default();
     let line = if view.status.trim().is_empty() {
         Line::from(Span::styled(hints, theme.fg(Color::DarkGray)))
     } else if hints.is_empty() {
@@ -552,11 +562,19 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     } else {
         render_rows(view, theme, &segs, scaled, inner, buf);
     }
-    // Legend on the last line.
+    // Legend on the last line: the names, or shorter ones where they do
+    // not fit.
+    let long: usize = Cell::LEGEND.iter().map(|(_, n)| n.chars().count() + 4).sum();
+    // The short names are the help's: inactive_split, a free segment.
+    let short = ["alloc", "waste", "pending", "split", "empty"];
     let mut spans = Vec::new();
-    for (c, name) in Cell::LEGEND {
+    for (i, (c, name)) in Cell::LEGEND.iter().enumerate() {
         spans.push(Span::styled(c.glyph().to_string(), theme.fg(c.color())));
-        spans.push(Span::raw(format!(" {name}  ")));
+        spans.push(Span::raw(if long <= inner.width as usize {
+            format!(" {name}  ")
+        } else {
+            format!(" {} ", short[i])
+        }));
     }
     put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, Line::from(spans));
 }
@@ -787,9 +805,16 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let title =
-        if view.hist_bytes { " Block sizes ─ bytes (b: counts) " } else { " Block sizes ─ counts (b: bytes) " };
+    let room = (area.width as usize).saturating_sub(2);
+    let title = match view.hist_bytes {
+        true if room >= 33 => " Block sizes ─ bytes (b: counts) ",
+        false if room >= 33 => " Block sizes ─ counts (b: bytes) ",
+        true => " Sizes ─ bytes ",
+        false => " Sizes ─ counts ",
+    };
     let inner = boxed(buf, area, Line::from(title), None);
+    // Below 36 columns the bars go and the figures stay.
+    let bars = inner.width >= 36;
     let f = &view.fragmentation;
     let mut lines = Vec::new();
     let bytes = view.hist_bytes;
@@ -805,10 +830,17 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     };
     let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
     let height = inner.height as usize;
-    let site_rows =
-        if sites.is_empty() { 0 } else { (sites.len() + 2).min(height.saturating_sub(shown_n + 3).max(height / 3)) };
-    // The column heads take a row; the two figure lines two more.
-    let rows = height.saturating_sub(3 + site_rows);
+    // The column heads take a row and the two figure lines two more; the
+    // call sites (a heading and at least two) get what the sizes leave, a
+    // third of the pane at least, but never push the sizes below two rows.
+    let fixed = 3;
+    let spare = height.saturating_sub(fixed + shown_n.min(2));
+    let site_rows = if sites.is_empty() || spare < 3 {
+        0
+    } else {
+        (sites.len() + 1).min(height.saturating_sub(fixed + shown_n).max(height / 3)).clamp(3, spare)
+    };
+    let rows = height.saturating_sub(fixed + site_rows);
     let mut shown: Vec<SizeBucket> =
         view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).copied().collect();
     // Too many sizes for the rows: the smallest fold into the first row
@@ -830,33 +862,69 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         let w = ((n as f64 / max as f64) * 8.0).ceil() as usize;
         "▇".repeat(w.min(8))
     };
-    lines.push(Line::from(Span::styled(
-        format!("{:<7}{:>14} {:>14}", "size", "allocated", "free"),
-        theme.fg(Color::DarkGray),
-    )));
+    let head = if bars {
+        format!("{:<7}{:>14} {:>14}", "size", "allocated", "free")
+    } else {
+        format!("{:<7}{:>9} {:>6}", "size", "allocated", "free")
+    };
+    lines.push(Line::from(Span::styled(head, theme.fg(Color::DarkGray))));
     for b in shown.iter().skip(skip) {
-        lines.push(Line::from(vec![
-            Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
-            Span::styled(format!("{:<8}", spark(alloc(b))), theme.fg(Color::Green)),
-            Span::raw(format!("{:>6} ", figure(alloc(b)))),
-            Span::styled(format!("{:<8}", spark(free(b))), theme.fg(Color::Red)),
-            Span::raw(format!("{:>6}", figure(free(b)))),
-        ]));
+        lines.push(if bars {
+            Line::from(vec![
+                Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
+                Span::styled(format!("{:<8}", spark(alloc(b))), theme.fg(Color::Green)),
+                Span::raw(format!("{:>6} ", figure(alloc(b)))),
+                Span::styled(format!("{:<8}", spark(free(b))), theme.fg(Color::Red)),
+                Span::raw(format!("{:>6}", figure(free(b)))),
+            ])
+        } else {
+            Line::from(vec![
+                Span::raw(format!("≤{:<6}", short_bytes(b.hi))),
+                Span::styled(format!("{:>9} ", figure(alloc(b))), theme.fg(Color::Green)),
+                Span::styled(format!("{:>6}", figure(free(b))), theme.fg(Color::Red)),
+            ])
+        });
     }
-    lines.push(Line::from(format!(
-        "largest free {}  external_fragmentation {:.2}",
-        human_bytes(f.largest_free_block_bytes),
-        f.external_fragmentation
-    )));
-    lines.push(Line::from(format!(
-        "inactive_split {}  rounding_waste {}",
-        human_bytes(f.inactive_split_bytes),
-        human_bytes(f.rounding_waste_bytes)
-    )));
-    if site_rows >= 2 {
-        lines.push(Line::from(""));
+    // The figures in full, or by their short names where they do not fit.
+    let w = inner.width as usize;
+    let figs = [
+        format!(
+            "largest free {}  external_fragmentation {:.2}",
+            human_bytes(f.largest_free_block_bytes),
+            f.external_fragmentation
+        ),
+        format!(
+            "inactive_split {}  rounding_waste {}",
+            human_bytes(f.inactive_split_bytes),
+            human_bytes(f.rounding_waste_bytes)
+        ),
+    ];
+    if figs.iter().all(|l| l.chars().count() <= w) {
+        lines.extend(figs.map(Line::from));
+    } else {
+        lines.push(Line::from(format!(
+            "largest free {} ext {:.2}",
+            short_bytes(f.largest_free_block_bytes),
+            f.external_fragmentation
+        )));
+        lines.push(Line::from(format!(
+            "split {} waste {}",
+            short_bytes(f.inactive_split_bytes),
+            short_bytes(f.rounding_waste_bytes)
+        )));
+    }
+    if site_rows >= 3 {
+        // A blank line before the sites where the pane has room for it.
+        if height > fixed + rows.min(shown.len()) + site_rows {
+            lines.push(Line::from(""));
+        }
         lines.push(Line::from(Span::styled("live bytes by call site", theme.bold())));
-        for (site, bytes, n) in sites.iter().take(site_rows - 2) {
+        for (site, bytes, n) in sites.iter().take(site_rows - 1) {
+            if !bars {
+                // Narrow: the bytes and the line of code, not the count.
+                lines.push(Line::from(format!("{:>5} {site}", short_bytes(*bytes))));
+                continue;
+            }
             lines.push(Line::from(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n)));
         }
     }
@@ -1088,16 +1156,25 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 }
             )
         }
-        _ => format!(
-            " cursor: event {} of {} ─ allocated {} ─ reserved {} ─ ✗ {} ─ E {} empty_cache ─ ╵ {} ▲ peaks ",
-            view.cursor + view.first_event,
-            n + view.first_event,
-            human_bytes(view.timeline[view.cursor.min(n - 1)].allocated),
-            human_bytes(view.timeline[view.cursor.min(n - 1)].reserved),
-            crate::analysis::count(view.ooms.len(), "OOM"),
-            view.empty_caches.len(),
-            crate::analysis::count(view.iterations.len(), "iteration")
-        ),
+        _ => {
+            let (at, of) = (view.cursor + view.first_event, n + view.first_event);
+            let p = &view.timeline[view.cursor.min(n - 1)];
+            let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));
+            let (ooms, ecs, its) = (view.ooms.len(), view.empty_caches.len(), view.iterations.len());
+            // The longest that fits: every mark's count stays, in short.
+            [
+                format!(
+                    " cursor: event {at} of {of} ─ allocated {a} ─ reserved {r} ─ ✗ {} ─ E {ecs} empty_cache ─ ╵ {} ▲ peaks ",
+                    crate::analysis::count(ooms, "OOM"),
+                    crate::analysis::count(its, "iteration")
+                ),
+                format!(" event {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
+                format!(" {at}/{of} ─ {} / {} ─ ✗{ooms} E{ecs} ╵{its} ", short_bytes(p.allocated), short_bytes(p.reserved)),
+            ]
+            .into_iter()
+            .find(|t| t.chars().count() <= inner.width as usize)
+            .unwrap_or_default()
+        }
     };
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
 }
