@@ -737,7 +737,7 @@ fn the_live_view_fits_80x24() {
     assert!(!s.contains("needs a terminal"), "{s}");
     assert!(s.contains("GPU 0"), "{s}");
     assert!(s.contains("allocated ") && s.contains("8.00 MiB"), "the publisher's bars: {s}");
-    assert!(s.contains("Fragmentation map"), "{s}");
+    assert!(s.contains("Map ─ 1 segment ─ by address"), "{s}");
     let s = draw(&mut app, 80, 20);
     assert!(s.contains("gpumem-top needs a terminal of at least 80x24; this one is 80x20."), "{s}");
     std::fs::remove_dir_all(&d).unwrap();

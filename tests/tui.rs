@@ -289,7 +289,7 @@ fn field_snapshots_open_in_the_tui() {
     let trace = fixture("field/cudagraph_infer_gpt2.pickle.gz");
     let cmd = format!("'{bin}' replay '{}' --at end; echo EXITED rc=$?; sleep 60", trace.display());
     let p = Pane::start(&cmd, 160, 50);
-    let s = p.wait_for("25 segments ─ by address ─ 2 in private pools (*)");
+    let s = p.wait_for("Fragmentation map ─ 25 segments ─ by address ─ to scale ─ 2 in private pools (*)");
     assert!(s.contains("event 3037/3038"), "{s}");
     p.keys(&["a"]);
     p.wait_for("by size");
@@ -329,7 +329,8 @@ fn every_way_out_restores_the_terminal() {
             trace.display()
         );
         let p = Pane::start(&cmd, 120, 40);
-        p.wait_for("Fragmentation map");
+        // The map's title (shortened to "Map ─" where the pane is narrow).
+        p.wait_for("Map ─ 20 segments ─ by address");
         assert_eq!(p.modes(), (true, false), "full screen, cursor hidden");
         if how == "q" {
             p.keys(&["q"]);

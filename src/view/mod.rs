@@ -536,10 +536,12 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let n = crate::analysis::count(view.segments.len(), "segment");
     // The longest title that fits: nothing is cut without a word.
     let room = (area.width as usize).saturating_sub(2);
+    let pools_short = if private > 0 { format!("─ {private} private (*) ") } else { String::new() };
     let title = [
         format!(" Fragmentation map ─ {n} ─ by {order} {rows}{pools}"),
-        format!(" Map ─ {n} ─ by {order} {rows}{pools}"),
-        format!(" Map ─ {n} ─ {order} {rows}"),
+        format!(" Fragmentation map ─ {n} ─ by {order} {rows}{pools_short}"),
+        format!(" Map ─ {n} ─ by {order} {rows}{pools_short}"),
+        format!(" Map ─ {n} ─ {order} {rows}{pools_short}"),
         format!(" Map ─ {} {rows}", view.segments.len()),
     ]
     .into_iter()
