@@ -419,7 +419,8 @@ fn at_80x24_nothing_is_cut_without_a_word() {
     assert!(l[23].trim_end().ends_with("? help"), "{s}");
     assert!(s.contains("┌ Sizes ─ counts ─") && s.contains("│size   allocated   free"), "{s}");
     let sites = l.iter().position(|r| r.contains("live bytes by call site")).unwrap_or(usize::MAX);
-    assert!(l.get(sites + 1).is_some_and(|r| r.contains(" 2.2G modeling_llama.py:175 ")), "{s}");
+    // Cut where it does not fit, and says so.
+    assert!(l.get(sites + 1).is_some_and(|r| r.contains(" 2.2G modeling_llama.py:175…")), "{s}");
     assert!(s.contains("│ event 3816/4547 ─ allocated 7.87 GiB ─ reserved 8.28 GiB ─ ✗ 1 ─ E 0 ─ ╵ 1 "), "{s}");
     assert!(s.contains("┌ OOM at event 3816: 117.05 MiB on stream 0 ─"), "{s}");
     let r = screen("resnet50_train", None, PEAK, 80, 24);

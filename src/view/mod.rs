@@ -924,13 +924,24 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         for (site, bytes, n) in sites.iter().take(site_rows - 1) {
             if !bars {
                 // Narrow: the bytes and the line of code, not the count.
-                lines.push(Line::from(format!("{:>5} {site}", short_bytes(*bytes))));
+                lines.push(Line::from(ellipsis(format!("{:>5} {site}", short_bytes(*bytes)), w)));
                 continue;
             }
-            lines.push(Line::from(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n)));
+            lines.push(Line::from(ellipsis(format!("{:>6} ×{:<3} {site}", short_bytes(*bytes), n), w)));
         }
     }
     put_rows(buf, inner, lines);
+}
+
+/// `s` in `width` columns: cut with "…" at the end where it does not fit,
+/// so a cut line says so.
+fn ellipsis(s: String, width: usize) -> String {
+    if s.chars().count() <= width || width == 0 {
+        return s;
+    }
+    let mut t: String = s.chars().take(width - 1).collect();
+    t.push('…');
+    t
 }
 
 /// The points of a polyline without the inner points of its horizontal
