@@ -94,11 +94,12 @@ pub(crate) const KEYS: &[Binding] = &[
     b("q / Esc", &[C('q'), KeyCode::Esc], Action::Back, "close the help or the block list, else quit", "q quit", ALL),
     b("Ctrl-C", &[], Action::Quit, "quit", "", ALL),
     b("←/→", &[KeyCode::Left], Action::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
-    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Replay]),
-    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the trace", "", &[Mode::Replay]),
-    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Replay]),
-    b("Home/End", &[KeyCode::Home], Action::Home, "first / last event", "", &[Mode::Replay]),
-    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Replay]),
+    b("←/→", &[KeyCode::Left], Action::Left, "paused: one event back / forward", "", &[Mode::Synth]),
+    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Replay, Mode::Synth]),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the trace", "", &[Mode::Replay, Mode::Synth]),
+    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Replay, Mode::Synth]),
+    b("Home/End", &[KeyCode::Home], Action::Home, "first / last event", "", &[Mode::Replay, Mode::Synth]),
+    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Replay, Mode::Synth]),
     b("p", &[C('p')], Action::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
     b("o", &[C('o')], Action::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
     b("space", &[C(' ')], Action::Pause, "pause / resume", "space pause", &[Mode::Synth]),
@@ -253,9 +254,10 @@ mod tests {
         assert_eq!(Action::of(&KeyEvent::new(C('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
         assert_eq!(Action::of(&press(C('z'))), None);
         assert_eq!(
-            Action::Right.answered_in(Mode::Synth).unwrap_err(),
-            " ←/→ (one event back / forward) is for replay, not synth and the demo; ? lists this screen's keys"
+            Action::Right.answered_in(Mode::Live).unwrap_err(),
+            " ←/→ (paused: one event back / forward) is for replay and synth and the demo, not the live view; ? lists this screen's keys"
         );
+        assert_eq!(Action::Right.answered_in(Mode::Synth), Ok(()));
         assert_eq!(
             Action::Gpu(1).answered_in(Mode::Synth).unwrap_err(),
             " 1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"

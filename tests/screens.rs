@@ -153,13 +153,7 @@ fn oom_screen_matches_pytorchs_oom_message() {
 fn demo_screen(w: u16, h: u16) -> String {
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, "no NVIDIA GPU found: simulated device".into(), false);
     app.advance(3000);
-    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    term.draw(|f| {
-        let area = f.area();
-        app.draw_into(area, f.buffer_mut())
-    })
-    .unwrap();
-    term.backend().to_string()
+    draw_demo(&mut app, w, h)
 }
 
 #[test]
@@ -231,32 +225,36 @@ fn compact_map_fits_every_segment_at_a_fixed_scale() {
     insta::assert_snapshot!(s);
 }
 
+/// The demo app drawn through its own `draw_into` at `w`x`h`.
+fn draw_demo(app: &mut gpumem_top::ui::app::DemoApp, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| {
+        let area = f.area();
+        app.draw_into(area, f.buffer_mut())
+    })
+    .unwrap();
+    term.backend().to_string()
+}
+
 /// The help lists the keys of the screen it is on, from the table the apps
 /// dispatch on; a key of another mode says where it belongs instead of
-/// doing nothing (the demo has no GPUs to pick and no events to step back
-/// through).
+/// doing nothing (the demo has no GPUs to pick, and steps back only when
+/// paused).
 #[test]
 fn the_help_and_unbound_keys_follow_the_mode() {
     use crossterm::event::{KeyCode, KeyEvent};
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
     app.advance(500);
-    let draw = |app: &mut gpumem_top::ui::app::DemoApp| {
-        let mut term = Terminal::new(TestBackend::new(120, 40)).unwrap();
-        term.draw(|f| {
-            let area = f.area();
-            app.draw_into(area, f.buffer_mut())
-        })
-        .unwrap();
-        term.backend().to_string()
-    };
+    let draw = |app: &mut gpumem_top::ui::app::DemoApp| draw_demo(app, 120, 40);
     app.handle_key(KeyEvent::from(KeyCode::Char('2')));
     let s = draw(&mut app);
     assert!(
         s.contains("1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"),
         "{s}"
     );
+    // Stepping back needs a pause first, and says so.
     app.handle_key(KeyEvent::from(KeyCode::Left));
-    assert!(draw(&mut app).contains("←/→ (one event back / forward) is for replay, not synth and the demo"));
+    assert!(draw(&mut app).contains("pause (space) to step back through what has run"));
     app.handle_key(KeyEvent::from(KeyCode::Char('?')));
     let s = draw(&mut app);
     assert!(s.contains("space        pause / resume"), "{s}");
@@ -425,4 +423,43 @@ fn at_80x24_nothing_is_cut_without_a_word() {
     assert!(s.contains("┌ OOM at event 3816: 117.05 MiB on stream 0 ─"), "{s}");
     let r = screen("resnet50_train", None, PEAK, 80, 24);
     assert!(r.contains("│█ alloc ▓ waste ▒ pending ░ split · empty "), "{r}");
+}
+
+/// A paused demo steps back through what it has run, as a replay does: the
+/// screen is the state at the chosen event, exact (the events are our
+/// allocator's own), and End or resuming returns to the newest.
+#[test]
+fn a_paused_demo_steps_back_through_what_it_ran() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    app.advance(3000);
+    let draw = |app: &mut gpumem_top::ui::app::DemoApp| draw_demo(app, 160, 40);
+    let bar = |s: &str| s.lines().find(|l| l.contains("│ allocated ")).unwrap_or("").to_string();
+    let live = draw(&mut app);
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    let paused = draw(&mut app);
+    assert!(paused.contains("step back through what has run"), "{paused}");
+    // At the newest event the recording's state is the live one.
+    app.handle_key(KeyEvent::from(KeyCode::End));
+    let end = draw(&mut app);
+    let n = end
+        .lines()
+        .find_map(|l| l.split("of the last ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("")
+        .to_string();
+    assert!(n.parse::<usize>().is_ok_and(|n| n > 3000), "the events run so far: {end}");
+    assert_eq!(bar(&end), bar(&live), "{end}");
+    // Home: the first event, an allocator with next to nothing in it.
+    app.handle_key(KeyEvent::from(KeyCode::Home));
+    let home = draw(&mut app);
+    assert!(home.contains("paused: event 0 of the last"), "{home}");
+    assert_ne!(bar(&home), bar(&live), "{home}");
+    assert!(home.contains("event 1/") || home.contains("event 0/"), "{home}");
+    // Stepping moves one event; resuming returns to the live run.
+    app.handle_key(KeyEvent::from(KeyCode::Right));
+    assert!(draw(&mut app).contains("paused: event 1 of the last"));
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    let resumed = draw(&mut app);
+    assert!(!resumed.contains("paused: event") && resumed.contains("running"), "{resumed}");
 }

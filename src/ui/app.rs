@@ -155,6 +155,86 @@ pub struct SynthApp<D: Device> {
     owed: f64,
     color: bool,
     status: String,
+    /// The allocator's latest events (at most `HISTORY_EVENTS`): what a
+    /// pause can step back through.
+    recent: std::collections::VecDeque<crate::alloc::Event>,
+    /// While paused: the run so far as a recording, and where its cursor is.
+    history: Option<History>,
+}
+
+/// The latest events a paused run can step back through.
+const HISTORY_EVENTS: usize = 20_000;
+
+/// A paused run as a recording: its latest events and the state they end
+/// in, replayed (as a window, exactly: they are our allocator's own) by the
+/// replay's model whenever it is drawn.
+struct History {
+    trace: crate::trace::DeviceTrace,
+    stacks: Vec<Vec<crate::trace::Frame>>,
+    want: crate::replay::session::Want,
+    cursor: usize,
+}
+
+impl History {
+    fn of<D: Device>(
+        a: &crate::alloc::CachingAllocator<D>,
+        events: Vec<crate::alloc::Event>,
+        stacks: Vec<Vec<crate::trace::Frame>>,
+    ) -> History {
+        let n = events.len();
+        let segments = a
+            .snapshot()
+            .iter()
+            .map(|s| crate::trace::RecordedSegment {
+                device: 0,
+                address: s.address,
+                total_size: s.total_size,
+                stream: s.stream,
+                small: s.segment_type == "small",
+                is_expandable: s.is_expandable,
+                pool: s.pool.unwrap_or((0, 0)),
+                blocks: s
+                    .blocks
+                    .iter()
+                    .map(|b| crate::trace::RecordedBlock {
+                        address: b.address,
+                        size: b.size,
+                        requested_size: b.requested_size,
+                        state: b.state,
+                        stack: 0,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let trace = crate::trace::DeviceTrace {
+            events,
+            time_us: vec![0; n],
+            stacks: vec![0; n],
+            segments,
+            ..Default::default()
+        };
+        let want = crate::replay::session::Want {
+            config: a.config().clone(),
+            changed: false,
+            device_total: a.device().total_memory(),
+            memory_limit: a.memory_limit(),
+            keep_events: false,
+            stop_at: None,
+            context_bytes: 0,
+            recorded_state: true,
+        };
+        History { trace, stacks, want, cursor: n.saturating_sub(1) }
+    }
+
+    /// The replay's model of it, or why there is none.
+    fn model(&self) -> Result<ReplayModel<'_>, String> {
+        let s = crate::replay::session::Session::open(&self.trace, &self.stacks, &self.want)?;
+        if !s.fidelity.is_faithful() {
+            return Err(format!("its events do not replay ({})", s.fidelity.name()));
+        }
+        ReplayModel::open(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
+            .map_err(|d| d.reason)
+    }
 }
 
 /// "tried to allocate 20.00 MiB" out of PyTorch's OOM message.
@@ -206,7 +286,10 @@ impl DemoApp {
 
 impl<D: Device> SynthApp<D> {
     pub fn new(mut driver: Driver<D>, source: String, banner: Option<String>, color: bool) -> Self {
-        driver.alloc.set_recording(false);
+        // Events are kept for stepping back (`recent`, bounded); the
+        // allocator's own list is drained after every advance.
+        driver.alloc.set_recording(true);
+        let _ = driver.alloc.take_events();
         let driver = driver.bounded(LIVE_POINTS);
         SynthApp {
             driver,
@@ -219,6 +302,8 @@ impl<D: Device> SynthApp<D> {
             owed: 0.0,
             color,
             status: String::new(),
+            recent: std::collections::VecDeque::new(),
+            history: None,
         }
     }
 
@@ -226,6 +311,9 @@ impl<D: Device> SynthApp<D> {
     pub fn advance(&mut self, n: usize) {
         let was = self.driver.oom_log.len();
         self.driver.advance(n);
+        self.recent.extend(self.driver.alloc.take_events());
+        let over = self.recent.len().saturating_sub(HISTORY_EVENTS);
+        self.recent.drain(..over);
         if let Some(o) = self.driver.oom_log.get(was..).and_then(|l| l.last()) {
             let first = o.message.split(". ").next().unwrap_or(&o.message);
             self.status = format!(" OOM in iteration {} (batch {}): {first}; {}", o.iteration, o.batch, o.action);
@@ -272,6 +360,21 @@ impl<D: Device> Interactive for SynthApp<D> {
         self.status = msg;
     }
     fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
+        if let Some(h) = &self.history {
+            match h.model() {
+                Ok(mut model) => {
+                    let status = if self.status.trim().is_empty() {
+                        format!(" paused: event {} of the last {} ─ space resumes", h.cursor, h.trace.events.len())
+                    } else {
+                        self.status.clone()
+                    };
+                    let mode = Some(crate::keys::Mode::Synth);
+                    draw_replay(&mut model, h.cursor, self.screen.sel, self.color, status, mode, area, buf);
+                    return;
+                }
+                Err(e) => self.status = format!(" cannot step back: {e}"),
+            }
+        }
         let d = &self.driver;
         let state = match d.progress() {
             Progress::Running if self.paused => " (paused)".to_string(),
@@ -308,7 +411,34 @@ impl<D: Device> Interactive for SynthApp<D> {
         match a {
             Action::Pause => {
                 self.paused = !self.paused;
-                self.status = if self.paused { " paused".into() } else { " running".into() };
+                self.history = self.paused.then(|| {
+                    let stacks = self.stacks.clone();
+                    History::of(&self.driver.alloc, self.recent.iter().copied().collect(), stacks)
+                });
+                self.status = if self.paused {
+                    " paused: ←/→ PgUp/PgDn Home/End step back through what has run".into()
+                } else {
+                    " running".into()
+                };
+            }
+            Action::Left | Action::Right | Action::PageUp | Action::PageDown | Action::Home | Action::End => {
+                match &mut self.history {
+                    Some(h) => {
+                        // The status line then says where the cursor is.
+                        self.status.clear();
+                        let last = h.trace.events.len().saturating_sub(1);
+                        let jump = (last / 20).max(1);
+                        h.cursor = match a {
+                            Action::Left => h.cursor.saturating_sub(1),
+                            Action::Right => (h.cursor + 1).min(last),
+                            Action::PageUp => h.cursor.saturating_sub(jump),
+                            Action::PageDown => (h.cursor + jump).min(last),
+                            Action::Home => 0,
+                            _ => last,
+                        };
+                    }
+                    None => self.status = " pause (space) to step back through what has run".into(),
+                }
             }
             // Doubling and halving, so `+` after `-` is back where it was.
             Action::Faster => {
