@@ -432,6 +432,12 @@ fn at_80x24_nothing_is_cut_without_a_word() {
 fn a_paused_demo_steps_back_through_what_it_ran() {
     use crossterm::event::{KeyCode, KeyEvent};
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    // Paused before anything ran: nothing to step through, and it says so.
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    assert!(draw_demo(&mut app, 160, 40).contains("paused (nothing has run yet)"));
+    app.handle_key(KeyEvent::from(KeyCode::Home));
+    assert!(draw_demo(&mut app, 160, 40).contains("nothing has run yet to step back through"));
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
     app.advance(3000);
     let draw = |app: &mut gpumem_top::ui::app::DemoApp| draw_demo(app, 160, 40);
     let bar = |s: &str| s.lines().find(|l| l.contains("│ allocated ")).unwrap_or("").to_string();

@@ -343,3 +343,23 @@ fn every_way_out_restores_the_terminal() {
         let _ = std::fs::remove_file(&pidfile);
     }
 }
+
+/// In the real binary's loop: the demo paused with `space` steps back with
+/// Home and →, and `space` resumes the running loop.
+#[test]
+fn the_paused_demo_steps_back_in_a_terminal() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let p = Pane::start(&format!("'{bin}' demo; echo EXITED rc=$?; sleep 60"), 140, 40);
+    // Something has run: the timeline has a peak.
+    p.wait_for("Timeline ─ allocated / reserved ─ peak");
+    p.keys(&["Space"]);
+    p.wait_for("step back through what has run");
+    p.keys(&["Home"]);
+    p.wait_for("paused: event 0 of the last");
+    p.keys(&["Right", "Right"]);
+    p.wait_for("paused: event 2 of the last");
+    p.keys(&["End", "Space"]);
+    p.wait_for(" running");
+    p.keys(&["q"]);
+    p.wait_for("EXITED rc=0");
+}

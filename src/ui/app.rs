@@ -372,7 +372,11 @@ impl<D: Device> Interactive for SynthApp<D> {
                     draw_replay(&mut model, h.cursor, self.screen.sel, self.color, status, mode, area, buf);
                     return;
                 }
-                Err(e) => self.status = format!(" cannot step back: {e}"),
+                Err(e) => {
+                    // Said once; the paused run is drawn as it is.
+                    self.status = format!(" cannot step back: {e}");
+                    self.history = None;
+                }
             }
         }
         let d = &self.driver;
@@ -411,14 +415,15 @@ impl<D: Device> Interactive for SynthApp<D> {
         match a {
             Action::Pause => {
                 self.paused = !self.paused;
-                self.history = self.paused.then(|| {
+                // Nothing run yet: nothing to step back through.
+                self.history = (self.paused && !self.recent.is_empty()).then(|| {
                     let stacks = self.stacks.clone();
                     History::of(&self.driver.alloc, self.recent.iter().copied().collect(), stacks)
                 });
-                self.status = if self.paused {
-                    " paused: ←/→ PgUp/PgDn Home/End step back through what has run".into()
-                } else {
-                    " running".into()
+                self.status = match (self.paused, self.history.is_some()) {
+                    (true, true) => " paused: ←/→ PgUp/PgDn Home/End step back through what has run".into(),
+                    (true, false) => " paused (nothing has run yet)".into(),
+                    (false, _) => " running".into(),
                 };
             }
             Action::Left | Action::Right | Action::PageUp | Action::PageDown | Action::Home | Action::End => {
@@ -437,6 +442,7 @@ impl<D: Device> Interactive for SynthApp<D> {
                             _ => last,
                         };
                     }
+                    None if self.paused => self.status = " nothing has run yet to step back through".into(),
                     None => self.status = " pause (space) to step back through what has run".into(),
                 }
             }
