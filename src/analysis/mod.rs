@@ -280,15 +280,18 @@ pub(crate) fn live_by_call_site(
 pub(crate) fn call_site(frames: &[Frame]) -> String {
     let py = |f: &&Frame| f.filename.ends_with(".py");
     let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
-    match own.or_else(|| frames.iter().find(py)).or(frames.first()) {
-        // The basename keeps the line number visible in a narrow pane; the
-        // directories rarely disambiguate within one model's trace.
-        Some(f) if f.line > 0 => {
-            let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-            format!("{base}:{} {}", f.line, f.name)
-        }
-        Some(f) => f.name.clone(),
-        None => String::new(),
+    own.or_else(|| frames.iter().find(py)).or(frames.first()).map(frame_label).unwrap_or_default()
+}
+
+/// One frame as `file:line function`, or the function alone for a frame
+/// without a line (C++). The basename keeps the line number visible in a
+/// narrow pane; the directories rarely disambiguate within one model's trace.
+pub(crate) fn frame_label(f: &Frame) -> String {
+    if f.line > 0 {
+        let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+        format!("{base}:{} {}", f.line, f.name)
+    } else {
+        f.name.clone()
     }
 }
 
@@ -304,9 +307,7 @@ pub(crate) fn script_frame(frames: &[Frame]) -> Option<usize> {
 /// outside installed packages (site-packages, dist-packages) and PyTorch,
 /// as `file:line function`; none when every frame is a library's.
 pub(crate) fn script_site(frames: &[Frame]) -> Option<String> {
-    let f = &frames[script_frame(frames)?];
-    let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-    Some(format!("{base}:{} {}", f.line, f.name))
+    Some(frame_label(&frames[script_frame(frames)?]))
 }
 
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.

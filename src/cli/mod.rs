@@ -425,14 +425,13 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let new_oom = session.first_new_oom().map(|(event, failing)| {
         let e = &dev.events[event];
         let frames = dev.stacks.get(event).and_then(|&sid| trace.stacks.get((sid as usize).wrapping_sub(1)));
+        let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
         report::NewOomReport {
             event,
             requested_bytes: e.size,
             stream: e.stream,
-            call_site: frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default(),
-            script_site: frames
-                .and_then(|f| crate::analysis::script_site(f))
-                .filter(|s| frames.is_some_and(|f| *s != crate::analysis::call_site(f))),
+            script_site: frames.and_then(|f| crate::analysis::script_site(f)).filter(|s| *s != call_site),
+            call_site,
             failing_allocations: failing,
         }
     });

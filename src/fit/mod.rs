@@ -170,8 +170,9 @@ pub(crate) struct Fit {
     sizes: HashMap<usize, Size>,
     /// Skeleton indices of workspaces (allocations freed before the next
     /// one whose size changes with the batch but not in proportion to it),
-    /// each with its sizes in the samples: equal sizes at every sample are
-    /// the same shape, which gets the same algorithm and so varies alike.
+    /// each with a hash of its sizes in the samples: equal sizes at every
+    /// sample are the same shape, which gets the same algorithm and so
+    /// varies alike.
     workspaces: HashMap<usize, u64>,
     pub(crate) samples: Vec<u64>,
     pub(crate) report: FitReport,

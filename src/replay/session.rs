@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::pools;
 use super::scrub::Scrubber;
-use super::whatif::{requests, run_requests, Request, WhatIf};
+use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
 use super::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
 use crate::alloc::{Action, AllocatorConfig, BlockState, Event, SeedBlock, SeedSegment, SegmentInfo};
@@ -139,8 +139,9 @@ pub struct Session<'a> {
     /// The snapshot's totals, and ours at the end.
     pub recorded: Totals,
     pub replayed: Totals,
-    /// The requests (for `--compare`), made on demand.
-    reqs: Option<Vec<Request>>,
+    /// The requests (for `--compare` and what-ifs), made on demand, with
+    /// the recorded event each comes from.
+    reqs: Option<(Vec<Request>, Vec<usize>)>,
 }
 
 /// Whether a device's recording holds a trace at all.
@@ -256,19 +257,18 @@ impl<'a> Session<'a> {
     pub(crate) fn requests(&mut self) -> &[Request] {
         if self.reqs.is_none() {
             let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
-            self.reqs = Some(requests(&self.dev.events, &at));
+            self.reqs = Some(requests_with_events(&self.dev.events, &at));
         }
-        self.reqs.as_deref().unwrap_or(&[])
+        self.reqs.as_ref().map_or(&[], |(r, _)| r.as_slice())
     }
 
     /// The recorded event of the first allocation that a what-if run could
     /// not make though the recording did, with how many failed in all.
     pub(crate) fn first_new_oom(&self) -> Option<(usize, u64)> {
         let w = self.what_if.as_ref()?;
-        let i = w.first_new_oom?;
-        let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
-        let (_, events) = super::whatif::requests_with_events(&self.dev.events, &at);
-        Some((events.get(i).copied()?, w.new_ooms))
+        // The what-if ran on `requests()`, which keeps each one's event.
+        let (_, events) = self.reqs.as_ref()?;
+        Some((events.get(w.first_new_oom?).copied()?, w.new_ooms))
     }
 
     /// The divergence to report: the first event not reproduced, or the

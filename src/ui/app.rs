@@ -25,6 +25,20 @@ impl<'a> ReplayApp<'a> {
         ReplayApp { model, screen: Screen::default(), cursor, color, status: String::new() }
     }
 
+    /// The previous / next event whose state differs from the one shown:
+    /// the events of one malloc (segment_alloc, then alloc) show one state.
+    fn step(&mut self, forward: bool) -> usize {
+        let (from, last) = (self.model.shown(self.cursor), self.model.last());
+        let mut c = self.cursor;
+        while (forward && c < last) || (!forward && c > 0) {
+            c = if forward { c + 1 } else { c - 1 };
+            if self.model.shown(c) != from {
+                break;
+            }
+        }
+        c
+    }
+
     /// `s`: the focused view as SVG in the current directory.
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
@@ -60,34 +74,11 @@ impl Interactive for ReplayApp<'_> {
             return;
         }
         match a {
-            // To the previous / next state that differs: the events of one
-            // malloc (segment_alloc, then alloc) show one state.
-            Action::Left => {
-                let from = self.model.shown(self.cursor);
-                let mut c = self.cursor;
-                while c > 0 {
-                    c -= 1;
-                    if self.model.shown(c) != from {
-                        break;
-                    }
-                }
-                self.cursor = c;
+            Action::Left => self.cursor = self.step(false),
+            Action::Right => self.cursor = self.step(true),
+            Action::PageUp | Action::PageDown | Action::Home | Action::End => {
+                self.cursor = jumped(a, self.cursor, last, jump).unwrap_or(self.cursor)
             }
-            Action::Right => {
-                let from = self.model.shown(self.cursor);
-                let mut c = self.cursor;
-                while c < last {
-                    c += 1;
-                    if self.model.shown(c) != from {
-                        break;
-                    }
-                }
-                self.cursor = c;
-            }
-            Action::PageUp => self.cursor = self.cursor.saturating_sub(jump),
-            Action::PageDown => self.cursor = (self.cursor + jump).min(last),
-            Action::Home => self.cursor = 0,
-            Action::End => self.cursor = last,
             Action::Peak => {
                 if let Some(p) = self.model.peak_at {
                     self.cursor = p;
@@ -111,6 +102,18 @@ impl Interactive for ReplayApp<'_> {
 
     fn quit(&self) -> bool {
         self.screen.quit
+    }
+}
+
+/// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
+/// `0..=last`; none for another action.
+fn jumped(a: Action, cursor: usize, last: usize, jump: usize) -> Option<usize> {
+    match a {
+        Action::PageUp => Some(cursor.saturating_sub(jump)),
+        Action::PageDown => Some((cursor + jump).min(last)),
+        Action::Home => Some(0),
+        Action::End => Some(last),
+        _ => None,
     }
 }
 
@@ -436,10 +439,7 @@ impl<D: Device> Interactive for SynthApp<D> {
                         h.cursor = match a {
                             Action::Left => h.cursor.saturating_sub(1),
                             Action::Right => (h.cursor + 1).min(last),
-                            Action::PageUp => h.cursor.saturating_sub(jump),
-                            Action::PageDown => (h.cursor + jump).min(last),
-                            Action::Home => 0,
-                            _ => last,
+                            _ => jumped(a, h.cursor, last, jump).unwrap_or(h.cursor),
                         };
                     }
                     None if self.paused => self.status = " nothing has run yet to step back through".into(),

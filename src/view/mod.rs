@@ -325,10 +325,8 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position),
         format!(" gpumem-top ─ {} ─ {} ", view.source, view.position),
         format!(" {} ─ {} ", view.source, view.position),
-    ]
-    .into_iter()
-    .find(|t| t.chars().count() <= room)
-    .unwrap_or_else(|| format!(" {} ", view.position));
+    ];
+    let title = longest_fitting(title, room).unwrap_or_else(|| format!(" {} ", view.position));
     let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
     render_bars(view, theme, inner, buf);
 
@@ -371,23 +369,13 @@ fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
         format!(" OOM at event {}: {size} on stream {} ", o.event, o.stream),
         format!(" OOM at event {}: {size} ", o.event),
         format!(" OOM: {size} "),
-    ]
-    .into_iter()
-    .find(|t| t.chars().count() <= room)
-    .unwrap_or_default();
+    ];
+    let title = longest_fitting(title, room).unwrap_or_default();
     let title = Line::from(Span::styled(title, theme.fg(Color::Red).add_modifier(Modifier::BOLD)));
     let inner = boxed(buf, area, title, None);
     let rows = inner.height as usize;
-    let text = |f: &Frame| {
-        let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-        if f.line > 0 {
-            format!(" {base}:{} {}", f.line, f.name)
-        } else {
-            format!(" {}", f.name)
-        }
-    };
     let lines = oom_stack_rows(o.frames, rows).into_iter().map(|r| match r {
-        StackRow::Frame(i) => Line::from(text(&o.frames[i])),
+        StackRow::Frame(i) => Line::from(format!(" {}", crate::analysis::frame_label(&o.frames[i]))),
         StackRow::Skipped(n) => {
             Line::from(Span::styled(format!(" … {}", crate::analysis::count(n, "frame")), theme.fg(Color::DarkGray)))
         }
@@ -543,10 +531,8 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         format!(" Map ─ {n} ─ by {order} {rows}{pools_short}"),
         format!(" Map ─ {n} ─ {order} {rows}{pools_short}"),
         format!(" Map ─ {} {rows}", view.segments.len()),
-    ]
-    .into_iter()
-    .find(|t| t.chars().count() <= room)
-    .unwrap_or_else(|| " Map ".to_string());
+    ];
+    let title = longest_fitting(title, room).unwrap_or_else(|| " Map ".to_string());
     let title = Line::from(Span::styled(title, focus));
     let inner = boxed(buf, area, title, None);
     if inner.height == 0 {
@@ -807,13 +793,12 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let room = (area.width as usize).saturating_sub(2);
-    let title = match view.hist_bytes {
-        true if room >= 33 => " Block sizes ─ bytes (b: counts) ",
-        false if room >= 33 => " Block sizes ─ counts (b: bytes) ",
-        true => " Sizes ─ bytes ",
-        false => " Sizes ─ counts ",
+    let (long, short) = if view.hist_bytes {
+        (" Block sizes ─ bytes (b: counts) ", " Sizes ─ bytes ")
+    } else {
+        (" Block sizes ─ counts (b: bytes) ", " Sizes ─ counts ")
     };
+    let title = longest_fitting([long, short], (area.width as usize).saturating_sub(2)).unwrap_or(short);
     let inner = boxed(buf, area, Line::from(title), None);
     // Below 36 columns the bars go and the figures stay.
     let bars = inner.width >= 36;
@@ -830,7 +815,10 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     } else {
         crate::analysis::live_by_call_site(view.segments, view.stacks, crate::analysis::call_site)
     };
-    let shown_n = view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).count();
+    // The sizes that hold any block.
+    let mut shown: Vec<SizeBucket> =
+        view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).copied().collect();
+    let shown_n = shown.len();
     let height = inner.height as usize;
     // The column heads take a row and the two figure lines two more; the
     // call sites (a heading and at least two) get what the sizes leave, a
@@ -843,8 +831,6 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         (sites.len() + 1).min(height.saturating_sub(fixed + shown_n).max(height / 3)).clamp(3, spare)
     };
     let rows = height.saturating_sub(fixed + site_rows);
-    let mut shown: Vec<SizeBucket> =
-        view.histogram.iter().filter(|b| b.allocated_count + b.free_count > 0).copied().collect();
     // Too many sizes for the rows: the smallest fold into the first row
     // shown, whose "≤" label then covers them all (nothing is dropped).
     let skip = shown.len().saturating_sub(rows.max(1));
@@ -931,6 +917,12 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         }
     }
     put_rows(buf, inner, lines);
+}
+
+/// The first of `candidates` (longest first) that fits in `room` columns:
+/// a line that cannot show everything says less instead of being cut.
+fn longest_fitting<S: AsRef<str>>(candidates: impl IntoIterator<Item = S>, room: usize) -> Option<S> {
+    candidates.into_iter().find(|t| t.as_ref().chars().count() <= room)
 }
 
 /// `s` in `width` columns: cut with "…" at the end where it does not fit,
@@ -1175,7 +1167,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));
             let (ooms, ecs, its) = (view.ooms.len(), view.empty_caches.len(), view.iterations.len());
             // The longest that fits: every mark's count stays, in short.
-            [
+            let footers = [
                 format!(
                     " cursor: event {at} of {of} ─ allocated {a} ─ reserved {r} ─ ✗ {} ─ E {ecs} empty_cache ─ ╵ {} ▲ peaks ",
                     crate::analysis::count(ooms, "OOM"),
@@ -1183,10 +1175,8 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 ),
                 format!(" event {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
                 format!(" {at}/{of} ─ {} / {} ─ ✗{ooms} E{ecs} ╵{its} ", short_bytes(p.allocated), short_bytes(p.reserved)),
-            ]
-            .into_iter()
-            .find(|t| t.chars().count() <= inner.width as usize)
-            .unwrap_or_default()
+            ];
+            longest_fitting(footers, inner.width as usize).unwrap_or_default()
         }
     };
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
