@@ -46,8 +46,10 @@ pub enum Mode {
     Replay,
     /// A synthetic training loop (`synth`, the demo).
     Synth,
-    /// NVML and publishing processes, or a recording of them.
+    /// NVML and publishing processes.
     Live,
+    /// `replay RECORDING.jsonl`: what the live view recorded, to step through.
+    Recording,
 }
 
 impl Mode {
@@ -56,11 +58,16 @@ impl Mode {
             Mode::Replay => "replay",
             Mode::Synth => "synth and the demo",
             Mode::Live => "the live view",
+            Mode::Recording => "a recording",
         }
     }
 }
 
-const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live];
+const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording];
+/// Replay, a paused synth, a recording: a cursor that steps.
+const STEPS: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Recording];
+/// The live view and a recording of it.
+const LIVE: &[Mode] = &[Mode::Live, Mode::Recording];
 
 /// One row of the table.
 pub(crate) struct Binding {
@@ -95,13 +102,17 @@ pub(crate) const KEYS: &[Binding] = &[
     b("Ctrl-C", &[], Action::Quit, "quit", "", ALL),
     b("←/→", &[KeyCode::Left], Action::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
     b("←/→", &[KeyCode::Left], Action::Left, "paused: one event back / forward", "", &[Mode::Synth]),
-    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Replay, Mode::Synth]),
-    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the trace", "", &[Mode::Replay, Mode::Synth]),
-    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Replay, Mode::Synth]),
+    b("←/→", &[KeyCode::Left], Action::Left, "one sample back / forward", "←/→ PgUp/PgDn step", &[Mode::Recording]),
+    b("", &[KeyCode::Right], Action::Right, "", "", STEPS),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the way", "", STEPS),
+    b("", &[KeyCode::PageDown], Action::PageDown, "", "", STEPS),
     b("Home/End", &[KeyCode::Home], Action::Home, "first / last event", "", &[Mode::Replay, Mode::Synth]),
-    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Replay, Mode::Synth]),
+    b("Home/End", &[KeyCode::Home], Action::Home, "first / last sample", "", &[Mode::Recording]),
+    b("", &[KeyCode::End], Action::End, "", "", STEPS),
     b("p", &[C('p')], Action::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
+    b("p", &[C('p')], Action::Peak, "jump to the sample after the process's peak", "p peak", &[Mode::Recording]),
     b("o", &[C('o')], Action::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
+    b("o", &[C('o')], Action::NextOom, "jump to the process's next OOM", "o OOM", &[Mode::Recording]),
     b("space", &[C(' ')], Action::Pause, "pause / resume", "space pause", &[Mode::Synth]),
     b("+ / -", &[C('+')], Action::Faster, "twice / half as fast", "+/- speed", &[Mode::Synth]),
     b("", &[C('-')], Action::Slower, "", "", &[Mode::Synth]),
@@ -111,15 +122,22 @@ pub(crate) const KEYS: &[Binding] = &[
         Action::Gpu(0),
         "pick a GPU",
         "1-9 GPU",
-        &[Mode::Live],
+        LIVE,
     ),
-    b("n", &[C('n')], Action::NextProcess, "the next publishing process on this GPU", "n next process", &[Mode::Live]),
+    b("n", &[C('n')], Action::NextProcess, "the next publishing process on this GPU", "n next process", LIVE),
     b("S", &[C('S')], Action::Snapshot, "ask the process for a snapshot, open it", "S snapshot", &[Mode::Live]),
     b("↑/↓", &[KeyCode::Up], Action::Up, "select a segment (a block in the list)", "↑/↓ Enter segment", ALL),
     b("", &[KeyCode::Down], Action::Down, "", "", ALL),
     b("Enter", &[KeyCode::Enter], Action::Zoom, "list its blocks and where they were allocated", "", ALL),
     b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
-    b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "", &[Mode::Replay, Mode::Live]),
+    b(
+        "c",
+        &[C('c')],
+        Action::Compact,
+        "compact map: fixed bytes per cell",
+        "",
+        &[Mode::Replay, Mode::Live, Mode::Recording],
+    ),
     b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
     b("t", &[C('t')], Action::RowScale, "map rows to one scale / each to the full width", "", ALL),
     b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
@@ -156,20 +174,28 @@ impl Action {
             return Ok(());
         }
         let Some(first) = rows.first() else { return Ok(()) };
-        // The row of a pair that carries its label and help (←/→ for →).
-        let shown = KEYS
-            .iter()
-            .take_while(|b| !std::ptr::eq(*b, *first))
-            .filter(|b| !b.label.is_empty())
-            .last()
-            .filter(|_| first.label.is_empty())
-            .unwrap_or(first);
-        let whose: Vec<&str> = first.modes.iter().map(|m| m.name()).collect();
+        // The row that carries a pair's label and help (←/→ for →): the
+        // first of the labelled rows just before it.
+        let at = KEYS.iter().position(|b| std::ptr::eq(b, *first)).unwrap_or(0);
+        let shown = if first.label.is_empty() {
+            let before = &KEYS[..at];
+            let pair = before.last().map(|b| b.action);
+            let run = before.iter().rev().take_while(|b| !b.label.is_empty() && Some(b.action) == pair).count();
+            before.get(before.len() - run).filter(|_| run > 0).unwrap_or(first)
+        } else {
+            first
+        };
+        let whose: Vec<&str> =
+            ALL.iter().filter(|m| rows.iter().any(|b| b.modes.contains(m))).map(|m| m.name()).collect();
+        let whose = match whose.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => whose.join(""),
+        };
         Err(format!(
             " {} ({}) is for {}, not {}; ? lists this screen's keys",
             shown.label,
             shown.help,
-            whose.join(" and "),
+            whose,
             mode.name()
         ))
     }
@@ -238,6 +264,10 @@ mod tests {
             " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help "
         );
         assert_eq!(
+            hints_within(Mode::Recording, usize::MAX),
+            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  1-9 GPU  n next process  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+        );
+        assert_eq!(
             hints_within(Mode::Live, usize::MAX),
             " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
         );
@@ -255,12 +285,12 @@ mod tests {
         assert_eq!(Action::of(&press(C('z'))), None);
         assert_eq!(
             Action::Right.answered_in(Mode::Live).unwrap_err(),
-            " ←/→ (paused: one event back / forward) is for replay and synth and the demo, not the live view; ? lists this screen's keys"
+            " ←/→ (one event back / forward) is for replay, synth and the demo and a recording, not the live view; ? lists this screen's keys"
         );
         assert_eq!(Action::Right.answered_in(Mode::Synth), Ok(()));
         assert_eq!(
             Action::Gpu(1).answered_in(Mode::Synth).unwrap_err(),
-            " 1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"
+            " 1-9 (pick a GPU) is for the live view and a recording, not synth and the demo; ? lists this screen's keys"
         );
         assert!(Action::Compact.answered_in(Mode::Live).is_ok());
         // Every row's keys come back as its action (the help lists what is dispatched).

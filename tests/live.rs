@@ -742,3 +742,77 @@ fn the_live_view_fits_80x24() {
     assert!(s.contains("gpumem-top needs a terminal of at least 80x24; this one is 80x20."), "{s}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `replay RECORDING.jsonl` steps through what was recorded: each key goes
+/// to a sample and the screens show that sample, the timeline whole with
+/// the cursor on it; processes not yet publishing are not shown, ones that
+/// stopped are gone.
+#[test]
+fn a_recording_steps_back_and_forth_through_its_samples() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    use gpumem_top::ui::event::Interactive;
+    let mk = |pid: u32, t: f64, allocated: u64, ooms: i64| {
+        let mut v = published(pid, 0, allocated, 64 << 20, &[]);
+        v["time"] = json!(t);
+        v["stats"]["num_ooms"] = json!(ooms);
+        publisher::parse_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).unwrap()
+    };
+    const MIB: u64 = 1 << 20;
+    let seven = [(8, 0), (16, 0), (40, 0), (12, 1), (10, 1)];
+    let snaps: Vec<gpumem_top::monitor::Snapshot> = (0..6)
+        .map(|i| {
+            let t = 100.0 + i as f64;
+            let mut publishers = Vec::new();
+            if let Some(&(a, o)) = seven.get(i) {
+                publishers.push(mk(7, t, a * MIB, o));
+            }
+            if i >= 4 {
+                publishers.push(mk(9, t, 30 * MIB, 0));
+            }
+            gpumem_top::monitor::Snapshot {
+                time: t,
+                gpus: vec![gpu(0, GIB, vec![proc_(7, "python train.py", GIB)])],
+                publishers,
+                skipped: vec![],
+                gone: if i == 5 { vec![7] } else { vec![] },
+            }
+        })
+        .collect();
+    let mut app = LiveApp::of_recording("run.jsonl", snaps, false);
+    let key = |app: &mut LiveApp, k: KeyCode| app.handle_key(KeyEvent::from(k));
+    let s = render(&mut app, 160, 44);
+    assert!(s.contains("pid 9 python train.py (1/2) ─ sample 6 of 6, 5 s in"), "the live process, at the end: {s}");
+    // Its own timeline, from its first sample.
+    assert!(s.contains("cursor at 1 s of 1 s ─ allocated 30.00 MiB"), "{s}");
+    // The first sample: process 9 had not started.
+    key(&mut app, KeyCode::Home);
+    let s = render(&mut app, 160, 44);
+    assert!(s.contains("pid 7 python train.py ─ sample 1 of 6, 0 s in"), "{s}");
+    assert!(!s.contains("pid 9"), "{s}");
+    assert!(s.contains("cursor at 0 s of 4 s ─ allocated 8.00 MiB"), "process 7's own timeline: {s}");
+    // p: its peak; o: its OOM; o again: none after.
+    key(&mut app, KeyCode::Char('p'));
+    assert!(render(&mut app, 160, 44).contains("sample 3 of 6, 2 s in"));
+    key(&mut app, KeyCode::Char('o'));
+    let s = render(&mut app, 160, 44);
+    assert!(s.contains("sample 4 of 6, 3 s in") && s.contains("allocated 12.00 MiB"), "{s}");
+    key(&mut app, KeyCode::Char('o'));
+    let s = render(&mut app, 160, 44);
+    assert!(s.contains("no OOM of this process after this sample"), "{s}");
+    // →, → to the end, where process 7 is gone and still selected: it
+    // shows what it last published.
+    key(&mut app, KeyCode::Right);
+    key(&mut app, KeyCode::Right);
+    let s = render(&mut app, 160, 44);
+    assert!(s.contains("pid 7 python train.py (2/2) ─ sample 6 of 6"), "{s}");
+    assert!(s.contains("allocated 10.00 MiB"), "{s}");
+    // ← once: back to sample 5, both publishing.
+    key(&mut app, KeyCode::Left);
+    assert!(render(&mut app, 160, 44).contains("pid 7 python train.py (1/2) ─ sample 5 of 6, 4 s in"));
+    // The live view has no samples to step through, and says so.
+    let mut live = LiveApp::new("live".into(), None, false);
+    key(&mut live, KeyCode::Left);
+    assert!(render(&mut live, 160, 44).contains(
+        "←/→ (one event back / forward) is for replay, synth and the demo and a recording, not the live view"
+    ));
+}

@@ -249,7 +249,9 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     app.handle_key(KeyEvent::from(KeyCode::Char('2')));
     let s = draw(&mut app);
     assert!(
-        s.contains("1-9 (pick a GPU) is for the live view, not synth and the demo; ? lists this screen's keys"),
+        s.contains(
+            "1-9 (pick a GPU) is for the live view and a recording, not synth and the demo; ? lists this screen's keys"
+        ),
         "{s}"
     );
     // Stepping back needs a pause first, and says so.

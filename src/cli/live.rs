@@ -509,10 +509,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut app = crate::ui::live::LiveApp::new(format!("recording {name}"), None, true);
-    for s in snaps {
-        app.ingest(s);
-    }
+    let mut app = crate::ui::live::LiveApp::of_recording(&name, snaps, true);
     crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -184,6 +184,52 @@ impl LiveModel {
         self.latest = Some(snap);
     }
 
+    /// A recording as it stood at `snaps[at]`, for stepping back through it:
+    /// `self` has taken in every one of `snaps`, and its histories stay
+    /// whole (the timeline shows the recording, with a cursor at `at`).
+    /// Processes that had not published by then are left out; the others
+    /// show what they published at or before it, and are gone if that
+    /// sample lacks them. The GPUs and alerts are that sample's.
+    pub(crate) fn as_of(&self, snaps: &[Snapshot], at: usize) -> LiveModel {
+        let Some(now) = snaps.get(at) else { return LiveModel::new(self.thresholds) };
+        let mut procs = BTreeMap::new();
+        for (&(dev, pid), h) in &self.procs {
+            let last =
+                snaps[..=at].iter().rev().find_map(|s| s.publishers.iter().find(|p| p.device == dev && p.pid == pid));
+            let Some(last) = last else { continue };
+            let fresh = now.publishers.iter().any(|p| p.device == dev && p.pid == pid);
+            let nvml_used = now
+                .gpus
+                .iter()
+                .find(|g| g.index == dev)
+                .and_then(|g| g.processes.iter().find(|x| last.matches(x)))
+                .and_then(|x| x.used_bytes);
+            procs.insert(
+                (dev, pid),
+                ProcHistory {
+                    last: last.clone(),
+                    series: h.series.clone(),
+                    gone: !fresh,
+                    fresh,
+                    nvml_used,
+                    last_step: h.last_step,
+                    steps: h.steps.clone(),
+                },
+            );
+        }
+        let mut latest = now.clone();
+        latest.publishers.clear();
+        LiveModel {
+            alerts: alerts(now, &self.thresholds),
+            gpu_series: self.gpu_series.clone(),
+            procs,
+            thresholds: self.thresholds,
+            ignored: now.skipped.first().cloned(),
+            series_cap: self.series_cap,
+            latest: Some(latest),
+        }
+    }
+
     /// The latest snapshot with its publishers (which `ingest` moved into
     /// the histories).
     pub(crate) fn latest_full(&self) -> Option<Snapshot> {

@@ -106,6 +106,10 @@ impl Series {
     pub(crate) fn state_points(&self) -> Vec<StatePoint> {
         self.points.iter().map(|p| StatePoint { allocated: p.allocated, reserved: p.reserved }).collect()
     }
+    /// Index of the last point at or before time `t` (the first point when none is).
+    pub(crate) fn index_upto(&self, t: f64) -> usize {
+        self.points.partition_point(|p| p.t <= t).saturating_sub(1)
+    }
     /// Index of the point at or after time `t`.
     pub(crate) fn index_at(&self, t: f64) -> usize {
         self.points.partition_point(|p| p.t < t).min(self.points.len().saturating_sub(1))

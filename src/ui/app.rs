@@ -107,7 +107,7 @@ impl Interactive for ReplayApp<'_> {
 
 /// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
 /// `0..=last`; none for another action.
-fn jumped(a: Action, cursor: usize, last: usize, jump: usize) -> Option<usize> {
+pub(super) fn jumped(a: Action, cursor: usize, last: usize, jump: usize) -> Option<usize> {
     match a {
         Action::PageUp => Some(cursor.saturating_sub(jump)),
         Action::PageDown => Some((cursor + jump).min(last)),

@@ -30,6 +30,15 @@ pub struct RunChild {
     pub(crate) ours: bool,
 }
 
+/// `replay RECORDING.jsonl`: every sample, to step through.
+pub(crate) struct Recording {
+    snaps: Vec<Snapshot>,
+    /// The model over all of them: its histories are the timeline.
+    full: LiveModel,
+    /// The sample shown.
+    at: usize,
+}
+
 /// A snapshot asked of a process and not yet answered.
 #[derive(Debug, Clone)]
 struct Pending {
@@ -60,6 +69,8 @@ pub struct LiveApp {
     pub(crate) open: Option<std::path::PathBuf>,
     /// Where delivered snapshots go (the current directory).
     pub(crate) snapshot_dir: std::path::PathBuf,
+    /// Set for a recording: the app shows one of its samples.
+    recording: Option<Recording>,
 }
 
 impl LiveApp {
@@ -79,6 +90,87 @@ impl LiveApp {
             pending: None,
             open: None,
             snapshot_dir: std::path::PathBuf::new(),
+            recording: None,
+        }
+    }
+
+    /// The view of a recording (`replay RECORDING.jsonl`), at its last
+    /// sample; ←/→ and the rest step through it.
+    pub fn of_recording(name: &str, snaps: Vec<Snapshot>, color: bool) -> Self {
+        let mut app = LiveApp::new(format!("recording {name}"), None, color);
+        let mut full = LiveModel::default();
+        for s in &snaps {
+            full.ingest(s.clone());
+        }
+        let at = snaps.len().saturating_sub(1);
+        app.model = full.as_of(&snaps, at);
+        app.recording = Some(Recording { snaps, full, at });
+        app
+    }
+
+    /// A recording: shows sample `at`, keeping the selected process where
+    /// it is still there.
+    fn show(&mut self, at: usize) {
+        let picked = self.publishers().get(self.selected_proc).map(|h| (h.last.device, h.last.pid));
+        let Some(rec) = &mut self.recording else { return };
+        let at = at.min(rec.snaps.len().saturating_sub(1));
+        rec.at = at;
+        self.model = rec.full.as_of(&rec.snaps, at);
+        let gpus = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
+        self.selected_gpu = self.selected_gpu.min(gpus.saturating_sub(1));
+        let pubs = self.publishers();
+        let kept = picked.and_then(|k| pubs.iter().position(|h| (h.last.device, h.last.pid) == k));
+        let sel = kept.unwrap_or(self.selected_proc).min(pubs.len().saturating_sub(1));
+        let clamped = pubs.get(sel).map(|h| self.screen.sel.clamped(&h.last.segments));
+        self.selected_proc = sel;
+        if let Some(c) = clamped {
+            self.screen.sel = c;
+        }
+    }
+
+    /// A recording's step keys: the sample they go to, or why none.
+    fn target(&self, a: Action) -> Result<usize, String> {
+        let Some(rec) = &self.recording else { return Err(String::new()) };
+        let (at, last) = (rec.at, rec.snaps.len().saturating_sub(1));
+        if let Some(to) = super::app::jumped(a, at, last, (last / 20).max(1)) {
+            return Ok(to);
+        }
+        let pubs = self.publishers();
+        let picked =
+            pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))).map(|h| (h.last.device, h.last.pid));
+        let of = |s: &Snapshot| -> Option<Published> {
+            let (dev, pid) = picked?;
+            s.publishers.iter().find(|p| p.device == dev && p.pid == pid).cloned()
+        };
+        match a {
+            Action::Left => Ok(at.saturating_sub(1)),
+            Action::Right => Ok((at + 1).min(last)),
+            // The sample that first shows the timeline's peak (a step's own
+            // peak falls between samples).
+            Action::Peak => {
+                let h = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1)));
+                let peak = h.and_then(|h| {
+                    let i = crate::analysis::peak_index(&h.series.state_points())?;
+                    h.series.points().get(i).map(|p| p.t)
+                });
+                let Some(tp) = peak else { return Err(" no publishing process is selected".into()) };
+                Ok(rec.snaps.iter().position(|s| of(s).is_some_and(|p| p.time >= tp)).unwrap_or(last))
+            }
+            Action::NextOom => {
+                let ooms =
+                    |i: usize| rec.snaps.get(i).and_then(of).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
+                let mut before = (0..=at).rev().find_map(ooms);
+                for i in at + 1..=last {
+                    if let Some(n) = ooms(i) {
+                        if before.is_some_and(|b| n > b) {
+                            return Ok(i);
+                        }
+                        before = Some(n);
+                    }
+                }
+                Err(" no OOM of this process after this sample".into())
+            }
+            _ => Err(String::new()),
         }
     }
 
@@ -348,7 +440,11 @@ impl LiveApp {
 
 impl Interactive for LiveApp {
     fn mode(&self) -> crate::keys::Mode {
-        crate::keys::Mode::Live
+        if self.recording.is_some() {
+            crate::keys::Mode::Recording
+        } else {
+            crate::keys::Mode::Live
+        }
     }
     fn say(&mut self, msg: String) {
         self.status = msg;
@@ -364,7 +460,12 @@ impl Interactive for LiveApp {
         crate::view::put_rows(buf, inner, lines);
         let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
         let status = format!("{}{}", self.notes(), self.status);
-        let status = if alerts.is_empty() { status } else { format!(" ⚠ {}{status}", alerts.join("; ")) };
+        // The answer to a key first: the alerts stay until they clear.
+        let status = match (alerts.is_empty(), status.trim().is_empty()) {
+            (true, _) => status,
+            (false, true) => format!(" ⚠ {}", alerts.join("; ")),
+            (false, false) => format!("{} ─ ⚠ {}", status.trim_end(), alerts.join("; ")),
+        };
         let pubs = self.publishers();
         let sel = self.selected_proc.min(pubs.len().saturating_sub(1));
         let Some(h) = pubs.get(sel) else {
@@ -397,6 +498,19 @@ impl Interactive for LiveApp {
         let peak_at = crate::analysis::peak_index(&points);
         let when = h.series.points().last().map_or(0.0, |s| s.t);
         let age = crate::monitor::now() - when;
+        // A recording shows one sample: the cursor is there, not at the end.
+        let (cursor, position) = match &self.recording {
+            Some(rec) => {
+                let t0 = rec.snaps.first().map_or(0.0, |s| s.time);
+                let t = rec.snaps.get(rec.at).map_or(t0, |s| s.time);
+                (
+                    h.series.index_upto(p.time),
+                    format!("sample {} of {}, {} in", rec.at + 1, rec.snaps.len(), crate::view::duration(t - t0)),
+                )
+            }
+            None if h.gone => (points.len().saturating_sub(1), format!("gone {age:.0} s ago")),
+            None => (points.len().saturating_sub(1), format!("{age:.1} s ago")),
+        };
         let chrome = Chrome {
             stacks: &[],
             device: self
@@ -408,23 +522,23 @@ impl Interactive for LiveApp {
                 p.command.clone().unwrap_or_default(),
                 if pubs.len() > 1 { format!(" ({}/{})", sel + 1, pubs.len()) } else { String::new() }
             ),
-            position: if h.gone { format!("gone {age:.0} s ago") } else { format!("{age:.1} s ago") },
+            position,
             banner: self.banner.clone(),
             color: self.color,
             status,
-            mode: Some(crate::keys::Mode::Live),
+            mode: Some(self.mode()),
             oom: None,
         };
         let times = h.series.times();
         let steps = h.series.step_indices();
         let marks = Marks {
             timeline: &points,
-            cursor: points.len().saturating_sub(1),
+            cursor,
             peak_at,
             ooms: &ooms,
             empty_caches: &[],
             iterations: &steps,
-            clock: Some(Clock { times: &times, step_peaks: p.step_peaks }),
+            clock: Some(Clock { times: &times, step_peaks: p.step_peaks, recorded: self.recording.is_some() }),
             first_event: 0,
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
@@ -457,6 +571,17 @@ impl Interactive for LiveApp {
             return;
         }
         match a {
+            Action::Left
+            | Action::Right
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Home
+            | Action::End
+            | Action::Peak
+            | Action::NextOom => match self.target(a) {
+                Ok(to) => self.show(to),
+                Err(why) => self.status = why,
+            },
             Action::Gpu(i) => {
                 let n = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
                 if i < n {

@@ -1143,13 +1143,18 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         .render(plot, buf);
     let axis = match (view.clock, times) {
         (Some(c), Some(t)) => {
-            let last = &view.timeline[n - 1];
+            let at = if c.recorded { view.cursor.min(n - 1) } else { n - 1 };
+            let p = &view.timeline[at];
+            let when = if c.recorded {
+                format!("cursor at {} of {}", duration(t[at] - t[0]), duration(t[n - 1] - t[0]))
+            } else {
+                format!("now (+{})", duration(t[n - 1] - t[0]))
+            };
             format!(
-                " {} ─── now (+{}) ─ allocated {} ─ reserved {} ─ ✗ {} ─ ╵ {} {}",
+                " {} ─── {when} ─ allocated {} ─ reserved {} ─ ✗ {} ─ ╵ {} {}",
                 duration(0.0),
-                duration(t[n - 1] - t[0]),
-                human_bytes(last.allocated),
-                human_bytes(last.reserved),
+                human_bytes(p.allocated),
+                human_bytes(p.reserved),
                 crate::analysis::count(view.ooms.len(), "OOM"),
                 crate::analysis::count(view.iterations.len(), "step"),
                 if view.iterations.is_empty() {
@@ -1183,7 +1188,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
 }
 
 /// Seconds as a short duration: "42 s", "4m 12s", "2h 03m".
-fn duration(secs: f64) -> String {
+pub(crate) fn duration(secs: f64) -> String {
     let s = secs.max(0.0).round() as u64;
     match s {
         0..=59 => format!("{s} s"),

@@ -109,6 +109,8 @@ pub(crate) struct Marks<'m> {
 pub(crate) struct Clock<'m> {
     pub(crate) times: &'m [f64],
     pub(crate) step_peaks: bool,
+    /// A recording: the footer reads the cursor, not the latest sample.
+    pub(crate) recorded: bool,
 }
 
 impl<'m> Marks<'m> {
