@@ -144,8 +144,9 @@ fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     assert!(accum > b4 && accum < base, "{accum}: b4 {b4}, b8 {base}");
     let resnet = run(spec(ModelKind::Resnet50, |_| {})).0;
     let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = true)).0;
-    // Segments of 4 blocks: the recomputed first one (layer1, 56x56) dominates.
-    assert!(resnet_ckpt < resnet * 65 / 100, "{resnet_ckpt} vs {resnet}");
+    // Segments of 4 blocks: the recomputed first one (layer1, 56x56) and
+    // the gradients flowing back through it dominate.
+    assert!(resnet_ckpt < resnet * 70 / 100, "{resnet_ckpt} vs {resnet}");
 }
 
 #[test]
@@ -210,8 +211,8 @@ fn synth_json_on_the_simulated_device() {
     assert_eq!(v["workload"]["batch"], 64);
     assert_eq!(v["iterations"], 2);
     assert_eq!(v["outcome"], "finished");
-    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_861_615_616u64);
-    assert_eq!(v["peak"]["allocated_bytes"], 5_861_615_616u64);
+    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_862_402_048u64);
+    assert_eq!(v["peak"]["allocated_bytes"], 5_862_402_048u64);
     assert_eq!(v["peak"]["iteration"], 2);
     // The peak's index in the allocator's event stream: the alloc that made it.
     let ev = v["peak"]["event"].as_u64().unwrap();

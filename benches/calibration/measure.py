@@ -6,6 +6,12 @@ the shared traces), trains a few iterations the way the shared traces were
 recorded (zero_grad(set_to_none) after step, foreach optimizers), and prints
 one JSON line with torch.cuda.memory_stats()'s peaks. With SNAP=1 it also
 dumps the memory snapshot to OUTDIR/NAME.pickle.
+
+EXTRA adds what `synth` flags add: `accum` K (K micro-batches per optimizer
+step, each `loss / K` then backward, the loop's `out`/`loss` rebound by the
+next micro-batch), `ckpt` (Hugging Face's `gradient_checkpointing_enable()`:
+every layer checkpointed), and a Llama shape (`synth --layers --hidden
+--heads --kv-heads --ffn --vocab`).
 """
 import json, os, subprocess, sys
 
@@ -27,6 +33,43 @@ CONFIGS = {
     "mlp_b1024": ("mlp", 1024, 0, False, "adamw"),
     "resnet50_b64_inference": ("resnet50", 64, 0, False, "none"),
     "gpt2_b8_inference": ("gpt2", 8, 1024, False, "none"),
+    # The second set (2026-12-01), configurations the first did not have.
+    "resnet50_b24": ("resnet50", 24, 0, False, "sgd"),
+    "resnet50_b48": ("resnet50", 48, 0, False, "sgd"),
+    "resnet50_b96_amp": ("resnet50", 96, 0, True, "sgd"),
+    "resnet50_b192_amp": ("resnet50", 192, 0, True, "sgd"),
+    "gpt2_b2_s1024_amp_ckpt": ("gpt2", 2, 1024, True, "adamw"),
+    "gpt2_b8_s512_ckpt": ("gpt2", 8, 512, False, "adamw"),
+    "gpt2_b2_s1024_amp_accum4": ("gpt2", 2, 1024, True, "adamw"),
+    "gpt2_b4_s512_accum2": ("gpt2", 4, 512, False, "adamw"),
+    "bert_b8_s512_amp_accum2": ("bert", 8, 512, True, "adamw"),
+    "mlp_b2048": ("mlp", 2048, 0, False, "adamw"),
+    "mlp_b8192": ("mlp", 8192, 0, False, "adamw"),
+    "llama_l4_h1024_b4_s1024_amp": ("llama", 4, 1024, True, "adamw"),
+    # The issue's nine (#20), to check against; not in the calibration table.
+    "i_gpt2_b16_s256": ("gpt2", 16, 256, False, "adamw"),
+    "i_gpt2_b4_s1024_amp_ckpt": ("gpt2", 4, 1024, True, "adamw"),
+    "i_gpt2_b4_s1024_amp_accum4": ("gpt2", 4, 1024, True, "adamw"),
+    "i_bert_b8_s512_amp": ("bert", 8, 512, True, "adamw"),
+    "i_resnet50_b16": ("resnet50", 16, 0, False, "sgd"),
+    "i_resnet50_b256_amp": ("resnet50", 256, 0, True, "sgd"),
+    "i_llama_l8_b8_s512": ("llama", 8, 512, False, "adamw"),
+    "i_gpt2_b32_s512_inference": ("gpt2", 32, 512, False, "none"),
+    "i_mlp_b4096": ("mlp", 4096, 0, False, "adamw"),
+}
+
+LLAMA_SMALL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=4,
+                   vocab_size=32000)
+EXTRA = {
+    "gpt2_b2_s1024_amp_ckpt": {"ckpt": True},
+    "gpt2_b8_s512_ckpt": {"ckpt": True},
+    "gpt2_b2_s1024_amp_accum4": {"accum": 4},
+    "gpt2_b4_s512_accum2": {"accum": 2},
+    "bert_b8_s512_amp_accum2": {"accum": 2},
+    "llama_l4_h1024_b4_s1024_amp": {"llama": dict(LLAMA_SMALL, num_hidden_layers=4)},
+    "i_gpt2_b4_s1024_amp_ckpt": {"ckpt": True},
+    "i_gpt2_b4_s1024_amp_accum4": {"accum": 4},
+    "i_llama_l8_b8_s512": {"llama": dict(LLAMA_SMALL, num_hidden_layers=8)},
 }
 
 
@@ -35,6 +78,8 @@ def child(name):
     import torch.nn.functional as F
 
     model_name, batch, seq, amp, optim = CONFIGS[name]
+    extra = EXTRA.get(name, {})
+    accum = extra.get("accum", 1)
     torch.manual_seed(0)
     dev = "cuda"
     if os.environ.get("SNAP"):
@@ -63,11 +108,13 @@ def child(name):
             cfg = T.BertConfig()
             model = T.BertForMaskedLM(cfg)
         else:
-            cfg = T.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                tie_word_embeddings=True, max_position_embeddings=4096)
+            shape = extra.get("llama") or dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                                num_attention_heads=32, num_key_value_heads=8, vocab_size=128256)
+            cfg = T.LlamaConfig(tie_word_embeddings=True, max_position_embeddings=4096, **shape)
             model = T.LlamaForCausalLM(cfg)
         model = model.to(dev)
+        if extra.get("ckpt"):
+            model.gradient_checkpointing_enable()
         V = cfg.vocab_size
 
         def mb():
@@ -92,13 +139,17 @@ def child(name):
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         for _ in range(3):
-            x, y = mb()
-            # As the shared traces' loop: the output stays referenced
-            # through backward (`out = model(x); loss = lf(out, y)`).
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                out = model(x)
-                loss = lf(out, y)
-            loss.backward()
+            for _ in range(accum):
+                x, y = mb()
+                # As the shared traces' loop: the output stays referenced
+                # through backward (`out = model(x); loss = lf(out, y)`),
+                # and until the next micro-batch rebinds it.
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                    out = model(x)
+                    loss = lf(out, y)
+                    if accum > 1:
+                        loss = loss / accum
+                loss.backward()
             opt.step()
             opt.zero_grad()
             del loss, out, x, y
@@ -106,7 +157,8 @@ def child(name):
     s = torch.cuda.memory_stats()
     keep = ["allocated_bytes.all.peak", "reserved_bytes.all.peak", "requested_bytes.all.peak",
             "num_device_alloc", "allocation.all.peak", "allocated_bytes.all.current"]
-    print(json.dumps({"name": name, "config": CONFIGS[name], **{k: s.get(k) for k in keep}}), flush=True)
+    print(json.dumps({"name": name, "config": CONFIGS[name], **({"extra": extra} if extra else {}),
+                      **{k: s.get(k) for k in keep}}), flush=True)
     if os.environ.get("SNAP"):
         torch.cuda.memory._dump_snapshot(os.path.join(sys.argv[2], name + ".pickle"))
 

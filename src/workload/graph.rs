@@ -59,6 +59,13 @@ pub struct Graph {
     pub(crate) held: Vec<Tid>,
     /// Tensors made before the graph runs (the batch): allocated first.
     pub(crate) inputs: Vec<Tid>,
+    /// What the loop's `out` references (the model's output, a key/value
+    /// cache), and its `loss`: both also in `held`, and kept past backward
+    /// until the next micro-batch rebinds the name or the step's end.
+    pub(crate) output: Vec<Tid>,
+    pub(crate) loss: Option<Tid>,
+    /// The first node of the loss (after the model's forward returned).
+    pub(crate) loss_from: Option<usize>,
     /// Parameter sizes in bytes (fp32 master weights).
     pub params: Vec<u64>,
     /// Call-site labels, indexed by `Node::site`.
@@ -122,6 +129,28 @@ impl Persistent {
     }
 }
 
+/// What the training loop still references of a micro-batch after its
+/// backward (`x, y`, `out`, `loss`): each is freed when the next
+/// micro-batch rebinds its name (`x, y = batch()` once the new batch is
+/// made, `out = model(x)` once the new forward returned, `loss = …` once
+/// the new loss is made), the last one's after the optimizer step and
+/// `zero_grad` (`del loss, out, x, y`). docs/synth.md.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    batch: Vec<u64>,
+    output: Vec<u64>,
+    loss: Vec<u64>,
+}
+
+impl Held {
+    /// `del loss, out, x, y`.
+    pub(crate) fn release(self, out: &mut Vec<Op>) {
+        for key in self.loss.into_iter().chain(self.output).chain(self.batch) {
+            out.push(Op::Free { key });
+        }
+    }
+}
+
 /// How one step runs its graph.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct StepMode {
@@ -139,11 +168,13 @@ pub(crate) struct Executor<'a> {
     site_base: u32,
     keys: Vec<Option<u64>>,
     grads: HashMap<Tid, Option<u64>>,
+    /// The previous micro-batch's `out`, freed when forward reaches this node.
+    rebind: Option<(usize, Vec<u64>)>,
 }
 
 impl<'a> Executor<'a> {
     pub fn new(g: &'a Graph, p: &'a mut Persistent, out: &'a mut Vec<Op>, site_base: u32) -> Self {
-        Executor { g, p, out, site_base, keys: vec![None; g.sizes.len()], grads: HashMap::new() }
+        Executor { g, p, out, site_base, keys: vec![None; g.sizes.len()], grads: HashMap::new(), rebind: None }
     }
 
     fn alloc_key(&mut self, size: u64, site: u32) -> u64 {
@@ -185,6 +216,11 @@ impl<'a> Executor<'a> {
             }
         }
         for i in range.clone() {
+            if self.rebind.as_ref().is_some_and(|r| r.0 == i) {
+                for key in self.rebind.take().map(|r| r.1).unwrap_or_default() {
+                    self.out.push(Op::Free { key });
+                }
+            }
             let n = &self.g.nodes[i];
             if n.matmul && ws_flag && !self.p.fwd_workspace {
                 self.p.fwd_workspace = true;
@@ -227,13 +263,20 @@ impl<'a> Executor<'a> {
     }
 
     /// One step: forward, then (unless inference) backward, parameter
-    /// gradients accumulating into `Persistent::grad_keys`.
-    pub(crate) fn step(mut self, mode: StepMode) {
+    /// gradients accumulating into `Persistent::grad_keys`. `prev` is what
+    /// the loop held of the previous micro-batch; the result is what it
+    /// holds of this one (nothing under inference, whose loop drops it).
+    pub(crate) fn step(mut self, mode: StepMode, prev: Held) -> Held {
         let g = self.g;
         let n_t = g.sizes.len();
         for &t in &g.inputs {
             self.alloc(t, 0);
         }
+        for key in prev.batch {
+            self.out.push(Op::Free { key });
+        }
+        let at = g.loss_from.unwrap_or(g.nodes.len());
+        self.rebind = Some((at, prev.output));
         // What forward keeps: held tensors, and what backward will need.
         let mut keep = vec![false; n_t];
         for &t in g.held.iter().chain(&g.inputs).chain(&g.autocast_cache) {
@@ -273,11 +316,14 @@ impl<'a> Executor<'a> {
             }
         }
         self.forward(0..g.nodes.len(), &keep, true);
+        for key in self.rebind.take().map(|r| r.1).into_iter().flatten().chain(prev.loss) {
+            self.out.push(Op::Free { key });
+        }
         if mode.inference {
             for &t in g.autocast_cache.iter().chain(&g.held).chain(&g.inputs) {
                 self.free(t);
             }
-            return;
+            return Held::default();
         }
         // Leaving autocast drops the casts nothing saved.
         for &t in &g.autocast_cache {
@@ -286,7 +332,7 @@ impl<'a> Executor<'a> {
             }
         }
         // Backward, from the loss.
-        let Some(last) = g.nodes.last() else { return };
+        let Some(last) = g.nodes.last() else { return Held::default() };
         let root = last.outputs[0];
         let k = self.alloc_key(g.logical[root].max(4), last.site);
         self.grads.insert(root, Some(k));
@@ -316,10 +362,19 @@ impl<'a> Executor<'a> {
                 self.p.bwd_workspace = true;
                 self.alloc_key(CUBLAS_WORKSPACE, n.site);
             }
+            // An addition hands its output's gradient to its inputs as is:
+            // the first input without a gradient takes the buffer.
+            let mut handed = if n.pass_through {
+                n.outputs.iter().find_map(|t| self.grads.get_mut(t).and_then(|k| k.take()))
+            } else {
+                None
+            };
             for j in 0..n.grad_in.len() {
                 let t = g.nodes[i].grad_in[j];
                 if g.nodes[i].pass_through {
-                    self.grads.entry(t).or_insert(None);
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.grads.entry(t) {
+                        e.insert(handed.take());
+                    }
                     continue;
                 }
                 let k = self.alloc_key(g.logical[t], g.nodes[i].site);
@@ -344,6 +399,9 @@ impl<'a> Executor<'a> {
                 let (s, site) = (g.nodes[i].bwd_temps[j], g.nodes[i].site);
                 self.scratch(s, site);
             }
+            if let Some(k) = handed {
+                self.out.push(Op::Free { key: k });
+            }
             let n = &g.nodes[i];
             for &t in &n.outputs {
                 if let Some(Some(k)) = self.grads.remove(&t) {
@@ -357,11 +415,22 @@ impl<'a> Executor<'a> {
         for k in rest {
             self.out.push(Op::Free { key: k });
         }
-        for &t in g.held.iter().chain(&g.inputs) {
+        let mut held = Held::default();
+        for &t in &g.inputs {
+            held.batch.extend(self.keys[g.root(t)].take());
+        }
+        for &t in &g.output {
+            held.output.extend(self.keys[g.root(t)].take());
+        }
+        if let Some(t) = g.loss {
+            held.loss.extend(self.keys[g.root(t)].take());
+        }
+        for &t in &g.held {
             self.free(t);
         }
         for t in 0..n_t {
             self.free(t);
         }
+        held
     }
 }

@@ -210,8 +210,9 @@ impl Synthetic {
         let mode = graph::StepMode { inference: self.spec.inference, checkpoint: self.spec.checkpoint };
         let g = self.graph(batch, seq);
         let base = self.site_base(&g);
+        let mut held = graph::Held::default();
         for _ in 0..self.spec.accum.max(1) {
-            graph::Executor::new(&g, &mut self.persistent, &mut ops, base).step(mode);
+            held = graph::Executor::new(&g, &mut self.persistent, &mut ops, base).step(mode, held);
             if self.spec.inference {
                 break;
             }
@@ -229,6 +230,7 @@ impl Synthetic {
                 }
             }
         }
+        held.release(&mut ops);
         if self.spec.leak > 0 {
             let key = self.persistent.key();
             ops.push(Op::Alloc { key, size: self.spec.leak, site: SITE_LEAK });

@@ -232,7 +232,16 @@ impl Builder {
     fn add(&mut self, what: &str, a: Tid, b: Tid) -> Tid {
         let d = self.dtype[a].max(self.dtype[b]);
         let y = self.t(self.elems(a), d);
-        self.node(what, Node { inputs: vec![a, b], outputs: vec![y], pass_through: true, ..Default::default() });
+        self.node(
+            what,
+            Node {
+                inputs: vec![a, b],
+                grad_in: vec![a, b],
+                outputs: vec![y],
+                pass_through: true,
+                ..Default::default()
+            },
+        );
         y
     }
     fn dropout(&mut self, what: &str, x: Tid) -> Tid {
@@ -340,6 +349,7 @@ impl Builder {
             self.g.held.push(logits);
             return self.g;
         }
+        self.g.loss_from = Some(self.g.nodes.len());
         let loss = self.cross_entropy(logits, rows, vocab);
         self.finish(logits, loss)
     }
@@ -348,6 +358,8 @@ impl Builder {
         // The loop keeps the model's output and the loss until backward is
         // done (`out = model(x); loss = lf(out, y); loss.backward()`).
         self.g.held.extend([output, loss]);
+        self.g.output.push(output);
+        self.g.loss = Some(loss);
         // The loss must be the last node's first output for backward to start.
         let last = self.g.nodes.last_mut().expect("a model has ops");
         if let Some(pos) = last.outputs.iter().position(|&t| t == loss) {
@@ -404,7 +416,10 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
     let pe = k.t(s * h, F32);
     k.node("wpe", Node { inputs: vec![pos], outputs: vec![pe], param_grads: vec![wpe], ..Default::default() });
     let x0 = k.t(rows * h, F32);
-    k.node("embeddings", Node { inputs: vec![e, pe], outputs: vec![x0], pass_through: true, ..Default::default() });
+    k.node(
+        "embeddings",
+        Node { inputs: vec![e, pe], grad_in: vec![e, pe], outputs: vec![x0], pass_through: true, ..Default::default() },
+    );
     let mut r = k.dropout("drop", x0);
     for l in 0..m.layers {
         k.module(format!("transformer.h.{l}."));
@@ -417,7 +432,9 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         let kc = k.t(rows * h, d);
         let vc = k.t(rows * h, d);
         k.node("attn (kv cache)", Node { inputs: vec![qkv], outputs: vec![kc, vc], ..Default::default() });
+        // In the output's past_key_values: they live as long as `out`.
         k.g.held.extend([kc, vc]);
+        k.g.output.extend([kc, vc]);
         let o = k.sdpa(qkv, kc, vc, b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
         let y = k.linear("attn.c_proj", o, rows, h, w, Some(bi));
@@ -480,7 +497,14 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
     let p = k.t(rows * h, F32);
     k.node(
         "position_embeddings",
-        Node { inputs: vec![x], outputs: vec![p], param_grads: vec![pe], pass_through: true, ..Default::default() },
+        Node {
+            inputs: vec![x],
+            grad_in: vec![x],
+            outputs: vec![p],
+            param_grads: vec![pe],
+            pass_through: true,
+            ..Default::default()
+        },
     );
     let x = k.layer_norm("LayerNorm", p, rows, h);
     let mut r = k.dropout("dropout", x);
@@ -682,7 +706,13 @@ fn resnet50(st: StepShape) -> Graph {
             let s = k.alias(y);
             k.node(
                 &format!("{p}add"),
-                Node { inputs: vec![y, identity], outputs: vec![s], pass_through: true, ..Default::default() },
+                Node {
+                    inputs: vec![y, identity],
+                    grad_in: vec![y, identity],
+                    outputs: vec![s],
+                    pass_through: true,
+                    ..Default::default()
+                },
             );
             let o = k.alias(y);
             k.node(
