@@ -145,8 +145,9 @@ fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     let resnet = run(spec(ModelKind::Resnet50, |_| {})).0;
     let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = true)).0;
     // Segments of 4 blocks: the recomputed first one (layer1, 56x56) and
-    // the gradients flowing back through it dominate.
-    assert!(resnet_ckpt < resnet * 70 / 100, "{resnet_ckpt} vs {resnet}");
+    // the gradients flowing back through it dominate; cuDNN's workspaces
+    // (conv1's: 263 MB in its backward) do not shrink.
+    assert!(resnet_ckpt < resnet * 3 / 4, "{resnet_ckpt} vs {resnet}");
 }
 
 #[test]
@@ -211,8 +212,8 @@ fn synth_json_on_the_simulated_device() {
     assert_eq!(v["workload"]["batch"], 64);
     assert_eq!(v["iterations"], 2);
     assert_eq!(v["outcome"], "finished");
-    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_862_402_048u64);
-    assert_eq!(v["peak"]["allocated_bytes"], 5_862_402_048u64);
+    assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_854_930_944u64);
+    assert_eq!(v["peak"]["allocated_bytes"], 5_854_930_944u64);
     assert_eq!(v["peak"]["iteration"], 2);
     // The peak's index in the allocator's event stream: the alloc that made it.
     let ev = v["peak"]["event"].as_u64().unwrap();

@@ -33,6 +33,10 @@ pub(crate) struct Node {
     pub(crate) param_grads: Vec<usize>,
     /// Backward scratch allocations.
     pub(crate) bwd_temps: Vec<u64>,
+    /// A workspace taken right after each gradient this op's backward
+    /// allocates (`grad_in`, then `param_grads`; 0: none): cuDNN's
+    /// backward-data and backward-filter workspaces (`workload::cudnn`).
+    pub(crate) grad_ws: Vec<u64>,
     /// A cuBLAS call: the first one in forward and in backward allocates the
     /// handle's workspace (kept for the life of the process).
     pub(crate) matmul: bool,
@@ -315,6 +319,17 @@ impl<'a> Executor<'a> {
                 }
             }
         }
+        // Which tensors autograd computes a gradient for: those made from
+        // a parameter, not the batch and what is made from it alone.
+        let mut needs = vec![false; n_t];
+        for n in &g.nodes {
+            if !n.param_grads.is_empty() || n.inputs.iter().any(|&t| needs[g.root(t)]) {
+                for &t in &n.outputs {
+                    needs[g.root(t)] = true;
+                    needs[t] = true;
+                }
+            }
+        }
         self.forward(0..g.nodes.len(), &keep, true);
         for key in self.rebind.take().map(|r| r.1).into_iter().flatten().chain(prev.loss) {
             self.out.push(Op::Free { key });
@@ -369,8 +384,12 @@ impl<'a> Executor<'a> {
             } else {
                 None
             };
+            let ws = |j: usize| g.nodes[i].grad_ws.get(j).copied().unwrap_or(0);
             for j in 0..n.grad_in.len() {
                 let t = g.nodes[i].grad_in[j];
+                if !needs[g.root(t)] && !needs[t] {
+                    continue;
+                }
                 if g.nodes[i].pass_through {
                     if let std::collections::hash_map::Entry::Vacant(e) = self.grads.entry(t) {
                         e.insert(handed.take());
@@ -378,6 +397,9 @@ impl<'a> Executor<'a> {
                     continue;
                 }
                 let k = self.alloc_key(g.logical[t], g.nodes[i].site);
+                if ws(j) > 0 {
+                    self.scratch(ws(j), g.nodes[i].site);
+                }
                 match self.grads.entry(t) {
                     // Accumulated into the existing buffer in place.
                     std::collections::hash_map::Entry::Occupied(_) => self.out.push(Op::Free { key: k }),
@@ -386,9 +408,13 @@ impl<'a> Executor<'a> {
                     }
                 }
             }
-            for j in 0..n.param_grads.len() {
+            let n_in = g.nodes[i].grad_in.len();
+            for j in 0..g.nodes[i].param_grads.len() {
                 let p = g.nodes[i].param_grads[j];
                 let k = self.alloc_key(g.params[p], g.nodes[i].site);
+                if ws(n_in + j) > 0 {
+                    self.scratch(ws(n_in + j), g.nodes[i].site);
+                }
                 if self.p.grad_keys[p].is_some() {
                     self.out.push(Op::Free { key: k });
                 } else {

@@ -2,6 +2,7 @@
 //! inference loops of real model shapes (`models`), executed the way autograd
 //! runs them (`graph`), driven through the allocator by `driver`.
 
+pub(crate) mod cudnn;
 pub mod driver;
 pub mod graph;
 pub mod models;

@@ -668,7 +668,7 @@ fn resnet50(st: StepShape) -> Graph {
     k.dtype[img] = F32;
     // The labels: allocated with the batch, read only by the loss.
     k.input(b * 8);
-    let x = conv(&mut k, "conv1", img, 3, 64, 7, 112);
+    let x = conv(&mut k, "conv1", img, [3, 64, 7, 2, 224]);
     let x = bn_relu(&mut k, "bn1", x, 64, 112, true);
     // Max pooling keeps int64 indices for backward.
     let d = k.dtype[x];
@@ -690,14 +690,15 @@ fn resnet50(st: StepShape) -> Graph {
             let p = format!("layer{}.{bi}.", si + 1);
             let out = width * 4;
             let in_hw = if bi == 0 && si > 0 { hw * 2 } else { hw };
-            let y = conv(&mut k, &format!("{p}conv1"), x, cin, width, 1, in_hw);
+            let stride = in_hw / hw;
+            let y = conv(&mut k, &format!("{p}conv1"), x, [cin, width, 1, 1, in_hw]);
             let y = bn_relu(&mut k, &format!("{p}bn1"), y, width, in_hw, true);
-            let y = conv(&mut k, &format!("{p}conv2"), y, width, width, 3, hw);
+            let y = conv(&mut k, &format!("{p}conv2"), y, [width, width, 3, stride, in_hw]);
             let y = bn_relu(&mut k, &format!("{p}bn2"), y, width, hw, true);
-            let y = conv(&mut k, &format!("{p}conv3"), y, width, out, 1, hw);
+            let y = conv(&mut k, &format!("{p}conv3"), y, [width, out, 1, 1, hw]);
             let y = bn_relu(&mut k, &format!("{p}bn3"), y, out, hw, false);
             let identity = if bi == 0 {
-                let d = conv(&mut k, &format!("{p}downsample.0"), x, cin, out, 1, hw);
+                let d = conv(&mut k, &format!("{p}downsample.0"), x, [cin, out, 1, stride, in_hw]);
                 bn_relu(&mut k, &format!("{p}downsample.1"), d, out, hw, false)
             } else {
                 x
@@ -732,9 +733,14 @@ fn resnet50(st: StepShape) -> Graph {
     k.head(logits, b, 1000, st.inference)
 }
 
-/// A convolution producing `cout` × `hw`² per image: saves its input.
-fn conv(k: &mut Builder, what: &str, x: Tid, cin: u64, cout: u64, ks: u64, hw: u64) -> Tid {
+/// A convolution `[cin, cout, ks, stride, size]`: `ks`×`ks` at `stride` over `size`² inputs (padding
+/// `ks / 2`, as torchvision's): saves its input; cuDNN's workspaces where
+/// they were measured (`workload::cudnn`).
+fn conv(k: &mut Builder, what: &str, x: Tid, [cin, cout, ks, stride, size]: [u64; 5]) -> Tid {
     let b = k.batch;
+    let geom = super::cudnn::Conv { cin, cout, kernel: ks, stride, padding: ks / 2, size };
+    let hw = (size + 2 * geom.padding - ks) / stride + 1;
+    let ws = super::cudnn::workspaces(geom, k.amp, b).unwrap_or_default();
     let w = k.param(cout * cin * ks * ks);
     let (xc, wc) = match k.weight(what, w) {
         Some(wc) => {
@@ -756,6 +762,8 @@ fn conv(k: &mut Builder, what: &str, x: Tid, cin: u64, cout: u64, ks: u64, hw: u
             outputs: vec![y],
             saved,
             param_grads: if wc.is_some() { vec![] } else { vec![w] },
+            temps: [ws.forward].into_iter().filter(|&w| w > 0).collect(),
+            grad_ws: vec![ws.backward_data, ws.backward_filter],
             ..Default::default()
         },
     );
