@@ -56,6 +56,13 @@ CONFIGS = {
     "i_llama_l8_b8_s512": ("llama", 8, 512, False, "adamw"),
     "i_gpt2_b32_s512_inference": ("gpt2", 32, 512, False, "none"),
     "i_mlp_b4096": ("mlp", 4096, 0, False, "adamw"),
+    # Batches between those of cudnn_workspaces.py's table.
+    "resnet50_b40": ("resnet50", 40, 0, False, "sgd"),
+    "resnet50_b80_amp": ("resnet50", 80, 0, True, "sgd"),
+    "resnet50_b160": ("resnet50", 160, 0, False, "sgd"),
+    "resnet50_b320_amp": ("resnet50", 320, 0, True, "sgd"),
+    "mlp_b3072": ("mlp", 3072, 0, False, "adamw"),
+    "mlp_b12288": ("mlp", 12288, 0, False, "adamw"),
 }
 
 LLAMA_SMALL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=4,
@@ -83,7 +90,12 @@ def child(name):
     torch.manual_seed(0)
     dev = "cuda"
     if os.environ.get("SNAP"):
-        torch.cuda.memory._record_memory_history(stacks="python", max_entries=2_000_000)
+        # SNAP=bare: no stacks (recording Python stacks fails under
+        # reentrant checkpointing: "run_backward returned NULL").
+        if os.environ["SNAP"] == "bare":
+            torch.cuda.memory._record_memory_history(context=None, max_entries=2_000_000)
+        else:
+            torch.cuda.memory._record_memory_history(stacks="python", max_entries=2_000_000)
     if model_name == "resnet50":
         import torchvision
 

@@ -171,7 +171,10 @@ impl Builder {
     }
 
     /// `x @ w + b` over `rows` rows: a GEMM (cuBLAS) saving its input.
+    /// Its backward's bias gradient sums the output gradient over the rows,
+    /// taking the reduction's buffer right after (`bias_reduction`).
     pub(crate) fn linear(&mut self, what: &str, x: Tid, rows: u64, fout: u64, w: usize, b: Option<usize>) -> Tid {
+        let reduction = if b.is_some() { bias_reduction(rows, fout) } else { 0 };
         match self.weight(what, w) {
             Some(wc) => {
                 let xc = self.cast_bf16(what, x);
@@ -187,6 +190,7 @@ impl Builder {
                         outputs: vec![y],
                         saved: vec![xc, wc],
                         matmul: true,
+                        grad_ws: vec![0, 0, reduction],
                         ..Default::default()
                     },
                 );
@@ -205,6 +209,7 @@ impl Builder {
                         grad_in: vec![x],
                         param_grads: params,
                         matmul: true,
+                        grad_ws: vec![0, 0, reduction],
                         ..Default::default()
                     },
                 );
@@ -379,6 +384,19 @@ pub(crate) struct StepShape {
     pub(crate) checkpoint: bool,
     /// No loss: the loop only runs the model (`torch.no_grad()`).
     pub(crate) inference: bool,
+}
+
+/// The buffer PyTorch's reduction kernel takes to sum a `rows` × `out`
+/// gradient over its rows (a Linear's bias gradient) on an H200: none up
+/// to 512 rows, then fp32 partial sums for 2 × `rows` row blocks, at most
+/// about 132 SMs × 2^18 values. Measured for 2-D and 3-D inputs, fp32 and
+/// bf16 alike (benches/calibration/linear_backward.py; docs/synth.md).
+fn bias_reduction(rows: u64, out: u64) -> u64 {
+    const MOST: u64 = 132 << 18;
+    if rows <= 512 || out == 0 {
+        return 0;
+    }
+    (2 * rows).min(MOST.div_ceil(out)) * out * F32
 }
 
 /// Segment number of layer `l` of `n`: groups of ⌈√n⌉ layers.
