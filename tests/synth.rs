@@ -126,7 +126,7 @@ fn each_iteration_frees_all_it_allocated_but_state_and_leaks() {
 #[test]
 fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     let base = run(spec(ModelKind::Gpt2, |_| {})).0;
-    let ckpt = run(spec(ModelKind::Gpt2, |s| s.checkpoint = true)).0;
+    let ckpt = run(spec(ModelKind::Gpt2, |s| s.checkpoint = gpumem_top::workload::Checkpoint::Sqrt)).0;
     let amp = run(spec(ModelKind::Gpt2, |s| s.amp = true)).0;
     let accum = run(spec(ModelKind::Gpt2, |s| {
         s.batch = 4;
@@ -143,7 +143,7 @@ fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     // gradients the first micro-step left.
     assert!(accum > b4 && accum < base, "{accum}: b4 {b4}, b8 {base}");
     let resnet = run(spec(ModelKind::Resnet50, |_| {})).0;
-    let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = true)).0;
+    let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = gpumem_top::workload::Checkpoint::Sqrt)).0;
     // Segments of 4 blocks: the recomputed first one (layer1, 56x56) and
     // the gradients flowing back through it dominate; cuDNN's workspaces
     // (conv1's: 263 MB in its backward) do not shrink.

@@ -16,7 +16,7 @@ use crate::analysis::{fragmentation, peak_ratio};
 use crate::device::{Cuda, Device, Sim};
 use crate::workload::driver::{Driver, OnOom, Progress};
 use crate::workload::report::{DeviceMaps, NvmlDevice, SynthFragmentation, SynthPeak, SynthReport};
-use crate::workload::{ModelKind, Optimizer, SynthSpec, Synthetic};
+use crate::workload::{Checkpoint, ModelKind, Optimizer, SynthSpec, Synthetic};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Backend {
@@ -24,6 +24,12 @@ pub(crate) enum Backend {
     Auto,
     Cuda,
     Sim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CheckpointArg {
+    Layer,
+    Sqrt,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -75,9 +81,9 @@ pub struct SynthArgs {
     /// bf16 autocast: bf16 matmul/conv outputs and weight copies.
     #[arg(long)]
     pub(crate) amp: bool,
-    /// Activation checkpointing: keep only the inputs of segments of about √layers layers; recompute in backward.
-    #[arg(long)]
-    pub(crate) checkpoint: bool,
+    /// Activation checkpointing: keep only each segment's input, recompute it in backward. `layer` (the default): every layer on its own, as Hugging Face's gradient_checkpointing_enable() (which also turns the key/value cache off); `sqrt`: segments of about √layers layers.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "layer", value_name = "SCHEME")]
+    pub(crate) checkpoint: Option<CheckpointArg>,
     /// Gradient accumulation over K micro-batches per optimizer step.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub(crate) accum: u64,
@@ -206,7 +212,11 @@ impl SynthArgs {
         };
         s.seed = self.seed;
         s.amp = self.amp;
-        s.checkpoint = self.checkpoint;
+        s.checkpoint = match self.checkpoint {
+            None => Checkpoint::None,
+            Some(CheckpointArg::Layer) => Checkpoint::Layer,
+            Some(CheckpointArg::Sqrt) => Checkpoint::Sqrt,
+        };
         s.accum = self.accum;
         if let Some(o) = self.optimizer {
             s.optimizer = if o == OptimizerArg::Sgd { Optimizer::Sgd } else { Optimizer::Adam };
@@ -446,10 +456,15 @@ pub(crate) fn describe(s: &SynthSpec) -> String {
     } else {
         out += if s.optimizer == Optimizer::Sgd { ", SGD" } else { ", AdamW" };
     }
-    for (on, what) in [(s.amp, "amp"), (s.checkpoint, "checkpoint"), (s.varlen, "varlen")] {
+    for (on, what) in [(s.amp, "amp"), (s.varlen, "varlen")] {
         if on {
             out += &format!(", {what}");
         }
+    }
+    match s.checkpoint {
+        Checkpoint::None => {}
+        Checkpoint::Layer => out += ", checkpoint per layer",
+        Checkpoint::Sqrt => out += ", checkpoint per √layers",
     }
     if s.accum > 1 {
         out += &format!(", accum {}", s.accum);

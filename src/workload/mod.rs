@@ -37,6 +37,22 @@ pub enum Optimizer {
     Adam,
 }
 
+/// Activation checkpointing: which layers are recomputed in backward
+/// (docs/synth.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpoint {
+    #[default]
+    None,
+    /// Every layer on its own (a transformer block, a ResNet bottleneck, an
+    /// MLP layer): Hugging Face's `gradient_checkpointing_enable()`, which
+    /// also turns the key/value cache off.
+    Layer,
+    /// Segments of ⌈√layers⌉ layers (`checkpoint_sequential` with √n
+    /// segments).
+    Sqrt,
+}
+
 /// Everything `synth` was asked to run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SynthSpec {
@@ -49,7 +65,7 @@ pub struct SynthSpec {
     pub iterations: Option<u64>,
     pub seed: u64,
     pub amp: bool,
-    pub checkpoint: bool,
+    pub checkpoint: Checkpoint,
     pub accum: u64,
     pub optimizer: Optimizer,
     pub inference: bool,
@@ -73,7 +89,7 @@ impl SynthSpec {
             iterations: Some(4),
             seed: 0,
             amp: false,
-            checkpoint: false,
+            checkpoint: Checkpoint::None,
             accum: 1,
             optimizer: match model {
                 ModelKind::Resnet50 => Optimizer::Sgd,
@@ -208,7 +224,8 @@ impl Synthetic {
             }
         }
         batch = ((batch as f64 * scale).floor() as u64).max(1);
-        let mode = graph::StepMode { inference: self.spec.inference, checkpoint: self.spec.checkpoint };
+        let mode =
+            graph::StepMode { inference: self.spec.inference, checkpoint: self.spec.checkpoint != Checkpoint::None };
         let g = self.graph(batch, seq);
         let base = self.site_base(&g);
         let mut held = graph::Held::default();

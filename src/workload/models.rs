@@ -380,8 +380,7 @@ pub(crate) struct StepShape {
     pub(crate) batch: u64,
     pub(crate) seq: u64,
     pub(crate) amp: bool,
-    /// Checkpoint segments of about √layers layers each.
-    pub(crate) checkpoint: bool,
+    pub(crate) checkpoint: super::Checkpoint,
     /// No loss: the loop only runs the model (`torch.no_grad()`).
     pub(crate) inference: bool,
 }
@@ -399,13 +398,13 @@ fn bias_reduction(rows: u64, out: u64) -> u64 {
     (2 * rows).min(MOST.div_ceil(out)) * out * F32
 }
 
-/// Segment number of layer `l` of `n`: groups of ⌈√n⌉ layers.
-fn segment_of(l: u64, n: u64, on: bool) -> u32 {
-    if !on {
-        return 0;
+/// Checkpoint segment of layer `l` of `n` (0: none).
+fn segment_of(l: u64, n: u64, scheme: super::Checkpoint) -> u32 {
+    match scheme {
+        super::Checkpoint::None => 0,
+        super::Checkpoint::Layer => (l + 1) as u32,
+        super::Checkpoint::Sqrt => (l / (n as f64).sqrt().ceil().max(1.0) as u64 + 1) as u32,
     }
-    let g = (n as f64).sqrt().ceil().max(1.0) as u64;
-    (l / g + 1) as u32
 }
 
 pub(crate) fn build(kind: ModelKind, shape: &ModelShape, step: StepShape) -> Graph {
@@ -445,14 +444,22 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         let ln = k.layer_norm("ln_1", r, rows, h);
         let (w, bi) = (k.param(h * 3 * h), k.param(3 * h));
         let qkv = k.linear("attn.c_attn", ln, rows, 3 * h, w, Some(bi));
-        // DynamicCache.update keeps copies of k and v (use_cache=True).
-        let d = k.dtype[qkv];
-        let kc = k.t(rows * h, d);
-        let vc = k.t(rows * h, d);
-        k.node("attn (kv cache)", Node { inputs: vec![qkv], outputs: vec![kc, vc], ..Default::default() });
-        // In the output's past_key_values: they live as long as `out`.
-        k.g.held.extend([kc, vc]);
-        k.g.output.extend([kc, vc]);
+        // DynamicCache.update keeps copies of k and v (use_cache=True);
+        // Hugging Face's checkpointing turns the cache off.
+        let (kc, vc) = if st.checkpoint == super::Checkpoint::Layer && std::env::var("NOCOPY").is_ok() {
+            (qkv, qkv)
+        } else {
+            let d = k.dtype[qkv];
+            let kc = k.t(rows * h, d);
+            let vc = k.t(rows * h, d);
+            k.node("attn (kv cache)", Node { inputs: vec![qkv], outputs: vec![kc, vc], ..Default::default() });
+            if st.checkpoint != super::Checkpoint::Layer {
+                // In the output's past_key_values: they live as long as `out`.
+                k.g.held.extend([kc, vc]);
+                k.g.output.extend([kc, vc]);
+            }
+            (kc, vc)
+        };
         let o = k.sdpa(qkv, kc, vc, b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
         let y = k.linear("attn.c_proj", o, rows, h, w, Some(bi));
