@@ -4,7 +4,7 @@
 use gpumem_top::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use gpumem_top::device::Sim;
 use gpumem_top::workload::driver::{Driver, OnOom, Progress};
-use gpumem_top::workload::{ModelKind, Optimizer, SynthSpec, Synthetic};
+use gpumem_top::workload::{Checkpoint, ModelKind, Optimizer, SynthSpec, Synthetic};
 
 fn run(spec: SynthSpec) -> (u64, u64, Driver<Sim>) {
     let alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
@@ -21,63 +21,106 @@ struct Real {
     peak_reserved: u64,
 }
 
+/// The calibration tables: the first (16 runs) and a second recorded
+/// 2026-12-01 with configurations the first lacks (other batches, HF
+/// checkpointing, gradient accumulation, a smaller Llama, large MLP batches).
 fn table() -> Vec<Real> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/calibration/h200.jsonl"))
-        .expect("calibration table");
     let mut out = Vec::new();
-    for line in text.lines() {
-        let v: serde_json::Value = serde_json::from_str(line).expect("json line");
-        let c = &v["config"];
-        let model = match c[0].as_str().unwrap() {
-            "resnet50" => ModelKind::Resnet50,
-            "gpt2" => ModelKind::Gpt2,
-            "bert" => ModelKind::Bert,
-            "llama" => ModelKind::Llama,
-            "mlp" => ModelKind::Mlp,
-            m => panic!("model {m}"),
-        };
-        let mut spec = SynthSpec::new(model);
-        spec.batch = c[1].as_u64().unwrap();
-        spec.seq = c[2].as_u64().unwrap();
-        spec.amp = c[3].as_bool().unwrap();
-        spec.iterations = Some(3);
-        match c[4].as_str().unwrap() {
-            "sgd" => spec.optimizer = Optimizer::Sgd,
-            "adamw" => spec.optimizer = Optimizer::Adam,
-            _ => spec.inference = true,
+    for file in ["h200.jsonl", "h200-set2.jsonl"] {
+        let path = format!("{}/tests/fixtures/calibration/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("calibration table");
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let c = &v["config"];
+            let model = match c[0].as_str().unwrap() {
+                "resnet50" => ModelKind::Resnet50,
+                "gpt2" => ModelKind::Gpt2,
+                "bert" => ModelKind::Bert,
+                "llama" => ModelKind::Llama,
+                "mlp" => ModelKind::Mlp,
+                m => panic!("model {m}"),
+            };
+            let mut spec = SynthSpec::new(model);
+            let x = &v["extra"];
+            if let Some(l) = x.get("llama") {
+                let n = |k: &str| l[k].as_u64().unwrap();
+                spec = spec.with_shape(
+                    n("num_hidden_layers"),
+                    n("hidden_size"),
+                    n("num_attention_heads"),
+                    n("num_key_value_heads"),
+                    n("intermediate_size"),
+                    n("vocab_size"),
+                );
+            }
+            spec.batch = c[1].as_u64().unwrap();
+            spec.seq = c[2].as_u64().unwrap();
+            spec.amp = c[3].as_bool().unwrap();
+            spec.iterations = Some(3);
+            spec.accum = x.get("accum").and_then(|a| a.as_u64()).unwrap_or(1);
+            if x.get("ckpt").and_then(|c| c.as_bool()) == Some(true) {
+                spec.checkpoint = Checkpoint::Layer;
+            }
+            match c[4].as_str().unwrap() {
+                "sgd" => spec.optimizer = Optimizer::Sgd,
+                "adamw" => spec.optimizer = Optimizer::Adam,
+                _ => spec.inference = true,
+            }
+            out.push(Real {
+                name: v["name"].as_str().unwrap().to_string(),
+                spec,
+                peak_allocated: v["allocated_bytes.all.peak"].as_u64().unwrap(),
+                peak_reserved: v["reserved_bytes.all.peak"].as_u64().unwrap(),
+            });
         }
-        out.push(Real {
-            name: v["name"].as_str().unwrap().to_string(),
-            spec,
-            peak_allocated: v["allocated_bytes.all.peak"].as_u64().unwrap(),
-            peak_reserved: v["reserved_bytes.all.peak"].as_u64().unwrap(),
-        });
     }
     out
 }
 
-/// Every recorded configuration (other batch sizes, AMP, inference, BERT,
-/// Llama, MLP) within ±10% of PyTorch's peak allocated bytes.
+/// Runs the table misses by more than 5%, each with the most it may miss
+/// by and why (docs/synth.md "What is not modelled"); every other run's
+/// peak allocated and peak reserved are within ±5% of PyTorch's.
+const KNOWN: &[(&str, &str, f64, &str)] = &[
+    ("resnet50_b64_inference", "allocated", 0.065, "no_grad ResNet-50 keeps one more 56x56 activation"),
+    ("gpt2_b2_s1024_amp_accum4", "reserved", 0.08, "a segment more by the third step: module-local variables"),
+];
+
 #[test]
-fn every_recorded_configuration_is_within_ten_percent() {
-    let mut worst = 0.0f64;
-    for r in table() {
+fn every_recorded_configuration_is_within_five_percent_allocated_and_reserved() {
+    let (mut worst_a, mut worst_r) = (0.0f64, 0.0f64);
+    let rows = table();
+    assert_eq!(rows.len(), 34);
+    for r in rows {
         let (a, res, _) = run(r.spec.clone());
-        let err = a as f64 / r.peak_allocated as f64 - 1.0;
-        worst = worst.max(err.abs());
-        assert!(err.abs() < 0.10, "{}: ours {a}, real {} ({:+.1}%)", r.name, r.peak_allocated, err * 100.0);
+        let ea = a as f64 / r.peak_allocated as f64 - 1.0;
+        let er = res as f64 / r.peak_reserved as f64 - 1.0;
         println!(
-            "{:24} real {:>14} ours {:>14} {:+6.1}%   reserved real {:>14} ours {:>14} {:+6.1}%",
+            "{:32} allocated real {:>14} ours {:>14} {:+6.2}%   reserved real {:>14} ours {:>14} {:+6.2}%",
             r.name,
             r.peak_allocated,
             a,
-            (a as f64 / r.peak_allocated as f64 - 1.0) * 100.0,
+            ea * 100.0,
             r.peak_reserved,
             res,
-            (res as f64 / r.peak_reserved as f64 - 1.0) * 100.0
+            er * 100.0
         );
+        for (what, err) in [("allocated", ea), ("reserved", er)] {
+            let bound = KNOWN.iter().find(|k| k.0 == r.name && k.1 == what).map_or(0.05, |k| k.2);
+            assert!(err.abs() <= bound, "{}: peak {what} {:+.2}% (bound {:.0}%)", r.name, err * 100.0, bound * 100.0);
+            if bound == 0.05 {
+                if what == "allocated" {
+                    worst_a = worst_a.max(err.abs());
+                } else {
+                    worst_r = worst_r.max(err.abs());
+                }
+            }
+        }
     }
-    println!("worst |error| {:.2}%", worst * 100.0);
+    println!(
+        "worst |error| outside the known misses: allocated {:.2}%, reserved {:.2}%",
+        worst_a * 100.0,
+        worst_r * 100.0
+    );
 }
 
 /// The calibration targets: the shared traces' runs.
@@ -126,7 +169,7 @@ fn each_iteration_frees_all_it_allocated_but_state_and_leaks() {
 #[test]
 fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     let base = run(spec(ModelKind::Gpt2, |_| {})).0;
-    let ckpt = run(spec(ModelKind::Gpt2, |s| s.checkpoint = gpumem_top::workload::Checkpoint::Sqrt)).0;
+    let ckpt = run(spec(ModelKind::Gpt2, |s| s.checkpoint = Checkpoint::Sqrt)).0;
     let amp = run(spec(ModelKind::Gpt2, |s| s.amp = true)).0;
     let accum = run(spec(ModelKind::Gpt2, |s| {
         s.batch = 4;
@@ -143,7 +186,7 @@ fn checkpointing_amp_and_accumulation_cut_the_peak_as_expected() {
     // gradients the first micro-step left.
     assert!(accum > b4 && accum < base, "{accum}: b4 {b4}, b8 {base}");
     let resnet = run(spec(ModelKind::Resnet50, |_| {})).0;
-    let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = gpumem_top::workload::Checkpoint::Sqrt)).0;
+    let resnet_ckpt = run(spec(ModelKind::Resnet50, |s| s.checkpoint = Checkpoint::Sqrt)).0;
     // Segments of 4 blocks: the recomputed first one (layer1, 56x56) and
     // the gradients flowing back through it dominate; cuDNN's workspaces
     // (conv1's: 263 MB in its backward) do not shrink.

@@ -226,14 +226,16 @@ impl<'a> Executor<'a> {
                 }
             }
             let n = &self.g.nodes[i];
+            for j in 0..n.outputs.len() {
+                let t = self.g.nodes[i].outputs[j];
+                self.alloc(t, self.g.nodes[i].site);
+            }
+            let n = &self.g.nodes[i];
+            // The handle's workspaces come with the first GEMM, after its output.
             if n.matmul && ws_flag && !self.p.fwd_workspace {
                 self.p.fwd_workspace = true;
                 let site = n.site;
                 let (_k1, _k2) = (self.alloc_key(CUBLAS_WORKSPACE, site), self.alloc_key(CUBLASLT_WORKSPACE, site));
-            }
-            for j in 0..n.outputs.len() {
-                let t = self.g.nodes[i].outputs[j];
-                self.alloc(t, self.g.nodes[i].site);
             }
             let n = &self.g.nodes[i];
             for j in 0..n.temps.len() {

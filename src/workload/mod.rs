@@ -78,6 +78,13 @@ fn ser_kind<S: serde::Serializer>(k: &ModelKind, s: S) -> Result<S::Ok, S::Error
 }
 
 impl SynthSpec {
+    /// A transformer of another shape (`synth --layers --hidden --heads
+    /// --kv-heads --ffn --vocab`).
+    pub fn with_shape(mut self, layers: u64, hidden: u64, heads: u64, kv_heads: u64, ffn: u64, vocab: u64) -> Self {
+        self.shape = ModelShape { layers, hidden, heads, kv_heads, ffn, vocab };
+        self
+    }
+
     /// The shapes of the calibration runs recorded on an H200 (benches/calibration), 4 iterations.
     pub fn new(model: ModelKind) -> Self {
         let (batch, seq) = model.default_batch_seq();
