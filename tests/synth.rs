@@ -258,6 +258,20 @@ fn synth_json_on_the_simulated_device() {
     assert_eq!(v["stats"]["allocated_bytes.all.peak"], 5_854_930_944u64);
     assert_eq!(v["peak"]["allocated_bytes"], 5_854_930_944u64);
     assert_eq!(v["peak"]["iteration"], 2);
+    // What the model includes, and leaves out, for this workload.
+    let effect = |v: &serde_json::Value, name: &str| {
+        v["effects"].as_array().unwrap().iter().find(|e| e["effect"] == name).map(|e| e["modelled"].clone())
+    };
+    assert_eq!(effect(&v, "cudnn_workspaces"), Some(serde_json::json!(true)));
+    assert_eq!(effect(&v, "cudnn_benchmark"), Some(serde_json::json!(false)));
+    assert_eq!(effect(&v, "python_variable_lifetimes"), Some(serde_json::json!(false)));
+    assert_eq!(effect(&v, "checkpointing"), None);
+    let out =
+        cli(&["--backend", "sim", "--json", "--model", "gpt2", "--iterations", "1", "--seq", "128", "--checkpoint"]);
+    let g: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(g["workload"]["checkpoint"], "layer");
+    assert_eq!(effect(&g, "checkpointing"), Some(serde_json::json!(true)));
+    assert_eq!(effect(&g, "cudnn_workspaces"), None);
     // The peak's index in the allocator's event stream: the alloc that made it.
     let ev = v["peak"]["event"].as_u64().unwrap();
     assert!(ev > 0 && ev < v["events"].as_u64().unwrap(), "{ev}");

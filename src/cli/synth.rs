@@ -401,6 +401,7 @@ fn run<D: Backed>(
         driver.release_all();
         let held_after = driver.alloc.device().cuda().map(|c| c.held());
         let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
+        let effects = crate::workload::report::effects(&spec);
         let out = SynthReport {
             trace: None,
             format: "synthetic",
@@ -427,6 +428,7 @@ fn run<D: Backed>(
             reserved_bytes_at_nvml_sample: if is_cuda { Some(s.reserved_at_sample) } else { None },
             device_maps: maps,
             device_bytes_held_after_release: held_after,
+            effects,
             elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
         let mut so = std::io::stdout().lock();

@@ -41,8 +41,74 @@ pub(crate) struct SynthReport {
     pub(crate) reserved_bytes_at_nvml_sample: Option<u64>,
     pub(crate) device_maps: Option<DeviceMaps>,
     pub(crate) device_bytes_held_after_release: Option<u64>,
+    /// What the model of this workload includes and leaves out.
+    pub(crate) effects: Vec<Effect>,
     #[serde(serialize_with = "round4")]
     pub(crate) elapsed_ms: f64,
+}
+
+/// One effect on the peaks: whether this run models it, and how.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct Effect {
+    pub(crate) effect: &'static str,
+    pub(crate) modelled: bool,
+    pub(crate) how: &'static str,
+}
+
+/// The effects that bear on `spec`'s peaks (docs/synth.md).
+pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
+    use super::{Checkpoint, ModelKind};
+    let e = |effect, modelled, how| Effect { effect, modelled, how };
+    let training = !spec.inference;
+    let mut v = vec![
+        e("activations", true, "every op's outputs and what autograd saves, in PyTorch's order"),
+        e("cublas_workspaces", true, "32 MiB + 1 MiB at the first GEMM, 32 MiB at the first backward GEMM, kept"),
+        e(
+            "python_variable_lifetimes",
+            false,
+            "a module's local variables can keep a tensor past its last use; freed at last use here",
+        ),
+    ];
+    if training {
+        v.push(e("gradients", true, "every parameter's, kept from its backward to zero_grad(set_to_none)"));
+        v.push(e(
+            "bias_reduction_buffers",
+            true,
+            "the fp32 partial sums of a Linear's bias gradient over more than 512 rows (H200)",
+        ));
+        v.push(e("optimizer_state", true, "SGD momentum, or AdamW's two states and its foreach temporaries"));
+    }
+    if spec.model == ModelKind::Resnet50 {
+        v.push(e(
+            "cudnn_workspaces",
+            true,
+            "per convolution from a table recorded on an H200 (PyTorch 2.11, cuDNN 9.19, benchmark off); other GPUs differ",
+        ));
+        v.push(e(
+            "cudnn_benchmark",
+            false,
+            "torch.backends.cudnn.benchmark=True tries algorithms with other workspaces",
+        ));
+    }
+    if spec.amp {
+        v.push(e("autocast", true, "bf16 outputs, the weight-cast cache until the forward ends, fp32 ops' copies"));
+    }
+    if spec.accum > 1 {
+        v.push(e(
+            "gradient_accumulation",
+            true,
+            "the previous micro-batch's batch, output and loss live until rebound; gradients accumulate in place",
+        ));
+    }
+    match spec.checkpoint {
+        Checkpoint::None => {}
+        Checkpoint::Layer => {
+            v.push(e("checkpointing", true, "per layer, as gradient_checkpointing_enable(): the key/value cache off"))
+        }
+        Checkpoint::Sqrt => v.push(e("checkpointing", true, "segments of about sqrt(layers) layers")),
+    }
+    v.push(e("distributed", false, "DDP buckets, FSDP shards and NCCL buffers"));
+    v
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
