@@ -44,6 +44,9 @@ pub(crate) struct Node {
     pub(crate) segment: u32,
     /// The gradient reaches the inputs as is (additions): nothing allocated.
     pub(crate) pass_through: bool,
+    /// Tensors a Python variable still references here though the op does
+    /// not use them: they live at least until it has run.
+    pub(crate) refs: Vec<Tid>,
 }
 
 /// One step's forward graph.
@@ -215,7 +218,7 @@ impl<'a> Executor<'a> {
         let mut last_use: HashMap<Tid, usize> = HashMap::new();
         for i in range.clone() {
             let n = &self.g.nodes[i];
-            for &t in n.inputs.iter().chain(&n.outputs) {
+            for &t in n.inputs.iter().chain(&n.outputs).chain(&n.refs) {
                 last_use.insert(self.g.root(t), i);
             }
         }
@@ -244,7 +247,7 @@ impl<'a> Executor<'a> {
             }
             let n = &self.g.nodes[i];
             let mut dead: Vec<Tid> = Vec::new();
-            for &t in n.inputs.iter().chain(&n.outputs) {
+            for &t in n.inputs.iter().chain(&n.outputs).chain(&n.refs) {
                 let t = self.g.root(t);
                 if last_use.get(&t) == Some(&i) && !keep[t] && !dead.contains(&t) {
                     dead.push(t);

@@ -130,6 +130,12 @@ impl Builder {
         n.segment = self.segment;
         self.g.nodes.push(n);
     }
+    /// The last op built runs while Python variables still reference `ts`.
+    fn refs(&mut self, ts: &[Tid]) {
+        if let Some(n) = self.g.nodes.last_mut() {
+            n.refs.extend_from_slice(ts);
+        }
+    }
     pub(crate) fn module(&mut self, prefix: impl Into<String>) {
         self.prefix = prefix.into();
     }
@@ -444,27 +450,30 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         let ln = k.layer_norm("ln_1", r, rows, h);
         let (w, bi) = (k.param(h * 3 * h), k.param(3 * h));
         let qkv = k.linear("attn.c_attn", ln, rows, 3 * h, w, Some(bi));
-        // DynamicCache.update keeps copies of k and v (use_cache=True);
-        // Hugging Face's checkpointing turns the cache off.
-        let (kc, vc) = if st.checkpoint == super::Checkpoint::Layer && std::env::var("NOCOPY").is_ok() {
+        // DynamicCache.update keeps copies of k and v (use_cache=True),
+        // in the output's past_key_values: they live as long as `out`.
+        // Hugging Face's checkpointing turns the cache off: attention reads
+        // k and v as views of the projection.
+        let (kc, vc) = if st.checkpoint == super::Checkpoint::Layer {
             (qkv, qkv)
         } else {
             let d = k.dtype[qkv];
             let kc = k.t(rows * h, d);
             let vc = k.t(rows * h, d);
             k.node("attn (kv cache)", Node { inputs: vec![qkv], outputs: vec![kc, vc], ..Default::default() });
-            if st.checkpoint != super::Checkpoint::Layer {
-                // In the output's past_key_values: they live as long as `out`.
-                k.g.held.extend([kc, vc]);
-                k.g.output.extend([kc, vc]);
-            }
+            k.g.held.extend([kc, vc]);
+            k.g.output.extend([kc, vc]);
             (kc, vc)
         };
         let o = k.sdpa(qkv, kc, vc, b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
         let y = k.linear("attn.c_proj", o, rows, h, w, Some(bi));
         let y = k.dropout("attn.resid_dropout", y);
+        let attn_out = y;
         let r2 = k.add("residual", y, r);
+        // GPT2Block.forward's `hidden_states` holds ln_1's output until this
+        // addition rebinds it (docs/synth.md).
+        k.refs(&[ln]);
         let ln2 = k.layer_norm("ln_2", r2, rows, h);
         let (w, bi) = (k.param(h * m.ffn), k.param(m.ffn));
         let f = k.linear("mlp.c_fc", ln2, rows, m.ffn, w, Some(bi));
@@ -473,6 +482,8 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         let y = k.linear("mlp.c_proj", g, rows, h, w, Some(bi));
         let y = k.dropout("mlp.dropout", y);
         r = k.add("residual", y, r2);
+        // ln_2's output, and `attn_output` until the block returns.
+        k.refs(&[ln2, attn_out]);
     }
     k.segment(0);
     k.module("transformer.");

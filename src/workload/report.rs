@@ -63,12 +63,13 @@ pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
     let mut v = vec![
         e("activations", true, "every op's outputs and what autograd saves, in PyTorch's order"),
         e("cublas_workspaces", true, "32 MiB + 1 MiB at the first GEMM, 32 MiB at the first backward GEMM, kept"),
-        e(
-            "python_variable_lifetimes",
-            false,
-            "a module's local variables can keep a tensor past its last use; freed at last use here",
-        ),
+        e("loop_variables", true, "x, y, out and loss live until rebound or deleted after the optimizer step"),
     ];
+    v.push(if spec.model == ModelKind::Gpt2 {
+        e("module_variables", true, "GPT-2's block keeps its layer norms' outputs and attn_output as its code does")
+    } else {
+        e("module_variables", false, "a module's local variables can keep a tensor past its last use; freed at it here")
+    });
     if training {
         v.push(e("gradients", true, "every parameter's, kept from its backward to zero_grad(set_to_none)"));
         v.push(e(
