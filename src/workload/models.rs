@@ -678,6 +678,9 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
         let oc = k.pointwise("self_attn (transpose)", &[o], k.dtype[o], &[]);
         let wo = k.param(h * h);
         let y = k.linear("self_attn.o_proj", oc, rows, h, wo, None);
+        // LlamaDecoderLayer's `hidden_states` holds the norm's output, and
+        // the attention's `value_states` the projection, until it returns.
+        k.refs(&[x, vv]);
         let r2 = k.add("residual", y, r);
         let x2 = rms_norm(&mut k, "post_attention_layernorm", r2, rows, h);
         let (wg, wu, wd) = (k.param(h * m.ffn), k.param(h * m.ffn), k.param(m.ffn * h));
@@ -686,6 +689,7 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
         let up = k.linear("mlp.up_proj", x2, rows, m.ffn, wu, None);
         let pr = k.pointwise("mlp (act*up)", &[act, up], k.dtype[up], &[act, up]);
         let y = k.linear("mlp.down_proj", pr, rows, h, wd, None);
+        k.refs(&[x2]);
         r = k.add("residual", y, r2);
     }
     k.segment(0);
