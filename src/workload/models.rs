@@ -454,8 +454,21 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         // in the output's past_key_values: they live as long as `out`.
         // Hugging Face's checkpointing turns the cache off: attention reads
         // k and v as views of the projection.
-        let (kc, vc) = if st.checkpoint == super::Checkpoint::Layer {
-            (qkv, qkv)
+        let (q, kc, vc) = if st.checkpoint == super::Checkpoint::Layer {
+            // `split` gives three views; backward concatenates their
+            // gradients into one buffer for the projection.
+            let d = k.dtype[qkv];
+            let parts: Vec<Tid> = (0..3)
+                .map(|_| {
+                    k.dtype.push(d);
+                    k.g.alias(qkv, rows * h * d)
+                })
+                .collect();
+            k.node(
+                "attn (split)",
+                Node { inputs: vec![qkv], outputs: parts.clone(), grad_in: vec![qkv], ..Default::default() },
+            );
+            (parts[0], parts[1], parts[2])
         } else {
             let d = k.dtype[qkv];
             let kc = k.t(rows * h, d);
@@ -463,12 +476,15 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
             k.node("attn (kv cache)", Node { inputs: vec![qkv], outputs: vec![kc, vc], ..Default::default() });
             k.g.held.extend([kc, vc]);
             k.g.output.extend([kc, vc]);
-            (kc, vc)
+            (qkv, kc, vc)
         };
-        let o = k.sdpa(qkv, kc, vc, b, m.heads, s, h, true);
+        let o = k.sdpa(q, kc, vc, b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
         let y = k.linear("attn.c_proj", o, rows, h, w, Some(bi));
         let y = k.dropout("attn.resid_dropout", y);
+        // GPT2Attention.forward's query/key/value views keep the
+        // projection until it returns (under no_grad nothing else does).
+        k.refs(&[qkv]);
         let attn_out = y;
         let r2 = k.add("residual", y, r);
         // GPT2Block.forward's `hidden_states` holds ln_1's output until this
@@ -506,7 +522,10 @@ fn gelu_tanh(k: &mut Builder, x: Tid) -> Tid {
     let tn = k.g.nodes.len() - 1;
     k.g.nodes[tn].saved = vec![t];
     let u = k.pointwise("mlp.act (add)", &[t], F32, &[]);
-    k.pointwise("mlp.act (mul)", &[half, u], F32, &[half, u])
+    let y = k.pointwise("mlp.act (mul)", &[half, u], F32, &[half, u]);
+    // `input` is the function's argument until it returns.
+    k.refs(&[x]);
+    y
 }
 
 /// Hugging Face `BertForMaskedLM` (post-LN encoder, exact GELU, SDPA).
