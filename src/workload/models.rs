@@ -779,6 +779,9 @@ fn resnet50(st: StepShape) -> Graph {
                 &format!("{p}relu"),
                 Node { inputs: vec![s], outputs: vec![o], saved: vec![y], grad_in: vec![s], ..Default::default() },
             );
+            // Bottleneck.forward's argument `x` lives until it returns
+            // (under no_grad nothing else keeps it past the downsample).
+            k.refs(&[x]);
             x = o;
             cin = out;
         }
