@@ -322,21 +322,38 @@ impl Builder {
     /// Cross-entropy over `rows` × `vocab` logits: log_softmax in fp32 (its
     /// output saved), then the loss. Returns the loss.
     fn cross_entropy(&mut self, logits: Tid, rows: u64, vocab: u64) -> Tid {
-        let x = if self.amp {
-            // Autocast's fp32 policy copies the logits before log_softmax.
+        let amp = self.amp;
+        let x = if amp {
+            // Autocast's fp32 policy copies the logits before log_softmax;
+            // the copy lives until the gradient has reached the logits.
             let c = self.t(rows * vocab, self.dtype[logits]);
             self.node(
                 "cross_entropy",
-                Node { inputs: vec![logits], outputs: vec![c], grad_in: vec![logits], ..Default::default() },
+                Node {
+                    inputs: vec![logits],
+                    outputs: vec![c],
+                    saved: vec![c],
+                    grad_in: vec![logits],
+                    ..Default::default()
+                },
             );
             c
         } else {
             logits
         };
         let ls = self.t(rows * vocab, F32);
+        // Under autocast the fp32 log-probabilities go once the loss's own
+        // gradient is made, before log_softmax's (as recorded).
+        let early = amp;
         self.node(
             "cross_entropy",
-            Node { inputs: vec![x], outputs: vec![ls], saved: vec![ls], grad_in: vec![x], ..Default::default() },
+            Node {
+                inputs: vec![x],
+                outputs: vec![ls],
+                saved: if early { vec![] } else { vec![ls] },
+                grad_in: vec![x],
+                ..Default::default()
+            },
         );
         let loss = self.t(1, F32);
         let tw = self.t(1, F32);
@@ -345,7 +362,7 @@ impl Builder {
             Node {
                 inputs: vec![ls],
                 outputs: vec![tw, loss],
-                saved: vec![tw],
+                saved: if early { vec![tw, ls] } else { vec![tw] },
                 grad_in: vec![ls],
                 ..Default::default()
             },
