@@ -75,6 +75,13 @@ pub struct Snapshot {
     pub gone: Vec<u32>,
 }
 
+impl Snapshot {
+    /// What process `pid` published for GPU `device` in this sample.
+    pub(crate) fn publisher(&self, device: u32, pid: u32) -> Option<&Published> {
+        self.publishers.iter().find(|p| p.device == device && p.pid == pid)
+    }
+}
+
 pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

@@ -194,10 +194,8 @@ impl LiveModel {
         let Some(now) = snaps.get(at) else { return LiveModel::new(self.thresholds) };
         let mut procs = BTreeMap::new();
         for (&(dev, pid), h) in &self.procs {
-            let last =
-                snaps[..=at].iter().rev().find_map(|s| s.publishers.iter().find(|p| p.device == dev && p.pid == pid));
-            let Some(last) = last else { continue };
-            let fresh = now.publishers.iter().any(|p| p.device == dev && p.pid == pid);
+            let Some(last) = snaps[..=at].iter().rev().find_map(|s| s.publisher(dev, pid)) else { continue };
+            let fresh = now.publisher(dev, pid).is_some();
             let nvml_used = now
                 .gpus
                 .iter()

@@ -111,7 +111,7 @@ impl LiveApp {
     /// A recording: shows sample `at`, keeping the selected process where
     /// it is still there.
     fn show(&mut self, at: usize) {
-        let picked = self.publishers().get(self.selected_proc).map(|h| (h.last.device, h.last.pid));
+        let picked = self.selected().map(|h| (h.last.device, h.last.pid));
         let Some(rec) = &mut self.recording else { return };
         let at = at.min(rec.snaps.len().saturating_sub(1));
         rec.at = at;
@@ -135,30 +135,25 @@ impl LiveApp {
         if let Some(to) = super::app::jumped(a, at, last, (last / 20).max(1)) {
             return Ok(to);
         }
-        let pubs = self.publishers();
-        let picked =
-            pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))).map(|h| (h.last.device, h.last.pid));
-        let of = |s: &Snapshot| -> Option<Published> {
-            let (dev, pid) = picked?;
-            s.publishers.iter().find(|p| p.device == dev && p.pid == pid).cloned()
-        };
+        let picked = self.selected();
+        let key = picked.map(|h| (h.last.device, h.last.pid));
+        // What the selected process published in sample `i`.
+        let of = |i: usize| key.and_then(|(dev, pid)| rec.snaps.get(i)?.publisher(dev, pid));
         match a {
             Action::Left => Ok(at.saturating_sub(1)),
             Action::Right => Ok((at + 1).min(last)),
             // The sample that first shows the timeline's peak (a step's own
             // peak falls between samples).
             Action::Peak => {
-                let h = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1)));
-                let peak = h.and_then(|h| {
+                let peak = picked.and_then(|h| {
                     let i = crate::analysis::peak_index(&h.series.state_points())?;
                     h.series.points().get(i).map(|p| p.t)
                 });
                 let Some(tp) = peak else { return Err(" no publishing process is selected".into()) };
-                Ok(rec.snaps.iter().position(|s| of(s).is_some_and(|p| p.time >= tp)).unwrap_or(last))
+                Ok((0..=last).find(|&i| of(i).is_some_and(|p| p.time >= tp)).unwrap_or(last))
             }
             Action::NextOom => {
-                let ooms =
-                    |i: usize| rec.snaps.get(i).and_then(of).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
+                let ooms = |i: usize| of(i).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
                 let mut before = (0..=at).rev().find_map(ooms);
                 for i in at + 1..=last {
                     if let Some(n) = ooms(i) {
@@ -212,8 +207,7 @@ impl LiveApp {
             self.status = " snapshots come from a running process; this is a recording".into();
             return;
         }
-        let pubs = self.publishers();
-        let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) else {
+        let Some(h) = self.selected() else {
             self.status = " no process on this GPU publishes its allocator state to ask for a snapshot".into();
             return;
         };
@@ -304,6 +298,13 @@ impl LiveApp {
         self.selected_gpu = self.selected_gpu.min(gpus.saturating_sub(1));
     }
 
+    /// The selected publisher of the selected GPU (the index kept within
+    /// those there are).
+    fn selected(&self) -> Option<&ProcHistory> {
+        let pubs = self.publishers();
+        pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))).copied()
+    }
+
     fn gpu(&self) -> Option<&GpuSample> {
         self.model.latest.as_ref().and_then(|s| s.gpus.get(self.selected_gpu))
     }
@@ -328,8 +329,7 @@ impl LiveApp {
     /// `s`: the focused view of the selected publisher, as SVG here.
     fn screenshot(&self) -> String {
         let view = super::app::focused_view(&self.screen);
-        let pubs = self.publishers();
-        let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) else {
+        let Some(h) = self.selected() else {
             return " nothing to screenshot: no process publishes its allocator state on this GPU".into();
         };
         let p = &h.last;
@@ -563,8 +563,7 @@ impl Interactive for LiveApp {
             self.confirm_quit = false;
         }
         if self.screen.apply(a) {
-            let pubs = self.publishers();
-            if let Some(h) = pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))) {
+            if let Some(h) = self.selected() {
                 let sel = self.screen.sel.clamped(&h.last.segments);
                 self.screen.sel = sel;
             }

@@ -203,6 +203,10 @@ impl<'a> Executor<'a> {
         }
     }
 
+    fn free_keys(&mut self, keys: impl IntoIterator<Item = u64>) {
+        self.out.extend(keys.into_iter().map(|key| Op::Free { key }));
+    }
+
     fn scratch(&mut self, size: u64, site: u32) {
         let k = self.alloc_key(size, site);
         self.out.push(Op::Free { key: k });
@@ -224,9 +228,8 @@ impl<'a> Executor<'a> {
         }
         for i in range.clone() {
             if self.rebind.as_ref().is_some_and(|r| r.0 == i) {
-                for key in self.rebind.take().map(|r| r.1).unwrap_or_default() {
-                    self.out.push(Op::Free { key });
-                }
+                let keys = self.rebind.take().map(|r| r.1).unwrap_or_default();
+                self.free_keys(keys);
             }
             let n = &self.g.nodes[i];
             for j in 0..n.outputs.len() {
@@ -281,9 +284,7 @@ impl<'a> Executor<'a> {
         for &t in &g.inputs {
             self.alloc(t, 0);
         }
-        for key in prev.batch {
-            self.out.push(Op::Free { key });
-        }
+        self.free_keys(prev.batch);
         let at = g.loss_from.unwrap_or(g.nodes.len());
         self.rebind = Some((at, prev.output));
         // What forward keeps: held tensors, and what backward will need.
@@ -331,14 +332,12 @@ impl<'a> Executor<'a> {
             if !n.param_grads.is_empty() || n.inputs.iter().any(|&t| needs[g.root(t)]) {
                 for &t in &n.outputs {
                     needs[g.root(t)] = true;
-                    needs[t] = true;
                 }
             }
         }
         self.forward(0..g.nodes.len(), &keep, true);
-        for key in self.rebind.take().map(|r| r.1).into_iter().flatten().chain(prev.loss) {
-            self.out.push(Op::Free { key });
-        }
+        let out = self.rebind.take().map(|r| r.1).unwrap_or_default();
+        self.free_keys(out.into_iter().chain(prev.loss));
         if mode.inference {
             for &t in g.autocast_cache.iter().chain(&g.held).chain(&g.inputs) {
                 self.free(t);
@@ -392,7 +391,7 @@ impl<'a> Executor<'a> {
             let ws = |j: usize| g.nodes[i].grad_ws.get(j).copied().unwrap_or(0);
             for j in 0..n.grad_in.len() {
                 let t = g.nodes[i].grad_in[j];
-                if !needs[g.root(t)] && !needs[t] {
+                if !needs[g.root(t)] {
                     continue;
                 }
                 if g.nodes[i].pass_through {

@@ -344,13 +344,12 @@ impl Builder {
         let ls = self.t(rows * vocab, F32);
         // Under autocast the fp32 log-probabilities go once the loss's own
         // gradient is made, before log_softmax's (as recorded).
-        let early = amp;
         self.node(
             "cross_entropy",
             Node {
                 inputs: vec![x],
                 outputs: vec![ls],
-                saved: if early { vec![] } else { vec![ls] },
+                saved: if amp { vec![] } else { vec![ls] },
                 grad_in: vec![x],
                 ..Default::default()
             },
@@ -362,7 +361,7 @@ impl Builder {
             Node {
                 inputs: vec![ls],
                 outputs: vec![tw, loss],
-                saved: if early { vec![tw, ls] } else { vec![tw] },
+                saved: if amp { vec![tw, ls] } else { vec![tw] },
                 grad_in: vec![ls],
                 ..Default::default()
             },
