@@ -17,6 +17,8 @@ import json, sys
 import torch
 import torchvision
 
+from alloc_trace import allocs, trace
+
 BATCHES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
 
 
@@ -37,22 +39,6 @@ def geometries():
     with torch.no_grad():
         m(torch.zeros(1, 3, 224, 224))
     return out
-
-
-def allocs(events):
-    """[bytes, transient] per allocation, in order."""
-    out = []
-    for i, e in enumerate(events):
-        if e["action"] != "alloc":
-            continue
-        nxt = next((f for f in events[i + 1:] if f["action"] in ("alloc", "free_requested")), None)
-        transient = nxt is not None and nxt["action"] == "free_requested" and nxt["addr"] == e["addr"]
-        out.append([e["size"], transient])
-    return out
-
-
-def trace():
-    return torch.cuda.memory._snapshot()["device_traces"][0]
 
 
 def case(geom, dtype, batch):

@@ -11,19 +11,7 @@ import json
 
 import torch
 
-
-def trace():
-    return torch.cuda.memory._snapshot()["device_traces"][0]
-
-
-def allocs(events):
-    out = []
-    for i, e in enumerate(events):
-        if e["action"] != "alloc":
-            continue
-        nxt = next((f for f in events[i + 1:] if f["action"] in ("alloc", "free_requested")), None)
-        out.append([e["size"], nxt is not None and nxt["action"] == "free_requested" and nxt["addr"] == e["addr"]])
-    return out
+from alloc_trace import allocs, trace
 
 
 def case(rows, fin, fout, dtype, three_d):
