@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumem_top::alloc::BlockState;
-use gpumem_top::monitor::publisher::parse_bytes;
+use gpumem_top::monitor::publisher::{parse_bytes, Scanner};
 use gpumem_top::monitor::sampler::DemoSource;
 use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
@@ -36,6 +36,29 @@ fn bench(c: &mut Criterion) {
     let blocks: usize = parse_bytes(&bytes, path).unwrap().segments.iter().map(|s| s.blocks.len()).sum();
     eprintln!("publisher file: {} bytes, {blocks} blocks", bytes.len());
     c.bench_function("live/parse_publisher_file", |b| b.iter(|| parse_bytes(&bytes, path).unwrap()));
+    // A live source's scan of one publisher's directory: the file read and
+    // parsed, its layout parsed again only when its text changed.
+    let dir = std::env::temp_dir().join(format!("gpumem-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let other = String::from_utf8(bytes.clone()).unwrap().replacen("[[", "[ [", 1).into_bytes();
+    let mut scanner = Scanner::new(gpumem_top::monitor::publisher::current_uid(), 16 << 20);
+    let f = dir.join("1-0.json");
+    let mut k = 0;
+    for (name, changes) in [("live/scan_layout_unchanged", false), ("live/scan_layout_changed", true)] {
+        c.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    // The publisher's write, not timed.
+                    k += 1;
+                    std::fs::write(&f, if changes && k % 2 == 1 { &other } else { &bytes }).unwrap();
+                },
+                |()| assert_eq!(scanner.scan(&dir).published.len(), 1),
+                criterion::BatchSize::PerIteration,
+            )
+        });
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
     let mut d = DemoSource::new(42);
     d.advance(3000);
     let snap = d.snapshot_now();

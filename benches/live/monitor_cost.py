@@ -78,6 +78,40 @@ def spawn_pty(argv, cols=200, rows=50):
     return pid, fd
 
 
+class PublisherFiles:
+    """What the training process publishes, looked at every 0.5 s as a
+    monitor would: the file's size and how often its layout is a new one
+    (a monitor parses a layout only when it changed)."""
+
+    def __init__(self):
+        x = os.environ.get("XDG_RUNTIME_DIR")
+        self.dir = os.environ.get("GPUMEM_TOP_DIR") or (os.path.join(x, "gpumem-top") if x
+                                                         else "/tmp/gpumem-top-%d" % os.getuid())
+        self.looks, self.sizes, self.new_layouts, self.blocks, self.last = 0, [], 0, [], {}
+
+    def look(self):
+        for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                data = open(os.path.join(self.dir, name), "rb").read()
+                doc = json.loads(data)
+            except (OSError, ValueError):
+                continue
+            self.looks += 1
+            self.sizes.append(len(data))
+            key = json.dumps(doc.get("segments"))
+            if self.last.get(name) != key:
+                self.new_layouts += 1
+                self.last[name] = key
+            self.blocks.append(sum(len(s.get("blocks", [])) for s in doc.get("segments") or []))
+
+    def summary(self):
+        n = max(self.looks, 1)
+        return {"publisher_files": {"looks": self.looks, "new_layouts": self.new_layouts,
+                                    "mean_bytes": sum(self.sizes) // n, "mean_blocks": sum(self.blocks) // n}}
+
+
 def main():
     binary = os.path.abspath(sys.argv[1])
     seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
@@ -115,6 +149,8 @@ def main():
     start_threads = {n: threads(p) for n, p in pids.items() if os.path.exists("/proc/%d" % p)}
     t0 = time.time()
     fds = [fd for _, fd in procs.values()]
+    files = PublisherFiles()
+    next_look = t0
     while time.time() - t0 < seconds:
         r, _, _ = select.select(fds, [], [], 0.2)
         for fd in r:
@@ -122,7 +158,11 @@ def main():
                 os.read(fd, 65536)
             except OSError:
                 fds.remove(fd)
+        if time.time() >= next_look:
+            files.look()
+            next_look += 0.5
     wall = time.time() - t0
+    print(json.dumps(files.summary()), flush=True)
     for n, p in pids.items():
         if n not in start or not os.path.exists("/proc/%d" % p):
             print(json.dumps({"monitor": n, "error": "not running"}))

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -50,8 +51,10 @@ pub struct Published {
     pub command: Option<String>,
     /// `torch.cuda.memory_stats()` as published.
     pub stats: BTreeMap<String, i64>,
+    /// Shared with the scanner's cache: a layout that did not change
+    /// between samples is parsed once (docs/benchmarks.md).
     #[serde(skip)]
-    pub segments: Vec<SegmentInfo>,
+    pub segments: Arc<Vec<SegmentInfo>>,
     pub steps: Vec<u64>,
     /// True when the process resets PyTorch's peaks at each step (`run
     /// --step-peaks`): `step_log`'s peaks are then each step's own.
@@ -182,9 +185,10 @@ pub(crate) struct RawSegment {
 }
 
 /// A publisher file (`assets/python/gpumem_top_publish.py` writes it;
-/// docs/json.md has its schema).
+/// docs/json.md has its schema). Read with its segments left as text
+/// (`S = &RawValue`), so that a layout seen before is not parsed again.
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct RawFile {
+pub(crate) struct RawFile<S = Vec<RawSegment>> {
     pub(crate) version: u32,
     pub(crate) pid: u32,
     #[serde(default)]
@@ -200,7 +204,7 @@ pub(crate) struct RawFile {
     pub(crate) command: Option<String>,
     pub(crate) stats: BTreeMap<String, i64>,
     #[serde(default)]
-    pub(crate) segments: Vec<RawSegment>,
+    pub(crate) segments: S,
     /// allocated_bytes.all.current at the end of recent optimizer steps.
     #[serde(default)]
     pub(crate) steps: Vec<u64>,
@@ -269,17 +273,78 @@ impl RawFile {
 /// the wrong type, or a layout whose blocks do not add up, is an error
 /// saying where.
 pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
-    let raw: RawFile = serde_json::from_slice(bytes).map_err(|e| {
-        // "line L column C: what", as every reader of ours says where.
-        let m = e.to_string();
-        let what = m.rsplit_once(" at line ").map_or(m.as_str(), |x| x.0);
-        format!("line {} column {}: {what}", e.line(), e.column())
-    })?;
+    parse_reusing(bytes, path, None).map(|(p, _)| p)
+}
+
+/// A layout as a file carried it: its text and what it parsed to.
+#[derive(Debug)]
+struct Layout {
+    device: u32,
+    text: Box<str>,
+    segments: Arc<Vec<SegmentInfo>>,
+}
+
+/// "line L column C: what" for an error `offset` bytes into `bytes`, as
+/// every reader of ours says where.
+fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> String {
+    let m = e.to_string();
+    let what = m.rsplit_once(" at line ").map_or(m.as_str(), |x| x.0);
+    let before = &bytes[..offset.min(bytes.len())];
+    let line0 = before.iter().filter(|&&b| b == b'\n').count();
+    let col0 = before.len() - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let (line, column) = if e.line() <= 1 { (line0 + 1, col0 + e.column()) } else { (line0 + e.line(), e.column()) };
+    format!("line {line} column {column}: {what}")
+}
+
+/// Parses a file, reusing `known`'s segments when the file carries the
+/// same layout text for the same device (a publisher keeps its layout
+/// between samples while its allocator's counters do not move, and the
+/// segments are most of a file and of the cost of reading it). Returns the
+/// file's layout for next time.
+fn parse_reusing(bytes: &[u8], path: &Path, known: Option<&Layout>) -> Result<(Published, Layout), String> {
+    let raw: RawFile<Option<&serde_json::value::RawValue>> =
+        serde_json::from_slice(bytes).map_err(|e| located(&e, bytes, 0))?;
     if raw.version != 1 {
         return Err(format!("version {} (this gpumem-top reads 1)", raw.version));
     }
-    let mut segments = Vec::with_capacity(raw.segments.len());
-    for s in raw.segments {
+    let text = raw.segments.map_or("[]", |r| r.get());
+    let segments = match known {
+        Some(k) if k.device == raw.device && *k.text == *text => Arc::clone(&k.segments),
+        _ => {
+            // The text lies inside `bytes`: its offset places an error in the file.
+            let offset = (text.as_ptr() as usize).saturating_sub(bytes.as_ptr() as usize);
+            let segs: Vec<RawSegment> = serde_json::from_str(text).map_err(|e| located(&e, bytes, offset))?;
+            Arc::new(segments_of(segs, raw.device)?)
+        }
+    };
+    let layout = Layout { device: raw.device, text: text.into(), segments: Arc::clone(&segments) };
+    let p = Published {
+        pid: raw.pid,
+        nspid: raw.nspid,
+        device: raw.device,
+        cuda_device: raw.device,
+        uuid: raw.uuid.filter(|u| u.len() <= 96),
+        time: raw.time,
+        interval: raw.interval,
+        command: raw.command.map(|c| c.chars().filter(|c| !c.is_control()).take(200).collect()),
+        stats: raw.stats,
+        segments,
+        steps: raw.steps,
+        step_peaks: raw.step_peaks,
+        step_log: raw.step_log.into_iter().filter(|s| s.2 == raw.device).collect(),
+        window_peak: raw.window_peak,
+        layout_time: raw.layout_time,
+        last_words: raw.last_words,
+        path: path.to_path_buf(),
+    };
+    Ok((p, layout))
+}
+
+/// The allocator's segments from a file's: blocks placed back to back,
+/// which must fill their segment.
+fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, String> {
+    let mut segments = Vec::with_capacity(raw.len());
+    for s in raw {
         let mut addr = s.address;
         let mut blocks = Vec::with_capacity(s.blocks.len());
         let (mut allocated, mut active, mut requested) = (0, 0, 0);
@@ -310,7 +375,7 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
         }
         let segment_type = if s.segment_type == "small" { "small" } else { "large" };
         segments.push(SegmentInfo {
-            device: raw.device as i32,
+            device: device as i32,
             address: s.address,
             total_size: s.total_size,
             allocated_size: allocated,
@@ -324,55 +389,88 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
             blocks,
         });
     }
-    Ok(Published {
-        pid: raw.pid,
-        nspid: raw.nspid,
-        device: raw.device,
-        cuda_device: raw.device,
-        uuid: raw.uuid.filter(|u| u.len() <= 96),
-        time: raw.time,
-        interval: raw.interval,
-        command: raw.command.map(|c| c.chars().filter(|c| !c.is_control()).take(200).collect()),
-        stats: raw.stats,
-        segments,
-        steps: raw.steps,
-        step_peaks: raw.step_peaks,
-        step_log: raw.step_log.into_iter().filter(|s| s.2 == raw.device).collect(),
-        window_peak: raw.window_peak,
-        layout_time: raw.layout_time,
-        last_words: raw.last_words,
-        path: path.to_path_buf(),
-    })
+    Ok(segments)
+}
+
+/// Reads the publisher directories sample after sample, keeping what
+/// does not change between samples: each file's parsed layout (reused
+/// while its text is the same), and the list of fallback directories
+/// (listed again only when the temporary directory changes).
+#[derive(Debug)]
+pub struct Scanner {
+    uid: u32,
+    cap: u64,
+    layouts: std::collections::HashMap<PathBuf, Layout>,
+    /// `$TMPDIR`, where the fallback directories are.
+    tmp: PathBuf,
+    fallbacks: Option<Fallbacks>,
+}
+
+/// `$TMPDIR`'s fallback directories as listed, and the directory's
+/// modification time then.
+#[derive(Debug)]
+struct Fallbacks {
+    mtime: std::time::SystemTime,
+    /// The listing may be trusted while the time stays: it was taken at
+    /// least a second after the directory last changed (a coarse clock
+    /// could otherwise hide a change made in the same tick).
+    settled: bool,
+    dirs: Vec<PathBuf>,
+}
+
+impl Scanner {
+    pub fn new(uid: u32, cap: u64) -> Scanner {
+        Scanner { uid, cap, layouts: Default::default(), tmp: std::env::temp_dir(), fallbacks: None }
+    }
+
+    /// Reads every `<pid>-<device>.json` in `dir`, and in the fallback
+    /// directories, that our uid owns and is at most `cap` bytes.
+    pub fn scan(&mut self, dir: &Path) -> PublisherScan {
+        let mut out = PublisherScan::default();
+        let mut seen = std::collections::HashMap::new();
+        self.scan_into(dir, &mut out, &mut seen);
+        // Where the publisher falls back when the usual directory is not
+        // usable (another user made it, say): private mkdtemp directories.
+        for d in self.fallback_dirs() {
+            if d != dir {
+                self.scan_into(&d, &mut out, &mut seen);
+            }
+        }
+        // Only the files read this time are kept: bounded by what is there.
+        self.layouts = seen;
+        dedupe(&mut out);
+        out
+    }
+
+    /// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`.
+    fn fallback_dirs(&mut self) -> Vec<PathBuf> {
+        let tmp = &self.tmp;
+        let Ok(mtime) = std::fs::metadata(tmp).and_then(|m| m.modified()) else { return Vec::new() };
+        if let Some(f) = &self.fallbacks {
+            if f.settled && f.mtime == mtime {
+                return f.dirs.clone();
+            }
+        }
+        let prefix = format!("gpumem-top-{}-", self.uid);
+        let mut dirs: Vec<PathBuf> = match std::fs::read_dir(tmp) {
+            Ok(rd) => rd
+                .flatten()
+                .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
+                .map(|e| e.path())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        dirs.sort();
+        let settled = mtime.elapsed().is_ok_and(|age| age >= std::time::Duration::from_secs(1));
+        self.fallbacks = Some(Fallbacks { mtime, settled, dirs: dirs.clone() });
+        dirs
+    }
 }
 
 /// Reads every `<pid>-<device>.json` in `dir` that `uid` owns and is at
-/// most `cap` bytes.
+/// most `cap` bytes (once; a live source keeps a `Scanner`).
 pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
-    let mut out = PublisherScan::default();
-    scan_into(dir, uid, cap, &mut out);
-    // Where the publisher falls back when the usual directory is not
-    // usable (another user made it, say): private mkdtemp directories.
-    for d in fallback_dirs(uid) {
-        if d != dir {
-            scan_into(&d, uid, cap, &mut out);
-        }
-    }
-    dedupe(&mut out);
-    out
-}
-
-/// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`.
-pub(crate) fn fallback_dirs(uid: u32) -> Vec<PathBuf> {
-    let tmp = std::env::temp_dir();
-    let prefix = format!("gpumem-top-{uid}-");
-    let Ok(rd) = std::fs::read_dir(&tmp) else { return Vec::new() };
-    let mut v: Vec<PathBuf> = rd
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
+    Scanner::new(uid, cap).scan(dir)
 }
 
 /// One file per (process, device): the newest, when a process has files in
@@ -396,65 +494,73 @@ fn dedupe(out: &mut PublisherScan) {
     out.published = kept;
 }
 
-fn scan_into(dir: &Path, uid: u32, cap: u64, out: &mut PublisherScan) {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // The directory itself, not what a link there points to.
-    let Ok(meta) = std::fs::symlink_metadata(dir) else { return };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        out.skipped.push(format!(
-            "{}: not read (a {}, owned by uid {}, mode {:o}; it must be our own 0700 directory)",
-            dir.display(),
-            if meta.file_type().is_symlink() {
-                "symbolic link"
-            } else if meta.is_dir() {
-                "directory"
-            } else {
-                "file"
-            },
-            meta.uid(),
-            meta.mode() & 0o777
-        ));
-        return;
-    }
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-    names.sort();
-    for path in names {
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        // Temporary files of writers mid-rename start with '.'.
-        if name.starts_with('.') || !name.ends_with(".json") {
-            continue;
+impl Scanner {
+    /// Reads `dir`'s files into `out`; the layouts parsed go into `seen`.
+    fn scan_into(&self, dir: &Path, out: &mut PublisherScan, seen: &mut std::collections::HashMap<PathBuf, Layout>) {
+        use std::io::Read;
+        let (uid, cap) = (self.uid, self.cap);
+        use std::os::unix::fs::OpenOptionsExt;
+        // The directory itself, not what a link there points to.
+        let Ok(meta) = std::fs::symlink_metadata(dir) else { return };
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            out.skipped.push(format!(
+                "{}: not read (a {}, owned by uid {}, mode {:o}; it must be our own 0700 directory)",
+                dir.display(),
+                if meta.file_type().is_symlink() {
+                    "symbolic link"
+                } else if meta.is_dir() {
+                    "directory"
+                } else {
+                    "file"
+                },
+                meta.uid(),
+                meta.mode() & 0o777
+            ));
+            return;
         }
-        // Opened without following a link; checked and read through the
-        // one descriptor, at most `cap` bytes however much the file grows.
-        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path);
-        let mut f = match f {
-            Ok(f) => f,
-            Err(e) => {
-                out.skipped.push(format!("{}: not opened ({e})", path.display()));
+        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        names.sort();
+        for path in names {
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+            // Temporary files of writers mid-rename start with '.'.
+            if name.starts_with('.') || !name.ends_with(".json") {
                 continue;
             }
-        };
-        let Ok(m) = f.metadata() else { continue };
-        if !m.file_type().is_file() {
-            out.skipped.push(format!("{}: not a regular file", path.display()));
-            continue;
-        }
-        if m.uid() != uid {
-            out.skipped.push(format!("{}: owned by uid {}, not us", path.display(), m.uid()));
-            continue;
-        }
-        let mut bytes = Vec::new();
-        match (&mut f).take(cap + 1).read_to_end(&mut bytes) {
-            Ok(n) if n as u64 > cap => {
-                out.skipped.push(format!("{}: over the {cap} byte cap", path.display()));
+            // Opened without following a link; checked and read through the
+            // one descriptor, at most `cap` bytes however much the file grows.
+            let f =
+                std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path);
+            let mut f = match f {
+                Ok(f) => f,
+                Err(e) => {
+                    out.skipped.push(format!("{}: not opened ({e})", path.display()));
+                    continue;
+                }
+            };
+            let Ok(m) = f.metadata() else { continue };
+            if !m.file_type().is_file() {
+                out.skipped.push(format!("{}: not a regular file", path.display()));
+                continue;
             }
-            Ok(_) => match parse_bytes(&bytes, &path) {
-                Ok(p) => out.published.push(p),
-                Err(e) => out.skipped.push(format!("{}: malformed: {e}", path.display())),
-            },
-            Err(e) => out.skipped.push(format!("{}: {e}", path.display())),
+            if m.uid() != uid {
+                out.skipped.push(format!("{}: owned by uid {}, not us", path.display(), m.uid()));
+                continue;
+            }
+            let mut bytes = Vec::new();
+            match (&mut f).take(cap + 1).read_to_end(&mut bytes) {
+                Ok(n) if n as u64 > cap => {
+                    out.skipped.push(format!("{}: over the {cap} byte cap", path.display()));
+                }
+                Ok(_) => match parse_reusing(&bytes, &path, self.layouts.get(&path)) {
+                    Ok((p, layout)) => {
+                        out.published.push(p);
+                        seen.insert(path, layout);
+                    }
+                    Err(e) => out.skipped.push(format!("{}: malformed: {e}", path.display())),
+                },
+                Err(e) => out.skipped.push(format!("{}: {e}", path.display())),
+            }
         }
     }
 }
@@ -491,5 +597,99 @@ mod tests {
         let deep = format!("{{\"x\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
         let e = parse_bytes(deep.as_bytes(), path).unwrap_err();
         assert!(e.contains("recursion limit exceeded") || e.ends_with("missing field `version`"), "{e}");
+        // Inside the segments (parsed apart from the rest): still the
+        // file's line and column, as reading the file whole places it.
+        let head = "{\"version\": 1, \"pid\": 1, \"device\": 0, \"time\": 0, \"stats\": {},\n \"segments\": ";
+        for segs in
+            ["[{\"address\": \"x\"}]", "[\n  {\"address\": 0, \"total_size\": 1,\n   \"blocks\": [[1, 1, -1]]}]"]
+        {
+            let bytes = format!("{head}{segs}}}");
+            let whole = serde_json::from_slice::<RawFile>(bytes.as_bytes()).unwrap_err();
+            let ours = parse_bytes(bytes.as_bytes(), path).unwrap_err();
+            assert_eq!(ours, located(&whole, bytes.as_bytes(), 0), "{bytes}");
+            assert!(ours.starts_with(&format!("line {} column {}: ", whole.line(), whole.column())), "{ours}");
+        }
+    }
+
+    fn file(device: u32, blocks: &[(u64, u64, u8)]) -> String {
+        let total: u64 = blocks.iter().map(|b| b.0).sum();
+        serde_json::json!({"version": 1, "pid": 1, "device": device, "time": 0, "stats": {},
+            "segments": [{"address": 1 << 30, "total_size": total, "blocks": blocks}]})
+        .to_string()
+    }
+
+    /// A layout whose text did not change is not parsed again; any change
+    /// of it, or of the device, is.
+    #[test]
+    fn a_scanner_reuses_a_layout_only_while_its_text_is_the_same() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("gpumem-layouts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut sc = Scanner::new(current_uid(), DEFAULT_CAP);
+        let f = d.join("1-0.json");
+        let mut read = |text: &str| {
+            std::fs::write(&f, text).unwrap();
+            let s = sc.scan(&d);
+            assert!(s.skipped.is_empty(), "{:?}", s.skipped);
+            Arc::clone(&s.published[0].segments)
+        };
+        let a = read(&file(0, &[(512, 500, 0), (512, 0, 2)]));
+        let b = read(&file(0, &[(512, 500, 0), (512, 0, 2)]));
+        assert!(Arc::ptr_eq(&a, &b), "the same text: parsed once");
+        let c = read(&file(0, &[(512, 500, 0), (512, 0, 1)]));
+        assert!(!Arc::ptr_eq(&b, &c));
+        assert_eq!(c[0].blocks[1].state, BlockState::ActivePendingFree);
+        assert_eq!((c[0].allocated_size, c[0].active_size, c[0].requested_size), (512, 1024, 500));
+        let e = read(&file(1, &[(512, 500, 0), (512, 0, 1)]));
+        assert_eq!((e[0].device, c[0].device), (1, 0), "another device: parsed again");
+        std::fs::remove_file(&f).unwrap();
+        assert!(sc.scan(&d).published.is_empty());
+        assert!(sc.layouts.is_empty(), "a file gone takes its layout with it");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A fallback directory made after the scanner listed `$TMPDIR` is read
+    /// from the next scan on.
+    #[test]
+    fn a_scanner_finds_a_fallback_directory_made_between_scans() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let tmp = std::env::temp_dir().join(format!("gpumem-tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir(&tmp).unwrap();
+        let main = tmp.join("main");
+        std::fs::DirBuilder::new().mode(0o700).create(&main).unwrap();
+        std::fs::set_permissions(&main, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let uid = current_uid();
+        let mut sc = Scanner::new(uid, DEFAULT_CAP);
+        sc.tmp = tmp.clone();
+        assert!(sc.scan(&main).published.is_empty());
+        for round in 0..3 {
+            let fb = tmp.join(format!("gpumem-top-{uid}-{round}"));
+            std::fs::create_dir(&fb).unwrap();
+            std::fs::set_permissions(&fb, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::fs::write(
+                fb.join(format!("{round}-0.json")),
+                file(0, &[(512, 512, 0)]).replace("\"pid\":1", &format!("\"pid\":{}", 10 + round)),
+            )
+            .unwrap();
+            let s = sc.scan(&main);
+            let pids: Vec<u32> = s.published.iter().map(|p| p.pid).collect();
+            assert_eq!(pids, (10..11 + round).collect::<Vec<_>>(), "{:?}", s.skipped);
+        }
+        // A listing taken when `$TMPDIR` had been still for a while is
+        // reused while its time stays; a change of the time lists it again.
+        let set = |t: std::time::SystemTime| std::fs::File::open(&tmp).unwrap().set_modified(t).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+        set(old);
+        assert_eq!(sc.scan(&main).published.len(), 3);
+        std::fs::create_dir(tmp.join(format!("gpumem-top-{uid}-x"))).unwrap();
+        set(old);
+        assert!(sc.fallbacks.as_ref().is_some_and(|f| f.settled));
+        assert_eq!(sc.fallback_dirs().len(), 3, "the time did not move: the listing is kept");
+        set(std::time::SystemTime::now());
+        assert_eq!(sc.fallback_dirs().len(), 4);
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

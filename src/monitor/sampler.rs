@@ -24,8 +24,7 @@ pub struct LiveSource {
     /// GPU indices to watch (empty: all).
     devices: Vec<u32>,
     dir: Option<PathBuf>,
-    uid: u32,
-    cap: u64,
+    scanner: publisher::Scanner,
     previous: Vec<u32>,
 }
 
@@ -35,8 +34,7 @@ impl LiveSource {
             query,
             devices,
             dir,
-            uid: publisher::current_uid(),
-            cap: publisher::DEFAULT_CAP,
+            scanner: publisher::Scanner::new(publisher::current_uid(), publisher::DEFAULT_CAP),
             previous: Vec::new(),
         }
     }
@@ -67,7 +65,7 @@ impl Source for LiveSource {
         let indices: Vec<u32> = if self.devices.is_empty() { (0..n).collect() } else { self.devices.clone() };
         snap.gpus = indices.into_iter().map(|i| self.query.sample(i)).collect();
         if let Some(dir) = &self.dir {
-            let scan = publisher::scan(dir, self.uid, self.cap);
+            let scan = self.scanner.scan(dir);
             snap.skipped.extend(scan.skipped);
             // A file whose process is gone is history, not a live process;
             // its final file (written at exit) is read once, then removed,
@@ -182,7 +180,7 @@ impl DemoSource {
             interval: 0.5,
             command: Some("gpumem-top demo (synthetic GPT-2)".into()),
             stats: a.stats().flat().into_iter().collect(),
-            segments: a.snapshot(),
+            segments: a.snapshot().into(),
             steps: self.driver.step_ends.iter().copied().collect(),
             // The simulated process resets nothing of anyone's: its step
             // peaks come from its own timeline.

@@ -139,8 +139,58 @@ fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect
 pub(crate) fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
     let area = area.intersection(buf.area);
     for (i, l) in lines.iter().take(area.height as usize).enumerate() {
-        buf.set_line(area.x, area.y + i as u16, l, area.width);
+        set_line(buf, area.x, area.y + i as u16, l, area.width);
     }
+}
+
+/// `Buffer::set_line`, the same cells, with spans made only of
+/// one-cell characters (`one_cell`) written a character a cell: each such
+/// character is a grapheme of its own one cell wide, so the grapheme
+/// segmentation ratatui runs on every character, a tenth of a live
+/// frame's cost, has nothing to find (docs/benchmarks.md). Other spans go
+/// through ratatui. Nothing is drawn from outside the buffer.
+pub(crate) fn set_line(buf: &mut Buffer, x: u16, y: u16, line: &Line, max_width: u16) {
+    if !buf.area.contains(ratatui::layout::Position { x, y }) {
+        return;
+    }
+    let mut x = x;
+    let mut room = max_width.min(buf.area.right().saturating_sub(x));
+    for span in line {
+        if room == 0 {
+            break;
+        }
+        let style = line.style.patch(span.style);
+        if span.content.chars().all(|c| one_cell(c) || c.is_ascii_control()) {
+            let start = buf.index_of(x, y);
+            let mut cells = buf.content[start..].iter_mut();
+            // ASCII controls: ratatui drops them.
+            for c in span.content.chars().filter(|c| !c.is_ascii_control()).take(room as usize) {
+                let Some(cell) = cells.next() else { break };
+                cell.set_char(c).set_style(style);
+                x += 1;
+                room -= 1;
+            }
+        } else {
+            let (next, _) = buf.set_stringn(x, y, &span.content, room as usize, style);
+            room = room.saturating_sub(next - x);
+            x = next;
+        }
+    }
+}
+
+/// Characters that are each a grapheme of their own, one cell wide, next
+/// to any other of them: printable ASCII, Latin-1's symbols and letters,
+/// dashes and quotes, arrows, mathematical operators, box drawing, block
+/// elements, geometric shapes but the wide ◽ ◾, and ⚠ ✓ ✗ (the screens' glyphs; none is a
+/// combining mark, a joiner or wide, as `set_line_draws_what_ratatuis_draws`
+/// checks for every one against ratatui).
+fn one_cell(c: char) -> bool {
+    matches!(c, ' '..='~'
+        | '\u{A1}'..='\u{AC}' | '\u{AE}'..='\u{FF}'
+        | '\u{2010}'..='\u{2027}'
+        | '\u{2190}'..='\u{22FF}'
+        | '\u{2500}'..='\u{25FC}' | '\u{25FF}'
+        | '\u{26A0}' | '\u{2713}'..='\u{2717}')
 }
 
 /// One line in one row at (x, y), `width` cells.
@@ -1215,6 +1265,53 @@ fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buff
 
 #[cfg(test)]
 mod tests {
+    use ratatui::buffer::Buffer;
+    use ratatui::layout::Rect;
+    use ratatui::style::{Color, Modifier, Style};
+    use ratatui::text::{Line, Span};
+
+    /// Our `set_line` leaves every cell as ratatui's does: ASCII, controls,
+    /// wide and combining characters, lines cut at the width or at the
+    /// buffer's edge, line and span styles, over cells already drawn.
+    #[test]
+    fn set_line_draws_what_ratatuis_draws() {
+        let red = Style::default().fg(Color::Red);
+        let lines = [
+            Line::from("plain ascii, longer than the width of the row it is put in"),
+            Line::from(vec![Span::styled("0x7f3a ", red), Span::raw(" 20.0M*"), Span::raw("█▓▒░·")]),
+            Line::from(vec![Span::raw("tab\there\r\n bell\x07"), Span::styled("é e\u{301} 漢字 ok", red)]),
+            Line::from(vec![Span::raw("ab"), Span::styled("漢字漢字漢字漢字漢字", red), Span::raw("cd")]),
+            Line::from(vec![Span::raw("x\u{301}y"), Span::raw("")])
+                .style(Style::default().add_modifier(Modifier::BOLD)),
+            Line::styled("styled line, raw spans", Style::default().bg(Color::Blue)),
+        ];
+        let area = Rect::new(2, 1, 24, 3);
+        for line in &lines {
+            for (x, y, w) in [(2, 1, 24), (3, 2, 10), (20, 3, 30), (25, 1, 5), (0, 0, 5), (2, 9, 5), (4, 2, 0)] {
+                let mut a = Buffer::filled(area, ratatui::buffer::Cell::new("#"));
+                let mut b = a.clone();
+                if area.contains(ratatui::layout::Position { x, y }) {
+                    a.set_line(x, y, line, w);
+                }
+                super::set_line(&mut b, x, y, line, w);
+                assert_eq!(a, b, "{line:?} at ({x}, {y}) width {w}");
+            }
+        }
+        // Every character taken as one cell, alone and after each other,
+        // is drawn as ratatui draws it; one that is not goes through ratatui.
+        let all: String = (0..0x3000u32).filter_map(char::from_u32).filter(|&c| super::one_cell(c)).collect();
+        assert_eq!(all.chars().count(), 95 + 94 + 24 + 368 + 254 + 6);
+        let wide = Rect::new(0, 0, 1000, 1);
+        for text in [all.clone(), all.chars().rev().collect(), format!("a{all}\u{301}"), format!("{all}☔x")] {
+            let line = Line::from(vec![Span::raw("ab "), Span::styled(text.clone(), red)]);
+            let mut a = Buffer::empty(wide);
+            let mut b = a.clone();
+            a.set_line(0, 0, &line, 1000);
+            super::set_line(&mut b, 0, 0, &line, 1000);
+            assert_eq!(a, b, "{text}");
+        }
+    }
+
     #[test]
     fn rows_read_to_scale_when_most_segments_get_cells() {
         use crate::alloc::SegmentInfo;
