@@ -403,6 +403,8 @@ pub struct Scanner {
     layouts: std::collections::HashMap<PathBuf, Layout>,
     /// `$TMPDIR`, where the fallback directories are.
     tmp: PathBuf,
+    /// What the last file read held.
+    buf: Vec<u8>,
     fallbacks: Option<Fallbacks>,
 }
 
@@ -420,7 +422,7 @@ struct Fallbacks {
 
 impl Scanner {
     pub fn new(uid: u32, cap: u64) -> Scanner {
-        Scanner { uid, cap, layouts: Default::default(), tmp: std::env::temp_dir(), fallbacks: None }
+        Scanner { uid, cap, layouts: Default::default(), tmp: std::env::temp_dir(), buf: Vec::new(), fallbacks: None }
     }
 
     /// Reads every `<pid>-<device>.json` in `dir`, and in the fallback
@@ -438,6 +440,10 @@ impl Scanner {
         }
         // Only the files read this time are kept: bounded by what is there.
         self.layouts = seen;
+        // A large file read once does not hold its memory for good.
+        if self.buf.capacity() > 1 << 20 {
+            self.buf = Vec::new();
+        }
         dedupe(&mut out);
         out
     }
@@ -496,7 +502,12 @@ fn dedupe(out: &mut PublisherScan) {
 
 impl Scanner {
     /// Reads `dir`'s files into `out`; the layouts parsed go into `seen`.
-    fn scan_into(&self, dir: &Path, out: &mut PublisherScan, seen: &mut std::collections::HashMap<PathBuf, Layout>) {
+    fn scan_into(
+        &mut self,
+        dir: &Path,
+        out: &mut PublisherScan,
+        seen: &mut std::collections::HashMap<PathBuf, Layout>,
+    ) {
         use std::io::Read;
         let (uid, cap) = (self.uid, self.cap);
         use std::os::unix::fs::OpenOptionsExt;
@@ -547,12 +558,15 @@ impl Scanner {
                 out.skipped.push(format!("{}: owned by uid {}, not us", path.display(), m.uid()));
                 continue;
             }
-            let mut bytes = Vec::new();
-            match (&mut f).take(cap + 1).read_to_end(&mut bytes) {
+            // One buffer for every file and sample: a fresh one grew past
+            // malloc's mmap threshold for a large layout, which cost page
+            // faults on every read.
+            self.buf.clear();
+            match (&mut f).take(cap + 1).read_to_end(&mut self.buf) {
                 Ok(n) if n as u64 > cap => {
                     out.skipped.push(format!("{}: over the {cap} byte cap", path.display()));
                 }
-                Ok(_) => match parse_reusing(&bytes, &path, self.layouts.get(&path)) {
+                Ok(_) => match parse_reusing(&self.buf, &path, self.layouts.get(&path)) {
                     Ok((p, layout)) => {
                         out.published.push(p);
                         seen.insert(path, layout);

@@ -454,9 +454,7 @@ impl Interactive for LiveApp {
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
         let title = Line::from(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source));
-        let block = Block::bordered().title(title);
-        let inner = block.inner(top);
-        block.render(top, buf);
+        let inner = crate::view::boxed(buf, top, title, None);
         crate::view::put_rows(buf, inner, lines);
         let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
         let status = format!("{}{}", self.notes(), self.status);

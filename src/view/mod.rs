@@ -121,13 +121,30 @@ pub(crate) struct View<'a> {
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
 /// returns the inner area.
-fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect {
+///
+/// The cells `Block::bordered()` draws, drawn by Blocks over the box's
+/// edges only: a Block first restyles every cell of its area, which for
+/// the default style changes nothing and was a twentieth of a live
+/// frame's cost (docs/benchmarks.md). The top row is the whole Block's
+/// top row (its corners come from the side borders, its titles from the
+/// same Block); sides and bottom are Blocks one cell thick.
+pub(crate) fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect {
     let mut block = Block::bordered().title(title);
     if let Some(r) = right {
         block = block.title(r.right_aligned());
     }
     let inner = block.inner(area);
-    block.render(area, buf);
+    let area = area.intersection(buf.area);
+    if area.height < 3 || area.width < 3 {
+        block.render(area, buf);
+        return inner;
+    }
+    let sides = Borders::LEFT | Borders::RIGHT;
+    block.borders(Borders::TOP | sides).render(Rect { height: 1, ..area }, buf);
+    Block::new().borders(Borders::BOTTOM | sides).render(Rect { y: area.bottom() - 1, height: 1, ..area }, buf);
+    let middle = Rect { y: area.y + 1, height: area.height - 2, ..area };
+    Block::new().borders(Borders::LEFT).render(Rect { width: 1, ..middle }, buf);
+    Block::new().borders(Borders::RIGHT).render(Rect { x: area.right() - 1, width: 1, ..middle }, buf);
     inner
 }
 
@@ -1309,6 +1326,49 @@ mod tests {
             a.set_line(0, 0, &line, 1000);
             super::set_line(&mut b, 0, 0, &line, 1000);
             assert_eq!(a, b, "{text}");
+        }
+    }
+
+    /// `boxed` leaves every cell as `Block::bordered()` with its titles
+    /// does, for boxes of every size, in and partly outside the buffer,
+    /// over cells already drawn and styled.
+    #[test]
+    fn a_box_is_drawn_as_ratatuis_block_draws_it() {
+        use ratatui::widgets::{Block, Widget};
+        let red = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
+        let titles = [
+            (Line::from(" Timeline ─ allocated / reserved "), Some(Line::from(vec![Span::styled(" 0–2G ", red)]))),
+            (
+                Line::from(Span::styled(" a title wider than most of the boxes it is put on ", red)),
+                Some(Line::from(" right side ")),
+            ),
+            (Line::from(""), None),
+        ];
+        let screen = Rect::new(0, 0, 40, 12);
+        for (title, right) in &titles {
+            for area in [
+                Rect::new(0, 0, 40, 12),
+                Rect::new(3, 2, 20, 5),
+                Rect::new(5, 5, 1, 1),
+                Rect::new(5, 5, 2, 2),
+                Rect::new(5, 5, 3, 3),
+                Rect::new(1, 1, 10, 1),
+                Rect::new(30, 8, 20, 10),
+                Rect::new(0, 0, 0, 4),
+            ] {
+                let mut a = Buffer::filled(screen, ratatui::buffer::Cell::new("x"));
+                a.set_style(Rect::new(0, 0, 40, 6), Style::default().bg(Color::Blue));
+                let mut b = a.clone();
+                let mut block = Block::bordered().title(title.clone());
+                if let Some(r) = right {
+                    block = block.title(r.clone().right_aligned());
+                }
+                let want = block.inner(area);
+                block.render(area, &mut a);
+                let inner = super::boxed(&mut b, area, title.clone(), right.clone());
+                assert_eq!(a, b, "{area:?} {title:?}");
+                assert_eq!(inner, want);
+            }
         }
     }
 
