@@ -623,6 +623,10 @@ mod tests {
             assert_eq!(ours, located(&whole, bytes.as_bytes(), 0), "{bytes}");
             assert!(ours.starts_with(&format!("line {} column {}: ", whole.line(), whole.column())), "{ours}");
         }
+        // Hostile nesting inside the segments: an error, not a stack overflow.
+        let deep = format!("{head}{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = parse_bytes(deep.as_bytes(), path).unwrap_err();
+        assert!(e.starts_with("line 2 column 15: "), "{e}");
     }
 
     fn file(device: u32, blocks: &[(u64, u64, u8)]) -> String {
