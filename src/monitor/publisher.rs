@@ -296,28 +296,29 @@ fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> String {
     format!("line {line} column {column}: {what}")
 }
 
-/// Parses a file, reusing `known`'s segments when the file carries the
-/// same layout text for the same device (a publisher keeps its layout
-/// between samples while its allocator's counters do not move, and the
-/// segments are most of a file and of the cost of reading it). Returns the
-/// file's layout for next time.
-fn parse_reusing(bytes: &[u8], path: &Path, known: Option<&Layout>) -> Result<(Published, Layout), String> {
+/// Parses a file, reusing `known` (kept as it is, its text not copied
+/// again) when the file carries the same layout text for the same device
+/// (a publisher keeps its layout between samples while its allocator's
+/// counters do not move, and the segments are most of a file and of the
+/// cost of reading it). Returns the file's layout for next time.
+fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Published, Layout), String> {
     let raw: RawFile<Option<&serde_json::value::RawValue>> =
         serde_json::from_slice(bytes).map_err(|e| located(&e, bytes, 0))?;
     if raw.version != 1 {
         return Err(format!("version {} (this gpumem-top reads 1)", raw.version));
     }
     let text = raw.segments.map_or("[]", |r| r.get());
-    let segments = match known {
-        Some(k) if k.device == raw.device && *k.text == *text => Arc::clone(&k.segments),
+    let layout = match known {
+        Some(k) if k.device == raw.device && *k.text == *text => k,
         _ => {
             // The text lies inside `bytes`: its offset places an error in the file.
             let offset = (text.as_ptr() as usize).saturating_sub(bytes.as_ptr() as usize);
             let segs: Vec<RawSegment> = serde_json::from_str(text).map_err(|e| located(&e, bytes, offset))?;
-            Arc::new(segments_of(segs, raw.device)?)
+            let segments = Arc::new(segments_of(segs, raw.device)?);
+            Layout { device: raw.device, text: text.into(), segments }
         }
     };
-    let layout = Layout { device: raw.device, text: text.into(), segments: Arc::clone(&segments) };
+    let segments = Arc::clone(&layout.segments);
     let p = Published {
         pid: raw.pid,
         nspid: raw.nspid,
@@ -566,7 +567,7 @@ impl Scanner {
                 Ok(n) if n as u64 > cap => {
                     out.skipped.push(format!("{}: over the {cap} byte cap", path.display()));
                 }
-                Ok(_) => match parse_reusing(&self.buf, &path, self.layouts.get(&path)) {
+                Ok(_) => match parse_reusing(&self.buf, &path, self.layouts.remove(&path)) {
                     Ok((p, layout)) => {
                         out.published.push(p);
                         seen.insert(path, layout);
