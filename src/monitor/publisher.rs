@@ -276,6 +276,18 @@ pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
     parse_reusing(bytes, path, None).map(|(p, _)| p)
 }
 
+/// A file's `segments` as its text, unparsed; `None` when absent. A
+/// `null` is text too, and fails to parse as segments, as any other value
+/// of the wrong type does.
+#[derive(Debug, Default)]
+struct SegmentsText<'a>(Option<&'a serde_json::value::RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for SegmentsText<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&serde_json::value::RawValue>::deserialize(d).map(|r| SegmentsText(Some(r)))
+    }
+}
+
 /// A layout as a file carried it: its text and what it parsed to.
 #[derive(Debug)]
 struct Layout {
@@ -302,12 +314,11 @@ fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> String {
 /// counters do not move, and the segments are most of a file and of the
 /// cost of reading it). Returns the file's layout for next time.
 fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Published, Layout), String> {
-    let raw: RawFile<Option<&serde_json::value::RawValue>> =
-        serde_json::from_slice(bytes).map_err(|e| located(&e, bytes, 0))?;
+    let raw: RawFile<SegmentsText> = serde_json::from_slice(bytes).map_err(|e| located(&e, bytes, 0))?;
     if raw.version != 1 {
         return Err(format!("version {} (this gpumem-top reads 1)", raw.version));
     }
-    let text = raw.segments.map_or("[]", |r| r.get());
+    let text = raw.segments.0.map_or("[]", |r| r.get());
     let layout = match known {
         Some(k) if k.device == raw.device && *k.text == *text => k,
         _ => {
@@ -615,9 +626,11 @@ mod tests {
         // Inside the segments (parsed apart from the rest): still the
         // file's line and column, as reading the file whole places it.
         let head = "{\"version\": 1, \"pid\": 1, \"device\": 0, \"time\": 0, \"stats\": {},\n \"segments\": ";
-        for segs in
-            ["[{\"address\": \"x\"}]", "[\n  {\"address\": 0, \"total_size\": 1,\n   \"blocks\": [[1, 1, -1]]}]"]
-        {
+        for segs in [
+            "null",
+            "[{\"address\": \"x\"}]",
+            "[\n  {\"address\": 0, \"total_size\": 1,\n   \"blocks\": [[1, 1, -1]]}]",
+        ] {
             let bytes = format!("{head}{segs}}}");
             let whole = serde_json::from_slice::<RawFile>(bytes.as_bytes()).unwrap_err();
             let ours = parse_bytes(bytes.as_bytes(), path).unwrap_err();
