@@ -157,8 +157,8 @@ fn bench_frame(c: &mut Criterion) {
     // histogram, figures, View, ratatui widgets.
     let mut app = ReplayApp::new(model, true);
     app.cursor = 4400;
-    let area = ratatui::layout::Rect::new(0, 0, 200, 60);
-    let mut buf = ratatui::buffer::Buffer::empty(area);
+    let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
+    let mut buf = ratatui_core::buffer::Buffer::empty(area);
     c.bench_function("frame/gpt2_peak_200x60", |b| {
         b.iter(|| {
             buf.reset();
@@ -169,7 +169,7 @@ fn bench_frame(c: &mut Criterion) {
     // The whole frame as the loop draws it: ratatui's Terminal (its buffers
     // and diff) over its test backend, the cursor stepping so frames differ.
     use gpumem_top::ui::event::{Action, Interactive};
-    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 60)).unwrap();
+    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
     let mut right = true;
     c.bench_function("frame/gpt2_step_200x60_terminal", |b| {
         b.iter(|| {

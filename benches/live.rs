@@ -7,8 +7,8 @@ use gpumem_top::monitor::publisher::{parse_bytes, Scanner};
 use gpumem_top::monitor::sampler::DemoSource;
 use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::Rect;
 use serde_json::json;
 
 /// A publisher file of the demo's GPT-2 loop after 3,000 requests.
@@ -88,7 +88,7 @@ fn bench(c: &mut Criterion) {
         })
         .collect();
     let mut app = LiveApp::new("live".into(), None, true);
-    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(200, 50)).unwrap();
+    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 50)).unwrap();
     let mut k = 0;
     c.bench_function("live/frame_200x50_ingest_draw_diff_write", |b| {
         b.iter(|| {

@@ -729,7 +729,7 @@ fn the_live_view_fits_80x24() {
     let mut app = LiveApp::new("live".into(), None, false);
     app.ingest(LiveSource::new(Box::new(nvml), vec![], Some(d.clone())).snapshot());
     let draw = |app: &mut LiveApp, w, h| {
-        let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(w, h)).unwrap();
         t.draw(|f| app.draw(f)).unwrap();
         t.backend().to_string()
     };

@@ -13,8 +13,8 @@ use gpumem_top::trace;
 use gpumem_top::ui::app::ReplayApp;
 use gpumem_top::ui::event::{Action, Interactive};
 use gpumem_top::view::{segment_cells, Cell};
-use ratatui::backend::TestBackend;
-use ratatui::Terminal;
+use ratatui_core::backend::TestBackend;
+use ratatui_core::terminal::Terminal;
 
 /// The peak: where the replay opens.
 const PEAK: Option<fn(&trace::DeviceTrace) -> usize> = None;

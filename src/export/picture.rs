@@ -49,7 +49,15 @@ pub(crate) struct Scene<'a> {
 }
 
 /// The bundled font: every PNG is drawn with it and nothing else.
-pub(crate) const FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+pub(crate) static FONT: &[u8] = &FONT_FILE;
+
+/// In a section of its own, so the linker does not lay its 742 KB among the
+/// strings and tables every command reads: the kernel maps 64 KiB around
+/// each page read, and the live monitor carried the font's edges, about
+/// 100 KB, in its RSS (docs/benchmarks.md, "Smaller cells").
+#[link_section = ".gpumem_font"]
+static FONT_FILE: [u8; include_bytes!("../../assets/fonts/DejaVuSans.ttf").len()] =
+    *include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const FAMILY: &str = "DejaVu Sans";
 
 /// The longest text a picture shows (a title, a config string): a longer
@@ -450,7 +458,7 @@ pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratatui::style::Color;
+    use ratatui_core::style::Color;
 
     fn hue(hex: &str) -> f64 {
         let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);

@@ -1,8 +1,8 @@
 //! One moment of a replayed trace, or of any allocator, as a picture (SVG,
 //! PNG) or as the screen in text: `export`, and the screens' `s` key.
 
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::Rect;
 
 use super::picture::{Format, Scene, ViewKind};
 use crate::alloc::{CachingAllocator, SegmentInfo};

@@ -1,7 +1,7 @@
 //! A drawn screen as text: plain, or with ANSI colours.
 
-use ratatui::buffer::Buffer;
-use ratatui::style::{Color, Modifier};
+use ratatui_core::buffer::Buffer;
+use ratatui_core::style::{Color, Modifier};
 
 fn sgr_fg(c: Color) -> Option<String> {
     Some(match c {

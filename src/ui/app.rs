@@ -58,7 +58,7 @@ impl Interactive for ReplayApp<'_> {
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
-    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
+    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let status = self.status.clone();
         let mode = Some(crate::keys::Mode::Replay);
         draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, mode, area, buf);
@@ -362,7 +362,7 @@ impl<D: Device> Interactive for SynthApp<D> {
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
-    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer) {
+    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         if let Some(h) = &self.history {
             match h.model() {
                 Ok(mut model) => {

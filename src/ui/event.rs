@@ -3,13 +3,13 @@
 //! `Action`s an app applies to its model; a frame is drawn through
 //! ratatui's `Terminal` only after something changed. The terminal is
 //! restored on every way out: `q`, `Esc`, Ctrl-C, SIGINT, SIGQUIT, SIGTERM,
-//! SIGHUP, a closed terminal, and panics (ratatui's hook).
+//! SIGHUP, a closed terminal, and panics (`enter_terminal`'s hook).
 
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Duration;
 
 use crossterm::event::KeyEvent;
-use ratatui::Frame;
+use ratatui_core::terminal::Frame;
 
 use crate::monitor::Snapshot;
 use crate::view::parts::Selection;
@@ -81,7 +81,7 @@ impl Screen {
 /// An app the terminal loop drives.
 pub trait Interactive {
     /// Draws the app's state into `buf`; the view drawn is built from it and immutable.
-    fn draw_into(&mut self, area: ratatui::layout::Rect, buf: &mut ratatui::buffer::Buffer);
+    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer);
     /// A frame of the whole terminal: below 80x24 it says so instead.
     fn draw(&mut self, frame: &mut Frame) {
         let area = frame.area();
@@ -203,10 +203,10 @@ fn spawn_ticker(tx: SyncSender<Event>, every: Duration) -> std::io::Result<()> {
 /// live monitor's budget (docs/benchmarks.md).
 pub struct CachedSize<B> {
     inner: B,
-    size: std::cell::Cell<Option<ratatui::layout::Size>>,
+    size: std::cell::Cell<Option<ratatui_core::layout::Size>>,
 }
 
-impl<B: ratatui::backend::Backend> CachedSize<B> {
+impl<B: ratatui_core::backend::Backend> CachedSize<B> {
     pub fn new(inner: B) -> Self {
         CachedSize { inner, size: std::cell::Cell::new(None) }
     }
@@ -217,12 +217,12 @@ impl<B: ratatui::backend::Backend> CachedSize<B> {
     }
 }
 
-impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
+impl<B: ratatui_core::backend::Backend> ratatui_core::backend::Backend for CachedSize<B> {
     type Error = B::Error;
 
     fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
     where
-        I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>,
+        I: Iterator<Item = (u16, u16, &'a ratatui_core::buffer::Cell)>,
     {
         self.inner.draw(content)
     }
@@ -235,19 +235,19 @@ impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
     fn show_cursor(&mut self) -> Result<(), Self::Error> {
         self.inner.show_cursor()
     }
-    fn get_cursor_position(&mut self) -> Result<ratatui::layout::Position, Self::Error> {
+    fn get_cursor_position(&mut self) -> Result<ratatui_core::layout::Position, Self::Error> {
         self.inner.get_cursor_position()
     }
-    fn set_cursor_position<P: Into<ratatui::layout::Position>>(&mut self, position: P) -> Result<(), Self::Error> {
+    fn set_cursor_position<P: Into<ratatui_core::layout::Position>>(&mut self, position: P) -> Result<(), Self::Error> {
         self.inner.set_cursor_position(position)
     }
     fn clear(&mut self) -> Result<(), Self::Error> {
         self.inner.clear()
     }
-    fn clear_region(&mut self, clear_type: ratatui::backend::ClearType) -> Result<(), Self::Error> {
+    fn clear_region(&mut self, clear_type: ratatui_core::backend::ClearType) -> Result<(), Self::Error> {
         self.inner.clear_region(clear_type)
     }
-    fn size(&self) -> Result<ratatui::layout::Size, Self::Error> {
+    fn size(&self) -> Result<ratatui_core::layout::Size, Self::Error> {
         if let Some(s) = self.size.get() {
             return Ok(s);
         }
@@ -255,7 +255,7 @@ impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
         self.size.set(Some(s));
         Ok(s)
     }
-    fn window_size(&mut self) -> Result<ratatui::backend::WindowSize, Self::Error> {
+    fn window_size(&mut self) -> Result<ratatui_core::backend::WindowSize, Self::Error> {
         self.inner.window_size()
     }
     fn flush(&mut self) -> Result<(), Self::Error> {
@@ -266,15 +266,13 @@ impl<B: ratatui::backend::Backend> ratatui::backend::Backend for CachedSize<B> {
 /// Runs `app` in the terminal until it quits or a quit event arrives.
 pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<()> {
     let signals = spawn_signals(events.sender())?;
-    // ratatui's init: raw mode, the alternate screen, and a panic hook that
-    // restores the terminal. Frames go out through a 16 KiB buffer: a live
-    // frame's changes (about 5 KB) in one write, where the line-buffered
-    // stdout made dozens.
-    drop(ratatui::init());
+    // Frames go out through a 16 KiB buffer: a live frame's changes (about
+    // 5 KB) in one write, where the line-buffered stdout made dozens.
     let result = (|| -> std::io::Result<()> {
+        enter_terminal()?;
         let backend =
-            ratatui::backend::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
-        let mut terminal = ratatui::Terminal::new(CachedSize::new(backend))?;
+            ratatui_crossterm::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
+        let mut terminal = ratatui_core::terminal::Terminal::new(CachedSize::new(backend))?;
         let mut started = Ok(());
         events.input.call_once(|| started = spawn_input(events.sender()));
         started?;
@@ -309,18 +307,43 @@ pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<(
         Ok(())
     })();
     signals.close();
-    ratatui::restore();
-    // restore() leaves raw mode and the alternate screen; drawing hid the
-    // cursor, so show it again.
-    let _ = crossterm::execute!(std::io::stdout(), crossterm::cursor::Show);
+    restore_terminal();
     result
+}
+
+/// What ratatui's `init` does, without the screen buffers it allocates and
+/// the panic it raises when there is no terminal: a panic hook that restores
+/// the terminal (set once), raw mode, the alternate screen.
+fn enter_terminal() -> std::io::Result<()> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            previous(info);
+        }));
+    });
+    crossterm::terminal::enable_raw_mode()?;
+    crossterm::execute!(std::io::stdout(), crossterm::terminal::EnterAlternateScreen)
+}
+
+/// Raw mode off first (it has more effects than the alternate screen), the
+/// main screen back, and the cursor, which drawing hid. Each step is tried
+/// even when one before it failed.
+fn restore_terminal() {
+    let raw = crossterm::terminal::disable_raw_mode();
+    let screen =
+        crossterm::execute!(std::io::stdout(), crossterm::terminal::LeaveAlternateScreen, crossterm::cursor::Show);
+    if let Err(e) = raw.and(screen) {
+        eprintln!("gpumem-top: could not restore the terminal: {e}");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratatui::backend::{Backend, TestBackend};
-    use ratatui::layout::Size;
+    use ratatui_core::backend::{Backend, TestBackend};
+    use ratatui_core::layout::Size;
 
     #[test]
     fn the_size_is_asked_again_only_after_a_resize() {
@@ -332,7 +355,7 @@ mod tests {
         b.resized();
         assert_eq!(b.size().unwrap(), Size::new(120, 40));
         // Through ratatui's Terminal: the next frame after the event has the new size.
-        let mut t = ratatui::Terminal::new(b).unwrap();
+        let mut t = ratatui_core::terminal::Terminal::new(b).unwrap();
         t.backend_mut().inner.resize(90, 25);
         t.backend().resized();
         t.autoresize().unwrap();

@@ -3,11 +3,13 @@
 //! its state. Samples arrive as events from the sampler thread into the
 //! `LiveModel`; this keeps only what the keys selected, and draws.
 
-use ratatui::buffer::Buffer;
-use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Modifier, Style};
-use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Widget};
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::{Constraint, Layout, Rect};
+use ratatui_core::style::{Modifier, Style};
+use ratatui_core::text::{Line, Span};
+use ratatui_core::widgets::Widget;
+use ratatui_widgets::block::Block;
+use ratatui_widgets::paragraph::Paragraph;
 
 use super::event::{Action, Event, Interactive, Screen};
 use crate::analysis::human_bytes;

@@ -6,13 +6,17 @@
 
 pub mod parts;
 
-use ratatui::buffer::Buffer;
-use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
-use ratatui::symbols::Marker;
-use ratatui::text::{Line, Span};
-use ratatui::widgets::canvas::{Canvas, Line as CanvasLine};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget, Wrap};
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::{Constraint, Layout, Rect};
+use ratatui_core::style::{Color, Modifier, Style};
+use ratatui_core::symbols::Marker;
+use ratatui_core::text::{Line, Span};
+use ratatui_core::widgets::Widget;
+use ratatui_widgets::block::Block;
+use ratatui_widgets::borders::Borders;
+use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
+use ratatui_widgets::clear::Clear;
+use ratatui_widgets::paragraph::{Paragraph, Wrap};
 
 use crate::alloc::{BlockState, SegmentInfo, StatePoint};
 use crate::analysis::{human_bytes, short_bytes, Fragmentation, SizeBucket};
@@ -167,7 +171,7 @@ pub(crate) fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
 /// frame's cost, has nothing to find (docs/benchmarks.md). Other spans go
 /// through ratatui. Nothing is drawn from outside the buffer.
 pub(crate) fn set_line(buf: &mut Buffer, x: u16, y: u16, line: &Line, max_width: u16) {
-    if !buf.area.contains(ratatui::layout::Position { x, y }) {
+    if !buf.area.contains(ratatui_core::layout::Position { x, y }) {
         return;
     }
     let mut x = x;
@@ -428,7 +432,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
 /// frames do not fit, the program's own innermost frame is kept and what is
 /// left out is counted.
 fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
-    ratatui::widgets::Clear.render(area, buf);
+    ratatui_widgets::clear::Clear.render(area, buf);
     // The longest title that fits the box's top edge.
     let (size, room) = (human_bytes(o.size), (area.width as usize).saturating_sub(4));
     let title = [
@@ -666,7 +670,7 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], scaled: bool, i
         // Cells are written directly: set_string would segment graphemes
         // for every one-glyph string, most of a frame's cost.
         let x0 = inner.x + label_w as u16 + 1;
-        if buf.area.contains(ratatui::layout::Position { x: x0, y }) {
+        if buf.area.contains(ratatui_core::layout::Position { x: x0, y }) {
             let row = buf.index_of(x0, y);
             let room = (buf.area.right() - x0) as usize;
             // To scale: the largest segment is the full width.
@@ -1282,10 +1286,10 @@ fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buff
 
 #[cfg(test)]
 mod tests {
-    use ratatui::buffer::Buffer;
-    use ratatui::layout::Rect;
-    use ratatui::style::{Color, Modifier, Style};
-    use ratatui::text::{Line, Span};
+    use ratatui_core::buffer::Buffer;
+    use ratatui_core::layout::Rect;
+    use ratatui_core::style::{Color, Modifier, Style};
+    use ratatui_core::text::{Line, Span};
 
     /// Our `set_line` leaves every cell as ratatui's does: ASCII, controls,
     /// wide and combining characters, lines cut at the width or at the
@@ -1305,9 +1309,9 @@ mod tests {
         let area = Rect::new(2, 1, 24, 3);
         for line in &lines {
             for (x, y, w) in [(2, 1, 24), (3, 2, 10), (20, 3, 30), (25, 1, 5), (0, 0, 5), (2, 9, 5), (4, 2, 0)] {
-                let mut a = Buffer::filled(area, ratatui::buffer::Cell::new("#"));
+                let mut a = Buffer::filled(area, ratatui_core::buffer::Cell::new("#"));
                 let mut b = a.clone();
-                if area.contains(ratatui::layout::Position { x, y }) {
+                if area.contains(ratatui_core::layout::Position { x, y }) {
                     a.set_line(x, y, line, w);
                 }
                 super::set_line(&mut b, x, y, line, w);
@@ -1334,7 +1338,8 @@ mod tests {
     /// over cells already drawn and styled.
     #[test]
     fn a_box_is_drawn_as_ratatuis_block_draws_it() {
-        use ratatui::widgets::{Block, Widget};
+        use ratatui_core::widgets::Widget;
+        use ratatui_widgets::block::Block;
         let red = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
         let titles = [
             (Line::from(" Timeline ─ allocated / reserved "), Some(Line::from(vec![Span::styled(" 0–2G ", red)]))),
@@ -1356,7 +1361,7 @@ mod tests {
                 Rect::new(30, 8, 20, 10),
                 Rect::new(0, 0, 0, 4),
             ] {
-                let mut a = Buffer::filled(screen, ratatui::buffer::Cell::new("x"));
+                let mut a = Buffer::filled(screen, ratatui_core::buffer::Cell::new("x"));
                 a.set_style(Rect::new(0, 0, 40, 6), Style::default().bg(Color::Blue));
                 let mut b = a.clone();
                 let mut block = Block::bordered().title(title.clone());

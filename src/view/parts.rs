@@ -3,9 +3,9 @@
 //! selected. The apps (`ui`) and the text export build these; drawing only
 //! reads them.
 
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
-use ratatui::widgets::Widget;
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::Rect;
+use ratatui_core::widgets::Widget;
 
 use super::{Focus, SegmentOrder, View};
 use crate::alloc::{CachingAllocator, Kind, SegmentInfo, StatePoint};
