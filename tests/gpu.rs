@@ -33,6 +33,15 @@ fn synth(args: &[&str]) -> (i32, Value, String) {
     (out.status.code().unwrap_or(-1), v, stderr)
 }
 
+/// The tests here share one GPU, and three of them compare the memory the
+/// whole device uses before and after a run: run in parallel, one test's
+/// run showed up in another's "after" (2.1 GB on the H200, 2026-12-01).
+/// Each test holds this lock for its whole run.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
@@ -54,6 +63,7 @@ fn settled_device_used(nv: &ProcessMemory, want_at_most: u64) -> u64 {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn nvml_sees_our_reserved_bytes_plus_the_context_and_all_of_it_returns() {
+    let _gpu = one_at_a_time();
     let nv = ProcessMemory::open(0).expect("NVML");
     let before = nv.device_used().unwrap();
     for (model, extra) in [("gpt2", vec![]), ("resnet50", vec!["--touch"])] {
@@ -84,6 +94,7 @@ fn nvml_sees_our_reserved_bytes_plus_the_context_and_all_of_it_returns() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn expandable_segments_map_page_ranges_one_device_alloc_each() {
+    let _gpu = one_at_a_time();
     let (rc, v, err) = synth(&["--model", "gpt2", "--iterations", "2", "--alloc-conf", "expandable_segments:True"]);
     assert_eq!(rc, 0, "{err}");
     let maps = &v["device_maps"];
@@ -111,6 +122,7 @@ fn expandable_segments_map_page_ranges_one_device_alloc_each() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn an_injected_limit_takes_the_shrink_path_and_returns_everything() {
+    let _gpu = one_at_a_time();
     let nv = ProcessMemory::open(0).expect("NVML");
     let before = nv.device_used().unwrap();
     let (rc, v, err) =
@@ -136,6 +148,7 @@ fn an_injected_limit_takes_the_shrink_path_and_returns_everything() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn ctrl_c_returns_every_byte() {
+    let _gpu = one_at_a_time();
     let nv = ProcessMemory::open(0).expect("NVML");
     let before = nv.device_used().unwrap();
     let child = Command::new(bin())
@@ -170,6 +183,7 @@ extern "C" {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_pytorch_process_publishes_what_torch_reports() {
+    let _gpu = one_at_a_time();
     let dir = std::env::temp_dir().join(format!("gpumem-gpu-pub-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -298,6 +312,7 @@ fn render_live(app: &mut gpumem_top::ui::live::LiveApp) -> String {
 #[test]
 #[ignore = "needs several NVIDIA GPUs"]
 fn multi_gpu_every_gpu_listed_and_a_run_on_gpu_1_seen_there_only() {
+    let _gpu = one_at_a_time();
     use gpumem_top::monitor::sampler::{LiveSource, Source};
     use gpumem_top::monitor::GpuQuery;
     let mut q = gpumem_top::monitor::NvmlQuery::open().expect("NVML");
@@ -489,6 +504,7 @@ sys.stdin.read()
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn run_records_each_steps_own_peaks_of_a_real_pytorch_loop() {
+    let _gpu = one_at_a_time();
     let dir = std::env::temp_dir().join(format!("gpumem-gpu-run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

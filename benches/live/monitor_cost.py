@@ -174,7 +174,7 @@ def main():
                           "core_percent": round(100 * used / wall, 3),
                           "core_percent_from_ticks": round(100 * ticks / wall, 3), **mem(p),
                           "threads_cpu_seconds": {t: v for t, v in per.items() if v > 0},
-                          "rss_kb_by_mapping": rss_by_mapping(p)}), flush=True)
+                          "rss_kb_by_mapping": rss_by_mapping(p, top=12)}), flush=True)
     for n, p in pids.items():
         try:
             os.kill(p, signal.SIGTERM)
