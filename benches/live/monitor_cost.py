@@ -127,10 +127,10 @@ def main():
         "gpumem-top --source demo (no NVML)": [binary, "--source", "demo"],
         "gpumem-top, no publisher": [binary, "--publish-dir", "/tmp/gpumem-top-empty"],
     }
-    # A second build to compare in the same run (e.g. the release profile).
-    if os.environ.get("GPUMEM_TOP_B"):
-        monitors["gpumem-top B: " + os.environ["GPUMEM_TOP_B"]] = [os.path.abspath(os.environ["GPUMEM_TOP_B"]),
-                                                                    "--interval", "500"]
+    # Other builds to compare in the same run (e.g. the previous commit's):
+    # GPUMEM_TOP_B=path[:path...].
+    for other in filter(None, os.environ.get("GPUMEM_TOP_B", "").split(":")):
+        monitors["gpumem-top B: " + other] = [os.path.abspath(other), "--interval", "500"]
     os.makedirs("/tmp/gpumem-top-empty", mode=0o700, exist_ok=True)
     procs = {}
     for name, argv in monitors.items():
