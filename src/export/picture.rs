@@ -48,15 +48,13 @@ pub(crate) struct Scene<'a> {
     pub(crate) memory_limit: Option<u64>,
 }
 
-/// The bundled font: every PNG is drawn with it and nothing else.
-pub(crate) static FONT: &[u8] = &FONT_FILE;
-
-/// In a section of its own, so the linker does not lay its 742 KB among the
+/// The bundled font: every PNG is drawn with it and nothing else. In a
+/// section of its own, so the linker does not lay its 742 KB among the
 /// strings and tables every command reads: the kernel maps 64 KiB around
 /// each page read, and the live monitor carried the font's edges, about
 /// 100 KB, in its RSS (docs/benchmarks.md, "Smaller cells").
 #[link_section = ".gpumem_font"]
-static FONT_FILE: [u8; include_bytes!("../../assets/fonts/DejaVuSans.ttf").len()] =
+pub(crate) static FONT: [u8; include_bytes!("../../assets/fonts/DejaVuSans.ttf").len()] =
     *include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const FAMILY: &str = "DejaVu Sans";
 
