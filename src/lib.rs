@@ -32,6 +32,7 @@ pub mod export;
 pub mod fit;
 pub mod keys;
 pub mod monitor;
+pub mod private;
 pub mod replay;
 pub mod timeline;
 pub mod trace;

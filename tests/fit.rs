@@ -191,12 +191,14 @@ fn fit_records_its_samples_by_running_the_training_command() {
         d.join("fake/torch/__init__.py"),
         format!(
             r#"
-import os, shutil, sys
+import json, os, shutil, sys
+__version__ = "2.11.0+cu130"
 _state = {{"hooks": []}}
 class _Memory:
-    def _record_memory_history(self, **kw): _state["recording"] = True
+    def _record_memory_history(self, **kw): _state["recording"] = kw
     def _dump_snapshot(self, path):
         assert _state.get("recording"), "history was not recorded"
+        sys.stderr.write("history settings: %s\n" % json.dumps(_state["recording"], sort_keys=True))
         shutil.copy(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"]), path)
 class _Cuda:
     memory = _Memory()
@@ -247,6 +249,14 @@ sys.exit(3)
     assert!(!String::from_utf8_lossy(&out.stdout).contains("never reached"));
     // The script's own output goes to stderr; stdout is the JSON alone.
     assert!(err.contains("training at batch 2") && err.contains("training at batch 4"), "{err}");
+    // PyTorch 2.11: stacks at allocations only, so that activation
+    // checkpointing cannot crash (pytorch #179536), said once per run, and
+    // an entry limit.
+    assert!(
+        err.contains(r#"history settings: {"context": "alloc", "max_entries": 2000000, "stacks": "python"}"#),
+        "{err}"
+    );
+    assert_eq!(err.matches("pytorch #179536").count(), 2, "{err}");
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
     let direct = fit(&[
         format!("{}@2", fixture("fit/gpt2_b2.pickle.gz").display()),

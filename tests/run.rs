@@ -34,6 +34,11 @@ fn bin() -> PathBuf {
 /// `gpumem-top run ARGS -o DIR/rec.jsonl --publish-dir DIR/pub --
 /// python3 tests/scripts/fake_train.py` over the stand-in torch.
 fn run_fake_train(d: &std::path::Path, args: &[&str]) -> std::process::Output {
+    run_fake_train_with(d, args, &[])
+}
+
+/// As `run_fake_train`, with more environment for the command.
+fn run_fake_train_with(d: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(bin())
         .arg("run")
         .args(args)
@@ -47,6 +52,7 @@ fn run_fake_train(d: &std::path::Path, args: &[&str]) -> std::process::Output {
         .env("PYTHONPATH", common::root().join("tests/fake_torch"))
         .env("GPUMEM_TOP_BIN", bin())
         .env("SNAP_DIR", d)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -90,6 +96,11 @@ fn run_injects_the_publisher_and_records_each_steps_own_peak() {
     assert_eq!(script["snapshot_rc"], 0, "{}", script["snapshot_out"]);
     assert!(script["snapshot_out"].as_str().unwrap().contains("open it with: gpumem-top replay"));
     assert_eq!(script["snapshot"]["history"]["max_entries"], 5000);
+    // The stand-in says it is PyTorch 2.11, whose history with stacks at
+    // frees crashes activation checkpointing: stacks at allocations only.
+    assert_eq!(script["snapshot"]["history"]["context"], "alloc");
+    assert_eq!(script["snapshot"]["history"]["stacks"], "python");
+    assert!(err.contains("pytorch #179536") && err.contains("context='alloc'"), "{err}");
     assert_eq!(script["snapshot"]["device_traces"][0][0]["size"], 4 * MIB);
     // Layouts never took the full snapshot (with the history): in PyTorch
     // 2.11 that imports torch._inductor, which from the publisher's thread
@@ -104,6 +115,10 @@ fn run_injects_the_publisher_and_records_each_steps_own_peak() {
     assert_eq!(procs.len(), 1, "{j}");
     let p = &procs[0];
     assert_eq!(p["step_peaks"], true);
+    // The recording says what history was recorded, and why it was less.
+    assert_eq!(p["history"]["context"], "alloc");
+    assert_eq!(p["history"]["max_entries"], 5000);
+    assert!(p["history"]["note"].as_str().unwrap().contains("pytorch #179536"), "{p}");
     let steps = p["steps"].as_array().unwrap();
     let col = |k: &str| -> Vec<u64> { steps.iter().map(|s| s[k].as_u64().unwrap()).collect() };
     assert_eq!(col("step"), [1, 2, 3, 4]);
@@ -117,6 +132,39 @@ fn run_injects_the_publisher_and_records_each_steps_own_peak() {
         .flatten()
         .all(|e| !e.file_name().to_string_lossy().ends_with(".json")));
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The history settings follow the PyTorch release: every stack before
+/// 2.11, stacks at allocations only from 2.11 (pytorch #179536), and what
+/// $GPUMEM_TOP_HISTORY_CONTEXT asks for over either, said on stderr.
+#[test]
+fn history_settings_follow_the_pytorch_release() {
+    if !have_python() {
+        return;
+    }
+    for (version, over, context, warns) in [
+        ("2.10.1+cu128", "", "all", false),
+        ("2.11.0+cu130", "", "alloc", true),
+        ("2.12.0a0+git1234", "", "alloc", true),
+        ("2.11.0", "state", "state", true),
+        ("2.11.0", "all", "all", true),
+        ("2.10.0", "none", "none", true),
+    ] {
+        let d = tmpdir(&format!("hist-{context}-{}", over.len()));
+        let env = [("FAKE_TORCH_VERSION", version), ("GPUMEM_TOP_HISTORY_CONTEXT", over)];
+        let out = run_fake_train_with(&d, &["--history", "500", "--interval", "40"], &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let script: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let h = &script["snapshot"]["history"];
+        let got = if h["context"].is_null() { "none" } else { h["context"].as_str().unwrap() };
+        assert_eq!(got, context, "torch {version}, override {over:?}: {h}");
+        let p = &replay_json(&d.join("rec.jsonl"))["processes"][0];
+        assert_eq!(p["history"]["context"], context, "{p}");
+        assert_eq!(p["history"]["note"].is_string(), warns, "torch {version}, override {over:?}: {p}");
+        assert_eq!(err.contains("gpumem_top_publish: "), warns, "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
 
 /// Without --step-peaks nothing is reset: the steps are logged at their

@@ -69,6 +69,7 @@ _state = {
     "shadow": {},
     "orig": None,
     "last_step_time": None,
+    "history": None,
 }
 _STATE_CODES = {"active_allocated": 0, "active_pending_free": 1, "inactive": 2}
 # Steps kept in each file: at 10 ms a step, 5 s of them, so a reader
@@ -76,6 +77,67 @@ _STATE_CODES = {"active_allocated": 0, "active_pending_free": 1, "inactive": 2}
 _STEP_LOG = 512
 # A layout may cost at most 1/_LAYOUT_BUDGET of wall time.
 _LAYOUT_BUDGET = 200
+
+
+# PyTorch releases from which memory history that gathers call stacks at
+# frees (context="all", what stacks="python" implies) breaks non-reentrant
+# activation checkpointing: backward raises "SystemError: ... returned NULL
+# without setting an exception" (pytorch #179536, a regression from 2.10,
+# open). On the H200 with 2.11, context="alloc" (stacks gathered at
+# allocations only) finished the same Hugging Face training
+# (docs/live.md, "Memory history and PyTorch 2.11").
+_FREE_STACKS_BREAK_FROM = (2, 11)
+_CONTEXTS = ("all", "alloc", "state", "none")
+
+
+def torch_version(text):
+    """(major, minor) of a torch version string ("2.11.0+cu130",
+    "2.12.0a0+git…"), None when it does not start so."""
+    try:
+        major, minor = str(text).split(".")[:2]
+        return int(major), int("".join(c for c in minor if c.isdigit()) or "x")
+    except Exception:
+        return None
+
+
+def history_settings(torch, environ=None):
+    """The keyword arguments for ``torch.cuda.memory._record_memory_history``
+    that cannot break this program, and a sentence for the user saying what
+    that gives up (None when nothing).
+
+    Activation checkpointing can be turned on at any point after history
+    starts (``model.gradient_checkpointing_enable()`` after the model is
+    built), so on an affected release the safe setting is taken whatever
+    the program does: stacks at allocations only. Every block and
+    allocation keeps its call stack; the free events' own stacks are lost
+    (gpumem-top reads none). $GPUMEM_TOP_HISTORY_CONTEXT (all, alloc,
+    state, none) overrides the choice."""
+    env = os.environ if environ is None else environ
+    want = (env.get("GPUMEM_TOP_HISTORY_CONTEXT") or "").strip().lower()
+    version = getattr(torch, "__version__", "")
+    if want in _CONTEXTS:
+        context = None if want == "none" else want
+        kw = {"context": context} if context is None else {"context": context, "stacks": "python"}
+        note = None
+        if want == "all" and _affected(version):
+            note = ("memory history records stacks at frees as GPUMEM_TOP_HISTORY_CONTEXT=all asks: with PyTorch %s "
+                    "non-reentrant activation checkpointing can crash in backward (pytorch #179536)" % version)
+        elif want in ("state", "none"):
+            note = "memory history without per-event call stacks (GPUMEM_TOP_HISTORY_CONTEXT=%s)" % want
+        return kw, note
+    if _affected(version):
+        return {"context": "alloc", "stacks": "python"}, (
+            "PyTorch %s crashes non-reentrant activation checkpointing when memory history gathers call stacks "
+            "at frees (pytorch #179536), so history records stacks at allocations only (context='alloc'): every "
+            "block and allocation keeps its stack, frees do not" % version)
+    return {"context": "all", "stacks": "python"}, None
+
+
+def _affected(version):
+    v = torch_version(version)
+    # A version that does not parse is treated as affected: the safe
+    # setting loses nothing gpumem-top reads.
+    return v is None or v >= _FREE_STACKS_BREAK_FROM
 
 
 def default_dir():
@@ -470,6 +532,8 @@ def publish_once(
         "layout_time": layout_time,
         "final": final,
     }
+    if _state["history"] is not None:
+        doc["history"] = _state["history"]
     if window is not None:
         doc["window_peak"] = window
     text = json.dumps(doc, separators=(",", ":"))
@@ -580,7 +644,11 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         _state["home"] = [torch.cuda.current_device()]
         fixed = list(devices) if devices is not None else None
         if history:
-            torch.cuda.memory._record_memory_history(max_entries=int(history), stacks="python")
+            kw, note = history_settings(torch)
+            torch.cuda.memory._record_memory_history(max_entries=int(history), **kw)
+            _state["history"] = {"context": kw["context"] or "none", "max_entries": int(history), "note": note}
+            if note:
+                _warn(note)
         if step_peaks:
             try:
                 _install_peak_shadow(torch)

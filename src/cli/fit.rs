@@ -71,11 +71,21 @@ fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {
     Ok((PathBuf::from(path), batch))
 }
 
-/// The hook Python loads first when `fit --batches` runs a command.
+/// The hook Python loads first when `fit --batches` runs a command, and
+/// the module it asks which history settings cannot crash the training
+/// (docs/live.md, "Memory history and PyTorch 2.11").
 const SITECUSTOMIZE: &str = include_str!("../../assets/python/record/sitecustomize.py");
+const PUBLISHER: &str = include_str!("../../assets/python/gpumem_top_publish.py");
+
+/// History entries the hook keeps at most: three steps of the models we
+/// recorded take 5,000–40,000; a run past this wraps, and `fit` refuses a
+/// wrapped window rather than predict from part of a step.
+const RECORD_MAX_ENTRIES: u64 = 2_000_000;
 
 /// Runs the command once per batch with memory history recorded; returns
-/// the samples as SNAPSHOT@BATCH.
+/// the samples as SNAPSHOT@BATCH. The hook and the snapshots are written
+/// in a fresh private directory (docs/security.md): a name another user
+/// could guess is never reused, and nothing is written through a link.
 fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     if args.command.is_empty() {
         return Err(anyhow!(InputError("--batches needs the training command after `--`".into())));
@@ -83,16 +93,53 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     if args.record_batches.len() < 2 || args.record_batches.contains(&0) {
         return Err(anyhow!(InputError("--batches needs two or more positive batch sizes, e.g. --batches 2,4".into())));
     }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(b) = args.record_batches.iter().find(|&&b| !seen.insert(b)) {
+        return Err(anyhow!(InputError(format!("--batches names batch {b} twice: each batch is recorded once"))));
+    }
     if !args.command.iter().any(|a| a.contains("{batch}")) {
         return Err(anyhow!(InputError("the command must say where the batch goes: {batch}".into())));
     }
-    let dir = match &args.record_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("gpumem-top-fit-{}", std::process::id())),
+    let record_dir = match &args.record_dir {
+        Some(d) => {
+            let d = std::path::absolute(d).map_err(|e| anyhow!(InputError(format!("{}: {e}", d.display()))))?;
+            crate::private::ensure_private_dir(&d)
+                .or_else(|e| if d.is_dir() && !d.is_symlink() { Ok(()) } else { Err(e) })
+                .map_err(|e| anyhow!(InputError(format!("--record-dir {}: {e}", d.display()))))?;
+            Some(d)
+        }
+        None => None,
     };
-    let hook = dir.join("hook");
-    std::fs::create_dir_all(&hook).map_err(|e| anyhow!(InputError(format!("{}: {e}", hook.display()))))?;
-    std::fs::write(hook.join("sitecustomize.py"), SITECUSTOMIZE)?;
+    let user = crate::private::user_dir().map_err(|e| anyhow!(InputError(e.to_string())))?;
+    let work = crate::private::fresh_dir(&std::path::absolute(&user)?, "fit")
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", user.display()))))?;
+    let result = record_into(args, &work, record_dir.as_deref());
+    let _ = std::fs::remove_dir_all(work.join("hook"));
+    match &result {
+        Ok(_) if record_dir.is_some() => {
+            let _ = std::fs::remove_dir_all(&work);
+        }
+        Ok(_) => eprintln!("gpumem-top fit: snapshots in {}", work.display()),
+        Err(_) => {
+            // What was recorded before the failure stays, and is named.
+            let kept = std::fs::read_dir(&work).map(|d| d.count()).unwrap_or(0);
+            if kept == 0 {
+                let _ = std::fs::remove_dir_all(&work);
+            } else {
+                eprintln!("gpumem-top fit: the snapshots recorded so far are in {}", work.display());
+            }
+        }
+    }
+    result
+}
+
+/// `record_samples`' runs, in `work` (fresh and private); the snapshots
+/// end in `record_dir` when given (created there, never replacing a file).
+fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::path::Path>) -> Result<Vec<String>> {
+    use crate::private::create_new;
+    let hook = crate::private::fresh_dir(work, "hook")?;
+    create_new(&hook.join("sitecustomize.py"))?.write_all(SITECUSTOMIZE.as_bytes())?;
+    create_new(&hook.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
     let path = match std::env::var_os("PYTHONPATH") {
         Some(p) if !p.is_empty() => {
             let mut v = hook.clone().into_os_string();
@@ -104,8 +151,7 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     };
     let mut out = Vec::new();
     for &b in &args.record_batches {
-        let snap = dir.join(format!("batch{b}.pickle"));
-        let _ = std::fs::remove_file(&snap);
+        let snap = work.join(format!("batch{b}.pickle"));
         let argv: Vec<String> = args.command.iter().map(|a| a.replace("{batch}", &b.to_string())).collect();
         eprintln!("gpumem-top fit: batch {b}: {}", argv.join(" "));
         // The command's output goes to our stderr: stdout is for the
@@ -120,6 +166,7 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
             .env("PYTHONPATH", &path)
             .env("GPUMEM_TOP_RECORD_OUT", &snap)
             .env("GPUMEM_TOP_RECORD_STEPS", args.steps.to_string())
+            .env("GPUMEM_TOP_RECORD_MAX_ENTRIES", RECORD_MAX_ENTRIES.to_string())
             .status()
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", argv[0]))))?;
         if !snap.exists() {
@@ -127,9 +174,31 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
                 "batch {b}: the command ({status}) wrote no snapshot; does it import torch and use CUDA?"
             ));
         }
-        out.push(format!("{}@{b}", snap.display()));
+        // Several processes of the command (ranks, workers) that used
+        // CUDA: the first to finish wrote `snap`, each other its own.
+        let prefix = format!("batch{b}.pickle.");
+        let others =
+            std::fs::read_dir(work)?.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count();
+        if others > 0 {
+            eprintln!(
+                "gpumem-top fit: batch {b}: {} processes of the command recorded; the first to finish is used (the others are {}.PID)",
+                others + 1,
+                snap.display()
+            );
+        }
+        let used = match record_dir {
+            Some(d) => {
+                let to = d.join(format!("batch{b}.pickle"));
+                let mut dst = create_new(&to).map_err(|e| {
+                    anyhow!(InputError(format!("{}: {e}; choose another --record-dir or move it away", to.display())))
+                })?;
+                std::io::copy(&mut std::fs::File::open(&snap)?, &mut dst)?;
+                to
+            }
+            None => snap,
+        };
+        out.push(format!("{}@{b}", used.display()));
     }
-    eprintln!("gpumem-top fit: snapshots in {}", dir.display());
     Ok(out)
 }
 
@@ -244,6 +313,12 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         r.unaligned_elsewhere,
         if samples.len() > 2 { format!(", {} off a line", r.nonlinear) } else { String::new() }
     )?;
+    if !r.call_stacks {
+        writeln!(
+            so,
+            "the samples carry no call stacks (history recorded with context=None or \"state\"): requests were aligned by stream, order and size alone"
+        )?;
+    }
     if r.workspaces > 0 {
         writeln!(
             so,

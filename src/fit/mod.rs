@@ -32,6 +32,10 @@ pub struct Sample {
     /// Per request: the alignment key of an `Alloc` (its call stack and
     /// stream), 0 for other requests.
     keys: Vec<u64>,
+    /// Whether its allocations carry call stacks (history recorded with
+    /// `context=None` or `"state"` gives none: requests are then aligned by
+    /// stream, order and size alone).
+    pub(crate) call_stacks: bool,
     /// PyTorch's peaks in the recording (for the self-check).
     pub(crate) recorded_allocated_peak: u64,
     pub(crate) recorded_reserved_peak: u64,
@@ -76,6 +80,8 @@ impl Sample {
             .filter(|(e, _)| e.action == crate::alloc::Action::Alloc)
             .map(|(_, &s)| s)
             .collect();
+        let call_stacks =
+            alloc_stacks.iter().any(|&sid| sid != 0 && stacks.get(sid as usize - 1).is_some_and(|f| !f.is_empty()));
         let mut keys = Vec::with_capacity(reqs.len());
         for r in &reqs {
             let k = match *r {
@@ -100,7 +106,7 @@ impl Sample {
             };
             keys.push(k);
         }
-        Ok(Sample { batch, reqs, keys, recorded_allocated_peak: ap, recorded_reserved_peak: rp })
+        Ok(Sample { batch, reqs, keys, call_stacks, recorded_allocated_peak: ap, recorded_reserved_peak: rp })
     }
 
     fn alloc_sizes(&self) -> Vec<(usize, u64)> {
@@ -196,6 +202,9 @@ pub(crate) struct FitReport {
     /// With three or more samples: aligned requests whose sizes are not on a
     /// line (more than 1% off it).
     pub(crate) nonlinear: usize,
+    /// Whether every sample carried call stacks; without them requests
+    /// were aligned by stream, order and size alone.
+    pub(crate) call_stacks: bool,
     /// The replay of each sample's own requests, against its recorded peaks:
     /// (batch, allocated error, reserved error) as fractions.
     pub(crate) self_check: Vec<(u64, f64, f64)>,
@@ -358,6 +367,7 @@ impl Fit {
             scaling,
             workspaces: workspaces.len(),
             nonlinear,
+            call_stacks: samples.iter().all(|s| s.call_stacks),
             self_check: Vec::new(),
         };
         Ok(Fit {
@@ -515,7 +525,7 @@ mod tests {
                 keys.extend([0, 0]);
             }
         }
-        Sample { batch: b, reqs, keys, recorded_allocated_peak: 0, recorded_reserved_peak: 0 }
+        Sample { batch: b, reqs, keys, call_stacks: true, recorded_allocated_peak: 0, recorded_reserved_peak: 0 }
     }
 
     fn size_of(reqs: &[Request], key: u64) -> u64 {
@@ -551,5 +561,47 @@ mod tests {
         let c = AllocatorConfig::default();
         assert_eq!(f.predict(4, &c, &t).runs, 1);
         assert_eq!(f.predict(64, &c, &t).runs, WORKSPACE_RUNS);
+    }
+}
+
+/// Recorded without call stacks (`_record_memory_history(context=None)`, or
+/// `"state"`, what PyTorch 2.11 users record to keep checkpointing alive),
+/// the same samples align by stream, order and size alone and predict the
+/// same peaks: exactly PyTorch's for the transformers, the same replays for
+/// ResNet-50's workspaces.
+#[cfg(test)]
+mod without_stacks {
+    use super::*;
+
+    fn sample(model: &str, batch: u64, stacks: bool) -> Sample {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/fit/{model}_b{batch}.pickle.gz"));
+        let t = crate::trace::load(&path).unwrap();
+        let none: Vec<Vec<Frame>> = Vec::new();
+        Sample::new(batch, &t.devices[0], if stacks { &t.stacks } else { &none }, &AllocatorConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn samples_without_stacks_predict_what_samples_with_them_do() {
+        let target = Target { device_total: crate::cli::DEFAULT_DEVICE_TOTAL, context: 0, limit: None };
+        for (model, a, b, at) in
+            [("gpt2", 2, 4, [8, 16, 32]), ("bert", 2, 4, [8, 16, 32]), ("resnet50", 8, 16, [32, 64, 128])]
+        {
+            let with = Fit::new(vec![sample(model, a, true), sample(model, b, true)]).unwrap();
+            let without = Fit::new(vec![sample(model, a, false), sample(model, b, false)]).unwrap();
+            assert!(with.report.call_stacks && !without.report.call_stacks);
+            assert_eq!(with.report.aligned, without.report.aligned, "{model}");
+            for batch in at {
+                let (p, q) = (
+                    with.predict(batch, &AllocatorConfig::default(), &target),
+                    without.predict(batch, &AllocatorConfig::default(), &target),
+                );
+                assert_eq!(
+                    (p.allocated_peak_bytes, p.reserved_peak_bytes),
+                    (q.allocated_peak_bytes, q.reserved_peak_bytes),
+                    "{model} at batch {batch}"
+                );
+            }
+        }
     }
 }

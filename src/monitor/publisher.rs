@@ -69,8 +69,23 @@ pub struct Published {
     pub(crate) layout_time: Option<f64>,
     /// The process's last file, written at its exit and left for us.
     pub last_words: bool,
+    /// How it records PyTorch's memory history, when it does (`run --history`).
+    pub(crate) history: Option<HistoryInfo>,
     #[serde(skip)]
     pub(crate) path: PathBuf,
+}
+
+/// What memory history a publisher records: `context` as given to
+/// `_record_memory_history` ("all", "alloc", "state" or "none"), and why,
+/// when that is less than everything (docs/live.md, "Memory history and
+/// PyTorch 2.11").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct HistoryInfo {
+    pub(crate) context: String,
+    #[serde(default)]
+    pub(crate) max_entries: u64,
+    #[serde(default)]
+    pub(crate) note: Option<String>,
 }
 
 /// One optimizer step as the publisher logged it: its number, when it
@@ -219,6 +234,8 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     /// Written at exit: read once, then removed by the reader.
     #[serde(default, rename = "final")]
     pub(crate) last_words: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) history: Option<HistoryInfo>,
 }
 
 impl RawFile {
@@ -265,6 +282,7 @@ impl RawFile {
             window_peak: p.window_peak,
             layout_time: p.layout_time,
             last_words: p.last_words,
+            history: p.history.clone(),
         }
     }
 }
@@ -354,6 +372,11 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
         window_peak: raw.window_peak,
         layout_time: raw.layout_time,
         last_words: raw.last_words,
+        history: raw.history.map(|h| HistoryInfo {
+            context: h.context.chars().filter(|c| !c.is_control()).take(16).collect(),
+            max_entries: h.max_entries,
+            note: h.note.map(|n| n.chars().filter(|c| !c.is_control()).take(400).collect()),
+        }),
         path: path.to_path_buf(),
     };
     Ok((p, layout))

@@ -91,6 +91,9 @@ pub(crate) struct ProcessSummary {
     pub(crate) ooms: usize,
     /// Whether `steps` carry each step's own peaks (`run --step-peaks`).
     pub(crate) step_peaks: bool,
+    /// The memory history it recorded (`run --history`), and why it was
+    /// less than every stack when it was.
+    pub(crate) history: Option<crate::monitor::publisher::HistoryInfo>,
     /// Every optimizer step seen (the most recent 20,000).
     pub(crate) steps: Vec<StepReport>,
 }
@@ -131,6 +134,7 @@ impl RecordingReport {
                 peak_reserved_bytes: h.series.points().iter().map(|p| p.reserved).max(),
                 ooms: h.series.ooms.len(),
                 step_peaks: h.last.step_peaks,
+                history: h.last.history.clone(),
                 steps: h
                     .steps
                     .iter()

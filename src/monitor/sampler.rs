@@ -189,6 +189,7 @@ impl DemoSource {
             window_peak: None,
             layout_time: None,
             last_words: false,
+            history: None,
             path: PathBuf::new(),
         };
         Snapshot {

@@ -285,6 +285,12 @@ impl LiveApp {
                 None => {}
             }
         }
+        // Once a process records history with less than every stack (to
+        // keep PyTorch 2.11 from crashing its training), say so while it
+        // is on screen: docs/live.md, "Memory history and PyTorch 2.11".
+        if let Some(note) = self.selected().and_then(|h| h.last.history.as_ref()).and_then(|h| h.note.as_ref()) {
+            out.push_str(&format!(" history: {note} "));
+        }
         out
     }
 

@@ -25,7 +25,19 @@ def _dump(torch):
     try:
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
-            torch.cuda.memory._dump_snapshot(_OUT)
+            # Several processes of one command (ranks, workers) may record:
+            # the first to finish takes $GPUMEM_TOP_RECORD_OUT (a link
+            # fails on a name that exists), each other keeps OUT.PID.
+            tmp = "%s.%d.tmp" % (_OUT, os.getpid())
+            torch.cuda.memory._dump_snapshot(tmp)
+            try:
+                os.link(tmp, _OUT)
+                os.unlink(tmp)
+            except FileExistsError:
+                os.rename(tmp, "%s.%d" % (_OUT, os.getpid()))
+            except OSError:
+                # A file system without hard links.
+                os.rename(tmp, _OUT)
     except Exception as e:
         _warn("no snapshot: %r" % (e,))
 
@@ -34,7 +46,20 @@ def _start(torch):
     try:
         if not torch.cuda.is_available():
             return
-        torch.cuda.memory._record_memory_history(stacks="python")
+        try:
+            # Shipped beside this file: the one place that knows which
+            # history settings cannot crash this PyTorch (pytorch #179536).
+            from gpumem_top_publish import history_settings
+
+            kw, note = history_settings(torch)
+        except Exception:
+            kw, note = {"context": "alloc", "stacks": "python"}, None
+        max_entries = int(os.environ.get("GPUMEM_TOP_RECORD_MAX_ENTRIES", "0") or 0)
+        if max_entries > 0:
+            kw["max_entries"] = max_entries
+        torch.cuda.memory._record_memory_history(**kw)
+        if note:
+            _warn(note)
         steps = int(os.environ.get("GPUMEM_TOP_RECORD_STEPS", "0") or 0)
         state = {"n": 0, "done": False}
 
