@@ -68,20 +68,6 @@ pub fn fresh_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
     Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("no fresh name for {prefix}-… in {}", parent.display())))
 }
 
-/// This user's own directory for hooks and private scratch:
-/// `$XDG_RUNTIME_DIR/gpumem-top` (private by the session manager), else
-/// `$TMPDIR/gpumem-top-UID` checked private. Another user who pre-created
-/// the latter makes it refused (with a sentence naming it), never used.
-pub fn user_dir() -> io::Result<PathBuf> {
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
-        Some(x) => Path::new(&x).join("gpumem-top"),
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        None => std::env::temp_dir().join(format!("gpumem-top-{}", unsafe { libc::geteuid() })),
-    };
-    ensure_private_dir(&dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-    Ok(dir)
-}
-
 /// A file created for writing that did not exist (O_EXCL, no link
 /// followed), mode 0600.
 pub fn create_new(path: &Path) -> io::Result<std::fs::File> {

@@ -210,7 +210,7 @@ fn a_process_that_never_touches_cuda_publishes_nothing() {
         .args(["--", "python3", "-c"])
         .arg(
             "import os, sys, time, torch; time.sleep(0.3); \
-             print(sorted(os.listdir(os.environ['GPUMEM_TOP_DIR'])), 'gpumem_top_publish' in sys.modules); sys.exit(7)",
+             print(sorted(f for f in os.listdir(os.environ['GPUMEM_TOP_DIR']) if not f.startswith('run-')), 'gpumem_top_publish' in sys.modules); sys.exit(7)",
         )
         .env("PYTHONPATH", common::root().join("tests/fake_torch"))
         .output()
@@ -271,4 +271,101 @@ fn attach_says_plainly_when_it_cannot() {
     let _ = sleep.wait();
     let out = Command::new(bin()).args(["attach", "4000000000"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A command that does not exist: the shell's 127, one line, and no `-o`
+/// file left behind (so the retry does not say "File exists").
+#[test]
+fn a_command_that_does_not_exist_exits_127_and_leaves_nothing() {
+    let d = tmpdir("missing");
+    let rec = d.join("rec.jsonl");
+    let out = Command::new(bin())
+        .args(["run", "-o"])
+        .arg(&rec)
+        .arg("--publish-dir")
+        .arg(d.join("pub"))
+        .args(["--", "no-such-command-gpumem-top"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.lines().last(),
+        Some("gpumem-top: no-such-command-gpumem-top: No such file or directory (os error 2)"),
+        "{err}"
+    );
+    assert!(!rec.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// `run -o` passes a SIGTERM sent to it (docker stop, a scheduler) on to
+/// the command, finishes the recording once the command has exited, and
+/// returns at once after it rather than two intervals later.
+#[test]
+fn run_forwards_sigterm_and_returns_when_the_command_ends() {
+    if !have_python() {
+        return;
+    }
+    let d = tmpdir("sigterm");
+    let rec = d.join("rec.jsonl");
+    let script = "import signal, sys, time\n\
+                  def bye(*a):\n    print('got SIGTERM', flush=True); sys.exit(7)\n\
+                  signal.signal(signal.SIGTERM, bye)\n\
+                  print('ready', flush=True)\n\
+                  time.sleep(60)\n";
+    let mut child = Command::new(bin())
+        .args(["run", "--interval", "3000", "-o"])
+        .arg(&rec)
+        .arg("--publish-dir")
+        .arg(d.join("pub"))
+        .args(["--", "python3", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let sent = std::time::Instant::now();
+    // SAFETY: kill(2) on the child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(rest.contains("got SIGTERM"), "{rest}");
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    // Not 2 × 3 s: the last sample is taken when the command exits.
+    assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.lines().count() >= 3, "a header and two samples at least: {text}");
+    assert!(text.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A relative `--publish-dir` reaches the command as an absolute path, so
+/// a command that changes directory (Hydra does) is still recorded.
+#[test]
+fn a_relative_publish_dir_survives_a_change_of_directory() {
+    if !have_python() {
+        return;
+    }
+    let d = tmpdir("relative");
+    let script = format!(
+        "import os, runpy, sys; os.chdir('/'); sys.argv = ['fake_train.py']; runpy.run_path({:?}, run_name='__main__')",
+        common::root().join("tests/scripts/fake_train.py").display().to_string()
+    );
+    let out = Command::new(bin())
+        .current_dir(&d)
+        .args(["run", "--interval", "40", "-o", "rec.jsonl", "--publish-dir", "pub", "--", "python3", "-c", &script])
+        .env("PYTHONPATH", common::root().join("tests/fake_torch"))
+        .env("GPUMEM_TOP_BIN", bin())
+        .env("SNAP_DIR", &d)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = replay_json(&d.join("rec.jsonl"));
+    assert_eq!(j["processes"].as_array().map(Vec::len), Some(1), "{j}");
+    std::fs::remove_dir_all(&d).unwrap();
 }

@@ -110,9 +110,17 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
         }
         None => None,
     };
-    let user = crate::private::user_dir().map_err(|e| anyhow!(InputError(e.to_string())))?;
-    let work = crate::private::fresh_dir(&std::path::absolute(&user)?, "fit")
-        .map_err(|e| anyhow!(InputError(format!("{}: {e}", user.display()))))?;
+    // Our own private directory (where the live view's publishers write):
+    // one another user made first is refused, never used.
+    let user = std::path::absolute(crate::monitor::publisher::default_dir())?;
+    crate::private::ensure_private_dir(&user).map_err(|e| {
+        anyhow!(InputError(format!(
+            "{}: {e} (set XDG_RUNTIME_DIR or GPUMEM_TOP_DIR to a directory of your own)",
+            user.display()
+        )))
+    })?;
+    let work =
+        crate::private::fresh_dir(&user, "fit").map_err(|e| anyhow!(InputError(format!("{}: {e}", user.display()))))?;
     let result = record_into(args, &work, record_dir.as_deref());
     let _ = std::fs::remove_dir_all(work.join("hook"));
     match &result {
@@ -137,7 +145,10 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
 /// end in `record_dir` when given (created there, never replacing a file).
 fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::path::Path>) -> Result<Vec<String>> {
     use crate::private::create_new;
-    let hook = crate::private::fresh_dir(work, "hook")?;
+    use std::os::unix::fs::DirBuilderExt;
+    // `work` is fresh and private: a fixed name inside it is safe.
+    let hook = work.join("hook");
+    std::fs::DirBuilder::new().mode(0o700).create(&hook)?;
     create_new(&hook.join("sitecustomize.py"))?.write_all(SITECUSTOMIZE.as_bytes())?;
     create_new(&hook.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
     let path = match std::env::var_os("PYTHONPATH") {

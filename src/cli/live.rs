@@ -352,13 +352,30 @@ impl Recorder<'_> {
             put(&mut self.file, &out, &h)?;
         }
         // The sampler runs until it is dropped at the end of this function.
-        let (_sampler, rx) = Sampler::spawn(src, interval);
+        let (sampler, rx) = Sampler::spawn(src, interval);
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) && count.is_none_or(|c| n < c) {
             let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
             let a = alerts(&snap, &thresholds);
             put(&mut self.file, &out, &record_line(&snap, &a))?;
             n += 1;
+        }
+        if count.is_some_and(|c| n >= c) {
+            return Ok(n);
+        }
+        // Stopped (the command exited, or a signal): one last sample taken
+        // now, so that what a process wrote at its exit (its last steps, the
+        // OOM that ended it) is in, at once rather than an interval later.
+        let since = crate::monitor::now();
+        sampler.sample_now();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while let Ok(snap) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+            let a = alerts(&snap, &thresholds);
+            put(&mut self.file, &out, &record_line(&snap, &a))?;
+            n += 1;
+            if snap.time >= since {
+                break;
+            }
         }
         Ok(n)
     }

@@ -68,21 +68,34 @@ impl crate::monitor::GpuQuery for NoGpus {
 const SITECUSTOMIZE: &str = include_str!("../../assets/python/run/sitecustomize.py");
 const PUBLISHER: &str = include_str!("../../assets/python/gpumem_top_publish.py");
 
-/// A private directory holding the hook; removed when dropped.
+/// The hook's directory: fresh (a random name made now) inside the
+/// publish directory, which is ours and private, so that nobody else can
+/// create it again after we remove it while the command's descendants
+/// (DataLoader workers, compile workers, relaunched ranks) still start
+/// Python with it on their PYTHONPATH (docs/security.md). Removed when
+/// dropped.
 struct Hook(PathBuf);
 
 impl Hook {
-    fn new() -> Result<Hook> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!("gpumem-top-run-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        std::fs::write(dir.join("sitecustomize.py"), SITECUSTOMIZE)?;
-        std::fs::write(dir.join("gpumem_top_publish.py"), PUBLISHER)?;
-        Ok(Hook(dir))
+    /// For `attach`: the publisher alone (the target imports it itself).
+    fn attach(publish_dir: &Path) -> Result<Hook> {
+        use std::io::Write;
+        let dir = crate::private::fresh_dir(publish_dir, "attach")
+            .with_context(|| format!("cannot create the hook's directory in {}", publish_dir.display()))?;
+        let hook = Hook(dir);
+        crate::private::create_new(&hook.0.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
+        Ok(hook)
+    }
+
+    fn new(publish_dir: &Path) -> Result<Hook> {
+        use crate::private::{create_new, fresh_dir};
+        use std::io::Write;
+        let dir = fresh_dir(publish_dir, "run")
+            .with_context(|| format!("cannot create the hook's directory in {}", publish_dir.display()))?;
+        let hook = Hook(dir);
+        create_new(&hook.0.join("sitecustomize.py"))?.write_all(SITECUSTOMIZE.as_bytes())?;
+        create_new(&hook.0.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
+        Ok(hook)
     }
 }
 
@@ -90,6 +103,61 @@ impl Drop for Hook {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The publish directory, absolute (a command that changes directory,
+/// as Hydra does, still finds it) and private: ours, not a link, writable
+/// by nobody else; created if missing.
+fn publish_dir(live: &LiveArgs) -> Result<PathBuf> {
+    let dir = live.dir();
+    let dir = std::path::absolute(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
+    crate::private::ensure_private_dir(&dir).map_err(|e| {
+        anyhow!(InputError(format!("{}: {e} (choose a directory of your own with --publish-dir)", dir.display())))
+    })?;
+    Ok(dir)
+}
+
+/// A command that could not be started: one line, and the shell's exit
+/// codes (127 not found, 126 not executable).
+fn not_started(program: &str, e: &std::io::Error) -> ExitCode {
+    eprintln!("gpumem-top: {program}: {e}");
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+}
+
+/// Removes a log file we created for a command that never started.
+fn logf_guard(log: &Path) {
+    if std::fs::metadata(log).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(log);
+    }
+}
+
+/// Passes SIGTERM, SIGHUP and SIGQUIT sent to us (`docker stop`, a
+/// scheduler, systemd), and a SIGINT sent by `kill`, on to the command
+/// while it runs; a terminal's Ctrl-C already reaches its process group.
+/// We keep recording until it exits.
+fn forward_signals(pid: u32, done: Arc<AtomicBool>) -> Result<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    use signal_hook::iterator::SignalsInfo;
+    use signal_hook::low_level::siginfo::Cause;
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])?;
+    let handle = signals.handle();
+    std::thread::Builder::new().name("gpumem-signals".into()).spawn(move || {
+        for info in signals.forever() {
+            if info.signal == SIGINT && !matches!(info.cause, Cause::Sent(_)) {
+                continue;
+            }
+            if done.load(Ordering::Relaxed) {
+                continue;
+            }
+            // SAFETY: kill(2) touches no memory of ours. The pid is the
+            // command we started; `done` is set the moment it is reaped,
+            // so a signal racing that instant is the only way to reach a
+            // reused pid, which the kernel does not hand out that soon.
+            unsafe { libc::kill(pid as libc::pid_t, info.signal) };
+        }
+    })?;
+    Ok(handle)
 }
 
 /// The command with the hook first on its PYTHONPATH and the publisher's
@@ -152,8 +220,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             "the interactive view needs a terminal; without one, record: gpumem-top run -o FILE.jsonl -- CMD".into()
         )));
     }
-    let dir = args.publish.live.dir();
-    publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
+    let dir = publish_dir(&args.publish.live)?;
     let src = match super::live::live_source(&args.publish.live)? {
         Some(s) => s,
         None => {
@@ -164,32 +231,31 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 as Box<dyn crate::monitor::sampler::Source>
         }
     };
-    let hook = Hook::new()?;
+    let hook = Hook::new(&dir)?;
     let mut cmd = command(args, &hook.0, &dir);
     let shown = shown_command(&args.command);
     if !interactive {
         // Headless: the command keeps the terminal (and gets Ctrl-C as it
         // would alone); we record until it exits.
         let out = args.output.clone().unwrap_or_default();
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&out)
-            .map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
-        let mut child = cmd.spawn().map_err(|e| anyhow!(InputError(format!("{}: {e}", args.command[0]))))?;
+        let file =
+            crate::private::create_new(&out).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&out);
+                return Ok(not_started(&args.command[0], &e));
+            }
+        };
+        let pid = child.id();
         let stop = Arc::new(AtomicBool::new(false));
-        // Ctrl-C reaches the command too; we keep recording until it ends.
-        let interrupted = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, interrupted.clone())?;
-        }
+        let forwarding = forward_signals(pid, stop.clone())?;
         let waiter = {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let st = child.wait();
-                // Two more samples: the final file it wrote at exit (its
-                // last steps, an OOM that ended it) is read, then removed.
-                std::thread::sleep(interval * 2 + Duration::from_millis(100));
+                // The recorder takes its last sample now (the file the
+                // process wrote at exit), then returns.
                 stop.store(true, Ordering::Relaxed);
                 st
             })
@@ -202,8 +268,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             interval_ms: args.publish.live.interval,
         };
         let n = rec.run(src, thresholds, interval, &stop, None)?;
+        forwarding.close();
         let st = waiter.join().map_err(|_| anyhow!("waiting for {shown}"))??;
-        eprintln!("gpumem-top: `{shown}` {st}; recorded {n} samples to {}", out.display());
+        eprintln!(
+            "gpumem-top: `{shown}` {st}; recorded {} to {}",
+            crate::analysis::count(n as usize, "sample"),
+            out.display()
+        );
         return Ok(exit_code_of(st));
     }
     // The view owns the terminal: the command's output goes to a log, and
@@ -217,7 +288,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", log.display()))))?;
     use std::os::unix::process::CommandExt;
     cmd.stdin(std::process::Stdio::null()).stdout(logf.try_clone()?).stderr(logf).process_group(0);
-    let mut child = cmd.spawn().map_err(|e| anyhow!(InputError(format!("{}: {e}", args.command[0]))))?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            logf_guard(&log);
+            return Ok(not_started(&args.command[0], &e));
+        }
+    };
     let pid = child.id();
     let events = crate::ui::event::Events::new();
     let tx = events.sender();
@@ -336,30 +413,58 @@ pub struct AttachArgs {
     pub(crate) publish: PublishArgs,
 }
 
-/// The Python version of the interpreter at `exe`, as (major, minor).
-fn python_version(exe: &Path) -> Option<(u32, u32)> {
-    let out = std::process::Command::new(exe)
-        .args(["-I", "-c", "import sys; print('%d %d' % sys.version_info[:2])"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut it = text.split_whitespace().map(|w| w.parse().ok());
-    Some((it.next()??, it.next()??))
+/// The Python version a process runs, as (major, minor), read from what it
+/// mapped (`libpythonX.Y`) or its executable's name (`pythonX.Y`): never by
+/// running its binary, which another user may have written.
+fn target_python(pid: u32, exe: &Path) -> Option<(u32, u32)> {
+    fn version_in(s: &str, word: &str) -> Option<(u32, u32)> {
+        let rest = &s[s.find(word)? + word.len()..];
+        let (major, rest) = rest.split_once('.')?;
+        let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((major.parse().ok()?, minor.parse().ok()?))
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    maps.lines()
+        .find_map(|l| version_in(l.rsplit('/').next().unwrap_or(""), "libpython"))
+        .or_else(|| version_in(&exe.file_name()?.to_string_lossy(), "python"))
+}
+
+/// The uid a process runs as (its real uid, from /proc/PID/status).
+fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().next()?.parse().ok())
+}
+
+/// `pythonX.Y` on our own PATH: the interpreter that asks the target to
+/// run the publisher (sys.remote_exec needs the target's version).
+fn our_python(version: (u32, u32)) -> Option<PathBuf> {
+    let name = format!("python{}.{}", version.0, version.1);
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(&name)).find(|p| p.is_file())
 }
 
 /// `gpumem-top attach PID`: injects the publisher into a running Python
-/// 3.14+ process through `sys.remote_exec` (PEP 768) and watches it.
+/// 3.14+ process of our own through `sys.remote_exec` (PEP 768) and watches
+/// it. It never runs the target's binary, and refuses another user's
+/// process, root's included (docs/security.md).
 pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let pid = args.pid;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map_err(|e| anyhow!(InputError(format!("pid {pid}: {e} (no such process, or not ours)"))))?;
     let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top_publish.start() in it";
-    // Only an interpreter is asked its version: another program is never
-    // run with arguments it may read differently.
-    let python = exe.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python"));
-    let version = if python { python_version(&exe) } else { None };
-    let Some((major, minor)) = version else {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    match process_uid(pid) {
+        Some(uid) if uid == me => {}
+        Some(uid) => {
+            return Err(anyhow!(InputError(format!(
+                "pid {pid} runs as uid {uid}, not as us (uid {me}): attach only to your own processes (run gpumem-top as that user); {how}"
+            ))))
+        }
+        None => return Err(anyhow!(InputError(format!("pid {pid}: no such process")))),
+    }
+    // Where the hook will go: ours and private, or nothing happens.
+    let dir = publish_dir(&args.publish.live)?;
+    let Some((major, minor)) = target_python(pid, &exe) else {
         return Err(anyhow!(InputError(format!("pid {pid} ({}) is not a Python we can ask; {how}", exe.display()))));
     };
     if (major, minor) < (3, 14) {
@@ -368,42 +473,50 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             exe.display()
         ))));
     }
+    let Some(python) = our_python((major, minor)) else {
+        return Err(anyhow!(InputError(format!(
+            "pid {pid} runs Python {major}.{minor}: attaching needs python{major}.{minor} on our PATH (the target's own binary is never run); {how}"
+        ))));
+    };
     let thresholds = args.publish.live.thresholds()?;
     let interval = args.publish.live.interval()?;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(anyhow!(InputError("attach opens the live view, which needs a terminal".into())));
     }
-    let dir = args.publish.live.dir();
-    publisher::ensure_dir(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
+    // NVML before anything is injected: a target left publishing for a
+    // view that never opened is what we must not do.
+    let src = super::live::live_source(&args.publish.live)?
+        .ok_or_else(|| anyhow!(InputError("no NVIDIA GPU or NVML library found".into())))?;
     // The target imports from here at its next safe point, after we have
-    // returned: the directory stays (in the user's private publish dir).
-    let hook = dir.join(format!("attach-{pid}"));
-    std::fs::create_dir_all(&hook)?;
-    std::fs::write(hook.join("gpumem_top_publish.py"), PUBLISHER)?;
-    let script = hook.join("start.py");
-    std::fs::write(
-        &script,
-        format!(
-            "import sys\nsys.path.insert(0, {hook:?})\nimport gpumem_top_publish as g, torch\n\
-             torch.cuda._lazy_call(lambda: g.start(interval={interval}, directory={dir:?}, step_peaks={peaks}, history={history}))\n",
-            hook = hook.display().to_string(),
-            interval = args.publish.live.interval as f64 / 1000.0,
-            dir = dir.display().to_string(),
-            peaks = if args.publish.step_peaks { "True" } else { "False" },
-            history = args.publish.history.map_or("None".to_string(), |h| h.to_string()),
-        ),
-    )?;
-    let st = std::process::Command::new(&exe)
+    // returned: a fresh directory in the private publish directory, its
+    // files created by us now (none planted can be there), removed when
+    // we leave.
+    let hook = Hook::attach(&dir)?;
+    let script = hook.0.join("start.py");
+    {
+        use std::io::Write;
+        crate::private::create_new(&script)?.write_all(
+            format!(
+                "import sys\nsys.path.insert(0, {hook:?})\nimport gpumem_top_publish as g, torch\n\
+                 torch.cuda._lazy_call(lambda: g.start(interval={interval}, directory={dir:?}, step_peaks={peaks}, history={history}))\n",
+                hook = hook.0.display().to_string(),
+                interval = args.publish.live.interval as f64 / 1000.0,
+                dir = dir.display().to_string(),
+                peaks = if args.publish.step_peaks { "True" } else { "False" },
+                history = args.publish.history.map_or("None".to_string(), |h| h.to_string()),
+            )
+            .as_bytes(),
+        )?;
+    }
+    let st = std::process::Command::new(&python)
         .args(["-I", "-c", &format!("import sys; sys.remote_exec({pid}, {:?})", script.display().to_string())])
         .status()
-        .with_context(|| format!("running {}", exe.display()))?;
+        .with_context(|| format!("running {}", python.display()))?;
     if !st.success() {
         return Err(anyhow!(InputError(format!(
             "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
         ))));
     }
-    let src = super::live::live_source(&args.publish.live)?
-        .ok_or_else(|| anyhow!(InputError("no NVIDIA GPU or NVML library found".into())))?;
     let color = args.publish.live.color();
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;

@@ -460,6 +460,8 @@ struct Fallbacks {
     /// could otherwise hide a change made in the same tick).
     settled: bool,
     dirs: Vec<PathBuf>,
+    /// Entries of that name that are not ours, or past the cap.
+    ignored: usize,
 }
 
 impl Scanner {
@@ -475,10 +477,18 @@ impl Scanner {
         self.scan_into(dir, &mut out, &mut seen);
         // Where the publisher falls back when the usual directory is not
         // usable (another user made it, say): private mkdtemp directories.
-        for d in self.fallback_dirs() {
+        let (fallbacks, ignored) = self.fallback_dirs();
+        for d in fallbacks {
             if d != dir {
                 self.scan_into(&d, &mut out, &mut seen);
             }
+        }
+        if ignored > 0 {
+            out.skipped.push(format!(
+                "{}: {ignored} directories named gpumem-top-{}-* not read (not our own 0700 directories, or past the newest {MAX_FALLBACK_DIRS})",
+                self.tmp.display(),
+                self.uid
+            ));
         }
         // Only the files read this time are kept: bounded by what is there.
         self.layouts = seen;
@@ -487,31 +497,65 @@ impl Scanner {
             self.buf = Vec::new();
         }
         dedupe(&mut out);
+        bound_skipped(&mut out.skipped);
         out
     }
 
-    /// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`.
-    fn fallback_dirs(&mut self) -> Vec<PathBuf> {
+    /// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`
+    /// that are ours and private, the `MAX_FALLBACK_DIRS` newest. Anyone
+    /// can create such names: another user's (20,000 of them, say) are
+    /// counted, never listed or read (docs/security.md).
+    fn fallback_dirs(&mut self) -> (Vec<PathBuf>, usize) {
         let tmp = &self.tmp;
-        let Ok(mtime) = std::fs::metadata(tmp).and_then(|m| m.modified()) else { return Vec::new() };
+        let Ok(mtime) = std::fs::metadata(tmp).and_then(|m| m.modified()) else { return (Vec::new(), 0) };
         if let Some(f) = &self.fallbacks {
             if f.settled && f.mtime == mtime {
-                return f.dirs.clone();
+                return (f.dirs.clone(), f.ignored);
             }
         }
         let prefix = format!("gpumem-top-{}-", self.uid);
-        let mut dirs: Vec<PathBuf> = match std::fs::read_dir(tmp) {
-            Ok(rd) => rd
-                .flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
-                .map(|e| e.path())
-                .collect(),
-            Err(_) => Vec::new(),
-        };
+        let mut found: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+        let mut ignored = 0;
+        if let Ok(rd) = std::fs::read_dir(tmp) {
+            for e in rd.flatten() {
+                if !e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+                    continue;
+                }
+                // The entry itself, not what a link there points to.
+                match std::fs::symlink_metadata(e.path()) {
+                    Ok(m) if m.is_dir() && m.uid() == self.uid && m.mode() & 0o077 == 0 => {
+                        found.push((m.modified().unwrap_or(std::time::UNIX_EPOCH), e.path()))
+                    }
+                    _ => ignored += 1,
+                }
+            }
+        }
+        // Newest first; past the cap, counted.
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        ignored += found.len().saturating_sub(MAX_FALLBACK_DIRS);
+        let mut dirs: Vec<PathBuf> = found.into_iter().take(MAX_FALLBACK_DIRS).map(|(_, p)| p).collect();
         dirs.sort();
         let settled = mtime.elapsed().is_ok_and(|age| age >= std::time::Duration::from_secs(1));
-        self.fallbacks = Some(Fallbacks { mtime, settled, dirs: dirs.clone() });
-        dirs
+        self.fallbacks = Some(Fallbacks { mtime, settled, dirs: dirs.clone(), ignored });
+        (dirs, ignored)
+    }
+}
+
+/// Fallback directories read at most (a publisher makes one only when its
+/// usual directory is unusable: a few at most on a sane machine).
+const MAX_FALLBACK_DIRS: usize = 16;
+
+/// Lines of `PublisherScan::skipped` kept; the rest are counted in one.
+const MAX_SKIPPED: usize = 16;
+
+/// Keeps the first `MAX_SKIPPED` reasons and says how many more there were,
+/// so that a directory full of junk cannot make every sample (and every
+/// recorded line, `--json` and the alert line) grow with it.
+fn bound_skipped(skipped: &mut Vec<String>) {
+    if skipped.len() > MAX_SKIPPED {
+        let more = skipped.len() - (MAX_SKIPPED - 1);
+        skipped.truncate(MAX_SKIPPED - 1);
+        skipped.push(format!("… and {more} more files or directories not read"));
     }
 }
 
@@ -746,12 +790,53 @@ mod tests {
         let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
         set(old);
         assert_eq!(sc.scan(&main).published.len(), 3);
-        std::fs::create_dir(tmp.join(format!("gpumem-top-{uid}-x"))).unwrap();
+        let x = tmp.join(format!("gpumem-top-{uid}-x"));
+        std::fs::create_dir(&x).unwrap();
+        std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o700)).unwrap();
         set(old);
         assert!(sc.fallbacks.as_ref().is_some_and(|f| f.settled));
-        assert_eq!(sc.fallback_dirs().len(), 3, "the time did not move: the listing is kept");
+        assert_eq!(sc.fallback_dirs().0.len(), 3, "the time did not move: the listing is kept");
         set(std::time::SystemTime::now());
-        assert_eq!(sc.fallback_dirs().len(), 4);
+        assert_eq!(sc.fallback_dirs().0.len(), 4);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// 2,000 junk names in `$TMPDIR` (directories others may write, files,
+    /// links) and 40 of our own empty fallback directories: the files of
+    /// the one that publishes are still read, at most 16 fallbacks are, and
+    /// what a sample carries about the rest is a few lines, not one each.
+    #[test]
+    fn junk_in_tmpdir_is_counted_not_listed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = std::env::temp_dir().join(format!("gpumem-top-test-junk-{}", std::process::id()));
+        let main = tmp.join("main");
+        std::fs::create_dir_all(&main).unwrap();
+        std::fs::set_permissions(&main, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(main.join("1-0.json"), file(0, &[(512, 512, 0)])).unwrap();
+        let uid = current_uid();
+        for i in 0..2000 {
+            let p = tmp.join(format!("gpumem-top-{uid}-junk{i}"));
+            match i % 3 {
+                0 => {
+                    std::fs::create_dir(&p).unwrap();
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+                }
+                1 => std::fs::write(&p, "x").unwrap(),
+                _ => std::os::unix::fs::symlink(&main, &p).unwrap(),
+            }
+        }
+        for i in 0..40 {
+            let p = tmp.join(format!("gpumem-top-{uid}-ours{i}"));
+            std::fs::create_dir(&p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let mut sc = Scanner::new(uid, DEFAULT_CAP);
+        sc.tmp = tmp.clone();
+        let s = sc.scan(&main);
+        assert_eq!(s.published.iter().map(|p| p.pid).collect::<Vec<_>>(), [1]);
+        assert_eq!(sc.fallback_dirs().0.len(), MAX_FALLBACK_DIRS);
+        assert!(s.skipped.len() <= MAX_SKIPPED, "{:?}", s.skipped);
+        assert!(s.skipped.iter().any(|l| l.contains("2024 directories named")), "{:?}", s.skipped);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

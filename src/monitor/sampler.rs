@@ -218,7 +218,7 @@ impl Source for DemoSource {
 
 /// A sampling thread; dropping it stops the thread.
 pub(crate) struct Sampler {
-    stop: Option<Sender<()>>,
+    stop: Option<Sender<Wake>>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -241,7 +241,7 @@ impl Sampler {
         interval: Duration,
         mut sink: impl FnMut(Snapshot) -> bool + Send + 'static,
     ) -> Sampler {
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (stop_tx, stop_rx) = mpsc::channel::<Wake>();
         let handle = std::thread::Builder::new()
             .name("gpumem-sampler".into())
             .spawn(move || {
@@ -261,13 +261,29 @@ impl Sampler {
                     }
                     let wait = interval.saturating_sub(started.elapsed());
                     match stop_rx.recv_timeout(wait) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        _ => return,
+                        Err(RecvTimeoutError::Timeout) | Ok(Wake::Now) => {}
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
             })
             .ok();
         Sampler { stop: Some(stop_tx), handle }
+    }
+}
+
+/// A message to the sampler's thread (dropping its sender stops it).
+enum Wake {
+    /// Take the next sample now instead of at the end of the interval.
+    Now,
+}
+
+impl Sampler {
+    /// Takes the next sample at once (the command being recorded exited:
+    /// the file it wrote at exit is read now, not an interval later).
+    pub(crate) fn sample_now(&self) {
+        if let Some(s) = &self.stop {
+            let _ = s.send(Wake::Now);
+        }
     }
 }
 

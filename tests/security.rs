@@ -1,0 +1,252 @@
+//! Another local user must not get code run as us through `fit --batches`,
+//! `run` or `attach` (docs/security.md). These tests create a second
+//! account when they run as root (CI does) and say they are skipped
+//! otherwise; what needs no second account is tested either way.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"))
+}
+
+fn have_python() -> bool {
+    Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// The second account's (uid, gid), made if missing; None (with the reason
+/// printed) when we are not root or cannot make it.
+fn other_user() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: creating a second account needs root");
+        return None;
+    }
+    let name = "gpumemtop-other";
+    let _ =
+        Command::new("useradd").args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]).output();
+    let id = |flag: &str| -> Option<u32> {
+        let o = Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    match (id("-u"), id("-g")) {
+        (Some(u), Some(g)) if u != 0 => Some((u, g)),
+        _ => {
+            eprintln!("skipped: useradd could not create {name}");
+            None
+        }
+    }
+}
+
+/// A scratch directory like /tmp: anyone may create entries (sticky).
+fn shared_tmp(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpumem-top-test-sec-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+/// Runs `sh -c script` as the other user.
+fn as_other(user: (u32, u32), script: &str) -> std::process::Output {
+    Command::new("sh").args(["-c", script]).uid(user.0).gid(user.1).output().unwrap()
+}
+
+/// The attacker's plant: a directory named as ours would be, world-writable,
+/// holding a `torch.py` and a `sitecustomize.py` that leave a marker when
+/// imported.
+fn plant(user: (u32, u32), dir: &Path, marker: &Path) {
+    let code = format!("open({:?}, 'w').write('ran')\n", marker.display().to_string());
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "mkdir -p \"$D\" && printf %s \"$CODE\" > \"$D/torch.py\" && cp \"$D/torch.py\" \"$D/sitecustomize.py\" && chmod -R 777 \"$D\"",
+        ])
+        .env("D", dir)
+        .env("CODE", &code)
+        .uid(user.0)
+        .gid(user.1)
+        
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(dir).unwrap().uid(), user.0);
+}
+
+/// `fit --batches` never imports from a directory another user made: with
+/// `$TMPDIR/gpumem-top-<uid>` (our usual place without XDG_RUNTIME_DIR)
+/// and the old per-pid names planted, it refuses, names the directory and
+/// runs nothing; with a private XDG_RUNTIME_DIR it records from a fresh
+/// directory there.
+#[test]
+fn fit_never_imports_what_another_user_planted() {
+    let Some(user) = other_user() else { return };
+    if !have_python() {
+        return;
+    }
+    let tmp = shared_tmp("fit");
+    let marker = tmp.join("marker");
+    plant(user, &tmp.join("gpumem-top-0"), &marker);
+    // The names the old code used, for the next pids.
+    let me = std::process::id();
+    for pid in me..me + 200 {
+        plant(user, &tmp.join(format!("gpumem-top-fit-{pid}/hook")), &marker);
+    }
+    let cmd =
+        ["python3", "-c", "import os, sys; print('PYTHONPATH=' + os.environ['PYTHONPATH']); import torch", "{batch}"];
+    let out = Command::new(bin())
+        .args(["fit", "--batches", "2,4", "--"])
+        .args(cmd)
+        .env("TMPDIR", &tmp)
+        .env("GPUMEM_TOP_DIR", tmp.join("gpumem-top-0"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}/gpumem-top-0: belongs to uid {}", tmp.display(), user.0)), "{err}");
+    assert!(!err.contains("PYTHONPATH="), "the command ran: {err}");
+    assert!(!marker.exists());
+
+    // With a private runtime directory: a fresh hook there, nothing planted
+    // imported (the command's `import torch` fails: no snapshot, exit 1).
+    let xdg = tmp.join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = Command::new(bin())
+        .args(["fit", "--batches", "2,4", "--"])
+        .args(cmd)
+        .env("TMPDIR", &tmp)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("GPUMEM_TOP_DIR")
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hook = err.lines().find_map(|l| l.strip_prefix("PYTHONPATH=")).unwrap_or_else(|| panic!("{err}"));
+    assert!(hook.starts_with(&format!("{}/gpumem-top/fit-", xdg.display())), "{hook}");
+    assert!(!marker.exists(), "a planted module ran");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Nothing recorded: the fresh directory is gone, hook and all.
+    assert!(!Path::new(hook).exists());
+    assert_eq!(std::fs::read_dir(xdg.join("gpumem-top")).unwrap().count(), 0, "{err}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `run`'s hook lives in a fresh directory inside our private publish
+/// directory: after we exit (while the command's descendants may still start
+/// Python with it on their path) the other user cannot create it again.
+#[test]
+fn runs_hook_cannot_be_recreated_by_another_user() {
+    let Some(user) = other_user() else { return };
+    if !have_python() {
+        return;
+    }
+    let tmp = shared_tmp("run");
+    let publish = tmp.join("pub");
+    let out = Command::new(bin())
+        .args(["run", "-o"])
+        .arg(tmp.join("rec.jsonl"))
+        .arg("--publish-dir")
+        .arg(&publish)
+        .args(["--", "python3", "-c", "import os; print('PYTHONPATH=' + os.environ['PYTHONPATH'])"])
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hook = PathBuf::from(text.lines().find_map(|l| l.strip_prefix("PYTHONPATH=")).unwrap());
+    assert_eq!(hook.parent(), Some(publish.as_path()));
+    assert!(hook.file_name().unwrap().to_string_lossy().starts_with("run-"));
+    assert!(!hook.exists(), "removed at exit");
+    let m = std::fs::metadata(&publish).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o700));
+    let o = as_other(user, &format!("mkdir '{}'", hook.display()));
+    assert!(!o.status.success(), "the other user re-created the hook directory");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Permission denied"));
+    // A publish directory the other user made is refused, not used.
+    let theirs = tmp.join("theirs");
+    let marker = tmp.join("marker");
+    plant(user, &theirs, &marker);
+    let out = Command::new(bin())
+        .args(["run", "-o"])
+        .arg(tmp.join("rec2.jsonl"))
+        .arg("--publish-dir")
+        .arg(&theirs)
+        .args(["--", "python3", "-c", "import torch"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("belongs to uid {}", user.0)) && err.contains("--publish-dir"), "{err}");
+    assert!(!marker.exists() && !tmp.join("rec2.jsonl").exists());
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `attach` refuses another user's process (root attaching to a user's
+/// included) without running its binary, and refuses a publish directory
+/// another user made before writing anything the target would execute.
+#[test]
+fn attach_refuses_other_users_and_their_directories() {
+    let Some(user) = other_user() else { return };
+    let tmp = shared_tmp("attach");
+    // Their process, an executable of theirs named like an interpreter.
+    let fake = tmp.join("python3.14");
+    std::fs::copy("/bin/sleep", &fake).unwrap();
+    std::os::unix::fs::chown(&fake, Some(user.0), Some(user.1)).unwrap();
+    let mut theirs = Command::new(&fake).arg("30").uid(user.0).gid(user.1).spawn().unwrap();
+    let out = Command::new(bin()).args(["attach", &theirs.id().to_string()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("runs as uid {}, not as us (uid 0)", user.0)), "{err}");
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+
+    // Our own process, with the usual directory made by them first.
+    let marker = tmp.join("marker");
+    plant(user, &tmp.join("gpumem-top-0"), &marker);
+    let mut ours = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = Command::new(bin())
+        .args(["attach", &ours.id().to_string()])
+        .env("GPUMEM_TOP_DIR", tmp.join("gpumem-top-0"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("belongs to uid {}", user.0)), "{err}");
+    assert!(!tmp.join("gpumem-top-0").read_dir().unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("attach")));
+    let _ = ours.kill();
+    let _ = ours.wait();
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A program that is not ours to run: attach reads the target's Python
+/// version from its mappings or its executable's name, never by running
+/// it; a version it cannot find is said plainly.
+#[test]
+fn attach_never_runs_the_targets_binary() {
+    let tmp = shared_tmp("exe");
+    let marker = tmp.join("ran");
+    // A "python3.14" that would leave a marker if anyone ran it with -I.
+    let fake = tmp.join("python3.14");
+    std::fs::write(&fake, format!("#!/bin/sh\n[ \"$1\" = -I ] && touch '{}'\nexec sleep 30\n", marker.display()))
+        .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Its exe is the shell; `python3.14` lives only in its command line.
+    let mut p = Command::new(&fake).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = Command::new(bin()).args(["attach", &p.id().to_string()]).env("XDG_RUNTIME_DIR", &tmp).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!marker.exists(), "the target's binary was run");
+    let _ = p.kill();
+    let _ = p.wait();
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
