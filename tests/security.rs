@@ -70,7 +70,6 @@ fn plant(user: (u32, u32), dir: &Path, marker: &Path) {
         .env("CODE", &code)
         .uid(user.0)
         .gid(user.1)
-        
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
