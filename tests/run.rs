@@ -74,7 +74,8 @@ fn run_injects_the_publisher_and_records_each_steps_own_peak() {
     }
     let d = tmpdir("steps");
     let (publish, rec) = (d.join("pub"), d.join("rec.jsonl"));
-    let out = run_fake_train(&d, &["--step-peaks", "--history", "5000", "--interval", "40"]);
+    // Step peaks are the default: no flag.
+    let out = run_fake_train(&d, &["--history", "5000", "--interval", "40"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let script: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
@@ -167,9 +168,11 @@ fn history_settings_follow_the_pytorch_release() {
     }
 }
 
-/// Without --step-peaks nothing is reset: the steps are logged at their
+/// With --no-step-peaks nothing is reset: the steps are logged at their
 /// ends with no peaks of their own, and the script reads PyTorch's own
-/// counters untouched.
+/// counters untouched. The script's own reset (fake_train.py resets the
+/// peaks after its steps, as per-step logging does) does not lower the
+/// peak shown: the publisher kept the true one across it.
 #[test]
 fn without_step_peaks_steps_are_their_ends_and_nothing_is_reset() {
     if !have_python() {
@@ -177,10 +180,11 @@ fn without_step_peaks_steps_are_their_ends_and_nothing_is_reset() {
     }
     let d = tmpdir("nopeaks");
     let rec = d.join("rec.jsonl");
-    let out = run_fake_train(&d, &["--interval", "40"]);
+    let out = run_fake_train(&d, &["--interval", "40", "--no-step-peaks"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let script: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(script["reads"], serde_json::json!([150 * MIB, 301 * MIB, 301 * MIB, 403 * MIB]));
+    assert_eq!(script["after_reset"], 4 * MIB, "the script's reset still works for the script");
     // No history asked for: none recorded.
     assert_eq!(script["snapshot"]["history"], serde_json::json!({}));
     let j = replay_json(&rec);
@@ -189,6 +193,14 @@ fn without_step_peaks_steps_are_their_ends_and_nothing_is_reset() {
     let steps = p["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 4);
     assert!(steps.iter().all(|s| s["allocated_peak_bytes"].is_null()));
+    // The true peak, though the script reset PyTorch's counters to 4 MiB:
+    // in the process summary and in the last sample the bars draw from.
+    assert_eq!(p["peak_allocated_bytes"], 403 * MIB, "{p}");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let lines: Vec<Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = lines.iter().rev().find_map(|l| l["publishers"].get(0)).unwrap();
+    assert_eq!(last["allocated_peak_bytes"], 403 * MIB, "{last}");
+    assert_eq!(last["reserved_peak_bytes"], 403 * MIB, "{last}");
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -52,8 +52,9 @@ import time
 _lock = threading.Lock()
 # One writer of the files at a time: the thread, or the final publish.
 _publish_lock = threading.Lock()
-# Guards PyTorch's peak counters between our read-and-reset and a reader.
-_peak_lock = threading.Lock()
+# Guards PyTorch's peak counters between our read-and-reset and a reader;
+# re-entrant, as a watched reset runs the shadow's reset inside it.
+_peak_lock = threading.RLock()
 # One writer of the files at a time: the thread, or the final publish.
 _publish_lock = threading.Lock()
 _state = {
@@ -70,6 +71,10 @@ _state = {
     "orig": None,
     "last_step_time": None,
     "history": None,
+    # Per device, [allocated, reserved]: the highest peaks since publishing
+    # started, kept across every reset of PyTorch's peak counters, ours
+    # (step peaks) or the script's (per-step logging).
+    "true_peaks": {},
 }
 _STATE_CODES = {"active_allocated": 0, "active_pending_free": 1, "inactive": 2}
 # Steps kept in each file: at 10 ms a step, 5 s of them, so a reader
@@ -303,6 +308,67 @@ def _apply_shadow(d, prefix, shadow):
     return out
 
 
+def _device_key(torch, args, kwargs):
+    dev = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
+    if dev is None:
+        return torch.cuda.current_device()
+    return int(getattr(dev, "index", dev) if not isinstance(dev, int) else dev)
+
+
+def _peak_pair(raw):
+    """(allocated, reserved) peaks of a stats dict, nested or flat."""
+
+    def at(*path):
+        v = raw
+        for k in path:
+            v = v.get(k, {}) if isinstance(v, dict) else {}
+        return v if isinstance(v, int) else None
+
+    a = at("allocated_bytes", "all", "peak")
+    if a is None:
+        a = at("allocated_bytes.all.peak")
+    r = at("reserved_bytes", "all", "peak")
+    if r is None:
+        r = at("reserved_bytes.all.peak")
+    return a, r
+
+
+def _fold_true(device, a, r):
+    t = _state["true_peaks"].setdefault(device, [None, None])
+    t[0], t[1] = _max(t[0], a), _max(t[1], r)
+
+
+def _install_reset_watch(torch):
+    """Wraps PyTorch's peak resets so that the peaks a reset is about to
+    clear (a script's per-step ``reset_peak_memory_stats()``) are kept as
+    the process's true peaks, which every peak gpumem-top shows and judges
+    is (docs/live.md). The script reads what it would have read."""
+    C = torch._C
+    for get_name, reset_name in (
+        ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
+        ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),
+    ):
+        get, reset = getattr(C, get_name, None), getattr(C, reset_name, None)
+        if get is None or reset is None:
+            continue
+
+        def make(reset, raw_get):
+            def watched(*args, **kwargs):
+                with _peak_lock:
+                    try:
+                        dev = _device_key(torch, args, kwargs)
+                        a, r = _peak_pair(raw_get(dev))
+                        _fold_true(dev, a, r)
+                    except Exception:
+                        pass
+                    return reset(*args, **kwargs)
+
+            watched.__wrapped__ = reset
+            return watched
+
+        setattr(C, reset_name, make(reset, getattr(get, "__wrapped__", get)))
+
+
 def _install_peak_shadow(torch):
     """Wraps PyTorch's stats getters and peak resets so that Python readers
     see the peaks they would have seen without our resets (docs/live.md)."""
@@ -321,10 +387,7 @@ def _install_peak_shadow(torch):
     shadow = _state["shadow"]
 
     def key(args, kwargs):
-        dev = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
-        if dev is None:
-            return torch.cuda.current_device()
-        return int(getattr(dev, "index", dev) if not isinstance(dev, int) else dev)
+        return _device_key(torch, args, kwargs)
 
     def wrap_get(orig):
         def stats(*args, **kwargs):
@@ -366,12 +429,6 @@ def _take_peaks(device, step=False):
     peaks are always since the previous step, whoever reset in between."""
     get, reset = _state["orig"]
 
-    def at(raw, *path):
-        v = raw
-        for k in path:
-            v = v.get(k, {}) if isinstance(v, dict) else {}
-        return v if isinstance(v, int) else None
-
     with _peak_lock:
         raw = get(device)
         peaks = {}
@@ -381,12 +438,8 @@ def _take_peaks(device, step=False):
             if v > s.get(p, -1):
                 s[p] = v
         reset(device)
-        a = at(raw, "allocated_bytes", "all", "peak")
-        if a is None:
-            a = at(raw, "allocated_bytes.all.peak")
-        r = at(raw, "reserved_bytes", "all", "peak")
-        if r is None:
-            r = at(raw, "reserved_bytes.all.peak")
+        a, r = _peak_pair(raw)
+        _fold_true(device, a, r)
         acc = _state.setdefault("since_step", {})
         if step:
             pa, pr = acc.pop(device, (None, None))
@@ -534,6 +587,9 @@ def publish_once(
     }
     if _state["history"] is not None:
         doc["history"] = _state["history"]
+    a, r = _peak_pair(stats)
+    tp = _state["true_peaks"].get(device, (None, None))
+    doc["true_peaks"] = [_max(tp[0], a), _max(tp[1], r)]
     if window is not None:
         doc["window_peak"] = window
     text = json.dumps(doc, separators=(",", ":"))
@@ -655,6 +711,10 @@ def _start(interval, directory, devices, layout, step_peaks, history):
                 _state["step_peaks"] = True
             except Exception as e:
                 _warn("no step peaks: %s" % e)
+        try:
+            _install_reset_watch(torch)
+        except Exception as e:
+            _warn("peaks after the script's own resets may be low: %s" % e)
         stop = threading.Event()
         try:
             # torch.optim deletes its submodules' names: import the function.

@@ -27,12 +27,26 @@ pub struct PublishArgs {
     #[arg(long, value_name = "N")]
     pub(crate) history: Option<u64>,
     /// Each optimizer step's own peak allocated and reserved bytes on the
-    /// timeline. PyTorch keeps only all-time peaks, so this resets its peak
-    /// counters at every step; torch.cuda.memory_stats(),
-    /// max_memory_allocated() and reset_peak_memory_stats() are wrapped so
-    /// that the script still reads the values it would have read.
-    #[arg(long)]
+    /// timeline: the default (this flag is kept for scripts that pass it).
+    /// PyTorch keeps only all-time peaks, so this resets its peak counters
+    /// at every step; torch.cuda.memory_stats(), max_memory_allocated() and
+    /// reset_peak_memory_stats() are wrapped so that the script still reads
+    /// the values it would have read.
+    #[arg(long, overrides_with = "no_step_peaks")]
     pub(crate) step_peaks: bool,
+    /// Do not reset PyTorch's peak counters at each step (for C++ code that
+    /// reads them directly): steps are then marked at their ends, without
+    /// their own peaks.
+    #[arg(long, overrides_with = "step_peaks")]
+    pub(crate) no_step_peaks: bool,
+}
+
+impl PublishArgs {
+    /// Per-step peaks: on unless --no-step-peaks (measured at +0.2% of a
+    /// GPT-2 step on the H200, docs/live.md).
+    pub(crate) fn step_peaks(&self) -> bool {
+        !self.no_step_peaks
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -174,7 +188,7 @@ fn command(args: &RunArgs, hook: &Path, dir: &Path) -> std::process::Command {
         .env("GPUMEM_TOP_RUN", "1")
         .env("GPUMEM_TOP_DIR", dir)
         .env("GPUMEM_TOP_INTERVAL", format!("{}", args.publish.live.interval as f64 / 1000.0))
-        .env("GPUMEM_TOP_STEP_PEAKS", if args.publish.step_peaks { "1" } else { "0" })
+        .env("GPUMEM_TOP_STEP_PEAKS", if args.publish.step_peaks() { "1" } else { "0" })
         .env("GPUMEM_TOP_HISTORY", args.publish.history.unwrap_or(0).to_string());
     c
 }
@@ -502,7 +516,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
                 hook = hook.0.display().to_string(),
                 interval = args.publish.live.interval as f64 / 1000.0,
                 dir = dir.display().to_string(),
-                peaks = if args.publish.step_peaks { "True" } else { "False" },
+                peaks = if args.publish.step_peaks() { "True" } else { "False" },
                 history = args.publish.history.map_or("None".to_string(), |h| h.to_string()),
             )
             .as_bytes(),

@@ -109,7 +109,14 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
         o.family(name, kind, &format!("{help} (torch.cuda.memory_stats {key})"));
         for p in &snap.publishers {
             if let Some(&v) = p.stats.get(key) {
-                o.sample(name, &pl(p), v as f64);
+                // Peaks are the true ones, kept across resets of PyTorch's
+                // counters (docs/live.md).
+                let v = match key {
+                    "allocated_bytes.all.peak" => p.peak_allocated() as f64,
+                    "reserved_bytes.all.peak" => p.peak_reserved() as f64,
+                    _ => v as f64,
+                };
+                o.sample(name, &pl(p), v);
             }
         }
     }
@@ -123,7 +130,7 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             f.external_fragmentation
         }),
         ("gpumem_torch_peak_ratio", "1 - peak allocated / peak reserved.", |_, p| {
-            crate::analysis::peak_ratio_of(p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"))
+            crate::analysis::peak_ratio_of(p.peak_allocated(), p.peak_reserved())
         }),
     ];
     let frags: Vec<_> = snap.publishers.iter().map(|p| p.fragmentation()).collect();

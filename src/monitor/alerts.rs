@@ -88,7 +88,7 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
         // rightly holds most of what it reserved as cache. What runs out is
         // the reserved peak; what it holds beyond the allocated peak never
         // held a tensor at once (docs/cluster.md, the same rule in Prometheus).
-        let (a, r) = (p.stat("allocated_bytes.all.peak"), p.stat("reserved_bytes.all.peak"));
+        let (a, r) = (p.peak_allocated(), p.peak_reserved());
         if r >= t.fragmentation_min_reserved {
             let share = crate::analysis::peak_ratio_of(a, r);
             if share > t.fragmentation {

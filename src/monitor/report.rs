@@ -53,8 +53,8 @@ impl PublisherReport {
             time: p.time,
             allocated_bytes: p.allocated(),
             reserved_bytes: p.reserved(),
-            allocated_peak_bytes: p.stat("allocated_bytes.all.peak"),
-            reserved_peak_bytes: p.stat("reserved_bytes.all.peak"),
+            allocated_peak_bytes: p.peak_allocated(),
+            reserved_peak_bytes: p.peak_reserved(),
             num_ooms: p.stat("num_ooms"),
             num_alloc_retries: p.stat("num_alloc_retries"),
             segments: p.segments.len(),
@@ -130,8 +130,16 @@ impl RecordingReport {
                 pid: *pid,
                 command: h.last.command.clone(),
                 samples: h.series.points().len(),
-                peak_allocated_bytes: h.series.peak().map(|p| p.allocated),
-                peak_reserved_bytes: h.series.points().iter().map(|p| p.reserved).max(),
+                // The true peaks: the series' (samples and steps) and what
+                // the publisher kept across resets of PyTorch's counters.
+                peak_allocated_bytes: h.series.peak().map(|p| p.allocated.max(h.last.peak_allocated())),
+                peak_reserved_bytes: h
+                    .series
+                    .points()
+                    .iter()
+                    .map(|p| p.reserved)
+                    .max()
+                    .map(|r| r.max(h.last.peak_reserved())),
                 ooms: h.series.ooms.len(),
                 step_peaks: h.last.step_peaks,
                 history: h.last.history.clone(),

@@ -190,6 +190,7 @@ impl DemoSource {
             layout_time: None,
             last_words: false,
             history: None,
+            true_peaks: None,
             path: PathBuf::new(),
         };
         Snapshot {

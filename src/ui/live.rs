@@ -350,9 +350,9 @@ impl LiveApp {
             subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
             segments: &p.segments,
             allocated: p.allocated(),
-            allocated_peak: p.stat("allocated_bytes.all.peak"),
+            allocated_peak: p.peak_allocated(),
             reserved: p.reserved(),
-            reserved_peak: p.stat("reserved_bytes.all.peak"),
+            reserved_peak: p.peak_reserved(),
             fragmentation: p.fragmentation(),
             timeline: &points,
             cursor: points.len().saturating_sub(1),
@@ -492,9 +492,9 @@ impl Interactive for LiveApp {
         let segs = &p.segments;
         let totals = Totals {
             allocated: p.allocated(),
-            allocated_peak: p.stat("allocated_bytes.all.peak"),
+            allocated_peak: p.peak_allocated(),
             reserved: p.reserved(),
-            reserved_peak: p.stat("reserved_bytes.all.peak"),
+            reserved_peak: p.peak_reserved(),
             device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
             capacity: None,
         };

@@ -1233,7 +1233,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 } else if c.step_peaks {
                     "▲ each step's own peak "
                 } else {
-                    "at their ends; per-step peaks: gpumem-top run --step-peaks "
+                    "at their ends (no per-step peaks: run without --no-step-peaks) "
                 }
             )
         }
