@@ -75,6 +75,40 @@ pub fn create_new(path: &Path) -> io::Result<std::fs::File> {
     std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
 }
 
+/// Writes `bytes` to a new file at `path` (O_EXCL: never through a link,
+/// never over an existing file); with `force`, an existing regular file or
+/// link at `path` is removed first (the link itself, not its target), and
+/// anything else (a directory, a device, a FIFO) is still refused.
+pub fn write_new(path: &Path, bytes: &[u8], force: bool) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = open_new(path, force)?;
+    f.write_all(bytes)?;
+    f.flush()
+}
+
+/// The file `write_new` writes to, opened: for output written as it is made.
+pub fn open_new(path: &Path, force: bool) -> io::Result<std::fs::File> {
+    if force {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_file() || m.file_type().is_symlink() => std::fs::remove_file(path)?,
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "not a regular file; --force replaces only files and links",
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+    create_new(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            io::Error::new(io::ErrorKind::AlreadyExists, "already exists (--force replaces it)")
+        } else {
+            e
+        }
+    })
+}
+
 /// 64 random bits from the kernel (getrandom(2)), falling back to the
 /// clock and pid where it is unavailable: names need only be unguessable
 /// enough that a planted one is a collision `mkdir` reports.

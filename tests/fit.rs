@@ -286,3 +286,26 @@ fn a_fit_and_its_search_are_fast() {
     assert!(j["max_batch"].as_u64().unwrap() > 0);
     assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
 }
+
+/// Hugging Face models with activation checkpointing, recorded by `fit
+/// --batches 2,4` on the H200 under the history settings it chose for
+/// PyTorch 2.11 (stacks at allocations only: with stacks at frees the same
+/// training crashed, pytorch #179536), predicted at 8 and 16 against the
+/// real runs' peaks (tests/fixtures/fit/checkpointed/truth.json).
+#[test]
+fn checkpointed_models_recorded_under_the_safe_history_settings_are_predicted() {
+    let t: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("fit/checkpointed/truth.json")).unwrap()).unwrap();
+    for model in ["gpt2", "bert"] {
+        let snap = |b: u64| format!("{}@{b}", fixture(&format!("fit/checkpointed/{model}_b{b}.pickle.gz")).display());
+        let j = fit(&[snap(2), snap(4), "--batch".into(), "8".into(), "--batch".into(), "16".into()]);
+        assert_eq!(j["alignment"]["call_stacks"], true, "alloc stacks were recorded");
+        for p in j["predictions"].as_array().unwrap() {
+            let want = &t["models"][model][p["batch"].to_string()];
+            let err = |k: &str, i: usize| p[k].as_f64().unwrap() / want[i].as_f64().unwrap() - 1.0;
+            let (ea, er) = (err("allocated_peak_bytes", 0), err("reserved_peak_bytes", 1));
+            assert!(ea.abs() <= 0.001, "{model} batch {}: allocated {:+.3}%", p["batch"], ea * 100.0);
+            assert!(er.abs() <= 0.001, "{model} batch {}: reserved {:+.3}%", p["batch"], er * 100.0);
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! GPU-only checks of the synthetic mode's CUDA backend (run on the device
-//! machine through ../shared/tools/gpu-bundle.sh; `cargo test` skips them).
+//! machine through tools/gpu-bundle.sh; `cargo test` skips them).
 
 mod common;
 

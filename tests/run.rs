@@ -381,3 +381,34 @@ fn a_relative_publish_dir_survives_a_change_of_directory() {
     assert_eq!(j["processes"].as_array().map(Vec::len), Some(1), "{j}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Recorded on the H200 (benches/never_crash/h200.sh): `run` beside GPT-2
+/// training whose script logs `max_memory_allocated()` and calls
+/// `reset_peak_memory_stats()` after every step. Every peak the recording
+/// shows is the true one, 8,690,289,664 B as the script itself printed at
+/// steps 2–6; the bars' peak in the last sample too, and no fragmentation
+/// alert judged on a reset counter.
+#[test]
+fn a_script_that_resets_its_peaks_still_shows_the_true_ones() {
+    let rec = common::fixture("live/reset_peaks_gpt2.jsonl");
+    let j = replay_json(&rec);
+    let p = &j["processes"][0];
+    assert_eq!(p["peak_allocated_bytes"], 8_690_289_664u64, "{p}");
+    assert_eq!(p["peak_reserved_bytes"], 9_378_463_744u64);
+    let steps: Vec<u64> =
+        p["steps"].as_array().unwrap().iter().map(|s| s["allocated_peak_bytes"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [7_642_577_920, 8_690_289_664, 8_690_289_664, 8_690_289_664, 8_690_289_664, 8_690_289_664]);
+    let text = std::fs::read_to_string(&rec).unwrap();
+    for l in text.lines().skip(1) {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert!(v["alerts"].as_array().unwrap().iter().all(|a| a["kind"] != "fragmentation"), "{}", v["alerts"]);
+    }
+    let last = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v["publishers"].get(0).cloned())
+        .unwrap();
+    assert_eq!(last["allocated_peak_bytes"], 8_690_289_664u64);
+    assert_eq!(last["reserved_peak_bytes"], 9_378_463_744u64);
+}

@@ -17,6 +17,10 @@ p = argparse.ArgumentParser()
 p.add_argument("--model", default="resnet50")
 p.add_argument("--batch-size", type=int, required=True)
 p.add_argument("--steps", type=int, default=3)
+p.add_argument("--checkpoint", action="store_true",
+               help="Hugging Face models: gradient_checkpointing_enable() (non-reentrant, the default)")
+p.add_argument("--reset-peaks", action="store_true",
+               help="log max_memory_allocated() per step and reset the peaks, as per-step logging does")
 a = p.parse_args()
 dev = "cuda"
 
@@ -54,17 +58,38 @@ elif a.model in ("efficientnet", "vit", "resnet18"):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
+elif a.model == "bert":
+    from transformers import BertConfig, BertForMaskedLM
+
+    model = BertForMaskedLM(BertConfig()).to(dev)
+    if a.checkpoint:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(a.steps):
+        ids = torch.randint(0, 30522, (a.batch_size, 512), device=dev)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 elif a.model == "gpt2":
     from transformers import GPT2Config, GPT2LMHeadModel
 
     model = GPT2LMHeadModel(GPT2Config()).to(dev)
+    if a.checkpoint:
+        model.gradient_checkpointing_enable()
+        model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for _ in range(a.steps):
+    for step in range(a.steps):
         ids = torch.randint(0, 50257, (a.batch_size, 512), device=dev)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if a.reset_peaks:
+            print("step", step + 1, "max_memory_allocated", torch.cuda.max_memory_allocated(),
+                  "max_memory_reserved", torch.cuda.max_memory_reserved(), flush=True)
+            torch.cuda.reset_peak_memory_stats()
 else:
     raise SystemExit("unknown model " + a.model)
 torch.cuda.synchronize()

@@ -114,9 +114,14 @@ pub struct ReplayArgs {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Write the replayed events as JSON lines to PATH.
+    /// Write the replayed events as JSON lines to PATH (a new file; see
+    /// --force).
     #[arg(long, value_name = "PATH")]
     pub(crate) dump_events: Option<PathBuf>,
+    /// With --dump-events: replace an existing file (the path itself: a
+    /// link there is removed, never followed).
+    #[arg(long, requires = "dump_events")]
+    pub(crate) force: bool,
     /// Report the state at this point: an event index, peak, oom or end.
     #[arg(long, value_name = "EVENT|peak|oom|end")]
     pub(crate) at: Option<At>,
@@ -390,7 +395,8 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     }
 
     if let Some(path) = &args.dump_events {
-        let f = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+        let f = crate::private::open_new(path, args.force)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
         trace::write_jsonl(std::io::BufWriter::new(f), &session.exact.events)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -764,6 +770,11 @@ pub struct ExportArgs {
     /// Text without ANSI colours.
     #[arg(long)]
     pub(crate) plain: bool,
+    /// Replace an existing file at the output path (the path itself: a link
+    /// there is removed, never followed); without it an existing path is
+    /// refused.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Per-process memory limit in bytes (as the run had it).
     #[arg(long, value_name = "BYTES")]
     pub(crate) memory_limit: Option<u64>,
@@ -827,7 +838,8 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     if out.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&bytes)?;
     } else {
-        std::fs::write(&out, &bytes).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
+        crate::private::write_new(&out, &bytes, args.force)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
         eprintln!("gpumem-top: wrote {} ({} bytes, event {cursor})", out.display(), bytes.len());
     }
     Ok(ExitCode::SUCCESS)

@@ -137,7 +137,8 @@ pub(crate) fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
 
 /// Writes a screenshot and returns the status line saying where.
 pub(crate) fn save(name: &str, bytes: &[u8]) -> String {
-    match std::fs::write(name, bytes) {
+    // A new file only: never over one, never through a link.
+    match crate::private::write_new(std::path::Path::new(name), bytes, false) {
         Ok(()) => format!(" wrote {name}"),
         Err(e) => format!(" screenshot failed: {name}: {e}"),
     }
