@@ -309,3 +309,29 @@ fn checkpointed_models_recorded_under_the_safe_history_settings_are_predicted() 
         }
     }
 }
+
+/// The same GPT-2 samples as `context="state"` records them (the trace's
+/// frames removed, the blocks' kept): replay says which stacks it has, and
+/// `fit` says it aligned without them and predicts the same peaks.
+#[test]
+fn samples_recorded_without_per_event_stacks_say_so_and_predict_the_same() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let state = fixture("fit/checkpointed/gpt2_b2_state.pickle.gz");
+    let out = Command::new(bin).args(["replay", "--json"]).arg(&state).output().unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((j["call_stacks"].as_str(), j["fidelity"].as_str()), (Some("blocks_only"), Some("exact")));
+    let full = Command::new(bin).args(["replay", "--json"]).arg(fixture("fit/checkpointed/gpt2_b2.pickle.gz")).output();
+    let full: Value = serde_json::from_slice(&full.unwrap().stdout).unwrap();
+    assert_eq!(full["call_stacks"], "per_event");
+    let summary = Command::new(bin).arg("replay").arg(&state).output().unwrap();
+    assert!(String::from_utf8_lossy(&summary.stdout).contains("call stacks: the snapshot's blocks only"));
+    let snap =
+        |b: u64, tag: &str| format!("{}@{b}", fixture(&format!("fit/checkpointed/gpt2_b{b}{tag}.pickle.gz")).display());
+    let args =
+        |tag: &str| vec![snap(2, tag), snap(4, tag), "--batch".into(), "8".into(), "--batch".into(), "16".into()];
+    let (with, without) = (fit(&args("")), fit(&args("_state")));
+    assert_eq!(without["alignment"]["call_stacks"], false);
+    assert_eq!(with["predictions"], without["predictions"]);
+    let text = Command::new(bin).arg("fit").args(args("_state")).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("the samples carry no call stacks"));
+}

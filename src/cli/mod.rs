@@ -463,6 +463,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             directed_releases: session.exact.directed,
             placed_allocs: session.exact.placed,
             recorded_totals: session.recorded,
+            call_stacks: dev.call_stacks(&trace.stacks),
             not_in_trace: not_in_trace(session.start),
             stats: stats_map(&stats, &exact_conf),
             peak: peak.map(|p| report::PeakReport {
@@ -614,6 +615,13 @@ fn summary_text(
         if conf.source.is_empty() { "default".to_string() } else { format!("{:?}", conf.source) },
         limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
     ));
+    match dev.call_stacks(&trace.stacks) {
+        "per_event" => {}
+        "blocks_only" => o.push_str(
+            "call stacks: the snapshot's blocks only (history recorded with context=\"state\"): events carry none\n",
+        ),
+        _ => o.push_str("call stacks: none recorded (context=None, or a format without them): no call sites\n"),
+    }
     let r = &session.exact;
     let inferred = if r.inferred_empty_cache > 0 {
         format!("; {} empty_cache() calls inferred", r.inferred_empty_cache)

@@ -31,6 +31,9 @@ pub(crate) struct ReplayReport {
     pub(crate) placed_allocs: usize,
     /// What the snapshot's own segments sum to.
     pub(crate) recorded_totals: Totals,
+    /// Which call stacks the trace carries: "per_event", "blocks_only" or
+    /// "none" (`DeviceTrace::call_stacks`).
+    pub(crate) call_stacks: &'static str,
     /// Counters the trace cannot tell (docs/replay.md).
     pub(crate) not_in_trace: Vec<&'static str>,
     /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.

@@ -100,6 +100,21 @@ impl DeviceTrace {
         self.stacks.push(stack);
     }
 
+    /// Which call stacks it carries: "per_event" (allocations have frames:
+    /// `context="alloc"` or `"all"`), "blocks_only" (only the snapshot's
+    /// blocks: `context="state"`), or "none" (`context=None`, or a format
+    /// without stacks). Said in replay's output (docs/live.md).
+    pub fn call_stacks(&self, stacks: &[Vec<crate::trace::Frame>]) -> &'static str {
+        let has = |sid: u32| sid != 0 && stacks.get(sid as usize - 1).is_some_and(|f| !f.is_empty());
+        if self.events.iter().zip(&self.stacks).any(|(e, &s)| e.action == crate::alloc::Action::Alloc && has(s)) {
+            "per_event"
+        } else if self.segments.iter().flat_map(|g| &g.blocks).any(|b| has(b.stack)) {
+            "blocks_only"
+        } else {
+            "none"
+        }
+    }
+
     /// Whether the trace carries segment events, so that it can be replayed
     /// address-exact.
     pub(crate) fn has_segment_events(&self) -> bool {
