@@ -371,8 +371,29 @@ fn record_refuses_existing_paths_and_symlinks() {
     assert_eq!(rec(&["-o", l, "--force"]).0, Some(0));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
-    // Not a recording: --append refuses to add to it.
+    // Not a recording: --append refuses to add to it, also a text file
+    // that merely names the format in its first bytes.
     assert_eq!(rec(&["-o", victim.to_str().unwrap(), "--append"]).0, Some(2));
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "my notes about gpumem-top-record files\nmore\n").unwrap();
+    let (code, err) = rec(&["-o", text.to_str().unwrap(), "--append"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a gpumem-top recording"), "{err}");
+    assert_eq!(std::fs::read_to_string(&text).unwrap().len(), 44, "nothing written");
+    // A recording whose last line was cut (a kill): the cut line is
+    // dropped, the new samples follow the last whole one, and every
+    // sample replays.
+    let whole = std::fs::read_to_string(&out).unwrap();
+    std::fs::write(&out, format!("{whole}{{\"time\": 17, \"gpus\": [")).unwrap();
+    let (code, err) = rec(&["-o", o, "--append"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("its last line was cut short (22 bytes): dropped before appending"), "{err}");
+    let after = std::fs::read_to_string(&out).unwrap();
+    assert!(after.starts_with(&whole) && after.lines().count() == 7, "{after}");
+    let r = Command::new(bin()).arg("replay").arg(&out).arg("--json").output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(j["samples"], 6);
     // --force never removes a directory, a device or a FIFO.
     let fifo = dir.join("fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
@@ -497,4 +518,58 @@ fn compressed_text_traces_are_bounded_by_the_file() {
     let (code, _, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("exceed 24 times"), "{err}");
+}
+
+/// `export` and `replay --dump-events` write a new file only, as `record`
+/// does: an existing path is refused (exit 2, nothing written), a link is
+/// never written through, and `--force` replaces a regular file or the link
+/// itself, never a directory or a device.
+#[test]
+fn export_and_dump_events_never_overwrite_or_follow_links() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-exportw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = fixture("traces/small_snapshot.pickle");
+    let export = |out: &std::path::Path, force: bool| {
+        let mut c = Command::new(bin());
+        c.arg("export").arg(&trace).args(["--view", "fragmap", "--format", "txt", "--plain", "-o"]).arg(out);
+        if force {
+            c.arg("--force");
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let dump = |out: &std::path::Path, force: bool| {
+        let mut c = Command::new(bin());
+        c.arg("replay").arg(&trace).arg("--json").arg("--dump-events").arg(out);
+        if force {
+            c.arg("--force");
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    for (name, run) in
+        [("export", &export as &dyn Fn(&std::path::Path, bool) -> (Option<i32>, String)), ("dump", &dump)]
+    {
+        let out = dir.join(format!("{name}.out"));
+        std::fs::write(&out, "precious").unwrap();
+        let (code, err) = run(&out, false);
+        assert_eq!(code, Some(2), "{name}: {err}");
+        assert!(err.contains("already exists (--force replaces it)"), "{name}: {err}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+        assert_eq!(run(&out, true).0, Some(0), "{name}");
+        assert_ne!(std::fs::read_to_string(&out).unwrap(), "precious");
+        let victim = dir.join(format!("{name}.victim"));
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.join(format!("{name}.link"));
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert_eq!(run(&link, false).0, Some(2), "{name}");
+        assert_eq!(run(&link, true).0, Some(0), "{name}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "{name}: written through the link");
+        assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        let (code, err) = run(&dir, true);
+        assert_eq!(code, Some(2), "{name}: {err}");
+        assert!(dir.is_dir());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

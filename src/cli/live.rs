@@ -256,7 +256,7 @@ fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
     let path = &args.output;
     let bad = |e: std::io::Error| anyhow!(InputError(format!("{}: {e}", path.display())));
     if args.append {
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .read(true)
             .append(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -265,16 +265,36 @@ fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
         if !f.metadata().map_err(bad)?.is_file() {
             return Err(anyhow!(InputError(format!("{}: not a regular file", path.display()))));
         }
-        let mut head = [0u8; 256];
-        let n = f.read(&mut head).map_err(bad)?;
-        if n == 0 {
+        // A recording starts with its header line: one JSON object whose
+        // `format` is ours (any file merely containing the word is not).
+        let len = f.metadata().map_err(bad)?.len();
+        if len == 0 {
             return Ok((f, true));
         }
-        if !String::from_utf8_lossy(&head[..n]).contains(RECORD_FORMAT) {
+        let mut head = Vec::new();
+        std::io::BufRead::read_until(&mut std::io::BufReader::new((&f).take(64 << 10)), b'\n', &mut head)
+            .map_err(bad)?;
+        let header: Option<serde_json::Value> = serde_json::from_slice(head.trim_ascii_end()).ok();
+        if !head.ends_with(b"\n")
+            || header.as_ref().and_then(|h| h.get("format")).and_then(|v| v.as_str()) != Some(RECORD_FORMAT)
+        {
             return Err(anyhow!(InputError(format!(
-                "{}: not a gpumem-top recording; --append adds only to one",
+                "{}: not a gpumem-top recording (its first line is not a recording's header); --append adds only to one",
                 path.display()
             ))));
+        }
+        // A last line cut short (a kill, a full disk) is dropped before we
+        // add to it: written after, it would make the whole file unreadable.
+        let mut last = [0u8; 1];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut last, len - 1).map_err(bad)?;
+        if last[0] != b'\n' {
+            let keep = last_newline(&f, len).map_err(bad)?;
+            f.set_len(keep).map_err(bad)?;
+            eprintln!(
+                "gpumem-top: {}: its last line was cut short ({} bytes): dropped before appending",
+                path.display(),
+                len - keep
+            );
         }
         return Ok((f, false));
     }
@@ -301,6 +321,22 @@ fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
         )))),
         Err(e) => Err(bad(e)),
     }
+}
+
+/// The length of `f` up to and including its last newline (of `len` bytes).
+fn last_newline(f: &std::fs::File, len: u64) -> std::io::Result<u64> {
+    let mut end = len;
+    let mut buf = vec![0u8; 64 << 10];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(f, chunk, start)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 /// `record`: headless sampling into JSON lines that `replay` shows later.
