@@ -335,3 +335,47 @@ fn samples_recorded_without_per_event_stacks_say_so_and_predict_the_same() {
     let text = Command::new(bin).arg("fit").args(args("_state")).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("the samples carry no call stacks"));
 }
+
+/// Batches no run can have are refused, the search stays bounded, and a
+/// prediction whose requests no device holds does not fit; samples without
+/// the requests from process start (no history, a wrapped window) are
+/// refused with what to record instead.
+#[test]
+fn impossible_batches_and_samples_are_refused() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let s = |b: u64| format!("{}@{b}", fixture(&format!("fit/gpt2_b{b}.pickle.gz")).display());
+    let run = |extra: &[&str]| {
+        let o = Command::new(bin).arg("fit").arg(s(2)).arg(s(4)).args(extra).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    for bad in [
+        &["--max-batch", "0"][..],
+        &["--max-batch", "18446744073709551615"],
+        &["--batch", "0"],
+        &["--batch", "4294967297"],
+    ] {
+        let (code, _, err) = run(bad);
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+        assert!(err.contains("a batch must be from 1 to 4294967296"), "{err}");
+    }
+    // The largest batch the search may answer, and a prediction there: its
+    // requests are far past any device: it does not fit.
+    let start = std::time::Instant::now();
+    let j = fit(&[s(2), s(4), "--max-batch".into(), "4294967296".into(), "--batch".into(), "4294967296".into()]);
+    assert_eq!(j["max_batch"], 149, "as without the bound");
+    assert_eq!(j["predictions"][0]["fits"], false);
+    assert!(j["predictions"][0]["ooms"].as_u64().unwrap() > 0);
+    assert!(start.elapsed().as_secs() < 10);
+    for (snap, says) in [
+        ("field/history_less_gpt2.pickle.gz", "a snapshot without memory history"),
+        ("field/wrapped_steady_resnet50.pickle.gz", "a window of a longer run"),
+    ] {
+        let o = Command::new(bin).arg("fit").arg(s(2)).arg(format!("{}@4", fixture(snap).display())).output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
-use crate::fit::{Fit, Prediction, Sample, Target};
+use crate::fit::{Fit, Prediction, Sample, Target, MAX_BATCH};
 
 #[derive(Args, Debug, Clone)]
 pub struct FitArgs {
@@ -63,11 +63,10 @@ fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {
     let (path, batch) = spec
         .rsplit_once('@')
         .ok_or_else(|| anyhow!(InputError(format!("{spec}: expected SNAPSHOT@BATCH, e.g. gpt2_b2.pickle.gz@2"))))?;
-    let batch: u64 = batch
-        .parse()
-        .ok()
-        .filter(|&b| b > 0)
-        .ok_or_else(|| anyhow!(InputError(format!("{spec}: the batch must be a positive integer"))))?;
+    let batch: u64 =
+        batch.parse().ok().filter(|b| (1..=MAX_BATCH).contains(b)).ok_or_else(|| {
+            anyhow!(InputError(format!("{spec}: the batch must be an integer from 1 to {MAX_BATCH}")))
+        })?;
     Ok((PathBuf::from(path), batch))
 }
 
@@ -213,8 +212,21 @@ fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::
     Ok(out)
 }
 
+/// Every batch the command line names: 1 to `MAX_BATCH`.
+fn check_batches(args: &FitArgs) -> Result<()> {
+    let named = args.targets.iter().map(|&b| ("--batch", b));
+    let named = named.chain(args.record_batches.iter().map(|&b| ("--batches", b)));
+    for (flag, b) in named.chain(std::iter::once(("--max-batch", args.max_batch))) {
+        if !(1..=MAX_BATCH).contains(&b) {
+            return Err(anyhow!(InputError(format!("{flag} {b}: a batch must be from 1 to {MAX_BATCH}"))));
+        }
+    }
+    Ok(())
+}
+
 pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     args.cap.check()?;
+    check_batches(args)?;
     let recorded;
     let specs: &[String] = if args.record_batches.is_empty() {
         if args.samples.len() < 2 {
@@ -263,8 +275,11 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     }
     fitted.report.self_check = self_check;
     let largest = *fitted.samples.last().unwrap_or(&1);
-    let batches: Vec<u64> =
-        if args.targets.is_empty() { vec![largest * 2, largest * 4, largest * 8] } else { args.targets.clone() };
+    let batches: Vec<u64> = if args.targets.is_empty() {
+        [2, 4, 8].iter().map(|k| largest.saturating_mul(*k).min(MAX_BATCH)).collect()
+    } else {
+        args.targets.clone()
+    };
     let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
     let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {

@@ -64,6 +64,18 @@ impl Sample {
             recorded_state: true,
         };
         let s = Session::open(dev, stacks, &want)?;
+        // Requests from process start are what a prediction replays: a
+        // snapshot without history has none, and a window lacks the
+        // model's setup (weights, optimizer state) it starts after.
+        match s.fidelity {
+            crate::replay::session::Fidelity::StateOnly => {
+                return Err("a snapshot without memory history (its state only): fit needs the requests of a few steps from process start; record with torch.cuda.memory._record_memory_history(context=\"alloc\", stacks=\"python\") before the model is built, or use fit --batches".into())
+            }
+            crate::replay::session::Fidelity::ExactWindow => {
+                return Err("a window of a longer run (the history's ring buffer wrapped, or history began mid-run): fit needs the requests from process start; record a few steps with a larger max_entries, or use fit --batches".into())
+            }
+            _ => {}
+        }
         let at = if s.exact.divergence.is_none() { s.exact.empty_cache_at.clone() } else { Vec::new() };
         let st = s.exact.allocator.stats();
         let (ap, rp) = (st.get(Kind::AllocatedBytes, 0).peak as u64, st.get(Kind::ReservedBytes, 0).peak as u64);
@@ -244,14 +256,18 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn add(&mut self, st: &crate::alloc::DeviceStats) {
+    /// `failed`: allocations the replay could not make, counted as OOMs
+    /// also where PyTorch counts none (a request of 1 EB or more fails
+    /// before the counters move; a saturated prediction is one).
+    fn add(&mut self, st: &crate::alloc::DeviceStats, failed: u64) {
         let r = st.get(Kind::ReservedBytes, 0).peak as u64;
         self.allocated_sum += st.get(Kind::AllocatedBytes, 0).peak as u128;
         self.reserved_sum += r as u128;
         self.reserved_low = if self.runs == 0 { r } else { self.reserved_low.min(r) };
         self.reserved_high = self.reserved_high.max(r);
-        self.ooms = self.ooms.max(st.num_ooms as u64);
-        self.oom_runs += u64::from(st.num_ooms > 0);
+        let ooms = (st.num_ooms as u64).max(failed);
+        self.ooms = self.ooms.max(ooms);
+        self.oom_runs += u64::from(ooms > 0);
         self.retries = self.retries.max(st.num_alloc_retries);
         self.runs += 1;
     }
@@ -409,15 +425,18 @@ impl Fit {
     fn run(&self, batch: u64, config: &AllocatorConfig, target: &Target, limit: Option<u64>) -> Outcome {
         let once = |reqs: &[Request]| {
             let sim = Sim::new("simulated device", target.device_total, target.context).with_descending_addresses();
-            run_requests_on(reqs, config.clone(), sim, limit).allocator.stats().clone()
+            let w = run_requests_on(reqs, config.clone(), sim, limit);
+            (w.allocator.stats().clone(), w.new_ooms as u64)
         };
         let mut out = Outcome::default();
         // At a sampled batch the workspaces are known: one exact replay.
         if self.workspaces.is_empty() || self.samples.contains(&batch) {
-            out.add(&once(&self.requests_at(batch)));
+            let (st, failed) = once(&self.requests_at(batch));
+            out.add(&st, failed);
         } else {
             for run in 0..WORKSPACE_RUNS {
-                out.add(&once(&self.requests_varied(batch, Some(run))));
+                let (st, failed) = once(&self.requests_varied(batch, Some(run)));
+                out.add(&st, failed);
             }
         }
         out
@@ -443,6 +462,8 @@ impl Fit {
     /// searched by doubling then bisection, at most `max` (a run that still
     /// fits there reports `max`).
     pub(crate) fn max_batch(&self, config: &AllocatorConfig, target: &Target, max: u64) -> u64 {
+        // Bounded so that `max + 1` and the doubling cannot wrap.
+        let max = max.min(MAX_BATCH);
         let fits = |b: u64| self.predict_limited(b, config, target).fits;
         if !fits(1) {
             return 0;
@@ -464,6 +485,11 @@ impl Fit {
         lo
     }
 }
+
+/// The largest batch `fit` takes or answers (samples, `--batch`,
+/// `--max-batch`): far past any real one, small enough that no sum of
+/// request sizes or search step wraps.
+pub const MAX_BATCH: u64 = 1 << 32;
 
 /// SplitMix64's mixing function: a fixed, well-spread sequence.
 fn splitmix(x: u64) -> u64 {
