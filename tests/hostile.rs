@@ -573,3 +573,48 @@ fn export_and_dump_events_never_overwrite_or_follow_links() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A state-only snapshot built by Python's pickle from `segments` (a Python
+/// expression); None without python3.
+fn state_only(name: &str, segments: &str) -> Option<PathBuf> {
+    let p = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id())).join(name);
+    std::fs::create_dir_all(p.parent()?).ok()?;
+    let code = format!(
+        "import pickle, sys\nB = lambda size, state='active_allocated': {{'size': size, 'requested_size': size, 'state': state}}\n\
+         S = lambda addr, total, blocks: {{'address': addr, 'total_size': total, 'stream': 0, 'segment_type': 'large', 'blocks': blocks}}\n\
+         pickle.dump({{'segments': {segments}, 'device_traces': []}}, open(sys.argv[1], 'wb'))"
+    );
+    let ok = Command::new("python3").arg("-c").arg(code).arg(&p).status().ok()?.success();
+    ok.then_some(p)
+}
+
+/// Sizes no device holds (one 7·2^61 B segment: a tick loop in the picture
+/// code once wrapped past u64::MAX and never ended) and layouts no
+/// allocator makes (blocks covering 512 B of 2 MiB, overlapping or repeated
+/// segments) are refused, naming where, in replay and export alike.
+#[test]
+fn impossible_state_only_layouts_are_refused() {
+    let cases = [
+        ("huge.pickle", "[S(0x10000000, 7 << 61, [B(7 << 61)])]", "more than any device holds"),
+        ("short.pickle", "[S(0x10000000, 2 << 20, [B(512)])]", "its blocks cover 512 of its 2097152 bytes"),
+        ("long.pickle", "[S(0x10000000, 2 << 20, [B(2 << 20), B(512)])]", "runs past the end of its segment"),
+        (
+            "overlap.pickle",
+            "[S(0x10000000, 4 << 20, [B(4 << 20)]), S(0x10200000, 2 << 20, [B(2 << 20)])]",
+            "segments[1]: overlaps segments[0]",
+        ),
+        ("twice.pickle", "[S(0x10000000, 2 << 20, [B(2 << 20)])] * 2", "overlaps"),
+    ];
+    for (name, segs, says) in cases {
+        let Some(p) = state_only(name, segs) else { return };
+        rejects(&p, &[says]);
+        let out = Command::new(bin())
+            .arg("export")
+            .arg(&p)
+            .args(["--view", "fragmap", "--format", "svg", "-o", "-"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says));
+    }
+}

@@ -111,15 +111,21 @@ const LEGEND: [&str; 5] =
 fn tick_step(max: u64, n: u64) -> u64 {
     let raw = (max / n.max(1)).max(1);
     let mut p = 1u64;
-    while p * 8 < raw {
+    // Saturating: a size near u64::MAX once wrapped this loop forever.
+    while p.saturating_mul(8) < raw {
         p *= 8;
     }
     for m in [1, 2, 4, 8, 16, 32] {
-        if p * m >= raw {
-            return p * m;
+        if p.saturating_mul(m) >= raw {
+            return p.saturating_mul(m);
         }
     }
-    p * 64
+    p.saturating_mul(64)
+}
+
+/// The ticks 0, step, 2·step, … up to `max`: at most 64, none wrapping.
+fn ticks(max: u64, step: u64) -> impl Iterator<Item = u64> {
+    (0..64u64).map_while(move |i| i.checked_mul(step.max(1)).filter(|&t| t <= max))
 }
 
 fn short(n: u64) -> String {
@@ -231,12 +237,10 @@ fn fragmap(scene: &Scene, width: f64) -> String {
     y += 4.0;
     s.line(x0, y, x0 + plot_w, y, r##"stroke="#1a202c""##);
     let step = tick_step(max, 8);
-    let mut t = 0;
-    while t <= max {
+    for t in ticks(max, step) {
         let x = x0 + t as f64 * scale;
         s.line(x, y, x, y + 5.0, r##"stroke="#1a202c""##);
         s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
-        t += step;
     }
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
     let y = s.legend(y + 62.0);
@@ -251,16 +255,14 @@ fn timeline(scene: &Scene, width: f64) -> String {
     let max = scene.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1);
     let max = max.max(scene.memory_limit.unwrap_or(0));
     let step = tick_step(max, 6);
-    let top_v = max.div_ceil(step) * step;
+    let top_v = max.div_ceil(step).saturating_mul(step);
     let xf = |i: usize| x0 + (x1 - x0) * i as f64 / (n - 1) as f64;
     let yf = |v: u64| y1 - (y1 - y0) * v as f64 / top_v as f64;
     // Axes and grid.
-    let mut v = 0;
-    while v <= top_v {
+    for v in ticks(top_v, step) {
         let y = yf(v);
         s.line(x0, y, x1, y, r##"stroke="#e2e8f0""##);
         s.text(x0 - 8.0, y + 4.0, 12.0, "end", &short(v), "");
-        v += step;
     }
     s.line(x0, y1, x1, y1, r##"stroke="#1a202c""##);
     s.line(x0, y0, x0, y1, r##"stroke="#1a202c""##);
@@ -352,7 +354,7 @@ fn bars(scene: &Scene, width: f64) -> String {
     let (x0, x1) = (220.0, width - 320.0);
     let max = scene.reserved_peak.max(scene.allocated_peak).max(scene.memory_limit.unwrap_or(0)).max(1);
     let step = tick_step(max, 8);
-    let top_v = max.div_ceil(step) * step;
+    let top_v = max.div_ceil(step).saturating_mul(step);
     let xf = |v: u64| x0 + (x1 - x0) * v as f64 / top_v as f64;
     let rows: [(&str, u64, u64); 2] =
         [("allocated", scene.allocated, scene.allocated_peak), ("reserved", scene.reserved, scene.reserved_peak)];
@@ -407,11 +409,9 @@ fn bars(scene: &Scene, width: f64) -> String {
         s.text(xf(l), top + 4.0, 13.0, "middle", &format!("memory limit {}", human_bytes(l)), r##" fill="#c53030""##);
     }
     s.line(x0, y, x1, y, r##"stroke="#1a202c""##);
-    let mut v = 0;
-    while v <= top_v {
+    for v in ticks(top_v, step) {
         s.line(xf(v), y, xf(v), y + 5.0, r##"stroke="#1a202c""##);
         s.text(xf(v), y + 20.0, 12.0, "middle", &short(v), "");
-        v += step;
     }
     let peak_ratio = crate::analysis::peak_ratio_of(scene.allocated_peak, scene.reserved_peak);
     s.text(

@@ -405,6 +405,9 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
 fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, String> {
     let mut segments = Vec::with_capacity(raw.len());
     for s in raw {
+        if s.total_size > crate::trace::MAX_SEGMENT_BYTES {
+            return Err(format!("segment {:#x}: {} bytes is more than any device holds", s.address, s.total_size));
+        }
         let mut addr = s.address;
         let mut blocks = Vec::with_capacity(s.blocks.len());
         let (mut allocated, mut active, mut requested) = (0, 0, 0);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::alloc::{Action, AllocatorConfig, BlockState, Event};
+pub(crate) use snapshot::MAX_SEGMENT_BYTES;
 pub use snapshot::{read_snapshot, read_snapshot_limited, read_snapshot_sized};
 
 #[derive(Debug, Error)]

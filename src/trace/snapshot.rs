@@ -265,6 +265,13 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
     }
     let address = req_u64(v, "address", path)?;
     let total_size = req_u64(v, "total_size", path)?;
+    // A size no device holds (7·2^61 B, say) is a corrupt or hostile file:
+    // every loop over sizes after this (the map's ticks, export) is bounded
+    // by this check (docs/input.md).
+    if total_size > MAX_SEGMENT_BYTES {
+        return Err(schema(path, format!("'total_size' {total_size} is more than any device holds (256 TiB)")));
+    }
+    let end = address.checked_add(total_size).ok_or_else(|| schema(path, "the segment runs past the address space"))?;
     let blocks_v = v.get("blocks").ok_or_else(|| schema(path, "missing 'blocks'"))?;
     let mut blocks = Vec::new();
     let mut at = address;
@@ -287,9 +294,24 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
             Some(Value::Stack(s)) => s,
             other => w.intern(frames_of(other)),
         };
+        // PyTorch's blocks tile their segment in address order.
         let address = opt_u64(b, "address").unwrap_or(at);
-        at = address + size;
+        if address != at {
+            return Err(schema(
+                &bpath,
+                format!("starts at {address:#x}, not where the block before it ends ({at:#x})"),
+            ));
+        }
+        at = address.checked_add(size).filter(|&e| e <= end).ok_or_else(|| {
+            schema(&bpath, format!("runs past the end of its segment ({total_size} bytes from {:#x})", address))
+        })?;
         blocks.push(RecordedBlock { address, size, requested_size, state, stack });
+    }
+    if at != end {
+        return Err(schema(
+            path,
+            format!("its blocks cover {} of its {total_size} bytes (blocks tile a segment)", at - address),
+        ));
     }
     let small = match v.get("segment_type").and_then(|t| t.as_str().map(str::to_string)) {
         Some(t) => t == "small",
@@ -313,6 +335,26 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
             .unwrap_or((0, 0)),
         blocks,
     })
+}
+
+/// The most bytes one segment may claim: 256 TiB, far past any device.
+pub(crate) const MAX_SEGMENT_BYTES: u64 = 1 << 48;
+
+/// Segments of one device never overlap (nor repeat): a snapshot whose do
+/// describes no allocator's state.
+fn check_disjoint(segments: &[RecordedSegment]) -> Result<(), TraceError> {
+    let mut order: Vec<usize> = (0..segments.len()).collect();
+    order.sort_by_key(|&i| (segments[i].device, segments[i].address));
+    for w in order.windows(2) {
+        let (a, b) = (&segments[w[0]], &segments[w[1]]);
+        if a.device == b.device && b.address < a.address + a.total_size {
+            return Err(schema(
+                &format!("segments[{}]", w[1]),
+                format!("overlaps segments[{}] (both at {:#x}… on device {})", w[0], b.address, a.device),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn settings(v: &Value) -> Settings {
@@ -412,6 +454,7 @@ fn read_snapshot_with<R: Read>(
     for (i, s) in list_of(&segments_v, "segments")?.iter().enumerate() {
         segments.push(segment(s, &format!("segments[{i}]"), &mut w)?);
     }
+    check_disjoint(&segments)?;
 
     let mut devices: Vec<DeviceTrace> = Vec::new();
     if let Some(tv) = traces_v {
