@@ -618,3 +618,45 @@ fn impossible_state_only_layouts_are_refused() {
         assert!(String::from_utf8_lossy(&out.stderr).contains(says));
     }
 }
+
+/// 100,000 ordinary segments (a 200 KB gzip): the PNG is bounded as the
+/// decoder is (the largest 1,000 drawn, the rest counted), not a 1600 ×
+/// 300,000 px canvas.
+#[test]
+fn a_picture_of_a_hundred_thousand_segments_is_bounded() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let snap = dir.join("many.pickle.gz");
+    let code = "import gzip, pickle, sys\n\
+        B = lambda n, s: {'size': n, 'requested_size': n, 'state': s}\n\
+        segs = [{'address': 0x7f0000000000 + i * (2 << 20), 'total_size': 2 << 20, 'stream': 0, 'segment_type': 'large',\n\
+                 'blocks': [B(1 << 20, 'active_allocated'), B(1 << 20, 'inactive')]} for i in range(100000)]\n\
+        pickle.dump({'segments': segs, 'device_traces': []}, gzip.open(sys.argv[1], 'wb'))";
+    if !Command::new("python3").arg("-c").arg(code).arg(&snap).status().is_ok_and(|s| s.success()) {
+        return;
+    }
+    let png = dir.join("many.png");
+    let start = std::time::Instant::now();
+    let out = Command::new(bin())
+        .arg("export")
+        .arg(&snap)
+        .args(["--max-unpacked", "200000000", "--view", "fragmap", "--format", "png", "-o"])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    let bytes = std::fs::read(&png).unwrap();
+    let (w, h) =
+        (u32::from_be_bytes(bytes[16..20].try_into().unwrap()), u32::from_be_bytes(bytes[20..24].try_into().unwrap()));
+    assert_eq!(w, 1600);
+    assert!(h <= 4000, "{h} px tall");
+    let svg = Command::new(bin())
+        .arg("export")
+        .arg(&snap)
+        .args(["--max-unpacked", "200000000", "--view", "fragmap", "--format", "svg", "-o", "-"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&svg.stdout);
+    assert!(text.contains("the 1000 largest segments drawn, in address order; 99000 more (193.36 GiB) not drawn"));
+}

@@ -123,6 +123,21 @@ fn tick_step(max: u64, n: u64) -> u64 {
     p.saturating_mul(64)
 }
 
+/// Rows the fragmentation map picture draws at most.
+const MAX_ROWS: usize = 1000;
+
+/// The `n` largest segments (ties by address), in address order.
+fn largest_in_order(segments: &[SegmentInfo], n: usize) -> Vec<&SegmentInfo> {
+    if segments.len() <= n {
+        return segments.iter().collect();
+    }
+    let mut by_size: Vec<&SegmentInfo> = segments.iter().collect();
+    by_size.sort_by(|a, b| b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address)));
+    by_size.truncate(n);
+    by_size.sort_by_key(|g| (g.device, g.address));
+    by_size
+}
+
 /// The ticks 0, step, 2·step, … up to `max`: at most 64, none wrapping.
 fn ticks(max: u64, step: u64) -> impl Iterator<Item = u64> {
     (0..64u64).map_while(move |i| i.checked_mul(step.max(1)).filter(|&t| t <= max))
@@ -203,14 +218,37 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         "",
     );
     y += 18.0;
-    let n = scene.segments.len().max(1) as f64;
+    // A bound on the picture as decoding has one on the input: past
+    // MAX_ROWS segments the largest are drawn (in address order) and the
+    // rest counted, so 100,000 segments make a 3,000 px picture, not a
+    // 300,000 px one (docs/input.md).
+    let shown = largest_in_order(scene.segments, MAX_ROWS);
+    let n = shown.len().max(1) as f64;
     let row = (720.0 / n).clamp(3.0, 16.0);
     let labels = row >= 10.0;
     let x0 = if labels { 200.0 } else { 60.0 };
     let plot_w = width - x0 - 40.0;
     let max = scene.segments.iter().map(|g| g.total_size).max().unwrap_or(1).max(1);
     let scale = plot_w / max as f64;
-    for seg in scene.segments {
+    if shown.len() < scene.segments.len() {
+        let rest: u64 =
+            scene.segments.iter().map(|g| g.total_size).sum::<u64>() - shown.iter().map(|g| g.total_size).sum::<u64>();
+        s.text(
+            24.0,
+            y + 4.0,
+            13.0,
+            "start",
+            &format!(
+                "the {} largest segments drawn, in address order; {} more ({}) not drawn",
+                shown.len(),
+                scene.segments.len() - shown.len(),
+                human_bytes(rest)
+            ),
+            "",
+        );
+        y += 18.0;
+    }
+    for seg in shown {
         if labels {
             s.text(
                 x0 - 8.0,
