@@ -660,3 +660,43 @@ fn a_picture_of_a_hundred_thousand_segments_is_bounded() {
     let text = String::from_utf8_lossy(&svg.stdout);
     assert!(text.contains("the 1000 largest segments drawn, in address order; 99000 more (193.36 GiB) not drawn"));
 }
+
+/// A recording whose samples claim 400,000 GPUs, or 100,000 publishing
+/// processes, replays in bounded memory and time: series for at most 64
+/// GPUs, the 256 largest publishers of a sample taken, histories evicted in
+/// one pass.
+#[test]
+fn a_recording_of_impossibly_many_gpus_and_processes_is_bounded() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = dir.join("many.jsonl");
+    let mut text =
+        String::from("{\"format\":\"gpumem-top-record\",\"version\":1,\"source\":\"nvml\",\"interval_ms\":500}\n");
+    let gpus: Vec<String> =
+        (0..400_000).map(|i| format!("{{\"index\":{i},\"processes\":[],\"mig\":[],\"errors\":[]}}")).collect();
+    text.push_str(&format!(
+        "{{\"time\":1.0,\"gpus\":[{}],\"publishers\":[],\"ignored\":[],\"gone\":[],\"alerts\":[],\"published\":[]}}\n",
+        gpus.join(",")
+    ));
+    let pubs: Vec<String> = (0..100_000)
+        .map(|i| {
+            format!(
+                "{{\"version\":1,\"pid\":{},\"device\":0,\"time\":2.0,\"stats\":{{\"reserved_bytes.all.current\":{i}}}}}",
+                i + 1
+            )
+        })
+        .collect();
+    text.push_str(&format!(
+        "{{\"time\":2.0,\"gpus\":[],\"publishers\":[],\"ignored\":[],\"gone\":[],\"alerts\":[],\"published\":[{}]}}\n",
+        pubs.join(",")
+    ));
+    std::fs::write(&rec, text).unwrap();
+    let (code, out, err, took) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), rec.display()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let procs = j["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 8);
+    // The largest publishers are the ones kept.
+    assert!(procs.iter().all(|p| p["pid"].as_u64().unwrap() > 99_000), "{procs:?}");
+}

@@ -70,6 +70,14 @@ impl ProcHistory {
 /// timeline stays under 50 MiB.
 pub const MAX_HISTORIES: usize = 8;
 
+/// GPUs given a series at most (a node has 8 or 16; a recording claiming
+/// 400,000 indices gets no series past these: docs/input.md).
+pub const MAX_GPU_SERIES: usize = 64;
+
+/// Publishers of one sample taken in at most, those holding the most
+/// reserved memory first: the histories keep `MAX_HISTORIES` anyway.
+pub const MAX_PUBLISHERS_PER_SAMPLE: usize = 256;
+
 /// Histories and alerts over the samples seen so far.
 pub struct LiveModel {
     pub(crate) latest: Option<Snapshot>,
@@ -111,6 +119,9 @@ impl LiveModel {
                 .filter(|p| p.device == g.index)
                 .fold((0, 0), |(a, r), p| (a + p.allocated(), r + p.reserved()));
             let cap = self.series_cap;
+            if !self.gpu_series.contains_key(&g.index) && self.gpu_series.len() >= MAX_GPU_SERIES {
+                continue;
+            }
             self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap)).push(Sample {
                 t,
                 allocated: a,
@@ -123,7 +134,12 @@ impl LiveModel {
         }
         // Publishers move into their histories: their layouts are the
         // biggest thing a sample holds, kept once, not cloned.
-        for p in std::mem::take(&mut snap.publishers) {
+        let mut publishers = std::mem::take(&mut snap.publishers);
+        if publishers.len() > MAX_PUBLISHERS_PER_SAMPLE {
+            publishers.sort_by_key(|p| std::cmp::Reverse(p.reserved()));
+            publishers.truncate(MAX_PUBLISHERS_PER_SAMPLE);
+        }
+        for p in publishers {
             let nvml_used = snap
                 .gpus
                 .iter()
@@ -164,20 +180,19 @@ impl LiveModel {
             h.fresh = true;
             h.nvml_used = nvml_used;
         }
-        for pid in &snap.gone {
-            for ((_, p), h) in self.procs.iter_mut() {
-                if p == pid {
-                    h.gone = true;
-                }
+        let gone: std::collections::HashSet<u32> = snap.gone.iter().copied().collect();
+        for ((_, p), h) in self.procs.iter_mut() {
+            if gone.contains(p) {
+                h.gone = true;
             }
         }
-        while self.procs.len() > MAX_HISTORIES {
-            let victim = self.procs.iter().find(|(_, h)| h.gone).or_else(|| self.procs.iter().next()).map(|(k, _)| *k);
-            match victim {
-                Some(k) => {
-                    self.procs.remove(&k);
-                }
-                None => break,
+        // Past the cap, gone processes go first, then the lowest keys: in
+        // one pass (one at a time was quadratic in the publishers).
+        if self.procs.len() > MAX_HISTORIES {
+            let mut order: Vec<(bool, (u32, u32))> = self.procs.iter().map(|(k, h)| (!h.gone, *k)).collect();
+            order.sort_unstable();
+            for (_, k) in order.into_iter().take(self.procs.len() - MAX_HISTORIES) {
+                self.procs.remove(&k);
             }
         }
         self.ignored = snap.skipped.first().cloned();
