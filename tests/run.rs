@@ -412,3 +412,46 @@ fn a_script_that_resets_its_peaks_still_shows_the_true_ones() {
     assert_eq!(last["allocated_peak_bytes"], 8_690_289_664u64);
     assert_eq!(last["reserved_peak_bytes"], 9_378_463_744u64);
 }
+
+/// `snapshot`: a destination in a missing directory is refused before the
+/// process is asked (no request left behind), and a process that is gone
+/// is said at once, not after the 60 s timeout.
+#[test]
+fn snapshot_checks_the_destination_first_and_notices_a_dead_process() {
+    let d = tmpdir("snapdead");
+    let publish = d.join("pub");
+    std::fs::create_dir_all(&publish).unwrap();
+    std::fs::set_permissions(&publish, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    // A publisher file of a pid that no longer exists (its process died
+    // without its final file).
+    let pid = 3_999_999_999u32;
+    std::fs::write(
+        publish.join(format!("{pid}-0.json")),
+        format!("{{\"version\":1,\"pid\":{pid},\"device\":0,\"time\":1.0,\"stats\":{{}}}}"),
+    )
+    .unwrap();
+    let snap = |out: &std::path::Path| {
+        Command::new(bin())
+            .args(["snapshot", &pid.to_string(), "--publish-dir"])
+            .arg(&publish)
+            .arg("-o")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let o = snap(&d.join("missing/dir/x.pickle"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing/dir: no such directory"));
+    assert!(!publish.join(format!("{pid}.snapshot-request")).exists(), "nothing asked");
+    let start = std::time::Instant::now();
+    let o = snap(&d.join("x.pickle"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("exited before answering"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    assert!(!publish.join(format!("{pid}.snapshot-request")).exists(), "the request was withdrawn");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -389,9 +389,22 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     if std::fs::symlink_metadata(&dest).is_ok() {
         return Err(anyhow!(InputError(format!("{}: already exists", dest.display()))));
     }
+    // Where the answer goes, checked before the process is asked (a full
+    // `_snapshot()` costs it seconds of training).
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(anyhow!(InputError(format!("{}: no such directory", parent.display()))));
+    }
+    // Its pid here, or in the namespace it publishes from.
+    let pids: Vec<u32> = std::iter::once(args.pid).chain(p.nspid.first().copied()).collect();
+    let alive = || pids.iter().any(|q| Path::new(&format!("/proc/{q}")).exists());
     request(&pdir, args.pid).map_err(|e| anyhow!(InputError(format!("{}: {e}", pdir.display()))))?;
     let start = Instant::now();
     loop {
+        if !alive() && matches!(poll(&pdir, args.pid), Answer::Pending) {
+            withdraw(&pdir, args.pid);
+            return Err(anyhow!(InputError(format!("pid {} exited before answering the snapshot request", args.pid))));
+        }
         match poll(&pdir, args.pid) {
             Answer::Ready(from) => {
                 deliver(&from, &dest).map_err(|e| anyhow!(InputError(format!("{}: {e}", dest.display()))))?;

@@ -23,11 +23,47 @@ fn name(pid: u32, what: &str) -> String {
     format!("{pid}.snapshot{what}")
 }
 
-/// Asks `pid` (publishing into `dir`) for a snapshot; a stale answer from
-/// an earlier request is removed first.
+/// Our mark that we wait for `pid`'s answer: `<pid>.snapshot-wait.<us>`.
+/// Several askers at once (two `snapshot` commands, a view and a script)
+/// each leave one; the answer is removed only by the last to take it, and
+/// a stale answer only when nobody waits (docs/live.md).
+fn mark(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{}.{}", name(pid, "-wait"), std::process::id()))
+}
+
+/// Whether another asker still waits for `pid`'s answer (marks of askers
+/// that have exited are removed).
+fn others_wait(dir: &Path, pid: u32) -> bool {
+    let prefix = format!("{}.", name(pid, "-wait"));
+    let me = std::process::id();
+    let Ok(rd) = std::fs::read_dir(dir) else { return false };
+    rd.flatten().any(|e| {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(asker) = n.strip_prefix(&prefix).and_then(|a| a.parse::<u32>().ok()) else { return false };
+        if asker == me {
+            return false;
+        }
+        let alive = Path::new(&format!("/proc/{asker}")).exists();
+        if !alive {
+            let _ = std::fs::remove_file(e.path());
+        }
+        alive
+    })
+}
+
+/// Asks `pid` (publishing into `dir`) for a snapshot, or joins a request
+/// another asker made; an answer from an earlier request nobody waits for
+/// is removed first.
 pub(crate) fn request(dir: &Path, pid: u32) -> std::io::Result<()> {
-    for stale in [".pickle", ".error"] {
-        let _ = std::fs::remove_file(dir.join(name(pid, stale)));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(mark(dir, pid)) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if !others_wait(dir, pid) {
+        for stale in [".pickle", ".error"] {
+            let _ = std::fs::remove_file(dir.join(name(pid, stale)));
+        }
     }
     // O_EXCL|O_NOFOLLOW through create_new: never through a link.
     match std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(name(pid, "-request"))) {
@@ -47,33 +83,67 @@ pub(crate) fn poll(dir: &Path, pid: u32) -> Answer {
     if let Ok(m) = std::fs::symlink_metadata(&err) {
         if m.is_file() {
             let why = std::fs::read(&err).map(|b| String::from_utf8_lossy(&b[..b.len().min(500)]).into_owned());
-            let _ = std::fs::remove_file(&err);
+            if !others_wait(dir, pid) {
+                let _ = std::fs::remove_file(&err);
+            }
+            let _ = std::fs::remove_file(mark(dir, pid));
             return Answer::Failed(why.unwrap_or_else(|e| e.to_string()));
         }
     }
     Answer::Pending
 }
 
-/// Withdraws an unanswered request (a process that never answers must not
-/// find it later and pay for a snapshot nobody reads).
+/// Withdraws our wait (and the request, when nobody else waits: a process
+/// that never answers must not find it later and pay for a snapshot nobody
+/// reads).
 pub(crate) fn withdraw(dir: &Path, pid: u32) {
-    let _ = std::fs::remove_file(dir.join(name(pid, "-request")));
+    let _ = std::fs::remove_file(mark(dir, pid));
+    if !others_wait(dir, pid) {
+        let _ = std::fs::remove_file(dir.join(name(pid, "-request")));
+    }
 }
 
-/// Moves the answer to `dest` (a new file: an existing one is never
-/// replaced), across file systems if need be.
+/// Puts the answer at `dest` (a new file: an existing one is never
+/// replaced), across file systems if need be; the answer leaves the
+/// publish directory once nobody else waits for it. `dest` failing leaves
+/// nothing behind either.
 pub(crate) fn deliver(from: &Path, dest: &Path) -> std::io::Result<()> {
+    let (dir, pid) = answer_of(from);
+    let done = || {
+        if let Some(dir) = dir {
+            let _ = std::fs::remove_file(mark(dir, pid));
+            if !others_wait(dir, pid) {
+                let _ = std::fs::remove_file(from);
+            }
+        }
+    };
+    let r = copy_new(from, dest);
+    done();
+    r
+}
+
+fn copy_new(from: &Path, dest: &Path) -> std::io::Result<()> {
     if std::fs::symlink_metadata(dest).is_ok() {
         return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "already exists"));
     }
     if std::fs::hard_link(from, dest).is_ok() {
-        return std::fs::remove_file(from);
+        return Ok(());
     }
     let mut src = std::fs::File::open(from)?;
     let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(dest)?;
     std::io::copy(&mut src, &mut out)?;
-    out.sync_all()?;
-    std::fs::remove_file(from)
+    out.sync_all()
+}
+
+/// The publish directory and pid of an answer `<dir>/<pid>.snapshot.pickle`.
+fn answer_of(from: &Path) -> (Option<&Path>, u32) {
+    let pid = from
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".snapshot.pickle"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    (from.parent(), pid)
 }
 
 /// `gpumem-top-snapshot-<pid>-<YYYYmmdd-HHMMSS>.pickle` in the current
@@ -131,6 +201,37 @@ mod tests {
         assert_eq!(deliver(&p, &dest).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
         withdraw(&d, 5);
         assert!(!d.join("5.snapshot-request").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Two askers at once: the second joins the first's request instead
+    /// of deleting its answer, both get the snapshot, and the answer
+    /// leaves the directory with the last of them. An asker that exited
+    /// does not hold it.
+    #[test]
+    fn two_askers_both_get_the_answer() {
+        let d = std::env::temp_dir().join(format!("gpumem-top-snapreq2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        // Another (live) asker: our parent process stands in for it.
+        // SAFETY: getppid has no preconditions.
+        let other = unsafe { libc::getppid() } as u32;
+        std::fs::write(d.join(format!("9.snapshot-wait.{other}")), "").unwrap();
+        std::fs::write(d.join("9.snapshot.pickle"), b"answer").unwrap();
+        request(&d, 9).unwrap();
+        assert!(d.join("9.snapshot.pickle").exists(), "the other asker's answer was kept");
+        let Answer::Ready(p) = poll(&d, 9) else { panic!() };
+        deliver(&p, &d.join("mine.pickle")).unwrap();
+        assert_eq!(std::fs::read(d.join("mine.pickle")).unwrap(), b"answer");
+        assert!(p.exists(), "still there for the other asker");
+        std::fs::remove_file(d.join(format!("9.snapshot-wait.{other}"))).unwrap();
+        // An exited asker's mark does not keep it.
+        std::fs::write(d.join("9.snapshot-wait.4000000000"), "").unwrap();
+        request(&d, 9).unwrap();
+        assert!(!p.exists(), "nobody alive waits for the old answer: removed");
+        std::fs::write(&p, b"second").unwrap();
+        deliver(&p, &d.join("again.pickle")).unwrap();
+        assert!(!p.exists() && !d.join("9.snapshot-wait.4000000000").exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
