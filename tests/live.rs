@@ -398,6 +398,40 @@ fn serve_stays_prompt_beside_idle_and_dripping_clients() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
+/// At a 256-descriptor limit, 600 idle connections: `serve` keeps as many
+/// as its descriptors allow (dropping the oldest), backs off when it runs
+/// out instead of spinning on `accept`, and `/metrics` stays prompt.
+#[test]
+fn serve_at_its_descriptor_limit_neither_spins_nor_stalls() {
+    let (mut child, addr) = common::start_serve_with_fds("100", Some(256));
+    std::thread::sleep(Duration::from_millis(300));
+    let idle: Vec<std::net::TcpStream> = (0..600).filter_map(|_| std::net::TcpStream::connect(&addr).ok()).collect();
+    assert!(idle.len() >= 500);
+    let cpu = |pid: u32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let f: Vec<&str> = s.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    let (c0, t0) = (cpu(child.id()), std::time::Instant::now());
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let t = std::time::Instant::now();
+        let (head, _) = common::http_get(&addr, "/metrics");
+        slowest = slowest.max(t.elapsed());
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let share = (cpu(child.id()) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
+    assert!(slowest < Duration::from_secs(1), "slowest /metrics took {slowest:?}");
+    assert!(share < 0.5, "serve used {:.0}% of a core", share * 100.0);
+    drop(idle);
+    // SAFETY: signals our own child.
+    unsafe { kill(child.id() as i32, 15) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 #[test]
 fn json_without_a_gpu_is_an_error_and_the_simulated_device_only_when_asked() {
     let out = Command::new(bin()).args(["--json"]).env("GPUMEM_TOP_DIR", tmpdir("json")).output().unwrap();

@@ -12,8 +12,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Connections open at once.
+/// Connections open at once, at most: fewer where the descriptor limit is
+/// lower (`connection_cap`).
 pub(crate) const MAX_CONNECTIONS: usize = 1024;
+/// Descriptors left for everything else (NVML, publisher files, logs).
+const RESERVED_FDS: u64 = 64;
+/// How long the listener rests when the process is out of descriptors.
+const EMFILE_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The connections to keep open at once: `MAX_CONNECTIONS`, or the
+/// descriptor limit (RLIMIT_NOFILE) less `RESERVED_FDS`, whichever is less.
+pub(crate) fn connection_cap() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    let soft = if ok { lim.rlim_cur } else { 1024 };
+    (soft.saturating_sub(RESERVED_FDS).max(8) as usize).min(MAX_CONNECTIONS)
+}
 /// From accept to the last byte of the answer.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(2);
 /// A request's head (line and headers).
@@ -62,24 +77,33 @@ const POLLOUT: i16 = libc::POLLOUT;
 /// Serves until `stop` is set (checked at least every 200 ms).
 pub fn serve(listener: TcpListener, body: Body, stop: Arc<AtomicBool>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    let mut conns: Vec<Conn> = Vec::new();
+    let cap = connection_cap();
+    let mut conns: std::collections::VecDeque<Conn> = std::collections::VecDeque::new();
+    // Out of descriptors: the listener is left out of poll until then, so
+    // a pending connection cannot make poll return at once, forever.
+    let mut resting_until: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         // Past their deadline: dropped, whatever they were doing.
         conns.retain(|c| now.duration_since(c.since) < DEADLINE);
+        let resting = resting_until.is_some_and(|t| now < t);
         let mut fds = Vec::with_capacity(conns.len() + 1);
-        fds.push(libc::pollfd { fd: listener.as_raw_fd(), events: POLLIN, revents: 0 });
+        fds.push(libc::pollfd { fd: listener.as_raw_fd(), events: if resting { 0 } else { POLLIN }, revents: 0 });
         for c in &conns {
             let events = if c.out.is_some() { POLLOUT } else { POLLIN };
             fds.push(libc::pollfd { fd: c.stream.as_raw_fd(), events, revents: 0 });
         }
-        // The nearest deadline, at most 200 ms away.
+        // The nearest deadline, at most 200 ms away (and the listener's
+        // rest, when it rests).
         let wait = conns
             .iter()
             .map(|c| DEADLINE.saturating_sub(now.duration_since(c.since)))
             .min()
             .unwrap_or(Duration::from_millis(200))
-            .min(Duration::from_millis(200));
+            .min(Duration::from_millis(200))
+            .min(
+                resting_until.map_or(Duration::MAX, |t| t.saturating_duration_since(now).max(Duration::from_millis(1))),
+            );
         // SAFETY: `fds` is a valid array of pollfd for the call; the
         // descriptors stay open (owned by `listener` and `conns`) across it.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32) };
@@ -107,13 +131,20 @@ pub fn serve(listener: TcpListener, body: Body, stop: Arc<AtomicBool>) -> std::i
                         if stream.set_nonblocking(true).is_err() {
                             continue;
                         }
-                        if conns.len() >= MAX_CONNECTIONS {
+                        if conns.len() >= cap {
                             // The oldest makes room: it has waited longest.
-                            conns.remove(0);
+                            conns.pop_front();
                         }
-                        conns.push(Conn { stream, since: Instant::now(), req: Vec::new(), out: None });
+                        conns.push_back(Conn { stream, since: Instant::now(), req: Vec::new(), out: None });
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                        // Out of descriptors: the oldest connection gives
+                        // one back, and the listener rests a moment.
+                        conns.pop_front();
+                        resting_until = Some(Instant::now() + EMFILE_BACKOFF);
+                        break;
+                    }
                     Err(_) => break,
                 }
             }

@@ -79,12 +79,30 @@ pub fn http_get(addr: &str, path: &str) -> (String, String) {
 
 /// `serve --source demo` on a free port; its address from the line it prints.
 pub fn start_serve(interval_ms: &str) -> (std::process::Child, String) {
+    start_serve_with_fds(interval_ms, None)
+}
+
+/// As `start_serve`, with RLIMIT_NOFILE set to `fds` for the server.
+pub fn start_serve_with_fds(interval_ms: &str, fds: Option<u64>) -> (std::process::Child, String) {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(bin())
-        .args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", interval_ms])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["serve", "--source", "demo", "--listen", "127.0.0.1:0", "--interval", interval_ms])
+        .stderr(std::process::Stdio::piped());
+    if let Some(n) = fds {
+        // SAFETY: runs in the child between fork and exec, calling only
+        // setrlimit (async-signal-safe) on a local value.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
     let err = child.stderr.take().unwrap();
     std::io::BufReader::new(err).read_line(&mut line).unwrap();
