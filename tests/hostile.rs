@@ -700,3 +700,47 @@ fn a_recording_of_impossibly_many_gpus_and_processes_is_bounded() {
     // The largest publishers are the ones kept.
     assert!(procs.iter().all(|p| p["pid"].as_u64().unwrap() > 99_000), "{procs:?}");
 }
+
+/// A recording gzipped, or after a byte order mark and blank lines, is
+/// read as a recording (not as a trace: "missing action"); a JSON-lines
+/// trace after 1,000 blank lines is read with its lines numbered as in the
+/// file.
+#[test]
+fn recordings_gzipped_or_with_a_bom_and_traces_after_blank_lines_are_read() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = std::fs::read(fixture("live/reset_peaks_gpt2.jsonl")).unwrap();
+    let replay = |p: &std::path::Path| {
+        let o = Command::new(bin()).arg("replay").arg(p).arg("--json").output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let gz = dir.join("rec.jsonl.gz");
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(&rec).unwrap();
+    std::fs::write(&gz, e.finish().unwrap()).unwrap();
+    let bom = dir.join("rec-bom.jsonl");
+    std::fs::write(&bom, [&b"\xef\xbb\xbf\n\n"[..], &rec].concat()).unwrap();
+    for p in [&gz, &bom] {
+        let (code, out, err) = replay(p);
+        assert_eq!(code, Some(0), "{}: {err}", p.display());
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(j["format"], "gpumem-top-record", "{}", p.display());
+        assert_eq!(j["processes"][0]["peak_allocated_bytes"], 8_690_289_664u64);
+    }
+    let events = "{\"action\":\"segment_alloc\",\"addr\":1048576,\"size\":2097152,\"stream\":0}\n\
+                  {\"action\":\"alloc\",\"addr\":1048576,\"size\":512,\"stream\":0}\n";
+    let blank = dir.join("blank.jsonl");
+    std::fs::write(&blank, format!("{}{events}", "\n".repeat(1000))).unwrap();
+    let (code, out, err) = replay(&blank);
+    assert_eq!(code, Some(0), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["events"], 2);
+    std::fs::write(&blank, format!("{}{events}{{\"action\": 7}}\n", "\n".repeat(1000))).unwrap();
+    let (code, _, err) = replay(&blank);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 1003"), "{err}");
+}

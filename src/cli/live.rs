@@ -452,11 +452,19 @@ fn record_line(snap: &Snapshot, a: &[Alert]) -> RecordLine {
 pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snapshot>> {
     let mut lines = crate::trace::bounded_lines(r).enumerate().peekable();
     let bad = |n: usize, m: String| anyhow!(InputError(format!("{name}: line {}: {m}", n + 1)));
-    let Some((_, first)) = lines.next() else { return Ok(Vec::new()) };
-    let first = first.map_err(|e| bad(0, e.to_string()))?;
-    let head: Value = serde_json::from_str(&first).map_err(|e| bad(0, e.to_string()))?;
+    // The header: the first line that is not blank (a byte order mark
+    // before it is allowed, as in any text file).
+    let (at, first) = loop {
+        let Some((i, l)) = lines.next() else { return Ok(Vec::new()) };
+        let l = l.map_err(|e| bad(i, e.to_string()))?;
+        let l = l.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(l);
+        if !l.trim().is_empty() {
+            break (i, l);
+        }
+    };
+    let head: Value = serde_json::from_str(&first).map_err(|e| bad(at, e.to_string()))?;
     if head["format"] != RECORD_FORMAT {
-        return Err(bad(0, "not a gpumem-top recording".into()));
+        return Err(bad(at, "not a gpumem-top recording".into()));
     }
     let mut out = Vec::new();
     while let Some((i, l)) = lines.next() {

@@ -191,10 +191,19 @@ impl Input {
         &self.name
     }
 
-    /// Whether the input is a `record` recording (JSON lines of samples).
+    /// Whether the input is a `record` recording (JSON lines of samples),
+    /// gzipped or not, after a byte order mark or blank lines.
     pub(crate) fn is_recording(&self) -> bool {
-        let first = self.head.split(|&b| b == b'\n').next().unwrap_or(&[]);
-        first.starts_with(b"{") && String::from_utf8_lossy(first).contains(live::RECORD_FORMAT)
+        let first = trace::first_line(&self.head);
+        first.starts_with('{') && first.contains(live::RECORD_FORMAT)
+    }
+
+    /// The input as plain lines (gunzipped under the trace's unpacked-size
+    /// cap), for a recording.
+    pub(crate) fn lines(self, max_unpacked: Option<u64>) -> Result<Box<dyn std::io::BufRead + Send>> {
+        let (name, read) = (self.name.clone(), self.read.clone());
+        let limits = trace::ReadLimits { consumed: Some(read), max_unpacked };
+        trace::plain(self.reader(), limits).map_err(|e| anyhow!(InputError(format!("{name}: {e}"))))
     }
 
     /// The whole input, from its first byte.
@@ -329,7 +338,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let input = Input::open(&args.trace)?;
     if input.is_recording() {
         let name = input.name().to_string();
-        let snaps = read_recording(input.reader(), &name)?;
+        let snaps = read_recording(input.lines(args.max_unpacked)?, &name)?;
         return replay_recording(&args.trace, snaps, args.json);
     }
     args.cap.check()?;

@@ -291,6 +291,46 @@ pub(crate) fn read_limited<R: BufRead + Send + 'static>(
     }
 }
 
+/// `r` as plain bytes: gunzipped (every member, under the same unpacked-size
+/// cap as traces) when it starts with gzip's magic, else as it is. For
+/// inputs read as lines (recordings) rather than as a trace.
+pub(crate) fn plain<R: BufRead + Send + 'static>(
+    mut r: R,
+    limits: ReadLimits,
+) -> std::io::Result<Box<dyn BufRead + Send>> {
+    if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
+        let capped = Capped { inner: flate2::bufread::MultiGzDecoder::new(r), produced: 0, limits };
+        Ok(Box::new(BufReader::with_capacity(1 << 16, capped)))
+    } else {
+        Ok(Box::new(r))
+    }
+}
+
+/// The first line of `head` (the first bytes of an input) as text: gunzipped
+/// when it is gzip (as far as those bytes go), without a byte order mark or
+/// leading blank lines.
+pub(crate) fn first_line(head: &[u8]) -> String {
+    let mut bytes = Vec::new();
+    if head.starts_with(&GZIP_MAGIC) {
+        use std::io::Read;
+        let mut d = flate2::read::MultiGzDecoder::new(head).take(64 << 10);
+        // A prefix of the stream ends in an error; what came before it counts.
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = d.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&buf[..k]);
+        }
+    } else {
+        bytes.extend_from_slice(head);
+    }
+    let t = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+    let start = t.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(t.len());
+    let line = t[start..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    String::from_utf8_lossy(line).into_owned()
+}
+
 /// The unpacked size a gzip file's trailer records (modulo 4 GiB, and
 /// whatever a truncated or hostile file holds there, so only a hint, capped
 /// at 16 times the file's size), or its own size for a file that is not gzip.
@@ -410,6 +450,33 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> R
         let t = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
         t.iter().find(|b| !b.is_ascii_whitespace()).copied()
     };
+    if text_start.is_none() && head.iter().all(|b| b.is_ascii_whitespace() || b"\xef\xbb\xbf".contains(b)) {
+        // Nothing but blank lines in the buffer: read past them (however
+        // many; at most one line's bound), keeping them so that lines keep
+        // their numbers, then tell the format by what follows.
+        let mut blank = Vec::new();
+        loop {
+            let buf = r.fill_buf()?;
+            if buf.is_empty() {
+                return Err(TraceError::Format("the file holds only blank lines".into()));
+            }
+            let skip = if blank.is_empty() && buf.starts_with(b"\xef\xbb\xbf") { 3 } else { 0 };
+            let k = buf[skip..].iter().position(|b| !b.is_ascii_whitespace()).map(|k| k + skip);
+            let take = k.unwrap_or(buf.len());
+            blank.extend_from_slice(&buf[..take]);
+            r.consume(take);
+            if blank.len() > MAX_LINE {
+                return Err(TraceError::Line { line: 1, msg: format!("blank lines longer than {MAX_LINE} bytes") });
+            }
+            if k.is_some() {
+                break;
+            }
+        }
+        if r.fill_buf()?.first() != Some(&b'{') {
+            return Err(TraceError::Format("blank lines, then neither JSON lines nor an RMM log CSV".into()));
+        }
+        return read_jsonl_limited(BufReader::new(std::io::Cursor::new(blank).chain(r)), limits);
+    }
     match head[0] {
         0x80 => read_snapshot_limited(r, unpacked, limits),
         _ if text_start == Some(b'{') => read_jsonl_limited(r, limits),
