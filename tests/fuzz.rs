@@ -1,8 +1,10 @@
-//! A mutation fuzzer over the three input formats (pickle snapshots of
-//! protocols 0 and 4, our JSON lines, RMM CSV): real inputs with bytes
-//! flipped, inserted, deleted, duplicated, spliced and cut, each read and,
-//! when it reads, replayed through the same session every front end uses.
-//! A panic or an execution over 2 s fails, and the input is saved.
+//! A mutation fuzzer over the input formats (pickle snapshots of protocols
+//! 0 and 4, our JSON lines, RMM CSV, and `record`'s recordings): real
+//! inputs with bytes flipped, inserted, deleted, duplicated, spliced and
+//! cut, each read and, when it reads, replayed through the same session
+//! every front end uses and exported (the fragmentation map and timeline as
+//! SVG and text; recordings into the live model and its report). A panic
+//! or an execution over 2 s fails, and the input is saved.
 //!
 //! CI runs it for `GPUMEM_FUZZ_SECS` (default 15) seconds; a longer run:
 //!
@@ -14,6 +16,9 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use common::fixture;
+use gpumem_top::export::picture::{Format, ViewKind};
+use gpumem_top::export::replay::picture;
+use gpumem_top::replay::model::ReplayModel;
 use gpumem_top::replay::session::{Session, Want};
 use gpumem_top::trace;
 
@@ -22,6 +27,9 @@ fn gunzip(path: &str) -> Vec<u8> {
     flate2::read::GzDecoder::new(std::fs::File::open(fixture(path)).unwrap()).read_to_end(&mut raw).unwrap();
     raw
 }
+
+/// A real recording (`run` beside GPT-2 on the H200).
+const RECORDING: &str = include_str!("fixtures/live/reset_peaks_gpt2.jsonl");
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut jsonl = String::new();
@@ -37,7 +45,11 @@ fn seeds() -> Vec<Vec<u8>> {
                1,08:00:00:000002,allocate,0x7f0000500000,3145728,0x0\n\
                1,08:00:00:000003,free,0x7f0000000000,5242880,0x0\n\
                1,08:00:00:000004,allocate failure,0x0,99999999999,0x0\n";
+    // A recording's header and first samples (each line a sample with
+    // its publishers' files).
+    let rec: Vec<&str> = RECORDING.lines().take(6).collect();
     vec![
+        (rec.join("\n") + "\n").into_bytes(),
         gunzip("field/mempools.pickle.gz"),
         gunzip("field/mempools_protocol0.pickle.gz"),
         gunzip("traces/multistream_pipeline.pickle.gz"),
@@ -99,8 +111,17 @@ fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], out: &mut Vec<u8>) {
     }
 }
 
-/// One execution: read, and replay what reads.
-fn execute(input: &[u8]) {
+/// One execution: read, and replay and export what reads.
+fn execute(input: &[u8], export: bool) {
+    if input.starts_with(b"{\"format\":\"gpumem-top-record\"") {
+        let Ok(snaps) = gpumem_top::cli::read_recording_with(input, "fuzz", &mut |_| {}) else { return };
+        let mut model = gpumem_top::monitor::model::LiveModel::default();
+        for s in snaps {
+            model.ingest(s);
+        }
+        let _ = model.procs.len();
+        return;
+    }
     let Ok(t) = trace::read_any(input) else { return };
     for dev in &t.devices {
         if dev.events.len() > 100_000 {
@@ -122,6 +143,18 @@ fn execute(input: &[u8]) {
                 if let Ok(mut sc) = s.scrubber(64) {
                     let _ = sc.seek(dev.events.len() / 2).memory_stats();
                 }
+                if export {
+                    if let Ok(mut m) = ReplayModel::open(&s, dev, &t.stacks, &t.annotations, "fuzz".into()) {
+                        let at = dev.events.len().saturating_sub(1);
+                        for (view, format) in [
+                            (ViewKind::Fragmap, Format::Svg),
+                            (ViewKind::Timeline, Format::Svg),
+                            (ViewKind::Fragmap, Format::Txt),
+                        ] {
+                            let _ = picture(&mut m, at, view, format, 800, true);
+                        }
+                    }
+                }
             }
         }
     }
@@ -135,7 +168,8 @@ fn fuzz_pickle_jsonl_and_rmm_inputs() {
         std::env::var("GPUMEM_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9e37_79b9_7f4a_7c15);
     let seeds = seeds();
     // Every seed reads as it is.
-    for (i, s) in seeds.iter().enumerate() {
+    assert!(gpumem_top::cli::read_recording(&seeds[0][..], "seed").is_ok_and(|s| s.len() == 5));
+    for (i, s) in seeds.iter().enumerate().skip(1) {
         assert!(trace::read_any(&s[..]).is_ok(), "seed {i} does not read");
     }
     let mut rng = Rng(seed);
@@ -153,7 +187,8 @@ fn fuzz_pickle_jsonl_and_rmm_inputs() {
         }
         mutate(&mut rng, &seeds, &mut input);
         let t = Instant::now();
-        let r = std::panic::catch_unwind(|| execute(&input));
+        // Export (pictures) every 8th execution: it costs more than a read.
+        let r = std::panic::catch_unwind(|| execute(&input, n % 8 == 0));
         let took = t.elapsed();
         if r.is_err() || took > Duration::from_secs(2) {
             std::panic::set_hook(prev);

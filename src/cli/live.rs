@@ -450,13 +450,28 @@ fn record_line(snap: &Snapshot, a: &[Alert]) -> RecordLine {
 /// last line cut short (a kill or a full disk during `record`) is dropped
 /// with a warning, any other bad line is an error naming it.
 pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snapshot>> {
+    read_recording_with(r, name, &mut |w| eprintln!("gpumem-top: warning: {w}"))
+}
+
+/// As `read_recording`, handing its warning (a last line cut short) to
+/// `warn` instead of stderr.
+pub fn read_recording_with<R: std::io::BufRead>(
+    r: R,
+    name: &str,
+    warn: &mut dyn FnMut(String),
+) -> Result<Vec<Snapshot>> {
     let mut lines = crate::trace::bounded_lines(r).enumerate().peekable();
     let bad = |n: usize, m: String| anyhow!(InputError(format!("{name}: line {}: {m}", n + 1)));
+    // A line the reader refused says its own number: kept once.
+    let line_err = |n: usize, e: crate::trace::TraceError| match e {
+        crate::trace::TraceError::Line { msg, .. } => bad(n, msg),
+        other => bad(n, other.to_string()),
+    };
     // The header: the first line that is not blank (a byte order mark
     // before it is allowed, as in any text file).
     let (at, first) = loop {
         let Some((i, l)) = lines.next() else { return Ok(Vec::new()) };
-        let l = l.map_err(|e| bad(i, e.to_string()))?;
+        let l = l.map_err(|e| line_err(i, e))?;
         let l = l.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(l);
         if !l.trim().is_empty() {
             break (i, l);
@@ -469,7 +484,7 @@ pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snaps
     let mut out = Vec::new();
     while let Some((i, l)) = lines.next() {
         let last = lines.peek().is_none();
-        let parsed = l.map_err(|e| bad(i, e.to_string())).and_then(|l| {
+        let parsed = l.map_err(|e| line_err(i, e)).and_then(|l| {
             if l.trim().is_empty() {
                 return Ok(None);
             }
@@ -490,12 +505,11 @@ pub fn read_recording<R: std::io::BufRead>(r: R, name: &str) -> Result<Vec<Snaps
         match parsed {
             Ok(Some(s)) => out.push(s),
             Ok(None) => {}
-            Err(e) if last && !out.is_empty() => {
-                eprintln!(
-                    "gpumem-top: warning: {e:#}: the last line is cut short (a kill or a full disk during record); replaying the {} complete samples before it",
-                    out.len()
-                );
-            }
+            Err(e) if last && !out.is_empty() => warn(format!(
+                "{e:#}: the last line is cut short (a kill or a full disk during record); replaying the {} complete {} before it",
+                out.len(),
+                if out.len() == 1 { "sample" } else { "samples" }
+            )),
             Err(e) => return Err(e),
         }
     }

@@ -27,7 +27,10 @@ mod live;
 mod run;
 mod synth;
 pub use fit::{fit, FitArgs};
-pub use live::{live, read_recording, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs, SourceKind};
+pub use live::{
+    live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,
+    SourceKind,
+};
 pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
 

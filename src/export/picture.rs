@@ -11,7 +11,7 @@ use crate::analysis::{human_bytes, Fragmentation};
 
 /// Which view to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ViewKind {
+pub enum ViewKind {
     Fragmap,
     Timeline,
     Bars,
@@ -19,7 +19,7 @@ pub(crate) enum ViewKind {
 
 /// The file format of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Format {
+pub enum Format {
     Svg,
     Png,
     Txt,

@@ -51,7 +51,7 @@ pub(crate) fn scene_of<'a, D: Device>(
 /// `view` of `model` after event `cursor`: SVG, PNG, or that panel of the
 /// screen as text (one column per 10 pixels of `width`: 160 for the
 /// default 1600; ANSI colours unless `plain`).
-pub(crate) fn picture(
+pub fn picture(
     model: &mut ReplayModel,
     cursor: usize,
     view: ViewKind,
