@@ -379,3 +379,76 @@ fn impossible_batches_and_samples_are_refused() {
         assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+/// Several processes of one command (ranks, workers) that record: the first
+/// to finish writes the batch's snapshot, each other its own `…PID` beside
+/// it (none overwrites another), and `fit` says which it used.
+#[test]
+fn several_recording_processes_of_one_command_do_not_overwrite_each_other() {
+    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    let d = std::env::temp_dir().join(format!("gpumem-top-fitranks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("fake/torch/optim")).unwrap();
+    std::fs::write(
+        d.join("fake/torch/__init__.py"),
+        format!(
+            r#"
+import os, shutil
+__version__ = "2.11.0"
+_state = {{"hooks": []}}
+class _Memory:
+    def _record_memory_history(self, **kw): pass
+    def _dump_snapshot(self, path):
+        shutil.copy(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"]), path)
+class _Cuda:
+    memory = _Memory()
+    def is_available(self): return True
+    def is_initialized(self): return True
+    def synchronize(self): pass
+cuda = _Cuda()
+from . import optim
+"#,
+            fixtures = fixture("fit").display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(d.join("fake/torch/optim/__init__.py"), "from . import optimizer\ndel optimizer\n").unwrap();
+    std::fs::write(
+        d.join("fake/torch/optim/optimizer.py"),
+        "import torch\ndef register_optimizer_step_post_hook(f):\n    torch._state['hooks'].append(f)\n",
+    )
+    .unwrap();
+    // Rank 0 starts rank 1 (the same script), as a launcher's ranks are.
+    std::fs::write(
+        d.join("train.py"),
+        r#"
+import os, subprocess, sys, torch
+torch._state["batch"] = int(sys.argv[1])
+child = None
+if len(sys.argv) == 2:
+    child = subprocess.Popen([sys.executable, __file__, sys.argv[1], "rank1"])
+    child.wait()
+for step in range(10):
+    for h in torch._state["hooks"]:
+        h(None, (), {})
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .args(["fit", "--batches", "2,4", "--batch", "8", "--json", "--record-dir"])
+        .arg(d.join("rec"))
+        .arg("--")
+        .args(["python3", d.join("train.py").to_str().unwrap(), "{batch}"])
+        .env("PYTHONPATH", d.join("fake"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("batch 2: 2 processes of the command recorded; the first to finish is used"), "{err}");
+    assert!(err.contains("batch 4: 2 processes of the command recorded"), "{err}");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["predictions"][0]["batch"], 8);
+    std::fs::remove_dir_all(&d).unwrap();
+}
