@@ -342,8 +342,9 @@ def _install_reset_watch(torch):
     """Wraps PyTorch's peak resets so that the peaks a reset is about to
     clear (a script's per-step ``reset_peak_memory_stats()``) are kept as
     the process's true peaks, which every peak gpumem-top shows and judges
-    is (docs/live.md). The script reads what it would have read."""
-    C = torch._C
+    is (docs/live.md). The script reads what it would have read. A torch
+    without these functions has nothing to watch."""
+    C = getattr(torch, "_C", None)
     for get_name, reset_name in (
         ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
         ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),

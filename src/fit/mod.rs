@@ -426,7 +426,7 @@ impl Fit {
         let once = |reqs: &[Request]| {
             let sim = Sim::new("simulated device", target.device_total, target.context).with_descending_addresses();
             let w = run_requests_on(reqs, config.clone(), sim, limit);
-            (w.allocator.stats().clone(), w.new_ooms as u64)
+            (w.allocator.stats().clone(), w.new_ooms)
         };
         let mut out = Outcome::default();
         // At a sampled batch the workspaces are known: one exact replay.
