@@ -36,6 +36,7 @@ pub mod private;
 pub mod replay;
 pub mod timeline;
 pub mod trace;
+pub mod tune;
 pub mod ui;
 pub mod view;
 pub mod workload;

@@ -42,6 +42,8 @@ enum Command {
     Snapshot(cli::SnapshotArgs),
     /// Start publishing in a running Python 3.14+ process (sys.remote_exec) and watch it.
     Attach(cli::AttachArgs),
+    /// Which PYTORCH_CUDA_ALLOC_CONF for this run: every setting replayed on its requests, ranked.
+    Tune(cli::TuneArgs),
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -118,6 +120,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => cli::run(&args),
         Some(Command::Snapshot(args)) => cli::snapshot(&args),
         Some(Command::Attach(args)) => cli::attach(&args),
+        Some(Command::Tune(args)) => cli::tune(&args),
     };
     match result {
         Ok(code) => code,

@@ -26,6 +26,7 @@ mod fit;
 mod live;
 mod run;
 mod synth;
+mod tune;
 pub use fit::{fit, FitArgs};
 pub use live::{
     live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,
@@ -33,6 +34,7 @@ pub use live::{
 };
 pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
+pub use tune::{tune, TuneArgs};
 
 /// totalGlobalMem of the H200 the calibration traces were recorded on.
 pub const DEFAULT_DEVICE_TOTAL: u64 = 150_109_880_320;

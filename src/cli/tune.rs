@@ -1,0 +1,248 @@
+//! `tune TRACE`: which `PYTORCH_CUDA_ALLOC_CONF` this run should use, from
+//! replays of its requests under each candidate (docs/tune.md).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use clap::Args;
+use serde::Serialize;
+
+use super::{load_input, pick_device, Input, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::analysis::human_bytes;
+use crate::replay::session::{Fidelity, Session, Start, Want};
+use crate::tune::{search, why, Outcome};
+
+#[derive(Args, Debug, Clone)]
+pub struct TuneArgs {
+    /// A PyTorch memory snapshot with history (or our JSONL trace).
+    pub(crate) trace: PathBuf,
+    #[command(flatten)]
+    pub(crate) cap: MemoryCap,
+    /// Print one JSON object (docs/json.md).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Settings shown (best first).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub(crate) top: usize,
+    /// totalGlobalMem of the device the run is for.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
+    pub(crate) device_total: u64,
+    /// Which device of a multi-GPU snapshot (default: the busiest).
+    #[arg(long, value_name = "N")]
+    pub(crate) device: Option<i32>,
+    /// Most bytes a compressed input may unpack to.
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) max_unpacked: Option<u64>,
+}
+
+/// A candidate as `--json` shows it.
+#[derive(Serialize)]
+struct Row<'a> {
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+    /// The line to use it.
+    export: String,
+    /// Why it ranks where it does, against the recorded setting.
+    why: String,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    trace: String,
+    events: usize,
+    /// "process" (the run from its start) or "window" (a window of a longer
+    /// run, replayed from the live blocks at its first event).
+    covers: &'static str,
+    memory_limit_bytes: Option<u64>,
+    device_total_bytes: u64,
+    recorded: Row<'a>,
+    recommended: Row<'a>,
+    candidates: Vec<Row<'a>>,
+    replays: usize,
+    elapsed_ms: f64,
+}
+
+fn export_line(conf: &str) -> String {
+    if conf.is_empty() {
+        "unset PYTORCH_CUDA_ALLOC_CONF".into()
+    } else {
+        format!("export PYTORCH_CUDA_ALLOC_CONF={conf}")
+    }
+}
+
+pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    args.cap.check()?;
+    let input = Input::open(&args.trace)?;
+    if input.is_recording() {
+        return Err(anyhow!(InputError(format!(
+            "{}: a recording of samples has no allocation requests to replay; tune a snapshot taken with memory history (`S` in the live view, or `gpumem-top snapshot PID`)",
+            args.trace.display()
+        ))));
+    }
+    let trace = load_input(input, args.max_unpacked)?;
+    let dev = pick_device(&trace, args.device)?;
+    let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+    let limit = args.cap.limit(args.device_total);
+    let want = Want {
+        config: recorded.clone(),
+        changed: false,
+        device_total: args.device_total,
+        memory_limit: limit,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
+    };
+    let mut session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
+    match session.fidelity {
+        Fidelity::StateOnly => {
+            return Err(anyhow!(InputError(format!(
+                "{}: a snapshot without memory history holds no requests to replay, so it cannot be tuned; record with torch.cuda.memory._record_memory_history(context=\"alloc\", stacks=\"python\") and snapshot again",
+                args.trace.display()
+            ))))
+        }
+        Fidelity::Diverged => {
+            let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
+            return Err(anyhow!("{}: the replay diverged at {why}; tune needs a run we reproduce", args.trace.display()));
+        }
+        _ => {}
+    }
+    let window = session.start == Start::Window;
+    // A window starts from the blocks live at its first event: allocated
+    // first (their addresses are the keys the window's frees name).
+    let mut reqs = Vec::new();
+    if window {
+        for seg in &session.seed {
+            for b in &seg.blocks {
+                reqs.push(crate::replay::whatif::Request::Alloc {
+                    key: b.address,
+                    size: b.requested,
+                    stream: seg.stream,
+                });
+                if b.pending {
+                    reqs.push(crate::replay::whatif::Request::FreeRequested { key: b.address });
+                }
+            }
+        }
+    }
+    reqs.extend_from_slice(session.requests());
+    // From process start the exact replay is the recorded setting's figures.
+    let exact = (!window).then(|| session.exact.allocator.stats().clone());
+    let s = search(&reqs, &recorded.source, args.device_total, CUDA_CONTEXT_BYTES, limit, exact.as_ref());
+    let best = s.best();
+    let rec_row = Row {
+        outcome: &s.recorded,
+        export: export_line(&s.recorded.alloc_conf),
+        why: why(&s.recorded, &s.recorded, limit),
+    };
+    let best_row = Row { outcome: best, export: export_line(&best.alloc_conf), why: why(best, &s.recorded, limit) };
+    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    if args.json {
+        let report = Report {
+            trace: name,
+            events: dev.events.len(),
+            covers: if window { "window" } else { "process" },
+            memory_limit_bytes: limit,
+            device_total_bytes: args.device_total,
+            recorded: rec_row,
+            recommended: best_row,
+            candidates: s
+                .candidates
+                .iter()
+                .map(|o| Row { outcome: o, export: export_line(&o.alloc_conf), why: why(o, &s.recorded, limit) })
+                .collect(),
+            replays: s.replays,
+            elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+        };
+        let mut so = std::io::stdout().lock();
+        serde_json::to_writer(&mut so, &report)?;
+        writeln!(so)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut o = String::new();
+    o.push_str(&format!(
+        "gpumem-top tune: {name} ({} events{}), {}\n",
+        dev.events.len(),
+        if window {
+            ", a window of a longer run: tuned over its window, from the blocks live at its first event"
+        } else {
+            ", from process start"
+        },
+        match limit {
+            Some(l) => format!("memory limit {}", human_bytes(l)),
+            None => "no memory limit (garbage_collection_threshold acts only under one: --memory-fraction F)".into(),
+        }
+    ));
+    o.push_str(&format!(
+        "{} settings replayed in {:.1} s; each figure is the run's own requests under that setting (docs/tune.md)\n\n",
+        s.replays,
+        started.elapsed().as_secs_f64()
+    ));
+    let label = |c: &str| if c.is_empty() { "PyTorch's defaults".to_string() } else { c.to_string() };
+    let shown: Vec<&Outcome> = s.candidates.iter().take(args.top.max(1)).collect();
+    let w = shown.iter().chain(std::iter::once(&&s.recorded)).map(|c| label(&c.alloc_conf).len()).max().unwrap_or(7);
+    o.push_str(&format!(
+        "  {:<w$} {:>13} {:>9} {:>8} {:>5} {:>10}\n",
+        "setting", "peak reserved", "vs yours", "retries", "OOMs", "cudaMalloc"
+    ));
+    let line = |mark: &str, x: &Outcome| {
+        let delta = if x.alloc_conf == s.recorded.alloc_conf {
+            "yours".to_string()
+        } else {
+            format!(
+                "{:+.1}%",
+                100.0 * (x.reserved_peak_bytes as f64 / s.recorded.reserved_peak_bytes.max(1) as f64 - 1.0)
+            )
+        };
+        format!(
+            "{mark} {:<w$} {:>13} {:>9} {:>8} {:>5} {:>10}\n",
+            label(&x.alloc_conf),
+            human_bytes(x.reserved_peak_bytes),
+            delta,
+            x.num_alloc_retries,
+            x.num_ooms,
+            x.num_device_alloc
+        )
+    };
+    for (i, c) in shown.iter().enumerate() {
+        o.push_str(&line(if i == 0 { "★" } else { " " }, c));
+    }
+    if !shown.iter().any(|c| c.alloc_conf == s.recorded.alloc_conf) {
+        o.push_str(&line(" ", &s.recorded));
+    }
+    o.push('\n');
+    if best.alloc_conf == s.recorded.alloc_conf || !best.beats(&s.recorded) {
+        o.push_str(&format!(
+            "Keep {}: none of the {} settings tried does better on this run.\n",
+            label(&s.recorded.alloc_conf),
+            s.replays
+        ));
+    } else {
+        o.push_str(&format!(
+            "Use:\n\n    {}\n\nWhy: {}.\n",
+            export_line(&best.alloc_conf),
+            why(best, &s.recorded, limit)
+        ));
+        if let Some(second) = s.candidates.get(1) {
+            o.push_str(&format!(
+                "Runner-up: {} ({}).\n",
+                label(&second.alloc_conf),
+                human_bytes(second.reserved_peak_bytes)
+            ));
+        }
+    }
+    if best.num_ooms > 0 {
+        o.push_str(&format!(
+            "No setting tried avoids every OOM: the peaks themselves exceed the limit (the best still fails {} allocation{}); a smaller batch, activation checkpointing or mixed precision lowers them.\n",
+            best.num_ooms,
+            if best.num_ooms == 1 { "" } else { "s" }
+        ));
+    }
+    std::io::stdout().lock().write_all(o.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}

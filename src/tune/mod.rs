@@ -1,0 +1,365 @@
+//! Which `PYTORCH_CUDA_ALLOC_CONF`? A search over the caching allocator's
+//! settings for one recorded run: each candidate is the run's requests
+//! replayed under it on the simulated device (the what-if engine, which
+//! predicted 48 of 48 real H200 runs' peaks to the byte), ranked by what a
+//! user pays for (docs/tune.md).
+//!
+//! The search is staged. Every setting alone first (each value of one key,
+//! the others as recorded); then the combinations of each key's values that
+//! did not lose alone (at most the best two of each key, and the recorded
+//! one), so a value that cannot help is never combined. Candidates run in
+//! parallel, one replay per core.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::Serialize;
+
+use crate::alloc::{AllocatorConfig, Kind};
+use crate::replay::whatif::{run_requests, Request};
+
+/// One candidate's replay.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Outcome {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` value ("" for PyTorch's defaults).
+    pub alloc_conf: String,
+    pub reserved_peak_bytes: u64,
+    pub allocated_peak_bytes: u64,
+    pub num_alloc_retries: u64,
+    /// Allocations that fail under it (PyTorch's `num_ooms`).
+    pub num_ooms: u64,
+    /// `cudaMalloc` calls (or page ranges mapped).
+    pub num_device_alloc: u64,
+    /// 1 − peak allocated / peak reserved: reserved memory that never held
+    /// tensors at the peaks.
+    pub peak_ratio: f64,
+}
+
+impl Outcome {
+    /// The ranking: no OOM first, then fewer retries (each a synchronize
+    /// and a cache flush), then the lowest peak reserved, then fewer
+    /// `cudaMalloc` calls; ties by the shorter setting.
+    fn key(&self) -> (u64, u64, u64, u64, usize) {
+        let (a, b, c, d) = self.figures();
+        (a, b, c, d, self.alloc_conf.len())
+    }
+
+    fn figures(&self) -> (u64, u64, u64, u64) {
+        (self.num_ooms, self.num_alloc_retries, self.reserved_peak_bytes, self.num_device_alloc)
+    }
+
+    /// Whether `self` ranks strictly before `other` on the figures.
+    pub fn beats(&self, other: &Outcome) -> bool {
+        self.figures() < other.figures()
+    }
+}
+
+impl Outcome {
+    fn of(alloc_conf: String, st: &crate::alloc::DeviceStats) -> Outcome {
+        Outcome {
+            alloc_conf,
+            reserved_peak_bytes: st.get(Kind::ReservedBytes, 0).peak.max(0) as u64,
+            allocated_peak_bytes: st.get(Kind::AllocatedBytes, 0).peak.max(0) as u64,
+            num_alloc_retries: st.num_alloc_retries.max(0) as u64,
+            num_ooms: st.num_ooms.max(0) as u64,
+            num_device_alloc: st.num_device_alloc.max(0) as u64,
+            peak_ratio: crate::analysis::peak_ratio(st),
+        }
+    }
+}
+
+/// The keys `tune` sets; any other key of the recorded setting is kept as
+/// it was. `pinned_*` and the like are never offered: a trace of device
+/// allocations cannot speak for them.
+const TUNED: [&str; 4] =
+    ["expandable_segments", "max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold"];
+
+/// The values tried for each key ("" leaves the key out: PyTorch's default).
+fn values(key: &str, limited: bool) -> Vec<&'static str> {
+    match key {
+        "expandable_segments" => vec!["", "True"],
+        "max_split_size_mb" => vec!["", "64", "128", "256", "512", "1024"],
+        "roundup_power2_divisions" => {
+            vec!["", "1", "2", "4", "8", "16", "[256:1,512:2,1024:4,>:8]", "[256:4,1024:8,>:16]"]
+        }
+        // The threshold acts only under a memory limit (PyTorch frees
+        // cached blocks once reserved passes that share of the limit).
+        "garbage_collection_threshold" if limited => vec!["", "0.5", "0.6", "0.7", "0.8", "0.9", "0.95"],
+        _ => vec![""],
+    }
+}
+
+/// A setting's top-level `key:value` pairs (commas inside `[…]` kept).
+pub(crate) fn pairs(conf: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let bytes = conf.as_bytes();
+    for (i, &b) in bytes.iter().enumerate().chain(std::iter::once((bytes.len(), &b','))) {
+        match b {
+            b'[' => depth += 1,
+            b']' => depth -= 1,
+            b',' if depth <= 0 => {
+                let part = conf[start..i].trim();
+                if let Some((k, v)) = part.split_once(':') {
+                    out.push((k.trim().to_string(), v.trim().to_string()));
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// One point of the search: a value (possibly "") for each tuned key.
+type Point = [&'static str; 4];
+
+/// The setting string of `p` over the recorded one's other keys.
+fn conf_of(p: &Point, others: &[(String, String)]) -> String {
+    let mut parts: Vec<String> =
+        TUNED.iter().zip(p.iter()).filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}:{v}")).collect();
+    parts.extend(others.iter().map(|(k, v)| format!("{k}:{v}")));
+    parts.join(",")
+}
+
+/// The recorded setting as a point: each tuned key's recorded value when it
+/// is one of the values tried, else left as it was (in `others`).
+fn recorded_point(recorded: &str, limited: bool) -> (Point, Vec<(String, String)>) {
+    let mut p: Point = [""; 4];
+    let mut others = Vec::new();
+    for (k, v) in pairs(recorded) {
+        match TUNED.iter().position(|t| *t == k) {
+            Some(i) => match values(&k, limited).into_iter().find(|c| c.eq_ignore_ascii_case(&v)) {
+                Some(c) => p[i] = c,
+                // A value we do not try ("False", a threshold off the
+                // grid) stays as recorded, and that key is not searched.
+                None => others.push((k, v)),
+            },
+            None => others.push((k, v)),
+        }
+    }
+    (p, others)
+}
+
+/// What `tune` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Search {
+    /// The recorded setting's replay (the baseline every figure is against).
+    pub recorded: Outcome,
+    /// Every candidate tried, best first (the recorded one among them).
+    pub candidates: Vec<Outcome>,
+    /// Replays run.
+    pub replays: usize,
+}
+
+impl Search {
+    /// The best candidate; the recorded setting when nothing beats it.
+    pub fn best(&self) -> &Outcome {
+        self.candidates.first().unwrap_or(&self.recorded)
+    }
+}
+
+/// Searches the settings for `reqs` (a run's requests, from its start or a
+/// window's rebuilt start), recorded under `recorded`, on a device of
+/// `device_total` bytes less `context`, under `limit` if any. `exact`: the
+/// exact replay's statistics, which stand for the recorded setting (they
+/// are PyTorch's own; a what-if's synthesised addresses can split blocks
+/// otherwise and move the allocated peak by a few MiB).
+pub(crate) fn search(
+    reqs: &[Request],
+    recorded: &str,
+    device_total: u64,
+    context: u64,
+    limit: Option<u64>,
+    exact: Option<&crate::alloc::DeviceStats>,
+) -> Search {
+    let limited = limit.is_some();
+    let (base, others) = recorded_point(recorded, limited);
+    let searched: Vec<usize> = (0..TUNED.len()).filter(|&i| !others.iter().any(|(k, _)| k == TUNED[i])).collect();
+    let run = |points: &[Point]| -> Vec<Outcome> {
+        parallel(points, |p| {
+            let conf = conf_of(p, &others);
+            match AllocatorConfig::parse(&conf) {
+                Ok(c) => Some(Outcome::of(conf, run_requests(reqs, c, device_total, context, limit).allocator.stats())),
+                Err(_) => None,
+            }
+        })
+    };
+    // Stage 1: the recorded setting, and each key's values alone.
+    let mut stage1: Vec<Point> = vec![base];
+    for &i in &searched {
+        for v in values(TUNED[i], limited) {
+            let mut p = base;
+            p[i] = v;
+            if !stage1.contains(&p) {
+                stage1.push(p);
+            }
+        }
+    }
+    let mut first = run(&stage1);
+    if let (Some(st), Some(f)) = (exact, first.first_mut()) {
+        *f = Outcome::of(f.alloc_conf.clone(), st);
+    }
+    let recorded_outcome = first.first().cloned().unwrap_or_else(|| Outcome {
+        alloc_conf: recorded.to_string(),
+        reserved_peak_bytes: 0,
+        allocated_peak_bytes: 0,
+        num_alloc_retries: 0,
+        num_ooms: 0,
+        num_device_alloc: 0,
+        peak_ratio: 0.0,
+    });
+    // Stage 2: per key, its recorded value and the best two that did not
+    // lose alone; every combination of those.
+    let mut keep: Vec<Vec<&'static str>> = (0..TUNED.len()).map(|i| vec![base[i]]).collect();
+    for &i in &searched {
+        let mut alone: Vec<(&Outcome, &'static str)> = stage1
+            .iter()
+            .zip(&first)
+            .filter(|(p, _)| p[i] != base[i] && (0..TUNED.len()).all(|j| j == i || p[j] == base[j]))
+            .map(|(p, o)| (o, p[i]))
+            .filter(|(o, _)| !recorded_outcome.beats(o))
+            .collect();
+        alone.sort_by(|a, b| a.0.key().cmp(&b.0.key()));
+        keep[i].extend(alone.iter().take(2).map(|(_, v)| *v));
+    }
+    let mut stage2: Vec<Point> = Vec::new();
+    let seen: HashSet<Point> = stage1.iter().copied().collect();
+    for a in &keep[0] {
+        for b in &keep[1] {
+            for c in &keep[2] {
+                for d in &keep[3] {
+                    let p = [*a, *b, *c, *d];
+                    if !seen.contains(&p) && !stage2.contains(&p) {
+                        stage2.push(p);
+                    }
+                }
+            }
+        }
+    }
+    let second = run(&stage2);
+    let mut candidates: Vec<Outcome> = first.into_iter().chain(second).collect();
+    let replays = candidates.len();
+    candidates.sort_by(|a, b| a.key().cmp(&b.key()));
+    // Settings that give the same figures as a shorter one before them add
+    // a key that does nothing for this run: only the shortest is shown
+    // (the recorded setting always is).
+    let mut shown: Vec<Outcome> = Vec::new();
+    for c in candidates {
+        let same = |o: &Outcome| o.figures() == c.figures() && o.allocated_peak_bytes == c.allocated_peak_bytes;
+        if c.alloc_conf == recorded_outcome.alloc_conf || !shown.iter().any(same) {
+            shown.push(c);
+        }
+    }
+    Search { recorded: recorded_outcome, candidates: shown, replays }
+}
+
+/// `f` over `items` on every core, results in the items' order (`None`s
+/// dropped).
+fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        if let Some(r) = f(item) {
+                            mine.push((i, r));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Why `o` ranks where it does against `recorded`, in a sentence the user
+/// can check against the figures.
+pub fn why(o: &Outcome, recorded: &Outcome, limit: Option<u64>) -> String {
+    use crate::analysis::human_bytes;
+    let mut parts = Vec::new();
+    if o.num_ooms < recorded.num_ooms {
+        parts.push(format!(
+            "it avoids the {} OOM{} the recorded setting hits{}",
+            recorded.num_ooms,
+            if recorded.num_ooms == 1 { "" } else { "s" },
+            limit.map(|l| format!(" under the {} limit", human_bytes(l))).unwrap_or_default()
+        ));
+    }
+    if o.num_alloc_retries < recorded.num_alloc_retries {
+        parts.push(format!(
+            "{} allocation retr{} fewer (each one synchronizes the device and frees the cache)",
+            recorded.num_alloc_retries - o.num_alloc_retries,
+            if recorded.num_alloc_retries - o.num_alloc_retries == 1 { "y" } else { "ies" }
+        ));
+    }
+    let (r0, r1) = (recorded.reserved_peak_bytes, o.reserved_peak_bytes);
+    if r1 < r0 {
+        parts.push(format!(
+            "peak reserved falls from {} to {} ({:.1}% less): reserved memory that never held tensors at the peaks goes from {:.1}% to {:.1}% (1 − peak allocated / peak reserved){}",
+            human_bytes(r0),
+            human_bytes(r1),
+            100.0 * (r0 - r1) as f64 / r0.max(1) as f64,
+            100.0 * recorded.peak_ratio,
+            100.0 * o.peak_ratio,
+            rounding(o, recorded)
+        ));
+    } else if r1 > r0 {
+        parts.push(format!("peak reserved rises from {} to {}", human_bytes(r0), human_bytes(r1)));
+    }
+    if parts.is_empty() {
+        if o.alloc_conf == recorded.alloc_conf {
+            return "the recorded setting: no other setting tried does better on this run".into();
+        }
+        return "the same figures as the recorded setting".into();
+    }
+    parts.join("; ")
+}
+
+/// What rounding costs, when the peak allocated bytes moved (rounding more
+/// finely, or less, changes them).
+fn rounding(o: &Outcome, recorded: &Outcome) -> String {
+    use crate::analysis::human_bytes;
+    let (a0, a1) = (recorded.allocated_peak_bytes, o.allocated_peak_bytes);
+    if a1 > a0 {
+        format!(
+            ", though peak allocated rises by {} (requests rounded up further before they are served)",
+            human_bytes(a1 - a0)
+        )
+    } else if a1 < a0 {
+        format!(", and peak allocated is {} lower (requests rounded and split differently)", human_bytes(a0 - a1))
+    } else {
+        String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_split_at_top_level_commas() {
+        assert_eq!(
+            pairs("expandable_segments:True,roundup_power2_divisions:[256:1,512:2,>:8],max_split_size_mb:128"),
+            vec![
+                ("expandable_segments".to_string(), "True".to_string()),
+                ("roundup_power2_divisions".to_string(), "[256:1,512:2,>:8]".to_string()),
+                ("max_split_size_mb".to_string(), "128".to_string()),
+            ]
+        );
+        let (p, others) = recorded_point("pinned_use_background_threads:True,max_split_size_mb:256", false);
+        assert_eq!(p, ["", "256", "", ""]);
+        assert_eq!(
+            conf_of(&["True", "", "4", ""], &others),
+            "expandable_segments:True,roundup_power2_divisions:4,pinned_use_background_threads:True"
+        );
+    }
+}
