@@ -220,7 +220,7 @@ pub(crate) fn search(
             .map(|(p, o)| (o, p[i]))
             .filter(|(o, _)| !recorded_outcome.beats(o))
             .collect();
-        alone.sort_by(|a, b| a.0.key().cmp(&b.0.key()));
+        alone.sort_by_key(|a| a.0.key());
         keep[i].extend(alone.iter().take(2).map(|(_, v)| *v));
     }
     let mut stage2: Vec<Point> = Vec::new();
@@ -240,7 +240,7 @@ pub(crate) fn search(
     let second = run(&stage2);
     let mut candidates: Vec<Outcome> = first.into_iter().chain(second).collect();
     let replays = candidates.len();
-    candidates.sort_by(|a, b| a.key().cmp(&b.key()));
+    candidates.sort_by_key(Outcome::key);
     // Settings that give the same figures as a shorter one before them add
     // a key that does nothing for this run: only the shortest is shown
     // (the recorded setting always is).
