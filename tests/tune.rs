@@ -134,3 +134,34 @@ fn tune_refuses_what_it_cannot_speak_for_and_says_what_a_window_covers() {
     assert_eq!(j["covers"], "window");
     assert!(j["recorded"]["reserved_peak_bytes"].as_u64().unwrap() > 0);
 }
+
+/// A run that ran out of memory: `replay` names the setting that avoids it
+/// in the summary and `--json` (`oom_advice`), as tune's replays found it;
+/// a run without an OOM gets no advice.
+#[test]
+fn a_recorded_oom_gets_checked_advice() {
+    let llama = fixture("traces/llama_pressure.pickle.gz");
+    let out = Command::new(bin())
+        .arg("replay")
+        .arg(&llama)
+        .args(["--memory-limit", "9006592819", "--json"])
+        .output()
+        .unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let advice = j["oom_advice"].as_str().unwrap();
+    assert!(
+        advice.starts_with("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it (peak reserved 8.07 GiB"),
+        "{advice}"
+    );
+    // The same as tune's own figures for that setting: no OOM there.
+    let t = tune(&[llama.to_str().unwrap(), "--memory-limit", "9006592819"]);
+    assert_eq!(t["recommended"]["alloc_conf"], "expandable_segments:True");
+    assert_eq!(t["recommended"]["num_ooms"], 0);
+    assert_eq!(t["recorded"]["num_ooms"], 1);
+    let text = Command::new(bin()).arg("replay").arg(&llama).args(["--memory-limit", "9006592819"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains(&format!("the OOM: {advice}")));
+    let clean =
+        Command::new(bin()).arg("replay").arg(fixture("traces/resnet50_train.pickle.gz")).arg("--json").output();
+    let clean: Value = serde_json::from_slice(&clean.unwrap().stdout).unwrap();
+    assert!(clean["oom_advice"].is_null());
+}

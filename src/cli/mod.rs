@@ -375,6 +375,24 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     let fidelity = session.fidelity;
+    // A run that ran out of memory: what to set, only as a replay of this
+    // run under every setting found it (docs/tune.md).
+    let has_oom = dev.events.iter().any(|e| e.action == crate::alloc::Action::Oom);
+    let advice = if has_oom && fidelity.is_faithful() && session.start != Start::StateOnly && what_if_conf.is_none() {
+        let reqs = crate::tune::requests_of(&mut session);
+        let exact = (session.start == Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
+        let s = crate::tune::search(
+            &reqs,
+            &recorded_conf.source,
+            args.device_total,
+            CUDA_CONTEXT_BYTES,
+            limit,
+            exact.as_ref(),
+        );
+        crate::tune::oom_advice(&s, None)
+    } else {
+        None
+    };
 
     // On a terminal, the interactive view; scripts and pipes get the summary.
     let interactive = !args.json
@@ -393,8 +411,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     if interactive && fidelity.is_faithful() {
         let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-        let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
+        let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+        model.oom_advice = advice.clone();
         let mut app = crate::ui::app::ReplayApp::new(model, color);
         if let Some(at) = args.at {
             app.cursor = match at {
@@ -478,6 +497,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             placed_allocs: session.exact.placed,
             recorded_totals: session.recorded,
             call_stacks: dev.call_stacks(&trace.stacks),
+            oom_advice: advice.clone(),
             not_in_trace: not_in_trace(session.start),
             stats: stats_map(&stats, &exact_conf),
             peak: peak.map(|p| report::PeakReport {
@@ -522,6 +542,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 compare_confs.is_empty()
             )
         )?;
+        if let Some(a) = &advice {
+            writeln!(so, "the OOM: {a}")?;
+        }
         if let Some(at) = args.at {
             writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
         }

@@ -113,24 +113,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         _ => {}
     }
     let window = session.start == Start::Window;
-    // A window starts from the blocks live at its first event: allocated
-    // first (their addresses are the keys the window's frees name).
-    let mut reqs = Vec::new();
-    if window {
-        for seg in &session.seed {
-            for b in &seg.blocks {
-                reqs.push(crate::replay::whatif::Request::Alloc {
-                    key: b.address,
-                    size: b.requested,
-                    stream: seg.stream,
-                });
-                if b.pending {
-                    reqs.push(crate::replay::whatif::Request::FreeRequested { key: b.address });
-                }
-            }
-        }
-    }
-    reqs.extend_from_slice(session.requests());
+    let reqs = crate::tune::requests_of(&mut session);
     // From process start the exact replay is the recorded setting's figures.
     let exact = (!window).then(|| session.exact.allocator.stats().clone());
     let s = search(&reqs, &recorded.source, args.device_total, CUDA_CONTEXT_BYTES, limit, exact.as_ref());

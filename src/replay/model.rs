@@ -25,6 +25,9 @@ pub struct ReplayModel<'a> {
     pub(crate) iterations: Vec<usize>,
     /// The trace is a window of a longer run (its start was rebuilt).
     pub(crate) window: bool,
+    /// What to set about its OOMs, found by replaying it under every
+    /// setting (`tune::oom_advice`).
+    pub(crate) oom_advice: Option<String>,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -63,7 +66,18 @@ impl<'a> ReplayModel<'a> {
             .iter()
             .map(|&i| (dev.events[i].size, dev.events[i].stream, dev.stacks.get(i).copied().unwrap_or(0)))
             .collect();
-        ReplayModel { scrub, stacks, name, peak_at, ooms, oom_requests, empty_caches, iterations, window }
+        ReplayModel {
+            scrub,
+            stacks,
+            name,
+            peak_at,
+            ooms,
+            oom_requests,
+            empty_caches,
+            iterations,
+            window,
+            oom_advice: None,
+        }
     }
 
     /// The OOM that event `cursor` is, if it is one.
@@ -71,7 +85,7 @@ impl<'a> ReplayModel<'a> {
         let k = self.ooms.binary_search(&cursor).ok()?;
         let (size, stream, sid) = self.oom_requests[k];
         let frames = self.stacks.get((sid as usize).wrapping_sub(1)).map_or(&[][..], |f| f.as_slice());
-        Some(crate::view::parts::OomNote { event: cursor, size, stream, frames })
+        Some(crate::view::parts::OomNote { event: cursor, size, stream, frames, advice: self.oom_advice.clone() })
     }
 
     /// Allocated and reserved bytes after each event.

@@ -34,6 +34,10 @@ pub(crate) struct ReplayReport {
     /// Which call stacks the trace carries: "per_event", "blocks_only" or
     /// "none" (`DeviceTrace::call_stacks`).
     pub(crate) call_stacks: &'static str,
+    /// When the run ran out of memory: the setting that avoids it, or that
+    /// none does, as replays of the run under every setting found
+    /// (`tune::oom_advice`); null otherwise.
+    pub(crate) oom_advice: Option<String>,
     /// Counters the trace cannot tell (docs/replay.md).
     pub(crate) not_in_trace: Vec<&'static str>,
     /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.

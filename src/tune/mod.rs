@@ -341,6 +341,52 @@ fn rounding(o: &Outcome, recorded: &Outcome) -> String {
     }
 }
 
+/// The requests of a session, from its start (a window's: the blocks live
+/// at its first event allocated first, their addresses the keys its frees
+/// name), for `search`.
+pub(crate) fn requests_of(session: &mut crate::replay::session::Session) -> Vec<Request> {
+    let mut reqs = Vec::new();
+    if session.start == crate::replay::session::Start::Window {
+        for seg in &session.seed {
+            for b in &seg.blocks {
+                reqs.push(Request::Alloc { key: b.address, size: b.requested, stream: seg.stream });
+                if b.pending {
+                    reqs.push(Request::FreeRequested { key: b.address });
+                }
+            }
+        }
+    }
+    reqs.extend_from_slice(session.requests());
+    reqs
+}
+
+/// What to do about a run's OOMs, checked by replaying it under every
+/// setting (`s`): the best setting that avoids them all, or that none does
+/// and by how much the first failed request overshot (`overshoot`: the
+/// allocated bytes then plus the request, less the limit). None when the
+/// recorded setting has no OOM.
+pub(crate) fn oom_advice(s: &Search, overshoot: Option<u64>) -> Option<String> {
+    use crate::analysis::human_bytes;
+    if s.recorded.num_ooms == 0 {
+        return None;
+    }
+    let fixed = s.candidates.iter().find(|c| c.num_ooms == 0);
+    Some(match fixed {
+        Some(c) => format!(
+            "PYTORCH_CUDA_ALLOC_CONF={} avoids {} (peak reserved {}; checked by replaying this run under {} settings: gpumem-top tune)",
+            if c.alloc_conf.is_empty() { "\"\"" } else { &c.alloc_conf },
+            if s.recorded.num_ooms == 1 { "it".to_string() } else { format!("all {}", s.recorded.num_ooms) },
+            human_bytes(c.reserved_peak_bytes),
+            s.replays
+        ),
+        None => format!(
+            "no allocator setting avoids it (replayed under {} settings){}: the peaks themselves do not fit; a smaller batch, activation checkpointing or mixed precision lowers them",
+            s.replays,
+            overshoot.map(|b| format!("; the request overshot the limit by {}", human_bytes(b))).unwrap_or_default()
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -444,15 +444,25 @@ fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
     let title = longest_fitting(title, room).unwrap_or_default();
     let title = Line::from(Span::styled(title, theme.fg(Color::Red).add_modifier(Modifier::BOLD)));
     let inner = boxed(buf, area, title, None);
-    let rows = inner.height as usize;
-    let lines = oom_stack_rows(o.frames, rows).into_iter().map(|r| match r {
-        StackRow::Frame(i) => Line::from(format!(" {}", crate::analysis::frame_label(&o.frames[i]))),
-        StackRow::Skipped(n) => {
-            Line::from(Span::styled(format!(" … {}", crate::analysis::count(n, "frame")), theme.fg(Color::DarkGray)))
-        }
-        StackRow::None => Line::from(Span::styled(" no Python frames recorded for it", theme.fg(Color::DarkGray))),
-    });
-    put_rows(buf, inner, lines.collect());
+    // The checked advice takes the last row when there is room for a frame
+    // or two besides.
+    let advice = o.advice.as_deref().filter(|_| inner.height >= 3);
+    let rows = inner.height as usize - usize::from(advice.is_some());
+    let mut lines: Vec<Line> = oom_stack_rows(o.frames, rows)
+        .into_iter()
+        .map(|r| match r {
+            StackRow::Frame(i) => Line::from(format!(" {}", crate::analysis::frame_label(&o.frames[i]))),
+            StackRow::Skipped(n) => Line::from(Span::styled(
+                format!(" … {}", crate::analysis::count(n, "frame")),
+                theme.fg(Color::DarkGray),
+            )),
+            StackRow::None => Line::from(Span::styled(" no Python frames recorded for it", theme.fg(Color::DarkGray))),
+        })
+        .collect();
+    if let Some(a) = advice {
+        lines.push(Line::from(Span::styled(format!(" ⇒ {a}"), theme.fg(Color::Green).add_modifier(Modifier::BOLD))));
+    }
+    put_rows(buf, inner, lines);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1458,6 +1468,28 @@ mod tests {
             .map(|&b| super::peak_text(b, b, true).chars().count())
             .collect();
         assert_eq!(widths, [31, 31, 31, 31]);
+    }
+
+    /// The OOM box ends with the checked advice when a replay found it, and
+    /// keeps the program's own frame above it.
+    #[test]
+    fn the_oom_box_ends_with_the_checked_advice() {
+        let f = |file: &str| crate::trace::Frame { filename: file.into(), line: 3, name: "f".into() };
+        let frames = [f("site-packages/torch/nn/functional.py"), f("train.py")];
+        let note = super::parts::OomNote {
+            event: 7,
+            size: 96 << 20,
+            stream: 0,
+            frames: &frames,
+            advice: Some("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it".into()),
+        };
+        let mut buf = Buffer::empty(Rect::new(0, 0, 80, 5));
+        super::render_oom(super::Theme { color: false }, &note, buf.area, &mut buf);
+        let rows: Vec<String> =
+            (0..5).map(|y| (0..80).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>()).collect();
+        assert!(rows[1].contains("functional.py:3 f"), "{rows:?}");
+        assert!(rows[2].contains("train.py:3 f"), "{rows:?}");
+        assert!(rows[3].contains("⇒ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it"), "{rows:?}");
     }
 
     #[test]

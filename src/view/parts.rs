@@ -147,7 +147,7 @@ pub(crate) struct Chrome<'s> {
 }
 
 /// An allocation PyTorch could not make: what was asked, and who asked.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct OomNote<'s> {
     pub(crate) event: usize,
     /// As the OOM entry records it (rounded as the allocator rounds).
@@ -155,6 +155,8 @@ pub(crate) struct OomNote<'s> {
     pub(crate) stream: u64,
     /// Innermost first; empty when the trace has none.
     pub(crate) frames: &'s [Frame],
+    /// What to set about it, when replays of the run found it.
+    pub(crate) advice: Option<String>,
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
