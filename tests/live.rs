@@ -250,7 +250,7 @@ fn fragmentation_alert_is_judged_at_the_peaks_with_a_gib_reserved() {
     assert_eq!(a.len(), 1, "{a:?}");
     assert_eq!(
         a[0].message,
-        format!("pid {me}: at the peaks 40% of reserved never held tensors (peak reserved 10.00 GiB, peak allocated 6.00 GiB); try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        format!("pid {me}: at the peaks 40% of reserved never held tensors (peak reserved 10.00 GiB, peak allocated 6.00 GiB); press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)")
     );
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -291,7 +291,7 @@ fn retries_and_ooms_raise_alerts_that_say_what_to_try() {
     assert_eq!(kinds, ["fragmentation", "oom"]);
     assert_eq!(
         a[1].message,
-        format!("pid {me}: CUDA out of memory (1 time); 4.00 GiB reserved at the peak never held tensors; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        format!("pid {me}: CUDA out of memory (1 time); 4.00 GiB reserved at the peak never held tensors; press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)")
     );
     std::fs::remove_dir_all(&d).unwrap();
 }

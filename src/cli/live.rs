@@ -184,8 +184,8 @@ pub(crate) fn live_loop(
             let mut both = crate::ui::live::Beside { live: &mut *app, replay };
             run_app(&mut both, events)
         });
-        let note = note.unwrap_or_else(|e| format!(" {e:#}"));
-        app.reopened(note);
+        let (note, tuned) = note.unwrap_or_else(|e| (format!(" {e:#}"), None));
+        app.reopened(note, tuned);
     }
 }
 

@@ -303,12 +303,13 @@ fn parse_conf(s: &str) -> Result<AllocatorConfig> {
 
 /// Opens `path` (a PyTorch snapshot) in the replay view through `show`,
 /// under its recorded allocator config, at its peak. Returns a note for the
-/// status line of the view it was opened from.
+/// status line of the view it was opened from, and what tuning the
+/// snapshot found (`tune::verdict`), when it has history.
 pub(crate) fn open_replay(
     path: &Path,
     color: bool,
     show: impl FnOnce(crate::ui::app::ReplayApp<'_>) -> std::io::Result<()>,
-) -> Result<String> {
+) -> Result<(String, Option<String>)> {
     let trace = load_with_progress(path)?;
     let dev = pick_device(&trace, None)?;
     let want = Want {
@@ -321,21 +322,39 @@ pub(crate) fn open_replay(
         context_bytes: CUDA_CONTEXT_BYTES,
         recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
     };
-    let session = Session::open(dev, &trace.stacks, &want)
+    let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
     let fidelity = session.fidelity;
     if !fidelity.is_faithful() {
-        return Ok(format!(
-            " {}: replay is {} here; `gpumem-top replay` on it says why",
-            path.display(),
-            fidelity.name()
+        return Ok((
+            format!(" {}: replay is {} here; `gpumem-top replay` on it says why", path.display(), fidelity.name()),
+            None,
         ));
     }
+    // What the live view's alerts quote from now on, instead of a hint no
+    // replay checked (docs/tune.md).
+    let tuned = (session.start != Start::StateOnly).then(|| {
+        let reqs = crate::tune::requests_of(&mut session);
+        let exact = (session.start == Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
+        let conf = want.config.source.clone();
+        crate::tune::verdict(&crate::tune::search(
+            &reqs,
+            &conf,
+            DEFAULT_DEVICE_TOTAL,
+            CUDA_CONTEXT_BYTES,
+            None,
+            exact.as_ref(),
+        ))
+    });
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", path.display(), d.event, d.reason))?;
     show(crate::ui::app::ReplayApp::new(model, color)).context("terminal")?;
-    Ok(format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len()))
+    let mut note = format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len());
+    if let Some(t) = &tuned {
+        note.push_str(&format!("; {t}"));
+    }
+    Ok((note, tuned))
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {

@@ -30,8 +30,10 @@ impl Default for Thresholds {
 /// Every kind an alert can have.
 pub(crate) const KINDS: [&str; 5] = ["device_usage", "leak", "fragmentation", "retries", "oom"];
 
-/// What to try when reserved memory that never held tensors is what runs out.
-const TRY_EXPANDABLE: &str = "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+/// What to do when the allocator's settings may be what runs out: no
+/// setting is named until a replay of this run checked it (the live view
+/// quotes what tuning the snapshot found, once it was taken: docs/tune.md).
+const TRY_TUNE: &str = "press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)";
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alert {
@@ -98,7 +100,7 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     pid: Some(p.pid),
                     value: share,
                     message: format!(
-                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_EXPANDABLE}",
+                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_TUNE}",
                         p.pid,
                         share * 100.0,
                         crate::analysis::human_bytes(r),
@@ -114,10 +116,7 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
         let (retries, ooms) = (p.stat("num_alloc_retries"), p.stat("num_ooms"));
         let cached = r.saturating_sub(a);
         let advice = if r > 0 && crate::analysis::peak_ratio_of(a, r) > t.fragmentation {
-            format!(
-                "{} reserved at the peak never held tensors; {TRY_EXPANDABLE}",
-                crate::analysis::human_bytes(cached)
-            )
+            format!("{} reserved at the peak never held tensors; {TRY_TUNE}", crate::analysis::human_bytes(cached))
         } else {
             format!(
                 "the peaks themselves do not fit ({} allocated of {} reserved): a smaller batch, activation checkpointing or mixed precision",

@@ -360,6 +360,28 @@ pub(crate) fn requests_of(session: &mut crate::replay::session::Session) -> Vec<
     reqs
 }
 
+/// One line for a status bar: what the search found, against the run's own
+/// setting.
+pub(crate) fn verdict(s: &Search) -> String {
+    use crate::analysis::human_bytes;
+    let best = s.best();
+    if best.alloc_conf != s.recorded.alloc_conf && best.beats(&s.recorded) {
+        format!(
+            "tuned: PYTORCH_CUDA_ALLOC_CONF={} (peak reserved {} → {}, retries {} → {}, OOMs {} → {}; {} replays of its snapshot)",
+            if best.alloc_conf.is_empty() { "\"\"" } else { &best.alloc_conf },
+            human_bytes(s.recorded.reserved_peak_bytes),
+            human_bytes(best.reserved_peak_bytes),
+            s.recorded.num_alloc_retries,
+            best.num_alloc_retries,
+            s.recorded.num_ooms,
+            best.num_ooms,
+            s.replays
+        )
+    } else {
+        format!("tuned: no setting does better than its own ({} replays of its snapshot)", s.replays)
+    }
+}
+
 /// What to do about a run's OOMs, checked by replaying it under every
 /// setting (`s`): the best setting that avoids them all, or that none does
 /// and by how much the first failed request overshot (`overshoot`: the

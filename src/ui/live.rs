@@ -51,6 +51,11 @@ struct Pending {
 
 pub struct LiveApp {
     pub model: LiveModel,
+    /// Per pid: what tuning its snapshot found (`tune::verdict`), quoted by
+    /// its alerts instead of a hint no replay checked.
+    pub(crate) tuned: std::collections::BTreeMap<u32, String>,
+    /// The pid whose snapshot is open in the replay view.
+    pub(crate) opened_pid: Option<u32>,
     /// Index into the latest snapshot's GPUs.
     pub selected_gpu: usize,
     /// Index among the selected GPU's publishers.
@@ -81,6 +86,8 @@ impl LiveApp {
             model: LiveModel::default(),
             selected_gpu: 0,
             selected_proc: 0,
+            tuned: Default::default(),
+            opened_pid: None,
             screen: Screen::default(),
             banner,
             source,
@@ -251,6 +258,7 @@ impl LiveApp {
                     Ok(()) => {
                         self.status = format!(" snapshot of pid {} written to {}", p.pid, dest.display());
                         self.open = Some(dest);
+                        self.opened_pid = Some(p.pid);
                     }
                     Err(e) => self.status = format!(" snapshot of pid {}: {}: {e}", p.pid, dest.display()),
                 }
@@ -260,10 +268,24 @@ impl LiveApp {
     }
 
     /// A snapshot was opened and closed: back to the live view.
-    pub(crate) fn reopened(&mut self, note: String) {
+    pub(crate) fn reopened(&mut self, note: String, tuned: Option<String>) {
         self.open = None;
         self.screen.quit = false;
         self.status = note;
+        if let (Some(pid), Some(t)) = (self.opened_pid.take(), tuned) {
+            self.tuned.insert(pid, t);
+        }
+    }
+
+    /// An alert as the status line shows it: for a process whose snapshot
+    /// was tuned, what the replays found replaces the generic hint.
+    fn alert_text(&self, a: &crate::monitor::alerts::Alert) -> String {
+        let tuned =
+            a.pid.and_then(|p| self.tuned.get(&p)).filter(|_| matches!(a.kind, "fragmentation" | "retries" | "oom"));
+        match tuned {
+            Some(t) => format!("{}; {t}", a.message.split("; ").next().unwrap_or(&a.message)),
+            None => a.message.clone(),
+        }
     }
 
     /// The status line's note about the child and a pending snapshot.
@@ -464,7 +486,7 @@ impl Interactive for LiveApp {
         let title = Line::from(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source));
         let inner = crate::view::boxed(buf, top, title, None);
         crate::view::put_rows(buf, inner, lines);
-        let alerts: Vec<String> = self.model.alerts.iter().map(|a| a.message.clone()).collect();
+        let alerts: Vec<String> = self.model.alerts.iter().map(|a| self.alert_text(a)).collect();
         let status = format!("{}{}", self.notes(), self.status);
         // The answer to a key first: the alerts stay until they clear.
         let status = match (alerts.is_empty(), status.trim().is_empty()) {
@@ -672,5 +694,46 @@ impl Interactive for Beside<'_, '_> {
     }
     fn quit(&self) -> bool {
         self.replay.quit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::alerts::Alert;
+
+    /// Once a process's snapshot was opened from the live view, its
+    /// fragmentation, retry and OOM alerts quote what tuning that snapshot
+    /// found (a real snapshot: the H200 GPT-2 run at varying lengths)
+    /// instead of the generic hint; other processes' alerts keep it.
+    #[test]
+    fn alerts_quote_what_tuning_the_snapshot_found() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tune/gpt2_varying.pickle.gz");
+        let (note, tuned) = crate::cli::open_replay(&path, false, |_| Ok(())).unwrap();
+        let tuned = tuned.unwrap();
+        assert!(
+            tuned.starts_with(
+                "tuned: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (peak reserved 5.46 GiB → 4.84 GiB"
+            ),
+            "{tuned}"
+        );
+        assert!(note.ends_with(&tuned), "{note}");
+        let mut app = LiveApp::new("live".into(), None, false);
+        app.opened_pid = Some(5);
+        app.reopened(note, Some(tuned.clone()));
+        let alert = |pid: u32| Alert {
+            kind: "fragmentation",
+            gpu: 0,
+            pid: Some(pid),
+            value: 0.4,
+            message: format!(
+                "pid {pid}: at the peaks 40% of reserved never held tensors; press S to snapshot it and tune"
+            ),
+        };
+        assert_eq!(
+            app.alert_text(&alert(5)),
+            format!("pid 5: at the peaks 40% of reserved never held tensors; {tuned}")
+        );
+        assert_eq!(app.alert_text(&alert(6)), alert(6).message);
     }
 }
