@@ -452,3 +452,17 @@ for step in range(10):
     assert_eq!(j["predictions"][0]["batch"], 8);
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `fit` reports the largest batch under the setting `tune` recommends for
+/// the run at its largest batch, beside the recorded setting's.
+#[test]
+fn fit_reports_the_largest_batch_under_tunes_pick() {
+    let t = truth();
+    let j = fit(&model_args(&t, "gpt2"));
+    let pick = j["recommended_alloc_conf"].as_str().unwrap();
+    assert_eq!(pick, "expandable_segments:True");
+    let by = &j["max_batch_by_config"];
+    assert_eq!(by[""], j["max_batch"]);
+    assert!(by[pick].as_u64().unwrap() >= by[""].as_u64().unwrap(), "{by}");
+    assert!(j["peak_at_max_batch_by_config"][pick]["fits"].as_bool().unwrap());
+}

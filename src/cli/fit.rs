@@ -288,6 +288,22 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         by_config.push((label, mb, at));
     }
     let max_batch = by_config[0].1;
+    // The setting tune recommends for the run at its largest batch (the
+    // predicted requests there, replayed under every setting), and the
+    // largest batch under it beside the recorded one (docs/tune.md).
+    let tuned_at = max_batch.max(fitted.samples.last().copied().unwrap_or(1));
+    let search =
+        crate::tune::search(&fitted.requests_at(tuned_at), &base.source, args.device_total, args.context, limit, None);
+    let recommended = search.best().alloc_conf.clone();
+    if recommended != base.source && search.best().beats(&search.recorded) {
+        if let Ok(conf) = AllocatorConfig::parse(&recommended) {
+            let mb = fitted.max_batch(&conf, &target, args.max_batch);
+            let at = (mb > 0).then(|| fitted.predict_limited(mb, &conf, &target));
+            if !by_config.iter().any(|(l, _, _)| *l == recommended) {
+                by_config.push((recommended.clone(), mb, at));
+            }
+        }
+    }
 
     if args.json {
         // Fields in this order: `predictions` and `max_batch` first.
@@ -297,6 +313,9 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             max_batch: u64,
             max_batch_by_config: BTreeMap<&'a str, u64>,
             peak_at_max_batch_by_config: BTreeMap<&'a str, Option<Prediction>>,
+            /// What `tune` recommends at the largest batch (a key of the
+            /// maps above when it differs from the recorded setting).
+            recommended_alloc_conf: &'a str,
             samples: Vec<SampleRef<'a>>,
             alloc_conf: &'a str,
             memory_limit_bytes: Option<u64>,
@@ -310,6 +329,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             batch: u64,
         }
         let out = Out {
+            recommended_alloc_conf: &recommended,
             predictions: &predictions,
             max_batch,
             max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.as_str(), *b)).collect(),
@@ -401,6 +421,8 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     for (label, b, p) in &by_config {
         let name = if label.is_empty() {
             format!("{} (recorded)", if base.source.is_empty() { "default" } else { &base.source })
+        } else if *label == recommended {
+            format!("{label} (tune's pick)")
         } else {
             label.clone()
         };
