@@ -408,7 +408,15 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             limit,
             exact.as_ref(),
         );
-        crate::tune::oom_advice(&s, None)
+        // By how much the first failed request overshot: allocated just
+        // before it, plus the request, less what the process could have.
+        let overshoot = dev.events.iter().position(|e| e.action == crate::alloc::Action::Oom).and_then(|i| {
+            let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
+            let mut sc = session.scrubber(64).ok()?;
+            let allocated = sc.seek(i.saturating_sub(1)).stats().get(crate::alloc::Kind::AllocatedBytes, 0).current;
+            (allocated.max(0) as u64 + dev.events[i].size).checked_sub(cap)
+        });
+        crate::tune::oom_advice(&s, overshoot)
     } else {
         None
     };

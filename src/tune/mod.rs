@@ -430,4 +430,43 @@ mod tests {
             "expandable_segments:True,roundup_power2_divisions:4,pinned_use_background_threads:True"
         );
     }
+
+    fn outcome(conf: &str, ooms: u64, reserved: u64) -> Outcome {
+        Outcome {
+            alloc_conf: conf.into(),
+            reserved_peak_bytes: reserved,
+            allocated_peak_bytes: reserved / 2,
+            num_alloc_retries: 0,
+            num_ooms: ooms,
+            num_device_alloc: 3,
+            peak_ratio: 0.5,
+        }
+    }
+
+    /// OOM advice names the best setting without an OOM, or says none
+    /// avoids it and by how much the request overshot; nothing without one.
+    #[test]
+    fn oom_advice_names_a_checked_setting_or_says_none_does() {
+        let rec = outcome("", 1, 8 << 30);
+        let s = Search {
+            recorded: rec.clone(),
+            candidates: vec![outcome("expandable_segments:True", 0, 7 << 30), rec.clone()],
+            replays: 9,
+        };
+        assert_eq!(
+            oom_advice(&s, None).unwrap(),
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it (peak reserved 7.00 GiB; checked by replaying this run under 9 settings: gpumem-top tune)"
+        );
+        let s = Search {
+            recorded: rec.clone(),
+            candidates: vec![outcome("max_split_size_mb:64", 1, 7 << 30), rec],
+            replays: 9,
+        };
+        assert_eq!(
+            oom_advice(&s, Some(96 << 20)).unwrap(),
+            "no allocator setting avoids it (replayed under 9 settings); the request overshot the limit by 96.00 MiB: the peaks themselves do not fit; a smaller batch, activation checkpointing or mixed precision lowers them"
+        );
+        let ok = outcome("", 0, 1 << 30);
+        assert!(oom_advice(&Search { recorded: ok.clone(), candidates: vec![ok], replays: 1 }, None).is_none());
+    }
 }
