@@ -271,3 +271,35 @@ fn checkpointed_graph_tree_pools_are_restored_in_place() {
     assert!(j["placed_allocs"].as_u64().unwrap() > 0);
     assert_eq!(replay_json("compile_reduce_overhead_mlp.pickle.gz", &[])["placed_allocs"], 0);
 }
+
+/// Recorded on the H200 for the field round 4 (benches/field/record_round4.py):
+/// a snapshot without history of GPT-2 training under expandable segments.
+/// PyTorch counts its expandable segments in no `segment` statistic and no
+/// `inactive_split` one: every current statistic is PyTorch's, and a
+/// state-only replay gives no peaks or totals anywhere (JSON, summary).
+#[test]
+fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
+    let snap = fixture("field4/history_less_expandable.pickle.gz");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).arg("--json").output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "state-only");
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("field4/history_less_expandable.truth.json")).unwrap())
+            .unwrap();
+    let mut n = 0;
+    for (k, v) in truth["stats"].as_object().unwrap() {
+        if k.ends_with(".current") {
+            assert_eq!(&j["stats"][k], v, "{k}");
+            n += 1;
+        } else if k.ends_with(".peak") || k.ends_with(".allocated") || k.ends_with(".freed") {
+            assert!(j["stats"].get(k).is_none(), "{k}: a state-only replay has no peaks or totals");
+        }
+    }
+    assert!(n >= 29, "{n} current statistics compared");
+    assert_eq!(j["stats"]["segment.all.current"], 0);
+    assert!(j["peak"].is_null());
+    let text = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let row = text.lines().find(|l| l.starts_with("| Allocated memory")).unwrap();
+    assert!(row.ends_with("|           - |           - |           - |"), "{row}");
+}

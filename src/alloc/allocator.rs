@@ -229,6 +229,9 @@ pub struct SeedSegment {
     /// `segment_pool_id`; a private pool is created on first use.
     pub(crate) pool: MempoolId,
     pub(crate) blocks: Vec<SeedBlock>,
+    /// An expandable segment's mapped part (a snapshot without history):
+    /// PyTorch counts it in no `segment` and no `inactive_split` statistic.
+    pub(crate) expandable: bool,
 }
 
 /// The allocator's totals right after one event.
@@ -1617,11 +1620,15 @@ impl<D: Device> CachingAllocator<D> {
             at = b.address + b.size;
         }
         self.total_allocated_memory += seg.size;
-        self.stats.increase(Kind::Segment, sp, 1);
-        self.stats.increase(Kind::ReservedBytes, sp, seg.size as i64);
-        if seg.size >= self.config.max_split_size {
-            self.stats.oversize_segments.increase(1);
+        // Expandable segments are mapped page by page: PyTorch counts them
+        // in no segment statistic (docs/allocator.md), only in reserved bytes.
+        if !seg.expandable {
+            self.stats.increase(Kind::Segment, sp, 1);
+            if seg.size >= self.config.max_split_size {
+                self.stats.oversize_segments.increase(1);
+            }
         }
+        self.stats.increase(Kind::ReservedBytes, sp, seg.size as i64);
         // Pieces in address order: free gaps and live blocks.
         let mut pieces: Vec<(u64, u64, Option<&SeedBlock>)> = Vec::new();
         let mut at = seg.address;
@@ -1665,7 +1672,7 @@ impl<D: Device> CachingAllocator<D> {
                 }
                 None => {
                     self.pool_insert(i);
-                    if split {
+                    if split && !seg.expandable {
                         self.stats.increase(Kind::InactiveSplit, sp, 1);
                         self.stats.increase(Kind::InactiveSplitBytes, sp, size as i64);
                     }

@@ -526,7 +526,15 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             call_stacks: dev.call_stacks(&trace.stacks),
             oom_advice: advice.clone(),
             not_in_trace: not_in_trace(session.start),
-            stats: stats_map(&stats, &exact_conf),
+            // A snapshot without history has no peaks or totals: none are
+            // given (only what its state holds).
+            stats: stats_map(&stats, &exact_conf)
+                .into_iter()
+                .filter(|(k, _)| {
+                    session.start != Start::StateOnly
+                        || !(k.ends_with(".peak") || k.ends_with(".allocated") || k.ends_with(".freed"))
+                })
+                .collect(),
             peak: peak.map(|p| report::PeakReport {
                 event: p.event,
                 time_us: dev.time_us.get(p.event).copied(),
@@ -637,8 +645,11 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
     }
 }
 
-fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: bool) {
+/// One row per pool; `state_only`: a snapshot without history has no peaks
+/// or totals, and shows none ("-").
+fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: bool, state_only: bool) {
     let f = |v: i64| if bytes { human_bytes(v.max(0) as u64) } else { v.to_string() };
+    let h = |v: i64| if state_only { "-".to_string() } else { f(v) };
     for (pool, name) in
         [(0, label.to_string()), (2, "      from large pool".into()), (1, "      from small pool".into())]
     {
@@ -647,9 +658,9 @@ fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: 
             "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
             name,
             f(st.current),
-            f(st.peak),
-            f(st.allocated),
-            f(st.freed)
+            h(st.peak),
+            h(st.allocated),
+            h(st.freed)
         ));
     }
 }
@@ -754,25 +765,23 @@ fn summary_text(
         ("GPU reserved segments", Kind::Segment, false),
         ("Non-releasable allocs", Kind::InactiveSplit, false),
     ] {
-        stat_line(&mut o, label, s, kind, bytes);
+        stat_line(&mut o, label, s, kind, bytes, session.start == Start::StateOnly);
         o.push_str(sep);
     }
-    o.push_str(&format!(
-        "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
-        "Oversize allocations",
-        s.oversize_allocations.current,
-        s.oversize_allocations.peak,
-        s.oversize_allocations.allocated,
-        s.oversize_allocations.freed
-    ));
-    o.push_str(&format!(
-        "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
-        "Oversize GPU segments",
-        s.oversize_segments.current,
-        s.oversize_segments.peak,
-        s.oversize_segments.allocated,
-        s.oversize_segments.freed
-    ));
+    let so = session.start == Start::StateOnly;
+    let h = |v: i64| if so { "-".to_string() } else { v.to_string() };
+    for (label, st) in
+        [("Oversize allocations", &s.oversize_allocations), ("Oversize GPU segments", &s.oversize_segments)]
+    {
+        o.push_str(&format!(
+            "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+            label,
+            st.current,
+            h(st.peak),
+            h(st.allocated),
+            h(st.freed)
+        ));
+    }
     o.push_str(sep);
     let counters = format!(
         "cudaMalloc/map: {}   cudaFree/unmap: {}   retries: {}   OOMs: {}",

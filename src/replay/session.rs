@@ -159,6 +159,7 @@ fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
             stream: s.stream,
             small: s.small,
             pool: s.pool,
+            expandable: s.is_expandable,
             blocks: s
                 .blocks
                 .iter()

@@ -111,7 +111,7 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
         .iter()
         .map(|(&address, &(size, stream, small))| {
             let pool = pool_of.get(&address).copied().unwrap_or((0, 0));
-            (address, SeedSegment { address, size, stream, small, pool, blocks: Vec::new() })
+            (address, SeedSegment { address, size, stream, small, pool, blocks: Vec::new(), expandable: false })
         })
         .collect();
     // Block sizes the final snapshot shows for each requested size.
