@@ -303,3 +303,33 @@ fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
     let row = text.lines().find(|l| l.starts_with("| Allocated memory")).unwrap();
     assert!(row.ends_with("|           - |           - |           - |"), "{row}");
 }
+
+/// Recorded on the H200 (benches/field/record_round4.py): training under
+/// PyTorch's defaults, then `torch.cuda.memory._set_allocator_settings(
+/// "expandable_segments:True")` and more steps. The snapshot's settings are
+/// the final ones; replaying from the start with them ran out of memory at
+/// event 0, which the run never did. Now the change is found in the segment
+/// events and followed: every event reproduced, and reserved bytes and
+/// segments are PyTorch's; where the change fell between two events is
+/// said, since totals that depend on splitting do.
+#[test]
+fn settings_changed_during_the_run_are_found_and_followed() {
+    let snap = fixture("field4/settings_changed.pickle.gz");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).arg("--json").output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "exact", "{}", j["first_divergence"]);
+    assert_eq!(j["settings_changed"], serde_json::json!({"event": 3779, "earliest": 1551, "from": ""}));
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("field4/settings_changed.truth.json")).unwrap()).unwrap();
+    for (k, v) in truth["stats"].as_object().unwrap() {
+        if k.starts_with("reserved_bytes")
+            || k.starts_with("segment.")
+            || k.ends_with(".current")
+            || k.starts_with("num_")
+        {
+            assert_eq!(&j["stats"][k], v, "{k}");
+        }
+    }
+    let text = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("allocator settings changed during the run"));
+}

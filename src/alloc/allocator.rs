@@ -317,6 +317,13 @@ impl<D: Device> CachingAllocator<D> {
         a
     }
 
+    /// Changes the settings from now on, as
+    /// `torch.cuda.memory._set_allocator_settings` does: existing segments
+    /// stay; each later request reads the new settings.
+    pub(crate) fn set_config(&mut self, config: AllocatorConfig) {
+        self.config = config;
+    }
+
     pub fn config(&self) -> &AllocatorConfig {
         &self.config
     }

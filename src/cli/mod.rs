@@ -525,6 +525,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             recorded_totals: session.recorded,
             call_stacks: dev.call_stacks(&trace.stacks),
             oom_advice: advice.clone(),
+            settings_changed: session.settings_changed.clone(),
             not_in_trace: not_in_trace(session.start),
             // A snapshot without history has no peaks or totals: none are
             // given (only what its state holds).
@@ -690,6 +691,16 @@ fn summary_text(
         if conf.source.is_empty() { "default".to_string() } else { format!("{:?}", conf.source) },
         limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
     ));
+    if let Some(c) = &session.settings_changed {
+        o.push_str(&format!(
+            "allocator settings changed during the run (torch.cuda.memory._set_allocator_settings): {} until between events {} and {}, {:?} after; replayed with the change at event {} (the first only the later settings explain). Reserved bytes and segments are exact; allocated, active and inactive_split totals and peaks depend on where in that range it happened\n",
+            if c.from.is_empty() { "PyTorch's defaults".to_string() } else { format!("{:?}", c.from) },
+            c.earliest,
+            c.event,
+            conf.source,
+            c.event
+        ));
+    }
     match dev.call_stacks(&trace.stacks) {
         "per_event" => {}
         "blocks_only" => o.push_str(

@@ -38,6 +38,9 @@ pub struct ReplayOptions {
     /// The recording's pools (`pools::plan`); empty: every request in the
     /// default pools.
     pub pools: Arc<PoolPlan>,
+    /// The settings changed during the run: from this recorded event on,
+    /// these (`config` before it).
+    pub(crate) switch: Option<(usize, AllocatorConfig)>,
 }
 
 impl ReplayOptions {
@@ -50,6 +53,7 @@ impl ReplayOptions {
             stop_at: None,
             stacks: Arc::from([]),
             pools: Arc::new(PoolPlan::default()),
+            switch: None,
         }
     }
 }
@@ -500,8 +504,12 @@ pub fn replay_events_from<'a>(
         }
     };
     let mut divergence = None;
+    let mut switch = opts.switch.clone();
     while st.position() < end {
         let i = st.position();
+        if let Some((_, conf)) = switch.take_if(|(at, _)| *at <= i) {
+            st.alloc.set_config(conf);
+        }
         if let Err(d) = st.step() {
             divergence = Some(d);
             break;

@@ -38,6 +38,10 @@ pub(crate) struct ReplayReport {
     /// none does, as replays of the run under every setting found
     /// (`tune::oom_advice`); null otherwise.
     pub(crate) oom_advice: Option<String>,
+    /// The run changed its allocator settings (`_set_allocator_settings`):
+    /// `{event, from}`, the first event replayed under the final settings
+    /// and the settings before it; null otherwise.
+    pub(crate) settings_changed: Option<crate::replay::session::SettingsChange>,
     /// Counters the trace cannot tell (docs/replay.md).
     pub(crate) not_in_trace: Vec<&'static str>,
     /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.

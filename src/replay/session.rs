@@ -142,6 +142,47 @@ pub struct Session<'a> {
     /// The requests (for `--compare` and what-ifs), made on demand, with
     /// the recorded event each comes from.
     reqs: Option<(Vec<Request>, Vec<usize>)>,
+    /// Where the run's allocator settings changed, when its segment events
+    /// show it and the replay followed the change.
+    pub(crate) settings_changed: Option<SettingsChange>,
+}
+
+/// A change of the allocator's settings during the run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub(crate) struct SettingsChange {
+    /// The first recorded event replayed under the final settings.
+    pub(crate) event: usize,
+    /// The earliest event the change can have come before: between it and
+    /// `event` the trace cannot tell (requests are recorded before rounding
+    /// and splitting, which the settings decide), so totals that depend on
+    /// them (allocated, active, inactive_split) are uncertain; reserved
+    /// bytes and segments are not.
+    pub(crate) earliest: usize,
+    /// The settings before it (`PYTORCH_CUDA_ALLOC_CONF` syntax).
+    pub(crate) from: String,
+}
+
+/// What a trace's segment events say about a change of
+/// `expandable_segments` the final settings do not show.
+struct SegmentKindChange {
+    before: AllocatorConfig,
+    /// Events at which the change may have happened, most likely first:
+    /// the first segment event only the final setting explains, then the
+    /// event after the last one the earlier setting made.
+    candidates: Vec<usize>,
+}
+
+fn settings_change(rec: &[Event], fin: &AllocatorConfig) -> Option<SegmentKindChange> {
+    let es_event = |a: Action| matches!(a, Action::SegmentMap | Action::SegmentUnmap);
+    let whole_event = |a: Action| matches!(a, Action::SegmentAlloc);
+    let (old_kind, new_kind): (&dyn Fn(Action) -> bool, &dyn Fn(Action) -> bool) =
+        if fin.expandable_segments { (&whole_event, &es_event) } else { (&es_event, &whole_event) };
+    let first_new = rec.iter().position(|e| new_kind(e.action))?;
+    let last_old = rec[..first_new].iter().rposition(|e| old_kind(e.action))?;
+    let mut before = fin.clone();
+    before.expandable_segments = !fin.expandable_segments;
+    before.source = if before.expandable_segments { "expandable_segments:True".into() } else { String::new() };
+    Some(SegmentKindChange { before, candidates: vec![first_new, last_old + 1] })
 }
 
 /// Whether a device's recording holds a trace at all.
@@ -195,7 +236,7 @@ impl<'a> Session<'a> {
         } else {
             Start::Window
         };
-        let (seed, exact) = match start {
+        let (seed, mut exact) = match start {
             Start::ProcessStart => (Vec::new(), replay_events(rec, &opts, ())),
             Start::StateOnly => {
                 let seed = state_seed(dev);
@@ -207,6 +248,41 @@ impl<'a> Session<'a> {
                 (seed, r)
             }
         };
+        // The snapshot's settings are the run's last: a run whose library
+        // changed them (`_set_allocator_settings`) shows it in its segment
+        // events. Replayed with the earlier setting up to the first event
+        // only the later one explains; said either way.
+        let mut settings_changed = None;
+        if let (Some(d), Start::ProcessStart, false) = (exact.divergence.clone(), start, req.changed) {
+            if let Some(change) = settings_change(rec, &opts.config) {
+                let mut tries = change.candidates.clone();
+                tries.dedup();
+                for at in tries {
+                    let mut o = opts.clone();
+                    o.config = change.before.clone();
+                    o.switch = Some((at, opts.config.clone()));
+                    let r = replay_events(rec, &o, ());
+                    if r.divergence.is_none() {
+                        let earliest = change.candidates.iter().copied().min().unwrap_or(at);
+                        settings_changed =
+                            Some(SettingsChange { event: at, earliest, from: change.before.source.clone() });
+                        exact = r;
+                        break;
+                    }
+                }
+                if settings_changed.is_none() {
+                    let mut d = d;
+                    d.reason = format!(
+                        "{}; the allocator settings changed during the run (its segment events are {} before event {}, while the snapshot's final settings say {:?}: torch.cuda.memory._set_allocator_settings), and the replay could not place the change",
+                        d.reason,
+                        if change.before.expandable_segments { "expandable segments'" } else { "whole segments'" },
+                        change.candidates.first().copied().unwrap_or(0),
+                        opts.config.source
+                    );
+                    exact.divergence = Some(d);
+                }
+            }
+        }
         let recorded = Totals::of_recorded(dev);
         let replayed = Totals::of(&exact.allocator.snapshot());
         let complete = req.recorded_state && req.stop_at.is_none_or(|s| s >= rec.len());
@@ -245,6 +321,7 @@ impl<'a> Session<'a> {
             recorded,
             replayed,
             reqs: None,
+            settings_changed,
         };
         if fidelity == Fidelity::WhatIf {
             let w =
