@@ -333,3 +333,21 @@ fn settings_changed_during_the_run_are_found_and_followed() {
     let text = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("allocator settings changed during the run"));
 }
+
+/// `--compare` (and `--alloc-conf`) on a snapshot without history: one
+/// clear line and exit 2, not a table that contradicts itself.
+#[test]
+fn compare_on_a_history_less_snapshot_says_it_needs_history() {
+    for flag in ["--compare", "--alloc-conf"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+            .arg("replay")
+            .arg(fixture("field/history_less_gpt2.pickle.gz"))
+            .args([flag, "expandable_segments:True"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("need a trace with history") && err.lines().count() == 1, "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}

@@ -49,10 +49,10 @@ pub struct FitArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// totalGlobalMem of the device to predict for.
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Bytes on the device that are not PyTorch's (the CUDA context).
-    #[arg(long, value_name = "BYTES", default_value_t = CUDA_CONTEXT_BYTES)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = CUDA_CONTEXT_BYTES)]
     pub(crate) context: u64,
     /// The largest batch the search tries.
     #[arg(long, value_name = "N", default_value_t = 1 << 16)]

@@ -78,8 +78,9 @@ impl std::str::FromStr for At {
 /// PyTorch's per-process memory cap: a byte limit or a share of the device.
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct MemoryCap {
-    /// Per-process memory limit in bytes (PyTorch's allowed_memory_maximum).
-    #[arg(long, value_name = "BYTES", conflicts_with = "memory_fraction")]
+    /// Per-process memory limit (PyTorch's allowed_memory_maximum): bytes,
+    /// or 16GiB / 16G (powers of 1024), 16GB (powers of 1000), 1.5e10.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, conflicts_with = "memory_fraction")]
     pub(crate) memory_limit: Option<u64>,
     /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
     #[arg(long, value_name = "F")]
@@ -132,14 +133,14 @@ pub struct ReplayArgs {
     pub(crate) at: Option<At>,
     /// totalGlobalMem of the recorded device (sizes expandable-segment
     /// reservations and memory fractions).
-    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Which device of a multi-GPU snapshot to replay (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) max_unpacked: Option<u64>,
 }
 
@@ -297,6 +298,35 @@ fn oom_index(events: &[Event]) -> Option<usize> {
     events.iter().position(|e| e.action == crate::alloc::Action::Oom)
 }
 
+/// A size flag's value: bytes (`9006592819`, `1.5e10`), or with a unit:
+/// `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` are powers of 1024; `KB`,
+/// `MB`, `GB`, `TB` powers of 1000 (case-insensitive, a space allowed).
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim().to_ascii_lowercase());
+    let scale: f64 = match unit.as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(format!(
+            "{s:?}: unknown unit {unit:?} (bytes, or K/M/G/T[iB] for powers of 1024, KB/MB/GB/TB for powers of 1000)"
+        )),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 9006592819, 8GiB, 8G, 8GB, 1.5e10)"))?;
+    let bytes = v * scale;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= 1.8e19 {
+        return Err(format!("{s:?} is not a size in bytes"));
+    }
+    Ok(bytes.round() as u64)
+}
+
 fn parse_conf(s: &str) -> Result<AllocatorConfig> {
     AllocatorConfig::parse(s).map_err(|e| anyhow!(InputError(e.to_string())))
 }
@@ -394,6 +424,12 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     let fidelity = session.fidelity;
+    if session.start == Start::StateOnly && (!compare_confs.is_empty() || what_if_conf.is_some()) {
+        return Err(anyhow!(InputError(format!(
+            "{}: --compare and --alloc-conf replay a run's requests, and a snapshot without memory history has none: they need a trace with history (torch.cuda.memory._record_memory_history before the run)",
+            args.trace.display()
+        ))));
+    }
     // A run that ran out of memory: what to set, only as a replay of this
     // run under every setting found it (docs/tune.md).
     let has_oom = dev.events.iter().any(|e| e.action == crate::alloc::Action::Oom);
@@ -868,14 +904,14 @@ pub struct ExportArgs {
     #[arg(long)]
     pub(crate) force: bool,
     /// Per-process memory limit in bytes (as the run had it).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) memory_limit: Option<u64>,
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) max_unpacked: Option<u64>,
 }
 
@@ -935,4 +971,26 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         eprintln!("gpumem-top: wrote {} ({} bytes, event {cursor})", out.display(), bytes.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    /// Every size flag takes units and exponents (`--memory-limit 8GB`,
+    /// `8.39GiB`, `9e9`), and says what a unit it does not know is.
+    #[test]
+    fn sizes_take_units_and_exponents() {
+        assert_eq!(parse_size("9006592819"), Ok(9_006_592_819));
+        assert_eq!(parse_size("16GiB"), Ok(16 << 30));
+        assert_eq!(parse_size("16G"), Ok(16 << 30));
+        assert_eq!(parse_size("16 gb"), Ok(16_000_000_000));
+        assert_eq!(parse_size("8.39GiB"), Ok((8.39 * (1u64 << 30) as f64).round() as u64));
+        assert_eq!(parse_size("1.5e10"), Ok(15_000_000_000));
+        assert_eq!(parse_size("9e9"), Ok(9_000_000_000));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert!(parse_size("8 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("1e30").is_err());
+    }
 }

@@ -97,7 +97,7 @@ pub struct SynthArgs {
     #[arg(long)]
     pub(crate) varlen: bool,
     /// Bytes leaked (allocated and never freed) per iteration.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_size)]
     pub(crate) leak: Option<u64>,
     #[arg(long, value_enum, default_value_t = OnOom::Stop)]
     pub(crate) on_oom: OnOom,
