@@ -321,7 +321,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     };
     let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 9006592819, 8GiB, 8G, 8GB, 1.5e10)"))?;
     let bytes = v * scale;
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 1.8e19 {
+    if !bytes.is_finite() || !(0.0..1.8e19).contains(&bytes) {
         return Err(format!("{s:?} is not a size in bytes"));
     }
     Ok(bytes.round() as u64)
