@@ -315,9 +315,11 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "{s:?}: unknown unit {unit:?} (bytes, or K/M/G/T[iB] for powers of 1024, KB/MB/GB/TB for powers of 1000)"
-        )),
+        ))
+        }
     };
     let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 9006592819, 8GiB, 8G, 8GB, 1.5e10)"))?;
     let bytes = v * scale;
