@@ -68,6 +68,33 @@ pub fn fresh_dir(parent: &Path, prefix: &str) -> io::Result<PathBuf> {
     Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("no fresh name for {prefix}-… in {}", parent.display())))
 }
 
+/// Our own private directory: `dir` when it is (or can be made) private;
+/// when it cannot and `dir` is only the default `/tmp/gpumem-top-UID` (no
+/// `--publish-dir`, `GPUMEM_TOP_DIR` or `XDG_RUNTIME_DIR` named it), a
+/// fresh `$TMPDIR/gpumem-top-UID-XXXXXXXXXXXX` instead, as the publisher
+/// falls back (and the live view reads those), with a sentence saying so.
+/// Another user who made the default first then neither gets code run nor
+/// stops us. A directory the user named is refused instead.
+pub fn own_dir(dir: &Path, named: bool) -> io::Result<(PathBuf, Option<String>)> {
+    match ensure_private_dir(dir) {
+        Ok(()) => Ok((dir.to_path_buf(), None)),
+        Err(e) if !named && e.kind() == io::ErrorKind::PermissionDenied => {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::geteuid() };
+            let tmp = std::path::absolute(std::env::temp_dir())?;
+            let fresh = fresh_dir(&tmp, &format!("gpumem-top-{uid}"))?;
+            Ok((fresh.clone(), Some(format!("{}: {e}; using {} instead", dir.display(), fresh.display()))))
+        }
+        Err(e) => Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
+    }
+}
+
+/// Whether the publish directory was named (`GPUMEM_TOP_DIR`,
+/// `XDG_RUNTIME_DIR`) rather than the shared default.
+pub fn dir_named_by_environment() -> bool {
+    ["GPUMEM_TOP_DIR", "XDG_RUNTIME_DIR"].iter().any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()))
+}
+
 /// A file created for writing that did not exist (O_EXCL, no link
 /// followed), mode 0600.
 pub fn create_new(path: &Path) -> io::Result<std::fs::File> {

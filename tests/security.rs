@@ -249,3 +249,47 @@ fn attach_never_runs_the_targets_binary() {
     let _ = p.wait();
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// The shared default `/tmp/gpumem-top-UID` made first by someone else (here
+/// root, for the second account): `run` neither uses it nor refuses to
+/// start; it publishes into a fresh private `$TMPDIR/gpumem-top-UID-…` (as
+/// the publisher falls back), says so, and nothing planted is imported.
+#[test]
+fn a_hijacked_default_directory_neither_runs_code_nor_stops_run() {
+    let Some(user) = other_user() else { return };
+    if !have_python() {
+        return;
+    }
+    let tmp = shared_tmp("default");
+    let default = PathBuf::from(format!("/tmp/gpumem-top-{}", user.0));
+    let _ = std::fs::remove_dir_all(&default);
+    let marker = tmp.join("marker");
+    std::fs::create_dir(&default).unwrap();
+    std::fs::write(
+        default.join("sitecustomize.py"),
+        format!("open({:?}, 'w').write('ran')\n", marker.display().to_string()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&default, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let rec = tmp.join("rec.jsonl");
+    let out = Command::new(bin())
+        .args(["run", "-o"])
+        .arg(&rec)
+        .args(["--", "python3", "-c", "import os; print('PYTHONPATH=' + os.environ['PYTHONPATH'])"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("TMPDIR", &tmp)
+        .env("HOME", &tmp)
+        .uid(user.0)
+        .gid(user.1)
+        .output()
+        .unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&default);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("{}: belongs to uid 0", default.display())) && err.contains("instead"), "{err}");
+    let hook = stdout.lines().find_map(|l| l.strip_prefix("PYTHONPATH=")).unwrap();
+    assert!(hook.starts_with(&format!("{}/gpumem-top-{}-", tmp.display(), user.0)), "{hook}");
+    assert!(!marker.exists(), "the planted sitecustomize ran");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}

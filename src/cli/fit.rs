@@ -112,12 +112,12 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     // Our own private directory (where the live view's publishers write):
     // one another user made first is refused, never used.
     let user = std::path::absolute(crate::monitor::publisher::default_dir())?;
-    crate::private::ensure_private_dir(&user).map_err(|e| {
-        anyhow!(InputError(format!(
-            "{}: {e} (set XDG_RUNTIME_DIR or GPUMEM_TOP_DIR to a directory of your own)",
-            user.display()
-        )))
+    let (user, note) = crate::private::own_dir(&user, crate::private::dir_named_by_environment()).map_err(|e| {
+        anyhow!(InputError(format!("{e} (set XDG_RUNTIME_DIR or GPUMEM_TOP_DIR to a directory of your own)")))
     })?;
+    if let Some(n) = note {
+        eprintln!("gpumem-top fit: {n}");
+    }
     let work =
         crate::private::fresh_dir(&user, "fit").map_err(|e| anyhow!(InputError(format!("{}: {e}", user.display()))))?;
     let result = record_into(args, &work, record_dir.as_deref());

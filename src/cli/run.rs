@@ -125,9 +125,12 @@ impl Drop for Hook {
 fn publish_dir(live: &LiveArgs) -> Result<PathBuf> {
     let dir = live.dir();
     let dir = std::path::absolute(&dir).map_err(|e| anyhow!(InputError(format!("{}: {e}", dir.display()))))?;
-    crate::private::ensure_private_dir(&dir).map_err(|e| {
-        anyhow!(InputError(format!("{}: {e} (choose a directory of your own with --publish-dir)", dir.display())))
-    })?;
+    let named = live.publish_dir.is_some() || crate::private::dir_named_by_environment();
+    let (dir, note) = crate::private::own_dir(&dir, named)
+        .map_err(|e| anyhow!(InputError(format!("{e} (choose a directory of your own with --publish-dir)"))))?;
+    if let Some(n) = note {
+        eprintln!("gpumem-top: {n}");
+    }
     Ok(dir)
 }
 
