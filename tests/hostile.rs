@@ -744,3 +744,33 @@ fn recordings_gzipped_or_with_a_bom_and_traces_after_blank_lines_are_read() {
     assert_eq!(code, Some(2));
     assert!(err.contains("line 1003"), "{err}");
 }
+
+/// Counts read as English: "recorded 1 sample", "1 process", "1 OOM" /
+/// "0 OOMs".
+#[test]
+fn counts_of_one_are_singular() {
+    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("one.jsonl");
+    let _ = std::fs::remove_file(&out);
+    let o = Command::new(bin())
+        .args(["record", "--source", "demo", "--interval", "20", "--count", "1", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("recorded 1 sample to"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = Command::new(bin()).arg("replay").arg(&out).output().unwrap();
+    let text = String::from_utf8_lossy(&r.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(first.ends_with(": 1 sample (gpumem-top-record), 1 process"), "{first}");
+    assert!(text.lines().nth(1).unwrap().contains(": 1 sample, peak allocated"), "{text}");
+    assert!(text.lines().nth(1).unwrap().ends_with(", 0 OOMs"), "{text}");
+    let s = Command::new(bin()).arg("replay").arg(fixture("field/history_less_gpt2.pickle.gz")).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&s.stdout).contains("fidelity: state-only, 139 segments as the snapshot holds them")
+    );
+}

@@ -351,7 +351,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let rec = Recorder { file, header, out: &args.output, source: name, interval_ms: args.live.interval };
     let n = rec.run(src, thresholds, interval, &stop, args.count)?;
-    eprintln!("gpumem-top: recorded {n} samples to {}", args.output.display());
+    eprintln!("gpumem-top: recorded {} to {}", crate::analysis::count(n as usize, "sample"), args.output.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -591,18 +591,25 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
 
 /// The text summary of a recording (`replay RECORDING` into a pipe).
 fn recording_summary(r: &crate::monitor::report::RecordingReport) -> String {
+    use crate::analysis::count;
     use crate::analysis::human_bytes;
-    let mut out = format!("{}: {} samples ({}), {} processes\n", r.trace, r.samples, r.format, r.processes.len());
+    let mut out = format!(
+        "{}: {} ({}), {}\n",
+        r.trace,
+        count(r.samples, "sample"),
+        r.format,
+        if r.processes.len() == 1 { "1 process".to_string() } else { format!("{} processes", r.processes.len()) }
+    );
     for p in &r.processes {
         out.push_str(&format!(
-            "  GPU {} pid {} {}: {} samples, peak allocated {}, peak reserved {}, {} OOMs\n",
+            "  GPU {} pid {} {}: {}, peak allocated {}, peak reserved {}, {}\n",
             p.gpu,
             p.pid,
             p.command.as_deref().unwrap_or("?"),
-            p.samples,
+            count(p.samples, "sample"),
             p.peak_allocated_bytes.map_or("n/a".into(), human_bytes),
             p.peak_reserved_bytes.map_or("n/a".into(), human_bytes),
-            p.ooms
+            count(p.ooms, "OOM")
         ));
     }
     if let Some(l) = &r.last {

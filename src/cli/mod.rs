@@ -636,7 +636,7 @@ fn new_oom_text(o: &report::NewOomReport, dev: &DeviceTrace) -> String {
     let t0 = dev.time_us.first().copied().unwrap_or(0);
     let when = dev.time_us.get(o.event).map(|t| format!(", {:.3} s in", (t - t0) as f64 / 1e6)).unwrap_or_default();
     let site = match (&o.call_site, &o.script_site) {
-        (c, _) if c.is_empty() => "no Python frame recorded".to_string(),
+        (c, _) if c.is_empty() => "a place no Python frame was recorded for".to_string(),
         (c, Some(s)) => format!("{c}, called from {s}"),
         (c, None) => c.clone(),
     };
@@ -762,8 +762,8 @@ fn summary_text(
             r.reproduced
         )),
         Fidelity::StateOnly => o.push_str(&format!(
-            "fidelity: state-only, {} segments as the snapshot holds them (no trace to replay)\n",
-            session.recorded.segments
+            "fidelity: state-only, {} as the snapshot holds them (no trace to replay)\n",
+            crate::analysis::count(session.recorded.segments, "segment")
         )),
         Fidelity::Diverged => {
             if let Some(d) = session.divergence() {
@@ -785,8 +785,8 @@ fn summary_text(
             .collect();
         ids.dedup();
         o.push_str(&format!(
-            "private pools: {} segments, {} reserved, in {}\n",
-            private.len(),
+            "private pools: {}, {} reserved, in {}\n",
+            crate::analysis::count(private.len(), "segment"),
             human_bytes(private.iter().map(|s| s.total_size).sum()),
             ids.join(", ")
         ));
