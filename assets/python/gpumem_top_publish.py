@@ -338,6 +338,20 @@ def _fold_true(device, a, r):
     t[0], t[1] = _max(t[0], a), _max(t[1], r)
 
 
+def _stat_functions(C):
+    """PyTorch's (stats getter name, getter, peak reset name, reset) pairs
+    that ``C`` (``torch._C``) has: CUDA's, and the accelerator API's."""
+    out = []
+    for get_name, reset_name in (
+        ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
+        ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),
+    ):
+        get, reset = getattr(C, get_name, None), getattr(C, reset_name, None)
+        if get is not None and reset is not None:
+            out.append((get_name, get, reset_name, reset))
+    return out
+
+
 def _install_reset_watch(torch):
     """Wraps PyTorch's peak resets so that the peaks a reset is about to
     clear (a script's per-step ``reset_peak_memory_stats()``) are kept as
@@ -345,13 +359,7 @@ def _install_reset_watch(torch):
     is (docs/live.md). The script reads what it would have read. A torch
     without these functions has nothing to watch."""
     C = getattr(torch, "_C", None)
-    for get_name, reset_name in (
-        ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
-        ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),
-    ):
-        get, reset = getattr(C, get_name, None), getattr(C, reset_name, None)
-        if get is None or reset is None:
-            continue
+    for _, get, reset_name, reset in _stat_functions(C):
 
         def make(reset, raw_get):
             def watched(*args, **kwargs):
@@ -374,15 +382,7 @@ def _install_peak_shadow(torch):
     """Wraps PyTorch's stats getters and peak resets so that Python readers
     see the peaks they would have seen without our resets (docs/live.md)."""
     C = torch._C
-    pairs = []
-    for get_name, reset_name in (
-        ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats"),
-        ("_accelerator_getDeviceStats", "_accelerator_resetPeakStats"),
-    ):
-        get, reset = getattr(C, get_name, None), getattr(C, reset_name, None)
-        if get is None or reset is None:
-            continue
-        pairs.append((get_name, get, reset_name, reset))
+    pairs = _stat_functions(C)
     if not pairs:
         raise RuntimeError("this torch has no _cuda_memoryStats/_cuda_resetPeakMemoryStats")
     shadow = _state["shadow"]

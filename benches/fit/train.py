@@ -4,6 +4,11 @@ model on the GPU (no download: random weights), as users' scripts run.
 
     --model resnet50   torchvision ResNet-50, 224x224, bf16 autocast, SGD momentum
     --model gpt2       Hugging Face GPT2LMHeadModel (default config), seq 512, fp32, AdamW
+    --model bert       Hugging Face BertForMaskedLM (default config), seq 512, fp32, AdamW
+
+    --checkpoint       (gpt2, bert) gradient_checkpointing_enable(), non-reentrant
+    --reset-peaks      (gpt2, bert) print max_memory_allocated() per step and reset
+                       the peaks, as per-step logging does
     --model efficientnet  torchvision EfficientNet-B0, 224x224, fp16 autocast + GradScaler, AdamW
     --model vit        torchvision ViT-B/16, 224x224, bf16 autocast, AdamW
     --model resnet18   torchvision ResNet-18, 224x224, fp32, SGD momentum
@@ -58,30 +63,20 @@ elif a.model in ("efficientnet", "vit", "resnet18"):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-elif a.model == "bert":
-    from transformers import BertConfig, BertForMaskedLM
+elif a.model in ("gpt2", "bert"):
+    import transformers
 
-    model = BertForMaskedLM(BertConfig()).to(dev)
+    if a.model == "gpt2":
+        model, vocab = transformers.GPT2LMHeadModel(transformers.GPT2Config()), 50257
+    else:
+        model, vocab = transformers.BertForMaskedLM(transformers.BertConfig()), 30522
+    model = model.to(dev)
     if a.checkpoint:
         model.gradient_checkpointing_enable()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for _ in range(a.steps):
-        ids = torch.randint(0, 30522, (a.batch_size, 512), device=dev)
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-elif a.model == "gpt2":
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    model = GPT2LMHeadModel(GPT2Config()).to(dev)
-    if a.checkpoint:
-        model.gradient_checkpointing_enable()
-        model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for step in range(a.steps):
-        ids = torch.randint(0, 50257, (a.batch_size, 512), device=dev)
+        ids = torch.randint(0, vocab, (a.batch_size, 512), device=dev)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
