@@ -175,17 +175,12 @@ fn json_shape_and_self_check() {
     }
 }
 
-/// `fit --batches 2,4 -- CMD --batch-size {batch}` runs the command per
-/// batch with history recorded by the hook gpumem-top puts on PYTHONPATH
-/// (here over a stand-in torch that writes the recorded GPT-2 snapshots),
-/// and predicts as from the files.
-#[test]
-fn fit_records_its_samples_by_running_the_training_command() {
-    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return;
-    }
-    let d = std::env::temp_dir().join(format!("gpumem-top-fitrec-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+/// A stand-in `torch` in `d/fake` for `fit --batches`: PyTorch 2.11's
+/// version, the optimizer-step hook registry (as torch.optim hides it), and
+/// a `_dump_snapshot` that copies the recorded GPT-2 sample of
+/// `_state["batch"]`, after checking history was on and saying with which
+/// settings (on stderr).
+fn fake_torch(d: &std::path::Path) {
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
     std::fs::write(
         d.join("fake/torch/__init__.py"),
@@ -222,6 +217,20 @@ from . import optim
         "import torch\ndef register_optimizer_step_post_hook(f):\n    torch._state['hooks'].append(f)\n",
     )
     .unwrap();
+}
+
+/// `fit --batches 2,4 -- CMD --batch-size {batch}` runs the command per
+/// batch with history recorded by the hook gpumem-top puts on PYTHONPATH
+/// (here over a stand-in torch that writes the recorded GPT-2 snapshots),
+/// and predicts as from the files.
+#[test]
+fn fit_records_its_samples_by_running_the_training_command() {
+    if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return;
+    }
+    let d = std::env::temp_dir().join(format!("gpumem-top-fitrec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    fake_torch(&d);
     std::fs::write(
         d.join("train.py"),
         r#"
@@ -390,36 +399,7 @@ fn several_recording_processes_of_one_command_do_not_overwrite_each_other() {
     }
     let d = std::env::temp_dir().join(format!("gpumem-top-fitranks-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(d.join("fake/torch/optim")).unwrap();
-    std::fs::write(
-        d.join("fake/torch/__init__.py"),
-        format!(
-            r#"
-import os, shutil
-__version__ = "2.11.0"
-_state = {{"hooks": []}}
-class _Memory:
-    def _record_memory_history(self, **kw): pass
-    def _dump_snapshot(self, path):
-        shutil.copy(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"]), path)
-class _Cuda:
-    memory = _Memory()
-    def is_available(self): return True
-    def is_initialized(self): return True
-    def synchronize(self): pass
-cuda = _Cuda()
-from . import optim
-"#,
-            fixtures = fixture("fit").display().to_string()
-        ),
-    )
-    .unwrap();
-    std::fs::write(d.join("fake/torch/optim/__init__.py"), "from . import optimizer\ndel optimizer\n").unwrap();
-    std::fs::write(
-        d.join("fake/torch/optim/optimizer.py"),
-        "import torch\ndef register_optimizer_step_post_hook(f):\n    torch._state['hooks'].append(f)\n",
-    )
-    .unwrap();
+    fake_torch(&d);
     // Rank 0 starts rank 1 (the same script), as a launcher's ranks are.
     std::fs::write(
         d.join("train.py"),
