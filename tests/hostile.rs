@@ -774,3 +774,22 @@ fn counts_of_one_are_singular() {
         String::from_utf8_lossy(&s.stdout).contains("fidelity: state-only, 139 segments as the snapshot holds them")
     );
 }
+
+/// A trace read from a process substitution (`<(zcat x)`, /dev/fd/N) is
+/// named as a pipe, not as the descriptor's number.
+#[test]
+fn a_pipe_is_named_a_pipe() {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "'{}' replay <(zcat '{}') --json",
+            bin().display(),
+            fixture("traces/resnet50_train.pickle.gz").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["trace"], "(pipe)");
+    assert_eq!(j["fidelity"], "exact");
+}

@@ -566,7 +566,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
 /// `replay RECORDING.jsonl`: the live view over what was recorded, or with
 /// `--json` a summary per publishing process.
 pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: bool) -> Result<ExitCode> {
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = super::trace_name(path);
     let n = snaps.len();
     let interactive = !json_out && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !interactive {

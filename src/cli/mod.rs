@@ -298,6 +298,20 @@ fn oom_index(events: &[Event]) -> Option<usize> {
     events.iter().position(|e| e.action == crate::alloc::Action::Oom)
 }
 
+/// How a trace is named on screens and in reports: its file name, or for
+/// a pipe (`<(zcat x)` is `/dev/fd/63`) or `-`, "(pipe)" / "(stdin)"
+/// rather than a number.
+pub(crate) fn trace_name(path: &Path) -> String {
+    let s = path.to_string_lossy();
+    if s == "-" {
+        return "(stdin)".into();
+    }
+    if s.starts_with("/dev/fd/") || s.starts_with("/proc/self/fd/") {
+        return "(pipe)".into();
+    }
+    path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| s.into_owned())
+}
+
 /// A size flag's value: bytes (`9006592819`, `1.5e10`), or with a unit:
 /// `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` are powers of 1024; `KB`,
 /// `MB`, `GB`, `TB` powers of 1000 (case-insensitive, a space allowed).
@@ -378,7 +392,7 @@ pub(crate) fn open_replay(
             exact.as_ref(),
         ))
     });
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = trace_name(path);
     let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", path.display(), d.event, d.reason))?;
     show(crate::ui::app::ReplayApp::new(model, color)).context("terminal")?;
@@ -474,7 +488,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         );
     }
     if interactive && fidelity.is_faithful() {
-        let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let name = trace_name(&args.trace);
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
@@ -523,7 +537,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let frag_now = fragmentation(&stats, &segments);
     let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
     let peak = exact_ok.then_some(session.exact.peak);
-    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = trace_name(&args.trace);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let divergence = session.divergence();
     let new_oom = session.first_new_oom().map(|(event, failing)| {
@@ -943,7 +957,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
         return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));
     }
-    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = trace_name(&args.trace);
     let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name.clone())
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
     let last = dev.events.len().saturating_sub(1);
@@ -963,7 +977,15 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         Format::Txt => "txt",
     };
     let view = format!("{:?}", args.view).to_lowercase();
-    let stem = name.split('.').next().unwrap_or("trace").to_string();
+    // Letters, digits, '_' and '-' of the name's first part ("(pipe)": "pipe").
+    let stem: String = name
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    let stem = if stem.is_empty() { "trace".to_string() } else { stem };
     let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{cursor}.{ext}")));
     if out.as_os_str() == "-" {
         std::io::stdout().lock().write_all(&bytes)?;

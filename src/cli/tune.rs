@@ -124,7 +124,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         why: why(&s.recorded, &s.recorded, limit),
     };
     let best_row = Row { outcome: best, export: export_line(&best.alloc_conf), why: why(best, &s.recorded, limit) };
-    let name = args.trace.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = super::trace_name(&args.trace);
     if args.json {
         let report = Report {
             trace: name,
