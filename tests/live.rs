@@ -66,7 +66,7 @@ fn proc_(pid: u32, cmd: &str, used: u64) -> ProcessSample {
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gpumem-live-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    publisher::ensure_dir(&d).unwrap();
+    gpumem_top::private::ensure_private_dir(&d).unwrap();
     d
 }
 

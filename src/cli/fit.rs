@@ -281,10 +281,14 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         args.targets.clone()
     };
     let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
+    // Per config: the largest batch under it, and the peaks there.
+    let largest = |conf: &AllocatorConfig| {
+        let mb = fitted.max_batch(conf, &target, args.max_batch);
+        (mb, (mb > 0).then(|| fitted.predict_limited(mb, conf, &target)))
+    };
     let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
-        let mb = fitted.max_batch(&conf, &target, args.max_batch);
-        let at = (mb > 0).then(|| fitted.predict_limited(mb, &conf, &target));
+        let (mb, at) = largest(&conf);
         by_config.push((label, mb, at));
     }
     let max_batch = by_config[0].1;
@@ -295,13 +299,11 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let search =
         crate::tune::search(&fitted.requests_at(tuned_at), &base.source, args.device_total, args.context, limit, None);
     let recommended = search.best().alloc_conf.clone();
-    if recommended != base.source && search.best().beats(&search.recorded) {
+    let new = recommended != base.source && !by_config.iter().any(|(l, _, _)| *l == recommended);
+    if new && search.best().beats(&search.recorded) {
         if let Ok(conf) = AllocatorConfig::parse(&recommended) {
-            let mb = fitted.max_batch(&conf, &target, args.max_batch);
-            let at = (mb > 0).then(|| fitted.predict_limited(mb, &conf, &target));
-            if !by_config.iter().any(|(l, _, _)| *l == recommended) {
-                by_config.push((recommended.clone(), mb, at));
-            }
+            let (mb, at) = largest(&conf);
+            by_config.push((recommended.clone(), mb, at));
         }
     }
 

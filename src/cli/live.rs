@@ -115,8 +115,9 @@ pub(crate) fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
 pub(crate) fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
     let Some(q) = open_nvml(&args.devices)? else { return Ok(None) };
     let dir = args.dir();
-    // Publishers create it too; make it ours and private if it is missing.
-    let _ = publisher::ensure_dir(&dir);
+    // Publishers create it too; make it ours and private if it is missing
+    // (one that is not is read by the scanner's own checks, or refused).
+    let _ = crate::private::ensure_private_dir(&dir);
     Ok(Some(Box::new(LiveSource::new(Box::new(q), args.devices.clone(), Some(dir)))))
 }
 
@@ -390,10 +391,12 @@ impl Recorder<'_> {
         // The sampler runs until it is dropped at the end of this function.
         let (sampler, rx) = Sampler::spawn(src, interval);
         let mut n = 0u64;
+        let write = |file: &mut std::fs::File, snap: &Snapshot| -> Result<()> {
+            put(file, &out, &record_line(snap, &alerts(snap, &thresholds)))
+        };
         while !stop.load(Ordering::Relaxed) && count.is_none_or(|c| n < c) {
             let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
-            let a = alerts(&snap, &thresholds);
-            put(&mut self.file, &out, &record_line(&snap, &a))?;
+            write(&mut self.file, &snap)?;
             n += 1;
         }
         if count.is_some_and(|c| n >= c) {
@@ -406,8 +409,7 @@ impl Recorder<'_> {
         sampler.sample_now();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while let Ok(snap) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
-            let a = alerts(&snap, &thresholds);
-            put(&mut self.file, &out, &record_line(&snap, &a))?;
+            write(&mut self.file, &snap)?;
             n += 1;
             if snap.time >= since {
                 break;

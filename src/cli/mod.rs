@@ -380,16 +380,13 @@ pub(crate) fn open_replay(
     // What the live view's alerts quote from now on, instead of a hint no
     // replay checked (docs/tune.md).
     let tuned = (session.start != Start::StateOnly).then(|| {
-        let reqs = crate::tune::requests_of(&mut session);
-        let exact = (session.start == Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
-        let conf = want.config.source.clone();
-        crate::tune::verdict(&crate::tune::search(
-            &reqs,
-            &conf,
+        let conf = &want.config.source;
+        crate::tune::verdict(&crate::tune::search_session(
+            &mut session,
+            conf,
             DEFAULT_DEVICE_TOTAL,
             CUDA_CONTEXT_BYTES,
             None,
-            exact.as_ref(),
         ))
     });
     let name = trace_name(path);
@@ -448,30 +445,29 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     }
     // A run that ran out of memory: what to set, only as a replay of this
     // run under every setting found it (docs/tune.md).
-    let has_oom = dev.events.iter().any(|e| e.action == crate::alloc::Action::Oom);
-    let advice = if has_oom && fidelity.is_faithful() && session.start != Start::StateOnly && what_if_conf.is_none() {
-        let reqs = crate::tune::requests_of(&mut session);
-        let exact = (session.start == Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
-        let s = crate::tune::search(
-            &reqs,
-            &recorded_conf.source,
-            args.device_total,
-            CUDA_CONTEXT_BYTES,
-            limit,
-            exact.as_ref(),
-        );
-        // By how much the first failed request overshot: allocated just
-        // before it, plus the request, less what the process could have.
-        let overshoot = dev.events.iter().position(|e| e.action == crate::alloc::Action::Oom).and_then(|i| {
-            let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
-            let mut sc = session.scrubber(64).ok()?;
-            let allocated = sc.seek(i.saturating_sub(1)).stats().get(crate::alloc::Kind::AllocatedBytes, 0).current;
-            (allocated.max(0) as u64 + dev.events[i].size).checked_sub(cap)
-        });
-        crate::tune::oom_advice(&s, overshoot)
-    } else {
-        None
-    };
+    let first_oom = oom_index(&dev.events);
+    let advice =
+        if first_oom.is_some() && fidelity.is_faithful() && session.start != Start::StateOnly && what_if_conf.is_none()
+        {
+            let s = crate::tune::search_session(
+                &mut session,
+                &recorded_conf.source,
+                args.device_total,
+                CUDA_CONTEXT_BYTES,
+                limit,
+            );
+            // By how much the first failed request overshot: allocated just
+            // before it, plus the request, less what the process could have.
+            let overshoot = first_oom.and_then(|i| {
+                let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
+                let mut sc = session.scrubber(64).ok()?;
+                let allocated = sc.seek(i.saturating_sub(1)).stats().get(crate::alloc::Kind::AllocatedBytes, 0).current;
+                (allocated.max(0) as u64 + dev.events[i].size).checked_sub(cap)
+            });
+            crate::tune::oom_advice(&s, overshoot)
+        } else {
+            None
+        };
 
     // On a terminal, the interactive view; scripts and pipes get the summary.
     let interactive = !args.json

@@ -91,24 +91,17 @@ const PUBLISHER: &str = include_str!("../../assets/python/gpumem_top_publish.py"
 struct Hook(PathBuf);
 
 impl Hook {
-    /// For `attach`: the publisher alone (the target imports it itself).
-    fn attach(publish_dir: &Path) -> Result<Hook> {
+    /// A fresh `PREFIX-…` directory in `publish_dir` holding `files`
+    /// (name, text), each created new: `run`'s sitecustomize and publisher,
+    /// or for `attach` the publisher alone (the target imports it itself).
+    fn new(publish_dir: &Path, prefix: &str, files: &[(&str, &str)]) -> Result<Hook> {
         use std::io::Write;
-        let dir = crate::private::fresh_dir(publish_dir, "attach")
+        let dir = crate::private::fresh_dir(publish_dir, prefix)
             .with_context(|| format!("cannot create the hook's directory in {}", publish_dir.display()))?;
         let hook = Hook(dir);
-        crate::private::create_new(&hook.0.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
-        Ok(hook)
-    }
-
-    fn new(publish_dir: &Path) -> Result<Hook> {
-        use crate::private::{create_new, fresh_dir};
-        use std::io::Write;
-        let dir = fresh_dir(publish_dir, "run")
-            .with_context(|| format!("cannot create the hook's directory in {}", publish_dir.display()))?;
-        let hook = Hook(dir);
-        create_new(&hook.0.join("sitecustomize.py"))?.write_all(SITECUSTOMIZE.as_bytes())?;
-        create_new(&hook.0.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
+        for (name, text) in files {
+            crate::private::create_new(&hook.0.join(name))?.write_all(text.as_bytes())?;
+        }
         Ok(hook)
     }
 }
@@ -248,7 +241,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 as Box<dyn crate::monitor::sampler::Source>
         }
     };
-    let hook = Hook::new(&dir)?;
+    let hook = Hook::new(&dir, "run", &[("sitecustomize.py", SITECUSTOMIZE), ("gpumem_top_publish.py", PUBLISHER)])?;
     let mut cmd = command(args, &hook.0, &dir);
     let shown = shown_command(&args.command);
     if !interactive {
@@ -404,11 +397,14 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     request(&pdir, args.pid).map_err(|e| anyhow!(InputError(format!("{}: {e}", pdir.display()))))?;
     let start = Instant::now();
     loop {
-        if !alive() && matches!(poll(&pdir, args.pid), Answer::Pending) {
-            withdraw(&pdir, args.pid);
-            return Err(anyhow!(InputError(format!("pid {} exited before answering the snapshot request", args.pid))));
-        }
         match poll(&pdir, args.pid) {
+            Answer::Pending if !alive() => {
+                withdraw(&pdir, args.pid);
+                return Err(anyhow!(InputError(format!(
+                    "pid {} exited before answering the snapshot request",
+                    args.pid
+                ))));
+            }
             Answer::Ready(from) => {
                 deliver(&from, &dest).map_err(|e| anyhow!(InputError(format!("{}: {e}", dest.display()))))?;
                 let size = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
@@ -521,7 +517,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     // returned: a fresh directory in the private publish directory, its
     // files created by us now (none planted can be there), removed when
     // we leave.
-    let hook = Hook::attach(&dir)?;
+    let hook = Hook::new(&dir, "attach", &[("gpumem_top_publish.py", PUBLISHER)])?;
     let script = hook.0.join("start.py");
     {
         use std::io::Write;

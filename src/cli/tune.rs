@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::{load_input, pick_device, Input, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 use crate::analysis::human_bytes;
 use crate::replay::session::{Fidelity, Session, Start, Want};
-use crate::tune::{search, why, Outcome};
+use crate::tune::{search_session, why, Outcome};
 
 #[derive(Args, Debug, Clone)]
 pub struct TuneArgs {
@@ -113,10 +113,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         _ => {}
     }
     let window = session.start == Start::Window;
-    let reqs = crate::tune::requests_of(&mut session);
-    // From process start the exact replay is the recorded setting's figures.
-    let exact = (!window).then(|| session.exact.allocator.stats().clone());
-    let s = search(&reqs, &recorded.source, args.device_total, CUDA_CONTEXT_BYTES, limit, exact.as_ref());
+    let s = search_session(&mut session, &recorded.source, args.device_total, CUDA_CONTEXT_BYTES, limit);
     let best = s.best();
     let rec_row = Row {
         outcome: &s.recorded,

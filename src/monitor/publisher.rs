@@ -544,7 +544,7 @@ impl Scanner {
                 }
                 // The entry itself, not what a link there points to.
                 match std::fs::symlink_metadata(e.path()) {
-                    Ok(m) if m.is_dir() && m.uid() == self.uid && m.mode() & 0o077 == 0 => {
+                    Ok(m) if readable_dir(&m, self.uid) => {
                         found.push((m.modified().unwrap_or(std::time::UNIX_EPOCH), e.path()))
                     }
                     _ => ignored += 1,
@@ -560,6 +560,12 @@ impl Scanner {
         self.fallbacks = Some(Fallbacks { mtime, settled, dirs: dirs.clone(), ignored });
         (dirs, ignored)
     }
+}
+
+/// A directory the scanner reads: `uid`'s own, mode 0700 (no one else may
+/// even list it), not a link (the metadata is the entry's own).
+fn readable_dir(m: &std::fs::Metadata, uid: u32) -> bool {
+    m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0
 }
 
 /// Fallback directories read at most (a publisher makes one only when its
@@ -620,7 +626,7 @@ impl Scanner {
         use std::os::unix::fs::OpenOptionsExt;
         // The directory itself, not what a link there points to.
         let Ok(meta) = std::fs::symlink_metadata(dir) else { return };
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        if !readable_dir(&meta, uid) {
             out.skipped.push(format!(
                 "{}: not read (a {}, owned by uid {}, mode {:o}; it must be our own 0700 directory)",
                 dir.display(),
@@ -683,16 +689,6 @@ impl Scanner {
                 Err(e) => out.skipped.push(format!("{}: {e}", path.display())),
             }
         }
-    }
-}
-
-/// Creates `dir` (mode 0700) if missing.
-pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
     }
 }
 

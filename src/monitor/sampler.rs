@@ -270,15 +270,7 @@ impl Sampler {
             .ok();
         Sampler { stop: Some(stop_tx), handle }
     }
-}
 
-/// A message to the sampler's thread (dropping its sender stops it).
-enum Wake {
-    /// Take the next sample now instead of at the end of the interval.
-    Now,
-}
-
-impl Sampler {
     /// Takes the next sample at once (the command being recorded exited:
     /// the file it wrote at exit is read now, not an interval later).
     pub(crate) fn sample_now(&self) {
@@ -286,6 +278,12 @@ impl Sampler {
             let _ = s.send(Wake::Now);
         }
     }
+}
+
+/// A message to the sampler's thread (dropping its sender stops it).
+enum Wake {
+    /// Take the next sample now instead of at the end of the interval.
+    Now,
 }
 
 impl Drop for Sampler {

@@ -341,10 +341,26 @@ fn rounding(o: &Outcome, recorded: &Outcome) -> String {
     }
 }
 
+/// `search` over a replay session's requests, recorded under `recorded`:
+/// from process start the exact replay's figures stand for the recorded
+/// setting; a window starts from the blocks live at its first event.
+pub(crate) fn search_session(
+    session: &mut crate::replay::session::Session,
+    recorded: &str,
+    device_total: u64,
+    context: u64,
+    limit: Option<u64>,
+) -> Search {
+    let reqs = requests_of(session);
+    let exact =
+        (session.start == crate::replay::session::Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
+    search(&reqs, recorded, device_total, context, limit, exact.as_ref())
+}
+
 /// The requests of a session, from its start (a window's: the blocks live
 /// at its first event allocated first, their addresses the keys its frees
-/// name), for `search`.
-pub(crate) fn requests_of(session: &mut crate::replay::session::Session) -> Vec<Request> {
+/// name).
+fn requests_of(session: &mut crate::replay::session::Session) -> Vec<Request> {
     let mut reqs = Vec::new();
     if session.start == crate::replay::session::Start::Window {
         for seg in &session.seed {
