@@ -272,7 +272,12 @@ fn a_hijacked_default_directory_neither_runs_code_nor_stops_run() {
     .unwrap();
     std::fs::set_permissions(&default, std::fs::Permissions::from_mode(0o777)).unwrap();
     let rec = tmp.join("rec.jsonl");
-    let out = Command::new(bin())
+    // The second account runs a copy of the binary: the build directory may
+    // sit where it cannot reach (a clone in a 0700 mktemp directory).
+    let exe = tmp.join("gpumem-top");
+    std::fs::copy(bin(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&exe)
         .args(["run", "-o"])
         .arg(&rec)
         .args(["--", "python3", "-c", "import os; print('PYTHONPATH=' + os.environ['PYTHONPATH'])"])
