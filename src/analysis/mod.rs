@@ -1,6 +1,8 @@
 //! Metrics derived from allocator state; nothing here mutates it. Names follow
 //! docs/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
 
+pub mod categories;
+
 use serde::Serialize;
 
 use crate::alloc::{BlockState, DeviceStats, Kind, SegmentInfo, StatePoint};

@@ -1,0 +1,639 @@
+//! What the memory is: every allocation of a trace put in one category
+//! (parameter, gradient, optimizer state, activation, input, temporary, or
+//! unknown where the evidence is missing), from the trace alone: its call
+//! stacks, the lifetimes of its blocks and the iteration structure that
+//! stacks or the optimizer's markers show. The method and its measured
+//! accuracy: docs/categories.md.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::alloc::{Action, Event};
+use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
+
+/// What one allocated block holds (docs/categories.md §Categories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    Input,
+    Temporary,
+    Unknown,
+}
+
+impl Category {
+    /// Every category, in the order bars, legends and reports list them.
+    pub const ALL: [Category; 7] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Input,
+        Category::Temporary,
+        Category::Unknown,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::Input => "input",
+            Category::Temporary => "temporary",
+            Category::Unknown => "unknown",
+        }
+    }
+
+    /// A short label for bars and legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Parameter => "params",
+            Category::Gradient => "grads",
+            Category::OptimizerState => "optim",
+            Category::Activation => "activ",
+            Category::Input => "input",
+            Category::Temporary => "temp",
+            Category::Unknown => "unknown",
+        }
+    }
+
+    /// What the category holds, as the help screen and docs define it.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Category::Parameter => "model weights and buffers: alive from before the first forward to the end",
+            Category::Gradient => "a parameter's .grad: made in backward, kept across the optimizer step",
+            Category::OptimizerState => "made in the optimizer's step and kept after it (Adam's moments, momentum)",
+            Category::Activation => "kept by autograd for backward: made in forward, freed in backward",
+            Category::Input => "the batch: made outside the model before forward, kept through backward",
+            Category::Temporary => "everything else: op workspaces, intermediates, results freed within the step",
+            Category::Unknown => "no evidence to tell (no call stacks and no optimizer markers)",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Bytes per category, indexed as `Category::ALL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CategoryBytes(pub [u64; 7]);
+
+impl CategoryBytes {
+    pub fn get(&self, c: Category) -> u64 {
+        self.0[c.index()]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    fn add(&mut self, c: Category, n: u64) {
+        self.0[c.index()] += n;
+    }
+
+    fn sub(&mut self, c: Category, n: u64) {
+        self.0[c.index()] = self.0[c.index()].saturating_sub(n);
+    }
+}
+
+/// What the categories were told from (docs/categories.md §Evidence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Evidence {
+    /// Per-allocation call stacks, lifetimes and the iteration structure.
+    Stacks,
+    /// No stacks: lifetimes, and iterations from the optimizer's
+    /// `Optimizer.step` markers.
+    Markers,
+    /// A snapshot without history: the live blocks' own stacks only.
+    BlockStacks,
+    /// Neither stacks nor markers: everything unknown.
+    None,
+}
+
+impl Evidence {
+    pub fn name(self) -> &'static str {
+        match self {
+            Evidence::Stacks => "stacks",
+            Evidence::Markers => "markers",
+            Evidence::BlockStacks => "block_stacks",
+            Evidence::None => "none",
+        }
+    }
+
+    /// One line on what the categories rest on, for summaries and help.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Evidence::Stacks => "from call stacks, lifetimes and iterations",
+            Evidence::Markers => "without call stacks: from lifetimes and the optimizer's step markers (less certain)",
+            Evidence::BlockStacks => {
+                "from the live blocks' own stacks only (no history): activations and temporaries cannot be told apart"
+            }
+            Evidence::None => "no call stacks and no optimizer markers: nothing to tell categories by",
+        }
+    }
+}
+
+/// Where an allocation was made, from its stack (or, without stacks, from
+/// its place in the iteration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The program's own thread outside backward and the optimizer:
+    /// building the model, loading the batch, forward.
+    Main,
+    Backward,
+    Optimizer,
+}
+
+/// A block alive at the trace's first event (a window's start, or every
+/// block of a snapshot without history), with its stack if the snapshot
+/// kept one.
+#[derive(Debug, Clone, Copy)]
+pub struct StartBlock {
+    pub address: u64,
+    pub size: u64,
+    pub stack: u32,
+}
+
+/// Every allocation's category, and the bytes per category at any event.
+#[derive(Debug, Clone)]
+pub struct Categories {
+    pub evidence: Evidence,
+    /// Per event: the category of the allocation an `alloc` makes or a
+    /// `free_requested` ends (`None` for other events).
+    of_event: Vec<Option<Category>>,
+    /// Blocks alive at the first event, by address.
+    at_start: HashMap<u64, Category>,
+    /// Per address: the `alloc` events there, in order.
+    allocs_at: HashMap<u64, Vec<u32>>,
+    /// Bytes per category before event `k * SAMPLE`.
+    samples: Vec<CategoryBytes>,
+}
+
+const SAMPLE: usize = 256;
+
+impl Categories {
+    /// Categorizes a device's trace. `start` are the blocks alive before its
+    /// first event (empty for a trace from process start).
+    pub fn of(
+        dev: &DeviceTrace,
+        stacks: &[Vec<Frame>],
+        annotations: &[Annotation],
+        start: &[StartBlock],
+    ) -> Categories {
+        let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
+        let per_event = dev.call_stacks(stacks) == "per_event";
+        let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
+        let evidence = if per_event {
+            Evidence::Stacks
+        } else if !windows.is_empty() {
+            Evidence::Markers
+        } else if dev.events.is_empty() && start.iter().any(|b| frames(b.stack).is_some_and(|f| !f.is_empty())) {
+            Evidence::BlockStacks
+        } else {
+            Evidence::None
+        };
+
+        let n = dev.events.len();
+        // Lifetimes: each alloc's free_requested (PyTorch's allocated bytes
+        // drop there), and the start blocks' ends.
+        let mut end: Vec<Option<usize>> = vec![None; n];
+        let mut start_end: HashMap<u64, Option<usize>> = start.iter().map(|b| (b.address, None)).collect();
+        let mut live: HashMap<u64, Live> = start.iter().map(|b| (b.address, Live::Start)).collect();
+        for (i, e) in dev.events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    live.insert(e.addr, Live::Alloc(i));
+                }
+                Action::FreeRequested | Action::FreeCompleted => match live.remove(&e.addr) {
+                    Some(Live::Alloc(a)) => end[a] = Some(i),
+                    Some(Live::Start) => {
+                        start_end.insert(e.addr, Some(i));
+                    }
+                    None => {}
+                },
+                _ => {}
+            }
+        }
+
+        // Each allocation's phase; other events only inside the optimizer's
+        // calls (a step that allocates nothing still ends an iteration).
+        let phases: Vec<Option<Phase>> = match evidence {
+            Evidence::Stacks => {
+                let mut cache: HashMap<u32, Phase> = HashMap::new();
+                dev.events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| {
+                        if in_windows(&windows, i) {
+                            Some(Phase::Optimizer)
+                        } else if e.action == Action::Alloc {
+                            let sid = dev.stacks.get(i).copied().unwrap_or(0);
+                            Some(*cache.entry(sid).or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
+                        } else {
+                            None
+                        }
+                    })
+                    .collect()
+            }
+            Evidence::Markers => phases_from_markers(&dev.events, &windows),
+            _ => vec![None; n],
+        };
+        let runs = Runs::of(&phases);
+
+        let main_frames = |i: usize| frames(dev.stacks.get(i).copied().unwrap_or(0)).unwrap_or(&[]);
+        let mut of_event: Vec<Option<Category>> = vec![None; n];
+        if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
+            // Without stacks, the batch (and the model, in the first
+            // iteration) is what an iteration allocates before its first
+            // activation.
+            let first_activation = runs.first_activation(&dev.events, &end);
+            let before_forward = |i: usize| first_activation.get(&runs.at(i)).is_none_or(|&a| i < a);
+            // Parameters: made before training, outside the model's forward,
+            // kept past the last optimizer step.
+            let is_parameter = |i: usize| {
+                let made_before = runs.at(i) < runs.first_training && runs.first_training < runs.len();
+                let kept = match (end[i], runs.last_optimizer_end) {
+                    (None, _) => true,
+                    (Some(j), Some(last)) => j > last,
+                    (Some(_), None) => false,
+                };
+                let outside_forward = match evidence {
+                    Evidence::Stacks => {
+                        let f = main_frames(i);
+                        !in_model(f) || builds_model(f)
+                    }
+                    _ => before_forward(i),
+                };
+                phases[i] == Some(Phase::Main) && made_before && kept && outside_forward
+            };
+            let param_sizes: std::collections::HashSet<u64> = (0..n)
+                .filter(|&i| dev.events[i].action == Action::Alloc && is_parameter(i))
+                .map(|i| dev.events[i].size)
+                .collect();
+            // A gradient has its parameter's size (a cuBLAS workspace made in
+            // backward and kept does not).
+            let grad_sized = |i: usize| param_sizes.is_empty() || param_sizes.contains(&dev.events[i].size);
+            for i in 0..n {
+                if dev.events[i].action != Action::Alloc {
+                    continue;
+                }
+                let Some(phase) = phases[i] else { continue };
+                let r = runs.at(i);
+                let ends_in = end[i].map(|j| runs.at(j));
+                let c = match phase {
+                    Phase::Optimizer => match ends_in {
+                        Some(re) if re == r => Category::Temporary,
+                        _ => Category::OptimizerState,
+                    },
+                    Phase::Backward => match ends_in {
+                        Some(re) if re == r => Category::Temporary,
+                        _ if grad_sized(i) => Category::Gradient,
+                        _ => Category::Temporary,
+                    },
+                    Phase::Main if is_parameter(i) => Category::Parameter,
+                    Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => {
+                        Category::Activation
+                    }
+                    Phase::Main if runs.backward_between(r, ends_in) => {
+                        let batch = match evidence {
+                            Evidence::Stacks => !in_model(main_frames(i)),
+                            _ => before_forward(i),
+                        };
+                        if batch {
+                            Category::Input
+                        } else if evidence == Evidence::Markers
+                            && !param_sizes.is_empty()
+                            && grad_sized(i)
+                            && runs.crosses_optimizer(r, ends_in)
+                        {
+                            // Without stacks, backward's first gradients come
+                            // before the most allocated point.
+                            Category::Gradient
+                        } else {
+                            Category::Temporary
+                        }
+                    }
+                    Phase::Main => Category::Temporary,
+                };
+                of_event[i] = Some(c);
+                if let Some(j) = end[i] {
+                    of_event[j] = Some(c);
+                }
+            }
+        }
+
+        // Blocks alive at the start: by their own stacks where the snapshot
+        // kept them, else by when they are freed.
+        let mut at_start = HashMap::with_capacity(start.len());
+        for b in start {
+            let f = frames(b.stack).filter(|f| !f.is_empty());
+            let ends_in = start_end.get(&b.address).copied().flatten().map(|j| runs.at(j));
+            let c = match (f, evidence) {
+                (_, Evidence::None) => Category::Unknown,
+                (Some(f), _) => match phase_of(f, false) {
+                    Phase::Optimizer => Category::OptimizerState,
+                    Phase::Backward => Category::Gradient,
+                    Phase::Main if builds_model(f) => Category::Parameter,
+                    Phase::Main if in_model(f) => Category::Activation,
+                    Phase::Main => Category::Input,
+                },
+                (None, _) if ends_in.is_some_and(|r| runs.phase(r) == Phase::Backward) => Category::Activation,
+                (None, _) => Category::Unknown,
+            };
+            at_start.insert(b.address, c);
+            if let Some(Some(j)) = start_end.get(&b.address) {
+                of_event[*j] = Some(c);
+            }
+        }
+
+        let mut allocs_at: HashMap<u64, Vec<u32>> = HashMap::new();
+        for (i, e) in dev.events.iter().enumerate() {
+            if e.action == Action::Alloc {
+                allocs_at.entry(e.addr).or_default().push(i as u32);
+            }
+        }
+        let mut bytes = CategoryBytes::default();
+        for b in start {
+            bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
+        }
+        let mut samples = Vec::with_capacity(n / SAMPLE + 1);
+        for (i, e) in dev.events.iter().enumerate() {
+            if i % SAMPLE == 0 {
+                samples.push(bytes);
+            }
+            apply(&mut bytes, e, of_event[i]);
+        }
+        Categories { evidence, of_event, at_start, allocs_at, samples }
+    }
+
+    /// Bytes per category right after event `i` (before the first event
+    /// when `i` is `None`).
+    pub fn bytes_after(&self, events: &[Event], i: Option<usize>) -> CategoryBytes {
+        let Some(i) = i else { return self.samples.first().copied().unwrap_or_default() };
+        let i = i.min(events.len().saturating_sub(1));
+        let k = i / SAMPLE;
+        let mut b = self.samples.get(k).copied().unwrap_or_default();
+        for j in k * SAMPLE..=i {
+            if let Some(e) = events.get(j) {
+                apply(&mut b, e, self.of_event[j]);
+            }
+        }
+        b
+    }
+
+    /// The category of the block at `address` alive right after event `i`.
+    pub fn of_block(&self, address: u64, i: Option<usize>) -> Category {
+        let made = i.and_then(|i| {
+            let v = self.allocs_at.get(&address)?;
+            let k = v.partition_point(|&a| a as usize <= i);
+            k.checked_sub(1).map(|k| v[k] as usize)
+        });
+        match made {
+            Some(a) => self.of_event[a].unwrap_or(Category::Unknown),
+            None => self.at_start.get(&address).copied().unwrap_or(Category::Unknown),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Live {
+    Start,
+    Alloc(usize),
+}
+
+fn apply(b: &mut CategoryBytes, e: &Event, c: Option<Category>) {
+    let c = c.unwrap_or(Category::Unknown);
+    match e.action {
+        Action::Alloc => b.add(c, e.size),
+        Action::FreeRequested => b.sub(c, e.size),
+        _ => {}
+    }
+}
+
+/// The blocks alive at a trace's start: a window's rebuilt first state, or
+/// a snapshot's blocks when it has no history.
+pub(crate) fn start_blocks(dev: &DeviceTrace, seed: &[crate::alloc::SeedSegment]) -> Vec<StartBlock> {
+    // A seed block still alive at the end is the snapshot's block: its stack.
+    let recorded: HashMap<u64, (u64, u32)> = dev
+        .segments
+        .iter()
+        .flat_map(|s: &RecordedSegment| &s.blocks)
+        .filter(|b| b.state != crate::alloc::BlockState::Inactive)
+        .map(|b| (b.address, (b.size, b.stack)))
+        .collect();
+    let mut out: Vec<StartBlock> = seed
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| !b.pending)
+        .map(|b| StartBlock {
+            address: b.address,
+            size: b.size,
+            stack: recorded.get(&b.address).filter(|r| r.0 == b.size).map_or(0, |r| r.1),
+        })
+        .collect();
+    if out.is_empty() && dev.events.is_empty() {
+        out = recorded.iter().map(|(&address, &(size, stack))| StartBlock { address, size, stack }).collect();
+        out.sort_by_key(|b| b.address);
+    }
+    out
+}
+
+/// Where each allocation's stack says it was made. `empty_is_backward`: in
+/// a trace whose allocations carry Python stacks, an allocation without
+/// any was made off the program's thread: the autograd engine's.
+fn phase_of(frames: &[Frame], empty_is_backward: bool) -> Phase {
+    if frames.is_empty() {
+        return if empty_is_backward { Phase::Backward } else { Phase::Main };
+    }
+    let backward = frames.iter().any(|f| {
+        f.name.contains("autograd::Engine::")
+            || (f.filename.ends_with("torch/autograd/__init__.py") && matches!(f.name.as_str(), "backward" | "grad"))
+            || (f.filename.ends_with("torch/_tensor.py") && f.name == "backward")
+            || (f.filename.ends_with("torch/autograd/graph.py") && f.name == "_engine_run_backward")
+    });
+    if backward {
+        return Phase::Backward;
+    }
+    if frames.iter().any(|f| f.filename.contains("torch/optim/")) {
+        return Phase::Optimizer;
+    }
+    Phase::Main
+}
+
+/// Whether an allocation of the program's thread was made inside the model
+/// (a module's forward, torch.nn.functional, a loss): not the batch.
+fn in_model(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| f.filename.contains("torch/nn/") || f.name == "forward")
+}
+
+/// Whether a stack builds or loads the model (its parameters and buffers).
+fn builds_model(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        (f.filename.contains("torch/nn/") || f.filename.contains("transformers/"))
+            && matches!(
+                f.name.as_str(),
+                "_apply" | "convert" | "__init__" | "load_state_dict" | "_load_from_state_dict" | "reset_parameters"
+            )
+            || f.name == "from_pretrained"
+    })
+}
+
+/// The event ranges `[start, end)` of the optimizer's calls, from its
+/// `Optimizer.step` and `Optimizer.zero_grad` markers (a step GradScaler
+/// skips leaves only zero_grad's). A range may hold no event: it still ends
+/// an iteration.
+fn optimizer_windows(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<(usize, usize)> {
+    fn field<'a>(a: &'a Annotation, k: &str) -> Option<&'a str> {
+        a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+    let mut out = Vec::new();
+    let mut open: Option<usize> = None;
+    let mut marks: Vec<&Annotation> = annotations
+        .iter()
+        .filter(|a| a.device == device && field(a, "name").is_some_and(|n| n.starts_with("Optimizer.")))
+        .collect();
+    marks.sort_by_key(|a| a.time_us);
+    for a in marks {
+        let at = time_us.partition_point(|&t| t < a.time_us);
+        match field(a, "stage") {
+            Some("START") => open = Some(at),
+            Some("END") => {
+                if let Some(s) = open.take() {
+                    out.push((s, time_us.partition_point(|&t| t <= a.time_us).max(s)));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn in_windows(w: &[(usize, usize)], i: usize) -> bool {
+    let k = w.partition_point(|&(s, _)| s <= i);
+    k > 0 && i < w[k - 1].1
+}
+
+/// Without stacks: the optimizer's steps from its markers; between them, an
+/// iteration's forward up to its most allocated point and backward after
+/// (docs/categories.md §Without stacks).
+fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
+    let n = events.len();
+    let mut out = vec![None; n];
+    let mut allocated: i128 = 0;
+    let mut level = vec![0i128; n];
+    for (i, e) in events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => allocated += e.size as i128,
+            Action::FreeRequested => allocated -= e.size as i128,
+            _ => {}
+        }
+        level[i] = allocated;
+    }
+    let mut gaps = Vec::new();
+    let mut from = 0;
+    for &(s, e) in windows {
+        gaps.push((from, s));
+        for p in out.iter_mut().take(e).skip(s) {
+            *p = Some(Phase::Optimizer);
+        }
+        from = e;
+    }
+    gaps.push((from, n));
+    for (s, e) in gaps {
+        if e <= s {
+            continue;
+        }
+        let top = (s..e).max_by_key(|&i| (level[i], std::cmp::Reverse(i))).unwrap_or(s);
+        for (i, p) in out.iter_mut().enumerate().take(e).skip(s) {
+            *p = Some(if i <= top { Phase::Main } else { Phase::Backward });
+        }
+    }
+    for (i, e) in events.iter().enumerate() {
+        if e.action != Action::Alloc && out[i] != Some(Phase::Optimizer) {
+            out[i] = None;
+        }
+    }
+    out
+}
+
+/// Consecutive allocations of one phase, and the frees between them.
+struct Runs {
+    /// (first event, phase) per run.
+    runs: Vec<(usize, Phase)>,
+    /// The first run of backward or the optimizer.
+    first_training: usize,
+    /// The first event after the last optimizer run, if any ran.
+    last_optimizer_end: Option<usize>,
+}
+
+impl Runs {
+    fn of(phases: &[Option<Phase>]) -> Runs {
+        let mut runs: Vec<(usize, Phase)> = Vec::new();
+        for (i, p) in phases.iter().enumerate() {
+            if let Some(p) = *p {
+                if runs.last().is_none_or(|r| r.1 != p) {
+                    runs.push((i, p));
+                }
+            }
+        }
+        let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
+        let last_optimizer_end = runs
+            .iter()
+            .rposition(|r| r.1 == Phase::Optimizer)
+            .map(|k| runs.get(k + 1).map_or(phases.len(), |r| r.0));
+        Runs { runs, first_training, last_optimizer_end }
+    }
+
+    fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The run event `i` falls in (a free belongs to the run of the
+    /// allocations before it).
+    fn at(&self, i: usize) -> usize {
+        self.runs.partition_point(|r| r.0 <= i).saturating_sub(1)
+    }
+
+    fn phase(&self, r: usize) -> Phase {
+        self.runs.get(r).map_or(Phase::Main, |r| r.1)
+    }
+
+    /// Whether a backward run lies after run `from` and before run `to`
+    /// (or anywhere after `from` when the block lives to the end).
+    fn backward_between(&self, from: usize, to: Option<usize>) -> bool {
+        let to = to.unwrap_or(self.runs.len());
+        (from + 1..to.min(self.runs.len())).any(|r| self.runs[r].1 == Phase::Backward)
+    }
+
+    /// Whether a block made in run `from` and freed in run `to` is alive
+    /// into an optimizer run.
+    fn crosses_optimizer(&self, from: usize, to: Option<usize>) -> bool {
+        let to = to.map_or(self.runs.len(), |t| t + 1);
+        (from + 1..to.min(self.runs.len())).any(|r| self.runs[r].1 == Phase::Optimizer)
+    }
+
+    /// Per main run: its first allocation freed in backward.
+    fn first_activation(&self, events: &[Event], end: &[Option<usize>]) -> HashMap<usize, usize> {
+        let mut out = HashMap::new();
+        for (i, e) in events.iter().enumerate() {
+            if e.action != Action::Alloc {
+                continue;
+            }
+            let r = self.at(i);
+            if self.phase(r) == Phase::Main
+                && end[i].is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
+                && !out.contains_key(&r)
+            {
+                out.insert(r, i);
+            }
+        }
+        out
+    }
+}
