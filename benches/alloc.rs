@@ -180,5 +180,25 @@ fn bench_frame(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame);
+/// What categorizing adds to a replay (docs/benchmarks.md, "Categories"):
+/// `Categories::of` beside the exact replay (`Session::open`) of the same
+/// trace, the repository's longest with stacks.
+fn bench_categories(c: &mut Criterion) {
+    use gpumem_top::analysis::categories::Categories;
+    use gpumem_top::replay::session::{Session, Want};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/categories/gpt2_adamw_bf16_accum2.pickle.gz");
+    let t = gpumem_top::trace::load(&path).unwrap();
+    let d = t.main_device().unwrap();
+    let want = Want::exact(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    let mut g = c.benchmark_group("categories");
+    g.throughput(Throughput::Elements(d.events.len() as u64));
+    g.bench_function("replay_gpt2_accum2", |b| b.iter(|| black_box(Session::open(d, &t.stacks, &want).unwrap())));
+    g.bench_function("categorize_gpt2_accum2", |b| {
+        b.iter(|| black_box(Categories::of(d, &t.stacks, &t.annotations, &[], None)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame, bench_categories);
 criterion_main!(benches);

@@ -20,6 +20,9 @@ pub enum Action {
     HistogramBytes,
     /// `t`: map rows to one scale, or each stretched to the width.
     RowScale,
+    /// `w`: the map and the timeline by what the memory is (category), or
+    /// by block state.
+    ByCategory,
     Left,
     Right,
     PageUp,
@@ -140,6 +143,14 @@ pub(crate) const KEYS: &[Binding] = &[
     ),
     b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
     b("t", &[C('t')], Action::RowScale, "map rows to one scale / each to the full width", "", ALL),
+    b(
+        "w",
+        &[C('w')],
+        Action::ByCategory,
+        "what the memory is: map and timeline by category / by block state",
+        "w what",
+        &[Mode::Replay],
+    ),
     b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
     b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
@@ -257,7 +268,7 @@ mod tests {
     fn the_hints_are_the_table_read_per_mode() {
         assert_eq!(
             hints_within(Mode::Replay, usize::MAX),
-            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  w what  tab focus  s screenshot  ? help "
         );
         assert_eq!(
             hints_within(Mode::Synth, usize::MAX),

@@ -151,7 +151,7 @@ fn execute(input: &[u8], export: bool) {
                             (ViewKind::Timeline, Format::Svg),
                             (ViewKind::Fragmap, Format::Txt),
                         ] {
-                            let _ = picture(&mut m, at, view, format, 800, true);
+                            let _ = picture(&mut m, at, view, format, 800, true, true);
                         }
                     }
                 }

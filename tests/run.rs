@@ -455,3 +455,51 @@ fn snapshot_checks_the_destination_first_and_notices_a_dead_process() {
     assert!(!publish.join(format!("{pid}.snapshot-request")).exists(), "the request was withdrawn");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// What the publisher counts of an optimizer at a step's end
+/// (docs/categories.md "Live"): its parameters, their gradients and its
+/// state on the device, each storage once (a view of a parameter is not
+/// counted twice), rounded up to the allocator's 512 bytes; tensors on
+/// another device, on the CPU and plain numbers are not counted.
+#[test]
+fn the_publisher_counts_what_the_optimizer_holds() {
+    let code = r#"
+import json, torch, gpumem_top_publish as g
+T = torch.Tensor
+shared = T(0x1000, 3000)
+view = T(0, 0, storage=shared.untyped_storage())
+params = [T(0x10000, 4096, grad=T(0x20000, 4096)), T(0x11000, 1000), T(0x12000, 64, device=None),
+          T(0x13000, 2048, device=1, grad=T(0x14000, 2048, device=1)), shared, view]
+class Opt: pass
+o = Opt()
+o.param_groups = [{"params": params[:3]}, {"params": params[3:]}]
+o.state = {0: {"exp_avg": T(0x30000, 4096), "exp_avg_sq": T(0x31000, 4096), "step": 3}, 1: {"momentum_buffer": T(0x32000, 700)}}
+print(json.dumps(g._optimizer_bytes(torch, o, 0)))
+g._state["interval"] = 0.5
+g._note_categories(torch, o, 0, 7, 1 << 20)
+g._note_categories(torch, o, 0, 8, 2 << 20)  # within the interval: not taken again
+print(json.dumps(g._state["categories"]))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", code])
+        .env(
+            "PYTHONPATH",
+            format!(
+                "{}:{}",
+                common::root().join("assets/python").display(),
+                common::root().join("tests/fake_torch").display()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("[8192, 4096, 9216]"));
+    let c: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!((c["step"].as_u64(), c["allocated"].as_u64()), (Some(7), Some(1 << 20)));
+    assert_eq!(
+        (c["parameter"].as_u64(), c["gradient"].as_u64(), c["optimizer_state"].as_u64()),
+        (Some(8192), Some(4096), Some(9216))
+    );
+}

@@ -177,6 +177,8 @@ fn zooming_into_a_segment_lists_its_blocks_and_call_sites() {
     assert!(s.contains("segment 0x7fc71c000000: 126.00 MiB large pool, stream 0"), "{s}");
     assert!(s.contains("req"), "{s}");
     assert!(s.contains("modeling_llama.py:381 forward"), "a call site from the trace: {s}");
+    // Each live block's category, before its call site.
+    assert!(s.contains("allocated    activ   modeling_llama.py:381 forward"), "{s}");
     // The highlighted block's whole Python stack, innermost frame first.
     assert!(s.contains("call stack of the block at +0B (innermost first)"), "{s}");
     assert!(s.contains("  embedding  site-packages/torch/nn/functional.py:2567"), "{s}");
@@ -334,7 +336,9 @@ fn the_oom_screen_names_the_request_and_the_programs_frame() {
         "{s}"
     );
     assert!(s.contains("│ functional.py:2397 silu"), "{s}");
-    assert!(s.contains("│ … 17 frames"), "{s}");
+    assert!(s.contains("│ … 18 frames"), "{s}");
+    // What held the memory when the request failed (docs/categories.md).
+    assert!(s.contains("│ held: activations 5.21 GiB (66%), optimizer state 1.31 GiB"), "{s}");
     assert!(s.contains("│ train_workloads.py:67 workload"), "{s}");
     // Away from the OOM, no box.
     let s = screen("llama_pressure", Some(9_006_592_819), PEAK, 100, 30);

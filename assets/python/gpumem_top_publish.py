@@ -457,6 +457,57 @@ def _max(x, y):
 # --- steps -----------------------------------------------------------------
 
 
+def _optimizer_bytes(torch, optimizer, dev):
+    """Bytes on device ``dev`` of the optimizer's parameters, their
+    gradients and its state (each storage counted once, rounded up to the
+    allocator's 512 bytes), as [parameters, gradients, optimizer state]
+    (docs/categories.md, "Live")."""
+    seen = set()
+    out = [0, 0, 0]
+
+    def add(k, t):
+        if t is None or not isinstance(t, torch.Tensor) or not t.is_cuda or t.device.index != dev:
+            return
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        if ptr == 0 or ptr in seen:
+            return
+        seen.add(ptr)
+        out[k] += (s.nbytes() + 511) // 512 * 512
+
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            add(0, p)
+            add(1, p.grad)
+    for st in optimizer.state.values():
+        for v in st.values():
+            add(2, v)
+    return out
+
+
+def _note_categories(torch, optimizer, dev, n, alloc):
+    """At most once per publishing interval: what the optimizer holds, at
+    this step's end (gradients not yet zeroed), beside allocated then."""
+    now = time.time()
+    last = _state.get("categories_time", 0.0)
+    if now - last < _state.get("interval", 0.5):
+        return
+    _state["categories_time"] = now
+    per = _state.setdefault("optimizers", {})
+    per[id(optimizer)] = _optimizer_bytes(torch, optimizer, dev)
+    # Several optimizers (a GAN's two): their sums, each as last seen.
+    tot = [sum(v[k] for v in per.values()) for k in range(3)]
+    _state["categories"] = {
+        "step": n,
+        "time": now,
+        "device": dev,
+        "allocated": alloc,
+        "parameter": tot[0],
+        "gradient": tot[1],
+        "optimizer_state": tot[2],
+    }
+
+
 def _on_step(optimizer, args, kwargs):
     if os.getpid() != _state["owner"]:
         return  # a forked child: CUDA is not usable here
@@ -481,6 +532,10 @@ def _on_step(optimizer, args, kwargs):
         log.append([n, time.time(), dev, alloc, res, pa, pr])
         del log[:-_STEP_LOG]
         _state["last_step_time"] = time.time()
+        try:
+            _note_categories(torch, optimizer, dev, n, alloc)
+        except Exception:
+            pass
         if _state.get("in_step") is not None and not _snapshots_safe_here():
             _state["in_step"]()
     except Exception:
@@ -588,6 +643,9 @@ def publish_once(
     }
     if _state["history"] is not None:
         doc["history"] = _state["history"]
+    cats = _state.get("categories")
+    if cats is not None and cats.get("device") == device:
+        doc["categories"] = cats
     a, r = _peak_pair(stats)
     tp = _state["true_peaks"].get(device, (None, None))
     doc["true_peaks"] = [_max(tp[0], a), _max(tp[1], r)]

@@ -62,6 +62,19 @@ impl Category {
         }
     }
 
+    /// As a sentence names it: "activations", "optimizer state".
+    pub fn plural(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activation => "activations",
+            Category::Input => "inputs",
+            Category::Temporary => "temporaries",
+            Category::Unknown => "unknown",
+        }
+    }
+
     /// What the category holds, as the help screen and docs define it.
     pub fn meaning(self) -> &'static str {
         match self {
@@ -80,9 +93,21 @@ impl Category {
     }
 }
 
-/// Bytes per category, indexed as `Category::ALL`.
+/// Bytes per category, indexed as `Category::ALL`; in JSON, an object
+/// from category name to bytes in that order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CategoryBytes(pub [u64; 7]);
+
+impl Serialize for CategoryBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(7))?;
+        for c in Category::ALL {
+            m.serialize_entry(c.name(), &self.get(c))?;
+        }
+        m.end()
+    }
+}
 
 impl CategoryBytes {
     pub fn get(&self, c: Category) -> u64 {
@@ -91,6 +116,26 @@ impl CategoryBytes {
 
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
+    }
+
+    /// "activations 2.9 GiB (54%), temporaries …": the non-empty
+    /// categories, largest first.
+    pub fn describe(&self) -> String {
+        let total = self.total().max(1);
+        self.largest_first()
+            .iter()
+            .map(|&(c, b)| {
+                format!("{} {} ({}%)", c.plural(), crate::analysis::human_bytes(b), (b * 100 + total / 2) / total)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The categories holding bytes, largest first (ties in `ALL` order).
+    pub fn largest_first(&self) -> Vec<(Category, u64)> {
+        let mut v: Vec<(Category, u64)> = Category::ALL.iter().map(|&c| (c, self.get(c))).filter(|x| x.1 > 0).collect();
+        v.sort_by_key(|x| std::cmp::Reverse(x.1));
+        v
     }
 
     fn add(&mut self, c: Category, n: u64) {
@@ -168,11 +213,14 @@ pub struct Categories {
     /// Per event: the category of the allocation an `alloc` makes or a
     /// `free_requested` ends (`None` for other events).
     of_event: Vec<Option<Category>>,
+    /// Per event: the bytes an `alloc` adds to (a `free_requested` takes
+    /// from, negative) the allocated total; 0 for other events.
+    steps: Vec<i64>,
     /// Blocks alive at the first event, by address.
     at_start: HashMap<u64, Category>,
     /// Per address: the `alloc` events there, in order.
     allocs_at: HashMap<u64, Vec<u32>>,
-    /// Bytes per category before event `k * SAMPLE`.
+    /// Bytes per category before event `k * SAMPLE`; the first, before any.
     samples: Vec<CategoryBytes>,
 }
 
@@ -180,12 +228,16 @@ const SAMPLE: usize = 256;
 
 impl Categories {
     /// Categorizes a device's trace. `start` are the blocks alive before its
-    /// first event (empty for a trace from process start).
+    /// first event (empty for a trace from process start); `allocated`, the
+    /// allocated bytes after each event as an exact replay counted them
+    /// (`ReplayResult::allocated`), gives the blocks' sizes: the trace's are
+    /// the requests'.
     pub fn of(
         dev: &DeviceTrace,
         stacks: &[Vec<Frame>],
         annotations: &[Annotation],
         start: &[StartBlock],
+        allocated: Option<&[u64]>,
     ) -> Categories {
         let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
         let per_event = dev.call_stacks(stacks) == "per_event";
@@ -255,10 +307,19 @@ impl Categories {
             // activation.
             let first_activation = runs.first_activation(&dev.events, &end);
             let before_forward = |i: usize| first_activation.get(&runs.at(i)).is_none_or(|&a| i < a);
-            // Parameters: made before training, outside the model's forward,
-            // kept past the last optimizer step.
+            // Where setting up ends: the first backward or optimizer step, or
+            // in a trace without training, the model's first forward.
+            let setup_end = runs.runs.get(runs.first_training).map(|r| r.0).unwrap_or_else(|| match evidence {
+                Evidence::Stacks => (0..n)
+                    .find(|&i| {
+                        phases[i] == Some(Phase::Main) && in_model(main_frames(i)) && !builds_model(main_frames(i))
+                    })
+                    .unwrap_or(n),
+                _ => n,
+            });
+            // Parameters: made while setting up, outside the model's forward,
+            // kept past the last optimizer step (to the end without one).
             let is_parameter = |i: usize| {
-                let made_before = runs.at(i) < runs.first_training && runs.first_training < runs.len();
                 let kept = match (end[i], runs.last_optimizer_end) {
                     (None, _) => true,
                     (Some(j), Some(last)) => j > last,
@@ -267,11 +328,11 @@ impl Categories {
                 let outside_forward = match evidence {
                     Evidence::Stacks => {
                         let f = main_frames(i);
-                        !in_model(f) || builds_model(f)
+                        builds_model(f) || (i < setup_end && !in_model(f))
                     }
-                    _ => before_forward(i),
+                    _ => i < setup_end && before_forward(i),
                 };
-                phases[i] == Some(Phase::Main) && made_before && kept && outside_forward
+                phases[i] == Some(Phase::Main) && kept && outside_forward
             };
             let param_sizes: std::collections::HashSet<u64> = (0..n)
                 .filter(|&i| dev.events[i].action == Action::Alloc && is_parameter(i))
@@ -280,6 +341,13 @@ impl Categories {
             // A gradient has its parameter's size (a cuBLAS workspace made in
             // backward and kept does not).
             let grad_sized = |i: usize| param_sizes.is_empty() || param_sizes.contains(&dev.events[i].size);
+            // A forward no backward followed: the trace ends in it, or an
+            // OOM cut it short (in a run that trained, or ran out).
+            let first_oom = dev.events.iter().position(|e| e.action == Action::Oom);
+            let trained = runs.first_training < runs.runs.len();
+            let unfinished =
+                |i: usize| !runs.backward_after(runs.at(i)) && (trained || first_oom.is_some_and(|o| o > i));
+            let mut cut_short = Vec::new();
             for i in 0..n {
                 if dev.events[i].action != Action::Alloc {
                     continue;
@@ -298,9 +366,7 @@ impl Categories {
                         _ => Category::Temporary,
                     },
                     Phase::Main if is_parameter(i) => Category::Parameter,
-                    Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => {
-                        Category::Activation
-                    }
+                    Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => Category::Activation,
                     Phase::Main if runs.backward_between(r, ends_in) => {
                         let batch = match evidence {
                             Evidence::Stacks => !in_model(main_frames(i)),
@@ -320,7 +386,41 @@ impl Categories {
                             Category::Temporary
                         }
                     }
+                    Phase::Main if unfinished(i) => {
+                        cut_short.push(i);
+                        Category::Temporary
+                    }
                     Phase::Main => Category::Temporary,
+                };
+                of_event[i] = Some(c);
+                if let Some(j) = end[i] {
+                    of_event[j] = Some(c);
+                }
+            }
+            // An iteration the trace ends in, or an OOM cuts short, never
+            // reaches its backward: what its forward made is what the same
+            // line made in the iterations before (an activation there is
+            // one here); with no iteration before, a block the model made
+            // and kept to the end or the OOM is what backward would keep.
+            let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
+            let sid = |i: usize| dev.stacks.get(i).copied().unwrap_or(0);
+            for i in 0..n {
+                if let (Action::Alloc, Some(Phase::Main), Some(c)) = (dev.events[i].action, phases[i], of_event[i]) {
+                    if !unfinished(i) && sid(i) != 0 {
+                        votes.entry(sid(i)).or_default()[c as usize] += 1;
+                    }
+                }
+            }
+            for i in cut_short {
+                let c = match votes.get(&sid(i)) {
+                    Some(v) => Category::ALL[(0..7).max_by_key(|&k| (v[k], std::cmp::Reverse(k))).unwrap_or(5)],
+                    None if evidence == Evidence::Stacks
+                        && in_model(main_frames(i))
+                        && end[i].is_none_or(|j| first_oom.is_some_and(|o| j > o)) =>
+                    {
+                        Category::Activation
+                    }
+                    None => Category::Temporary,
                 };
                 of_event[i] = Some(c);
                 if let Some(j) = end[i] {
@@ -363,27 +463,49 @@ impl Categories {
         for b in start {
             bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
         }
-        let mut samples = Vec::with_capacity(n / SAMPLE + 1);
-        for (i, e) in dev.events.iter().enumerate() {
-            if i % SAMPLE == 0 {
+        let sizes: Vec<u64> = match allocated.filter(|a| a.len() == n) {
+            Some(a) => {
+                let mut prev = bytes.total();
+                a.iter()
+                    .map(|&now| {
+                        let step = now.abs_diff(prev);
+                        prev = now;
+                        step
+                    })
+                    .collect()
+            }
+            None => dev.events.iter().map(|e| e.size).collect(),
+        };
+        let steps: Vec<i64> = dev
+            .events
+            .iter()
+            .zip(&sizes)
+            .map(|(e, &n)| match e.action {
+                Action::Alloc => n as i64,
+                Action::FreeRequested => -(n as i64),
+                _ => 0,
+            })
+            .collect();
+        let mut samples = vec![bytes];
+        for i in 0..n {
+            if i % SAMPLE == 0 && i > 0 {
                 samples.push(bytes);
             }
-            apply(&mut bytes, e, of_event[i]);
+            apply(&mut bytes, steps[i], of_event[i]);
         }
-        Categories { evidence, of_event, at_start, allocs_at, samples }
+        Categories { evidence, of_event, steps, at_start, allocs_at, samples }
     }
 
     /// Bytes per category right after event `i` (before the first event
     /// when `i` is `None`).
-    pub fn bytes_after(&self, events: &[Event], i: Option<usize>) -> CategoryBytes {
-        let Some(i) = i else { return self.samples.first().copied().unwrap_or_default() };
-        let i = i.min(events.len().saturating_sub(1));
+    pub fn bytes_after(&self, i: Option<usize>) -> CategoryBytes {
+        let first = self.samples.first().copied().unwrap_or_default();
+        let Some(i) = i.filter(|_| !self.steps.is_empty()) else { return first };
+        let i = i.min(self.steps.len() - 1);
         let k = i / SAMPLE;
-        let mut b = self.samples.get(k).copied().unwrap_or_default();
+        let mut b = self.samples.get(k).copied().unwrap_or(first);
         for j in k * SAMPLE..=i {
-            if let Some(e) = events.get(j) {
-                apply(&mut b, e, self.of_event[j]);
-            }
+            apply(&mut b, self.steps[j], self.of_event[j]);
         }
         b
     }
@@ -408,12 +530,12 @@ enum Live {
     Alloc(usize),
 }
 
-fn apply(b: &mut CategoryBytes, e: &Event, c: Option<Category>) {
+fn apply(b: &mut CategoryBytes, step: i64, c: Option<Category>) {
     let c = c.unwrap_or(Category::Unknown);
-    match e.action {
-        Action::Alloc => b.add(c, e.size),
-        Action::FreeRequested => b.sub(c, e.size),
-        _ => {}
+    if step > 0 {
+        b.add(c, step as u64);
+    } else if step < 0 {
+        b.sub(c, step.unsigned_abs());
     }
 }
 
@@ -522,7 +644,7 @@ fn in_windows(w: &[(usize, usize)], i: usize) -> bool {
 
 /// Without stacks: the optimizer's steps from its markers; between them, an
 /// iteration's forward up to its most allocated point and backward after
-/// (docs/categories.md §Without stacks).
+/// (docs/categories.md §Evidence).
 fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
     let n = events.len();
     let mut out = vec![None; n];
@@ -569,7 +691,7 @@ struct Runs {
     runs: Vec<(usize, Phase)>,
     /// The first run of backward or the optimizer.
     first_training: usize,
-    /// The first event after the last optimizer run, if any ran.
+    /// The first event after the optimizer's last, if it ran.
     last_optimizer_end: Option<usize>,
 }
 
@@ -584,15 +706,10 @@ impl Runs {
             }
         }
         let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
-        let last_optimizer_end = runs
-            .iter()
-            .rposition(|r| r.1 == Phase::Optimizer)
-            .map(|k| runs.get(k + 1).map_or(phases.len(), |r| r.0));
+        // Right after the last event of the optimizer's: a block freed
+        // later (the model deleted at the end) lived through training.
+        let last_optimizer_end = phases.iter().rposition(|p| *p == Some(Phase::Optimizer)).map(|i| i + 1);
         Runs { runs, first_training, last_optimizer_end }
-    }
-
-    fn len(&self) -> usize {
-        self.runs.len()
     }
 
     /// The run event `i` falls in (a free belongs to the run of the
@@ -610,6 +727,11 @@ impl Runs {
     fn backward_between(&self, from: usize, to: Option<usize>) -> bool {
         let to = to.unwrap_or(self.runs.len());
         (from + 1..to.min(self.runs.len())).any(|r| self.runs[r].1 == Phase::Backward)
+    }
+
+    /// Whether a backward run comes after run `r`.
+    fn backward_after(&self, r: usize) -> bool {
+        self.runs.iter().skip(r + 1).any(|x| x.1 == Phase::Backward)
     }
 
     /// Whether a block made in run `from` and freed in run `to` is alive

@@ -14,6 +14,7 @@ use clap::Args;
 use thiserror::Error;
 
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind};
+use crate::analysis::categories::{start_blocks, Categories};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::replay::model::ReplayModel;
 use crate::replay::report::{self, CompareRow, ReplayReport};
@@ -533,6 +534,21 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let frag_now = fragmentation(&stats, &segments);
     let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
     let peak = exact_ok.then_some(session.exact.peak);
+    let cats = Categories::of(
+        dev,
+        &trace.stacks,
+        &trace.annotations,
+        &start_blocks(dev, &session.seed),
+        exact_ok.then_some(session.exact.allocated.as_slice()),
+    );
+    let last = dev.events.len().checked_sub(1);
+    // The event whose state `--at` shows (none: a snapshot's own state).
+    let at_event = args.at.map(|at| match at {
+        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| i.min(last.unwrap_or(0))),
+        At::Peak => peak.map(|p| p.event).or(last),
+        At::Oom => oom_index(&dev.events).or(last),
+        At::End => last,
+    });
     let name = trace_name(&args.trace);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let divergence = session.divergence();
@@ -590,13 +606,34 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
                 allocated_bytes: p.allocated,
                 reserved_bytes: p.reserved,
             }),
+            categories: report::CategoriesReport {
+                evidence: cats.evidence.name(),
+                method: cats.evidence.describe(),
+                at_peak: peak
+                    .map(|p| report::CategoryPoint { event: Some(p.event), bytes: cats.bytes_after(Some(p.event)) }),
+                at: at_event.map(|e| report::CategoryPoint { event: e, bytes: cats.bytes_after(e) }),
+                at_end: report::CategoryPoint { event: last, bytes: cats.bytes_after(last) },
+            },
             fragmentation: report::FragmentationReport {
                 at_peak_reserved_minus_allocated_bytes: peak.map(|p| p.reserved - p.allocated),
                 peak_ratio: (session.start != Start::StateOnly).then(|| peak_ratio(&stats)),
                 now: frag_now,
             },
             pools: crate::analysis::pool_usage(&segments),
-            segments: segments.iter().map(report::SegmentReport::of).collect(),
+            segments: match at_event {
+                // With --at: the state there, each block with its category.
+                Some(e) if session.what_if.is_none() => {
+                    let at_segments = match (args.at, e) {
+                        (Some(At::Peak | At::Oom), Some(i)) if exact_ok => match session.scrubber(1024) {
+                            Ok(mut sc) => sc.seek(i).snapshot(),
+                            Err(_) => segments.clone(),
+                        },
+                        _ => segments.clone(),
+                    };
+                    at_segments.iter().map(|g| report::SegmentReport::with_blocks(g, &cats, e)).collect()
+                }
+                _ => segments.iter().map(report::SegmentReport::of).collect(),
+            },
             compare: if compare_confs.is_empty() { Vec::new() } else { rows.clone() },
             elapsed_ms,
         };
@@ -629,8 +666,23 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         if let Some(a) = &advice {
             writeln!(so, "the OOM: {a}")?;
         }
+        let point = match session.start {
+            Start::StateOnly => Some(("in the snapshot", None)),
+            _ => peak.map(|p| ("at the peak", Some(p.event))),
+        };
+        if let Some((label, e)) = point {
+            writeln!(
+                so,
+                "what the memory is {label}: {} (categories: {}; docs/categories.md)",
+                cats.bytes_after(e).describe(),
+                cats.evidence.describe()
+            )?;
+        }
         if let Some(at) = args.at {
             writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
+            if let Some(e) = at_event.filter(|_| session.start != Start::StateOnly) {
+                writeln!(so, "  there: {}", cats.bytes_after(e).describe())?;
+            }
         }
         if let Some(o) = &new_oom {
             writeln!(so, "{}", new_oom_text(o, dev))?;
@@ -910,6 +962,11 @@ pub struct ExportArgs {
     /// Text without ANSI colours.
     #[arg(long)]
     pub(crate) plain: bool,
+    /// Colour the map (and the text timeline) by block state, or by what the
+    /// memory is (docs/categories.md); the allocated bar is split by
+    /// category either way.
+    #[arg(long, value_enum, default_value = "state")]
+    pub(crate) by: ColorBy,
     /// Replace an existing file at the output path (the path itself: a link
     /// there is removed, never followed); without it an existing path is
     /// refused.
@@ -925,6 +982,15 @@ pub struct ExportArgs {
     /// file plus 256 MiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) max_unpacked: Option<u64>,
+}
+
+/// What the map's colours say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorBy {
+    /// Allocated, rounding, pending free, free.
+    State,
+    /// Parameter, gradient, optimizer state, activation, input, temporary.
+    Category,
 }
 
 /// `export`: one view of a trace at one moment, as SVG, PNG or text.
@@ -965,8 +1031,16 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
             .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,
         At::Peak => model.peak_at.unwrap_or(0),
     };
-    let bytes = crate::export::replay::picture(&mut model, cursor, args.view, args.format, args.width, args.plain)
-        .map_err(|e| anyhow!(e))?;
+    let bytes = crate::export::replay::picture(
+        &mut model,
+        cursor,
+        args.view,
+        args.format,
+        args.width,
+        args.plain,
+        args.by == ColorBy::Category,
+    )
+    .map_err(|e| anyhow!(e))?;
     let ext = match args.format {
         Format::Svg => "svg",
         Format::Png => "png",

@@ -7,6 +7,7 @@
 use std::fmt::Write;
 
 use crate::alloc::{SegmentInfo, StatePoint};
+use crate::analysis::categories::Category;
 use crate::analysis::{human_bytes, Fragmentation};
 
 /// Which view to draw.
@@ -46,7 +47,28 @@ pub(crate) struct Scene<'a> {
     pub(crate) empty_caches: &'a [usize],
     /// The per-process memory limit the run had, drawn where it is.
     pub(crate) memory_limit: Option<u64>,
+    /// What each block is, where known (a replay): the allocated bar is
+    /// split by it, and with `by_category` the map is coloured by it.
+    pub(crate) meaning: Option<crate::view::parts::Meaning<'a>>,
+    pub(crate) by_category: bool,
 }
+
+/// A category's fill: the terminal's colour for it (`view::category_color`).
+fn category_fill(c: Category) -> &'static str {
+    match c {
+        Category::Parameter => "#3182ce",
+        Category::Gradient => "#b83280",
+        Category::OptimizerState => "#00a3c4",
+        Category::Activation => "#38a169",
+        Category::Input => "#d69e2e",
+        Category::Temporary => "#e53e3e",
+        Category::Unknown => "#a0aec0",
+    }
+}
+
+/// Free space in a map coloured by category: grey, so only the categories
+/// carry colour.
+const FREE_BY_CATEGORY: &str = "#edf2f7";
 
 /// The bundled font: every PNG is drawn with it and nothing else. In a
 /// section of its own, so the linker does not lay its 742 KB among the
@@ -178,6 +200,24 @@ impl Svg {
         self.text(24.0, 60.0, 14.0, "start", &scene.subtitle, r##" fill="#4a5568""##);
         84.0
     }
+    /// The categories' key, wrapped to the picture's width.
+    fn category_legend(&mut self, y: f64, bytes: Option<&crate::analysis::categories::CategoryBytes>) -> f64 {
+        let (mut x, mut y) = (24.0, y);
+        for c in Category::ALL {
+            let name = match bytes {
+                Some(b) => format!("{} {}", c.plural(), human_bytes(b.get(c))),
+                None => c.plural().to_string(),
+            };
+            let w = 40.0 + name.len() as f64 * 7.2;
+            if x > 24.0 && x + w > self.w - 24.0 {
+                (x, y) = (24.0, y + 22.0);
+            }
+            self.rect(x, y - 11.0, 22.0, 14.0, category_fill(c), "#1a202c");
+            self.text(x + 28.0, y, 13.0, "start", &name, "");
+            x += w;
+        }
+        y + 16.0
+    }
     fn legend(&mut self, y: f64) -> f64 {
         let mut x = 24.0;
         for (i, name) in LEGEND.iter().enumerate() {
@@ -259,8 +299,28 @@ fn fragmap(scene: &Scene, width: f64) -> String {
                 "",
             );
         }
-        for (start, end, class) in crate::analysis::class_spans(seg) {
-            s.rect(x0 + start as f64 * scale, y, (end - start) as f64 * scale, row - 1.0, fill(class as usize), "none");
+        match scene.meaning.filter(|_| scene.by_category) {
+            // Live blocks in their category's colour, the rest grey.
+            Some(m) => {
+                s.rect(x0, y, seg.total_size as f64 * scale, row - 1.0, FREE_BY_CATEGORY, "none");
+                for b in seg.blocks.iter().filter(|b| b.state != crate::alloc::BlockState::Inactive) {
+                    let fill = category_fill(m.cats.of_block(b.address, m.at));
+                    s.rect(
+                        x0 + (b.address - seg.address) as f64 * scale,
+                        y,
+                        b.size as f64 * scale,
+                        row - 1.0,
+                        fill,
+                        "none",
+                    );
+                }
+            }
+            None => {
+                for (start, end, class) in crate::analysis::class_spans(seg) {
+                    let w = (end - start) as f64 * scale;
+                    s.rect(x0 + start as f64 * scale, y, w, row - 1.0, fill(class as usize), "none");
+                }
+            }
         }
         // The segment's outline, so free segments show their extent.
         let _ = writeln!(
@@ -281,7 +341,22 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
     }
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
-    let y = s.legend(y + 62.0);
+    let y = match scene.meaning.filter(|_| scene.by_category) {
+        Some(m) => {
+            let b = m.cats.bytes_after(m.at);
+            let y = s.category_legend(y + 62.0, Some(&b));
+            s.text(
+                24.0,
+                y + 6.0,
+                12.0,
+                "start",
+                &format!("categories {}", m.cats.evidence.describe()),
+                r##" fill="#4a5568""##,
+            );
+            y + 18.0
+        }
+        None => s.legend(y + 62.0),
+    };
     s.finish(y + 12.0)
 }
 
@@ -397,9 +472,23 @@ fn bars(scene: &Scene, width: f64) -> String {
     let rows: [(&str, u64, u64); 2] =
         [("allocated", scene.allocated, scene.allocated_peak), ("reserved", scene.reserved, scene.reserved_peak)];
     let mut y = top + 20.0;
+    let split = scene.meaning.map(|m| m.cats.bytes_after(m.at));
     for (i, (name, now, peak)) in rows.iter().enumerate() {
         s.text(x0 - 12.0, y + 22.0, 15.0, "end", name, "");
-        s.rect(x0, y, xf(*now) - x0, 32.0, if i == 0 { fill(0) } else { RESERVED }, "#1a202c");
+        match (&split, i) {
+            // Allocated, split by what it is.
+            (Some(b), 0) => {
+                let mut x = x0;
+                for c in Category::ALL {
+                    let w = xf(b.get(c)) - x0;
+                    if w > 0.0 {
+                        s.rect(x, y, w, 32.0, category_fill(c), "#1a202c");
+                        x += w;
+                    }
+                }
+            }
+            _ => s.rect(x0, y, xf(*now) - x0, 32.0, if i == 0 { fill(0) } else { RESERVED }, "#1a202c"),
+        }
         let _ = writeln!(
             s.out,
             r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#c53030" stroke-width="3"/>"##,
@@ -452,6 +541,11 @@ fn bars(scene: &Scene, width: f64) -> String {
         s.text(xf(v), y + 20.0, 12.0, "middle", &short(v), "");
     }
     let peak_ratio = crate::analysis::peak_ratio_of(scene.allocated_peak, scene.reserved_peak);
+    let y = match &split {
+        Some(b) => s.category_legend(y + 76.0, Some(b)) - 26.0,
+        None => y,
+    };
+    // (The legend sits under the axis; the figures' line follows it.)
     s.text(
         24.0,
         y + 50.0,

@@ -150,6 +150,26 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             o.sample("gpumem_torch_step_end_allocated_bytes", &pl(p), v as f64);
         }
     }
+    o.family(
+        "gpumem_torch_category_bytes",
+        "gauge",
+        "What the optimizer held at a recent step's end, by category: parameter, gradient, optimizer_state, and rest (allocated then, less those); docs/categories.md.",
+    );
+    for p in &snap.publishers {
+        if let Some(c) = p.categories {
+            let rest = c.allocated.saturating_sub(c.parameter + c.gradient + c.optimizer_state);
+            for (cat, v) in [
+                ("parameter", c.parameter),
+                ("gradient", c.gradient),
+                ("optimizer_state", c.optimizer_state),
+                ("rest", rest),
+            ] {
+                let mut l = pl(p);
+                l.push(("category", cat.to_string()));
+                o.sample("gpumem_torch_category_bytes", &l, v as f64);
+            }
+        }
+    }
     // One series per kind, 0 when quiet, so dashboards and rules see a
     // steady series rather than one that appears and vanishes.
     o.family("gpumem_alerts_active", "gauge", "Alerts raised now, per kind (0 when none).");

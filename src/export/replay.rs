@@ -22,6 +22,7 @@ pub(crate) fn scene_of<'a, D: Device>(
 ) -> Scene<'a> {
     let stats = a.stats();
     let t = Totals::of(stats);
+    let meaning = m.meaning;
     let conf = &a.config().source;
     Scene {
         title,
@@ -45,6 +46,8 @@ pub(crate) fn scene_of<'a, D: Device>(
         ooms: m.ooms,
         iterations: m.iterations,
         empty_caches: m.empty_caches,
+        meaning,
+        by_category: false,
     }
 }
 
@@ -58,18 +61,19 @@ pub fn picture(
     format: Format,
     width: u32,
     plain: bool,
+    by_category: bool,
 ) -> Result<Vec<u8>, String> {
     if format == Format::Txt {
         let cols = (width / 10).clamp(80, 800) as u16;
         let (panel, rows) = match view {
-            ViewKind::Bars => (Panel::Bars, 6),
+            ViewKind::Bars => (Panel::Bars, 7),
             // Every segment a row (up to 60), the histogram beside them.
             ViewKind::Fragmap => (Panel::Map, (model.state_at(cursor).snapshot().len() as u16 + 5).clamp(25, 65)),
             ViewKind::Timeline => (Panel::Timeline, 17),
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
-        let sel = Selection { focus, panel: Some(panel), ..Selection::default() };
+        let sel = Selection { focus, panel: Some(panel), by_category, ..Selection::default() };
         let area = buf.area;
         draw_replay(model, cursor, sel, !plain, String::new(), None, area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
@@ -82,7 +86,7 @@ pub fn picture(
     let segs = a.snapshot();
     let title = format!("{name} · event {cursor} of {n}{}", if Some(cursor) == peak_at { " (peak)" } else { "" });
     let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";
-    let scene = scene_of(a, &segs, title, note, marks);
+    let scene = Scene { by_category, ..scene_of(a, &segs, title, note, marks) };
     let svg = super::picture::svg(&scene, view, width);
     match format {
         Format::Svg => Ok(svg.into_bytes()),

@@ -74,6 +74,8 @@ pub struct Published {
     /// Its peaks kept across resets of PyTorch's counters (allocated,
     /// reserved); see `peak_allocated`.
     pub(crate) true_peaks: Option<(Option<u64>, Option<u64>)>,
+    /// What the optimizer held at a recent step's end.
+    pub(crate) categories: Option<StepCategories>,
     #[serde(skip)]
     pub(crate) path: PathBuf,
 }
@@ -89,6 +91,35 @@ pub(crate) struct HistoryInfo {
     pub(crate) max_entries: u64,
     #[serde(default)]
     pub(crate) note: Option<String>,
+}
+
+/// What the optimizer held at a step's end (the publisher's
+/// `_note_categories`; docs/categories.md "Live"): its parameters, their
+/// gradients and its state, in bytes rounded up to the allocator's 512,
+/// beside allocated then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StepCategories {
+    pub(crate) step: u64,
+    #[serde(default)]
+    pub(crate) allocated: u64,
+    pub(crate) parameter: u64,
+    pub(crate) gradient: u64,
+    pub(crate) optimizer_state: u64,
+}
+
+impl StepCategories {
+    /// As bytes per category: the rest of allocated (activations, the
+    /// batch, temporaries) under `Unknown`, which the live view calls "rest".
+    pub(crate) fn bytes(&self) -> crate::analysis::categories::CategoryBytes {
+        use crate::analysis::categories::{Category, CategoryBytes};
+        let mut b = [0u64; 7];
+        b[Category::Parameter as usize] = self.parameter;
+        b[Category::Gradient as usize] = self.gradient;
+        b[Category::OptimizerState as usize] = self.optimizer_state;
+        b[Category::Unknown as usize] =
+            self.allocated.saturating_sub(self.parameter + self.gradient + self.optimizer_state);
+        CategoryBytes(b)
+    }
 }
 
 /// One optimizer step as the publisher logged it: its number, when it
@@ -252,6 +283,8 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     pub(crate) history: Option<HistoryInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) true_peaks: Option<(Option<u64>, Option<u64>)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) categories: Option<StepCategories>,
 }
 
 impl RawFile {
@@ -300,6 +333,7 @@ impl RawFile {
             last_words: p.last_words,
             history: p.history.clone(),
             true_peaks: p.true_peaks,
+            categories: p.categories,
         }
     }
 }
@@ -395,6 +429,7 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
             note: h.note.map(|n| n.chars().filter(|c| !c.is_control()).take(400).collect()),
         }),
         true_peaks: raw.true_peaks,
+        categories: raw.categories,
         path: path.to_path_buf(),
     };
     Ok((p, layout))

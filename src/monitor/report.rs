@@ -40,6 +40,9 @@ pub(crate) struct PublisherReport {
     pub(crate) num_alloc_retries: u64,
     pub(crate) segments: usize,
     pub(crate) fragmentation: Fragmentation,
+    /// What the optimizer held at a recent step's end (docs/categories.md
+    /// "Live"); null before the first step or without an optimizer.
+    pub(crate) categories: Option<crate::monitor::publisher::StepCategories>,
 }
 
 impl PublisherReport {
@@ -59,6 +62,7 @@ impl PublisherReport {
             num_alloc_retries: p.stat("num_alloc_retries"),
             segments: p.segments.len(),
             fragmentation: p.fragmentation(),
+            categories: p.categories,
         }
     }
 }

@@ -191,6 +191,7 @@ impl DemoSource {
             last_words: false,
             history: None,
             true_peaks: None,
+            categories: None,
             path: PathBuf::new(),
         };
         Snapshot {

@@ -100,6 +100,9 @@ pub struct ReplayResult<'a> {
     pub(crate) placed: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub(crate) events: Vec<Event>,
+    /// Allocated bytes right after each recorded event reproduced: an
+    /// allocation's block size is its step (the trace carries requested sizes).
+    pub(crate) allocated: Vec<u64>,
 }
 
 /// The first request (`alloc`/`oom`) at or after `i`, if no free or snapshot
@@ -500,10 +503,12 @@ pub fn replay_events_from<'a>(
                 directed: 0,
                 placed: 0,
                 events: kept_events,
+                allocated: Vec::new(),
             };
         }
     };
     let mut divergence = None;
+    let mut allocated = Vec::with_capacity(end);
     let mut switch = opts.switch.clone();
     while st.position() < end {
         let i = st.position();
@@ -515,6 +520,7 @@ pub fn replay_events_from<'a>(
             break;
         }
         for (k, p) in st.alloc.points().iter().enumerate() {
+            allocated.push(p.allocated);
             if p.allocated > peak.allocated {
                 peak = Peak { event: i + k, allocated: p.allocated, reserved: p.reserved };
             }
@@ -538,5 +544,6 @@ pub fn replay_events_from<'a>(
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,
+        allocated,
     }
 }

@@ -3,6 +3,7 @@
 //! and keys (`ui`); `export` draws one moment of it; neither owns it.
 
 use crate::alloc::{Action, CachingAllocator, StatePoint};
+use crate::analysis::categories::{start_blocks, Categories};
 use crate::device::Oracle;
 use crate::trace::{Annotation, DeviceTrace, Frame};
 
@@ -28,11 +29,33 @@ pub struct ReplayModel<'a> {
     /// What to set about its OOMs, found by replaying it under every
     /// setting (`tune::oom_advice`).
     pub(crate) oom_advice: Option<String>,
+    /// What each block is (docs/categories.md); none where the screen
+    /// does not show it (a paused synth, whose trace has no evidence).
+    pub(crate) categories: Option<Categories>,
 }
 
 impl<'a> ReplayModel<'a> {
     /// The model of a faithful `session` over `dev`.
     pub fn open(
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        annotations: &[Annotation],
+        name: String,
+    ) -> Result<Self, Divergence> {
+        let mut m = Self::open_uncategorized(session, dev, stacks, annotations, name)?;
+        m.categories = Some(Categories::of(
+            dev,
+            stacks,
+            annotations,
+            &start_blocks(dev, &session.seed),
+            Some(session.exact.allocated.as_slice()),
+        ));
+        Ok(m)
+    }
+
+    /// As `open`, without categories (a trace with no evidence for them).
+    pub(crate) fn open_uncategorized(
         session: &Session<'a>,
         dev: &DeviceTrace,
         stacks: &'a [Vec<Frame>],
@@ -77,6 +100,7 @@ impl<'a> ReplayModel<'a> {
             iterations,
             window,
             oom_advice: None,
+            categories: None,
         }
     }
 
@@ -113,7 +137,16 @@ impl<'a> ReplayModel<'a> {
     /// borrowed (a frame draws them all; nothing is copied).
     pub(crate) fn at(&mut self, cursor: usize) -> ReplayAt<'_, 'a> {
         let (state, points) = self.scrub.seek_with_points(cursor);
-        ReplayAt { state, points, ooms: &self.ooms, empty_caches: &self.empty_caches, iterations: &self.iterations }
+        // A state-only snapshot has no events: its blocks are the start's.
+        let shown = (!points.is_empty()).then_some(cursor);
+        ReplayAt {
+            state,
+            points,
+            ooms: &self.ooms,
+            empty_caches: &self.empty_caches,
+            iterations: &self.iterations,
+            meaning: self.categories.as_ref().map(|cats| crate::view::parts::Meaning { cats, at: shown }),
+        }
     }
 
     /// "event 12/300", or what kind of recording this is.
@@ -134,4 +167,5 @@ pub(crate) struct ReplayAt<'m, 'a> {
     pub(crate) ooms: &'m [usize],
     pub(crate) empty_caches: &'m [usize],
     pub(crate) iterations: &'m [usize],
+    pub(crate) meaning: Option<crate::view::parts::Meaning<'m>>,
 }

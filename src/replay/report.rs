@@ -47,6 +47,8 @@ pub(crate) struct ReplayReport {
     /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.
     pub(crate) stats: BTreeMap<String, i64>,
     pub(crate) peak: Option<PeakReport>,
+    /// What the memory is (docs/categories.md).
+    pub(crate) categories: CategoriesReport,
     pub(crate) fragmentation: FragmentationReport,
     pub(crate) pools: Vec<PoolUsage>,
     pub(crate) segments: Vec<SegmentReport>,
@@ -104,6 +106,37 @@ pub(crate) struct PeakReport {
     pub(crate) reserved_bytes: u64,
 }
 
+/// Allocated bytes per category at the peak, at `--at` and at the end.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CategoriesReport {
+    /// What they were told from: "stacks", "markers", "block_stacks" or "none".
+    pub(crate) evidence: &'static str,
+    pub(crate) method: &'static str,
+    /// None for a state-only snapshot (it has no peak).
+    pub(crate) at_peak: Option<CategoryPoint>,
+    /// With `--at`.
+    pub(crate) at: Option<CategoryPoint>,
+    pub(crate) at_end: CategoryPoint,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CategoryPoint {
+    /// The event after which the bytes are counted (none: the snapshot's state).
+    pub(crate) event: Option<usize>,
+    pub(crate) bytes: crate::analysis::categories::CategoryBytes,
+}
+
+/// One block of a segment, with `--at`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BlockReport {
+    pub(crate) address: u64,
+    pub(crate) size: u64,
+    pub(crate) requested_size: u64,
+    pub(crate) state: &'static str,
+    /// Null for a free block.
+    pub(crate) category: Option<crate::analysis::categories::Category>,
+}
+
 /// The figures of docs/architecture.md §Fragmentation figures, now and at the peak.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct FragmentationReport {
@@ -132,6 +165,9 @@ pub(crate) struct SegmentReport {
     pub(crate) is_expandable: bool,
     pub(crate) segment_pool_id: Option<[u64; 2]>,
     pub(crate) private_pool: bool,
+    /// With `--at`: the segment's blocks at that point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) blocks: Option<Vec<BlockReport>>,
 }
 
 impl SegmentReport {
@@ -145,7 +181,28 @@ impl SegmentReport {
             is_expandable: s.is_expandable,
             segment_pool_id: s.pool.map(|p| [p.0, p.1]),
             private_pool: s.private,
+            blocks: None,
         }
+    }
+
+    /// With each block and its category (`at`: the event the state is after).
+    pub(crate) fn with_blocks(
+        s: &crate::alloc::SegmentInfo,
+        cats: &crate::analysis::categories::Categories,
+        at: Option<usize>,
+    ) -> Self {
+        let blocks = s
+            .blocks
+            .iter()
+            .map(|b| BlockReport {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested_size,
+                state: b.state.name(),
+                category: (b.state != crate::alloc::BlockState::Inactive).then(|| cats.of_block(b.address, at)),
+            })
+            .collect();
+        SegmentReport { blocks: Some(blocks), ..Self::of(s) }
     }
 }
 

@@ -88,6 +88,25 @@ pub struct Want {
     pub recorded_state: bool,
 }
 
+impl Want {
+    /// The exact replay of a PyTorch snapshot recorded under `config` on a
+    /// device of `device_total` bytes, as `replay` opens one.
+    pub fn exact(config: AllocatorConfig, device_total: u64) -> Want {
+        Want {
+            config,
+            changed: false,
+            device_total,
+            memory_limit: None,
+            keep_events: false,
+            stop_at: None,
+            // Only what-if runs assume a context, and an unchanged replay
+            // of a snapshot is never one.
+            context_bytes: 0,
+            recorded_state: true,
+        }
+    }
+}
+
 /// Totals of a list of segments, as `torch.cuda.memory_snapshot()` sums them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Totals {

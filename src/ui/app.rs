@@ -44,7 +44,15 @@ impl<'a> ReplayApp<'a> {
         let view = focused_view(&self.screen);
         let stem = self.model.name.split('.').next().unwrap_or("trace").to_string();
         let name = screenshot_name(&stem, view, &format!("event{}", self.cursor));
-        match crate::export::replay::picture(&mut self.model, self.cursor, view, Format::Svg, 1600, true) {
+        match crate::export::replay::picture(
+            &mut self.model,
+            self.cursor,
+            view,
+            Format::Svg,
+            1600,
+            true,
+            self.screen.sel.by_category,
+        ) {
             Ok(b) => save(&name, &b),
             Err(e) => format!(" screenshot failed: {e}"),
         }
@@ -236,7 +244,9 @@ impl History {
         if !s.fidelity.is_faithful() {
             return Err(format!("its events do not replay ({})", s.fidelity.name()));
         }
-        ReplayModel::open(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
+        // The synthetic model's trace carries no stacks or markers: its
+        // categories would all be unknown, so none are shown.
+        ReplayModel::open_uncategorized(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
             .map_err(|d| d.reason)
     }
 }
@@ -261,6 +271,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         iterations: &d.iterations,
         clock: None,
         first_event: d.dropped,
+        meaning: None,
     }
 }
 

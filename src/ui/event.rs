@@ -69,6 +69,7 @@ impl Screen {
             Action::Compact => s.compact = !s.compact,
             Action::HistogramBytes => s.hist_bytes = !s.hist_bytes,
             Action::RowScale => s.flip_scale = !s.flip_scale,
+            Action::ByCategory => s.by_category = !s.by_category,
             Action::Order => {
                 s.order = if s.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
             }

@@ -384,6 +384,8 @@ impl LiveApp {
             empty_caches: &[],
             // memory_stats() does not carry set_per_process_memory_fraction.
             memory_limit: None,
+            meaning: None,
+            by_category: false,
         };
         let svg = crate::export::picture::svg(&scene, view, 1600);
         let name = super::app::screenshot_name(&format!("pid{}", p.pid), view, "live");
@@ -519,6 +521,7 @@ impl Interactive for LiveApp {
             reserved_peak: p.peak_reserved(),
             device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
             capacity: None,
+            step_categories: p.categories.map(|c| (c.bytes(), c.step)),
         };
         let frag = p.fragmentation();
         let points = h.series.state_points();
@@ -568,6 +571,7 @@ impl Interactive for LiveApp {
             iterations: &steps,
             clock: Some(Clock { times: &times, step_peaks: p.step_peaks, recorded: self.recording.is_some() }),
             first_event: 0,
+            meaning: None,
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }

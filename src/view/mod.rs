@@ -19,6 +19,7 @@ use ratatui_widgets::clear::Clear;
 use ratatui_widgets::paragraph::{Paragraph, Wrap};
 
 use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::analysis::categories::{Category, CategoryBytes, Evidence};
 use crate::analysis::{human_bytes, short_bytes, Fragmentation, SizeBucket};
 use crate::trace::Frame;
 
@@ -76,6 +77,8 @@ pub(crate) struct View<'a> {
     pub(crate) device_memory: Option<(u64, u64)>,
     /// Without NVML, the bars' scale and what it is ("limit", "device").
     pub(crate) capacity: Option<(u64, &'static str)>,
+    /// Live: what the optimizer held at a step's end, and the step.
+    pub(crate) step_categories: Option<(CategoryBytes, u64)>,
     pub(crate) segments: &'a [SegmentInfo],
     pub(crate) fragmentation: Fragmentation,
     pub(crate) histogram: &'a [SizeBucket],
@@ -114,6 +117,10 @@ pub(crate) struct View<'a> {
     pub(crate) flip_scale: bool,
     /// Draw only this panel (a text export of one view).
     pub(crate) panel: Option<Panel>,
+    /// The map and timeline by category (with `meaning`).
+    pub(crate) by_category: bool,
+    /// What each block is, where known (a replay).
+    pub(crate) meaning: Option<parts::Meaning<'a>>,
     pub(crate) color: bool,
     pub(crate) status: String,
     /// The mode whose keys the status line hints and the help lists
@@ -269,6 +276,86 @@ impl Cell {
     ];
 }
 
+/// A category's colour on screens and in pictures, and its letter where
+/// there is no colour (docs/categories.md).
+pub(crate) fn category_color(c: Category) -> Color {
+    match c {
+        Category::Parameter => Color::Blue,
+        Category::Gradient => Color::Magenta,
+        Category::OptimizerState => Color::Cyan,
+        Category::Activation => Color::Green,
+        Category::Input => Color::Yellow,
+        Category::Temporary => Color::LightRed,
+        Category::Unknown => Color::Gray,
+    }
+}
+
+pub(crate) fn category_letter(c: Category) -> char {
+    match c {
+        Category::Parameter => 'P',
+        Category::Gradient => 'G',
+        Category::OptimizerState => 'O',
+        Category::Activation => 'A',
+        Category::Input => 'I',
+        Category::Temporary => 'T',
+        Category::Unknown => '?',
+    }
+}
+
+/// Per cell of a segment's row (as `segment_cells`), the category of the
+/// live block holding most of its bytes; none where no live block is.
+pub fn segment_categories(seg: &SegmentInfo, width: usize, of: impl Fn(u64) -> Category) -> Vec<Option<Category>> {
+    let mut out = Vec::with_capacity(width);
+    if width == 0 || seg.total_size == 0 {
+        return out;
+    }
+    let (total, w) = (seg.total_size as u128, width as u128);
+    let live: Vec<(u64, u64, Category)> = seg
+        .blocks
+        .iter()
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| (b.address - seg.address, b.address - seg.address + b.size, of(b.address)))
+        .collect();
+    let mut k = 0;
+    for c in 0..width as u128 {
+        let lo = (total * c / w) as u64;
+        let hi = ((total * (c + 1) / w) as u64).max(lo + 1);
+        while k < live.len() && live[k].1 <= lo {
+            k += 1;
+        }
+        let mut best: Option<(u64, Category)> = None;
+        for &(a, b, cat) in live[k..].iter().take_while(|x| x.0 < hi) {
+            let n = b.min(hi) - a.max(lo);
+            if best.is_none_or(|x| n > x.0) {
+                best = Some((n, cat));
+            }
+        }
+        out.push(best.map(|x| x.1));
+    }
+    out
+}
+
+/// The glyphs and styles of one segment's `n` cells: by block state, or
+/// by category where the view shows categories.
+fn map_cells(view: &View, theme: Theme, seg: &SegmentInfo, n: usize) -> Vec<(char, Style)> {
+    let cells = segment_cells(seg, n);
+    match view.meaning.filter(|_| view.by_category) {
+        Some(m) => {
+            let cats = segment_categories(seg, n, |a| m.cats.of_block(a, m.at));
+            cells
+                .into_iter()
+                .zip(cats)
+                .map(|(cell, cat)| match cat {
+                    Some(c) if theme.color => (cell.glyph(), theme.fg(category_color(c))),
+                    Some(c) => (category_letter(c), Style::default()),
+                    None => (cell.glyph(), theme.fg(Color::DarkGray)),
+                })
+                .collect()
+        }
+        None => cells.into_iter().map(|c| (c.glyph(), theme.fg(c.color()))).collect(),
+    }
+}
+
 /// The cells of one segment's row, `width` cells covering the segment to
 /// scale: each cell shows the state holding most of its bytes.
 pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
@@ -373,7 +460,9 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     let banner_h = u16::from(view.banner.is_some());
     let [banner, top, middle, bottom, status] = Layout::vertical([
         Constraint::Length(banner_h),
-        Constraint::Length(6),
+        // The bars, and with categories the line saying what they are.
+        // (At 24 rows the bar alone, split by category, says it.)
+        Constraint::Length(6 + u16::from(what_line(view, area.height))),
         Constraint::Min(if area.height < MIN_HEIGHT { 4 } else { 8 }),
         // Below 24 rows (the live view's pane at 80x24) the timeline gives up rows first.
         Constraint::Length(if area.height < MIN_HEIGHT { 5 } else { (area.height / 4).max(7) }),
@@ -408,7 +497,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         // request met, above it. A zoomed or compact map is the user's
         // choice to see the segments, and keeps the whole pane.
         let h = (map.height / 2).max(4).min(map.height);
-        render_oom(theme, o, Rect { y: map.bottom() - h, height: h, ..map }, buf);
+        render_oom(theme, o, view.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
     }
     render_histogram(view, theme, hist, buf);
     render_timeline(view, theme, bottom, buf);
@@ -424,14 +513,14 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     };
     put_rows(buf, status, vec![line]);
     if let (true, Some(mode)) = (view.help, view.mode) {
-        render_help(theme, mode, area, buf);
+        render_help(theme, mode, view.meaning.is_some(), area, buf);
     }
 }
 
 /// The OOM's request and the stack that made it, innermost first; when the
 /// frames do not fit, the program's own innermost frame is kept and what is
 /// left out is counted.
-fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
+fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>, area: Rect, buf: &mut Buffer) {
     ratatui_widgets::clear::Clear.render(area, buf);
     // The longest title that fits the box's top edge.
     let (size, room) = (human_bytes(o.size), (area.width as usize).saturating_sub(4));
@@ -461,6 +550,11 @@ fn render_oom(theme: Theme, o: &parts::OomNote, area: Rect, buf: &mut Buffer) {
         .collect();
     if let Some(a) = advice {
         lines.push(Line::from(Span::styled(format!(" ⇒ {a}"), theme.fg(Color::Green).add_modifier(Modifier::BOLD))));
+    }
+    // What held the memory when the request failed, on the first row.
+    if let Some(m) = meaning.filter(|m| m.cats.evidence != Evidence::None && inner.height >= 3) {
+        lines.insert(0, Line::from(format!(" held: {}", m.cats.bytes_after(m.at).describe())));
+        lines.truncate(inner.height as usize);
     }
     put_rows(buf, inner, lines);
 }
@@ -537,8 +631,15 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let width = (area.width as usize).saturating_sub(56).max(10);
     let gap = view.reserved.saturating_sub(view.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
-    let mut lines = vec![
-        bar_line(
+    let allocated_bar = match view.meaning.filter(|m| m.cats.evidence != Evidence::None) {
+        Some(m) => category_bar(
+            &m.cats.bytes_after(m.at),
+            scale,
+            width,
+            peak_text(view.allocated, view.allocated_peak, view.peaks_known),
+            theme,
+        ),
+        None => bar_line(
             "allocated",
             view.allocated,
             scale,
@@ -546,6 +647,9 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             peak_text(view.allocated, view.allocated_peak, view.peaks_known),
             theme.fg(Color::Green),
         ),
+    };
+    let mut lines = vec![
+        allocated_bar,
         bar_line(
             "reserved",
             view.reserved,
@@ -584,7 +688,91 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         human_bytes(gap),
         pct(gap, view.reserved),
     )));
+    if area.height >= 5 {
+        if let Some(m) = view.meaning {
+            lines.push(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, area.width as usize));
+        } else if let Some((b, step)) = view.step_categories {
+            lines.push(step_category_line(&b, step, theme, area.width as usize));
+        }
+    }
     put_rows(buf, area, lines);
+}
+
+/// Live: " at step 12's end  P params 313M  G grads 313M  O optim 626M  ░ rest 2.1G":
+/// what the optimizer held, from the publisher.
+fn step_category_line(bytes: &CategoryBytes, step: u64, theme: Theme, width: usize) -> Line<'static> {
+    let mut spans = vec![Span::raw(format!(" at step {step}'s end "))];
+    for c in [Category::Parameter, Category::Gradient, Category::OptimizerState, Category::Unknown] {
+        let (label, glyph) = match c {
+            Category::Unknown => ("rest", '░'),
+            _ => (c.label(), if theme.color { '█' } else { category_letter(c) }),
+        };
+        spans.push(Span::styled(glyph.to_string(), theme.fg(category_color(c))));
+        spans.push(Span::raw(format!(" {label} {}  ", short_bytes(bytes.get(c)))));
+    }
+    let mut line = Line::from(spans);
+    if line.width() > width {
+        line = Line::from(format!(
+            " step {step}: params {} grads {} optim {}",
+            short_bytes(bytes.get(Category::Parameter)),
+            short_bytes(bytes.get(Category::Gradient)),
+            short_bytes(bytes.get(Category::OptimizerState))
+        ));
+    }
+    line
+}
+
+/// Whether the bars' box has the line saying what the memory is: with
+/// categories, on a screen taller than the smallest.
+fn what_line(view: &View, height: u16) -> bool {
+    (view.meaning.is_some() || view.step_categories.is_some()) && height > MIN_HEIGHT
+}
+
+/// The allocated bar in one colour per category, in `Category::ALL` order.
+fn category_bar(bytes: &CategoryBytes, scale: u64, width: usize, tail: String, theme: Theme) -> Line<'static> {
+    let mut spans = vec![Span::raw(format!(" {:<10}", "allocated"))];
+    let cells = |b: u64| if scale == 0 { 0 } else { (b as u128 * width as u128 / scale as u128) as usize };
+    let (mut used, mut sum) = (0usize, 0u64);
+    for c in Category::ALL {
+        let b = bytes.get(c);
+        if b == 0 {
+            continue;
+        }
+        // Cumulative, so rounding never adds up past the total's cells.
+        sum += b;
+        let n = cells(sum).min(width).saturating_sub(used);
+        used += n;
+        let glyph = if theme.color { '█' } else { category_letter(c) };
+        spans.push(Span::styled(glyph.to_string().repeat(n), theme.fg(category_color(c))));
+    }
+    spans.push(Span::raw(" ".repeat(width - used)));
+    spans.push(Span::raw(tail));
+    Line::from(spans)
+}
+
+/// " what it is  █ activ 2.9 GiB  █ temp 1.6 GiB …": the categories of
+/// what is allocated, largest first, as many as fit.
+fn category_line(bytes: &CategoryBytes, evidence: Evidence, theme: Theme, width: usize) -> Line<'static> {
+    let mut spans = vec![Span::raw(" what it is ")];
+    if evidence == Evidence::None {
+        spans.push(Span::styled(
+            "unknown: no call stacks and no optimizer markers in this trace",
+            theme.fg(Color::DarkGray),
+        ));
+        return Line::from(spans);
+    }
+    let mut used = 12;
+    for (c, b) in bytes.largest_first() {
+        let text = format!(" {} {}  ", c.label(), short_bytes(b));
+        if used + 1 + text.chars().count() > width {
+            break;
+        }
+        used += 1 + text.chars().count();
+        let glyph = if theme.color { '█' } else { category_letter(c) };
+        spans.push(Span::styled(glyph.to_string(), theme.fg(category_color(c))));
+        spans.push(Span::raw(text));
+    }
+    Line::from(spans)
 }
 
 fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
@@ -631,6 +819,11 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     } else {
         render_rows(view, theme, &segs, scaled, inner, buf);
     }
+    if let Some(m) = view.meaning.filter(|_| view.by_category) {
+        let legend = category_legend(theme, m.cats.evidence, inner.width as usize);
+        put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, legend);
+        return;
+    }
     // Legend on the last line: the names, or shorter ones where they do
     // not fit.
     let long: usize = Cell::LEGEND.iter().map(|(_, n)| n.chars().count() + 4).sum();
@@ -646,6 +839,21 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         }));
     }
     put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, Line::from(spans));
+}
+
+/// The categories' key: each one's glyph (or letter) and short name.
+fn category_legend(theme: Theme, evidence: Evidence, width: usize) -> Line<'static> {
+    let mut spans = Vec::new();
+    for c in Category::ALL.into_iter().filter(|&c| c != Category::Unknown || evidence != Evidence::Stacks) {
+        let (glyph, style) =
+            if theme.color { ('█', theme.fg(category_color(c))) } else { (category_letter(c), Style::default()) };
+        spans.push(Span::styled(glyph.to_string(), style));
+        spans.push(Span::raw(format!(" {} ", c.label())));
+    }
+    if evidence != Evidence::Stacks && width > 80 {
+        spans.push(Span::styled(format!("─ {}", evidence.name()), theme.fg(Color::DarkGray)));
+    }
+    Line::from(spans)
 }
 
 /// The map row's label: address and size.
@@ -689,8 +897,8 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], scaled: bool, i
             } else {
                 cells_w
             };
-            for (cell, c) in buf.content[row..].iter_mut().zip(segment_cells(seg, n.min(room))) {
-                cell.set_char(c.glyph()).set_style(theme.fg(c.color()));
+            for (cell, (glyph, style)) in buf.content[row..].iter_mut().zip(map_cells(view, theme, seg, n.min(room))) {
+                cell.set_char(glyph).set_style(style);
             }
         }
     }
@@ -737,13 +945,12 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
             break;
         }
         let selected = k == view.selected;
-        for c in segment_cells(seg, n) {
+        for (glyph, mut style) in map_cells(view, theme, seg, n) {
             let (x, y) = ((i % width) as u16, (i / width) as u16);
-            let mut style = theme.fg(c.color());
             if selected {
                 style = style.add_modifier(Modifier::REVERSED);
             }
-            put(buf, area.x + x, area.y + y, c.glyph(), style);
+            put(buf, area.x + x, area.y + y, glyph, style);
             i += 1;
         }
         shown += 1;
@@ -841,11 +1048,17 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
             format!("req {:>10}", human_bytes(b.requested_size))
         };
         let style = if i == sel { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
+        // What the block is, where the screen knows.
+        let what = match view.meaning {
+            Some(m) if b.state != BlockState::Inactive => format!("{:<8}", m.cats.of_block(b.address, m.at).label()),
+            Some(_) => " ".repeat(8),
+            None => String::new(),
+        };
         lines.push(Line::from(vec![
             Span::styled(cell.glyph().to_string(), theme.fg(cell.color())),
             Span::styled(
                 format!(
-                    " +{:<10} {:>10} {:<15} {:<12} {site}",
+                    " +{:<10} {:>10} {:<15} {:<12} {what}{site}",
                     short_bytes(b.address - seg.address),
                     human_bytes(b.size),
                     requested,
@@ -1080,6 +1293,11 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     // the scale and the limit, the scale, or nothing.
     let key = match n {
         0 => None,
+        _ if view.by_category && view.meaning.is_some() && scale_w + 36 <= room => Some(Line::from(vec![
+            Span::raw(format!("{}─", scale)),
+            Span::raw(" allocated stacked by category "),
+            Span::styled("━ reserved ", theme.fg(Color::Blue)),
+        ])),
         _ if scale_w + long_w + limit_w <= room => Some(Line::from(vec![
             Span::raw(format!("{}─", scale)),
             Span::styled(" ━ allocated", theme.fg(Color::Green)),
@@ -1145,6 +1363,31 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             resv_pts.push((c as f64, r));
         }
     }
+    // By category: each column's most allocated point, stacked in
+    // `Category::ALL` order (the top line is allocated).
+    let stacked: Vec<(Color, Vec<(f64, f64)>)> = match view.meaning.filter(|_| view.by_category && times.is_none()) {
+        Some(m) => {
+            let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
+            for c in 0..cols {
+                let lo = c * n / cols;
+                let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+                let top = (lo..hi).max_by_key(|&i| (view.timeline[i].allocated, std::cmp::Reverse(i))).unwrap_or(lo);
+                let b = m.cats.bytes_after(Some(top + view.first_event));
+                let mut sum = 0u64;
+                for (k, cat) in Category::ALL.into_iter().enumerate() {
+                    sum += b.get(cat);
+                    lines[k].push((c as f64, sum as f64));
+                }
+            }
+            Category::ALL
+                .into_iter()
+                .zip(lines)
+                .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
+                .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
     let cursor_x = col(view.cursor);
     let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
@@ -1181,14 +1424,22 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                     if theme.color { Color::Blue } else { Color::Reset },
                 ));
             }
-            for w in alloc_pts.windows(2) {
-                ctx.draw(&CanvasLine::new(
-                    w[0].0,
-                    w[0].1,
-                    w[1].0,
-                    w[1].1,
-                    if theme.color { Color::Green } else { Color::Reset },
-                ));
+            if stacked.is_empty() {
+                for w in alloc_pts.windows(2) {
+                    ctx.draw(&CanvasLine::new(
+                        w[0].0,
+                        w[0].1,
+                        w[1].0,
+                        w[1].1,
+                        if theme.color { Color::Green } else { Color::Reset },
+                    ));
+                }
+            }
+            for (color, pts) in &stacked {
+                for w in pts.windows(2) {
+                    let color = if theme.color { *color } else { Color::Reset };
+                    ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, color));
+                }
             }
             if let Some(l) = limit {
                 // Dashed, so it does not read as a series.
@@ -1279,11 +1530,12 @@ pub(crate) fn duration(secs: f64) -> String {
 }
 
 /// The keys of `mode`, from the table the app dispatches on.
-fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buffer) {
+fn render_help(theme: Theme, mode: crate::keys::Mode, categories: bool, area: Rect, buf: &mut Buffer) {
     let rows = crate::keys::help_rows(mode);
     let figures = crate::keys::FIGURES;
-    let w = 100.min(area.width);
-    let h = (rows.len() as u16 + figures.len() as u16 + 5).min(area.height);
+    let w = 110.min(area.width);
+    let extra = if categories { Category::ALL.len() as u16 + 2 } else { 0 };
+    let h = (rows.len() as u16 + figures.len() as u16 + 5 + extra).min(area.height);
     let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     Clear.render(r, buf);
     let mut lines = vec![Line::from(Span::styled("keys", theme.bold()))];
@@ -1291,6 +1543,17 @@ fn render_help(theme: Theme, mode: crate::keys::Mode, area: Rect, buf: &mut Buff
     lines.push(Line::from(""));
     lines.push(Line::from(Span::styled("figures", theme.bold())));
     lines.extend(figures.iter().map(|(k, what)| Line::from(format!("{k:<25} {what}"))));
+    if categories {
+        lines.push(Line::from(""));
+        lines.push(Line::from(Span::styled("what the memory is (w: the map and timeline by it)", theme.bold())));
+        for c in Category::ALL {
+            let glyph = if theme.color { '█' } else { category_letter(c) };
+            lines.push(Line::from(vec![
+                Span::styled(glyph.to_string(), theme.fg(category_color(c))),
+                Span::raw(format!(" {:<16} {}", c.name(), c.meaning())),
+            ]));
+        }
+    }
     Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
 }
 
@@ -1484,7 +1747,7 @@ mod tests {
             advice: Some("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it".into()),
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, 80, 5));
-        super::render_oom(super::Theme { color: false }, &note, buf.area, &mut buf);
+        super::render_oom(super::Theme { color: false }, &note, None, buf.area, &mut buf);
         let rows: Vec<String> =
             (0..5).map(|y| (0..80).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>()).collect();
         assert!(rows[1].contains("functional.py:3 f"), "{rows:?}");

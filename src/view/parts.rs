@@ -35,6 +35,9 @@ pub(crate) struct Selection {
     pub(crate) flip_scale: bool,
     /// One panel only (a text export of one view); None: the whole screen.
     pub(crate) panel: Option<super::Panel>,
+    /// The map and the timeline by category (what the memory is) instead
+    /// of by block state.
+    pub(crate) by_category: bool,
 }
 
 impl Selection {
@@ -72,6 +75,9 @@ pub struct Totals {
     /// Without NVML: what the bars are scaled to, and what it is (the
     /// per-process memory limit, or the device's memory).
     pub(crate) capacity: Option<(u64, &'static str)>,
+    /// Live: what the optimizer held at a step's end (parameters,
+    /// gradients, optimizer state, the rest as `Unknown`) and that step.
+    pub(crate) step_categories: Option<(crate::analysis::categories::CategoryBytes, u64)>,
 }
 
 impl Totals {
@@ -84,6 +90,7 @@ impl Totals {
             reserved_peak: stats.get(Kind::ReservedBytes, 0).peak as u64,
             device_memory: None,
             capacity: None,
+            step_categories: None,
         }
     }
 }
@@ -101,6 +108,16 @@ pub(crate) struct Marks<'m> {
     pub(crate) clock: Option<Clock<'m>>,
     /// The event the first point is (0 unless older points were dropped).
     pub(crate) first_event: usize,
+    /// What each block is, where the screen knows (a replay).
+    pub(crate) meaning: Option<Meaning<'m>>,
+}
+
+/// The categories of a replay at the moment shown (docs/categories.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meaning<'m> {
+    pub(crate) cats: &'m crate::analysis::categories::Categories,
+    /// The event whose state is shown; none for a snapshot's own state.
+    pub(crate) at: Option<usize>,
 }
 
 /// The x axis of a live timeline: each point's time (seconds since the
@@ -125,6 +142,7 @@ impl<'m> Marks<'m> {
             iterations: at.iterations,
             clock: None,
             first_event: 0,
+            meaning: at.meaning,
         }
     }
 }
@@ -188,6 +206,7 @@ pub(crate) fn draw_parts(
         reserved_peak: totals.reserved_peak,
         device_memory: totals.device_memory,
         capacity: totals.capacity,
+        step_categories: totals.step_categories,
         segments: segs,
         fragmentation: frag,
         histogram: &hist,
@@ -211,6 +230,8 @@ pub(crate) fn draw_parts(
         hist_bytes: sel.hist_bytes,
         flip_scale: sel.flip_scale,
         panel: sel.panel,
+        by_category: sel.by_category,
+        meaning: marks.meaning,
         color: chrome.color,
         status: chrome.status,
         mode: chrome.mode,
