@@ -178,6 +178,16 @@ fn bench_frame(c: &mut Criterion) {
             term.draw(|f| app.draw(f)).unwrap();
         })
     });
+    // By category (`w`): the map's cells and the stacked timeline read the
+    // categories (docs/categories.md).
+    app.apply(Action::ByCategory);
+    c.bench_function("frame/gpt2_step_200x60_by_category", |b| {
+        b.iter(|| {
+            app.apply(if right { Action::Right } else { Action::Left });
+            right = !right;
+            term.draw(|f| app.draw(f)).unwrap();
+        })
+    });
 }
 
 /// What categorizing adds to a replay (docs/benchmarks.md, "Categories"):

@@ -271,3 +271,90 @@ fn the_replay_screen_says_what_the_memory_is() {
     let s = screen("vit_adamw_bf16_nostacks", 160, 40, &[Action::ByCategory]);
     assert!(s.contains("U unknown ─ markers") || s.contains("? unknown ─ markers"), "{s}");
 }
+
+/// synth reports the same categories as replay, from what its model knows
+/// each tensor is: on the configuration of a run recorded on the H200
+/// (GPT-2, 6 layers, batch 8 × 512, AdamW, fp32), its parameters and AdamW
+/// state at the peak are the replay's to the byte, its activations within
+/// 5%; and its categories sum to its own peak.
+#[test]
+fn synth_and_replay_compare_category_by_category() {
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(common::bin()).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let synth = json(&[
+        "synth",
+        "--backend",
+        "sim",
+        "--json",
+        "--model",
+        "gpt2",
+        "--layers",
+        "6",
+        "--batch",
+        "8",
+        "--seq",
+        "512",
+        "--iterations",
+        "3",
+        "--optimizer",
+        "adam",
+    ]);
+    let path = fixture("categories/gpt2_adamw_fp32.pickle.gz");
+    let replay = json(&["replay", path.to_str().unwrap(), "--json"]);
+    let (s, r) = (&synth["categories"]["at_peak"], &replay["categories"]["at_peak"]["bytes"]);
+    assert_eq!(synth["categories"]["evidence"], "model");
+    let total: u64 = Category::ALL.iter().map(|c| s[c.name()].as_u64().unwrap()).sum();
+    assert_eq!(total, synth["peak"]["allocated_bytes"].as_u64().unwrap());
+    assert_eq!(s["parameter"], r["parameter"]);
+    assert_eq!(s["optimizer_state"], r["optimizer_state"]);
+    let (a, b) = (s["activation"].as_f64().unwrap(), r["activation"].as_f64().unwrap());
+    assert!((a / b - 1.0).abs() < 0.05, "activations: synth {a}, replay {b}");
+    let end: u64 = Category::ALL.iter().map(|c| synth["categories"]["at_end"][c.name()].as_u64().unwrap()).sum();
+    assert_eq!(end, synth["stats"]["allocated_bytes.all.current"].as_u64().unwrap());
+}
+
+/// A snapshot without history (`enabled="state"`, `context="state"`): only
+/// the live blocks' own stacks. Taken on the H200 at a step's forward end
+/// (benches/categories/record_state.py), with every parameter, optimizer
+/// state tensor, and that step's batch and saved tensors noted: a block
+/// takes the category of the first note inside it, else temporary.
+#[test]
+fn a_snapshot_without_history_is_categorized_by_its_blocks_stacks() {
+    let path = fixture("categories/gpt2_state_only.pickle.gz");
+    let out = std::process::Command::new(common::bin())
+        .arg("replay")
+        .arg(&path)
+        .args(["--json", "--at", "end"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["categories"]["evidence"], "block_stacks");
+    let f = std::fs::File::open(fixture("categories/gpt2_state_only.notes.jsonl.gz")).unwrap();
+    let notes: Vec<(u64, String)> = BufReader::new(flate2::read::GzDecoder::new(f))
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.unwrap()).unwrap();
+            (v["ptr"].as_u64().unwrap(), v["cat"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let (mut right, mut total, mut unknown) = (0u64, 0u64, 0u64);
+    for b in r["segments"].as_array().unwrap().iter().flat_map(|g| g["blocks"].as_array().unwrap()) {
+        if b["state"] == "inactive" {
+            continue;
+        }
+        let (a, size) = (b["address"].as_u64().unwrap(), b["size"].as_u64().unwrap());
+        let want = notes.iter().find(|(p, _)| (a..a + size).contains(p)).map_or("temporary", |n| n.1.as_str());
+        total += size;
+        right += size * u64::from(b["category"] == want);
+        unknown += size * u64::from(b["category"] == "unknown");
+    }
+    let share = right as f64 / total as f64;
+    println!("state-only GPT-2: {:.1}% of {} MiB right, {} MiB unknown", share * 100.0, total >> 20, unknown >> 20);
+    assert!(share >= 0.95, "{share}");
+    // What had no stack to tell by is counted as unknown, not guessed.
+    assert_eq!(r["categories"]["at_end"]["bytes"]["unknown"].as_u64().unwrap(), unknown);
+}

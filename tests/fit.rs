@@ -446,3 +446,38 @@ fn fit_reports_the_largest_batch_under_tunes_pick() {
     assert!(by[pick].as_u64().unwrap() >= by[""].as_u64().unwrap(), "{by}");
     assert!(j["peak_at_max_batch_by_config"][pick]["fits"].as_bool().unwrap());
 }
+
+/// What grows with the batch (docs/fit.md "Categories"): per category, the
+/// bytes at each sample's peak as `replay --json` gives them, weights and
+/// optimizer state fixed at the largest sample's, activations and
+/// temporaries on a line; at each predicted batch the categories add up to
+/// within 5% of the predicted peak (and the prediction was within 3% of
+/// PyTorch's, above).
+#[test]
+fn predictions_say_what_grows_with_the_batch() {
+    let t = truth();
+    let v = fit(&model_args(&t, "gpt2"));
+    let cats = v["categories"].as_array().unwrap();
+    let get = |name: &str| cats.iter().find(|c| c["category"] == name).unwrap_or_else(|| panic!("{name}: {v}"));
+    for (i, s) in v["samples"].as_array().unwrap().iter().enumerate() {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+            .args(["replay", "--json", s["snapshot"].as_str().unwrap()])
+            .output()
+            .unwrap();
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for c in cats {
+            let name = c["category"].as_str().unwrap();
+            assert_eq!(c["at_samples"][i][1], r["categories"]["at_peak"]["bytes"][name], "{name} at sample {i}");
+        }
+    }
+    let (p, o, a) = (get("parameter"), get("optimizer_state"), get("activation"));
+    assert_eq!(p["bytes_per_batch_item"], 0.0);
+    assert_eq!(p["at_samples"][0][1], p["at_samples"][1][1], "GPT-2's weights, whatever the batch");
+    assert_eq!(o["bytes_per_batch_item"], 0.0);
+    assert!(a["bytes_per_batch_item"].as_f64().unwrap() > 100e6, "activations grow with the batch: {a}");
+    for (k, pred) in v["predictions"].as_array().unwrap().iter().enumerate() {
+        let sum: u64 = cats.iter().map(|c| c["predicted_bytes"][k].as_u64().unwrap()).sum();
+        let peak = pred["allocated_peak_bytes"].as_f64().unwrap();
+        assert!((sum as f64 / peak - 1.0).abs() < 0.05, "batch {}: categories {sum} vs peak {peak}", pred["batch"]);
+    }
+}

@@ -327,6 +327,37 @@ fn serve_demo_exposes_prometheus_metrics_over_http() {
     assert_eq!(values["gpumem_torch_reserved_unallocated_bytes"], r - a);
     assert!(values["gpumem_gpu_memory_used_bytes"] >= r, "NVML-side used covers reserved");
     assert!((0.0..=1.0).contains(&values["gpumem_torch_external_fragmentation_ratio"]));
+    // What the optimizer held at the latest step's end (docs/categories.md
+    // "Live"): the synthetic GPT-2's own parameters, gradients and Adam
+    // state, and the rest, summing to allocated at that step's end.
+    // (Published at the first step's end: asked again until it has run.)
+    let mut body = body;
+    for _ in 0..100 {
+        if body.contains("gpumem_torch_category_bytes{") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        body = http_get(&addr, "/metrics").1;
+    }
+    let step_end = body
+        .lines()
+        .find_map(|l| l.strip_prefix("gpumem_torch_step_end_allocated_bytes{"))
+        .and_then(|l| l.rsplit_once(' '))
+        .map(|(_, v)| v.parse::<f64>().unwrap())
+        .unwrap_or(-1.0);
+    let cats: std::collections::HashMap<String, f64> = body
+        .lines()
+        .filter(|l| l.starts_with("gpumem_torch_category_bytes{"))
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            let cat = series.split("category=\"").nth(1).unwrap().trim_end_matches("\"}").to_string();
+            (cat, v.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(cats.len(), 4, "{body}");
+    assert_eq!(cats["parameter"], 498_558_976.0, "GPT-2 small's parameters as the synthetic model places them");
+    assert!(cats["gradient"] > 0.0 && cats["optimizer_state"] >= 2.0 * cats["gradient"] - 1e6, "{cats:?}");
+    assert_eq!(cats.values().sum::<f64>(), step_end, "{cats:?}");
     let (head, _) = http_get(&addr, "/nope");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     // SIGTERM ends it cleanly.

@@ -5,7 +5,9 @@
 //! stacks or the optimizer's markers show. The method and its measured
 //! accuracy: docs/categories.md.
 
-use std::collections::HashMap;
+// A fast hasher: the maps here are keyed by addresses and ids, one lookup
+// per event of traces of up to millions (docs/benchmarks.md "Categories").
+use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
 
@@ -138,11 +140,11 @@ impl CategoryBytes {
         v
     }
 
-    fn add(&mut self, c: Category, n: u64) {
+    pub(crate) fn add(&mut self, c: Category, n: u64) {
         self.0[c.index()] += n;
     }
 
-    fn sub(&mut self, c: Category, n: u64) {
+    pub(crate) fn sub(&mut self, c: Category, n: u64) {
         self.0[c.index()] = self.0[c.index()].saturating_sub(n);
     }
 }
@@ -218,8 +220,9 @@ pub struct Categories {
     steps: Vec<i64>,
     /// Blocks alive at the first event, by address.
     at_start: HashMap<u64, Category>,
-    /// Per address: the `alloc` events there, in order.
-    allocs_at: HashMap<u64, Vec<u32>>,
+    /// Every `alloc` event as (address, event), sorted: the allocation that
+    /// made a block is the last one at its address before a point.
+    allocs_at: Vec<(u64, u32)>,
     /// Bytes per category before event `k * SAMPLE`; the first, before any.
     samples: Vec<CategoryBytes>,
 }
@@ -246,7 +249,9 @@ impl Categories {
             Evidence::Stacks
         } else if !windows.is_empty() {
             Evidence::Markers
-        } else if dev.events.is_empty() && start.iter().any(|b| frames(b.stack).is_some_and(|f| !f.is_empty())) {
+        } else if start.iter().any(|b| frames(b.stack).is_some_and(|f| !f.is_empty())) {
+            // History recorded as state only: no trace, or a trace without
+            // stacks, and the blocks' own.
             Evidence::BlockStacks
         } else {
             Evidence::None
@@ -276,18 +281,21 @@ impl Categories {
 
         // Each allocation's phase; other events only inside the optimizer's
         // calls (a step that allocates nothing still ends an iteration).
+        let in_optimizer = window_mask(&windows, n);
         let phases: Vec<Option<Phase>> = match evidence {
             Evidence::Stacks => {
-                let mut cache: HashMap<u32, Phase> = HashMap::new();
+                // Per stack id, its phase once known.
+                let mut cache: Vec<Option<Phase>> = vec![None; stacks.len() + 1];
                 dev.events
                     .iter()
                     .enumerate()
                     .map(|(i, e)| {
-                        if in_windows(&windows, i) {
+                        if in_optimizer[i] {
                             Some(Phase::Optimizer)
                         } else if e.action == Action::Alloc {
                             let sid = dev.stacks.get(i).copied().unwrap_or(0);
-                            Some(*cache.entry(sid).or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
+                            let slot = cache.get_mut(sid as usize)?;
+                            Some(*slot.get_or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
                         } else {
                             None
                         }
@@ -299,7 +307,28 @@ impl Categories {
         };
         let runs = Runs::of(&phases);
 
-        let main_frames = |i: usize| frames(dev.stacks.get(i).copied().unwrap_or(0)).unwrap_or(&[]);
+        // What each stack says, read once per stack (a trace with
+        // stacks="all" has dozens of frames per allocation).
+        let mut used = vec![false; stacks.len() + 1];
+        for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
+            if e.action == Action::Alloc {
+                if let Some(u) = used.get_mut(sid as usize) {
+                    *u = true;
+                }
+            }
+        }
+        let facts: Vec<StackFacts> = used
+            .iter()
+            .enumerate()
+            .map(|(sid, &u)| match frames(sid as u32).filter(|_| u) {
+                Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f) },
+                None => StackFacts::default(),
+            })
+            .collect();
+        let fact = |i: usize| {
+            let sid = dev.stacks.get(i).copied().unwrap_or(0) as usize;
+            facts.get(sid).copied().unwrap_or_default()
+        };
         let mut of_event: Vec<Option<Category>> = vec![None; n];
         if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
             // Without stacks, the batch (and the model, in the first
@@ -311,9 +340,7 @@ impl Categories {
             // in a trace without training, the model's first forward.
             let setup_end = runs.runs.get(runs.first_training).map(|r| r.0).unwrap_or_else(|| match evidence {
                 Evidence::Stacks => (0..n)
-                    .find(|&i| {
-                        phases[i] == Some(Phase::Main) && in_model(main_frames(i)) && !builds_model(main_frames(i))
-                    })
+                    .find(|&i| phases[i] == Some(Phase::Main) && fact(i).in_model && !fact(i).builds_model)
                     .unwrap_or(n),
                 _ => n,
             });
@@ -327,14 +354,14 @@ impl Categories {
                 };
                 let outside_forward = match evidence {
                     Evidence::Stacks => {
-                        let f = main_frames(i);
-                        builds_model(f) || (i < setup_end && !in_model(f))
+                        let f = fact(i);
+                        f.builds_model || (i < setup_end && !f.in_model)
                     }
                     _ => i < setup_end && before_forward(i),
                 };
                 phases[i] == Some(Phase::Main) && kept && outside_forward
             };
-            let param_sizes: std::collections::HashSet<u64> = (0..n)
+            let param_sizes: HashSet<u64> = (0..n)
                 .filter(|&i| dev.events[i].action == Action::Alloc && is_parameter(i))
                 .map(|i| dev.events[i].size)
                 .collect();
@@ -369,7 +396,7 @@ impl Categories {
                     Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => Category::Activation,
                     Phase::Main if runs.backward_between(r, ends_in) => {
                         let batch = match evidence {
-                            Evidence::Stacks => !in_model(main_frames(i)),
+                            Evidence::Stacks => !fact(i).in_model,
                             _ => before_forward(i),
                         };
                         if batch {
@@ -415,7 +442,7 @@ impl Categories {
                 let c = match votes.get(&sid(i)) {
                     Some(v) => Category::ALL[(0..7).max_by_key(|&k| (v[k], std::cmp::Reverse(k))).unwrap_or(5)],
                     None if evidence == Evidence::Stacks
-                        && in_model(main_frames(i))
+                        && fact(i).in_model
                         && end[i].is_none_or(|j| first_oom.is_some_and(|o| j > o)) =>
                     {
                         Category::Activation
@@ -453,12 +480,14 @@ impl Categories {
             }
         }
 
-        let mut allocs_at: HashMap<u64, Vec<u32>> = HashMap::new();
-        for (i, e) in dev.events.iter().enumerate() {
-            if e.action == Action::Alloc {
-                allocs_at.entry(e.addr).or_default().push(i as u32);
-            }
-        }
+        let mut allocs_at: Vec<(u64, u32)> = dev
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.action == Action::Alloc)
+            .map(|(i, e)| (e.addr, i as u32))
+            .collect();
+        allocs_at.sort_unstable();
         let mut bytes = CategoryBytes::default();
         for b in start {
             bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
@@ -513,9 +542,9 @@ impl Categories {
     /// The category of the block at `address` alive right after event `i`.
     pub fn of_block(&self, address: u64, i: Option<usize>) -> Category {
         let made = i.and_then(|i| {
-            let v = self.allocs_at.get(&address)?;
-            let k = v.partition_point(|&a| a as usize <= i);
-            k.checked_sub(1).map(|k| v[k] as usize)
+            let k = self.allocs_at.partition_point(|&(a, e)| a < address || (a == address && e as usize <= i));
+            let (a, e) = *self.allocs_at.get(k.checked_sub(1)?)?;
+            (a == address).then_some(e as usize)
         });
         match made {
             Some(a) => self.of_event[a].unwrap_or(Category::Unknown),
@@ -565,6 +594,13 @@ pub(crate) fn start_blocks(dev: &DeviceTrace, seed: &[crate::alloc::SeedSegment]
         out.sort_by_key(|b| b.address);
     }
     out
+}
+
+/// What a stack says of where its allocation was made.
+#[derive(Debug, Clone, Copy, Default)]
+struct StackFacts {
+    in_model: bool,
+    builds_model: bool,
 }
 
 /// Where each allocation's stack says it was made. `empty_is_backward`: in
@@ -637,9 +673,15 @@ fn optimizer_windows(time_us: &[i64], annotations: &[Annotation], device: i32) -
     out
 }
 
-fn in_windows(w: &[(usize, usize)], i: usize) -> bool {
-    let k = w.partition_point(|&(s, _)| s <= i);
-    k > 0 && i < w[k - 1].1
+/// Per event, whether it falls in one of the ranges `w`.
+fn window_mask(w: &[(usize, usize)], n: usize) -> Vec<bool> {
+    let mut m = vec![false; n];
+    for &(s, e) in w {
+        for x in m.iter_mut().take(e.min(n)).skip(s) {
+            *x = true;
+        }
+    }
+    m
 }
 
 /// Without stacks: the optimizer's steps from its markers; between them, an
@@ -689,6 +731,12 @@ fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Opti
 struct Runs {
     /// (first event, phase) per run.
     runs: Vec<(usize, Phase)>,
+    /// Per event, its run.
+    of_event: Vec<u32>,
+    /// Per run k: how many backward (optimizer) runs come before it; one
+    /// more entry for the end.
+    backward_before: Vec<u32>,
+    optimizer_before: Vec<u32>,
     /// The first run of backward or the optimizer.
     first_training: usize,
     /// The first event after the optimizer's last, if it ran.
@@ -698,24 +746,47 @@ struct Runs {
 impl Runs {
     fn of(phases: &[Option<Phase>]) -> Runs {
         let mut runs: Vec<(usize, Phase)> = Vec::new();
+        let mut of_event = Vec::with_capacity(phases.len());
         for (i, p) in phases.iter().enumerate() {
             if let Some(p) = *p {
                 if runs.last().is_none_or(|r| r.1 != p) {
                     runs.push((i, p));
                 }
             }
+            of_event.push(runs.len().saturating_sub(1) as u32);
         }
         let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
         // Right after the last event of the optimizer's: a block freed
         // later (the model deleted at the end) lived through training.
         let last_optimizer_end = phases.iter().rposition(|p| *p == Some(Phase::Optimizer)).map(|i| i + 1);
-        Runs { runs, first_training, last_optimizer_end }
+        let before = |p: Phase| {
+            let mut v = Vec::with_capacity(runs.len() + 1);
+            let mut n = 0u32;
+            for r in &runs {
+                v.push(n);
+                n += u32::from(r.1 == p);
+            }
+            v.push(n);
+            v
+        };
+        let (backward_before, optimizer_before) = (before(Phase::Backward), before(Phase::Optimizer));
+        Runs { runs, of_event, backward_before, optimizer_before, first_training, last_optimizer_end }
+    }
+
+    /// How many runs of `p` lie in runs `[from, to)`.
+    fn count(&self, p: Phase, from: usize, to: usize) -> u32 {
+        let v = if p == Phase::Backward { &self.backward_before } else { &self.optimizer_before };
+        let to = to.min(self.runs.len());
+        if from >= to {
+            return 0;
+        }
+        v[to] - v[from]
     }
 
     /// The run event `i` falls in (a free belongs to the run of the
     /// allocations before it).
     fn at(&self, i: usize) -> usize {
-        self.runs.partition_point(|r| r.0 <= i).saturating_sub(1)
+        self.of_event.get(i).map_or(0, |&r| r as usize)
     }
 
     fn phase(&self, r: usize) -> Phase {
@@ -725,20 +796,18 @@ impl Runs {
     /// Whether a backward run lies after run `from` and before run `to`
     /// (or anywhere after `from` when the block lives to the end).
     fn backward_between(&self, from: usize, to: Option<usize>) -> bool {
-        let to = to.unwrap_or(self.runs.len());
-        (from + 1..to.min(self.runs.len())).any(|r| self.runs[r].1 == Phase::Backward)
+        self.count(Phase::Backward, from + 1, to.unwrap_or(self.runs.len())) > 0
     }
 
     /// Whether a backward run comes after run `r`.
     fn backward_after(&self, r: usize) -> bool {
-        self.runs.iter().skip(r + 1).any(|x| x.1 == Phase::Backward)
+        self.count(Phase::Backward, r + 1, self.runs.len()) > 0
     }
 
     /// Whether a block made in run `from` and freed in run `to` is alive
     /// into an optimizer run.
     fn crosses_optimizer(&self, from: usize, to: Option<usize>) -> bool {
-        let to = to.map_or(self.runs.len(), |t| t + 1);
-        (from + 1..to.min(self.runs.len())).any(|r| self.runs[r].1 == Phase::Optimizer)
+        self.count(Phase::Optimizer, from + 1, to.map_or(self.runs.len(), |t| t + 1)) > 0
     }
 
     /// Per main run: its first allocation freed in backward.

@@ -252,7 +252,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         let dev = pick_device(&trace, None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
-        let s = Sample::new(batch, dev, &trace.stacks, &conf)
+        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf)
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
         names.push(path.display().to_string());
         samples.push(s);
@@ -281,6 +281,9 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         args.targets.clone()
     };
     let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
+    // What grows with the batch: each category's line through the samples'
+    // peaks (docs/fit.md "Categories").
+    let category_fits = crate::fit::CategoryFit::of(&samples);
     // Per config: the largest batch under it, and the peaks there.
     let largest = |conf: &AllocatorConfig| {
         let mb = fitted.max_batch(conf, &target, args.max_batch);
@@ -324,6 +327,15 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             device_total_bytes: u64,
             context_bytes: u64,
             alignment: &'a crate::fit::FitReport,
+            /// Per category at the samples' peaks, and its line.
+            categories: Vec<CategoryOut<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct CategoryOut<'a> {
+            #[serde(flatten)]
+            fit: &'a crate::fit::CategoryFit,
+            /// The line at each predicted batch, in `predictions`' order.
+            predicted_bytes: Vec<u64>,
         }
         #[derive(serde::Serialize)]
         struct SampleRef<'a> {
@@ -342,6 +354,10 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             device_total_bytes: args.device_total,
             context_bytes: args.context,
             alignment: &fitted.report,
+            categories: category_fits
+                .iter()
+                .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
+                .collect(),
         };
         let mut so = std::io::stdout().lock();
         serde_json::to_writer(&mut so, &out)?;
@@ -418,6 +434,28 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
                 format!("no ({} OOMs)", p.ooms)
             }
         )?;
+    }
+    if !category_fits.is_empty() {
+        // What the memory is at the peaks, and which of it grows with the
+        // batch (a line through the samples, per category).
+        let last = batches.last().copied().unwrap_or(1);
+        writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/categories.md):")?;
+        for f in &category_fits {
+            let samples_txt: Vec<String> =
+                f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();
+            let growth = if f.bytes_per_batch_item.abs() * (last as f64) < 0.01 * f.fixed_bytes.abs().max(1.0) {
+                "fixed".to_string()
+            } else {
+                format!("{} per batch item", human_bytes(f.bytes_per_batch_item.max(0.0) as u64))
+            };
+            writeln!(
+                so,
+                "  {:<16} {:<40} {growth:<24} → {} at {last}",
+                f.category.plural(),
+                samples_txt.join(", "),
+                human_bytes(f.at(last))
+            )?;
+        }
     }
     writeln!(so, "\n{:<40}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;
     for (label, b, p) in &by_config {

@@ -398,6 +398,8 @@ fn run<D: Backed>(
         let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
         let ooms = driver.oom_log.clone();
         let iterations_done = driver.iterations.len();
+        // What was live at the end, before it is all returned.
+        let end_categories = driver.categories;
         driver.release_all();
         let held_after = driver.alloc.device().cuda().map(|c| c.held());
         let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
@@ -421,6 +423,11 @@ fn run<D: Backed>(
             ooms,
             stats: stats_map(&stats, &conf),
             peak,
+            categories: crate::workload::report::SynthCategories {
+                evidence: "model",
+                at_peak: driver.peak_categories,
+                at_end: end_categories,
+            },
             fragmentation: SynthFragmentation { peak_ratio: peak_ratio(&stats), now: frag },
             nvml_device,
             cuda_context_bytes: if is_cuda { s.context } else { None },

@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::alloc::{AllocatorConfig, Kind};
+use crate::analysis::categories::{Categories, Category, CategoryBytes};
 use crate::device::Sim;
 use crate::replay::session::{Session, Want};
 use crate::replay::whatif::{requests, run_requests_on, Request};
@@ -39,6 +40,8 @@ pub struct Sample {
     /// PyTorch's peaks in the recording (for the self-check).
     pub(crate) recorded_allocated_peak: u64,
     pub(crate) recorded_reserved_peak: u64,
+    /// What the memory was at its peak (docs/categories.md).
+    pub(crate) categories_at_peak: CategoryBytes,
 }
 
 impl Sample {
@@ -48,6 +51,7 @@ impl Sample {
         batch: u64,
         dev: &DeviceTrace,
         stacks: &[Vec<Frame>],
+        annotations: &[crate::trace::Annotation],
         config: &AllocatorConfig,
     ) -> Result<Sample, String> {
         if batch == 0 {
@@ -118,7 +122,17 @@ impl Sample {
             };
             keys.push(k);
         }
-        Ok(Sample { batch, reqs, keys, call_stacks, recorded_allocated_peak: ap, recorded_reserved_peak: rp })
+        let cats = Categories::of(dev, stacks, annotations, &[], Some(s.exact.allocated.as_slice()));
+        let categories_at_peak = cats.bytes_after(Some(s.exact.peak.event));
+        Ok(Sample {
+            batch,
+            reqs,
+            keys,
+            call_stacks,
+            recorded_allocated_peak: ap,
+            recorded_reserved_peak: rp,
+            categories_at_peak,
+        })
     }
 
     fn alloc_sizes(&self) -> Vec<(usize, u64)> {
@@ -220,6 +234,52 @@ pub(crate) struct FitReport {
     /// The replay of each sample's own requests, against its recorded peaks:
     /// (batch, allocated error, reserved error) as fractions.
     pub(crate) self_check: Vec<(u64, f64, f64)>,
+}
+
+/// One category's bytes at the samples' peaks, and the line through them
+/// (least squares over the batch): what grows with the batch and what does
+/// not (docs/fit.md "Categories").
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CategoryFit {
+    pub(crate) category: Category,
+    /// (batch, bytes at that sample's peak).
+    pub(crate) at_samples: Vec<(u64, u64)>,
+    pub(crate) fixed_bytes: f64,
+    pub(crate) bytes_per_batch_item: f64,
+}
+
+impl CategoryFit {
+    /// The line's bytes at `batch` (never below 0).
+    pub(crate) fn at(&self, batch: u64) -> u64 {
+        (self.fixed_bytes + self.bytes_per_batch_item * batch as f64).max(0.0).round() as u64
+    }
+
+    /// Each category with bytes in some sample, its line through them.
+    pub(crate) fn of(samples: &[Sample]) -> Vec<CategoryFit> {
+        Category::ALL
+            .into_iter()
+            .filter(|&c| samples.iter().any(|s| s.categories_at_peak.get(c) > 0))
+            .map(|c| {
+                let pts: Vec<(u64, u64)> = samples.iter().map(|s| (s.batch, s.categories_at_peak.get(c))).collect();
+                let n = pts.len() as f64;
+                let mx = pts.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+                let my = pts.iter().map(|p| p.1 as f64).sum::<f64>() / n;
+                let sxx: f64 = pts.iter().map(|p| (p.0 as f64 - mx).powi(2)).sum();
+                let sxy: f64 = pts.iter().map(|p| (p.0 as f64 - mx) * (p.1 as f64 - my)).sum();
+                // Weights, their gradients and the optimizer's state do not
+                // depend on the batch: what differs between samples is which
+                // of them the peak catches (in the optimizer's step or in
+                // forward); the largest sample's is the nearest to the
+                // batches predicted.
+                if matches!(c, Category::Parameter | Category::Gradient | Category::OptimizerState) {
+                    let last = pts.iter().max_by_key(|p| p.0).map_or(0.0, |p| p.1 as f64);
+                    return CategoryFit { category: c, at_samples: pts, fixed_bytes: last, bytes_per_batch_item: 0.0 };
+                }
+                let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+                CategoryFit { category: c, at_samples: pts, fixed_bytes: my - slope * mx, bytes_per_batch_item: slope }
+            })
+            .collect()
+    }
 }
 
 /// One prediction.
@@ -551,7 +611,15 @@ mod tests {
                 keys.extend([0, 0]);
             }
         }
-        Sample { batch: b, reqs, keys, call_stacks: true, recorded_allocated_peak: 0, recorded_reserved_peak: 0 }
+        Sample {
+            batch: b,
+            reqs,
+            keys,
+            call_stacks: true,
+            recorded_allocated_peak: 0,
+            recorded_reserved_peak: 0,
+            categories_at_peak: CategoryBytes::default(),
+        }
     }
 
     fn size_of(reqs: &[Request], key: u64) -> u64 {
@@ -604,7 +672,9 @@ mod without_stacks {
             .join(format!("tests/fixtures/fit/{model}_b{batch}.pickle.gz"));
         let t = crate::trace::load(&path).unwrap();
         let none: Vec<Vec<Frame>> = Vec::new();
-        Sample::new(batch, &t.devices[0], if stacks { &t.stacks } else { &none }, &AllocatorConfig::default()).unwrap()
+        let d = &t.devices[0];
+        Sample::new(batch, d, if stacks { &t.stacks } else { &none }, &t.annotations, &AllocatorConfig::default())
+            .unwrap()
     }
 
     #[test]

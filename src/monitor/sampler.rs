@@ -191,7 +191,18 @@ impl DemoSource {
             last_words: false,
             history: None,
             true_peaks: None,
-            categories: None,
+            // What a real publisher counts at a step's end: the synthetic
+            // model knows it exactly.
+            categories: self.driver.step_categories.map(|(step, b)| {
+                use crate::analysis::categories::Category;
+                crate::monitor::publisher::StepCategories {
+                    step,
+                    allocated: b.total(),
+                    parameter: b.get(Category::Parameter),
+                    gradient: b.get(Category::Gradient),
+                    optimizer_state: b.get(Category::OptimizerState),
+                }
+            }),
             path: PathBuf::new(),
         };
         Snapshot {

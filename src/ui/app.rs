@@ -272,6 +272,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         clock: None,
         first_event: d.dropped,
         meaning: None,
+        known: Some(d.categories),
     }
 }
 

@@ -572,6 +572,7 @@ impl Interactive for LiveApp {
             clock: Some(Clock { times: &times, step_peaks: p.step_peaks, recorded: self.recording.is_some() }),
             first_event: 0,
             meaning: None,
+            known: None,
         };
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }

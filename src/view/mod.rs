@@ -121,6 +121,9 @@ pub(crate) struct View<'a> {
     pub(crate) by_category: bool,
     /// What each block is, where known (a replay).
     pub(crate) meaning: Option<parts::Meaning<'a>>,
+    /// Allocated bytes per category now, from a source that knows them
+    /// (the synthetic model).
+    pub(crate) known_categories: Option<CategoryBytes>,
     pub(crate) color: bool,
     pub(crate) status: String,
     /// The mode whose keys the status line hints and the help lists
@@ -631,14 +634,14 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let width = (area.width as usize).saturating_sub(56).max(10);
     let gap = view.reserved.saturating_sub(view.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
-    let allocated_bar = match view.meaning.filter(|m| m.cats.evidence != Evidence::None) {
-        Some(m) => category_bar(
-            &m.cats.bytes_after(m.at),
-            scale,
-            width,
-            peak_text(view.allocated, view.allocated_peak, view.peaks_known),
-            theme,
-        ),
+    let split = match view.meaning.filter(|m| m.cats.evidence != Evidence::None) {
+        Some(m) => Some(m.cats.bytes_after(m.at)),
+        None => view.known_categories,
+    };
+    let allocated_bar = match split {
+        Some(b) => {
+            category_bar(&b, scale, width, peak_text(view.allocated, view.allocated_peak, view.peaks_known), theme)
+        }
         None => bar_line(
             "allocated",
             view.allocated,
@@ -691,6 +694,8 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     if area.height >= 5 {
         if let Some(m) = view.meaning {
             lines.push(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, area.width as usize));
+        } else if let Some(b) = view.known_categories {
+            lines.push(category_line(&b, Evidence::Stacks, theme, area.width as usize));
         } else if let Some((b, step)) = view.step_categories {
             lines.push(step_category_line(&b, step, theme, area.width as usize));
         }
@@ -725,7 +730,7 @@ fn step_category_line(bytes: &CategoryBytes, step: u64, theme: Theme, width: usi
 /// Whether the bars' box has the line saying what the memory is: with
 /// categories, on a screen taller than the smallest.
 fn what_line(view: &View, height: u16) -> bool {
-    (view.meaning.is_some() || view.step_categories.is_some()) && height > MIN_HEIGHT
+    (view.meaning.is_some() || view.known_categories.is_some() || view.step_categories.is_some()) && height > MIN_HEIGHT
 }
 
 /// The allocated bar in one colour per category, in `Category::ALL` order.

@@ -110,6 +110,9 @@ pub(crate) struct Marks<'m> {
     pub(crate) first_event: usize,
     /// What each block is, where the screen knows (a replay).
     pub(crate) meaning: Option<Meaning<'m>>,
+    /// Allocated bytes per category now, where the source knows them
+    /// without a trace (the synthetic model).
+    pub(crate) known: Option<crate::analysis::categories::CategoryBytes>,
 }
 
 /// The categories of a replay at the moment shown (docs/categories.md).
@@ -143,6 +146,7 @@ impl<'m> Marks<'m> {
             clock: None,
             first_event: 0,
             meaning: at.meaning,
+            known: None,
         }
     }
 }
@@ -232,6 +236,7 @@ pub(crate) fn draw_parts(
         panel: sel.panel,
         by_category: sel.by_category,
         meaning: marks.meaning,
+        known_categories: marks.known,
         color: chrome.color,
         status: chrome.status,
         mode: chrome.mode,

@@ -2,6 +2,7 @@
 //! (simulated or CUDA), one request at a time, with PyTorch-style OOM
 //! handling and the timeline every view draws from.
 
+use crate::analysis::categories::{Category, CategoryBytes};
 use std::collections::{HashMap, VecDeque};
 
 use crate::alloc::stats::Kind;
@@ -55,7 +56,13 @@ pub struct Driver<D: Device> {
     pub alloc: CachingAllocator<D>,
     pub(crate) workload: Synthetic,
     on_oom: OnOom,
-    live: HashMap<u64, BlockId>,
+    /// Each live request: its block, what it is and the bytes it holds.
+    live: HashMap<u64, (BlockId, Category, u64)>,
+    /// Allocated bytes per category now, at the allocated peak, and at the
+    /// end of the latest iteration (docs/categories.md).
+    pub(crate) categories: CategoryBytes,
+    pub(crate) peak_categories: CategoryBytes,
+    pub(crate) step_categories: Option<(u64, CategoryBytes)>,
     queue: VecDeque<Op>,
     scale: f64,
     retries: u32,
@@ -104,6 +111,9 @@ impl<D: Device> Driver<D> {
             workload,
             on_oom,
             live: HashMap::new(),
+            categories: CategoryBytes::default(),
+            peak_categories: CategoryBytes::default(),
+            step_categories: None,
             queue: VecDeque::new(),
             scale: 1.0,
             retries: 0,
@@ -150,6 +160,7 @@ impl<D: Device> Driver<D> {
         if allocated > self.peak_event.map_or(0, |p| p.1) {
             // The allocator's event count: the peak's index in the event stream.
             self.peak_event = Some((self.alloc.emitted().saturating_sub(1), allocated));
+            self.peak_categories = self.categories;
         }
         self.points.push(StatePoint { allocated, reserved });
         self.step_max = (self.step_max.0.max(allocated), self.step_max.1.max(reserved));
@@ -209,9 +220,12 @@ impl<D: Device> Driver<D> {
         }
         let Some(op) = self.queue.pop_front() else { return };
         match op {
-            Op::Alloc { key, size, site } => match self.alloc.malloc_tagged(size, 0, site) {
+            Op::Alloc { key, size, site, cat } => match self.alloc.malloc_tagged(size, 0, site) {
                 Ok(b) => {
-                    self.live.insert(key, b);
+                    // The block's bytes, as allocated_bytes counts them.
+                    let held = self.alloc.block(b).map_or(0, |v| v.size);
+                    self.categories.add(cat, held);
+                    self.live.insert(key, (b, cat, held));
                 }
                 Err(oom) => {
                     self.point();
@@ -219,14 +233,11 @@ impl<D: Device> Driver<D> {
                     return;
                 }
             },
-            Op::Free { key } => {
-                if let Some(b) = self.live.remove(&key) {
-                    // Handles come from our own map: a refusal is a bug in the plan.
-                    let r = self.alloc.free(b);
-                    debug_assert!(r.is_ok(), "{r:?}");
-                }
-            }
-            Op::Iteration(_) => {
+            Op::Free { key } => self.free_key(key),
+            Op::Iteration(n) => {
+                // After the optimizer step, before zero_grad: what the
+                // publisher of a real run counts at a step's end.
+                self.step_categories = Some((n, self.categories));
                 self.iterations.push(self.points.len());
                 if self.step_ends.len() == 64 {
                     self.step_ends.pop_front();
@@ -260,13 +271,11 @@ impl<D: Device> Driver<D> {
     /// exception), including gradients, as `zero_grad()` would.
     fn unwind(&mut self) {
         let step_keys: Vec<u64> = self.live.keys().copied().filter(|&k| !self.workload.keeps(k)).collect();
-        let mut blocks: Vec<(u64, BlockId)> = step_keys.iter().map(|k| (*k, self.live[k])).collect();
+        let mut keys = step_keys;
         // Newest first, as Python drops the frames' locals.
-        blocks.sort_by_key(|&(k, _)| std::cmp::Reverse(k));
-        for (k, b) in blocks {
-            self.live.remove(&k);
-            let r = self.alloc.free(b);
-            debug_assert!(r.is_ok(), "{r:?}");
+        keys.sort_by_key(|&k| std::cmp::Reverse(k));
+        for k in keys {
+            self.free_key(k);
         }
         self.queue.clear();
         self.workload.abandon();
@@ -307,12 +316,22 @@ impl<D: Device> Driver<D> {
     /// Frees every live block and empties the cache, returning all device
     /// memory (on exit, Ctrl-C and after an OOM).
     pub(crate) fn release_all(&mut self) {
-        let mut blocks: Vec<(u64, BlockId)> = self.live.drain().collect();
-        blocks.sort_by_key(|&(k, _)| std::cmp::Reverse(k));
-        for (_, b) in blocks {
-            let _ = self.alloc.free(b);
+        let mut keys: Vec<u64> = self.live.keys().copied().collect();
+        keys.sort_by_key(|&k| std::cmp::Reverse(k));
+        for k in keys {
+            self.free_key(k);
         }
         self.alloc.empty_cache();
+    }
+
+    /// Frees the request `key`, if live.
+    fn free_key(&mut self, key: u64) {
+        if let Some((b, cat, held)) = self.live.remove(&key) {
+            self.categories.sub(cat, held);
+            // Handles come from our own map: a refusal is a bug in the plan.
+            let r = self.alloc.free(b);
+            debug_assert!(r.is_ok(), "{r:?}");
+        }
     }
 
     /// Index of the allocated-bytes peak in `points` (first of equals).

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use super::Op;
+use crate::analysis::categories::Category;
 
 /// A tensor of the step: an index into `Graph::sizes`.
 pub(crate) type Tid = usize;
@@ -177,22 +178,45 @@ pub(crate) struct Executor<'a> {
     grads: HashMap<Tid, Option<u64>>,
     /// The previous micro-batch's `out`, freed when forward reaches this node.
     rebind: Option<(usize, Vec<u64>)>,
+    /// Per tensor (root): whether a backward node frees it (an activation).
+    saved: Vec<bool>,
+    /// Recomputing a checkpointed segment in backward: what it makes is
+    /// temporary (docs/categories.md).
+    recomputing: bool,
 }
 
 impl<'a> Executor<'a> {
     pub fn new(g: &'a Graph, p: &'a mut Persistent, out: &'a mut Vec<Op>, site_base: u32) -> Self {
-        Executor { g, p, out, site_base, keys: vec![None; g.sizes.len()], grads: HashMap::new(), rebind: None }
+        Executor {
+            g,
+            p,
+            out,
+            site_base,
+            keys: vec![None; g.sizes.len()],
+            grads: HashMap::new(),
+            rebind: None,
+            saved: vec![false; g.sizes.len()],
+            recomputing: false,
+        }
     }
 
-    fn alloc_key(&mut self, size: u64, site: u32) -> u64 {
+    fn alloc_key(&mut self, size: u64, site: u32, cat: Category) -> u64 {
         let key = self.p.key();
-        self.out.push(Op::Alloc { key, size, site: self.site_base + site });
+        self.out.push(Op::Alloc { key, size, site: self.site_base + site, cat });
         key
     }
 
     fn alloc(&mut self, t: Tid, site: u32) {
         if self.keys[t].is_none() && self.g.sizes[t] > 0 {
-            let k = self.alloc_key(self.g.sizes[t], site);
+            let root = self.g.root(t);
+            let cat = if self.g.inputs.contains(&t) {
+                Category::Input
+            } else if self.saved[root] && !self.recomputing && !self.g.held.contains(&root) {
+                Category::Activation
+            } else {
+                Category::Temporary
+            };
+            let k = self.alloc_key(self.g.sizes[t], site, cat);
             self.keys[t] = Some(k);
         }
     }
@@ -208,7 +232,7 @@ impl<'a> Executor<'a> {
     }
 
     fn scratch(&mut self, size: u64, site: u32) {
-        let k = self.alloc_key(size, site);
+        let k = self.alloc_key(size, site, Category::Temporary);
         self.out.push(Op::Free { key: k });
     }
 
@@ -241,7 +265,10 @@ impl<'a> Executor<'a> {
             if n.matmul && ws_flag && !self.p.fwd_workspace {
                 self.p.fwd_workspace = true;
                 let site = n.site;
-                let (_k1, _k2) = (self.alloc_key(CUBLAS_WORKSPACE, site), self.alloc_key(CUBLASLT_WORKSPACE, site));
+                let (_k1, _k2) = (
+                    self.alloc_key(CUBLAS_WORKSPACE, site, Category::Temporary),
+                    self.alloc_key(CUBLASLT_WORKSPACE, site, Category::Temporary),
+                );
             }
             let n = &self.g.nodes[i];
             for j in 0..n.temps.len() {
@@ -335,6 +362,9 @@ impl<'a> Executor<'a> {
                 }
             }
         }
+        for (t, r) in release_at.iter().enumerate() {
+            self.saved[t] = r.is_some();
+        }
         self.forward(0..g.nodes.len(), &keep, true);
         let out = self.rebind.take().map(|r| r.1).unwrap_or_default();
         self.free_keys(out.into_iter().chain(prev.loss));
@@ -353,7 +383,7 @@ impl<'a> Executor<'a> {
         // Backward, from the loss.
         let Some(last) = g.nodes.last() else { return Held::default() };
         let root = last.outputs[0];
-        let k = self.alloc_key(g.logical[root].max(4), last.site);
+        let k = self.alloc_key(g.logical[root].max(4), last.site, Category::Temporary);
         self.grads.insert(root, Some(k));
         let mut i = g.nodes.len();
         while i > 0 {
@@ -369,7 +399,9 @@ impl<'a> Executor<'a> {
                         set_release(t, j, &mut release_at);
                     }
                 }
+                self.recomputing = true;
                 self.forward(start..i + 1, &keep2, false);
+                self.recomputing = false;
             }
             let n = &g.nodes[i];
             if !n.outputs.iter().any(|t| self.grads.contains_key(t)) {
@@ -379,7 +411,7 @@ impl<'a> Executor<'a> {
             }
             if n.matmul && !self.p.bwd_workspace {
                 self.p.bwd_workspace = true;
-                self.alloc_key(CUBLAS_WORKSPACE, n.site);
+                self.alloc_key(CUBLAS_WORKSPACE, n.site, Category::Temporary);
             }
             // An addition hands its output's gradient to its inputs as is:
             // the first input without a gradient takes the buffer.
@@ -400,7 +432,7 @@ impl<'a> Executor<'a> {
                     }
                     continue;
                 }
-                let k = self.alloc_key(g.logical[t], g.nodes[i].site);
+                let k = self.alloc_key(g.logical[t], g.nodes[i].site, Category::Temporary);
                 if ws(j) > 0 {
                     self.scratch(ws(j), g.nodes[i].site);
                 }
@@ -415,7 +447,7 @@ impl<'a> Executor<'a> {
             let n_in = g.nodes[i].grad_in.len();
             for j in 0..g.nodes[i].param_grads.len() {
                 let p = g.nodes[i].param_grads[j];
-                let k = self.alloc_key(g.params[p], g.nodes[i].site);
+                let k = self.alloc_key(g.params[p], g.nodes[i].site, Category::Gradient);
                 if ws(n_in + j) > 0 {
                     self.scratch(ws(n_in + j), g.nodes[i].site);
                 }

@@ -10,14 +10,18 @@ pub mod report;
 
 pub use models::{ModelKind, ModelShape};
 
+use crate::analysis::categories::Category;
+
 /// One request of a synthetic program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
-    /// `site` indexes the workload's call-site table (0: none).
+    /// `site` indexes the workload's call-site table (0: none); `cat` is
+    /// what the tensor is (docs/categories.md): the model knows.
     Alloc {
         key: u64,
         size: u64,
         site: u32,
+        cat: Category,
     },
     Free {
         key: u64,
@@ -216,7 +220,7 @@ impl Synthetic {
                 let key = self.persistent.key();
                 self.persistent.param_keys.push(key);
                 self.persistent.grad_keys.push(None);
-                ops.push(Op::Alloc { key, size: s, site: SITE_PARAMS });
+                ops.push(Op::Alloc { key, size: s, site: SITE_PARAMS, cat: Category::Parameter });
             }
         }
         self.before = Some(self.persistent.clone());
@@ -258,7 +262,7 @@ impl Synthetic {
         held.release(&mut ops);
         if self.spec.leak > 0 {
             let key = self.persistent.key();
-            ops.push(Op::Alloc { key, size: self.spec.leak, site: SITE_LEAK });
+            ops.push(Op::Alloc { key, size: self.spec.leak, site: SITE_LEAK, cat: Category::Temporary });
         }
         Some(StepPlan { batch, seq, ops })
     }
@@ -297,7 +301,7 @@ impl Synthetic {
                     for &s in params {
                         let key = self.persistent.key();
                         self.persistent.state_keys.push(key);
-                        ops.push(Op::Alloc { key, size: s, site: SITE_STATE });
+                        ops.push(Op::Alloc { key, size: s, site: SITE_STATE, cat: Category::OptimizerState });
                     }
                 }
             }
@@ -307,7 +311,7 @@ impl Synthetic {
                         for _ in 0..2 {
                             let key = self.persistent.key();
                             self.persistent.state_keys.push(key);
-                            ops.push(Op::Alloc { key, size: s, site: SITE_STATE });
+                            ops.push(Op::Alloc { key, size: s, site: SITE_STATE, cat: Category::OptimizerState });
                         }
                     }
                 }
@@ -315,7 +319,7 @@ impl Synthetic {
                 // (the denominators), freed after the update.
                 let keys: Vec<u64> = params.iter().map(|_| self.persistent.key()).collect();
                 for (&key, &s) in keys.iter().zip(params) {
-                    ops.push(Op::Alloc { key, size: s, site: SITE_STEP });
+                    ops.push(Op::Alloc { key, size: s, site: SITE_STEP, cat: Category::Temporary });
                 }
                 for key in keys {
                     ops.push(Op::Free { key });

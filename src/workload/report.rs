@@ -34,6 +34,9 @@ pub(crate) struct SynthReport {
     pub(crate) ooms: Vec<OomRecord>,
     pub(crate) stats: BTreeMap<String, i64>,
     pub(crate) peak: Option<SynthPeak>,
+    /// What the memory is, as the synthetic model knows each tensor
+    /// (docs/categories.md): bytes per category at the peak and at the end.
+    pub(crate) categories: SynthCategories,
     pub(crate) fragmentation: SynthFragmentation,
     pub(crate) nvml_device: Option<NvmlDevice>,
     pub(crate) cuda_context_bytes: Option<u64>,
@@ -145,4 +148,14 @@ pub(crate) struct NvmlDevice {
 pub(crate) struct DeviceMaps {
     pub(crate) range_maps: u64,
     pub(crate) page_maps: u64,
+}
+
+/// `synth --json`'s `categories`: the same names as `replay --json`'s, so
+/// synth and replay compare category by category.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SynthCategories {
+    /// "model": the synthetic model says what each tensor is.
+    pub(crate) evidence: &'static str,
+    pub(crate) at_peak: crate::analysis::categories::CategoryBytes,
+    pub(crate) at_end: crate::analysis::categories::CategoryBytes,
 }
