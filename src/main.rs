@@ -44,6 +44,8 @@ enum Command {
     Attach(cli::AttachArgs),
     /// Which PYTORCH_CUDA_ALLOC_CONF for this run: every setting replayed on its requests, ranked.
     Tune(cli::TuneArgs),
+    /// What changed between two runs: peaks, what grew where (call site, category), a CI gate.
+    Diff(cli::DiffArgs),
 }
 
 /// The simulated device with the built-in training loop, under a banner that
@@ -121,6 +123,7 @@ fn main() -> ExitCode {
         Some(Command::Snapshot(args)) => cli::snapshot(&args),
         Some(Command::Attach(args)) => cli::attach(&args),
         Some(Command::Tune(args)) => cli::tune(&args),
+        Some(Command::Diff(args)) => cli::diff(&args),
     };
     match result {
         Ok(code) => code,

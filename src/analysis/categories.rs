@@ -361,6 +361,29 @@ impl Categories {
                 };
                 phases[i] == Some(Phase::Main) && kept && outside_forward
             };
+            // Per event: model allocations of the program's thread before it,
+            // so "does the model run between i and the next backward" is a
+            // subtraction.
+            let mut model_allocs = Vec::with_capacity(n + 1);
+            let mut c = 0u32;
+            for (i, (e, p)) in dev.events.iter().zip(&phases).enumerate() {
+                model_allocs.push(c);
+                c += u32::from(e.action == Action::Alloc && *p == Some(Phase::Main) && fact(i).in_model);
+            }
+            model_allocs.push(c);
+            // The batch of an iteration: made after the previous one's
+            // optimizer step (no backward since), or fed to the model before
+            // any backward or step comes (the next micro-batch).
+            let forward_follows = |i: usize| {
+                let r = runs.at(i);
+                let fresh = runs.last_before(r, Phase::Optimizer) >= runs.last_before(r, Phase::Backward);
+                let to = [Phase::Backward, Phase::Optimizer]
+                    .into_iter()
+                    .filter_map(|p| runs.next_start(r, p))
+                    .min()
+                    .unwrap_or(n);
+                fresh || (to > i && model_allocs[to] > model_allocs[i + 1])
+            };
             let param_sizes: HashSet<u64> = (0..n)
                 .filter(|&i| dev.events[i].action == Action::Alloc && is_parameter(i))
                 .map(|i| dev.events[i].size)
@@ -396,7 +419,10 @@ impl Categories {
                     Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => Category::Activation,
                     Phase::Main if runs.backward_between(r, ends_in) => {
                         let batch = match evidence {
-                            Evidence::Stacks => !fact(i).in_model,
+                            // Made outside the model, and fed to a forward
+                            // before the next backward (not a tensor the
+                            // script keeps after backward: a log, a leak).
+                            Evidence::Stacks => !fact(i).in_model && forward_follows(i),
                             _ => before_forward(i),
                         };
                         if batch {
@@ -797,6 +823,16 @@ impl Runs {
     /// (or anywhere after `from` when the block lives to the end).
     fn backward_between(&self, from: usize, to: Option<usize>) -> bool {
         self.count(Phase::Backward, from + 1, to.unwrap_or(self.runs.len())) > 0
+    }
+
+    /// The first event of the first run of `p` after run `r`.
+    fn next_start(&self, r: usize, p: Phase) -> Option<usize> {
+        self.runs.iter().skip(r + 1).find(|x| x.1 == p).map(|x| x.0)
+    }
+
+    /// The last run of `p` before run `r` (None, which sorts first: none).
+    fn last_before(&self, r: usize, p: Phase) -> Option<usize> {
+        self.runs[..r.min(self.runs.len())].iter().rposition(|x| x.1 == p)
     }
 
     /// Whether a backward run comes after run `r`.

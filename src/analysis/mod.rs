@@ -2,6 +2,7 @@
 //! docs/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
 
 pub mod categories;
+pub(crate) mod diff;
 
 use serde::Serialize;
 
@@ -281,8 +282,14 @@ pub(crate) fn live_by_call_site(
 /// Python code (PyTorch's files and C++ frames skipped where possible).
 pub(crate) fn call_site(frames: &[Frame]) -> String {
     let py = |f: &&Frame| f.filename.ends_with(".py");
-    let own = frames.iter().filter(py).find(|f| !f.filename.contains("torch/"));
+    let own = frames.iter().filter(py).find(|f| !in_torch(&f.filename));
     own.or_else(|| frames.iter().find(py)).or(frames.first()).map(frame_label).unwrap_or_default()
+}
+
+/// Whether a file is PyTorch's own (its package directory), not a path
+/// that merely has a `torch` directory in it (a virtualenv at /opt/torch).
+fn in_torch(filename: &str) -> bool {
+    filename.starts_with("torch/") || filename.contains("-packages/torch/") || filename.contains("/lib/torch/")
 }
 
 /// One frame as `file:line function`, or the function alone for a frame
@@ -300,8 +307,9 @@ pub(crate) fn frame_label(f: &Frame) -> String {
 /// The index of the innermost frame of the program's own scripts: the first
 /// Python frame outside installed packages and PyTorch.
 pub(crate) fn script_frame(frames: &[Frame]) -> Option<usize> {
-    let library =
-        |f: &Frame| ["site-packages/", "dist-packages/", "torch/", "<frozen"].iter().any(|p| f.filename.contains(p));
+    let library = |f: &Frame| {
+        ["site-packages/", "dist-packages/", "<frozen"].iter().any(|p| f.filename.contains(p)) || in_torch(&f.filename)
+    };
     frames.iter().position(|f| f.filename.ends_with(".py") && !library(f))
 }
 

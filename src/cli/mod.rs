@@ -23,11 +23,13 @@ use crate::replay::whatif::run_requests;
 use crate::replay::ReplayResult;
 use crate::trace::{self, DeviceTrace, Trace};
 
+mod diff;
 mod fit;
 mod live;
 mod run;
 mod synth;
 mod tune;
+pub use diff::{diff, DiffArgs};
 pub use fit::{fit, FitArgs};
 pub use live::{
     live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,

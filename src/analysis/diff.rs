@@ -1,0 +1,208 @@
+//! What changed between two runs of one program (docs/diff.md): their
+//! peaks and end states side by side, the growth at the peak and at the
+//! end by call site and by category, and their requests aligned by call
+//! site, so that "this line allocates 1.5× as much" and "this line is new"
+//! are told apart.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::categories::{Categories, Category};
+use crate::alloc::{Action, BlockState, SegmentInfo};
+use crate::trace::{DeviceTrace, Frame};
+
+/// What one run holds at one moment: bytes and blocks per call site and
+/// per category.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Holdings {
+    pub(crate) by_call_site: BTreeMap<String, (u64, usize)>,
+    pub(crate) by_category: BTreeMap<Category, (u64, usize)>,
+}
+
+impl Holdings {
+    /// The live blocks of `segments` (the state right after event `at`).
+    pub(crate) fn of(segments: &[SegmentInfo], stacks: &[Vec<Frame>], cats: &Categories, at: Option<usize>) -> Self {
+        let mut h = Holdings::default();
+        for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
+            let frames = b.tag.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
+            let e = h.by_call_site.entry(site_label(frames)).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+            let e = h.by_category.entry(cats.of_block(b.address, at)).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+        }
+        h
+    }
+}
+
+/// The call site of allocations without frames.
+pub(crate) const NO_FRAMES: &str = "(no Python frames: autograd's backward, or no stacks recorded)";
+
+/// Where a block was made: the training script's own line first, then the
+/// library frame that asked (when that is not the script's).
+pub(crate) fn site_label(frames: &[Frame]) -> String {
+    if frames.is_empty() {
+        return NO_FRAMES.into();
+    }
+    let lib = super::call_site(frames);
+    match super::script_site(frames) {
+        Some(s) if s != lib && !lib.is_empty() => format!("{s} → {lib}"),
+        Some(s) => s,
+        None => lib,
+    }
+}
+
+/// Per call site over a whole trace: allocations made and bytes requested.
+pub(crate) fn requests_by_site(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTreeMap<String, (u64, u64)> {
+    let mut labels: BTreeMap<u32, String> = BTreeMap::new();
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
+        if e.action != Action::Alloc {
+            continue;
+        }
+        let label = labels
+            .entry(sid)
+            .or_insert_with(|| {
+                site_label(sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map_or(&[][..], |f| f.as_slice()))
+            })
+            .clone();
+        let r = out.entry(label).or_default();
+        r.0 += 1;
+        r.1 += e.size;
+    }
+    out
+}
+
+/// One row of growth: a call site's or a category's bytes in each run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct GrowthRow {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) call_site: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) category: Option<Category>,
+    pub(crate) base_bytes: u64,
+    pub(crate) new_bytes: u64,
+    pub(crate) delta_bytes: i64,
+    /// Blocks in the new run (`base_blocks` in the base).
+    pub(crate) blocks: usize,
+    pub(crate) base_blocks: usize,
+}
+
+/// Every key of either map, largest growth first (then largest shrink);
+/// keys that did not change are left out.
+fn rows<K: Ord + Clone>(
+    base: &BTreeMap<K, (u64, usize)>,
+    new: &BTreeMap<K, (u64, usize)>,
+    make: impl Fn(&K) -> (Option<String>, Option<Category>),
+) -> Vec<GrowthRow> {
+    let mut keys: Vec<&K> = base.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out: Vec<GrowthRow> = keys
+        .into_iter()
+        .map(|k| {
+            let (b, n) = (base.get(k).copied().unwrap_or_default(), new.get(k).copied().unwrap_or_default());
+            let (call_site, category) = make(k);
+            GrowthRow {
+                call_site,
+                category,
+                base_bytes: b.0,
+                new_bytes: n.0,
+                delta_bytes: n.0 as i64 - b.0 as i64,
+                blocks: n.1,
+                base_blocks: b.1,
+            }
+        })
+        .filter(|r| r.delta_bytes != 0 || r.blocks != r.base_blocks)
+        .collect();
+    out.sort_by_key(|r| (std::cmp::Reverse(r.delta_bytes), r.call_site.clone()));
+    out
+}
+
+/// The growth between two moments, by call site and by category.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Growth {
+    pub(crate) by_call_site: Vec<GrowthRow>,
+    pub(crate) by_category: Vec<GrowthRow>,
+}
+
+impl Growth {
+    pub(crate) fn between(base: &Holdings, new: &Holdings) -> Growth {
+        Growth {
+            by_call_site: rows(&base.by_call_site, &new.by_call_site, |k| (Some(k.clone()), None)),
+            by_category: rows(&base.by_category, &new.by_category, |k| (None, Some(*k))),
+        }
+    }
+}
+
+/// A call site's requests in each run, and what changed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RequestRow {
+    pub(crate) call_site: String,
+    pub(crate) base_allocations: u64,
+    pub(crate) new_allocations: u64,
+    pub(crate) base_bytes: u64,
+    pub(crate) new_bytes: u64,
+    /// new / base bytes (null for a new line).
+    pub(crate) ratio: Option<f64>,
+    /// "new", "gone", "grew", "shrank" or "same".
+    pub(crate) change: &'static str,
+}
+
+/// The requests of both runs aligned by call site: what is new, gone, or
+/// asks for more or less (a change of 1% or less is "same"); the share of
+/// the requested bytes whose call site both runs have.
+pub(crate) fn align(base: &BTreeMap<String, (u64, u64)>, new: &BTreeMap<String, (u64, u64)>) -> (Vec<RequestRow>, f64) {
+    let mut keys: Vec<&String> = base.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let (mut shared, mut all) = (0u128, 0u128);
+    let mut out: Vec<RequestRow> = keys
+        .into_iter()
+        .map(|k| {
+            let (b, n) = (base.get(k).copied(), new.get(k).copied());
+            let (bb, nb) = (b.map_or(0, |x| x.1), n.map_or(0, |x| x.1));
+            // Allocations without frames align with anything: they say
+            // nothing of whether the programs are one.
+            if k.as_str() != NO_FRAMES {
+                all += u128::from(bb) + u128::from(nb);
+                if b.is_some() && n.is_some() {
+                    shared += u128::from(bb) + u128::from(nb);
+                }
+            }
+            let ratio = (bb > 0).then(|| nb as f64 / bb as f64);
+            let change = match (b, n, ratio) {
+                (None, _, _) => "new",
+                (_, None, _) => "gone",
+                (_, _, Some(r)) if r > 1.01 => "grew",
+                (_, _, Some(r)) if r < 0.99 => "shrank",
+                _ => "same",
+            };
+            RequestRow {
+                call_site: k.clone(),
+                base_allocations: b.map_or(0, |x| x.0),
+                new_allocations: n.map_or(0, |x| x.0),
+                base_bytes: bb,
+                new_bytes: nb,
+                ratio,
+                change,
+            }
+        })
+        .filter(|r| r.change != "same")
+        .collect();
+    out.sort_by_key(|r| (std::cmp::Reverse(r.new_bytes.abs_diff(r.base_bytes)), r.call_site.clone()));
+    let share = if all == 0 { 1.0 } else { shared as f64 / all as f64 };
+    (out, share)
+}
+
+/// How much `new` grew over `base`, as a fraction (0 when base is 0 and new
+/// is too).
+pub(crate) fn growth(base: u64, new: u64) -> f64 {
+    match base {
+        0 if new == 0 => 0.0,
+        0 => f64::INFINITY,
+        b => new as f64 / b as f64 - 1.0,
+    }
+}

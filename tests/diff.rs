@@ -1,0 +1,174 @@
+//! `diff BASE NEW` over pairs of GPT-2 runs recorded on an H200 whose
+//! difference is known (benches/diff/pairs.py; docs/diff.md).
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::fixture;
+use serde_json::Value;
+
+fn diff(base: &str, new: &str, extra: &[&str]) -> Output {
+    Command::new(common::bin())
+        .arg("diff")
+        .arg(fixture(&format!("diff/{base}.pickle.gz")))
+        .arg(fixture(&format!("diff/{new}.pickle.gz")))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn json(base: &str, new: &str) -> Value {
+    let o = diff(base, new, &["--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn truth(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("diff/{name}.truth.json"))).unwrap()).unwrap()
+}
+
+/// The figures are each snapshot's own: PyTorch's peaks and what was
+/// allocated when it was taken.
+fn assert_own_figures(d: &Value, base: &str, new: &str) {
+    for (side, name) in [("base", base), ("new", new)] {
+        let t = truth(name);
+        assert_eq!(d[side]["peak_allocated_bytes"], t["allocated_peak_bytes"], "{name}");
+        assert_eq!(d[side]["peak_reserved_bytes"], t["reserved_peak_bytes"], "{name}");
+        assert_eq!(d[side]["end_allocated_bytes"], t["allocated_end_bytes"], "{name}");
+    }
+}
+
+#[test]
+fn the_same_script_twice_shows_no_change_and_passes_the_gate() {
+    let d = json("base", "same");
+    assert_own_figures(&d, "base", "same");
+    for k in ["allocated", "reserved", "end_allocated"] {
+        assert_eq!(d["peak"][k]["delta"], 0, "{k}");
+    }
+    assert!(d["at_peak"]["by_call_site"].as_array().unwrap().is_empty(), "{d}");
+    assert!(d["at_end"]["by_category"].as_array().unwrap().is_empty(), "{d}");
+    assert!(d["requests"].as_array().unwrap().is_empty(), "{d}");
+    assert_eq!(d["aligned_share"], 1.0);
+    let o = diff("base", "same", &["--fail-on-growth", "0%"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A tensor kept per step at one line (pairs.py's LEAK_LINE, line 52): the
+/// end grows by exactly those blocks, named by that line, as temporaries
+/// (made after backward, kept by the script); the line is new in the
+/// requests; a 0.5% gate fires on the end state and a 1% one does not.
+#[test]
+fn a_leak_is_named_by_its_line() {
+    let d = json("base", "leak");
+    assert_own_figures(&d, "base", "leak");
+    let end = &d["at_end"]["by_call_site"][0];
+    assert_eq!(end["call_site"], "pairs.py:52 run", "{d}");
+    assert_eq!((end["base_blocks"].as_u64(), end["blocks"].as_u64()), (Some(0), Some(4)));
+    assert_eq!(end["delta_bytes"], d["peak"]["end_allocated"]["delta"], "the whole growth of the end state");
+    assert_eq!(d["at_end"]["by_category"][0]["category"], "temporary");
+    let line = d["requests"].as_array().unwrap().iter().find(|r| r["call_site"] == "pairs.py:52 run").unwrap();
+    assert_eq!((line["change"].as_str(), line["new_allocations"].as_u64()), (Some("new"), Some(4)));
+    let o = diff("base", "leak", &["--fail-on-growth", "0.5%"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("allocated at the end grew +0.8% (1005.44 MiB → 1013.44 MiB), more than 0.5%"), "{err}");
+    assert!(!err.contains("peak reserved"), "{err}");
+    assert_eq!(diff("base", "leak", &["--fail-on-growth", "0.01"]).status.code(), Some(0));
+}
+
+/// Batch 8 → 16: the peak grows by activations first, then temporaries,
+/// what the model's forward makes; the weights and Adam state do not
+/// change; every line's requests double but none is new.
+#[test]
+fn a_larger_batch_grows_the_activations() {
+    let d = json("base", "batch16");
+    assert_own_figures(&d, "base", "batch16");
+    let cats = d["at_peak"]["by_category"].as_array().unwrap();
+    assert_eq!(cats[0]["category"], "activation", "{d}");
+    assert_eq!(cats[1]["category"], "temporary", "{d}");
+    assert!(!cats.iter().any(|c| c["category"] == "parameter"), "weights unchanged: {d}");
+    let reqs = d["requests"].as_array().unwrap();
+    assert!(reqs.iter().all(|r| r["change"] == "grew"), "{d}");
+    let o = diff("base", "batch16", &["--fail-on-growth", "5%"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("peak allocated grew +72.8%"));
+}
+
+/// Gradient checkpointing and AMP shrink the peak: activations shrink
+/// most under checkpointing; the gate stays quiet on both.
+#[test]
+fn checkpointing_and_amp_shrink_and_pass_the_gate() {
+    let d = json("base", "ckpt");
+    assert_own_figures(&d, "base", "ckpt");
+    let cats = d["at_peak"]["by_category"].as_array().unwrap();
+    assert_eq!(cats.last().unwrap()["category"], "activation", "the largest shrink: {d}");
+    assert!(d["peak"]["allocated"]["delta"].as_i64().unwrap() < -1_000_000_000);
+    let d = json("base", "amp");
+    assert_own_figures(&d, "base", "amp");
+    assert!(d["peak"]["allocated"]["delta"].as_i64().unwrap() < 0);
+    for new in ["ckpt", "amp"] {
+        assert_eq!(diff("base", new, &["--fail-on-growth", "1%"]).status.code(), Some(0), "{new}");
+    }
+}
+
+/// A larger vocabulary: the weights and Adam state alive at the end grow
+/// (the embedding, tied to the head), named by the line that built the
+/// model and the optimizer's step.
+#[test]
+fn a_larger_vocabulary_grows_weights_and_optimizer_state() {
+    let d = json("base", "vocab");
+    assert_own_figures(&d, "base", "vocab");
+    let cats: Vec<&str> =
+        d["at_end"]["by_category"].as_array().unwrap().iter().map(|c| c["category"].as_str().unwrap()).collect();
+    assert_eq!(cats, ["optimizer_state", "parameter"], "{d}");
+    let sites = d["at_end"]["by_call_site"].as_array().unwrap();
+    assert!(sites.iter().any(|s| s["call_site"].as_str().unwrap().starts_with("pairs.py:40 run → ")), "{d}");
+    // (50,257 − 100,000) × 768 × 4 bytes more of weights: 145 MiB.
+    let p = d["at_end"]["by_category"].as_array().unwrap().iter().find(|c| c["category"] == "parameter").unwrap();
+    assert_eq!(p["delta_bytes"].as_i64().unwrap(), 152_010_752);
+}
+
+/// Two different programs share almost no call site: said, not listed.
+#[test]
+fn two_different_programs_are_reported_as_such() {
+    let o = Command::new(common::bin())
+        .arg("diff")
+        .arg(fixture("diff/base.pickle.gz"))
+        .arg(fixture("categories/resnet50_sgd_fp16.pickle.gz"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(d["aligned_share"].as_f64().unwrap() < 0.05, "{d}");
+    assert!(d["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("two different programs")));
+    assert!(d["requests"].as_array().unwrap().is_empty());
+    assert!(d["at_peak"]["by_call_site"].as_array().unwrap().is_empty());
+    // The totals and categories are still each run's own.
+    assert_eq!(d["base"]["peak_allocated_bytes"], truth("base")["allocated_peak_bytes"]);
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    for (args, want) in [
+        (vec!["--fail-on-growth", "lots"], "is not a share"),
+        (vec!["--fail-on-growth=-3%"], "a share must be 0 or more"),
+    ] {
+        let o = diff("base", "same", &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = Command::new(common::bin())
+        .arg("diff")
+        .arg(fixture("diff/base.pickle.gz"))
+        .arg(fixture("field/history_less_gpt2.pickle.gz"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("history_less_gpt2.pickle.gz: a snapshot without memory history"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let o =
+        Command::new(common::bin()).args(["diff", "/nonexistent/a.pickle", "/nonexistent/b.pickle"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
