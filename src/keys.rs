@@ -40,6 +40,8 @@ pub enum Action {
     /// `1`–`9`: the GPU at that position (0-based).
     Gpu(usize),
     NextProcess,
+    /// `P`: the new run's peak (diff; `p` is the base's).
+    NewPeak,
 }
 
 /// Which app is answering: the keys differ.
@@ -53,6 +55,8 @@ pub enum Mode {
     Live,
     /// `replay RECORDING.jsonl`: what the live view recorded, to step through.
     Recording,
+    /// `diff BASE NEW`: two runs on one axis.
+    Diff,
 }
 
 impl Mode {
@@ -62,11 +66,14 @@ impl Mode {
             Mode::Synth => "synth and the demo",
             Mode::Live => "the live view",
             Mode::Recording => "a recording",
+            Mode::Diff => "diff",
         }
     }
 }
 
 const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording];
+/// Every screen, the diff's too.
+const EVERY: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff];
 /// Replay, a paused synth, a recording: a cursor that steps.
 const STEPS: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Recording];
 /// The live view and a recording of it.
@@ -101,8 +108,8 @@ use KeyCode::Char as C;
 
 /// Every key, in the order the help lists them.
 pub(crate) const KEYS: &[Binding] = &[
-    b("q / Esc", &[C('q'), KeyCode::Esc], Action::Back, "close the help or the block list, else quit", "q quit", ALL),
-    b("Ctrl-C", &[], Action::Quit, "quit", "", ALL),
+    b("q / Esc", &[C('q'), KeyCode::Esc], Action::Back, "close the help or the block list, else quit", "q quit", EVERY),
+    b("Ctrl-C", &[], Action::Quit, "quit", "", EVERY),
     b("←/→", &[KeyCode::Left], Action::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
     b("←/→", &[KeyCode::Left], Action::Left, "paused: one event back / forward", "", &[Mode::Synth]),
     b("←/→", &[KeyCode::Left], Action::Left, "one sample back / forward", "←/→ PgUp/PgDn step", &[Mode::Recording]),
@@ -154,7 +161,15 @@ pub(crate) const KEYS: &[Binding] = &[
     b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
     b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
-    b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", ALL),
+    b("←/→", &[KeyCode::Left], Action::Left, "move the cursor along both runs", "←/→ move", &[Mode::Diff]),
+    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Diff]),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump a tenth of an iteration", "", &[Mode::Diff]),
+    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Diff]),
+    b("Home/End", &[KeyCode::Home], Action::Home, "the start / the end", "", &[Mode::Diff]),
+    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Diff]),
+    b("p / P", &[C('p')], Action::Peak, "the base's / the new run's peak", "p/P peaks", &[Mode::Diff]),
+    b("", &[C('P')], Action::NewPeak, "", "", &[Mode::Diff]),
+    b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", EVERY),
 ];
 
 fn same(a: Action, b: Action) -> bool {

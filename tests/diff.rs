@@ -172,3 +172,63 @@ fn bad_input_exits_2_with_one_line() {
         Command::new(common::bin()).args(["diff", "/nonexistent/a.pickle", "/nonexistent/b.pickle"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// The diff screen through the app's own `draw`: the figures, both
+/// timelines on one axis with the cursor at the new run's peak, the growth
+/// by category and by call site; `p` moves the cursor to the base's peak.
+#[test]
+fn the_diff_screen_shows_both_runs_on_one_axis() {
+    use gpumem_top::ui::event::{Action, Interactive};
+    use ratatui_core::backend::TestBackend;
+    use ratatui_core::terminal::Terminal;
+    let mut app =
+        gpumem_top::cli::diff_app(&fixture("diff/base.pickle.gz"), &fixture("diff/batch16.pickle.gz"), false).unwrap();
+    let draw = |app: &mut gpumem_top::ui::diff::DiffApp| {
+        let mut t = Terminal::new(TestBackend::new(140, 40)).unwrap();
+        t.draw(|f| app.draw(f)).unwrap();
+        t.backend().to_string()
+    };
+    let s = draw(&mut app);
+    assert!(s.contains("gpumem-top ─ diff base.pickle.gz → batch16.pickle.gz"), "{s}");
+    assert!(s.contains("│ peak allocated        3.61 GiB    6.23 GiB  +2.6G (+72.8%)"), "{s}");
+    assert!(s.contains("Allocated ─ both runs, iterations aligned (5 on the axis)"), "{s}");
+    // At the new run's peak (iteration 2, as both runs' peaks are).
+    let cursor = |s: &str| s.lines().find(|l| l.contains("cursor: iteration")).unwrap_or("").to_string();
+    assert!(cursor(&s).contains("new 6.23 GiB"), "{s}");
+    assert!(s.contains("+1.4G      1.4G → 2.8G     activations"), "{s}");
+    assert!(s.contains("p/P peaks"), "{s}");
+    app.dispatch(Action::Peak);
+    let s = draw(&mut app);
+    assert!(cursor(&s).contains("base 3.61 GiB"), "{s}");
+    app.dispatch(Action::Help);
+    assert!(draw(&mut app).contains("iteration k of one is over iteration k of the other"));
+    app.dispatch(Action::Back);
+    assert!(!app.quit() && !draw(&mut app).contains("iteration k of one"));
+    // A key of another screen says where it belongs.
+    app.dispatch(Action::Compact);
+    assert!(draw(&mut app).contains("is for replay"), "the status line names the screens `c` is for");
+}
+
+/// `--export` writes both timelines on one axis for reports: SVG (or PNG by
+/// the name), each run a line, its peak labelled; an existing file is
+/// refused without --force.
+#[test]
+fn the_overlay_exports_for_reports() {
+    let dir = std::env::temp_dir().join(format!("gpumem-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("overlay.svg");
+    let _ = std::fs::remove_file(&svg);
+    let o = diff("base", "batch16", &["--export", svg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(text.matches("<polyline").count(), 2);
+    assert!(text.contains("new peak 6.23 GiB") && text.contains("base peak 3.61 GiB"), "{text}");
+    assert!(text.contains("peak allocated 3.61 GiB → 6.23 GiB"));
+    let again = diff("base", "batch16", &["--export", svg.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    let png = dir.join("overlay.png");
+    let _ = std::fs::remove_file(&png);
+    assert!(diff("base", "batch16", &["--export", png.to_str().unwrap()]).status.success());
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -206,3 +206,115 @@ pub(crate) fn growth(base: u64, new: u64) -> f64 {
         b => new as f64 / b as f64 - 1.0,
     }
 }
+
+/// One run's timeline for the overlay: allocated and reserved after each
+/// event, and where its iterations end.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
+    pub(crate) points: Vec<crate::alloc::StatePoint>,
+    pub(crate) peak: Option<usize>,
+    /// 0, each iteration's end (`Optimizer.step` markers), the event count.
+    bounds: Vec<usize>,
+}
+
+impl Series {
+    pub(crate) fn new(points: Vec<crate::alloc::StatePoint>, iterations: &[usize]) -> Series {
+        let n = points.len().max(1);
+        let mut bounds = vec![0usize];
+        bounds.extend(iterations.iter().copied().filter(|&m| m > 0 && m < n));
+        bounds.push(n);
+        bounds.dedup();
+        let peak = super::peak_index(&points);
+        Series { points, peak, bounds }
+    }
+
+    /// Event `i` on the shared axis: iterations aligned, so that iteration
+    /// k spans [k, k+1) in both runs whatever their event counts; a run
+    /// without markers spans [0, 1).
+    pub(crate) fn x_of(&self, i: usize) -> f64 {
+        let b = &self.bounds;
+        let k = b.partition_point(|&x| x <= i).saturating_sub(1).min(b.len().saturating_sub(2));
+        let (lo, hi) = (b[k], b[k + 1].max(b[k] + 1));
+        k as f64 + i.saturating_sub(lo) as f64 / (hi - lo) as f64
+    }
+
+    /// Iterations on the shared axis.
+    pub(crate) fn span(&self) -> f64 {
+        (self.bounds.len() - 1).max(1) as f64
+    }
+
+    /// The last event at or before `x` on the shared axis.
+    pub(crate) fn at_x(&self, x: f64) -> usize {
+        let n = self.points.len();
+        let (mut lo, mut hi) = (0usize, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.x_of(mid) <= x {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.saturating_sub(1)
+    }
+}
+
+/// One run's own figures, as its own replay gives them.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RunReport {
+    pub(crate) trace: String,
+    pub(crate) events: usize,
+    /// "exact" or "exact-window"; a window's peaks are the window's.
+    pub(crate) fidelity: &'static str,
+    /// Optimizer steps seen (its `Optimizer.step` markers).
+    pub(crate) iterations: usize,
+    pub(crate) peak_allocated_bytes: u64,
+    pub(crate) peak_reserved_bytes: u64,
+    /// Allocated at the end of the trace: what is still alive.
+    pub(crate) end_allocated_bytes: u64,
+    pub(crate) num_alloc_retries: i64,
+    pub(crate) num_ooms: i64,
+}
+
+/// A figure in both runs.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Pair {
+    pub(crate) base: u64,
+    pub(crate) new: u64,
+    pub(crate) delta: i64,
+    /// new / base − 1 (null when base is 0).
+    pub(crate) growth: Option<f64>,
+}
+
+impl Pair {
+    pub(crate) fn of(base: u64, new: u64) -> Pair {
+        let g = growth(base, new);
+        Pair { base, new, delta: new as i64 - base as i64, growth: g.is_finite().then_some(g) }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Peaks {
+    pub(crate) allocated: Pair,
+    pub(crate) reserved: Pair,
+    pub(crate) end_allocated: Pair,
+    pub(crate) num_alloc_retries: [i64; 2],
+    pub(crate) num_ooms: [i64; 2],
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct DiffReport {
+    pub(crate) base: RunReport,
+    pub(crate) new: RunReport,
+    pub(crate) peak: Peaks,
+    pub(crate) at_peak: Growth,
+    pub(crate) at_end: Growth,
+    /// Requests aligned by call site: new, gone, grown or shrunk lines.
+    pub(crate) requests: Vec<RequestRow>,
+    /// Share of the requested bytes whose call site both runs have.
+    pub(crate) aligned_share: f64,
+    /// What the comparison covers, and its limits.
+    pub(crate) notes: Vec<String>,
+    /// With `--fail-on-growth`: what grew past it (empty: the gate passes).
+    pub(crate) regressions: Vec<String>,
+}

@@ -5,14 +5,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use serde::Serialize;
 
 use super::{load_input, pick_device, trace_name, Input, InputError, DEFAULT_DEVICE_TOTAL};
 use crate::alloc::Kind;
 use crate::analysis::categories::{start_blocks, Categories};
-use crate::analysis::diff::{align, growth, requests_by_site, Growth, Holdings, RequestRow};
+use crate::analysis::diff::{
+    align, growth, requests_by_site, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
+};
 use crate::analysis::human_bytes;
 use crate::replay::session::{Session, Start, Want};
 use crate::trace::Trace;
@@ -31,6 +32,13 @@ pub struct DiffArgs {
     /// gate for CI.
     #[arg(long, value_name = "PCT", value_parser = parse_share)]
     pub(crate) fail_on_growth: Option<f64>,
+    /// Also write both timelines on one axis as a picture: SVG, or PNG when
+    /// PATH ends in .png (for reports).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) export: Option<PathBuf>,
+    /// Replace an existing file at the --export path.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Rows of each table in the summary.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub(crate) top: usize,
@@ -53,66 +61,6 @@ fn parse_share(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// One run's own figures, as its own replay gives them.
-#[derive(Debug, Clone, Serialize)]
-struct RunReport {
-    trace: String,
-    events: usize,
-    /// "exact" or "exact-window"; a window's peaks are the window's.
-    fidelity: &'static str,
-    /// Optimizer steps seen (its `Optimizer.step` markers).
-    iterations: usize,
-    peak_allocated_bytes: u64,
-    peak_reserved_bytes: u64,
-    /// Allocated at the end of the trace: what is still alive.
-    end_allocated_bytes: u64,
-    num_alloc_retries: i64,
-    num_ooms: i64,
-}
-
-/// A figure in both runs.
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Pair {
-    base: u64,
-    new: u64,
-    delta: i64,
-    /// new / base − 1 (null when base is 0).
-    growth: Option<f64>,
-}
-
-impl Pair {
-    fn of(base: u64, new: u64) -> Pair {
-        let g = growth(base, new);
-        Pair { base, new, delta: new as i64 - base as i64, growth: g.is_finite().then_some(g) }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct Peaks {
-    allocated: Pair,
-    reserved: Pair,
-    end_allocated: Pair,
-    num_alloc_retries: [i64; 2],
-    num_ooms: [i64; 2],
-}
-
-#[derive(Debug, Serialize)]
-struct DiffReport {
-    base: RunReport,
-    new: RunReport,
-    peak: Peaks,
-    at_peak: Growth,
-    at_end: Growth,
-    /// Requests aligned by call site: new, gone, grown or shrunk lines.
-    requests: Vec<RequestRow>,
-    /// Share of the requested bytes whose call site both runs have.
-    aligned_share: f64,
-    /// What the comparison covers, and its limits.
-    notes: Vec<String>,
-    /// With `--fail-on-growth`: what grew past it (empty: the gate passes).
-    regressions: Vec<String>,
-}
-
 /// One run replayed: its figures and what it held at its peak and end.
 struct Replayed {
     report: RunReport,
@@ -120,6 +68,7 @@ struct Replayed {
     at_end: Holdings,
     requests: std::collections::BTreeMap<String, (u64, u64)>,
     window: bool,
+    series: Series,
 }
 
 fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
@@ -150,7 +99,9 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
     let peak_segments = scrub.seek(peak.event).snapshot();
     let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
     let st = session.exact.allocator.stats();
-    let iterations = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device).len();
+    let marks = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
+    let iterations = marks.len();
+    let series = Series::new(scrub.points().to_vec(), &marks);
     Ok(Replayed {
         report: RunReport {
             trace: trace_name(path),
@@ -167,6 +118,7 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
         at_end: Holdings::of(&end_segments, &trace.stacks, &cats, last),
         requests: requests_by_site(dev, &trace.stacks),
         window: session.start == Start::Window,
+        series,
     })
 }
 
@@ -181,9 +133,68 @@ fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Trace> {
     load_input(input, max_unpacked)
 }
 
+/// The diff screen's app over two snapshots, as `diff` opens it on a
+/// terminal.
+pub fn diff_app(base: &std::path::Path, new: &std::path::Path, color: bool) -> Result<crate::ui::diff::DiffApp> {
+    let model = compare(base, new, None, None)?;
+    Ok(crate::ui::diff::DiffApp::new(model, color))
+}
+
 pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
-    let (bt, nt) = (load(&args.base, args.max_unpacked)?, load(&args.new, args.max_unpacked)?);
-    let (b, n) = (replay_run(&args.base, &bt)?, replay_run(&args.new, &nt)?);
+    let model = compare(&args.base, &args.new, args.fail_on_growth, args.max_unpacked)?;
+    use std::io::IsTerminal;
+    let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    let regressions = model.report.regressions.clone();
+    if let Some(path) = &args.export {
+        let svg = crate::export::picture::overlay_svg(
+            &format!("{} → {}", model.report.base.trace, model.report.new.trace),
+            &format!(
+                "peak allocated {} → {}, peak reserved {} → {} (gpumem-top diff; docs/diff.md)",
+                human_bytes(model.report.peak.allocated.base),
+                human_bytes(model.report.peak.allocated.new),
+                human_bytes(model.report.peak.reserved.base),
+                human_bytes(model.report.peak.reserved.new)
+            ),
+            &model.base,
+            &model.new,
+            1600,
+        );
+        let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+            crate::export::picture::png(&svg).map_err(|e| anyhow!("{}: {e}", path.display()))?
+        } else {
+            svg.into_bytes()
+        };
+        let mut f = crate::private::open_new(path, args.force)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+        f.write_all(&bytes).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("gpumem-top: wrote {} ({} bytes)", path.display(), bytes.len());
+    }
+    if interactive {
+        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let mut app = crate::ui::diff::DiffApp::new(model, color);
+        crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
+        return Ok(gate(&regressions));
+    }
+    let mut so = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut so, &model.report)?;
+        writeln!(so)?;
+    } else {
+        write!(so, "{}", summary(&model.report, args.top))?;
+    }
+    drop(so);
+    Ok(gate(&regressions))
+}
+
+/// Both runs replayed and compared.
+fn compare(
+    base: &std::path::Path,
+    new: &std::path::Path,
+    fail_on_growth: Option<f64>,
+    max_unpacked: Option<u64>,
+) -> Result<crate::view::diff::DiffModel> {
+    let (bt, nt) = (load(base, max_unpacked)?, load(new, max_unpacked)?);
+    let (b, n) = (replay_run(base, &bt)?, replay_run(new, &nt)?);
     let (requests, aligned_share) = align(&b.requests, &n.requests);
     let mut notes = Vec::new();
     if b.window || n.window {
@@ -211,7 +222,7 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         num_ooms: [b.report.num_ooms, n.report.num_ooms],
     };
     let mut regressions = Vec::new();
-    if let Some(limit) = args.fail_on_growth {
+    if let Some(limit) = fail_on_growth {
         for (what, p) in [
             ("peak allocated", peak.allocated),
             ("peak reserved", peak.reserved),
@@ -244,21 +255,18 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         report.at_peak.by_call_site.clear();
         report.at_end.by_call_site.clear();
     }
-    let mut so = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut so, &report)?;
-        writeln!(so)?;
-    } else {
-        write!(so, "{}", summary(&report, args.top))?;
+    Ok(crate::view::diff::DiffModel { report, base: b.series, new: n.series })
+}
+
+/// The exit status of the gate, its reasons on stderr.
+fn gate(regressions: &[String]) -> ExitCode {
+    if regressions.is_empty() {
+        return ExitCode::SUCCESS;
     }
-    drop(so);
-    if report.regressions.is_empty() {
-        return Ok(ExitCode::SUCCESS);
-    }
-    for r in &report.regressions {
+    for r in regressions {
         eprintln!("gpumem-top diff: {r}");
     }
-    Ok(ExitCode::from(1))
+    ExitCode::from(1)
 }
 
 fn signed(d: i64) -> String {

@@ -29,7 +29,7 @@ mod live;
 mod run;
 mod synth;
 mod tune;
-pub use diff::{diff, DiffArgs};
+pub use diff::{diff, diff_app, DiffArgs};
 pub use fit::{fit, FitArgs};
 pub use live::{
     live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,

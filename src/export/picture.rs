@@ -585,6 +585,75 @@ pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
     pix.encode_png().map_err(|e| format!("PNG: {e}"))
 }
 
+/// `diff --export`: both runs' allocated bytes on one axis, iterations
+/// aligned (docs/diff.md), `width` pixels wide.
+pub(crate) fn overlay_svg(
+    title: &str,
+    subtitle: &str,
+    base: &crate::analysis::diff::Series,
+    new: &crate::analysis::diff::Series,
+    width: u32,
+) -> String {
+    let width = width as f64;
+    let mut s = Svg { out: String::new(), w: width };
+    s.text(24.0, 36.0, 22.0, "start", &format!("Allocated, two runs ─ {title}"), r#" font-weight="bold""#);
+    s.text(24.0, 60.0, 14.0, "start", subtitle, r##" fill="#4a5568""##);
+    let (x0, x1, y0, y1) = (110.0, width - 40.0, 114.0, 514.0);
+    let span = base.span().max(new.span());
+    let max = [base, new].iter().flat_map(|r| r.points.iter().map(|p| p.allocated)).max().unwrap_or(1).max(1);
+    let step = tick_step(max, 6);
+    let top_v = max.div_ceil(step).saturating_mul(step);
+    let xf = |x: f64| x0 + (x1 - x0) * x / span;
+    let yf = |v: u64| y1 - (y1 - y0) * v as f64 / top_v as f64;
+    for v in ticks(top_v, step) {
+        s.line(x0, yf(v), x1, yf(v), r##"stroke="#e2e8f0""##);
+        s.text(x0 - 8.0, yf(v) + 4.0, 12.0, "end", &short(v), "");
+    }
+    s.line(x0, y1, x1, y1, r##"stroke="#1a202c""##);
+    s.line(x0, y0, x0, y1, r##"stroke="#1a202c""##);
+    for k in 0..=span as usize {
+        let x = xf(k as f64);
+        s.line(x, y0, x, y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
+        s.text(x, y1 + 20.0, 12.0, "middle", &k.to_string(), "");
+    }
+    s.text((x0 + x1) / 2.0, y1 + 42.0, 13.0, "middle", "iteration (each run's Optimizer.step markers aligned)", "");
+    // Each run downsampled to the most allocated per pixel column.
+    let cols = (x1 - x0).max(1.0) as usize;
+    for (run, color, name) in [(base, "#2b6cb0", "base"), (new, "#e53e3e", "new")] {
+        let mut col: Vec<Option<u64>> = vec![None; cols + 1];
+        for (i, p) in run.points.iter().enumerate() {
+            let c = ((run.x_of(i) / span) * cols as f64) as usize;
+            let slot = &mut col[c.min(cols)];
+            *slot = Some(slot.map_or(p.allocated, |v: u64| v.max(p.allocated)));
+        }
+        let pts: Vec<String> = col
+            .iter()
+            .enumerate()
+            .filter_map(|(c, v)| v.map(|v| format!("{:.1},{:.1}", x0 + c as f64, yf(v))))
+            .collect();
+        let _ =
+            writeln!(s.out, r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#, pts.join(" "));
+        if let Some(p) = run.peak {
+            let (x, v) = (xf(run.x_of(p)), run.points[p].allocated);
+            s.text(
+                x,
+                yf(v) - 8.0,
+                12.0,
+                "middle",
+                &format!("{name} peak {}", human_bytes(v)),
+                &format!(r#" fill="{color}""#),
+            );
+        }
+    }
+    let y = y1 + 70.0;
+    for (i, (color, name)) in [("#2b6cb0", "base"), ("#e53e3e", "new")].iter().enumerate() {
+        let x = 24.0 + i as f64 * 160.0;
+        s.rect(x, y - 11.0, 22.0, 14.0, color, "#1a202c");
+        s.text(x + 28.0, y, 13.0, "start", &format!("{name} allocated"), "");
+    }
+    s.finish(y + 20.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

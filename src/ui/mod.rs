@@ -4,5 +4,6 @@
 //! (`--json`, `record`, `serve`, `export`) comes through here.
 
 pub mod app;
+pub mod diff;
 pub mod event;
 pub mod live;

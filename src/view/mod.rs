@@ -4,6 +4,7 @@
 //! histogram, the timeline, and a status line. Nothing here computes metrics
 //! or owns data; the caller builds the `View` from whatever source it has.
 
+pub(crate) mod diff;
 pub mod parts;
 
 use ratatui_core::buffer::Buffer;

@@ -1,0 +1,71 @@
+//! The diff screen's app: a cursor along two runs' timelines
+//! (docs/diff.md). The model is built headless (`cli::diff`); this only
+//! moves the cursor and draws.
+
+use crate::keys::{Action, Mode};
+use crate::view::diff::{DiffModel, DiffView};
+
+pub struct DiffApp {
+    pub(crate) model: DiffModel,
+    /// On the shared axis, in iterations.
+    pub(crate) cursor: f64,
+    pub(crate) color: bool,
+    status: String,
+    help: bool,
+    quit: bool,
+}
+
+impl DiffApp {
+    /// Opens at the new run's peak: where "why does it need more" is.
+    pub(crate) fn new(model: DiffModel, color: bool) -> DiffApp {
+        let cursor = model.new.peak.map_or(0.0, |p| model.new.x_of(p));
+        DiffApp { model, cursor, color, status: String::new(), help: false, quit: false }
+    }
+}
+
+impl super::event::Interactive for DiffApp {
+    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+        let v = DiffView {
+            model: &self.model,
+            cursor: self.cursor,
+            color: self.color,
+            status: self.status.clone(),
+            help: self.help,
+        };
+        ratatui_core::widgets::Widget::render(&v, area, buf);
+    }
+
+    fn apply(&mut self, a: Action) {
+        let span = self.model.span();
+        let step = span / 200.0;
+        self.status.clear();
+        match a {
+            Action::Quit => self.quit = true,
+            Action::Back if self.help => self.help = false,
+            Action::Back => self.quit = true,
+            Action::Help => self.help = !self.help,
+            Action::Left => self.cursor -= step,
+            Action::Right => self.cursor += step,
+            Action::PageUp => self.cursor -= 0.1,
+            Action::PageDown => self.cursor += 0.1,
+            Action::Home => self.cursor = 0.0,
+            Action::End => self.cursor = span,
+            Action::Peak => self.cursor = self.model.base.peak.map_or(self.cursor, |p| self.model.base.x_of(p)),
+            Action::NewPeak => self.cursor = self.model.new.peak.map_or(self.cursor, |p| self.model.new.x_of(p)),
+            _ => {}
+        }
+        self.cursor = self.cursor.clamp(0.0, span);
+    }
+
+    fn mode(&self) -> Mode {
+        Mode::Diff
+    }
+
+    fn say(&mut self, msg: String) {
+        self.status = msg;
+    }
+
+    fn quit(&self) -> bool {
+        self.quit
+    }
+}

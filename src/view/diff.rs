@@ -1,0 +1,227 @@
+//! The diff screen: two runs' figures, both timelines on one axis
+//! (iterations aligned) and what grew at the peak (docs/diff.md). Drawn
+//! from `&DiffModel` and the cursor; nothing here changes them.
+
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::{Constraint, Layout, Rect};
+use ratatui_core::style::{Color, Modifier, Style};
+use ratatui_core::symbols::Marker;
+use ratatui_core::text::{Line, Span};
+use ratatui_core::widgets::Widget;
+use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
+
+use super::{boxed, put_rows};
+use crate::analysis::diff::{DiffReport, GrowthRow, Series};
+use crate::analysis::{human_bytes, short_bytes};
+
+/// What the diff screen shows.
+pub(crate) struct DiffModel {
+    pub(crate) report: DiffReport,
+    pub(crate) base: Series,
+    pub(crate) new: Series,
+}
+
+impl DiffModel {
+    /// The shared axis's length: the longer run's iterations.
+    pub(crate) fn span(&self) -> f64 {
+        self.base.span().max(self.new.span())
+    }
+}
+
+/// One frame: `cursor` on the shared axis (iterations).
+pub(crate) struct DiffView<'m> {
+    pub(crate) model: &'m DiffModel,
+    pub(crate) cursor: f64,
+    pub(crate) color: bool,
+    pub(crate) status: String,
+    pub(crate) help: bool,
+}
+
+const BASE: Color = Color::Blue;
+const NEW: Color = Color::LightRed;
+
+fn signed(d: i64) -> String {
+    let s = short_bytes(d.unsigned_abs());
+    if d < 0 {
+        format!("-{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+impl Widget for &DiffView<'_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let fg = |c: Color| if self.color { Style::default().fg(c) } else { Style::default() };
+        let bold = Style::default().add_modifier(Modifier::BOLD);
+        let [top, mid, bottom, status] = Layout::vertical([
+            Constraint::Length(7),
+            Constraint::Min(8),
+            Constraint::Length((area.height / 3).max(8)),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        // The figures, each the run's own.
+        let r = &m.report;
+        let title = format!(" gpumem-top ─ diff {} → {} ", r.base.trace, r.new.trace);
+        let inner = boxed(buf, top, Line::from(Span::styled(title, bold)), Some(Line::from(" ? help ")));
+        let row = |what: &str, p: &crate::analysis::diff::Pair| {
+            let g = p.growth.map(|g| format!(" ({:+.1}%)", g * 100.0)).unwrap_or_default();
+            let style = if p.delta > 0 { fg(Color::Red) } else { fg(Color::Green) };
+            Line::from(vec![
+                Span::raw(format!(" {what:<18}{:>12}{:>12}  ", human_bytes(p.base), human_bytes(p.new))),
+                Span::styled(format!("{}{g}", signed(p.delta)), if p.delta == 0 { Style::default() } else { style }),
+            ])
+        };
+        let mut lines = vec![
+            Line::from(vec![
+                Span::raw(format!(" {:<18}", "")),
+                Span::styled(format!("{:>12}", "base"), fg(BASE)),
+                Span::styled(format!("{:>12}", "new"), fg(NEW)),
+                Span::raw("  change"),
+            ]),
+            row("peak allocated", &r.peak.allocated),
+            row("peak reserved", &r.peak.reserved),
+            row("alive at the end", &r.peak.end_allocated),
+        ];
+        let note = r.notes.first().cloned().unwrap_or_else(|| {
+            format!(
+                " retries / OOMs {} / {} → {} / {}",
+                r.peak.num_alloc_retries[0], r.peak.num_ooms[0], r.peak.num_alloc_retries[1], r.peak.num_ooms[1]
+            )
+        });
+        lines.push(Line::from(note));
+        put_rows(buf, inner, lines);
+        self.timeline(mid, buf);
+        self.table(bottom, buf);
+        let hints = if self.status.trim().is_empty() {
+            crate::keys::hints_within(crate::keys::Mode::Diff, status.width as usize)
+        } else {
+            self.status.clone()
+        };
+        put_rows(buf, status, vec![Line::from(Span::styled(hints, fg(Color::DarkGray)))]);
+        if self.help {
+            let lines = vec![
+                Line::from(Span::styled("diff: two runs of one program", bold)),
+                Line::from("the timelines: allocated bytes of each run over iterations, aligned so that"),
+                Line::from("iteration k of one is over iteration k of the other (Optimizer.step markers)"),
+                Line::from(""),
+                Line::from("←/→ PgUp/PgDn   move the cursor; its line reads both runs there"),
+                Line::from("p / P           the base's / the new run's peak"),
+                Line::from("Home / End      the start / the end"),
+                Line::from("q / Esc         close the help, else quit"),
+                Line::from(""),
+                Line::from("the table: what grew at the peaks, by category and by call site"),
+                Line::from("(docs/diff.md, docs/categories.md)"),
+            ];
+            let w = 84.min(area.width);
+            let h = (lines.len() as u16 + 2).min(area.height);
+            let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+            ratatui_widgets::clear::Clear.render(r, buf);
+            let inner = boxed(buf, r, Line::from(" help "), None);
+            put_rows(buf, inner, lines);
+        }
+    }
+}
+
+impl DiffView<'_> {
+    fn timeline(&self, area: Rect, buf: &mut Buffer) {
+        let m = self.model;
+        let span = m.span();
+        let top = [&m.base, &m.new].iter().flat_map(|s| s.points.iter().map(|p| p.allocated)).max().unwrap_or(0).max(1);
+        let key = Line::from(vec![
+            Span::raw(format!(" 0–{} ─", short_bytes(top))),
+            Span::styled(" ━ base", Style::default().fg(if self.color { BASE } else { Color::Reset })),
+            Span::styled(" ━ new ", Style::default().fg(if self.color { NEW } else { Color::Reset })),
+        ]);
+        let title = format!(" Allocated ─ both runs, iterations aligned ({} on the axis) ", span);
+        let inner = boxed(buf, area, Line::from(title), Some(key));
+        if inner.height < 3 || inner.width < 8 {
+            return;
+        }
+        let plot = Rect { height: inner.height - 1, ..inner };
+        let cols = plot.width as usize * 2;
+        // Per braille column, each run's most allocated point in it.
+        let line_of = |s: &Series| -> Vec<(f64, f64)> {
+            let mut v = vec![0u64; cols];
+            let mut seen = vec![false; cols];
+            for (i, p) in s.points.iter().enumerate() {
+                let c = ((s.x_of(i) / span * cols as f64) as usize).min(cols - 1);
+                v[c] = v[c].max(p.allocated);
+                seen[c] = true;
+            }
+            let mut held = 0;
+            (0..cols)
+                .filter_map(|c| {
+                    if seen[c] {
+                        held = v[c];
+                    }
+                    (c * span as usize / cols.max(1) <= span as usize).then_some((c as f64, held as f64))
+                })
+                .collect()
+        };
+        let (b, n) = (line_of(&m.base), line_of(&m.new));
+        let cx = (self.cursor / span * cols as f64).min(cols as f64 - 1.0);
+        let color = self.color;
+        Canvas::default()
+            .marker(Marker::Braille)
+            .x_bounds([0.0, cols as f64])
+            .y_bounds([0.0, top as f64])
+            .paint(|ctx| {
+                for (pts, c) in [(&b, BASE), (&n, NEW)] {
+                    for w in pts.windows(2) {
+                        let c = if color { c } else { Color::Reset };
+                        ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, c));
+                    }
+                }
+                ctx.draw(&CanvasLine::new(cx, 0.0, cx, top as f64, if color { Color::Yellow } else { Color::Reset }));
+                for k in 1..span as usize {
+                    ctx.print(k as f64 * cols as f64 / span, 0.0, Span::raw("╵"));
+                }
+            })
+            .render(plot, buf);
+        let (bi, ni) = (m.base.at_x(self.cursor), m.new.at_x(self.cursor));
+        let a = |s: &Series, i: usize| s.points.get(i).map_or(0, |p| p.allocated);
+        let footer = format!(
+            " cursor: iteration {:.2} ─ base {} (event {bi}) ─ new {} (event {ni}) ─ ╵ iteration ends",
+            self.cursor + 1.0,
+            human_bytes(a(&m.base, bi)),
+            human_bytes(a(&m.new, ni)),
+        );
+        buf.set_stringn(inner.x, inner.y + inner.height - 1, footer, inner.width as usize, Style::default());
+    }
+
+    fn table(&self, area: Rect, buf: &mut Buffer) {
+        let r = &self.model.report;
+        let [left, right] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).areas(area);
+        let rows = |g: &[GrowthRow], label: &dyn Fn(&GrowthRow) -> String, h: usize| -> Vec<Line<'static>> {
+            if g.is_empty() {
+                return vec![Line::from(" no change")];
+            }
+            g.iter()
+                .take(h)
+                .map(|x| {
+                    Line::from(format!(
+                        " {:>9}  {:>8} → {:<8} {}",
+                        signed(x.delta_bytes),
+                        short_bytes(x.base_bytes),
+                        short_bytes(x.new_bytes),
+                        label(x)
+                    ))
+                })
+                .collect()
+        };
+        let h = area.height.saturating_sub(2) as usize;
+        let inner = boxed(buf, left, Line::from(" At the peaks, by category "), None);
+        let cat = |x: &GrowthRow| x.category.map_or(String::new(), |c| c.plural().to_string());
+        put_rows(buf, inner, rows(&r.at_peak.by_category, &cat, h));
+        let inner = boxed(buf, right, Line::from(" At the peaks, by call site "), None);
+        let site = |x: &GrowthRow| x.call_site.clone().unwrap_or_default();
+        let lines = if r.at_peak.by_call_site.is_empty() && r.aligned_share < 0.5 {
+            vec![Line::from(" two different programs: call sites not compared")]
+        } else {
+            rows(&r.at_peak.by_call_site, &site, h)
+        };
+        put_rows(buf, inner, lines);
+    }
+}
