@@ -232,3 +232,28 @@ fn the_overlay_exports_for_reports() {
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Two recordings of `run` (GPT-2 on the H200, one under checkpointing):
+/// each run's figures are its training process's own, as `replay
+/// RECORDING --json` gives them; a snapshot and a recording together are
+/// refused.
+#[test]
+fn two_recordings_compare_their_processes() {
+    let (a, b) = (fixture("live/reset_peaks_gpt2.jsonl"), fixture("live/checkpointed_history_gpt2.jsonl"));
+    let o = Command::new(common::bin()).arg("diff").arg(&a).arg(&b).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (side, path) in [("base", &a), ("new", &b)] {
+        let r = Command::new(common::bin()).arg("replay").arg(path).arg("--json").output().unwrap();
+        let r: Value = serde_json::from_slice(&r.stdout).unwrap();
+        let p = &r["processes"][0];
+        assert_eq!(d[side]["peak_allocated_bytes"], p["peak_allocated_bytes"], "{side}");
+        assert_eq!(d[side]["peak_reserved_bytes"], p["peak_reserved_bytes"], "{side}");
+        assert_eq!(d[side]["fidelity"], "recording");
+    }
+    assert_eq!(d["peak"]["allocated"]["delta"], 2_890_449_920i64 - 8_690_289_664i64, "{d}");
+    assert!(d["notes"][0].as_str().unwrap().starts_with("two recordings"));
+    let o = Command::new(common::bin()).arg("diff").arg(&a).arg(fixture("diff/base.pickle.gz")).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not one of each"));
+}

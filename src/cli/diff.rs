@@ -122,15 +122,78 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
     })
 }
 
-fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Trace> {
+/// A snapshot, or a recording of `run`/`record` (samples of the live view).
+enum Loaded {
+    Snapshot(Box<Trace>),
+    Recording(Vec<crate::monitor::Snapshot>),
+}
+
+fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Loaded> {
     let input = Input::open(path)?;
     if input.is_recording() {
-        return Err(anyhow!(InputError(format!(
-            "{}: a recording of samples has no allocations to align; diff two snapshots taken with memory history",
-            path.display()
-        ))));
+        let name = input.name().to_string();
+        return Ok(Loaded::Recording(super::live::read_recording(input.lines(max_unpacked)?, &name)?));
     }
-    load_input(input, max_unpacked)
+    Ok(Loaded::Snapshot(Box::new(load_input(input, max_unpacked)?)))
+}
+
+/// A recording's training process (the one that allocated most) as a run:
+/// its true peaks, what it had allocated at the last sample, its retries
+/// and OOMs, what its optimizer held at its last step's end, and its
+/// samples as a timeline with its steps (docs/diff.md "Recordings").
+fn recorded_run(path: &std::path::Path, snaps: &[crate::monitor::Snapshot]) -> Result<Replayed> {
+    use crate::analysis::categories::Category;
+    let pid = snaps.iter().flat_map(|s| &s.publishers).max_by_key(|p| p.peak_allocated()).map(|p| p.pid).ok_or_else(
+        || {
+            anyhow!(InputError(format!(
+                "{}: the recording has no process that published its allocator",
+                path.display()
+            )))
+        },
+    )?;
+    let mine: Vec<&crate::monitor::Published> =
+        snaps.iter().filter_map(|s| s.publishers.iter().find(|p| p.pid == pid)).collect();
+    let last = mine.last().copied().ok_or_else(|| anyhow!(InputError(format!("{}: no samples", path.display()))))?;
+    let mut points = Vec::with_capacity(mine.len());
+    let mut steps = Vec::new();
+    let mut seen = 0u64;
+    for (i, p) in mine.iter().enumerate() {
+        points.push(crate::alloc::StatePoint { allocated: p.allocated(), reserved: p.reserved() });
+        if let Some(s) = p.step_log.last() {
+            if s.0 > seen {
+                seen = s.0;
+                steps.push(i);
+            }
+        }
+    }
+    let mut at_end = Holdings::default();
+    if let Some(c) = last.categories {
+        let b = c.bytes();
+        for cat in Category::ALL {
+            if b.get(cat) > 0 {
+                at_end.by_category.insert(cat, (b.get(cat), 0));
+            }
+        }
+    }
+    let series = Series::new(points, &steps);
+    Ok(Replayed {
+        report: RunReport {
+            trace: trace_name(path),
+            events: mine.len(),
+            fidelity: "recording",
+            iterations: seen as usize,
+            peak_allocated_bytes: mine.iter().map(|p| p.peak_allocated()).max().unwrap_or(0),
+            peak_reserved_bytes: mine.iter().map(|p| p.peak_reserved()).max().unwrap_or(0),
+            end_allocated_bytes: last.allocated(),
+            num_alloc_retries: last.stat("num_alloc_retries") as i64,
+            num_ooms: last.stat("num_ooms") as i64,
+        },
+        at_peak: Holdings::default(),
+        at_end,
+        requests: std::collections::BTreeMap::new(),
+        window: false,
+        series,
+    })
 }
 
 /// The diff screen's app over two snapshots, as `diff` opens it on a
@@ -193,10 +256,22 @@ fn compare(
     fail_on_growth: Option<f64>,
     max_unpacked: Option<u64>,
 ) -> Result<crate::view::diff::DiffModel> {
-    let (bt, nt) = (load(base, max_unpacked)?, load(new, max_unpacked)?);
-    let (b, n) = (replay_run(base, &bt)?, replay_run(new, &nt)?);
+    let (b, n, recordings) = match (load(base, max_unpacked)?, load(new, max_unpacked)?) {
+        (Loaded::Snapshot(bt), Loaded::Snapshot(nt)) => (replay_run(base, &bt)?, replay_run(new, &nt)?, false),
+        (Loaded::Recording(bs), Loaded::Recording(ns)) => (recorded_run(base, &bs)?, recorded_run(new, &ns)?, true),
+        _ => {
+            return Err(anyhow!(InputError(format!(
+                "{} and {}: diff compares two snapshots, or two recordings of run/record, not one of each",
+                base.display(),
+                new.display()
+            ))))
+        }
+    };
     let (requests, aligned_share) = align(&b.requests, &n.requests);
     let mut notes = Vec::new();
+    if recordings {
+        notes.push("two recordings: peaks are each training process's true peaks, the end its last sample; a recording carries no call sites, and its categories are what the optimizer held at its last step's end (parameters, gradients, optimizer state, the rest)".to_string());
+    }
     if b.window || n.window {
         notes.push("a trace is a window of a longer run (its ring buffer wrapped): its peaks and requests are the window's, not the whole run's".to_string());
     }
@@ -207,7 +282,7 @@ fn compare(
         ));
     }
     // Little in common: two different programs, said rather than listed.
-    let unrelated = aligned_share < 0.5;
+    let unrelated = aligned_share < 0.5 && !recordings;
     if unrelated {
         notes.push(format!(
             "only {:.0}% of the requested bytes come from call sites both runs have: these look like two different programs, and a line-by-line comparison would be noise",
