@@ -158,16 +158,6 @@ fn bad_input_exits_2_with_one_line() {
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let o = Command::new(common::bin())
-        .arg("diff")
-        .arg(fixture("diff/base.pickle.gz"))
-        .arg(fixture("field/history_less_gpt2.pickle.gz"))
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("history_less_gpt2.pickle.gz: a snapshot without memory history"), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
     let o =
         Command::new(common::bin()).args(["diff", "/nonexistent/a.pickle", "/nonexistent/b.pickle"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
@@ -256,4 +246,31 @@ fn two_recordings_compare_their_processes() {
     let o = Command::new(common::bin()).arg("diff").arg(&a).arg(fixture("diff/base.pickle.gz")).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not one of each"));
+}
+
+/// A snapshot without history has no peaks or requests: its state stands
+/// for both, and a note says so; the figures are still the snapshot's own.
+#[test]
+fn a_snapshot_without_history_is_compared_by_its_state() {
+    let state = fixture("field/history_less_gpt2.pickle.gz");
+    let o = Command::new(common::bin())
+        .arg("diff")
+        .arg(fixture("diff/base.pickle.gz"))
+        .arg(&state)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(d["new"]["fidelity"], "state-only");
+    let r = Command::new(common::bin()).arg("replay").arg(&state).arg("--json").output().unwrap();
+    let r: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(d["new"]["end_allocated_bytes"], r["recorded_totals"]["allocated_bytes"]);
+    assert_eq!(d["new"]["peak_reserved_bytes"], r["recorded_totals"]["reserved_bytes"]);
+    let notes: Vec<&str> = d["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("history_less_gpt2.pickle.gz is a snapshot without memory history")),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("two different programs")), "{notes:?}");
 }

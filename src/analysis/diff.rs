@@ -21,6 +21,25 @@ pub(crate) struct Holdings {
 }
 
 impl Holdings {
+    /// The live blocks of a snapshot's own segments (one without history).
+    pub(crate) fn of_recorded(
+        segments: &[crate::trace::RecordedSegment],
+        stacks: &[Vec<Frame>],
+        cats: &Categories,
+    ) -> Self {
+        let mut h = Holdings::default();
+        for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
+            let frames = b.stack.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
+            let e = h.by_call_site.entry(site_label(frames)).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+            let e = h.by_category.entry(cats.of_block(b.address, None)).or_default();
+            e.0 += b.size;
+            e.1 += 1;
+        }
+        h
+    }
+
     /// The live blocks of `segments` (the state right after event `at`).
     pub(crate) fn of(segments: &[SegmentInfo], stacks: &[Vec<Frame>], cats: &Categories, at: Option<usize>) -> Self {
         let mut h = Holdings::default();

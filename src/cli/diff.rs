@@ -68,6 +68,8 @@ struct Replayed {
     at_end: Holdings,
     requests: std::collections::BTreeMap<String, (u64, u64)>,
     window: bool,
+    /// A snapshot without history: its state stands for peak and end.
+    state_only: bool,
     series: Series,
 }
 
@@ -77,7 +79,30 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let session = Session::open(dev, &trace.stacks, &Want::exact(conf, DEFAULT_DEVICE_TOTAL)).map_err(bad)?;
     if session.start == Start::StateOnly {
-        return Err(bad("a snapshot without memory history has no peak or requests to compare; record with torch.cuda.memory._record_memory_history(context=\"alloc\", stacks=\"python\")".into()));
+        // No history: the state when it was taken stands for peak and end.
+        let cats = Categories::of(dev, &trace.stacks, &trace.annotations, &start_blocks(dev, &session.seed), None);
+        let held = Holdings::of_recorded(&dev.segments, &trace.stacks, &cats);
+        let t = session.recorded;
+        let point = crate::alloc::StatePoint { allocated: t.allocated_bytes, reserved: t.reserved_bytes };
+        return Ok(Replayed {
+            report: RunReport {
+                trace: trace_name(path),
+                events: 0,
+                fidelity: "state-only",
+                iterations: 0,
+                peak_allocated_bytes: t.allocated_bytes,
+                peak_reserved_bytes: t.reserved_bytes,
+                end_allocated_bytes: t.allocated_bytes,
+                num_alloc_retries: 0,
+                num_ooms: 0,
+            },
+            at_peak: held.clone(),
+            at_end: held,
+            requests: std::collections::BTreeMap::new(),
+            window: false,
+            state_only: true,
+            series: Series::new(vec![point], &[]),
+        });
     }
     if !session.fidelity.is_faithful() {
         let why = session.divergence().map(|d| format!(" at event {}: {}", d.event, d.reason)).unwrap_or_default();
@@ -118,6 +143,7 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
         at_end: Holdings::of(&end_segments, &trace.stacks, &cats, last),
         requests: requests_by_site(dev, &trace.stacks),
         window: session.start == Start::Window,
+        state_only: false,
         series,
     })
 }
@@ -192,6 +218,7 @@ fn recorded_run(path: &std::path::Path, snaps: &[crate::monitor::Snapshot]) -> R
         at_end,
         requests: std::collections::BTreeMap::new(),
         window: false,
+        state_only: false,
         series,
     })
 }
@@ -269,6 +296,12 @@ fn compare(
     };
     let (requests, aligned_share) = align(&b.requests, &n.requests);
     let mut notes = Vec::new();
+    for r in [&b, &n].into_iter().filter(|r| r.state_only) {
+        notes.push(format!(
+            "{} is a snapshot without memory history: its figures are its state when taken (no peaks, requests, retries or OOMs), so \"peak\" compares that state, and its categories come from its blocks' own stacks",
+            r.report.trace
+        ));
+    }
     if recordings {
         notes.push("two recordings: peaks are each training process's true peaks, the end its last sample; a recording carries no call sites, and its categories are what the optimizer held at its last step's end (parameters, gradients, optimizer state, the rest)".to_string());
     }
@@ -282,7 +315,8 @@ fn compare(
         ));
     }
     // Little in common: two different programs, said rather than listed.
-    let unrelated = aligned_share < 0.5 && !recordings;
+    // (A run with no requests, state only or an empty window, tells nothing.)
+    let unrelated = aligned_share < 0.5 && !b.requests.is_empty() && !n.requests.is_empty();
     if unrelated {
         notes.push(format!(
             "only {:.0}% of the requested bytes come from call sites both runs have: these look like two different programs, and a line-by-line comparison would be noise",
