@@ -74,19 +74,30 @@ pub(crate) fn site_label(frames: &[Frame]) -> String {
 }
 
 /// Per call site over a whole trace: allocations made and bytes requested.
+/// As `fit` aligns requests, the stream counts too: streams by order of
+/// first use (their handles differ between processes), a side stream's
+/// requests apart from the default one's.
 pub(crate) fn requests_by_site(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTreeMap<String, (u64, u64)> {
     let mut labels: BTreeMap<u32, String> = BTreeMap::new();
+    let mut streams: Vec<u64> = Vec::new();
     let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
         if e.action != Action::Alloc {
             continue;
         }
-        let label = labels
+        let rank = streams.iter().position(|&s| s == e.stream).unwrap_or_else(|| {
+            streams.push(e.stream);
+            streams.len() - 1
+        });
+        let mut label = labels
             .entry(sid)
             .or_insert_with(|| {
                 site_label(sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map_or(&[][..], |f| f.as_slice()))
             })
             .clone();
+        if rank > 0 {
+            label.push_str(&format!(" [stream {rank}]"));
+        }
         let r = out.entry(label).or_default();
         r.0 += 1;
         r.1 += e.size;
