@@ -265,3 +265,33 @@ fn live_options_before_a_subcommand_are_an_error_saying_where_they_go() {
     let o = Command::new(bin).arg("replay").arg(&t).arg("--json").output().unwrap();
     assert_eq!(o.status.code(), Some(0));
 }
+
+/// A snapshot without history has no timeline to draw: said in one line,
+/// exit 2, nothing written (#37 item 9); its map still exports.
+#[test]
+fn a_snapshot_without_history_has_no_timeline_to_export() {
+    let out = tmp("history-less-timeline.svg");
+    let _ = std::fs::remove_file(&out);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .arg("export")
+        .arg(fixture("field/history_less_gpt2.pickle.gz"))
+        .args(["--view", "timeline", "--format", "svg", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("history_less_gpt2.pickle.gz: the snapshot has no timeline"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!out.exists());
+    let map = tmp("history-less-map.svg");
+    let _ = std::fs::remove_file(&map);
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .arg("export")
+        .arg(fixture("field/history_less_gpt2.pickle.gz"))
+        .args(["--view", "fragmap", "--format", "svg", "-o"])
+        .arg(&map)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -321,6 +321,13 @@ fn serve_demo_exposes_prometheus_metrics_over_http() {
         }
     }
     assert_eq!(families["gpumem_torch_num_ooms_total"], "counter");
+    // The alert family's help names every kind it can carry (#37 item 21).
+    assert!(
+        body.contains(
+            "# HELP gpumem_alert 1 for each alert raised now (kind: device_usage, leak, fragmentation, retries, oom)."
+        ),
+        "{body}"
+    );
     assert_eq!(values["gpumem_gpu_memory_total_bytes"], 150_109_880_320.0);
     let (a, r) = (values["gpumem_torch_allocated_bytes"], values["gpumem_torch_reserved_bytes"]);
     assert!(a > 0.0 && a <= r, "allocated {a}, reserved {r}");

@@ -1021,6 +1021,14 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
         return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));
     }
+    // A snapshot without history has no timeline: an empty chart would
+    // say nothing (#37 item 9).
+    if session.start == Start::StateOnly && args.view == crate::export::picture::ViewKind::Timeline {
+        return Err(anyhow!(InputError(format!(
+            "{}: the snapshot has no timeline (it was taken without memory history, so it holds its state only); export --view fragmap or bars, or record with torch.cuda.memory._record_memory_history",
+            args.trace.display()
+        ))));
+    }
     let name = trace_name(&args.trace);
     let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name.clone())
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;

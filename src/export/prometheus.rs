@@ -177,7 +177,11 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
         let n = alerts.iter().filter(|a| a.kind == kind).count();
         o.sample("gpumem_alerts_active", &[("kind", kind.to_string())], n as f64);
     }
-    o.family("gpumem_alert", "gauge", "1 for each alert raised now (kind: device_usage, leak, fragmentation).");
+    o.family(
+        "gpumem_alert",
+        "gauge",
+        &format!("1 for each alert raised now (kind: {}).", crate::monitor::alerts::KINDS.join(", ")),
+    );
     for a in alerts {
         let l = [
             ("kind", a.kind.to_string()),
