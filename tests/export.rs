@@ -123,11 +123,16 @@ fn text_plain_and_ansi_equal_their_golden_files() {
     let got = std::fs::read_to_string(&out).unwrap();
     assert_eq!(got, std::fs::read_to_string(golden("resnet50-bars.txt")).unwrap());
     assert!(got.contains("reserved but unallocated 1.09 GiB (16.7% of reserved)"));
-    // Without NVML the bars are to the device's scale, and say so: 6.55 of
-    // 139.80 GiB reserved is a short bar, not a full one.
-    assert!(got.contains("device    139.80 GiB: its memory, the bars' full width"), "{got}");
-    let reserved = got.lines().find(|l| l.contains("│ reserved  ")).unwrap_or("");
-    assert!(reserved.matches('█').count() < 10, "{reserved}");
+    // A replay's bars are to the trace's own peak reserved, and say so (the
+    // device it ran on is not in the trace, #37 item 2): at the peak the
+    // reserved bar is full and allocated is 5.45 of its 6.55 GiB.
+    assert!(got.contains("scale     6.55 GiB: the trace's peak reserved, the bars' full width"), "{got}");
+    let cells = |row: &str| {
+        got.lines().find(|l| l.contains(row)).unwrap_or("").split_whitespace().nth(2).unwrap_or("").chars().count()
+    };
+    let (reserved, allocated) = (cells("│ reserved  "), cells("│ allocated "));
+    assert_eq!(reserved, 102, "{got}");
+    assert_eq!(allocated, 102 * 5_855_043_584 / 7_033_851_904, "{got}");
 }
 
 /// Under a memory limit the bars are to the limit's scale, and say so.

@@ -420,7 +420,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             oom: None,
         };
         let marks = run_marks(d);
-        draw_state(&d.alloc, chrome, marks, self.screen.sel, area, buf);
+        draw_state(&d.alloc, false, chrome, marks, self.screen.sel, area, buf);
     }
 
     fn apply(&mut self, a: Action) {

@@ -676,6 +676,9 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             Some((bytes, "limit")) => {
                 format!(" limit     {}: the per-process memory limit, the bars' full width", human_bytes(bytes))
             }
+            Some((bytes, "peak")) => {
+                format!(" scale     {}: the trace's peak reserved, the bars' full width", human_bytes(bytes))
+            }
             Some((bytes, what)) => {
                 format!(" {what:<10}{}: its memory, the bars' full width (no NVML reading here)", human_bytes(bytes))
             }

@@ -246,8 +246,12 @@ pub(crate) fn draw_parts(
 }
 
 /// `draw_parts` of an allocator's state.
+/// `recorded`: a replay of a trace, whose device is assumed (its bars are
+/// to the trace's own peak reserved, and say so); otherwise the device the
+/// run is on.
 pub(crate) fn draw_state<D: Device>(
     a: &CachingAllocator<D>,
+    recorded: bool,
     chrome: Chrome,
     marks: Marks,
     sel: Selection,
@@ -256,10 +260,13 @@ pub(crate) fn draw_state<D: Device>(
 ) {
     let segs = a.snapshot();
     let stats = a.stats();
-    // Bars to the scale of what can run out: the limit the run had, else
-    // the device (a reserved peak as the scale reads as "GPU full").
+    // Bars to the scale of what can run out: the limit the run had; else a
+    // replay's own peak (the device it ran on is not in the trace: an
+    // assumed 140 GiB made a 541 MiB trace's bars empty, #37 item 2), a
+    // running workload's device.
     let capacity = match a.memory_limit() {
         Some(l) => (l, "limit"),
+        None if recorded => ((stats.get(Kind::ReservedBytes, 0).peak.max(1)) as u64, "peak"),
         None => (a.device().total_memory(), "device"),
     };
     let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
@@ -297,5 +304,5 @@ pub(crate) fn draw_replay(
         oom,
     };
     let marks = Marks::of(&at, cursor, peak_at);
-    draw_state(at.state, chrome, marks, sel, area, buf);
+    draw_state(at.state, true, chrome, marks, sel, area, buf);
 }
