@@ -98,6 +98,18 @@ struct Score {
     evidence: Evidence,
 }
 
+/// `replay PATH --json --at AT`, which must succeed.
+fn replay_json(path: &std::path::Path, at: &str) -> serde_json::Value {
+    let out = std::process::Command::new(common::bin())
+        .arg("replay")
+        .arg(path)
+        .args(["--json", "--at", at])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Scores `replay --json --at peak`: each block alive at the peak, with
 /// the category replay gives it, against the truth of the allocation that
 /// made it.
@@ -106,14 +118,7 @@ fn score(name: &str) -> Score {
     let t = trace::load(&path).unwrap();
     let dev = t.main_device().unwrap();
     let (truth, unmatched) = truth(dev, &notes(name));
-    let out = std::process::Command::new(common::bin())
-        .arg("replay")
-        .arg(&path)
-        .args(["--json", "--at", "peak"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = replay_json(&path, "peak");
     let at = r["peak"]["event"].as_u64().unwrap() as usize;
     let peak_bytes = r["peak"]["allocated_bytes"].as_u64().unwrap();
     let recorded: serde_json::Value =
@@ -325,14 +330,7 @@ fn synth_and_replay_compare_category_by_category() {
 #[test]
 fn a_snapshot_without_history_is_categorized_by_its_blocks_stacks() {
     let path = fixture("categories/gpt2_state_only.pickle.gz");
-    let out = std::process::Command::new(common::bin())
-        .arg("replay")
-        .arg(&path)
-        .args(["--json", "--at", "end"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = replay_json(&path, "end");
     assert_eq!(r["categories"]["evidence"], "block_stacks");
     let f = std::fs::File::open(fixture("categories/gpt2_state_only.notes.jsonl.gz")).unwrap();
     let notes: Vec<(u64, String)> = BufReader::new(flate2::read::GzDecoder::new(f))

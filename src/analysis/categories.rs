@@ -117,7 +117,8 @@ impl CategoryBytes {
     }
 
     pub fn total(&self) -> u64 {
-        self.0.iter().sum()
+        // Saturating: a publisher's figures are input.
+        self.0.iter().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     /// "activations 2.9 GiB (54%), temporaries …": the non-empty
@@ -127,7 +128,8 @@ impl CategoryBytes {
         self.largest_first()
             .iter()
             .map(|&(c, b)| {
-                format!("{} {} ({}%)", c.plural(), crate::analysis::human_bytes(b), (b * 100 + total / 2) / total)
+                let pct = (u128::from(b) * 100 + u128::from(total) / 2) / u128::from(total);
+                format!("{} {} ({pct}%)", c.plural(), crate::analysis::human_bytes(b))
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -141,7 +143,7 @@ impl CategoryBytes {
     }
 
     pub(crate) fn add(&mut self, c: Category, n: u64) {
-        self.0[c.index()] += n;
+        self.0[c.index()] = self.0[c.index()].saturating_add(n);
     }
 
     pub(crate) fn sub(&mut self, c: Category, n: u64) {

@@ -29,13 +29,7 @@ impl Holdings {
     ) -> Self {
         let mut h = Holdings::default();
         for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
-            let frames = b.stack.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
-            let e = h.by_call_site.entry(site_label(frames)).or_default();
-            e.0 += b.size;
-            e.1 += 1;
-            let e = h.by_category.entry(cats.of_block(b.address, None)).or_default();
-            e.0 += b.size;
-            e.1 += 1;
+            h.add(stacks, b.stack, b.size, cats.of_block(b.address, None));
         }
         h
     }
@@ -44,16 +38,24 @@ impl Holdings {
     pub(crate) fn of(segments: &[SegmentInfo], stacks: &[Vec<Frame>], cats: &Categories, at: Option<usize>) -> Self {
         let mut h = Holdings::default();
         for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
-            let frames = b.tag.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
-            let e = h.by_call_site.entry(site_label(frames)).or_default();
-            e.0 += b.size;
-            e.1 += 1;
-            let e = h.by_category.entry(cats.of_block(b.address, at)).or_default();
-            e.0 += b.size;
-            e.1 += 1;
+            h.add(stacks, b.tag, b.size, cats.of_block(b.address, at));
         }
         h
     }
+
+    /// One live block: its stack id (index + 1, 0 for none), bytes and category.
+    fn add(&mut self, stacks: &[Vec<Frame>], stack: u32, size: u64, cat: Category) {
+        let frames = stack.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
+        for e in [self.by_call_site.entry(site_label(frames)).or_default(), self.by_category.entry(cat).or_default()] {
+            e.0 = e.0.saturating_add(size);
+            e.1 += 1;
+        }
+    }
+}
+
+/// A change in bytes with its sign, in the given units ("+1.40 GiB").
+pub(crate) fn signed(d: i64, units: fn(u64) -> String) -> String {
+    format!("{}{}", if d < 0 { "-" } else { "+" }, units(d.unsigned_abs()))
 }
 
 /// The call site of allocations without frames.
@@ -347,4 +349,18 @@ pub(crate) struct DiffReport {
     pub(crate) notes: Vec<String>,
     /// With `--fail-on-growth`: what grew past it (empty: the gate passes).
     pub(crate) regressions: Vec<String>,
+}
+
+/// What the diff screen shows (built by `cli::diff`, drawn by `view::diff`).
+pub(crate) struct DiffModel {
+    pub(crate) report: DiffReport,
+    pub(crate) base: Series,
+    pub(crate) new: Series,
+}
+
+impl DiffModel {
+    /// The shared axis's length: the longer run's iterations.
+    pub(crate) fn span(&self) -> f64 {
+        self.base.span().max(self.new.span())
+    }
 }

@@ -12,7 +12,7 @@ use super::{load_input, pick_device, trace_name, Input, InputError, DEFAULT_DEVI
 use crate::alloc::Kind;
 use crate::analysis::categories::{start_blocks, Categories};
 use crate::analysis::diff::{
-    align, growth, requests_by_site, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
+    align, growth, requests_by_site, signed, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
 };
 use crate::analysis::human_bytes;
 use crate::replay::session::{Session, Start, Want};
@@ -282,7 +282,7 @@ fn compare(
     new: &std::path::Path,
     fail_on_growth: Option<f64>,
     max_unpacked: Option<u64>,
-) -> Result<crate::view::diff::DiffModel> {
+) -> Result<crate::analysis::diff::DiffModel> {
     let (b, n, recordings) = match (load(base, max_unpacked)?, load(new, max_unpacked)?) {
         (Loaded::Snapshot(bt), Loaded::Snapshot(nt)) => (replay_run(base, &bt)?, replay_run(new, &nt)?, false),
         (Loaded::Recording(bs), Loaded::Recording(ns)) => (recorded_run(base, &bs)?, recorded_run(new, &ns)?, true),
@@ -364,7 +364,7 @@ fn compare(
         report.at_peak.by_call_site.clear();
         report.at_end.by_call_site.clear();
     }
-    Ok(crate::view::diff::DiffModel { report, base: b.series, new: n.series })
+    Ok(crate::analysis::diff::DiffModel { report, base: b.series, new: n.series })
 }
 
 /// The exit status of the gate, its reasons on stderr.
@@ -376,15 +376,6 @@ fn gate(regressions: &[String]) -> ExitCode {
         eprintln!("gpumem-top diff: {r}");
     }
     ExitCode::from(1)
-}
-
-fn signed(d: i64) -> String {
-    let s = human_bytes(d.unsigned_abs());
-    if d < 0 {
-        format!("-{s}")
-    } else {
-        format!("+{s}")
-    }
 }
 
 fn summary(r: &DiffReport, top: usize) -> String {
@@ -400,7 +391,7 @@ fn summary(r: &DiffReport, top: usize) -> String {
             "{what:<24}{:>14}{:>14}{:>22}\n",
             human_bytes(p.base),
             human_bytes(p.new),
-            format!("{}{g}", signed(p.delta))
+            format!("{}{g}", signed(p.delta, human_bytes))
         ));
     };
     row(&mut o, "peak allocated", &r.peak.allocated);
@@ -419,7 +410,7 @@ fn summary(r: &DiffReport, top: usize) -> String {
                 let name = c.category.map_or("", |c| c.plural());
                 o.push_str(&format!(
                     "  {:>12}  {name:<16} {} → {}\n",
-                    signed(c.delta_bytes),
+                    signed(c.delta_bytes, human_bytes),
                     human_bytes(c.base_bytes),
                     human_bytes(c.new_bytes)
                 ));
@@ -430,7 +421,7 @@ fn summary(r: &DiffReport, top: usize) -> String {
             for c in g.by_call_site.iter().take(top) {
                 o.push_str(&format!(
                     "  {:>12}  {} ({} → {} blocks)\n",
-                    signed(c.delta_bytes),
+                    signed(c.delta_bytes, human_bytes),
                     c.call_site.as_deref().unwrap_or(""),
                     c.base_blocks,
                     c.blocks

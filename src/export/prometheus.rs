@@ -157,7 +157,7 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
     );
     for p in &snap.publishers {
         if let Some(c) = p.categories {
-            let rest = c.allocated.saturating_sub(c.parameter + c.gradient + c.optimizer_state);
+            let rest = c.bytes().get(crate::analysis::categories::Category::Unknown);
             for (cat, v) in [
                 ("parameter", c.parameter),
                 ("gradient", c.gradient),

@@ -116,8 +116,9 @@ impl StepCategories {
         b[Category::Parameter as usize] = self.parameter;
         b[Category::Gradient as usize] = self.gradient;
         b[Category::OptimizerState as usize] = self.optimizer_state;
-        b[Category::Unknown as usize] =
-            self.allocated.saturating_sub(self.parameter + self.gradient + self.optimizer_state);
+        b[Category::Unknown as usize] = self
+            .allocated
+            .saturating_sub(self.parameter.saturating_add(self.gradient).saturating_add(self.optimizer_state));
         CategoryBytes(b)
     }
 }

@@ -2,8 +2,9 @@
 //! (docs/diff.md). The model is built headless (`cli::diff`); this only
 //! moves the cursor and draws.
 
+use crate::analysis::diff::DiffModel;
 use crate::keys::{Action, Mode};
-use crate::view::diff::{DiffModel, DiffView};
+use crate::view::diff::DiffView;
 
 pub struct DiffApp {
     pub(crate) model: DiffModel,

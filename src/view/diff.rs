@@ -11,22 +11,8 @@ use ratatui_core::widgets::Widget;
 use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
 
 use super::{boxed, put_rows};
-use crate::analysis::diff::{DiffReport, GrowthRow, Series};
+use crate::analysis::diff::{signed, DiffModel, GrowthRow, Series};
 use crate::analysis::{human_bytes, short_bytes};
-
-/// What the diff screen shows.
-pub(crate) struct DiffModel {
-    pub(crate) report: DiffReport,
-    pub(crate) base: Series,
-    pub(crate) new: Series,
-}
-
-impl DiffModel {
-    /// The shared axis's length: the longer run's iterations.
-    pub(crate) fn span(&self) -> f64 {
-        self.base.span().max(self.new.span())
-    }
-}
 
 /// One frame: `cursor` on the shared axis (iterations).
 pub(crate) struct DiffView<'m> {
@@ -39,15 +25,6 @@ pub(crate) struct DiffView<'m> {
 
 const BASE: Color = Color::Blue;
 const NEW: Color = Color::LightRed;
-
-fn signed(d: i64) -> String {
-    let s = short_bytes(d.unsigned_abs());
-    if d < 0 {
-        format!("-{s}")
-    } else {
-        format!("+{s}")
-    }
-}
 
 impl Widget for &DiffView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {
@@ -70,7 +47,10 @@ impl Widget for &DiffView<'_> {
             let style = if p.delta > 0 { fg(Color::Red) } else { fg(Color::Green) };
             Line::from(vec![
                 Span::raw(format!(" {what:<18}{:>12}{:>12}  ", human_bytes(p.base), human_bytes(p.new))),
-                Span::styled(format!("{}{g}", signed(p.delta)), if p.delta == 0 { Style::default() } else { style }),
+                Span::styled(
+                    format!("{}{g}", signed(p.delta, short_bytes)),
+                    if p.delta == 0 { Style::default() } else { style },
+                ),
             ])
         };
         let mut lines = vec![
@@ -150,13 +130,14 @@ impl DiffView<'_> {
                 v[c] = v[c].max(p.allocated);
                 seen[c] = true;
             }
+            // A column without points holds the value before it.
             let mut held = 0;
             (0..cols)
-                .filter_map(|c| {
+                .map(|c| {
                     if seen[c] {
                         held = v[c];
                     }
-                    (c * span as usize / cols.max(1) <= span as usize).then_some((c as f64, held as f64))
+                    (c as f64, held as f64)
                 })
                 .collect()
         };
@@ -203,7 +184,7 @@ impl DiffView<'_> {
                 .map(|x| {
                     Line::from(format!(
                         " {:>9}  {:>8} → {:<8} {}",
-                        signed(x.delta_bytes),
+                        signed(x.delta_bytes, short_bytes),
                         short_bytes(x.base_bytes),
                         short_bytes(x.new_bytes),
                         label(x)

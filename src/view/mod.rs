@@ -748,7 +748,7 @@ fn category_bar(bytes: &CategoryBytes, scale: u64, width: usize, tail: String, t
             continue;
         }
         // Cumulative, so rounding never adds up past the total's cells.
-        sum += b;
+        sum = sum.saturating_add(b);
         let n = cells(sum).min(width).saturating_sub(used);
         used += n;
         let glyph = if theme.color { '█' } else { category_letter(c) };
