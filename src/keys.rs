@@ -42,6 +42,8 @@ pub enum Action {
     NextProcess,
     /// `P`: the new run's peak (diff; `p` is the base's).
     NewPeak,
+    /// `j`: the job screen, every rank of the selected process's job (live).
+    Job,
 }
 
 /// Which app is answering: the keys differ.
@@ -57,6 +59,8 @@ pub enum Mode {
     Recording,
     /// `diff BASE NEW`: two runs on one axis.
     Diff,
+    /// `replay rank0 rank1 …`: one snapshot per rank, side by side.
+    Ranks,
 }
 
 impl Mode {
@@ -67,13 +71,14 @@ impl Mode {
             Mode::Live => "the live view",
             Mode::Recording => "a recording",
             Mode::Diff => "diff",
+            Mode::Ranks => "ranks side by side",
         }
     }
 }
 
 const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording];
 /// Every screen, the diff's too.
-const EVERY: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff];
+const EVERY: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff, Mode::Ranks];
 /// Replay, a paused synth, a recording: a cursor that steps.
 const STEPS: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Recording];
 /// The live view and a recording of it.
@@ -135,6 +140,14 @@ pub(crate) const KEYS: &[Binding] = &[
         LIVE,
     ),
     b("n", &[C('n')], Action::NextProcess, "the next publishing process on this GPU", "n next process", LIVE),
+    b(
+        "j",
+        &[C('j')],
+        Action::Job,
+        "the job: every rank side by side, their timelines on one axis (↑/↓ Enter a rank)",
+        "j job",
+        LIVE,
+    ),
     b("S", &[C('S')], Action::Snapshot, "ask the process for a snapshot, open it", "S snapshot", &[Mode::Live]),
     b("↑/↓", &[KeyCode::Up], Action::Up, "select a segment (a block in the list)", "↑/↓ Enter segment", ALL),
     b("", &[KeyCode::Down], Action::Down, "", "", ALL),
@@ -169,6 +182,16 @@ pub(crate) const KEYS: &[Binding] = &[
     b("", &[KeyCode::End], Action::End, "", "", &[Mode::Diff]),
     b("p / P", &[C('p')], Action::Peak, "the base's / the new run's peak", "p/P peaks", &[Mode::Diff]),
     b("", &[C('P')], Action::NewPeak, "", "", &[Mode::Diff]),
+    b("↑/↓", &[KeyCode::Up], Action::Up, "select a rank", "↑/↓ rank", &[Mode::Ranks]),
+    b("", &[KeyCode::Down], Action::Down, "", "", &[Mode::Ranks]),
+    b(
+        "Enter",
+        &[KeyCode::Enter],
+        Action::Zoom,
+        "open the rank in the replay view (q there comes back)",
+        "Enter open",
+        &[Mode::Ranks],
+    ),
     b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", EVERY),
 ];
 
@@ -291,12 +314,13 @@ mod tests {
         );
         assert_eq!(
             hints_within(Mode::Recording, usize::MAX),
-            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  1-9 GPU  n next process  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  1-9 GPU  n next process  j job  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
         );
         assert_eq!(
             hints_within(Mode::Live, usize::MAX),
-            " q quit  1-9 GPU  n next process  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
+            " q quit  1-9 GPU  n next process  j job  S snapshot  ↑/↓ Enter segment  tab focus  s screenshot  ? help "
         );
+        assert_eq!(hints_within(Mode::Ranks, usize::MAX), " q quit  ↑/↓ rank  Enter open  ? help ");
         // Narrow: whole hints drop from the end, and "? help" stays.
         assert_eq!(hints_within(Mode::Replay, 60), " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ? help ");
         assert!(hints_within(Mode::Replay, 80).chars().count() <= 80);

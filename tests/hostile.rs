@@ -696,7 +696,7 @@ fn a_recording_of_impossibly_many_gpus_and_processes_is_bounded() {
     assert!(took < std::time::Duration::from_secs(10), "{took:?}");
     let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     let procs = j["processes"].as_array().unwrap();
-    assert_eq!(procs.len(), 8);
+    assert_eq!(procs.len(), gpumem_top::monitor::model::MAX_HISTORIES);
     // The largest publishers are the ones kept.
     assert!(procs.iter().all(|p| p["pid"].as_u64().unwrap() > 99_000), "{procs:?}");
 }

@@ -324,7 +324,7 @@ fn serve_demo_exposes_prometheus_metrics_over_http() {
     // The alert family's help names every kind it can carry (#37 item 21).
     assert!(
         body.contains(
-            "# HELP gpumem_alert 1 for each alert raised now (kind: device_usage, leak, fragmentation, retries, oom)."
+            "# HELP gpumem_alert 1 for each alert raised now (kind: device_usage, leak, fragmentation, retries, oom, imbalance)."
         ),
         "{body}"
     );
@@ -735,7 +735,8 @@ fn histories_are_capped_and_gone_processes_leave_first() {
         let v = published(pid, 0, 8 << 20, 20 << 20, &[]);
         parse_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x")).unwrap()
     };
-    for round in 0..12u32 {
+    let rounds = gpumem_top::monitor::model::MAX_HISTORIES as u32 + 4;
+    for round in 0..rounds {
         let snap = gpumem_top::monitor::Snapshot {
             time: round as f64,
             gpus: vec![gpu(0, GIB, vec![])],
@@ -748,7 +749,7 @@ fn histories_are_capped_and_gone_processes_leave_first() {
     }
     assert_eq!(app.model.procs.len(), gpumem_top::monitor::model::MAX_HISTORIES);
     assert!(app.model.procs.contains_key(&(0, 1000)), "the live one stays");
-    assert!(app.model.procs.contains_key(&(0, 1011)), "the newest stays");
+    assert!(app.model.procs.contains_key(&(0, 1000 + rounds - 1)), "the newest stays");
 }
 
 /// Under `CUDA_VISIBLE_DEVICES=1` a process calls NVML's GPU 1 `cuda:0`:

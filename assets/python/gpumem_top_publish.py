@@ -217,12 +217,53 @@ def _nspid():
 
 
 def _command():
+    """The program's name as people call it: the script's file name
+    (``ddp.py`` for ``python3 -u ddp.py --lr 1``, where the command line's
+    first two words name the interpreter and an option), the module's for
+    ``python -m``; else the command line's first two words."""
+    try:
+        argv0 = getattr(sys, "argv", None) or [""]
+        name = os.path.basename(str(argv0[0]))
+        if name and name not in ("-c", "-"):
+            return name
+    except Exception:
+        pass
     try:
         with open("/proc/self/cmdline", "rb") as f:
             parts = [p for p in f.read().split(b"\0") if p][:2]
         return " ".join(os.path.basename(p.decode(errors="replace")) for p in parts)
     except OSError:
         return None
+
+
+def _int_env(env, key):
+    try:
+        v = int(env.get(key, ""))
+        return v if v >= 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def job_info(environ=None, ppid=None):
+    """The process's place in a distributed job, from the variables
+    torchrun (and most launchers) set: ``{"rank", "local_rank",
+    "world_size", "job"}``, or None outside a job (no ``WORLD_SIZE``/
+    ``RANK``). ``job`` is torchrun's ``TORCHELASTIC_RUN_ID``, else a
+    Slurm job and step, else the launching parent's pid: the ranks one
+    launcher started share it (docs/ranks.md)."""
+    env = os.environ if environ is None else environ
+    rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
+    if rank is None or world is None or world < 1:
+        return None
+    run_id = (env.get("TORCHELASTIC_RUN_ID") or "").strip()
+    if run_id and run_id.lower() != "none":
+        job = run_id
+    elif env.get("SLURM_JOB_ID"):
+        job = "slurm %s.%s" % (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID", "0"))
+    else:
+        job = "ppid %d" % (os.getppid() if ppid is None else ppid)
+    local = _int_env(env, "LOCAL_RANK")
+    return {"rank": rank, "local_rank": rank if local is None else local, "world_size": world, "job": job[:128]}
 
 
 def _segments(torch, safe):
@@ -633,7 +674,7 @@ def publish_once(
         "uuid": _uuid(torch, device),
         "time": now,
         "interval": interval,
-        "command": _command(),
+        "command": _state.get("command") or _command(),
         "stats": stats,
         "steps": list(_state["steps"]),
         "step_peaks": bool(_state["step_peaks"]),
@@ -643,6 +684,9 @@ def publish_once(
     }
     if _state["history"] is not None:
         doc["history"] = _state["history"]
+    job = _state.get("job")
+    if job is not None:
+        doc.update(job)
     cats = _state.get("categories")
     if cats is not None and cats.get("device") == device:
         doc["categories"] = cats
@@ -757,6 +801,12 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         _state["owner"] = os.getpid()
         _state["interval"] = interval
         _state["home"] = [torch.cuda.current_device()]
+        # Read once: the names and the job do not change while it runs.
+        try:
+            _state["command"] = _command()
+            _state["job"] = job_info()
+        except Exception:
+            _state["job"] = None
         fixed = list(devices) if devices is not None else None
         if history:
             kw, note = history_settings(torch)

@@ -3,6 +3,7 @@
 
 pub mod categories;
 pub(crate) mod diff;
+pub(crate) mod ranks;
 
 use serde::Serialize;
 
@@ -321,6 +322,17 @@ pub(crate) fn script_site(frames: &[Frame]) -> Option<String> {
 }
 
 /// Bytes in human units as PyTorch's `memory_summary()` prints them.
+/// The median of `v` (the mean of the middle two for an even count; 0 for none).
+pub(crate) fn median(v: &[u64]) -> u64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    match s.len() {
+        0 => 0,
+        n if n % 2 == 1 => s[n / 2],
+        n => ((s[n / 2 - 1] as u128 + s[n / 2] as u128) / 2) as u64,
+    }
+}
+
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let u = unit_of(n, UNITS.len() - 1);
@@ -402,6 +414,15 @@ mod tests {
     use super::*;
     use crate::alloc::{AllocatorConfig, CachingAllocator};
     use crate::device::Sim;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[]), 0);
+        assert_eq!(median(&[7]), 7);
+        assert_eq!(median(&[9, 1, 5]), 5);
+        assert_eq!(median(&[4, 1, 3, 10]), 3);
+        assert_eq!(median(&[u64::MAX, u64::MAX]), u64::MAX);
+    }
 
     #[test]
     fn figures_from_a_split_segment() {

@@ -50,6 +50,10 @@ pub struct LiveArgs {
     /// over this share of peak reserved (`peak_ratio`, 0-1).
     #[arg(long, value_name = "F", default_value_t = 0.25)]
     pub(crate) alert_fragmentation: f64,
+    /// Alert when a job's worst rank peaks over its median rank by more
+    /// than this share (0.2 is 20%; `imbalance`, docs/ranks.md).
+    #[arg(long, value_name = "F", default_value_t = 0.2)]
+    pub(crate) alert_imbalance: f64,
 }
 
 impl LiveArgs {
@@ -59,10 +63,17 @@ impl LiveArgs {
                 return Err(anyhow!(InputError(format!("{name} must be in [0, 1], got {v}"))));
             }
         }
+        if !(self.alert_imbalance >= 0.0 && self.alert_imbalance <= 100.0) {
+            return Err(anyhow!(InputError(format!(
+                "--alert-imbalance must be a share over the median, 0-100 (0.2 is 20%), got {}",
+                self.alert_imbalance
+            ))));
+        }
         Ok(Thresholds {
             device_usage: self.alert_usage,
             leak_steps: self.alert_leak_steps,
             fragmentation: self.alert_fragmentation,
+            imbalance: self.alert_imbalance,
             ..Default::default()
         })
     }
@@ -607,12 +618,15 @@ fn recording_summary(r: &crate::monitor::report::RecordingReport) -> String {
             "  GPU {} pid {} {}: {}, peak allocated {}, peak reserved {}, {}\n",
             p.gpu,
             p.pid,
-            p.command.as_deref().unwrap_or("?"),
+            p.name,
             count(p.samples, "sample"),
             p.peak_allocated_bytes.map_or("n/a".into(), human_bytes),
             p.peak_reserved_bytes.map_or("n/a".into(), human_bytes),
             count(p.ooms, "OOM")
         ));
+    }
+    for j in &r.jobs {
+        out.push_str(&job_line(j));
     }
     if let Some(l) = &r.last {
         for a in &l.alerts {
@@ -620,4 +634,22 @@ fn recording_summary(r: &crate::monitor::report::RecordingReport) -> String {
         }
     }
     out
+}
+
+/// A job in one line: its ranks' median and worst peak.
+pub(crate) fn job_line(j: &crate::monitor::job::Job) -> String {
+    use crate::analysis::human_bytes;
+    let gone = j.ranks.iter().filter(|r| r.gone).count();
+    format!(
+        "  job {} ({}, {} of {} ranks{}): median rank's peak allocated {}, worst rank {} at {} ({:+.1}%)\n",
+        j.job,
+        j.program(),
+        j.ranks.len(),
+        j.world_size,
+        if gone > 0 { format!(", {gone} gone") } else { String::new() },
+        human_bytes(j.median_peak_bytes),
+        j.worst_rank,
+        human_bytes(j.worst_peak_bytes),
+        j.imbalance * 100.0
+    )
 }

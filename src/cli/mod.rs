@@ -26,6 +26,7 @@ use crate::trace::{self, DeviceTrace, Trace};
 mod diff;
 mod fit;
 mod live;
+mod ranks;
 mod run;
 mod synth;
 mod tune;
@@ -35,6 +36,7 @@ pub use live::{
     live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,
     SourceKind,
 };
+pub use ranks::ranks_app;
 pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
 pub use tune::{tune, TuneArgs};
@@ -111,6 +113,10 @@ impl MemoryCap {
 pub struct ReplayArgs {
     /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
     pub(crate) trace: PathBuf,
+    /// More snapshots, one per rank of a job (`snapshot --job` writes
+    /// them): each replayed alone, reported side by side (docs/ranks.md).
+    #[arg(value_name = "MORE")]
+    pub(crate) more: Vec<PathBuf>,
     /// Replay under this allocator config instead of the recorded one (PyTorch's
     /// PYTORCH_CUDA_ALLOC_CONF syntax, e.g. expandable_segments:True).
     #[arg(long, value_name = "CONF")]
@@ -404,6 +410,15 @@ pub(crate) fn open_replay(
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
+    if !args.more.is_empty() {
+        return ranks::replay_ranks(args);
+    }
+    replay_to(args, &mut std::io::stdout().lock(), true)
+}
+
+/// `replay` of one input, its report written to `so`; `terminal`: the
+/// interactive view may open (stdout and stdin are terminals).
+pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -> Result<ExitCode> {
     let started = Instant::now();
     let input = Input::open(&args.trace)?;
     if input.is_recording() {
@@ -476,6 +491,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     let interactive = !args.json
         && args.dump_events.is_none()
         && compare_confs.is_empty()
+        && terminal
         && std::io::stdout().is_terminal()
         && std::io::stdin().is_terminal();
     if interactive && !fidelity.is_faithful() {
@@ -639,11 +655,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
             compare: if compare_confs.is_empty() { Vec::new() } else { rows.clone() },
             elapsed_ms,
         };
-        let mut so = std::io::stdout().lock();
-        serde_json::to_writer(&mut so, &out)?;
+        serde_json::to_writer(&mut *so, &out)?;
         writeln!(so)?;
     } else {
-        let mut so = std::io::stdout().lock();
         match session.start {
             Start::Window => writeln!(so, "note: the trace does not start at process start (its ring buffer wrapped, or history was enabled mid-run); the state at its first event was rebuilt from the final segments, so peaks and counters cover the recorded window only")?,
             Start::StateOnly => writeln!(so, "note: the snapshot has no trace (history was not recorded): it shows the state when it was taken; peaks and counters are that state's, not the run's")?,

@@ -355,9 +355,14 @@ pub struct SnapshotArgs {
     /// (started with `gpumem-top run`, or calling gpumem_top_publish.start()).
     #[arg(value_name = "PID")]
     pub(crate) pid: u32,
-    /// Where to write it (default: gpumem-top-snapshot-PID-TIME.pickle here).
+    /// Where to write it (default: gpumem-top-snapshot-PID-TIME.pickle here);
+    /// with --job, the start of each rank's file name (FILE-rank0.pickle, …).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
+    /// Ask every rank of PID's distributed job at once (the ranks that
+    /// publish the same job: docs/ranks.md), one file per rank.
+    #[arg(long)]
+    pub(crate) job: bool,
     /// Directory where it publishes (default: as the live view).
     #[arg(long, value_name = "DIR")]
     pub(crate) publish_dir: Option<PathBuf>,
@@ -366,9 +371,56 @@ pub struct SnapshotArgs {
     pub(crate) timeout: u64,
 }
 
-/// `gpumem-top snapshot PID -o FILE`.
-pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
+/// One process asked for a snapshot, and where its answer goes.
+struct Asked {
+    pid: u32,
+    /// Its pids here and in the namespace it publishes from.
+    pids: Vec<u32>,
+    dir: PathBuf,
+    dest: PathBuf,
+    label: String,
+}
+
+/// Asks every one of `asked` at once and waits for all: per process, the
+/// size of the snapshot delivered, or why none was.
+fn ask_all(asked: &[Asked], timeout: Duration) -> Vec<Result<u64, String>> {
     use crate::monitor::snapshot::{deliver, poll, request, withdraw, Answer};
+    let mut out: Vec<Option<Result<u64, String>>> =
+        asked.iter().map(|a| request(&a.dir, a.pid).err().map(|e| Err(format!("{}: {e}", a.dir.display())))).collect();
+    let start = Instant::now();
+    while out.iter().any(Option::is_none) {
+        for (a, o) in asked.iter().zip(out.iter_mut()).filter(|(_, o)| o.is_none()) {
+            let alive = a.pids.iter().any(|q| Path::new(&format!("/proc/{q}")).exists());
+            *o = match poll(&a.dir, a.pid) {
+                Answer::Ready(from) => Some(
+                    deliver(&from, &a.dest)
+                        .map(|()| std::fs::metadata(&a.dest).map(|m| m.len()).unwrap_or(0))
+                        .map_err(|e| format!("{}: {e}", a.dest.display())),
+                ),
+                Answer::Failed(why) => Some(Err(format!("could not take a snapshot: {why}"))),
+                Answer::Pending if !alive => {
+                    withdraw(&a.dir, a.pid);
+                    Some(Err("exited before answering the snapshot request".into()))
+                }
+                Answer::Pending if start.elapsed() > timeout => {
+                    withdraw(&a.dir, a.pid);
+                    Some(Err(format!(
+                        "did not answer in {} s (its publisher predates snapshots, or it is stuck)",
+                        timeout.as_secs()
+                    )))
+                }
+                Answer::Pending => None,
+            };
+        }
+        if out.iter().any(Option::is_none) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    out.into_iter().map(|o| o.unwrap_or_else(|| Err("no answer".into()))).collect()
+}
+
+/// `gpumem-top snapshot PID -o FILE`, and with `--job` every rank of its job.
+pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     let dir = args.publish_dir.clone().unwrap_or_else(publisher::default_dir);
     let uid = publisher::current_uid();
     let scan = publisher::scan(&dir, uid, publisher::DEFAULT_CAP);
@@ -379,54 +431,86 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
             dir.display()
         ))));
     };
-    let pdir = p.path.parent().map(Path::to_path_buf).unwrap_or(dir);
-    let dest =
-        args.output.clone().unwrap_or_else(|| crate::monitor::snapshot::default_name(args.pid, crate::monitor::now()));
-    if std::fs::symlink_metadata(&dest).is_ok() {
-        return Err(anyhow!(InputError(format!("{}: already exists", dest.display()))));
-    }
-    // Where the answer goes, checked before the process is asked (a full
-    // `_snapshot()` costs it seconds of training).
-    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(anyhow!(InputError(format!("{}: no such directory", parent.display()))));
-    }
-    // Its pid here, or in the namespace it publishes from.
-    let pids: Vec<u32> = std::iter::once(args.pid).chain(p.nspid.first().copied()).collect();
-    let alive = || pids.iter().any(|q| Path::new(&format!("/proc/{q}")).exists());
-    request(&pdir, args.pid).map_err(|e| anyhow!(InputError(format!("{}: {e}", pdir.display()))))?;
-    let start = Instant::now();
-    loop {
-        match poll(&pdir, args.pid) {
-            Answer::Pending if !alive() => {
-                withdraw(&pdir, args.pid);
-                return Err(anyhow!(InputError(format!(
-                    "pid {} exited before answering the snapshot request",
-                    args.pid
-                ))));
-            }
-            Answer::Ready(from) => {
-                deliver(&from, &dest).map_err(|e| anyhow!(InputError(format!("{}: {e}", dest.display()))))?;
-                let size = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
-                println!(
-                    "{}: snapshot of pid {} ({}); open it with: gpumem-top replay {}",
-                    dest.display(),
-                    args.pid,
-                    crate::analysis::human_bytes(size),
-                    dest.display()
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
-            Answer::Failed(why) => return Err(anyhow!("pid {} could not take a snapshot: {why}", args.pid)),
-            Answer::Pending if start.elapsed() > Duration::from_secs(args.timeout) => {
-                withdraw(&pdir, args.pid);
-                return Err(anyhow!(InputError(format!(
-                    "pid {} did not answer in {} s (its publisher predates snapshots, or it is stuck)",
-                    args.pid, args.timeout
-                ))));
-            }
-            Answer::Pending => std::thread::sleep(Duration::from_millis(50)),
+    let now = crate::monitor::now();
+    let asked_of = |q: &crate::monitor::Published, dest: PathBuf| Asked {
+        pid: q.pid,
+        pids: std::iter::once(q.pid).chain(q.nspid.first().copied()).collect(),
+        dir: q.path.parent().map(Path::to_path_buf).unwrap_or(dir.clone()),
+        dest,
+        label: format!("pid {} ({})", q.pid, q.name()),
+    };
+    let asked: Vec<Asked> = if args.job {
+        let Some(job) = &p.job else {
+            return Err(anyhow!(InputError(format!(
+                "pid {} ({}) is in no distributed job: it publishes no rank (RANK and WORLD_SIZE, as torchrun sets them)",
+                args.pid,
+                p.name()
+            ))));
+        };
+        let stem = args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("gpumem-top-snapshot-job-{}-{}", args.pid, now as u64)));
+        let mut ranks: Vec<&crate::monitor::Published> =
+            scan.published.iter().filter(|q| q.job.as_ref().is_some_and(|j| j.job == job.job)).collect();
+        ranks.sort_by_key(|q| (q.job.as_ref().map(|j| j.rank), q.device, q.pid));
+        // One file per process (a rank publishing on two devices is one process).
+        ranks.dedup_by_key(|q| q.pid);
+        ranks
+            .into_iter()
+            .map(|q| {
+                let r = q.job.as_ref().map_or(0, |j| j.rank);
+                asked_of(q, PathBuf::from(format!("{}-rank{r}.pickle", stem.display())))
+            })
+            .collect()
+    } else {
+        let dest = args.output.clone().unwrap_or_else(|| crate::monitor::snapshot::default_name(args.pid, now));
+        vec![asked_of(p, dest)]
+    };
+    for a in &asked {
+        if std::fs::symlink_metadata(&a.dest).is_ok() {
+            return Err(anyhow!(InputError(format!("{}: already exists", a.dest.display()))));
         }
+        // Where the answer goes, checked before the process is asked (a full
+        // `_snapshot()` costs it seconds of training).
+        let parent = a.dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(anyhow!(InputError(format!("{}: no such directory", parent.display()))));
+        }
+    }
+    let answers = ask_all(&asked, Duration::from_secs(args.timeout));
+    let mut failed = Vec::new();
+    for (a, r) in asked.iter().zip(&answers) {
+        match r {
+            Ok(size) => println!(
+                "{}: snapshot of {} ({}){}",
+                a.dest.display(),
+                a.label,
+                crate::analysis::human_bytes(*size),
+                if args.job {
+                    String::new()
+                } else {
+                    format!("; open it with: gpumem-top replay {}", a.dest.display())
+                }
+            ),
+            Err(why) => failed.push(format!("{} {why}", a.label)),
+        }
+    }
+    let done: Vec<String> =
+        asked.iter().zip(&answers).filter(|(_, r)| r.is_ok()).map(|(a, _)| a.dest.display().to_string()).collect();
+    if args.job && done.len() > 1 {
+        println!("open them side by side with: gpumem-top replay {}", done.join(" "));
+    }
+    match (failed.is_empty(), done.is_empty()) {
+        (true, _) => Ok(ExitCode::SUCCESS),
+        // The one process asked: its own error, as before.
+        (false, true) if !args.job => Err(anyhow!(InputError(failed.join("; ")))),
+        _ => Err(anyhow!(InputError(format!(
+            "{} of {} did not answer (the others' files are written): {}",
+            failed.len(),
+            asked.len(),
+            failed.join("; ")
+        )))),
     }
 }
 

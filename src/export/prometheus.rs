@@ -31,7 +31,7 @@ impl Out {
 }
 
 /// The exposition of `snap`; `alerts` become `gpumem_alert` series.
-pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
+pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
     let mut o = Out { text: String::new() };
     let gpu_l = |g: &crate::monitor::GpuSample| {
         vec![("gpu", g.index.to_string()), ("name", g.name.clone().unwrap_or_default())]
@@ -56,17 +56,46 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             }
         }
     }
+    // One label set per process, in every family: a publishing process's
+    // own (its pid as it knows itself, its program, rank and job); another
+    // NVML's, rank and job empty (which Prometheus reads as absent). The
+    // job is `torch_job`: Prometheus's `job` is the scrape target's, and
+    // ours would arrive renamed `exported_job` (docs/ranks.md).
+    let pl = |p: &crate::monitor::Published| {
+        vec![
+            ("gpu", p.device.to_string()),
+            ("pid", p.pid.to_string()),
+            ("command", p.command.clone().unwrap_or_default()),
+            ("rank", p.job.as_ref().map_or(String::new(), |j| j.rank.to_string())),
+            ("torch_job", p.job.as_ref().map_or(String::new(), |j| j.job.clone())),
+        ]
+    };
     o.family("gpumem_process_memory_used_bytes", "gauge", "Device memory a process holds, context included (NVML).");
     for g in &snap.gpus {
         for p in &g.processes {
             if let Some(u) = p.used_bytes {
-                let l = [
-                    ("gpu", g.index.to_string()),
-                    ("pid", p.pid.to_string()),
-                    ("command", p.command.clone().unwrap_or_default()),
-                ];
+                let l = match snap.publishers.iter().find(|x| x.device == g.index && x.matches(p)) {
+                    Some(x) => pl(x),
+                    None => vec![
+                        ("gpu", g.index.to_string()),
+                        ("pid", p.local_pid.unwrap_or(p.pid).to_string()),
+                        ("command", p.command.clone().unwrap_or_default()),
+                        ("rank", String::new()),
+                        ("torch_job", String::new()),
+                    ],
+                };
                 o.sample("gpumem_process_memory_used_bytes", &l, u as f64);
             }
+        }
+    }
+    o.family(
+        "gpumem_process_outside_allocator_bytes",
+        "gauge",
+        "Device memory NVML counts for a publishing process beyond what its caching allocator reserved: the CUDA context, NCCL and other libraries' allocations.",
+    );
+    for p in &snap.publishers {
+        if let Some(v) = crate::monitor::job::outside_allocator(snap.nvml_used_of(p), p.reserved()) {
+            o.sample("gpumem_process_outside_allocator_bytes", &pl(p), v as f64);
         }
     }
     let torch: [(&str, &str, &str, &str); 12] = [
@@ -98,13 +127,6 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
         ),
         ("gpumem_torch_num_device_free_total", "counter", "num_device_free", "cudaFree calls (or unmaps)."),
     ];
-    let pl = |p: &crate::monitor::Published| {
-        vec![
-            ("gpu", p.device.to_string()),
-            ("pid", p.pid.to_string()),
-            ("command", p.command.clone().unwrap_or_default()),
-        ]
-    };
     for (name, kind, key, help) in torch {
         o.family(name, kind, &format!("{help} (torch.cuda.memory_stats {key})"));
         for p in &snap.publishers {
@@ -169,6 +191,24 @@ pub(crate) fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
                 o.sample("gpumem_torch_category_bytes", &l, v as f64);
             }
         }
+    }
+    let jobs = crate::monitor::job::jobs_in(snap);
+    o.family(
+        "gpumem_job_median_peak_bytes",
+        "gauge",
+        "The median of a distributed job's ranks' peak allocated bytes (docs/ranks.md).",
+    );
+    for j in &jobs {
+        o.sample("gpumem_job_median_peak_bytes", &[("torch_job", j.job.clone())], j.median_peak_bytes as f64);
+    }
+    o.family(
+        "gpumem_job_imbalance_ratio",
+        "gauge",
+        "How far a job's worst rank's peak allocated is over its median rank's (0.2 is 20%); rank is the worst.",
+    );
+    for j in &jobs {
+        let l = [("torch_job", j.job.clone()), ("rank", j.worst_rank.to_string())];
+        o.sample("gpumem_job_imbalance_ratio", &l, j.imbalance);
     }
     // One series per kind, 0 when quiet, so dashboards and rules see a
     // steady series rather than one that appears and vanishes.

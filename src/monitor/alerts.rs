@@ -1,5 +1,6 @@
 //! Alerts raised from a snapshot: a GPU nearly full, a suspected leak, a
-//! cache fragmented at its peaks, cudaMalloc retries, out-of-memory errors.
+//! cache fragmented at its peaks, cudaMalloc retries, out-of-memory errors,
+//! a job whose worst rank peaks far over its median rank.
 //! Shown in the status line, in JSON and as Prometheus metrics; the rules
 //! are in docs/live.md.
 
@@ -19,16 +20,25 @@ pub struct Thresholds {
     pub fragmentation: f64,
     /// ...once the reserved peak is at least this much.
     pub fragmentation_min_reserved: u64,
+    /// A job's worst rank's peak allocated over its median rank's by more
+    /// than this share (docs/ranks.md).
+    pub imbalance: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
-        Thresholds { device_usage: 0.90, leak_steps: 5, fragmentation: 0.25, fragmentation_min_reserved: 1 << 30 }
+        Thresholds {
+            device_usage: 0.90,
+            leak_steps: 5,
+            fragmentation: 0.25,
+            fragmentation_min_reserved: 1 << 30,
+            imbalance: 0.20,
+        }
     }
 }
 
 /// Every kind an alert can have.
-pub(crate) const KINDS: [&str; 5] = ["device_usage", "leak", "fragmentation", "retries", "oom"];
+pub(crate) const KINDS: [&str; 6] = ["device_usage", "leak", "fragmentation", "retries", "oom", "imbalance"];
 
 /// What to do when the allocator's settings may be what runs out: no
 /// setting is named until a replay of this run checked it (the live view
@@ -78,8 +88,8 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     pid: Some(p.pid),
                     value: grew as f64,
                     message: format!(
-                        "pid {}: allocated at step end grew {} steps in a row (+{})",
-                        p.pid,
+                        "{}: allocated at step end grew {} steps in a row (+{})",
+                        who(p),
                         n,
                         crate::analysis::human_bytes(grew)
                     ),
@@ -100,8 +110,8 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                     pid: Some(p.pid),
                     value: share,
                     message: format!(
-                        "pid {}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_TUNE}",
-                        p.pid,
+                        "{}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_TUNE}",
+                        who(p),
                         share * 100.0,
                         crate::analysis::human_bytes(r),
                         crate::analysis::human_bytes(a)
@@ -131,8 +141,8 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                 pid: Some(p.pid),
                 value: ooms as f64,
                 message: format!(
-                    "pid {}: CUDA out of memory ({}); {advice}",
-                    p.pid,
+                    "{}: CUDA out of memory ({}); {advice}",
+                    who(p),
                     crate::analysis::count(ooms as usize, "time")
                 ),
             });
@@ -143,12 +153,51 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
                 pid: Some(p.pid),
                 value: retries as f64,
                 message: format!(
-                    "pid {}: {retries} allocation {} (cudaMalloc failed until the cache was freed, a device synchronisation each); {advice}",
-                    p.pid,
+                    "{}: {retries} allocation {} (cudaMalloc failed until the cache was freed, a device synchronisation each); {advice}",
+                    who(p),
                     if retries == 1 { "retry" } else { "retries" }
                 ),
             });
         }
+    }
+    out.extend(imbalance(s, t));
+    out
+}
+
+/// "pid 606 (ddp.py rank 1/2)" in a job, else "pid 606".
+fn who(p: &super::Published) -> String {
+    match &p.job {
+        Some(_) => format!("pid {} ({})", p.pid, p.name()),
+        None => format!("pid {}", p.pid),
+    }
+}
+
+/// A job whose worst rank's peak allocated is over its median rank's by
+/// more than `t.imbalance`: that rank runs out first, and the others' memory
+/// cannot help it (docs/ranks.md).
+fn imbalance(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
+    let mut out = Vec::new();
+    for j in super::job::jobs_in(s) {
+        let Some(w) = j.ranks.iter().find(|r| r.rank == j.worst_rank) else { continue };
+        if j.ranks.len() < 2 || j.imbalance <= t.imbalance {
+            continue;
+        }
+        out.push(Alert {
+            kind: "imbalance",
+            gpu: w.gpu,
+            pid: Some(w.pid),
+            value: j.imbalance,
+            message: format!(
+                "job {}: rank {} (pid {}) peaks at {}, {:.0}% over the median rank's {} (threshold {:.0}%): it runs out first; give it less work or more memory",
+                j.job,
+                w.rank,
+                w.pid,
+                crate::analysis::human_bytes(w.peak_allocated_bytes),
+                j.imbalance * 100.0,
+                crate::analysis::human_bytes(j.median_peak_bytes),
+                t.imbalance * 100.0
+            ),
+        });
     }
     out
 }

@@ -3,6 +3,7 @@
 //! query is a trait so tests inject a fake NVML.
 
 pub mod alerts;
+pub mod job;
 pub mod model;
 pub mod nvml;
 pub mod procfs;
@@ -79,6 +80,16 @@ impl Snapshot {
     /// What process `pid` published for GPU `device` in this sample.
     pub(crate) fn publisher(&self, device: u32, pid: u32) -> Option<&Published> {
         self.publishers.iter().find(|p| p.device == device && p.pid == pid)
+    }
+
+    /// The device memory NVML counts for publisher `p`'s process, context
+    /// included; None where NVML does not list it or gives no figure.
+    pub(crate) fn nvml_used_of(&self, p: &Published) -> Option<u64> {
+        self.gpus
+            .iter()
+            .find(|g| g.index == p.device)
+            .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
+            .and_then(|x| x.used_bytes)
     }
 }
 

@@ -65,10 +65,10 @@ impl ProcHistory {
     }
 }
 
-/// Process histories kept at most (gone ones are dropped first). With 8
-/// GPUs that is 16 series of at most a day at 1 Hz (2.6 MiB each): the
-/// timeline stays under 50 MiB.
-pub const MAX_HISTORIES: usize = 8;
+/// Process histories kept at most (gone ones are dropped first): every
+/// rank of a 16-rank job on one node. Each series holds at most a day at
+/// 1 Hz (2.6 MiB): with 8 GPUs' series the timelines stay under 70 MiB.
+pub const MAX_HISTORIES: usize = 16;
 
 /// GPUs given a series at most (a node has 8 or 16; a recording claiming
 /// 400,000 indices gets no series past these: docs/input.md).
@@ -140,12 +140,7 @@ impl LiveModel {
             publishers.truncate(MAX_PUBLISHERS_PER_SAMPLE);
         }
         for p in publishers {
-            let nvml_used = snap
-                .gpus
-                .iter()
-                .find(|g| g.index == p.device)
-                .and_then(|g| g.processes.iter().find(|x| p.matches(x)))
-                .and_then(|x| x.used_bytes);
+            let nvml_used = snap.nvml_used_of(&p);
             // With step peaks on and no optimizer step yet, a sample is the
             // window since the previous one: its peaks.
             let (wa, wr) = p.window_peak.map_or((None, None), |w| (w.1, w.2));

@@ -65,24 +65,52 @@ fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// The process's command: its command line's program name and first
-/// argument (`python train.py`), or `comm`.
+/// The process's name as its publisher gives it (`program_name` of its
+/// command line), or `comm`.
 pub(crate) fn command(pid: u32) -> Option<String> {
     if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-        let parts: Vec<String> = c
+        let args: Vec<String> = c
             .split(|&b| b == 0)
             .filter(|p| !p.is_empty())
-            .take(2)
-            .map(|p| {
-                let s = String::from_utf8_lossy(p);
-                s.rsplit('/').next().unwrap_or(&s).to_string()
-            })
+            .take(64)
+            .map(|p| String::from_utf8_lossy(p).into())
             .collect();
-        if !parts.is_empty() {
-            return Some(parts.join(" "));
+        if !args.is_empty() {
+            return Some(program_name(&args));
         }
     }
     std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
+}
+
+fn base(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
+}
+
+/// The name people call a program by: for a Python interpreter the
+/// script's file name (`ddp.py` for `python3 -u ddp.py --lr 1`, as the
+/// publisher names itself from `sys.argv[0]`) or the module of `-m`; for
+/// anything else the program and its first argument (`torchrun ddp.py`).
+pub(crate) fn program_name(args: &[String]) -> String {
+    let Some(first) = args.first() else { return String::new() };
+    let prog = base(first);
+    if !prog.starts_with("python") {
+        return args.iter().take(2).map(|a| base(a)).collect::<Vec<_>>().join(" ");
+    }
+    let mut it = args[1..].iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            // Options that take the next word.
+            "-X" | "-W" | "--check-hash-based-pycs" => {
+                it.next();
+            }
+            "-m" => return it.next().map_or(prog.to_string(), |m| m.clone()),
+            "-c" => return format!("{prog} -c"),
+            "-" => return prog.to_string(),
+            o if o.starts_with('-') => {}
+            script => return base(script).to_string(),
+        }
+    }
+    prog.to_string()
 }
 
 /// The parent of `pid` (field 4 of /proc/PID/stat, after the command's
@@ -120,6 +148,18 @@ mod tests {
         assert!(super::descends_from(me, me));
         assert!(super::descends_from(me, parent));
         assert!(!super::descends_from(parent, me));
+    }
+
+    #[test]
+    fn a_python_process_is_named_by_its_script_or_module() {
+        let name = |a: &[&str]| program_name(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(name(&["/usr/bin/python3", "-u", "/w/ddp.py", "--lr", "1"]), "ddp.py");
+        assert_eq!(name(&["python3.11", "-X", "faulthandler", "-W", "ignore", "train.py"]), "train.py");
+        assert_eq!(name(&["python", "-m", "torch.distributed.run", "ddp.py"]), "torch.distributed.run");
+        assert_eq!(name(&["python3", "-c", "import torch"]), "python3 -c");
+        assert_eq!(name(&["python3"]), "python3");
+        assert_eq!(name(&["/opt/bin/torchrun", "--nproc_per_node", "2"]), "torchrun --nproc_per_node");
+        assert_eq!(name(&["/usr/bin/nvidia-smi"]), "nvidia-smi");
     }
 
     #[test]

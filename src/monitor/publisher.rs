@@ -76,8 +76,36 @@ pub struct Published {
     pub(crate) true_peaks: Option<(Option<u64>, Option<u64>)>,
     /// What the optimizer held at a recent step's end.
     pub(crate) categories: Option<StepCategories>,
+    /// Its place in a distributed job (torchrun's `RANK`, `WORLD_SIZE`,
+    /// …), when it is in one.
+    pub job: Option<JobPlace>,
     #[serde(skip)]
     pub(crate) path: PathBuf,
+}
+
+/// A process's place in a distributed job, as the launcher's environment
+/// gives it (docs/ranks.md): `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, and the
+/// job it belongs to (torchrun's `TORCHELASTIC_RUN_ID`, else a Slurm job
+/// step, else "ppid N", the launching parent).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct JobPlace {
+    pub job: String,
+    pub rank: u32,
+    pub local_rank: u32,
+    pub world_size: u32,
+}
+
+impl JobPlace {
+    /// The place a file claims, if it is one: a rank below the world size
+    /// (at most 2^20 ranks), a job named in at most 128 printable characters.
+    fn of(rank: Option<u32>, local_rank: Option<u32>, world_size: Option<u32>, job: Option<String>) -> Option<Self> {
+        let (rank, world_size, job) = (rank?, world_size?, job?);
+        if rank >= world_size || world_size > 1 << 20 || job.is_empty() || job.chars().count() > 128 {
+            return None;
+        }
+        let job = job.chars().filter(|c| !c.is_control()).collect();
+        Some(JobPlace { job, rank, local_rank: local_rank.unwrap_or(rank), world_size })
+    }
 }
 
 /// What memory history a publisher records: `context` as given to
@@ -159,6 +187,15 @@ impl StepRecord {
 }
 
 impl Published {
+    /// How every screen, report and metric names it: the program
+    /// (`ddp.py`) and, in a job, its rank (`ddp.py rank 1/2`).
+    pub fn name(&self) -> String {
+        let command = self.command.as_deref().unwrap_or("python");
+        match &self.job {
+            Some(j) => format!("{command} rank {}/{}", j.rank, j.world_size),
+            None => command.to_string(),
+        }
+    }
     pub(crate) fn stat(&self, key: &str) -> u64 {
         self.stats.get(key).copied().unwrap_or(0).max(0) as u64
     }
@@ -286,6 +323,15 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     pub(crate) true_peaks: Option<(Option<u64>, Option<u64>)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) categories: Option<StepCategories>,
+    /// Its place in a distributed job (docs/ranks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) world_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) job: Option<String>,
 }
 
 impl RawFile {
@@ -335,6 +381,10 @@ impl RawFile {
             history: p.history.clone(),
             true_peaks: p.true_peaks,
             categories: p.categories,
+            rank: p.job.as_ref().map(|j| j.rank),
+            local_rank: p.job.as_ref().map(|j| j.local_rank),
+            world_size: p.job.as_ref().map(|j| j.world_size),
+            job: p.job.as_ref().map(|j| j.job.clone()),
         }
     }
 }
@@ -431,6 +481,7 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
         }),
         true_peaks: raw.true_peaks,
         categories: raw.categories,
+        job: JobPlace::of(raw.rank, raw.local_rank, raw.world_size, raw.job),
         path: path.to_path_buf(),
     };
     Ok((p, layout))

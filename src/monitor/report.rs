@@ -21,6 +21,9 @@ pub struct LiveReport {
     /// PIDs whose process or publisher file went away since the previous sample.
     pub(crate) gone: Vec<u32>,
     pub(crate) alerts: Vec<Alert>,
+    /// The distributed jobs among the publishers, their ranks side by side
+    /// (docs/ranks.md).
+    pub(crate) jobs: Vec<super::job::Job>,
 }
 
 /// What one PyTorch process published, with its fragmentation figures.
@@ -31,6 +34,10 @@ pub(crate) struct PublisherReport {
     pub(crate) cuda_device: u32,
     pub(crate) uuid: Option<String>,
     pub(crate) command: Option<String>,
+    /// How every screen names it: "ddp.py rank 1/2" in a job, else the command.
+    pub(crate) name: String,
+    /// Its place in a distributed job; null outside one.
+    pub(crate) job: Option<crate::monitor::publisher::JobPlace>,
     pub(crate) time: f64,
     pub(crate) allocated_bytes: u64,
     pub(crate) reserved_bytes: u64,
@@ -38,6 +45,11 @@ pub(crate) struct PublisherReport {
     pub(crate) reserved_peak_bytes: u64,
     pub(crate) num_ooms: u64,
     pub(crate) num_alloc_retries: u64,
+    /// Device memory NVML counts for the process (context included).
+    pub(crate) nvml_used_bytes: Option<u64>,
+    /// NVML's figure less reserved: the CUDA context, NCCL's and other
+    /// libraries' allocations, outside the caching allocator.
+    pub(crate) outside_allocator_bytes: Option<u64>,
     pub(crate) segments: usize,
     pub(crate) fragmentation: Fragmentation,
     /// What the optimizer held at a recent step's end (docs/categories.md
@@ -46,13 +58,15 @@ pub(crate) struct PublisherReport {
 }
 
 impl PublisherReport {
-    pub(crate) fn of(p: &Published) -> Self {
+    pub(crate) fn of(p: &Published, nvml_used: Option<u64>) -> Self {
         PublisherReport {
             pid: p.pid,
             gpu: p.device,
             cuda_device: p.cuda_device,
             uuid: p.uuid.clone(),
             command: p.command.clone(),
+            name: p.name(),
+            job: p.job.clone(),
             time: p.time,
             allocated_bytes: p.allocated(),
             reserved_bytes: p.reserved(),
@@ -60,6 +74,8 @@ impl PublisherReport {
             reserved_peak_bytes: p.peak_reserved(),
             num_ooms: p.stat("num_ooms"),
             num_alloc_retries: p.stat("num_alloc_retries"),
+            nvml_used_bytes: nvml_used,
+            outside_allocator_bytes: super::job::outside_allocator(nvml_used, p.reserved()),
             segments: p.segments.len(),
             fragmentation: p.fragmentation(),
             categories: p.categories,
@@ -73,10 +89,11 @@ impl LiveReport {
             source: source.to_string(),
             time: snap.time,
             gpus: snap.gpus.clone(),
-            publishers: snap.publishers.iter().map(PublisherReport::of).collect(),
+            publishers: snap.publishers.iter().map(|p| PublisherReport::of(p, snap.nvml_used_of(p))).collect(),
             ignored: snap.skipped.clone(),
             gone: snap.gone.clone(),
             alerts: alerts.to_vec(),
+            jobs: super::job::jobs_in(snap),
         }
     }
 }
@@ -87,6 +104,9 @@ pub(crate) struct ProcessSummary {
     pub(crate) gpu: u32,
     pub(crate) pid: u32,
     pub(crate) command: Option<String>,
+    /// "ddp.py rank 1/2" in a job, else the command.
+    pub(crate) name: String,
+    pub(crate) job: Option<crate::monitor::publisher::JobPlace>,
     pub(crate) samples: usize,
     /// The highest allocated bytes among the samples.
     pub(crate) peak_allocated_bytes: Option<u64>,
@@ -122,6 +142,9 @@ pub(crate) struct RecordingReport {
     pub(crate) processes: Vec<ProcessSummary>,
     /// The last sample, as `--json` reports one.
     pub(crate) last: Option<LiveReport>,
+    /// Every distributed job recorded, each rank at its last state (a rank
+    /// that died with the state it died in).
+    pub(crate) jobs: Vec<super::job::Job>,
 }
 
 impl RecordingReport {
@@ -133,6 +156,8 @@ impl RecordingReport {
                 gpu: *gpu,
                 pid: *pid,
                 command: h.last.command.clone(),
+                name: h.last.name(),
+                job: h.last.job.clone(),
                 samples: h.series.points().len(),
                 // The true peaks: the series' (samples and steps) and what
                 // the publisher kept across resets of PyTorch's counters.
@@ -166,6 +191,7 @@ impl RecordingReport {
             samples,
             processes,
             last: model.latest_full().map(|s| LiveReport::of(&s, &model.alerts, "recording")),
+            jobs: super::job::jobs(model),
         }
     }
 }

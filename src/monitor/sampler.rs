@@ -203,6 +203,7 @@ impl DemoSource {
                     optimizer_state: b.get(Category::OptimizerState),
                 }
             }),
+            job: None,
             path: PathBuf::new(),
         };
         Snapshot {

@@ -78,6 +78,8 @@ pub struct LiveApp {
     pub(crate) snapshot_dir: std::path::PathBuf,
     /// Set for a recording: the app shows one of its samples.
     recording: Option<Recording>,
+    /// `j`: the job screen is open, on this rank's row.
+    job_view: Option<usize>,
 }
 
 impl LiveApp {
@@ -100,6 +102,7 @@ impl LiveApp {
             open: None,
             snapshot_dir: std::path::PathBuf::new(),
             recording: None,
+            job_view: None,
         }
     }
 
@@ -368,7 +371,7 @@ impl LiveApp {
         let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
         let steps = h.series.step_indices();
         let scene = crate::export::picture::Scene {
-            title: format!("pid {} {} · GPU {}", p.pid, p.command.clone().unwrap_or_default(), p.device),
+            title: format!("pid {} {} · GPU {}", p.pid, p.name(), p.device),
             subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
             segments: &p.segments,
             allocated: p.allocated(),
@@ -390,6 +393,82 @@ impl LiveApp {
         let svg = crate::export::picture::svg(&scene, view, 1600);
         let name = super::app::screenshot_name(&format!("pid{}", p.pid), view, "live");
         super::app::save(&name, svg.as_bytes())
+    }
+
+    /// The job of the selected process, else the first job seen.
+    fn job_of_selected(&self) -> Option<crate::monitor::job::Job> {
+        let jobs = crate::monitor::job::jobs(&self.model);
+        let want = self.selected().and_then(|h| h.last.job.as_ref()).map(|j| j.job.clone());
+        let at = want.and_then(|w| jobs.iter().position(|j| j.job == w)).unwrap_or(0);
+        jobs.into_iter().nth(at)
+    }
+
+    /// A key on the job screen; false for those it leaves to the rest.
+    fn job_key(&mut self, a: Action) -> bool {
+        let Some(sel) = self.job_view else { return false };
+        let n = self.job_of_selected().map_or(0, |j| j.ranks.len());
+        if n == 0 {
+            // The job is gone from the model (a recording stepped before it).
+            self.job_view = None;
+            return false;
+        }
+        match a {
+            Action::Up => self.job_view = Some(sel.saturating_sub(1)),
+            Action::Down => self.job_view = Some((sel + 1).min(n.saturating_sub(1))),
+            Action::Job | Action::Back => self.job_view = None,
+            // The rank's own map and timeline: its GPU and process selected.
+            Action::Zoom => {
+                let row = self.job_of_selected().and_then(|j| j.ranks.get(sel).cloned());
+                if let Some(r) = row {
+                    self.pick(r.gpu, r.pid);
+                }
+                self.job_view = None;
+            }
+            Action::Quit | Action::Help | Action::Screenshot => return false,
+            _ => {}
+        }
+        true
+    }
+
+    /// Selects process `pid` on NVML's GPU `gpu` (its index among the
+    /// GPUs and among that GPU's publishers).
+    fn pick(&mut self, gpu: u32, pid: u32) {
+        if let Some(gi) = self.model.latest.as_ref().and_then(|s| s.gpus.iter().position(|g| g.index == gpu)) {
+            self.selected_gpu = gi;
+        }
+        if let Some(i) = self.publishers().iter().position(|h| h.last.pid == pid && h.last.device == gpu) {
+            self.selected_proc = i;
+        }
+        self.screen.sel.selected = 0;
+        self.screen.sel.zoom = false;
+    }
+
+    /// The job screen; false when there is no job to show (it closes).
+    fn draw_job(&self, sel: usize, area: Rect, buf: &mut Buffer) -> bool {
+        let Some(job) = self.job_of_selected() else { return false };
+        let sel = sel.min(job.ranks.len().saturating_sub(1));
+        let series = job
+            .ranks
+            .iter()
+            .map(|r| self.model.procs.get(&(r.gpu, r.pid)).map_or(&[][..], |h| h.series.points()))
+            .collect();
+        let alerts: Vec<String> =
+            self.model.alerts.iter().filter(|a| a.kind != "imbalance").map(|a| self.alert_text(a)).collect();
+        let mut status = format!("{}{}", self.notes(), self.status);
+        if !alerts.is_empty() {
+            status = format!("{} ⚠ {}", status.trim_end(), alerts.join("; "));
+        }
+        let view = crate::view::job::JobView {
+            job: &job,
+            series,
+            selected: sel,
+            threshold: self.model.thresholds.imbalance,
+            source: self.source.clone(),
+            status,
+            color: self.color,
+        };
+        (&view).render(area, buf);
+        true
     }
 
     fn gpu_lines(&self) -> Vec<Line<'static>> {
@@ -439,20 +518,24 @@ impl LiveApp {
             ]));
             for p in &g.processes {
                 let publ = self.publisher_of(g.index, p);
+                // What NVML counts beyond the allocator's reserve: the
+                // context, NCCL's and other libraries' buffers (docs/ranks.md).
                 let extra = match publ {
-                    Some(x) => {
-                        format!(
-                            "  torch: allocated {} reserved {}",
-                            human_bytes(x.allocated()),
-                            human_bytes(x.reserved())
-                        )
-                    }
+                    Some(x) => format!(
+                        "  torch: allocated {} reserved {}{}",
+                        human_bytes(x.allocated()),
+                        human_bytes(x.reserved()),
+                        crate::monitor::job::outside_allocator(p.used_bytes, x.reserved())
+                            .map_or(String::new(), |o| format!(" outside {}", human_bytes(o)))
+                    ),
                     None => String::new(),
                 };
+                let name =
+                    publ.map(|x| x.name()).or_else(|| p.command.clone()).unwrap_or_else(|| "(not visible here)".into());
                 lines.push(Line::from(format!(
                     "      pid {:>7} {:<28} {:>10}{extra}",
                     p.pid,
-                    p.command.clone().unwrap_or_else(|| "(not visible here)".into()),
+                    name,
                     p.used_bytes.map_or("N/A".into(), human_bytes),
                 )));
             }
@@ -482,6 +565,12 @@ impl Interactive for LiveApp {
         self.status = msg;
     }
     fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+        // The help overlay is the main screen's: it lists the job's key too.
+        if let (Some(sel), false) = (self.job_view, self.screen.sel.help) {
+            if self.draw_job(sel, area, buf) {
+                return;
+            }
+        }
         let lines = self.gpu_lines();
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
@@ -550,7 +639,7 @@ impl Interactive for LiveApp {
             source: format!(
                 "pid {} {}{}",
                 p.pid,
-                p.command.clone().unwrap_or_default(),
+                p.name(),
                 if pubs.len() > 1 { format!(" ({}/{})", sel + 1, pubs.len()) } else { String::new() }
             ),
             position,
@@ -595,6 +684,9 @@ impl Interactive for LiveApp {
         } else {
             self.confirm_quit = false;
         }
+        if self.job_view.is_some() && self.job_key(a) {
+            return;
+        }
         if self.screen.apply(a) {
             if let Some(h) = self.selected() {
                 let sel = self.screen.sel.clamped(&h.last.segments);
@@ -634,6 +726,15 @@ impl Interactive for LiveApp {
             }
             Action::Screenshot => self.status = self.screenshot(),
             Action::Snapshot => self.ask_snapshot(),
+            Action::Job => match self.job_of_selected() {
+                Some(j) => {
+                    let at = self.selected().map_or(0, |h| h.last.pid);
+                    self.job_view = Some(j.ranks.iter().position(|r| r.pid == at).unwrap_or(0));
+                }
+                None => {
+                    self.status = " no distributed job: the selected process publishes no rank (RANK and WORLD_SIZE, as torchrun sets them)".into()
+                }
+            },
             _ => {}
         }
     }

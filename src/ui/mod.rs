@@ -7,3 +7,4 @@ pub mod app;
 pub mod diff;
 pub mod event;
 pub mod live;
+pub mod ranks;

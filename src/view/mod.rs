@@ -5,7 +5,9 @@
 //! or owns data; the caller builds the `View` from whatever source it has.
 
 pub(crate) mod diff;
+pub(crate) mod job;
 pub mod parts;
+pub(crate) mod ranks;
 
 use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::{Constraint, Layout, Rect};
@@ -1230,7 +1232,7 @@ fn longest_fitting<S: AsRef<str>>(candidates: impl IntoIterator<Item = S>, room:
 
 /// `s` in `width` columns: cut with "…" at the end where it does not fit,
 /// so a cut line says so.
-fn ellipsis(s: String, width: usize) -> String {
+pub(crate) fn ellipsis(s: String, width: usize) -> String {
     if s.chars().count() <= width || width == 0 {
         return s;
     }

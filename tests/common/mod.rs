@@ -61,6 +61,17 @@ pub fn render_live(app: &mut gpumem_top::ui::live::LiveApp, w: u16, h: u16) -> S
     t.backend().to_string()
 }
 
+/// Any app drawn on a `w`×`h` test terminal through its own code, as text.
+pub fn render_app(app: &mut impl gpumem_top::ui::event::Interactive, w: u16, h: u16) -> String {
+    let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(w, h)).unwrap();
+    t.draw(|f| {
+        let a = f.area();
+        app.draw_into(a, f.buffer_mut())
+    })
+    .unwrap();
+    t.backend().to_string()
+}
+
 /// The `gpumem-top` binary cargo built for these tests.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gpumem-top")

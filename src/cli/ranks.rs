@@ -1,0 +1,261 @@
+//! `replay rank0.pickle rank1.pickle …`: one snapshot per rank of a job,
+//! each replayed exactly as it would be alone, reported side by side with
+//! the median and the worst rank (docs/ranks.md).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+
+use super::ReplayArgs;
+use crate::analysis::human_bytes;
+use crate::analysis::ranks::{Imbalance, RankReplay, RanksModel};
+
+/// Each input's rank: the number after "rank" in every file's name when
+/// all have one and no two share it (`snapshot --job` names them so), else
+/// the order given.
+pub(crate) fn ranks_of(paths: &[PathBuf]) -> Vec<u32> {
+    let named: Vec<Option<u32>> = paths.iter().map(|p| rank_in_name(p)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    if named.iter().all(|r| r.is_some_and(|r| seen.insert(r))) {
+        return named.into_iter().flatten().collect();
+    }
+    (0..paths.len() as u32).collect()
+}
+
+fn rank_in_name(p: &Path) -> Option<u32> {
+    let name = p.file_name()?.to_string_lossy().to_lowercase();
+    let at = name.rfind("rank")?;
+    let digits: String =
+        name[at + 4..].chars().skip_while(|c| *c == '_' || *c == '-').take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// One rank's replay args: `args` for `path` alone.
+fn alone(args: &ReplayArgs, path: &Path) -> ReplayArgs {
+    ReplayArgs { trace: path.to_path_buf(), more: Vec::new(), ..args.clone() }
+}
+
+/// Each rank's `replay --json` report (exactly as alone), and its exit code.
+fn reports(args: &ReplayArgs, paths: &[PathBuf]) -> Result<Vec<(Value, ExitCode)>> {
+    let json = ReplayArgs { json: true, ..args.clone() };
+    paths
+        .iter()
+        .map(|p| {
+            let mut buf = Vec::new();
+            let code = super::replay_to(&alone(&json, p), &mut buf, false)?;
+            let v: Value = serde_json::from_slice(&buf).map_err(|e| anyhow!("{}: report: {e}", p.display()))?;
+            Ok((v, code))
+        })
+        .collect()
+}
+
+/// The figure each rank is compared on, from its report.
+fn measure_of(reports: &[(Value, ExitCode)]) -> (&'static str, Vec<u64>) {
+    let peaks: Option<Vec<u64>> = reports.iter().map(|(r, _)| r["peak"]["allocated_bytes"].as_u64()).collect();
+    match peaks {
+        Some(p) => ("peak_allocated", p),
+        None => (
+            "allocated_in_snapshot",
+            reports.iter().map(|(r, _)| r["stats"]["allocated_bytes.all.current"].as_u64().unwrap_or(0)).collect(),
+        ),
+    }
+}
+
+pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
+    if args.dump_events.is_some() {
+        return Err(anyhow!(super::InputError(
+            "--dump-events writes one trace's events: give it one input, not several".into()
+        )));
+    }
+    let paths: Vec<PathBuf> = std::iter::once(args.trace.clone()).chain(args.more.iter().cloned()).collect();
+    for p in &paths {
+        if super::Input::open(p)?.is_recording() {
+            return Err(anyhow!(super::InputError(format!(
+                "{}: a recording holds every rank already; replay it alone (its job screen, key j, shows them side by side)",
+                p.display()
+            ))));
+        }
+    }
+    let ranks = ranks_of(&paths);
+    let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if interactive && args.compare.is_empty() && args.at.is_none() {
+        return tui(args, &paths, &ranks);
+    }
+    let reports = reports(args, &paths)?;
+    let (measure, figures) = measure_of(&reports);
+    let by_rank: Vec<(u32, u64)> = ranks.iter().copied().zip(figures.iter().copied()).collect();
+    let imbalance = Imbalance::of(&by_rank, measure);
+    // The worst exit of the ranks': 1 where one diverged or would run out.
+    let code = if reports.iter().any(|(_, c)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
+    let mut so = std::io::stdout().lock();
+    if args.json {
+        let ranks_json: Vec<Value> = reports
+            .into_iter()
+            .zip(&ranks)
+            .zip(&paths)
+            .map(|(((mut r, _), rank), p)| {
+                if let Value::Object(m) = &mut r {
+                    m.insert("rank".into(), (*rank).into());
+                    m.insert("path".into(), p.display().to_string().into());
+                }
+                r
+            })
+            .collect();
+        let out = serde_json::json!({ "ranks": ranks_json, "imbalance": imbalance });
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+        return Ok(code);
+    }
+    write!(so, "{}", side_by_side(&reports, &ranks, &paths, imbalance.as_ref()))?;
+    for (p, rank) in paths.iter().zip(&ranks) {
+        writeln!(so, "\n── rank {rank}: {} ──", p.display())?;
+        super::replay_to(&alone(args, p), &mut so, false)?;
+    }
+    Ok(code)
+}
+
+/// The table at the top of the summary: one row per rank.
+fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf], imb: Option<&Imbalance>) -> String {
+    let mut out = format!("{} ranks side by side, each replayed alone:\n", ranks.len());
+    let row = |c: [&str; 8]| {
+        format!(
+            "  {:>4}  {:<24} {:>11} {:>14} {:>13} {:>9} {:>4}  {}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
+        )
+    };
+    out.push_str(&row(["rank", "file", "allocated", "peak allocated", "peak reserved", "vs median", "OOMs", "replay"]));
+    let m = imb.map_or(0, |i| i.median_peak_bytes);
+    let by_peak = imb.is_some_and(|i| i.measure == "peak_allocated");
+    for (((r, _), rank), p) in reports.iter().zip(ranks).zip(paths) {
+        let peak = r["peak"]["allocated_bytes"].as_u64();
+        let now = r["stats"]["allocated_bytes.all.current"].as_u64().unwrap_or(0);
+        let figure = if by_peak { peak.unwrap_or(0) } else { now };
+        let vs = if m > 0 { format!("{:+.1}%", (figure as f64 / m as f64 - 1.0) * 100.0) } else { "n/a".into() };
+        out.push_str(&row([
+            &rank.to_string(),
+            &crate::view::ellipsis(super::trace_name(p), 24),
+            &human_bytes(now),
+            &peak.map_or("no history".into(), human_bytes),
+            &peak.and(r["stats"]["reserved_bytes.all.peak"].as_u64()).map_or("no history".into(), human_bytes),
+            &vs,
+            &r["stats"]["num_ooms"].as_u64().unwrap_or(0).to_string(),
+            r["fidelity"].as_str().unwrap_or("?"),
+        ]));
+    }
+    if let Some(i) = imb {
+        let what =
+            if by_peak { "peak allocated" } else { "allocated in the snapshots (without history they hold no peaks)" };
+        out.push_str(&format!(
+            "median {what}: {}; worst rank {} at {} ({:+.1}% over the median)\n",
+            human_bytes(i.median_peak_bytes),
+            i.worst_rank,
+            human_bytes(i.worst_peak_bytes),
+            i.over_median * 100.0
+        ));
+    }
+    out
+}
+
+/// The interactive view: the ranks' table and their maps side by side;
+/// Enter opens a rank in the replay view, q there comes back.
+fn tui(args: &ReplayArgs, paths: &[PathBuf], ranks: &[u32]) -> Result<ExitCode> {
+    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let mut app = ranks_screen(paths, ranks, args.device, args.device_total, args.max_unpacked, color)?;
+    let events = crate::ui::event::Events::new();
+    loop {
+        crate::ui::event::run_app(&mut app, &events).map_err(|e| anyhow!("terminal: {e}"))?;
+        let Some(i) = app.open.take() else { break };
+        let path = &paths[i];
+        let (note, _) = super::open_replay(path, color, |r| {
+            let mut r = r;
+            crate::ui::event::run_app(&mut r, &events)
+        })?;
+        app.reopened(note);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ranks_screen(
+    paths: &[PathBuf],
+    ranks: &[u32],
+    device: Option<i32>,
+    device_total: u64,
+    max_unpacked: Option<u64>,
+    color: bool,
+) -> Result<crate::ui::ranks::RanksApp> {
+    let mut model_ranks = Vec::new();
+    for (p, &rank) in paths.iter().zip(ranks) {
+        model_ranks.push(open_rank(p, rank, device, device_total, max_unpacked)?);
+    }
+    Ok(crate::ui::ranks::RanksApp::new(RanksModel::new(model_ranks), color))
+}
+
+/// The screen of `replay PATHS…` on a terminal, as it opens (tests drive it
+/// through its own code).
+pub fn ranks_app(paths: &[PathBuf], color: bool) -> Result<crate::ui::ranks::RanksApp> {
+    ranks_screen(paths, &ranks_of(paths), None, super::DEFAULT_DEVICE_TOTAL, None, color)
+}
+
+/// One rank's exact replay, as the side-by-side view shows it: its peak,
+/// and its segments there (a snapshot without history: its state).
+fn open_rank(
+    path: &Path,
+    rank: u32,
+    device: Option<i32>,
+    device_total: u64,
+    max_unpacked: Option<u64>,
+) -> Result<RankReplay> {
+    use crate::replay::session::{Session, Start, Want};
+    let trace = super::load_input(super::Input::open(path)?, max_unpacked)?;
+    let dev = super::pick_device(&trace, device)?;
+    let want = Want {
+        config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+        changed: false,
+        device_total,
+        memory_limit: None,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: super::CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
+    };
+    let session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(super::InputError(format!("{}: {e}", path.display()))))?;
+    let exact = session.exact.divergence.is_none() && session.start != Start::StateOnly;
+    let peak = exact.then_some(session.exact.peak);
+    let stats = session.exact.allocator.stats();
+    let segments = match peak {
+        Some(p) => match session.scrubber(1024) {
+            Ok(mut sc) => sc.seek(p.event).snapshot(),
+            Err(_) => session.exact.allocator.snapshot(),
+        },
+        None => session.exact.allocator.snapshot(),
+    };
+    let get = |k| stats.get(k, 0);
+    Ok(RankReplay {
+        rank,
+        name: super::trace_name(path),
+        fidelity: session.fidelity.name(),
+        peak_allocated: peak.map(|p| p.allocated),
+        peak_reserved: exact.then(|| get(crate::alloc::Kind::ReservedBytes).peak.max(0) as u64),
+        allocated: get(crate::alloc::Kind::AllocatedBytes).current.max(0) as u64,
+        ooms: dev.events.iter().filter(|e| e.action == crate::alloc::Action::Oom).count(),
+        segments,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_come_from_the_names_when_every_name_has_its_own() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(ranks_of(&p(&["a/job-rank2.pickle", "job-rank0.pickle", "x_rank_1.pickle.gz"])), [2, 0, 1]);
+        // Two named alike, or one without: the order given.
+        assert_eq!(ranks_of(&p(&["rank1.pickle", "b/rank1.pickle"])), [0, 1]);
+        assert_eq!(ranks_of(&p(&["rank3.pickle", "other.pickle"])), [0, 1]);
+    }
+}
