@@ -297,13 +297,21 @@ fn dashboard_and_rules_use_only_what_serve_exposes() {
         "gpumem_torch_num_ooms_total",
         "gpumem_alerts_active",
         "topk(10, gpumem_torch_reserved_unallocated_bytes)",
+        "gpumem_process_outside_allocator_bytes",
+        "max by (instance, torch_job, rank) (gpumem_torch_allocated_peak_bytes",
     ] {
         assert!(all.contains(m), "no panel shows {m}");
     }
     let vars: Vec<String> = variable_queries(&d).into_iter().map(|v| v.1).collect();
     assert_eq!(vars, ["instance", "gpu"]);
     let alerts: BTreeSet<String> = rules().into_iter().map(|r| r.0).filter(|n| !n.contains(':')).collect();
-    for a in ["GpuMemoryNearlyFull", "GpuMemoryLeakAcrossSteps", "GpuMemoryFragmentedAtPeak", "GpuOutOfMemory"] {
+    for a in [
+        "GpuMemoryNearlyFull",
+        "GpuMemoryLeakAcrossSteps",
+        "GpuMemoryFragmentedAtPeak",
+        "GpuOutOfMemory",
+        "GpuJobRanksImbalanced",
+    ] {
         assert!(alerts.contains(a), "no alert {a}: {alerts:?}");
     }
 

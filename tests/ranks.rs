@@ -85,7 +85,7 @@ fn one_snapshot_per_rank_replays_side_by_side_as_each_alone() {
     for (r, row) in [(0, "2.02 GiB"), (1, "2.96 GiB"), (2, "3.90 GiB")] {
         let line = text.lines().find(|l| l.starts_with(&format!("  {r:>4}  rank{r}.pickle.gz"))).expect("row");
         assert!(line.contains(row) && line.ends_with("exact"), "{line}");
-        assert_eq!(line.chars().count(), text.lines().nth(1).unwrap().chars().count(), "aligned: {text}");
+        assert_eq!(line.find("exact"), text.lines().nth(1).unwrap().find("replay"), "aligned: {text}");
         assert!(text.contains(&format!("── rank {r}: ")), "{text}");
     }
     assert!(text.contains("median peak allocated: 2.96 GiB; worst rank 2 at 3.90 GiB (+31.8% over the median)"));
@@ -459,4 +459,38 @@ fn jobs_recorded_on_the_h200_hold_each_ranks_own_peaks() {
         assert!(s.contains(&format!("of {world} ranks")), "{s}");
         assert!(s.contains(&format!("worst rank {} at", world - 1)), "{s}");
     }
+}
+
+/// The README's job screen is the job screen of the H200 recording at its
+/// last sample where every rank published, drawn by the app's own code.
+#[test]
+fn the_readme_shows_the_job_screen_as_the_binary_draws_it() {
+    use std::io::Read;
+    let mut rec = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture("ranks/h200_live/gloo3/rec.jsonl.gz")).unwrap())
+        .read_to_string(&mut rec)
+        .unwrap();
+    let snaps = gpumem_top::cli::read_recording(std::io::BufReader::new(rec.as_bytes()), "rec.jsonl.gz").unwrap();
+    // The last sample where every rank published and NVML listed it.
+    let at = snaps.iter().rposition(|s| s.publishers.len() == 3 && s.gpus[0].processes.len() == 3).unwrap();
+    let mut app = LiveApp::of_recording("rec.jsonl.gz", snaps, false);
+    let key = |app: &mut LiveApp, k| app.handle_key(crossterm::event::KeyEvent::from(k));
+    key(&mut app, crossterm::event::KeyCode::Home);
+    for _ in 0..at {
+        key(&mut app, crossterm::event::KeyCode::Right);
+    }
+    key(&mut app, crossterm::event::KeyCode::Char('j'));
+    let screen: Vec<String> = common::render_live(&mut app, 80, 24)
+        .lines()
+        .map(|l| l.trim_start_matches('"').trim_end_matches('"').trim_end().to_string())
+        .collect();
+    println!("{}", screen.join("\n"));
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let block = readme
+        .split("<!-- job screen: tests/ranks.rs -->\n```text\n")
+        .nth(1)
+        .and_then(|r| r.split("\n```").next())
+        .expect("the README's job screen block");
+    let shown: Vec<&str> = block.lines().map(str::trim_end).collect();
+    assert_eq!(shown, screen, "regenerate the README's job screen from this test's output");
 }
