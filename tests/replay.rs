@@ -308,3 +308,35 @@ fn a_wrapped_trace_is_rebuilt_from_its_final_segments_and_says_so() {
     assert!(text.starts_with("note: the trace does not start at process start (its ring buffer wrapped"), "{text}");
     assert_eq!(replay_json("gpt2_train", &[])["start"], "process-start");
 }
+
+/// A run that ran out of memory: `--json` lists the OOM as the trace
+/// recorded it (the request, what the device had free, its stack), the
+/// summary names it, and `--at oom` prints the stack (#37 item 4). The
+/// H200 Llama run under a memory fraction of 0.06: PyTorch's own message
+/// said "130.78 GiB is free … 8.39 GiB allowed".
+#[test]
+fn a_recorded_oom_is_reported_with_its_request_free_memory_and_stack() {
+    let j = replay_json("llama_pressure", &[]);
+    let ooms = j["recorded_ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1);
+    let o = &ooms[0];
+    assert_eq!(
+        (o["event"].as_u64(), o["size_bytes"].as_u64(), o["stream"].as_u64()),
+        (Some(3816), Some(122_732_544), Some(0))
+    );
+    assert_eq!(o["device_free_bytes"], 140_428_574_720u64);
+    assert!(truth("llama_pressure")["ended_in_oom"].as_str().unwrap().contains("of which 130.78 GiB is free"));
+    assert_eq!(o["cause"], "process_limit");
+    assert_eq!(o["call_site"], "activations.py:103 forward");
+    assert_eq!(o["frames"][0], "site-packages/torch/nn/functional.py:2397 silu");
+    assert_eq!(o["frames"].as_array().unwrap().len(), 23);
+    let out = run(&["replay", &trace_path("llama_pressure")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("OOM recorded at event 3816 (0.656 s in): a request of 117.05 MiB on stream 0 with 130.78 GiB free on the device (room enough: a per-process memory limit refused it), at activations.py:103 forward"), "{text}");
+    let out = run(&["replay", &trace_path("llama_pressure"), "--at", "oom"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  the recorded OOM: event 3816"), "{text}");
+    assert!(text.contains("\n    site-packages/transformers/activations.py:103 forward\n"), "{text}");
+    // A run without one lists none.
+    assert_eq!(replay_json("gpt2_train", &[])["recorded_ooms"], serde_json::json!([]));
+}

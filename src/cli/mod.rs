@@ -583,6 +583,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
             failing_allocations: failing,
         }
     });
+    let recorded_ooms = report::RecordedOomReport::all(dev, &trace.stacks);
     if args.json {
         let out = ReplayReport {
             trace: name.clone(),
@@ -601,6 +602,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
                 reason: d.reason.clone(),
             }),
             first_new_oom: new_oom.clone(),
+            recorded_ooms: recorded_ooms.clone(),
             inferred_empty_cache_calls: if exact_ok { session.exact.empty_cache_at.len() } else { 0 },
             directed_releases: session.exact.directed,
             placed_allocs: session.exact.placed,
@@ -679,6 +681,12 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
                 compare_confs.is_empty()
             )
         )?;
+        for o in recorded_ooms.iter().take(5) {
+            writeln!(so, "OOM recorded at {}", o.describe())?;
+        }
+        if recorded_ooms.len() > 5 {
+            writeln!(so, "… and {} more OOMs recorded (replay --json lists them all)", recorded_ooms.len() - 5)?;
+        }
         if let Some(a) = &advice {
             writeln!(so, "the OOM: {a}")?;
         }
@@ -696,6 +704,16 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         }
         if let Some(at) = args.at {
             writeln!(so, "{}", at_text(at, exact_ok.then_some(&session.exact), dev))?;
+            // The OOM's own request and the stack that made it.
+            if let (At::Oom, Some(o)) = (at, recorded_ooms.first()) {
+                writeln!(so, "  the recorded OOM: {}", o.describe())?;
+                for f in o.frames.iter().take(16) {
+                    writeln!(so, "    {f}")?;
+                }
+                if o.frames.len() > 16 {
+                    writeln!(so, "    … {} more frames", o.frames.len() - 16)?;
+                }
+            }
             if let Some(e) = at_event.filter(|_| session.start != Start::StateOnly) {
                 writeln!(so, "  there: {}", cats.bytes_after(e).describe())?;
             }

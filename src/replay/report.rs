@@ -26,6 +26,8 @@ pub(crate) struct ReplayReport {
     pub(crate) first_divergence: Option<DivergenceReport>,
     /// A what-if that runs out of memory where the recording did not.
     pub(crate) first_new_oom: Option<NewOomReport>,
+    /// The out-of-memory errors the run itself had, as its trace recorded them.
+    pub(crate) recorded_ooms: Vec<RecordedOomReport>,
     pub(crate) inferred_empty_cache_calls: usize,
     pub(crate) directed_releases: usize,
     pub(crate) placed_allocs: usize,
@@ -55,6 +57,79 @@ pub(crate) struct ReplayReport {
     pub(crate) compare: Vec<CompareRow>,
     #[serde(serialize_with = "round4")]
     pub(crate) elapsed_ms: f64,
+}
+
+/// An out-of-memory error the trace recorded: the request PyTorch could not
+/// serve, what the device had free then, and the call stack that asked.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RecordedOomReport {
+    pub(crate) event: usize,
+    /// Microseconds since the trace's first event; null without times.
+    pub(crate) time_us: Option<i64>,
+    /// The request (PyTorch records it rounded to its block size).
+    pub(crate) size_bytes: u64,
+    pub(crate) stream: u64,
+    /// What `cudaMemGetInfo` said was free on the device (PyTorch records
+    /// it in the OOM entry's address field).
+    pub(crate) device_free_bytes: u64,
+    /// The innermost frame of the user's own code, `file:line function`
+    /// ("" without frames).
+    pub(crate) call_site: String,
+    /// The innermost frame of the program's own scripts, when not `call_site`.
+    pub(crate) script_site: Option<String>,
+    /// The whole stack, innermost first, `file:line function` each.
+    pub(crate) frames: Vec<String>,
+    /// `device_full` when the device had less free than the request, else
+    /// `process_limit`: a per-process limit (`set_per_process_memory_fraction`)
+    /// refused it while the device had room.
+    pub(crate) cause: &'static str,
+}
+
+impl RecordedOomReport {
+    /// Every OOM entry of `dev`.
+    pub(crate) fn all(dev: &crate::trace::DeviceTrace, stacks: &[Vec<crate::trace::Frame>]) -> Vec<Self> {
+        let t0 = dev.time_us.first().copied();
+        dev.events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.action == crate::alloc::Action::Oom)
+            .map(|(i, e)| {
+                let frames = dev.stacks.get(i).and_then(|&sid| stacks.get((sid as usize).wrapping_sub(1)));
+                let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
+                RecordedOomReport {
+                    cause: if e.addr >= e.size { "process_limit" } else { "device_full" },
+                    event: i,
+                    time_us: dev.time_us.get(i).zip(t0).map(|(t, t0)| t - t0),
+                    size_bytes: e.size,
+                    stream: e.stream,
+                    device_free_bytes: e.addr,
+                    script_site: frames.and_then(|f| crate::analysis::script_site(f)).filter(|s| *s != call_site),
+                    call_site,
+                    frames: frames
+                        .map(|f| f.iter().map(|x| format!("{}:{} {}", x.filename, x.line, x.name)).collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
+    /// "event N (T s in): X on stream S, Y free on the device, at SITE".
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "event {}{}: a request of {} on stream {} with {} free on the device{}{}",
+            self.event,
+            self.time_us.map_or(String::new(), |t| format!(" ({:.3} s in)", t as f64 / 1e6)),
+            crate::analysis::human_bytes(self.size_bytes),
+            self.stream,
+            crate::analysis::human_bytes(self.device_free_bytes),
+            if self.cause == "process_limit" { " (room enough: a per-process memory limit refused it)" } else { "" },
+            if self.call_site.is_empty() {
+                " (no call stack recorded)".to_string()
+            } else {
+                format!(", at {}", self.call_site)
+            }
+        )
+    }
 }
 
 /// Where a what-if run first cannot allocate what the recording did.
