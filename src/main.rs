@@ -15,13 +15,13 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
-    live: cli::LiveArgs,
+    live: cli::WatchArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Watch live GPUs (NVML) and the PyTorch processes that publish their state.
-    Live(cli::LiveArgs),
+    Live(cli::WatchArgs),
     /// The simulated device with a synthetic workload.
     Demo,
     /// Replay a PyTorch memory snapshot (or our JSONL, or an RMM log) through the allocator.
@@ -97,9 +97,9 @@ fn misplaced_option(m: &clap::ArgMatches) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    // `run` and `attach` share the live view's options; its one-shot
-    // `--json` and `--source` they refuse, so their help does not offer them.
-    let hide = |c: clap::Command| c.mut_arg("json", |a| a.hide(true)).mut_arg("source", |a| a.hide(true));
+    // `run` and `attach` share the live view's sampling options; its
+    // `--source` they refuse, so their help does not offer it.
+    let hide = |c: clap::Command| c.mut_arg("source", |a| a.hide(true));
     let matches = Cli::command().mut_subcommand("run", hide).mut_subcommand("attach", hide).get_matches();
     if let Some(e) = misplaced_option(&matches) {
         eprintln!("gpumem-top: {e}");

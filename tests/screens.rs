@@ -480,3 +480,41 @@ fn a_paused_demo_steps_back_through_what_it_ran() {
     let resumed = draw(&mut app);
     assert!(!resumed.contains("paused: event") && resumed.contains("running"), "{resumed}");
 }
+
+/// Every flag a command offers does something, and says what (#37 item 20):
+/// `record` and `serve` have no screen, so no `--json` or `--no-color`;
+/// `replay`, `synth` and `diff` take `--no-color` as the live view does;
+/// every synth shape flag has help.
+#[test]
+fn flags_that_would_do_nothing_are_refused_and_every_flag_has_help() {
+    use std::process::Command;
+    let bin = common::bin();
+    for args in [&["record", "--json", "-o", "x.jsonl"][..], &["serve", "--no-color"], &["run", "--json", "--", "true"]]
+    {
+        let out = Command::new(bin).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument"), "{args:?}");
+    }
+    let trace = fixture("traces/small_snapshot.pickle");
+    let plain = Command::new(bin).arg("replay").arg(&trace).output().unwrap();
+    let mono = Command::new(bin).arg("replay").arg(&trace).arg("--no-color").output().unwrap();
+    assert!(mono.status.success(), "{}", String::from_utf8_lossy(&mono.stderr));
+    assert_eq!(plain.stdout, mono.stdout);
+    for cmd in ["synth", "diff", "run"] {
+        let help =
+            String::from_utf8_lossy(&Command::new(bin).args([cmd, "--help"]).output().unwrap().stdout).to_string();
+        assert!(help.contains("--no-color") && help.contains("Draw without colour"), "{cmd}: {help}");
+    }
+    let help =
+        String::from_utf8_lossy(&Command::new(bin).args(["synth", "--help"]).output().unwrap().stdout).to_string();
+    // Each long flag is followed by its help text, not by the next flag.
+    let lines: Vec<&str> = help.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("--") && !l.contains("--help") && !l.contains("--version") {
+            let rest = l.trim_start().split_once("  ").map_or("", |x| x.1.trim());
+            let next = lines.get(i + 1).map_or("", |n| n.trim());
+            assert!(!rest.is_empty() || (!next.is_empty() && !next.starts_with('-') && !next.starts_with('[')), "no help for {l}");
+        }
+    }
+    assert!(help.contains("Key/value heads"), "{help}");
+}

@@ -20,6 +20,9 @@ use crate::trace::Trace;
 
 #[derive(Args, Debug, Clone)]
 pub struct DiffArgs {
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
     /// The run before the change: a PyTorch memory snapshot with history.
     pub(crate) base: PathBuf,
     /// The run after it.
@@ -260,7 +263,7 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         eprintln!("gpumem-top: wrote {} ({} bytes)", path.display(), bytes.len());
     }
     if interactive {
-        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let color = super::color(args.no_color);
         let mut app = crate::ui::diff::DiffApp::new(model, color);
         crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
         return Ok(gate(&regressions));

@@ -30,12 +30,6 @@ pub struct LiveArgs {
     /// (default: $GPUMEM_TOP_DIR, $XDG_RUNTIME_DIR/gpumem-top or /tmp/gpumem-top-UID).
     #[arg(long, value_name = "DIR")]
     pub(crate) publish_dir: Option<PathBuf>,
-    /// Draw without colour (also when NO_COLOR is set).
-    #[arg(long)]
-    pub(crate) no_color: bool,
-    /// Print every GPU and process once as JSON, like `gpustat --json`.
-    #[arg(long)]
-    pub(crate) json: bool,
     /// Where samples come from: NVML and the publisher directory, or the
     /// simulated device running the demo's training loop.
     #[arg(long, value_enum, default_value_t = SourceKind::Live)]
@@ -83,13 +77,22 @@ impl LiveArgs {
         }
         Ok(Duration::from_millis(self.interval))
     }
-    /// Colour on the screen: not with --no-color, nor under NO_COLOR.
-    pub(crate) fn color(&self) -> bool {
-        !self.no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-    }
     pub(crate) fn dir(&self) -> PathBuf {
         self.publish_dir.clone().unwrap_or_else(publisher::default_dir)
     }
+}
+
+/// `gpumem-top [live]`: what is sampled, and how it is shown.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub(crate) live: LiveArgs,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
+    /// Print every GPU and process once as JSON, like `gpustat --json`.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// Where samples come from.
@@ -134,10 +137,11 @@ pub(crate) fn live_source(args: &LiveArgs) -> Result<Option<Box<dyn Source>>> {
 
 /// `gpumem-top [live]`: the TUI, or `--json` once. Without NVML or a GPU it
 /// opens the simulated device under `banner` (unless a device was named).
-pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
+pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
+    let args = &watch.live;
     let thresholds = args.thresholds()?;
     let interval = args.interval()?;
-    if args.json {
+    if watch.json {
         // Scripts get real numbers or an error, never the simulated device
         // unless they ask for it (`--source demo`), as `record` and `serve`.
         let (mut src, name) = source_for(args.source, args)?;
@@ -157,7 +161,7 @@ pub fn live(args: &LiveArgs, no_gpu_banner: &str) -> Result<ExitCode> {
             "the interactive view needs a terminal (for scripts: `gpumem-top --json`, `record`, `serve`)".into()
         )));
     }
-    let color = args.color();
+    let color = super::color(watch.no_color);
     use crate::ui::event::{run_app, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);

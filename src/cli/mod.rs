@@ -34,7 +34,7 @@ pub use diff::{diff, diff_app, DiffArgs};
 pub use fit::{fit, FitArgs};
 pub use live::{
     live, read_recording, read_recording_with, record, replay_recording, serve, LiveArgs, RecordArgs, ServeArgs,
-    SourceKind,
+    SourceKind, WatchArgs,
 };
 pub use ranks::ranks_app;
 pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
@@ -151,6 +151,9 @@ pub struct ReplayArgs {
     /// file plus 256 MiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) max_unpacked: Option<u64>,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
 }
 
 /// An input's bytes from the first: the head already read, then the rest.
@@ -310,6 +313,11 @@ fn oom_index(events: &[Event]) -> Option<usize> {
 /// How a trace is named on screens and in reports: its file name, or for
 /// a pipe (`<(zcat x)` is `/dev/fd/63`) or `-`, "(pipe)" / "(stdin)"
 /// rather than a number.
+/// Colour on a screen: not with `--no-color`, nor under NO_COLOR (set and not empty).
+pub(crate) fn color(no_color: bool) -> bool {
+    !no_color && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 pub(crate) fn trace_name(path: &Path) -> String {
     let s = path.to_string_lossy();
     if s == "-" {
@@ -504,7 +512,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
     }
     if interactive && fidelity.is_faithful() {
         let name = trace_name(&args.trace);
-        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let color = color(args.no_color);
         let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
             .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
         model.oom_advice = advice.clone();

@@ -162,7 +162,7 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
 /// The interactive view: the ranks' table and their maps side by side;
 /// Enter opens a rank in the replay view, q there comes back.
 fn tui(args: &ReplayArgs, paths: &[PathBuf], ranks: &[u32]) -> Result<ExitCode> {
-    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let color = super::color(args.no_color);
     let mut app = ranks_screen(paths, ranks, args.device, args.device_total, args.max_unpacked, color)?;
     let events = crate::ui::event::Events::new();
     loop {

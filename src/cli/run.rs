@@ -22,6 +22,9 @@ use crate::monitor::publisher;
 pub struct PublishArgs {
     #[command(flatten)]
     pub(crate) live: LiveArgs,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
     /// Record PyTorch's memory history in the command (this many entries,
     /// Python stacks), so that a snapshot (`S`) holds the whole trace.
     #[arg(long, value_name = "N")]
@@ -211,11 +214,6 @@ fn exit_code_of(st: std::process::ExitStatus) -> ExitCode {
 }
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    if args.publish.live.json {
-        return Err(anyhow!(InputError(
-            "run has no --json: record with -o FILE.jsonl, then `replay FILE --json`".into()
-        )));
-    }
     if args.publish.live.source != SourceKind::Live {
         return Err(anyhow!(InputError("run watches the command it starts: --source demo does not apply".into())));
     }
@@ -320,7 +318,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             }
         })?;
     }
-    let color = args.publish.live.color();
+    let color = super::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
@@ -627,7 +625,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
         ))));
     }
-    let color = args.publish.live.color();
+    let color = super::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;

@@ -41,12 +41,18 @@ pub(crate) enum OptimizerArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct SynthArgs {
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
     /// Where segment memory comes from.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub(crate) backend: Backend,
     /// CUDA device index.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) device: usize,
+    /// The model trained: an MLP, ResNet-50, GPT-2, BERT or a Llama-style
+    /// decoder (grouped-query attention), each as Hugging Face or
+    /// torchvision builds it (docs/synth.md).
     #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
     pub(crate) model: ModelKind,
     /// Batch size (default: the calibration runs recorded on an H200 (benches/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
@@ -64,6 +70,8 @@ pub struct SynthArgs {
     /// Attention heads (key/value heads of llama follow with --kv-heads).
     #[arg(long, value_name = "N")]
     pub(crate) heads: Option<u64>,
+    /// Key/value heads (grouped-query attention; llama 8 by default, the
+    /// others as many as --heads).
     #[arg(long, value_name = "N")]
     pub(crate) kv_heads: Option<u64>,
     /// Feed-forward width (default 4 × hidden; llama 8192).
@@ -346,7 +354,7 @@ fn run<D: Backed>(
     }
 
     let code = if interactive {
-        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let color = super::color(args.no_color);
         let source = format!("synth {}", describe(&spec));
         let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
         let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
