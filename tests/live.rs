@@ -889,3 +889,29 @@ fn a_recording_steps_back_and_forth_through_its_samples() {
         "←/→ (one event back / forward) is for replay, synth and the demo and a recording, not the live view"
     ));
 }
+
+/// The demo source says it is simulated where NVML would be named, `S` says
+/// why there is no snapshot (not "a recording"), a GPU key past the one GPU
+/// says so plainly, and the GPU list fits 80 columns (#37 item 18).
+#[test]
+fn the_demo_source_names_itself_and_its_lines_fit_80_columns() {
+    use gpumem_top::monitor::sampler::DemoSource;
+    let mut src = DemoSource::new(42);
+    src.advance(3000);
+    let mut app = LiveApp::of_demo(false);
+    app.ingest(src.snapshot());
+    let s = render(&mut app, 80, 24);
+    let lines: Vec<&str> = s.lines().collect();
+    assert!(lines[1].contains("GPU 0 simulated NVIDIA H200") && lines[1].contains("util N/A"), "{s}");
+    assert!(lines[2].contains("gpumem-top demo (synt…") && lines[2].contains("alloc 4.1G res 11.6G out "), "{s}");
+    // Nothing cut: each row's last figure is whole inside the box (the
+    // simulated process holds a CUDA context of 590 MiB beyond reserved).
+    assert!(lines[1].ends_with("util N/A   │\""), "{}", lines[1]);
+    assert!(lines[2].ends_with(" out 590M│\""), "{}", lines[2]);
+    assert!(s.contains("12.13 GiB / 139.80 GiB (simulated)"), "{s}");
+    assert!(!s.contains("(NVML)"), "{s}");
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
+    assert!(render(&mut app, 80, 24).contains("there is no GPU 2: one GPU is listed (key 1)"));
+    app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('S')));
+    assert!(render(&mut app, 80, 24).contains("the demo's process is simulated: it has no PyTorch to snapshot"));
+}

@@ -513,7 +513,10 @@ fn flags_that_would_do_nothing_are_refused_and_every_flag_has_help() {
         if l.trim_start().starts_with("--") && !l.contains("--help") && !l.contains("--version") {
             let rest = l.trim_start().split_once("  ").map_or("", |x| x.1.trim());
             let next = lines.get(i + 1).map_or("", |n| n.trim());
-            assert!(!rest.is_empty() || (!next.is_empty() && !next.starts_with('-') && !next.starts_with('[')), "no help for {l}");
+            assert!(
+                !rest.is_empty() || (!next.is_empty() && !next.starts_with('-') && !next.starts_with('[')),
+                "no help for {l}"
+            );
         }
     }
     assert!(help.contains("Key/value heads"), "{help}");

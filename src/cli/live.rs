@@ -170,11 +170,10 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     };
     one_malloc_arena();
     let events = Events::new();
-    let (name, banner) = match args.source {
-        SourceKind::Live => ("live (NVML)", None),
-        SourceKind::Demo => ("simulated device", Some("demo source: simulated device".to_string())),
+    let mut app = match args.source {
+        SourceKind::Live => crate::ui::live::LiveApp::new("live (NVML)".into(), None, color),
+        SourceKind::Demo => crate::ui::live::LiveApp::of_demo(color),
     };
-    let mut app = crate::ui::live::LiveApp::new(name.into(), banner, color);
     app.model.thresholds = thresholds;
     app.snapshots = args.source == SourceKind::Live;
     live_loop(&mut app, src, interval, &events)?;

@@ -12,7 +12,7 @@ use ratatui_widgets::block::Block;
 use ratatui_widgets::paragraph::Paragraph;
 
 use super::event::{Action, Event, Interactive, Screen};
-use crate::analysis::human_bytes;
+use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
 use crate::view::parts::{draw_parts, Chrome, Clock, Marks, Totals};
@@ -80,6 +80,8 @@ pub struct LiveApp {
     recording: Option<Recording>,
     /// `j`: the job screen is open, on this rank's row.
     job_view: Option<usize>,
+    /// The samples come from the simulated device (`--source demo`).
+    pub(crate) simulated: bool,
 }
 
 impl LiveApp {
@@ -103,7 +105,16 @@ impl LiveApp {
             snapshot_dir: std::path::PathBuf::new(),
             recording: None,
             job_view: None,
+            simulated: false,
         }
+    }
+
+    /// The live view over the simulated device (`--source demo`): said so
+    /// in a banner and on the device bar; no snapshots (no PyTorch runs).
+    pub fn of_demo(color: bool) -> Self {
+        let mut app = LiveApp::new("simulated device".into(), Some("demo source: simulated device".to_string()), color);
+        app.simulated = true;
+        app
     }
 
     /// The view of a recording (`replay RECORDING.jsonl`), at its last
@@ -216,7 +227,11 @@ impl LiveApp {
     /// Asks the selected process for a snapshot.
     fn ask_snapshot(&mut self) {
         if !self.snapshots {
-            self.status = " snapshots come from a running process; this is a recording".into();
+            self.status = if self.recording.is_some() {
+                " snapshots come from a running process; this is a recording".into()
+            } else {
+                " the demo's process is simulated: it has no PyTorch to snapshot (a real one: gpumem-top replay tests/fixtures/traces/gpt2_train.pickle.gz)".into()
+            };
             return;
         }
         let Some(h) = self.selected() else {
@@ -471,7 +486,10 @@ impl LiveApp {
         true
     }
 
-    fn gpu_lines(&self) -> Vec<Line<'static>> {
+    /// The GPU list, as wide as `width`: below 100 columns shorter bars,
+    /// names and figures, so that nothing is cut at 80.
+    fn gpu_lines(&self, width: usize) -> Vec<Line<'static>> {
+        let narrow = width < 100;
         let Some(snap) = &self.model.latest else { return vec![Line::from(" waiting for the first sample…")] };
         let mut lines = Vec::new();
         if snap.gpus.is_empty() {
@@ -482,7 +500,7 @@ impl LiveApp {
             let na = "N/A".to_string();
             let mem = match (g.used_bytes, g.total_bytes) {
                 (Some(u), Some(t)) => {
-                    let w = 20usize;
+                    let w = if narrow { 10usize } else { 20 };
                     let fill = ((u as f64 / t.max(1) as f64) * w as f64).round() as usize;
                     format!(
                         "{}{} {} / {}",
@@ -505,7 +523,7 @@ impl LiveApp {
                         if sel { "▶" } else { " " },
                         i + 1,
                         g.index,
-                        g.name.clone().unwrap_or(na.clone()),
+                        crate::view::ellipsis(g.name.clone().unwrap_or(na.clone()), 22),
                         if alert { "  ⚠" } else { "" }
                     ),
                     style,
@@ -520,24 +538,30 @@ impl LiveApp {
                 let publ = self.publisher_of(g.index, p);
                 // What NVML counts beyond the allocator's reserve: the
                 // context, NCCL's and other libraries' buffers (docs/ranks.md).
-                let extra = match publ {
-                    Some(x) => format!(
+                let outside = publ.and_then(|x| crate::monitor::job::outside_allocator(p.used_bytes, x.reserved()));
+                let extra = match (publ, narrow) {
+                    (Some(x), false) => format!(
                         "  torch: allocated {} reserved {}{}",
                         human_bytes(x.allocated()),
                         human_bytes(x.reserved()),
-                        crate::monitor::job::outside_allocator(p.used_bytes, x.reserved())
-                            .map_or(String::new(), |o| format!(" outside {}", human_bytes(o)))
+                        outside.map_or(String::new(), |o| format!(" outside {}", human_bytes(o)))
                     ),
-                    None => String::new(),
+                    (Some(x), true) => format!(
+                        "  alloc {} res {}{}",
+                        short_bytes(x.allocated()),
+                        short_bytes(x.reserved()),
+                        outside.map_or(String::new(), |o| format!(" out {}", short_bytes(o)))
+                    ),
+                    (None, _) => String::new(),
                 };
                 let name =
                     publ.map(|x| x.name()).or_else(|| p.command.clone()).unwrap_or_else(|| "(not visible here)".into());
-                lines.push(Line::from(format!(
-                    "      pid {:>7} {:<28} {:>10}{extra}",
-                    p.pid,
-                    name,
-                    p.used_bytes.map_or("N/A".into(), human_bytes),
-                )));
+                let used = p.used_bytes.map_or("N/A".into(), human_bytes);
+                lines.push(Line::from(if narrow {
+                    format!("  pid {:>7} {:<22} {used:>10}{extra}", p.pid, crate::view::ellipsis(name, 22))
+                } else {
+                    format!("      pid {:>7} {:<28} {used:>10}{extra}", p.pid, name)
+                }));
             }
             for m in &g.mig {
                 lines.push(Line::from(format!(
@@ -571,7 +595,7 @@ impl Interactive for LiveApp {
                 return;
             }
         }
-        let lines = self.gpu_lines();
+        let lines = self.gpu_lines(area.width.saturating_sub(2) as usize);
         let top_h = (lines.len() as u16 + 2).min(area.height / 3).max(3);
         let [top, rest] = Layout::vertical([Constraint::Length(top_h), Constraint::Min(0)]).areas(area);
         let title = Line::from(format!(" GPUs ─ {} ─ 1–9 pick, n next process ", self.source));
@@ -608,7 +632,9 @@ impl Interactive for LiveApp {
             allocated_peak: p.peak_allocated(),
             reserved: p.reserved(),
             reserved_peak: p.peak_reserved(),
-            device_memory: self.gpu().and_then(|g| Some((g.used_bytes?, g.total_bytes?))),
+            device_memory: self
+                .gpu()
+                .and_then(|g| Some((g.used_bytes?, g.total_bytes?, if self.simulated { "simulated" } else { "NVML" }))),
             capacity: None,
             step_categories: p.categories.map(|c| (c.bytes(), c.step)),
         };
@@ -714,7 +740,11 @@ impl Interactive for LiveApp {
                     self.screen.sel.selected = 0;
                     self.screen.sel.zoom = false;
                 } else {
-                    self.status = format!(" there is no GPU {} (keys 1–{n})", i + 1);
+                    self.status = match n {
+                        0 => " no GPU is listed".to_string(),
+                        1 => format!(" there is no GPU {}: one GPU is listed (key 1)", i + 1),
+                        n => format!(" there is no GPU {} (keys 1–{n})", i + 1),
+                    };
                 }
             }
             Action::NextProcess => {

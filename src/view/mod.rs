@@ -77,7 +77,7 @@ pub(crate) struct View<'a> {
     /// False for a snapshot without a trace: its peaks are not in the file.
     pub(crate) peaks_known: bool,
     /// NVML's (used, total) for the device, where known.
-    pub(crate) device_memory: Option<(u64, u64)>,
+    pub(crate) device_memory: Option<(u64, u64, &'static str)>,
     /// Without NVML, the bars' scale and what it is ("limit", "device").
     pub(crate) capacity: Option<(u64, &'static str)>,
     /// Live: what the optimizer held at a step's end, and the step.
@@ -629,7 +629,7 @@ fn bar_line(label: &str, value: u64, scale: u64, width: usize, tail: String, sty
 fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let scale = view
         .device_memory
-        .map(|(_, t)| t)
+        .map(|(_, t, _)| t)
         .or(view.capacity.map(|c| c.0))
         .unwrap_or(view.reserved_peak)
         .max(view.reserved_peak)
@@ -666,12 +666,12 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         ),
     ];
     match view.device_memory {
-        Some((used, total)) => lines.push(bar_line(
+        Some((used, total, by)) => lines.push(bar_line(
             "device",
             used,
             scale,
             width,
-            format!(" {:>11} / {} (NVML)", human_bytes(used), human_bytes(total)),
+            format!(" {:>11} / {} ({by})", human_bytes(used), human_bytes(total)),
             theme.fg(Color::Cyan),
         )),
         None => lines.push(Line::from(match view.capacity {

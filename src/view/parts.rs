@@ -70,8 +70,9 @@ pub struct Totals {
     pub(crate) allocated_peak: u64,
     pub(crate) reserved: u64,
     pub(crate) reserved_peak: u64,
-    /// NVML's (used, total), where known.
-    pub(crate) device_memory: Option<(u64, u64)>,
+    /// The device's (used, total), where known, and who says so ("NVML",
+    /// or "simulated" for the demo's device).
+    pub(crate) device_memory: Option<(u64, u64, &'static str)>,
     /// Without NVML: what the bars are scaled to, and what it is (the
     /// per-process memory limit, or the device's memory).
     pub(crate) capacity: Option<(u64, &'static str)>,
