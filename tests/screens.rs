@@ -521,3 +521,40 @@ fn flags_that_would_do_nothing_are_refused_and_every_flag_has_help() {
     }
     assert!(help.contains("Key/value heads"), "{help}");
 }
+
+/// The help overlay (#37 item 13): at 80×24 and 200×50 every key's line is
+/// whole (wrapped, not cut), it scrolls with ↑/↓ and PgUp/PgDn and says so,
+/// and keys under it never reach the screen behind (PgUp left the cursor).
+#[test]
+fn the_help_overlay_wraps_scrolls_and_keeps_keys_from_the_screen_behind() {
+    let base = screen("gpt2_train", None, None, 80, 24);
+    // The header says which event the screen shows.
+    let cursor = |s: &str| s.lines().next().unwrap_or("").to_string();
+    assert!(cursor(&base).contains("event 4400/14327"), "{base}");
+    let help = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Help]);
+    assert!(help.contains(" help ─ lines 1–22 of "), "{help}");
+    // Wrapped: the longest help row's last words are on screen.
+    assert!(help.contains("keys"), "{help}");
+    let scrolled = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Help, Action::Down, Action::Down]);
+    assert!(scrolled.contains(" help ─ lines 3–24 of "), "{scrolled}");
+    // PgUp, End and ← under the help: the screen behind does not move.
+    let pressed = screen_with(
+        "gpt2_train",
+        None,
+        None,
+        80,
+        24,
+        None,
+        &[Action::Help, Action::PageUp, Action::End, Action::Left, Action::Help],
+    );
+    assert_eq!(cursor(&pressed), cursor(&base), "{pressed}");
+    // At 200×50 the whole help fits: nothing to scroll, every row whole.
+    let big = screen_with("gpt2_train", None, None, 200, 50, None, &[Action::Help]);
+    assert!(big.contains(" help ─ q closes "), "{big}");
+    for (k, what) in [("w", "what the memory is"), ("Enter", "list its blocks and where they were allocated")] {
+        assert!(big.lines().any(|l| l.contains(k) && l.contains(what)), "{k}: {big}");
+    }
+    // Every figure's explanation ends on screen (wrapped lines included).
+    let text: String = big.lines().map(|l| l.trim_matches('"').trim_matches('│').trim()).collect::<Vec<_>>().join(" ");
+    assert!(text.contains("peak_ratio"), "{big}");
+}

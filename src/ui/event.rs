@@ -45,6 +45,24 @@ impl Screen {
     /// Applies an action every screen shares; false for the others.
     pub fn apply(&mut self, a: Action) -> bool {
         let s = &mut self.sel;
+        // The help is on top: it scrolls, closes or quits, and keeps every
+        // other key from the screen behind it.
+        if s.help {
+            match a {
+                Action::Quit => self.quit = true,
+                Action::Back | Action::Help => {
+                    s.help = false;
+                    s.help_scroll = 0;
+                }
+                Action::Up => s.help_scroll = s.help_scroll.saturating_sub(1),
+                Action::Down => s.help_scroll += 1,
+                Action::PageUp => s.help_scroll = s.help_scroll.saturating_sub(10),
+                Action::PageDown => s.help_scroll += 10,
+                Action::Home => s.help_scroll = 0,
+                _ => {}
+            }
+            return true;
+        }
         match a {
             Action::Quit => self.quit = true,
             Action::Back => {

@@ -8,7 +8,6 @@ use ratatui_core::layout::{Constraint, Layout, Rect};
 use ratatui_core::style::{Modifier, Style};
 use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::block::Block;
 use ratatui_widgets::paragraph::Paragraph;
 
 use super::event::{Action, Event, Interactive, Screen};
@@ -410,6 +409,61 @@ impl LiveApp {
         super::app::save(&name, svg.as_bytes())
     }
 
+    /// No publishing process to show yet: what is awaited (the command `run`
+    /// started, or how to start one), the status, the key hints and the help.
+    fn draw_waiting(&self, area: Rect, buf: &mut Buffer) {
+        // The answer to a key and the alerts; what is awaited is said below.
+        let alerts: Vec<String> = self.model.alerts.iter().map(|a| self.alert_text(a)).collect();
+        let status = if alerts.is_empty() {
+            self.status.clone()
+        } else {
+            format!("{} ⚠ {}", self.status.trim_end(), alerts.join("; "))
+        };
+        let on = self.gpu().map_or(String::new(), |g| format!(" on GPU {}", g.index));
+        let mut msg = vec![Line::from("")];
+        match &self.child {
+            Some(c) if c.exited.is_none() => {
+                msg.push(Line::from(format!(
+                    " Waiting for `{}` (pid {}): it appears here once it initialises CUDA{}.",
+                    c.command,
+                    c.pid,
+                    c.log.as_ref().map_or(String::new(), |l| format!("; its output goes to {}", l.display()))
+                )));
+                msg.push(Line::from(
+                    " Processes that never touch CUDA publish nothing (torchrun's launcher itself, a data loader).",
+                ));
+            }
+            Some(c) => {
+                msg.push(Line::from(format!(" `{}` ended without publishing its allocator state{on}.", c.command)));
+            }
+            None => {
+                msg.push(Line::from(format!(" No process{on} publishes its allocator state.")));
+                msg.push(Line::from(""));
+                msg.push(Line::from(
+                    " Start training under gpumem-top (no code change):  gpumem-top run -- python3 train.py",
+                ));
+                msg.push(Line::from(" or in the script (assets/python/gpumem_top_publish.py on PYTHONPATH):"));
+                msg.push(Line::from("     import gpumem_top_publish; gpumem_top_publish.start()"));
+            }
+        }
+        let [body, foot] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+        let inner = crate::view::boxed(buf, body, Line::from(" Allocator "), Some(Line::from(" ? help ")));
+        let mut lines = msg;
+        if !status.trim().is_empty() {
+            lines.push(Line::from(""));
+            lines.push(Line::from(format!(" {}", status.trim())));
+        }
+        // Long lines wrap here: the advice is at their end.
+        Paragraph::new(lines).wrap(ratatui_widgets::paragraph::Wrap { trim: false }).render(inner, buf);
+        let hints = crate::keys::hints_within(self.mode(), foot.width as usize);
+        let style =
+            if self.color { Style::default().fg(ratatui_core::style::Color::DarkGray) } else { Style::default() };
+        crate::view::put_rows(buf, foot, vec![Line::from(Span::styled(hints, style))]);
+        if self.screen.sel.help {
+            crate::view::help_overlay(self.color, self.mode(), false, self.screen.sel.help_scroll, area, buf);
+        }
+    }
+
     /// The job of the selected process, else the first job seen.
     fn job_of_selected(&self) -> Option<crate::monitor::job::Job> {
         let jobs = crate::monitor::job::jobs(&self.model);
@@ -612,17 +666,7 @@ impl Interactive for LiveApp {
         let pubs = self.publishers();
         let sel = self.selected_proc.min(pubs.len().saturating_sub(1));
         let Some(h) = pubs.get(sel) else {
-            let gpu = self.gpu().map_or("no GPU".into(), |g| format!("GPU {}", g.index));
-            let msg = vec![
-                Line::from(format!(" No process on {gpu} publishes its allocator state.")),
-                Line::from(""),
-                Line::from(" Start training under gpumem-top (no code change):  gpumem-top run -- python3 train.py"),
-                Line::from(" or in the script (assets/python/gpumem_top_publish.py on PYTHONPATH):"),
-                Line::from("     import gpumem_top_publish; gpumem_top_publish.start()"),
-                Line::from(""),
-                Line::from(format!(" {status}")),
-            ];
-            Paragraph::new(msg).block(Block::bordered().title(" Allocator ")).render(rest, buf);
+            self.draw_waiting(rest, buf);
             return;
         };
         let p = &h.last;
@@ -837,6 +881,50 @@ impl Interactive for Beside<'_, '_> {
 mod tests {
     use super::*;
     use crate::monitor::alerts::Alert;
+
+    fn render(app: &mut LiveApp, w: u16, h: u16) -> String {
+        let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+        app.draw_into(buf.area, &mut buf);
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// `run` on a machine without a GPU, before the command publishes
+    /// (#37 item 15): the screen says what it waits for (not "no process on
+    /// no GPU", not advice to run what was just run), shows the key hints,
+    /// and `?` opens the help.
+    #[test]
+    fn run_without_a_gpu_says_what_it_waits_for_and_has_keys() {
+        let mut app = LiveApp::new("live (NVML)".into(), None, false);
+        app.follow(RunChild {
+            pid: 4242,
+            command: "python3 train.py".into(),
+            log: Some("gpumem-top-run-4242.log".into()),
+            exited: None,
+            found: false,
+            ours: true,
+        });
+        app.ingest(Snapshot { time: 1.0, ..Default::default() });
+        let s = render(&mut app, 140, 30);
+        assert!(
+            s.contains("Waiting for `python3 train.py` (pid 4242): it appears here once it initialises CUDA; its output goes to gpumem-top-run-4242.log"),
+            "{s}"
+        );
+        assert!(!s.contains("no GPU publishes") && !s.contains("gpumem-top run -- python3 train.py"), "{s}");
+        assert!(s.lines().last().unwrap().contains("? help"), "{s}");
+        app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('?')));
+        let s = render(&mut app, 140, 30);
+        assert!(s.contains(" help ─") && s.contains("the next publishing process on this GPU"), "{s}");
+        // Once it ended without publishing, that is what the screen says.
+        app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('q')));
+        if let Some(c) = &mut app.child {
+            c.exited = Some("failed (exit status 1)".into());
+        }
+        let s = render(&mut app, 140, 30);
+        assert!(s.contains("`python3 train.py` ended without publishing its allocator state."), "{s}");
+    }
 
     /// Once a process's snapshot was opened from the live view, its
     /// fragmentation, retry and OOM alerts quote what tuning that snapshot

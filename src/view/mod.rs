@@ -114,6 +114,7 @@ pub(crate) struct View<'a> {
     pub(crate) stacks: &'a [Vec<Frame>],
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    pub(crate) help_scroll: usize,
     /// The histogram sums bytes instead of counting blocks.
     pub(crate) hist_bytes: bool,
     /// The map's rows the other way than their default.
@@ -519,7 +520,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     };
     put_rows(buf, status, vec![line]);
     if let (true, Some(mode)) = (view.help, view.mode) {
-        render_help(theme, mode, view.meaning.is_some(), area, buf);
+        help_overlay(theme.color, mode, view.meaning.is_some(), view.help_scroll, area, buf);
     }
 }
 
@@ -1540,32 +1541,76 @@ pub(crate) fn duration(secs: f64) -> String {
     }
 }
 
-/// The keys of `mode`, from the table the app dispatches on.
-fn render_help(theme: Theme, mode: crate::keys::Mode, categories: bool, area: Rect, buf: &mut Buffer) {
-    let rows = crate::keys::help_rows(mode);
-    let figures = crate::keys::FIGURES;
+/// `text` in lines of at most `width` characters, broken at the last
+/// space that fits (its own spacing kept), the lines after the first
+/// indented by `indent` (under the text of a `key  what` row).
+fn wrap(text: &str, width: usize, indent: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest: String = text.to_string();
+    while rest.chars().count() > width {
+        let head: String = rest.chars().take(width + 1).collect();
+        // A break after the indent, so that a line always advances.
+        let Some(at) = head.rfind(' ').filter(|&i| i > indent) else { break };
+        out.push(rest[..at].trim_end().to_string());
+        rest = format!("{}{}", " ".repeat(indent), rest[at..].trim_start());
+    }
+    out.push(rest);
+    out
+}
+
+/// The help overlay over `area`: `mode`'s keys (from the table the app
+/// dispatches on) and the figures, wrapped to the overlay's width, from line
+/// `scroll` on (clamped so that the last line is at the bottom); its title
+/// says how to scroll when it does not fit.
+pub(crate) fn help_overlay(
+    color: bool,
+    mode: crate::keys::Mode,
+    categories: bool,
+    scroll: usize,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let theme = Theme { color };
     let w = 110.min(area.width);
-    let extra = if categories { Category::ALL.len() as u16 + 2 } else { 0 };
-    let h = (rows.len() as u16 + figures.len() as u16 + 5 + extra).min(area.height);
-    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
-    Clear.render(r, buf);
+    let text = (w as usize).saturating_sub(2).max(20);
     let mut lines = vec![Line::from(Span::styled("keys", theme.bold()))];
-    lines.extend(rows.into_iter().map(|(k, what)| Line::from(format!("{k:<12} {what}"))));
+    for (k, what) in crate::keys::help_rows(mode) {
+        lines.extend(wrap(&format!("{k:<12} {what}"), text, 13).into_iter().map(Line::from));
+    }
     lines.push(Line::from(""));
     lines.push(Line::from(Span::styled("figures", theme.bold())));
-    lines.extend(figures.iter().map(|(k, what)| Line::from(format!("{k:<25} {what}"))));
+    for (k, what) in crate::keys::FIGURES {
+        lines.extend(wrap(&format!("{k:<25} {what}"), text, 26).into_iter().map(Line::from));
+    }
     if categories {
         lines.push(Line::from(""));
         lines.push(Line::from(Span::styled("what the memory is (w: the map and timeline by it)", theme.bold())));
         for c in Category::ALL {
             let glyph = if theme.color { '█' } else { category_letter(c) };
-            lines.push(Line::from(vec![
-                Span::styled(glyph.to_string(), theme.fg(category_color(c))),
-                Span::raw(format!(" {:<16} {}", c.name(), c.meaning())),
-            ]));
+            let row = wrap(&format!(" {:<16} {}", c.name(), c.meaning()), text.saturating_sub(1), 18);
+            for (i, l) in row.into_iter().enumerate() {
+                let mark = if i == 0 { glyph.to_string() } else { " ".into() };
+                lines.push(Line::from(vec![Span::styled(mark, theme.fg(category_color(c))), Span::raw(l)]));
+            }
         }
     }
-    Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")).render(r, buf);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    Clear.render(r, buf);
+    let room = h.saturating_sub(2) as usize;
+    let top = scroll.min(lines.len().saturating_sub(room));
+    let title = if lines.len() > room {
+        format!(
+            " help ─ lines {}–{} of {} ─ ↑/↓ PgUp/PgDn scroll, q closes ",
+            top + 1,
+            (top + room).min(lines.len()),
+            lines.len()
+        )
+    } else {
+        " help ─ q closes ".to_string()
+    };
+    let inner = boxed(buf, r, Line::from(title), None);
+    put_rows(buf, inner, lines.into_iter().skip(top).collect());
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub(crate) struct Selection {
     pub(crate) scroll: usize,
     pub(crate) focus: Focus,
     pub(crate) help: bool,
+    /// The help's first line shown (it scrolls when taller than the screen;
+    /// drawing clamps it).
+    pub(crate) help_scroll: usize,
     /// The histogram sums bytes instead of counting blocks.
     pub(crate) hist_bytes: bool,
     /// The map's rows the other way than their default (to one scale, or
@@ -232,6 +235,7 @@ pub(crate) fn draw_parts(
         stacks: chrome.stacks,
         focus: sel.focus,
         help: sel.help,
+        help_scroll: sel.help_scroll,
         hist_bytes: sel.hist_bytes,
         flip_scale: sel.flip_scale,
         panel: sel.panel,
