@@ -361,11 +361,8 @@ fn tool(name: &str) -> Option<PathBuf> {
     found
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-cluster-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmpdir(tag: &str) -> common::TmpDir {
+    common::TmpDir::new(&format!("cluster-{tag}"))
 }
 
 #[test]

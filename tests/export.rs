@@ -20,10 +20,9 @@ fn export(trace: &str, args: &[&str], out: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-export-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// `name` in a directory of its own, removed with it at the end of the test.
+fn tmp(name: &str) -> common::TmpFile {
+    common::TmpFile::new("export", name)
 }
 
 fn golden(name: &str) -> PathBuf {

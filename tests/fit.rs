@@ -228,7 +228,7 @@ fn fit_records_its_samples_by_running_the_training_command() {
     if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
         return;
     }
-    let d = std::env::temp_dir().join(format!("gpumem-top-fitrec-{}", std::process::id()));
+    let d = common::TmpDir::new("fitrec");
     let _ = std::fs::remove_dir_all(&d);
     fake_torch(&d);
     std::fs::write(
@@ -397,7 +397,7 @@ fn several_recording_processes_of_one_command_do_not_overwrite_each_other() {
     if !Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success()) {
         return;
     }
-    let d = std::env::temp_dir().join(format!("gpumem-top-fitranks-{}", std::process::id()));
+    let d = common::TmpDir::new("fitranks");
     let _ = std::fs::remove_dir_all(&d);
     fake_torch(&d);
     // Rank 0 starts rank 1 (the same script), as a launcher's ranks are.

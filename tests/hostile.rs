@@ -17,11 +17,10 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"))
 }
 
-fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+/// `bytes` in a file `name` of its own directory, removed at the test's end.
+fn scratch(name: &str, bytes: &[u8]) -> common::TmpFile {
+    let p = common::TmpFile::new("hostile", name);
+    std::fs::File::create(&*p).unwrap().write_all(bytes).unwrap();
     p
 }
 
@@ -313,8 +312,8 @@ fn a_gzip_checksum_mismatch_is_bad_input() {
 fn pipes_fifos_and_stdin_are_read_once() {
     let f = fixture("field/mempools.pickle.gz");
     let b = bin();
-    let fifo = std::env::temp_dir().join(format!("gpumem-top-fifo-{}", std::process::id()));
-    let _ = std::fs::remove_file(&fifo);
+    let dir = common::TmpDir::new("fifo");
+    let fifo = dir.join("fifo");
     for cmd in [
         format!("cat '{}' | '{}' replay - --json", f.display(), b.display()),
         format!("'{}' replay <(cat '{}') --json", b.display(), f.display()),
@@ -338,7 +337,7 @@ fn pipes_fifos_and_stdin_are_read_once() {
 /// target) or `--append` (a recording only).
 #[test]
 fn record_refuses_existing_paths_and_symlinks() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-record-{}", std::process::id()));
+    let dir = common::TmpDir::new("record");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let rec = |args: &[&str]| {
@@ -408,7 +407,7 @@ fn record_refuses_existing_paths_and_symlinks() {
 /// complete sample and warns about the rest.
 #[test]
 fn a_torn_recording_replays_its_complete_lines() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-torn-{}", std::process::id()));
+    let dir = common::TmpDir::new("torn");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("run.jsonl");
     let _ = std::fs::remove_file(&out);
@@ -483,7 +482,7 @@ fn control_characters_and_huge_strings_export_cleanly() {
 /// One line per error, once, with the right exit code.
 #[test]
 fn messages_say_each_thing_once_and_bad_input_is_exit_2() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-msg-{}", std::process::id()));
+    let dir = common::TmpDir::new("msg");
     std::fs::create_dir_all(dir.join("a.pickle")).unwrap();
     let out = Command::new(bin()).args(["replay", dir.join("a.pickle").to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -526,7 +525,7 @@ fn compressed_text_traces_are_bounded_by_the_file() {
 /// itself, never a directory or a device.
 #[test]
 fn export_and_dump_events_never_overwrite_or_follow_links() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-exportw-{}", std::process::id()));
+    let dir = common::TmpDir::new("exportw");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let trace = fixture("traces/small_snapshot.pickle");
@@ -576,15 +575,14 @@ fn export_and_dump_events_never_overwrite_or_follow_links() {
 
 /// A state-only snapshot built by Python's pickle from `segments` (a Python
 /// expression); None without python3.
-fn state_only(name: &str, segments: &str) -> Option<PathBuf> {
-    let p = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id())).join(name);
-    std::fs::create_dir_all(p.parent()?).ok()?;
+fn state_only(name: &str, segments: &str) -> Option<common::TmpFile> {
+    let p = common::TmpFile::new("hostile", name);
     let code = format!(
         "import pickle, sys\nB = lambda size, state='active_allocated': {{'size': size, 'requested_size': size, 'state': state}}\n\
          S = lambda addr, total, blocks: {{'address': addr, 'total_size': total, 'stream': 0, 'segment_type': 'large', 'blocks': blocks}}\n\
          pickle.dump({{'segments': {segments}, 'device_traces': []}}, open(sys.argv[1], 'wb'))"
     );
-    let ok = Command::new("python3").arg("-c").arg(code).arg(&p).status().ok()?.success();
+    let ok = Command::new("python3").arg("-c").arg(code).arg(&*p).status().ok()?.success();
     ok.then_some(p)
 }
 
@@ -624,7 +622,7 @@ fn impossible_state_only_layouts_are_refused() {
 /// 300,000 px canvas.
 #[test]
 fn a_picture_of_a_hundred_thousand_segments_is_bounded() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    let dir = common::TmpDir::new("hostile");
     std::fs::create_dir_all(&dir).unwrap();
     let snap = dir.join("many.pickle.gz");
     let code = "import gzip, pickle, sys\n\
@@ -667,7 +665,7 @@ fn a_picture_of_a_hundred_thousand_segments_is_bounded() {
 /// one pass.
 #[test]
 fn a_recording_of_impossibly_many_gpus_and_processes_is_bounded() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    let dir = common::TmpDir::new("hostile");
     std::fs::create_dir_all(&dir).unwrap();
     let rec = dir.join("many.jsonl");
     let mut text =
@@ -707,7 +705,7 @@ fn a_recording_of_impossibly_many_gpus_and_processes_is_bounded() {
 /// file.
 #[test]
 fn recordings_gzipped_or_with_a_bom_and_traces_after_blank_lines_are_read() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    let dir = common::TmpDir::new("hostile");
     std::fs::create_dir_all(&dir).unwrap();
     let rec = std::fs::read(fixture("live/reset_peaks_gpt2.jsonl")).unwrap();
     let replay = |p: &std::path::Path| {
@@ -749,7 +747,7 @@ fn recordings_gzipped_or_with_a_bom_and_traces_after_blank_lines_are_read() {
 /// "0 OOMs".
 #[test]
 fn counts_of_one_are_singular() {
-    let dir = std::env::temp_dir().join(format!("gpumem-top-hostile-{}", std::process::id()));
+    let dir = common::TmpDir::new("hostile");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("one.jsonl");
     let _ = std::fs::remove_file(&out);

@@ -63,11 +63,11 @@ fn proc_(pid: u32, cmd: &str, used: u64) -> ProcessSample {
     ProcessSample { pid, local_pid: Some(pid), command: Some(cmd.into()), used_bytes: Some(used) }
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
+fn tmpdir(tag: &str) -> common::TmpDir {
     let d = std::env::temp_dir().join(format!("gpumem-live-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     gpumem_top::private::ensure_private_dir(&d).unwrap();
-    d
+    common::TmpDir::of(d)
 }
 
 /// A publisher file: one segment of 20 MiB with an allocated 8 MiB block,

@@ -280,7 +280,7 @@ fn ranks_under_run_are_named_grouped_snapshotted_together_and_a_dead_one_is_gone
     if !have_python() {
         return;
     }
-    let d = std::env::temp_dir().join(format!("gpumem-top-ranks-{}", std::process::id()));
+    let d = common::TmpDir::new("ranks");
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(d.join("out")).unwrap();
     let out = Command::new(bin())

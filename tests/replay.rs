@@ -271,10 +271,8 @@ fn an_rmm_log_replays_its_requests() {
     assert_eq!(j["stats"]["allocated_bytes.all.peak"], 8 << 20);
 }
 
-pub fn tempdir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-top-test-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+pub fn tempdir() -> common::TmpDir {
+    common::TmpDir::new(&format!("test-{}", rand_suffix()))
 }
 
 fn rand_suffix() -> u64 {

@@ -15,11 +15,8 @@ fn have_python() -> bool {
     Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-run-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmpdir(tag: &str) -> common::TmpDir {
+    common::TmpDir::new(&format!("run-{tag}"))
 }
 
 /// The binary: where cargo built it, or the GPU bundle's copy.

@@ -43,11 +43,9 @@ fn other_user() -> Option<(u32, u32)> {
 }
 
 /// A scratch directory like /tmp: anyone may create entries (sticky).
-fn shared_tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpumem-top-test-sec-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+fn shared_tmp(tag: &str) -> common::TmpDir {
+    let d = common::TmpDir::new(&format!("test-sec-{tag}"));
+    std::fs::set_permissions(&*d, std::fs::Permissions::from_mode(0o1777)).unwrap();
     d
 }
 

@@ -120,3 +120,82 @@ pub fn start_serve_with_fds(interval_ms: &str, fds: Option<u64>) -> (std::proces
     let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
     (child, addr)
 }
+
+/// A test's own temporary directory, removed with everything in it when
+/// the test ends (also when it fails), so that test runs leave nothing in
+/// the system's temporary directory. Use it where a path is wanted.
+pub struct TmpDir(pub std::path::PathBuf);
+
+impl TmpDir {
+    /// `$TMPDIR/gpumem-top-TAG-PID-N`, fresh (an old one is removed first).
+    pub fn new(tag: &str) -> TmpDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("gpumem-top-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TmpDir(d)
+    }
+    /// Takes over `path` (made by the caller) to remove it at the end.
+    pub fn of(path: std::path::PathBuf) -> TmpDir {
+        TmpDir(path)
+    }
+}
+
+impl std::ops::Deref for TmpDir {
+    type Target = std::path::PathBuf;
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TmpDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A file path in a directory of its own, removed at the end of the test.
+pub struct TmpFile {
+    _dir: TmpDir,
+    path: std::path::PathBuf,
+}
+
+impl TmpFile {
+    pub fn new(tag: &str, name: &str) -> TmpFile {
+        let dir = TmpDir::new(tag);
+        let path = dir.join(name);
+        TmpFile { _dir: dir, path }
+    }
+}
+
+impl std::ops::Deref for TmpFile {
+    type Target = std::path::PathBuf;
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for TmpFile {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}

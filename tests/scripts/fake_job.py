@@ -3,7 +3,7 @@ as torchrun launches one: this launcher starts WORLD ranks of itself with
 RANK, LOCAL_RANK, WORLD_SIZE and TORCHELASTIC_RUN_ID set. Rank r's step
 peak is (r + 1) x 100 MiB; the last rank dies (os._exit, as a crashed rank
 does) after the others were asked for a snapshot of the whole job through
-`gpumem-top snapshot PID --job`. Prints one JSON line: what each rank's
+`gpumem-top snapshot PID --job`, and the others go on for a second more. Prints one JSON line: what each rank's
 torch.cuda.max_memory_allocated() said, the exit codes, and the snapshot
 command's output."""
 
@@ -24,15 +24,30 @@ def rank_main(rank):
     torch.cuda.init()
     torch._C._alloc(10 * MIB)  # the "model", kept
     dying = rank == WORLD - 1
-    t_end = time.time() + (1.6 if dying else 2.6)
-    while time.time() < t_end:
+    out = os.environ["JOB_OUT"]
+    last = os.path.join(out, "rank%d.json" % (WORLD - 1))
+    t0 = time.time()
+
+    asked = os.path.join(out, "snapshot.done")
+
+    def done():
+        if dying:
+            # After the job's snapshot was answered (or given up on).
+            return (os.path.exists(asked) and time.time() > t0 + 1.6) or time.time() > t0 + 30
+        # The others outlive the dying rank by a second, however late it
+        # started (a loaded machine): samples see it gone, them not.
+        return (os.path.exists(last) and time.time() > os.path.getmtime(last) + 1.0) or time.time() > t0 + 30
+
+    while not done():
         torch._C._alloc((rank + 1) * 100 * MIB)
         torch._C._free((rank + 1) * 100 * MIB)
         opt.step()
         time.sleep(0.05)
     peak = torch.cuda.max_memory_allocated()
-    with open(os.path.join(os.environ["JOB_OUT"], "rank%d.json" % rank), "w") as f:
+    tmp = os.path.join(out, ".rank%d.json" % rank)
+    with open(tmp, "w") as f:
         json.dump({"rank": rank, "max_memory_allocated": peak, "pid": os.getpid()}, f)
+    os.replace(tmp, os.path.join(out, "rank%d.json" % rank))
     if dying:
         os._exit(7)  # no atexit, no final file: as a rank that crashes
 
@@ -57,6 +72,7 @@ def launcher():
         capture_output=True,
         text=True,
     )
+    open(os.path.join(out_dir, "snapshot.done"), "w").close()
     codes = [p.wait() for p in procs]
     ranks = []
     for k in range(WORLD):
