@@ -288,3 +288,47 @@ fn bad_synth_flags_exit_2_with_one_line() {
         assert_eq!(err.trim_end().lines().filter(|l| l.starts_with("gpumem-top:")).count(), 1, "{args:?}: {err}");
     }
 }
+
+/// `synth` into a pipe summarises as `replay` does (not "needs a terminal"),
+/// and an OOM's iteration is the same in the screen's title and its status
+/// line, which shows the batch once (#37 item 17).
+#[test]
+fn synth_into_a_pipe_summarises_and_an_ooms_iteration_agrees_on_screen() {
+    use std::process::Command;
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let out = Command::new(bin).args(["synth", "--backend", "sim", "--iterations", "2"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.starts_with(
+            "gpumem-top synth gpt2 batch 8 × seq 1024, AdamW on simulated NVIDIA H200 (sim): 2 iterations, "
+        ),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("peak: allocated 16.23 GiB")), "{text}");
+    let out = Command::new(bin)
+        .args(["synth", "--backend", "sim", "--batch", "64", "--memory-limit", "8GiB"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "an OOM that stops the run exits 1");
+    assert!(
+        text.contains(", stopped by OOM\n")
+            && text.contains("OOM in iteration 1 (batch 64), stop: CUDA out of memory."),
+        "{text}"
+    );
+
+    // On screen: the run stopped by the OOM.
+    let mut alloc = CachingAllocator::new(AllocatorConfig::default(), Sim::h200());
+    alloc.set_memory_limit(Some(8 << 30));
+    let d = Driver::new(alloc, Synthetic::new(spec(ModelKind::Gpt2, |s| s.batch = 64)), OnOom::Stop);
+    let mut app = gpumem_top::ui::app::SynthApp::new(d, "synth gpt2, AdamW".into(), None, false);
+    app.advance(100_000);
+    let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(160, 40)).unwrap();
+    t.draw(|f| gpumem_top::ui::event::Interactive::draw_into(&mut app, f.area(), f.buffer_mut())).unwrap();
+    let s = t.backend().to_string();
+    let title = s.lines().find(|l| l.contains("synth gpt2, AdamW")).unwrap();
+    assert!(title.contains("iteration 1 · batch 64 × seq 1024 (stopped by OOM"), "{title}");
+    assert_eq!(title.matches("batch").count(), 1, "{title}");
+    assert!(s.contains("OOM in iteration 1 (batch 64)"), "{s}");
+}

@@ -80,7 +80,8 @@ pub struct SynthArgs {
     /// Vocabulary size (gpt2 50257, bert 30522, llama 128256).
     #[arg(long, value_name = "N")]
     pub(crate) vocab: Option<u64>,
-    /// Iterations to run (default: 4 with --json; until you quit in the TUI).
+    /// Iterations to run (default: 4 with --json or into a pipe, which print a
+    /// summary; until you quit on a terminal).
     #[arg(long, value_name = "N")]
     pub(crate) iterations: Option<u64>,
     /// Seed of --varlen's batch and sequence draws.
@@ -212,7 +213,10 @@ impl SynthArgs {
         if self.accum == 0 {
             return Err(bad("--accum must be at least 1".into()));
         }
-        s.iterations = match (self.iterations, self.json) {
+        // Headless (--json, or not on a terminal): 4 iterations unless
+        // asked; on a screen, until quit.
+        let headless = self.json || !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal());
+        s.iterations = match (self.iterations, headless) {
             (Some(0), _) => return Err(bad("--iterations must be at least 1".into())),
             (Some(n), _) => Some(n),
             (None, true) => Some(4),
@@ -259,12 +263,10 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
     if !(args.speed > 0.0 && args.speed.is_finite()) {
         return Err(anyhow!(InputError(format!("--speed must be positive, got {}", args.speed))));
     }
+    // On a terminal, the interactive view; scripts and pipes get the
+    // summary (or `--json`), as `replay` does.
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    if !args.json && !interactive {
-        return Err(anyhow!(InputError(
-            "the interactive view needs a terminal (for scripts: `gpumem-top synth --json`)".into()
-        )));
-    }
+
     let use_cuda = match args.backend {
         Backend::Sim => false,
         Backend::Cuda => true,
@@ -355,11 +357,24 @@ fn run<D: Backed>(
 
     let code = if interactive {
         let color = super::color(args.no_color);
-        let source = format!("synth {}", describe(&spec));
+        let source = format!("synth {}", describe_training(&spec));
         let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
         let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
         app.speed = args.speed;
         let r = crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new());
+        // What ran, once the screen is gone: the figures a user came for.
+        let d = &app.driver;
+        let peak = d.peak_at().map(|i| (d.points[i], d.iterations.iter().filter(|&&m| m <= i).count() + 1));
+        eprintln!(
+            "gpumem-top synth {}: {} run{}",
+            describe(&d.workload.spec),
+            crate::analysis::count(d.iterations.len(), "iteration"),
+            peak.map_or(String::new(), |(p, it)| format!(
+                "; peak allocated {}, reserved {} (iteration {it})",
+                crate::analysis::human_bytes(p.allocated),
+                crate::analysis::human_bytes(p.reserved)
+            ))
+        );
         app.driver.release_all();
         r.map_err(|e| anyhow!("terminal: {e}"))?;
         if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
@@ -447,8 +462,12 @@ fn run<D: Backed>(
             elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
         let mut so = std::io::stdout().lock();
-        serde_json::to_writer(&mut so, &out)?;
-        writeln!(so)?;
+        if args.json {
+            serde_json::to_writer(&mut so, &out)?;
+            writeln!(so)?;
+        } else {
+            write!(so, "{}", summary(&out))?;
+        }
         if let Some(m) = oom_stop {
             eprintln!("torch.OutOfMemoryError: {m}");
             ExitCode::from(1)
@@ -461,13 +480,21 @@ fn run<D: Backed>(
     Ok(code)
 }
 
-/// "gpt2 batch 8 × seq 1024, AdamW, amp" for headers.
+/// "gpt2 batch 8 × seq 1024, AdamW, amp" for summaries.
 pub(crate) fn describe(s: &SynthSpec) -> String {
-    let mut out = s.model.name().to_string();
-    out += &format!(" batch {}", s.batch);
+    let mut shape = format!(" batch {}", s.batch);
     if s.seq > 0 && s.model != ModelKind::Resnet50 && s.model != ModelKind::Mlp {
-        out += &format!(" × seq {}", s.seq);
+        shape += &format!(" × seq {}", s.seq);
     }
+    let rest = describe_training(s);
+    let (model, tail) = rest.split_once(',').map_or((rest.as_str(), ""), |(m, t)| (m, t));
+    format!("{model}{shape},{tail}")
+}
+
+/// "gpt2, AdamW, amp": the model and how it trains, without the batch and
+/// sequence (the screen's position line shows those as they are now).
+pub(crate) fn describe_training(s: &SynthSpec) -> String {
+    let mut out = s.model.name().to_string();
     if s.inference {
         out += ", inference";
     } else {
@@ -485,6 +512,44 @@ pub(crate) fn describe(s: &SynthSpec) -> String {
     }
     if s.accum > 1 {
         out += &format!(", accum {}", s.accum);
+    }
+    out
+}
+
+/// The text summary of a headless run (`synth | cat`): what ran, its peak,
+/// its OOMs, what the memory was at the peak.
+fn summary(r: &crate::workload::report::SynthReport) -> String {
+    use crate::analysis::{count, human_bytes};
+    let mut out = format!(
+        "gpumem-top synth {} on {} ({}): {}, {} requests, {}\n",
+        describe(&r.workload),
+        r.device,
+        r.backend,
+        count(r.iterations, "iteration"),
+        r.requests,
+        r.outcome
+    );
+    out += &format!("allocator config: {}\n", if r.alloc_conf.is_empty() { "default" } else { &r.alloc_conf });
+    if let Some(p) = &r.peak {
+        out += &format!(
+            "peak: allocated {}, reserved {} then (iteration {}, request {}); peak reserved {}\n",
+            human_bytes(p.allocated_bytes),
+            human_bytes(p.reserved_bytes),
+            p.iteration,
+            p.request,
+            human_bytes(r.stats.get("reserved_bytes.all.peak").copied().unwrap_or(0).max(0) as u64)
+        );
+    }
+    out += &format!(
+        "fragmentation: peak_ratio {:.4}; at the end: reserved_unallocated_bytes {}\n",
+        r.fragmentation.peak_ratio,
+        human_bytes(r.fragmentation.now.reserved_unallocated_bytes)
+    );
+    for o in &r.ooms {
+        out += &format!("OOM in iteration {} (batch {}), {}: {}\n", o.iteration, o.batch, o.action, o.message);
+    }
+    if r.categories.at_peak.total() > 0 {
+        out += &format!("what the memory is at the peak: {}\n", r.categories.at_peak.describe());
     }
     out
 }

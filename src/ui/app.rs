@@ -412,7 +412,15 @@ impl<D: Device> Interactive for SynthApp<D> {
             stacks: &self.stacks,
             device: d.alloc.device().describe(),
             source: self.source.clone(),
-            position: format!("iteration {} · {shape}{state}", d.workload.iteration()),
+            // Stopped by an OOM: the iteration it happened in, as the
+            // status line says (the failed step was abandoned since).
+            position: format!(
+                "iteration {} · {shape}{state}",
+                match d.progress() {
+                    Progress::Stopped => d.oom_log.last().map_or(d.workload.iteration(), |o| o.iteration),
+                    _ => d.workload.iteration(),
+                }
+            ),
             banner: self.banner.clone(),
             color: self.color,
             status: self.status.clone(),
