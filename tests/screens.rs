@@ -558,3 +558,19 @@ fn the_help_overlay_wraps_scrolls_and_keeps_keys_from_the_screen_behind() {
     let text: String = big.lines().map(|l| l.trim_matches('"').trim_matches('│').trim()).collect::<Vec<_>>().join(" ");
     assert!(text.contains("peak_ratio"), "{big}");
 }
+
+/// A message longer than the screen is wide wraps onto the rows above the
+/// bottom one instead of losing its end, where the advice is (#37 item 14).
+#[test]
+fn a_long_status_message_wraps_instead_of_losing_its_end() {
+    let s = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Gpu(0)]);
+    let rows: Vec<String> = s.lines().map(|l| l.trim_matches('"').to_string()).collect();
+    let tail = rows[rows.len() - 2..].join(" ");
+    let words = tail.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("1-9 (pick a GPU) is for the live view and a recording, not replay; ? lists this screen's keys q quit ? help"),
+        "{s}"
+    );
+    // The screen above gave the row up: the timeline's box still closes.
+    assert!(rows[rows.len() - 3].starts_with('└'), "{s}");
+}

@@ -465,6 +465,17 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         return;
     }
     let banner_h = u16::from(view.banner.is_some());
+    // A message longer than the screen is wide wraps onto up to three rows
+    // (taken from the map): its advice is at its end.
+    let suffix = if view.mode.is_some() { "   q quit  ? help" } else { "" };
+    let status_lines = if view.status.trim().is_empty() {
+        Vec::new()
+    } else {
+        let mut l = wrap(&format!("{}{suffix}", view.status.trim_end()), area.width as usize, 1);
+        l.truncate(3);
+        l
+    };
+    let status_h = (status_lines.len() as u16).max(1);
     let [banner, top, middle, bottom, status] = Layout::vertical([
         Constraint::Length(banner_h),
         // The bars, and with categories the line saying what they are.
@@ -473,7 +484,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         Constraint::Min(if area.height < MIN_HEIGHT { 4 } else { 8 }),
         // Below 24 rows (the live view's pane at 80x24) the timeline gives up rows first.
         Constraint::Length(if area.height < MIN_HEIGHT { 5 } else { (area.height / 4).max(7) }),
-        Constraint::Length(1),
+        Constraint::Length(status_h),
     ])
     .areas(area);
     if let Some(b) = &view.banner {
@@ -511,14 +522,20 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
     let hints = view.mode.map(|m| crate::keys::hints_within(m, status.width as usize)).unwrap_or_default();
-    let line = if view.status.trim().is_empty() {
-        Line::from(Span::styled(hints, theme.fg(Color::DarkGray)))
-    } else if hints.is_empty() {
-        Line::from(view.status.clone())
+    let lines = if status_lines.is_empty() {
+        vec![Line::from(Span::styled(hints, theme.fg(Color::DarkGray)))]
+    } else if status_lines.len() == 1 {
+        // One row: the message, then the two keys that always work, greyed.
+        let l = &status_lines[0];
+        let cut = l.len() - suffix.len().min(l.len());
+        vec![Line::from(vec![
+            Span::raw(l[..cut].to_string()),
+            Span::styled(l[cut..].to_string(), theme.fg(Color::DarkGray)),
+        ])]
     } else {
-        Line::from(vec![Span::raw(view.status.clone()), Span::styled("   q quit  ? help", theme.fg(Color::DarkGray))])
+        status_lines.into_iter().map(Line::from).collect()
     };
-    put_rows(buf, status, vec![line]);
+    put_rows(buf, status, lines);
     if let (true, Some(mode)) = (view.help, view.mode) {
         help_overlay(theme.color, mode, view.meaning.is_some(), view.help_scroll, area, buf);
     }
