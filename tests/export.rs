@@ -299,3 +299,32 @@ fn a_snapshot_without_history_has_no_timeline_to_export() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `export` of a recording (#37 item 9): one process at one sample, as its
+/// screen drew it: the process that reserved the most unless `--pid`, its
+/// peak unless `--at` (samples numbered as the screen numbers them); bad
+/// picks are one line and exit 2. Over the H200 recording of a 3-rank job.
+#[test]
+fn a_recording_exports_a_process_at_a_sample() {
+    let rec = fixture("ranks/h200_live/gloo3/rec.jsonl.gz");
+    let run = |args: &[&str]| Command::new(common::bin()).arg("export").arg(&rec).args(args).output().unwrap();
+    let out = run(&["--view", "fragmap", "--format", "svg", "-o", "-"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = String::from_utf8_lossy(&out.stdout);
+    // Rank 2 reserved the most; its peak (3.90 GiB allocated) is at sample 49 of 72.
+    assert!(svg.contains("pid 609 live_job.py rank 2/3 · GPU 0 · sample 49 of 72"), "{}", &svg[..svg.len().min(2000)]);
+    let out = run(&["--view", "timeline", "--format", "txt", "--plain", "--pid", "607", "--at", "72", "-o", "-"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let txt = String::from_utf8_lossy(&out.stdout);
+    assert!(txt.contains("pid 607 live_job.py rank 0/3 (1/3) ─ sample 72 of 72"), "{txt}");
+    for (args, says) in [
+        (&["--pid", "1"][..], "no process 1 in the recording (it has: 607, 608, 609)"),
+        (&["--at", "73"], "--at 73: the recording has samples 1 to 72"),
+        (&["--at", "0"], "--at 0: the recording has samples 1 to 72"),
+    ] {
+        let out = run(&[&["--view", "bars", "--format", "svg", "-o", "-"][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says) && err.lines().count() == 1, "{err}");
+    }
+}

@@ -1024,6 +1024,11 @@ pub struct ExportArgs {
     /// file plus 256 MiB).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub(crate) max_unpacked: Option<u64>,
+    /// With a recording: the process drawn (default: the one that reserved
+    /// the most); `--at N` is then sample N as its screen numbers them (1
+    /// the first).
+    #[arg(long, value_name = "PID")]
+    pub(crate) pid: Option<u32>,
 }
 
 /// What the map's colours say.
@@ -1037,11 +1042,22 @@ pub(crate) enum ColorBy {
 
 /// `export`: one view of a trace at one moment, as SVG, PNG or text.
 pub fn export(args: &ExportArgs) -> Result<ExitCode> {
-    use crate::export::picture::Format;
     if !(400..=8000).contains(&args.width) {
         return Err(anyhow!(InputError(format!("--width must be 400..8000 pixels, got {}", args.width))));
     }
-    let trace = load_input(Input::open(&args.trace)?, args.max_unpacked)?;
+    let input = Input::open(&args.trace)?;
+    if input.is_recording() {
+        let name = input.name().to_string();
+        let snaps = read_recording(input.lines(args.max_unpacked)?, &name)?;
+        return export_recording(args, snaps);
+    }
+    if args.pid.is_some() {
+        return Err(anyhow!(InputError(format!(
+            "--pid picks a process of a recording; {} is a trace of one process",
+            args.trace.display()
+        ))));
+    }
+    let trace = load_input(input, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
     check_at(args.at, dev)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
@@ -1091,14 +1107,22 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         args.by == ColorBy::Category,
     )
     .map_err(|e| anyhow!(e))?;
+    write_export(args, &bytes, &format!("{cursor}"), &format!("event {cursor}"))
+}
+
+/// Writes an export to `-o` (`-`: stdout), else to
+/// `STEM-VIEW-WHERE.FORMAT` here, STEM the letters, digits, '_' and '-' of
+/// the input's name before its first dot ("(pipe)": "pipe"); never over an
+/// existing file without `--force`.
+fn write_export(args: &ExportArgs, bytes: &[u8], place: &str, said: &str) -> Result<ExitCode> {
+    use crate::export::picture::Format;
     let ext = match args.format {
         Format::Svg => "svg",
         Format::Png => "png",
         Format::Txt => "txt",
     };
     let view = format!("{:?}", args.view).to_lowercase();
-    // Letters, digits, '_' and '-' of the name's first part ("(pipe)": "pipe").
-    let stem: String = name
+    let stem: String = trace_name(&args.trace)
         .split('.')
         .next()
         .unwrap_or("")
@@ -1106,15 +1130,102 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
         .collect();
     let stem = if stem.is_empty() { "trace".to_string() } else { stem };
-    let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{cursor}.{ext}")));
+    let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{place}.{ext}")));
     if out.as_os_str() == "-" {
-        std::io::stdout().lock().write_all(&bytes)?;
+        std::io::stdout().lock().write_all(bytes)?;
     } else {
-        crate::private::write_new(&out, &bytes, args.force)
+        crate::private::write_new(&out, bytes, args.force)
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
-        eprintln!("gpumem-top: wrote {} ({} bytes, event {cursor})", out.display(), bytes.len());
+        eprintln!("gpumem-top: wrote {} ({} bytes, {said})", out.display(), bytes.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `export RECORDING`: one process of a recording at one sample, drawn as
+/// the live view drew it (docs/live.md "Recordings").
+fn export_recording(args: &ExportArgs, snaps: Vec<crate::monitor::Snapshot>) -> Result<ExitCode> {
+    use crate::export::picture::Format;
+    let bad = |m: String| anyhow!(InputError(format!("{}: {m}", args.trace.display())));
+    let mut full = crate::monitor::model::LiveModel::default();
+    for s in &snaps {
+        full.ingest(s.clone());
+    }
+    let key = match args.pid {
+        Some(pid) => full.procs.keys().copied().find(|k| k.1 == pid).ok_or_else(|| {
+            let pids: Vec<String> = full.procs.keys().map(|k| k.1.to_string()).collect();
+            bad(format!("no process {pid} in the recording (it has: {})", pids.join(", ")))
+        })?,
+        None => full
+            .procs
+            .iter()
+            .max_by_key(|(k, h)| (h.last.peak_reserved(), std::cmp::Reverse(**k)))
+            .map(|(k, _)| *k)
+            .ok_or_else(|| bad("no process published its allocator state in the recording".into()))?,
+    };
+    let (dev, pid) = key;
+    let of = |i: usize| snaps.get(i).and_then(|s| s.publisher(dev, pid));
+    let seen: Vec<usize> = (0..snaps.len()).filter(|&i| of(i).is_some()).collect();
+    let (first, last) = match (seen.first(), seen.last()) {
+        (Some(&f), Some(&l)) => (f, l),
+        _ => return Err(bad(format!("pid {pid} published nothing"))),
+    };
+    let h = &full.procs[&key];
+    let sample = match args.at.unwrap_or(At::Peak) {
+        At::Event(n) if (1..=snaps.len()).contains(&n) => n - 1,
+        At::Event(n) => {
+            return Err(bad(format!(
+                "--at {n}: the recording has samples 1 to {} (as its screen numbers them)",
+                snaps.len()
+            )))
+        }
+        At::End => last,
+        // The first sample that shows the timeline's peak (a step's own
+        // peak falls between samples), as `p` on the screen.
+        At::Peak => {
+            let tp = crate::analysis::peak_index(&h.series.state_points())
+                .and_then(|i| h.series.points().get(i))
+                .map(|p| p.t);
+            tp.and_then(|t| seen.iter().copied().find(|&i| of(i).is_some_and(|p| p.time >= t))).unwrap_or(last)
+        }
+        At::Oom => {
+            let ooms = |i: usize| of(i).map_or(0, |p| p.stat("num_ooms"));
+            seen.iter()
+                .copied()
+                .find(|&i| i > first && ooms(i) > ooms(first))
+                .or((ooms(first) > 0).then_some(first))
+                .ok_or_else(|| bad(format!("--at oom: pid {pid} had no OOM")))?
+        }
+    };
+    let n = snaps.len();
+    let model = full.as_of(&snaps, sample);
+    let Some(hist) = model.procs.get(&key) else {
+        return Err(bad(format!("pid {pid} had not published by sample {}", sample + 1)));
+    };
+    let note = format!(" · sample {} of {}", sample + 1, snaps.len());
+
+    let bytes = match args.format {
+        Format::Svg => crate::export::live::process_svg(hist, &hist.last, args.view, args.width, &note).into_bytes(),
+        Format::Png => crate::export::picture::png(&crate::export::live::process_svg(
+            hist, &hist.last, args.view, args.width, &note,
+        ))
+        .map_err(|e| anyhow!(e))?,
+        Format::Txt => {
+            // The live view's screen at that sample, as the terminal shows it.
+            let mut app = crate::ui::live::LiveApp::of_recording(&trace_name(&args.trace), snaps, !args.plain);
+            app.show_process(sample, dev, pid);
+            let cols = (args.width / 10).clamp(80, 800) as u16;
+            let mut buf = ratatui_core::buffer::Buffer::empty(ratatui_core::layout::Rect::new(0, 0, cols, 50));
+            let area = buf.area;
+            crate::ui::event::Interactive::draw_into(&mut app, area, &mut buf);
+            crate::export::text::from_buffer(&buf, !args.plain).into_bytes()
+        }
+    };
+    write_export(
+        args,
+        &bytes,
+        &format!("pid{pid}-sample{}", sample + 1),
+        &format!("pid {pid}, sample {} of {n}", sample + 1),
+    )
 }
 
 #[cfg(test)]

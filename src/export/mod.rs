@@ -2,6 +2,7 @@
 //! reports (SVG, PNG, text) and Prometheus text exposition.
 
 pub mod http;
+pub(crate) mod live;
 pub mod picture;
 pub mod prometheus;
 pub mod replay;

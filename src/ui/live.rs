@@ -150,6 +150,12 @@ impl LiveApp {
         }
     }
 
+    /// A recording at sample `at`, process `pid` on NVML's GPU `gpu` selected.
+    pub(crate) fn show_process(&mut self, at: usize, gpu: u32, pid: u32) {
+        self.show(at);
+        self.pick(gpu, pid);
+    }
+
     /// A recording's step keys: the sample they go to, or why none.
     fn target(&self, a: Action) -> Result<usize, String> {
         let Some(rec) = &self.recording else { return Err(String::new()) };
@@ -380,31 +386,7 @@ impl LiveApp {
             return " nothing to screenshot: no process publishes its allocator state on this GPU".into();
         };
         let p = &h.last;
-        let points = h.series.state_points();
-        let peak_at = crate::analysis::peak_index(&points);
-        let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
-        let steps = h.series.step_indices();
-        let scene = crate::export::picture::Scene {
-            title: format!("pid {} {} · GPU {}", p.pid, p.name(), p.device),
-            subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
-            segments: &p.segments,
-            allocated: p.allocated(),
-            allocated_peak: p.peak_allocated(),
-            reserved: p.reserved(),
-            reserved_peak: p.peak_reserved(),
-            fragmentation: p.fragmentation(),
-            timeline: &points,
-            cursor: points.len().saturating_sub(1),
-            peak_at,
-            ooms: &ooms,
-            iterations: &steps,
-            empty_caches: &[],
-            // memory_stats() does not carry set_per_process_memory_fraction.
-            memory_limit: None,
-            meaning: None,
-            by_category: false,
-        };
-        let svg = crate::export::picture::svg(&scene, view, 1600);
+        let svg = crate::export::live::process_svg(h, p, view, 1600, "");
         let name = super::app::screenshot_name(&format!("pid{}", p.pid), view, "live");
         super::app::save(&name, svg.as_bytes())
     }

@@ -1,0 +1,36 @@
+//! A publishing process as a picture: the live view's `s`, and `export` of
+//! a recording (`gpumem-top run -o`, `record`).
+
+use super::picture::{Scene, ViewKind};
+use crate::monitor::model::ProcHistory;
+use crate::monitor::Published;
+
+/// `view` of `p` (what the process published at one sample) over `h`'s
+/// timeline, the cursor at `p`'s sample; SVG `width` pixels wide.
+pub(crate) fn process_svg(h: &ProcHistory, p: &Published, view: ViewKind, width: u32, title_note: &str) -> String {
+    let points = h.series.state_points();
+    let peak_at = crate::analysis::peak_index(&points);
+    let ooms: Vec<usize> = h.series.ooms.iter().map(|&t| h.series.index_at(t)).collect();
+    let steps = h.series.step_indices();
+    let scene = Scene {
+        title: format!("pid {} {} · GPU {}{title_note}", p.pid, p.name(), p.device),
+        subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
+        segments: &p.segments,
+        allocated: p.allocated(),
+        allocated_peak: p.peak_allocated(),
+        reserved: p.reserved(),
+        reserved_peak: p.peak_reserved(),
+        fragmentation: p.fragmentation(),
+        timeline: &points,
+        cursor: h.series.index_upto(p.time).min(points.len().saturating_sub(1)),
+        peak_at,
+        ooms: &ooms,
+        iterations: &steps,
+        empty_caches: &[],
+        // memory_stats() does not carry set_per_process_memory_fraction.
+        memory_limit: None,
+        meaning: None,
+        by_category: false,
+    };
+    super::picture::svg(&scene, view, width)
+}
