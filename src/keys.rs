@@ -126,6 +126,7 @@ pub(crate) const KEYS: &[Binding] = &[
     b("", &[KeyCode::End], Action::End, "", "", STEPS),
     b("p", &[C('p')], Action::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
     b("p", &[C('p')], Action::Peak, "jump to the sample after the process's peak", "p peak", &[Mode::Recording]),
+    b("p", &[C('p')], Action::Peak, "paused: jump to the peak of what has run", "", &[Mode::Synth]),
     b("o", &[C('o')], Action::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
     b("o", &[C('o')], Action::NextOom, "jump to the process's next OOM", "o OOM", &[Mode::Recording]),
     b("space", &[C(' ')], Action::Pause, "pause / resume", "space pause", &[Mode::Synth]),

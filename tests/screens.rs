@@ -263,7 +263,8 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     let s = draw(&mut app);
     assert!(s.contains("space        pause / resume"), "{s}");
     assert!(s.contains("+ / -        twice / half as fast"), "{s}");
-    assert!(!s.contains("jump to the peak") && !s.contains("pick a GPU"), "only this mode's keys: {s}");
+    assert!(s.contains("paused: jump to the peak of what has run"), "{s}");
+    assert!(!s.contains("jump to the next OOM") && !s.contains("pick a GPU"), "only this mode's keys: {s}");
     // And what the figures on the screen mean.
     assert!(s.contains("peak_ratio                1 − peak allocated / peak reserved"), "{s}");
     assert!(s.contains("blocks of each size allocated / free: how many, or (b) how many bytes"), "{s}");
@@ -573,4 +574,36 @@ fn a_long_status_message_wraps_instead_of_losing_its_end() {
     );
     // The screen above gave the row up: the timeline's box still closes.
     assert!(rows[rows.len() - 3].starts_with('└'), "{s}");
+}
+
+/// A paused demo says what it is and on which device, `p` goes to the peak
+/// of what has run, and `s` saves the moment on the screen, not the run's
+/// newest (#37 items 11 and 12).
+#[test]
+fn a_paused_demo_names_itself_jumps_to_its_peak_and_screenshots_what_it_shows() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    app.advance(3000);
+    app.handle_key(KeyEvent::from(KeyCode::Char('p')));
+    assert!(draw_demo(&mut app, 120, 30).contains("pause (space) first: p then jumps to the peak"));
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    app.handle_key(KeyEvent::from(KeyCode::Char('p')));
+    let s = draw_demo(&mut app, 120, 30);
+    let head = s.lines().next().unwrap();
+    assert!(head.contains("simulated NVIDIA H200 ─ paused: the last 4333 events run ─ event 959/4333"), "{head}");
+    assert!(!s.contains("recorded device") && !s.contains("replay the last"), "{s}");
+    assert!(s.contains("the peak of what has run: event 959"), "{s}");
+    assert!(s.contains("peak 11.38 GiB @ event 959"), "{s}");
+    app.handle_key(KeyEvent::from(KeyCode::Char('s')));
+    let s = draw_demo(&mut app, 120, 30);
+    let name = s
+        .lines()
+        .find_map(|l| l.split(" wrote ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{s}"))
+        .to_string();
+    let svg = std::fs::read_to_string(&name).unwrap();
+    let _ = std::fs::remove_file(&name);
+    assert!(name.contains("-event959-"), "{name}");
+    assert!(svg.contains("event 959 of 4333 (peak)"), "the moment on screen: {}", &svg[..svg.len().min(1500)]);
 }

@@ -783,7 +783,12 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
             Some(i) => format!("first OOM: event {i}, request of {} (rounded)", human_bytes(r.events[i].size)),
             None => "the trace has no OOM".into(),
         },
-        At::End => format!("at the end: event {}", dev.events.len()),
+        // Events are numbered from 0, as everywhere (the screen, --json, --at N).
+        At::End => format!(
+            "at the end: event {} (the last of {} events, numbered from 0)",
+            dev.events.len().saturating_sub(1),
+            dev.events.len()
+        ),
         At::Event(i) => format!("stopped after event {i}: state above is at that event"),
     }
 }

@@ -32,6 +32,9 @@ pub struct ReplayModel<'a> {
     /// What each block is (docs/categories.md); none where the screen
     /// does not show it (a paused synth, whose trace has no evidence).
     pub(crate) categories: Option<Categories>,
+    /// What the header calls the device and the source, when not a replay
+    /// of a file ("recorded device", "replay NAME"): a paused synth's.
+    pub(crate) label: Option<(String, String)>,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -101,6 +104,7 @@ impl<'a> ReplayModel<'a> {
             window,
             oom_advice: None,
             categories: None,
+            label: None,
         }
     }
 

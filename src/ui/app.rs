@@ -185,6 +185,8 @@ struct History {
     stacks: Vec<Vec<crate::trace::Frame>>,
     want: crate::replay::session::Want,
     cursor: usize,
+    /// What the header says: the run's device and what this is.
+    label: (String, String),
 }
 
 impl History {
@@ -235,7 +237,8 @@ impl History {
             context_bytes: 0,
             recorded_state: true,
         };
-        History { trace, stacks, want, cursor: n.saturating_sub(1) }
+        let label = (a.device().describe(), format!("paused: the last {n} events run"));
+        History { trace, stacks, want, cursor: n.saturating_sub(1), label }
     }
 
     /// The replay's model of it, or why there is none.
@@ -246,8 +249,11 @@ impl History {
         }
         // The synthetic model's trace carries no stacks or markers: its
         // categories would all be unknown, so none are shown.
-        ReplayModel::open_uncategorized(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
-            .map_err(|d| d.reason)
+        let mut m =
+            ReplayModel::open_uncategorized(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
+                .map_err(|d| d.reason)?;
+        m.label = Some(self.label.clone());
+        Ok(m)
     }
 }
 
@@ -340,6 +346,21 @@ impl<D: Device> SynthApp<D> {
     /// `s`: the focused view of the run now, as SVG in the current directory.
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
+        // Paused: the moment on the screen, not the run's newest.
+        if let Some(h) = &self.history {
+            let model = h.model();
+            let spec = &self.driver.workload.spec;
+            return match model {
+                Ok(mut m) => {
+                    let fmt = crate::export::picture::Format::Svg;
+                    match crate::export::replay::picture(&mut m, h.cursor, view, fmt, 1600, false, false) {
+                        Ok(svg) => save(&screenshot_name(spec.model.name(), view, &format!("event{}", h.cursor)), &svg),
+                        Err(e) => format!(" screenshot: {e}"),
+                    }
+                }
+                Err(e) => format!(" screenshot: {e}"),
+            };
+        }
         let d = &self.driver;
         let segs = d.alloc.snapshot();
         let spec = &d.workload.spec;
@@ -450,6 +471,17 @@ impl<D: Device> Interactive for SynthApp<D> {
                     (false, _) => " running".into(),
                 };
             }
+            Action::Peak => match &mut self.history {
+                Some(h) => match h.model().map(|m| m.peak_at) {
+                    Ok(Some(p)) => {
+                        h.cursor = p;
+                        self.status = format!(" the peak of what has run: event {p}");
+                    }
+                    Ok(None) => self.status = " nothing has run to have a peak".into(),
+                    Err(e) => self.status = format!(" cannot step back: {e}"),
+                },
+                None => self.status = " pause (space) first: p then jumps to the peak of what has run".into(),
+            },
             Action::Left | Action::Right | Action::PageUp | Action::PageDown | Action::Home | Action::End => {
                 match &mut self.history {
                     Some(h) => {

@@ -296,18 +296,9 @@ pub(crate) fn draw_replay(
     let position = model.position(cursor);
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let oom = model.oom_at(cursor);
+    let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
     let at = model.at(cursor);
-    let chrome = Chrome {
-        stacks,
-        device: "recorded device".into(),
-        source: format!("replay {name}"),
-        position,
-        banner: None,
-        color,
-        status,
-        mode,
-        oom,
-    };
+    let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
     let marks = Marks::of(&at, cursor, peak_at);
     draw_state(at.state, true, chrome, marks, sel, area, buf);
 }
