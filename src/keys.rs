@@ -61,6 +61,8 @@ pub enum Mode {
     Diff,
     /// `replay rank0 rank1 …`: one snapshot per rank, side by side.
     Ranks,
+    /// A snapshot taken without memory history: one state, nothing to step.
+    Snapshot,
 }
 
 impl Mode {
@@ -72,13 +74,15 @@ impl Mode {
             Mode::Recording => "a recording",
             Mode::Diff => "diff",
             Mode::Ranks => "ranks side by side",
+            Mode::Snapshot => "a snapshot without history",
         }
     }
 }
 
-const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording];
+const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Snapshot];
 /// Every screen, the diff's too.
-const EVERY: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff, Mode::Ranks];
+const EVERY: &[Mode] =
+    &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff, Mode::Ranks, Mode::Snapshot];
 /// Replay, a paused synth, a recording: a cursor that steps.
 const STEPS: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Recording];
 /// The live view and a recording of it.
@@ -160,7 +164,7 @@ pub(crate) const KEYS: &[Binding] = &[
         Action::Compact,
         "compact map: fixed bytes per cell",
         "",
-        &[Mode::Replay, Mode::Live, Mode::Recording],
+        &[Mode::Replay, Mode::Live, Mode::Recording, Mode::Snapshot],
     ),
     b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
     b("t", &[C('t')], Action::RowScale, "map rows to one scale / each to the full width", "", ALL),
@@ -170,7 +174,7 @@ pub(crate) const KEYS: &[Binding] = &[
         Action::ByCategory,
         "what the memory is: map and timeline by category / by block state",
         "w what",
-        &[Mode::Replay],
+        &[Mode::Replay, Mode::Snapshot],
     ),
     b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),

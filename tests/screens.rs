@@ -607,3 +607,42 @@ fn a_paused_demo_names_itself_jumps_to_its_peak_and_screenshots_what_it_shows() 
     assert!(name.contains("-event959-"), "{name}");
     assert!(svg.contains("event 959 of 4333 (peak)"), "the moment on screen: {}", &svg[..svg.len().min(1500)]);
 }
+
+/// A snapshot without history offers only the keys that do something
+/// there: no stepping, peak or OOM in its hints, and those keys say why
+/// (#37 item 12).
+#[test]
+fn a_snapshot_without_history_offers_no_keys_that_step() {
+    let t: &'static trace::Trace =
+        Box::leak(Box::new(trace::load(&fixture("field/history_less_gpt2.pickle.gz")).unwrap()));
+    let d = &t.devices[0];
+    let want = Want {
+        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+        changed: false,
+        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
+        memory_limit: None,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
+        recorded_state: true,
+    };
+    let session = Session::open(d, &t.stacks, &want).unwrap();
+    let model =
+        ReplayModel::open(&session, d, &t.stacks, &t.annotations, "history_less_gpt2.pickle.gz".into()).unwrap();
+    let mut app = ReplayApp::new(model, false);
+    let draw = |app: &mut ReplayApp| {
+        let mut term = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        term.draw(|f| app.draw(f)).unwrap();
+        term.backend().to_string()
+    };
+    let s = draw(&mut app);
+    let hints = s.lines().last().unwrap();
+    assert!(hints.contains("q quit") && hints.contains("? help"), "{hints}");
+    assert!(!hints.contains("←/→") && !hints.contains("p peak") && !hints.contains("o OOM"), "{hints}");
+    app.dispatch(Action::Left);
+    assert!(
+        draw(&mut app).contains("is for replay, synth and the demo and a recording, not a snapshot without history")
+    );
+    app.dispatch(Action::Peak);
+    assert!(draw(&mut app).contains("p (jump to the peak) is for"));
+}

@@ -61,14 +61,19 @@ impl<'a> ReplayApp<'a> {
 
 impl Interactive for ReplayApp<'_> {
     fn mode(&self) -> crate::keys::Mode {
-        crate::keys::Mode::Replay
+        // A snapshot without history holds one state: no keys that step.
+        if self.model.points().is_empty() {
+            crate::keys::Mode::Snapshot
+        } else {
+            crate::keys::Mode::Replay
+        }
     }
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
     fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let status = self.status.clone();
-        let mode = Some(crate::keys::Mode::Replay);
+        let mode = Some(self.mode());
         draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, mode, area, buf);
     }
 
