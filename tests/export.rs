@@ -328,3 +328,23 @@ fn a_recording_exports_a_process_at_a_sample() {
         assert!(err.contains(says) && err.lines().count() == 1, "{err}");
     }
 }
+
+/// An export at a recorded OOM says so in its title, with the request that
+/// failed and where it was made (#37 item 16).
+#[test]
+fn an_export_at_an_oom_names_the_failed_request() {
+    let t = fixture("traces/llama_pressure.pickle.gz");
+    let out = Command::new(common::bin())
+        .arg("export")
+        .arg(&t)
+        .args(["--memory-limit", "9006592819", "--view", "fragmap", "--format", "svg", "--at", "oom", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        svg.contains("llama_pressure.pickle.gz · event 3816 of 4547 (OOM: 117.05 MiB requested on stream 0 at activations.py:103 forward)"),
+        "{}",
+        &svg[..svg.len().min(1500)]
+    );
+}

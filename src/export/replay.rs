@@ -80,11 +80,22 @@ pub fn picture(
     }
     let n = model.points().len();
     let (name, peak_at) = (model.name.clone(), model.peak_at);
+    // At a recorded OOM: the request that failed, and where it was made.
+    let oom = model.oom_at(cursor).map(|o| {
+        let site =
+            if o.frames.is_empty() { String::new() } else { format!(" at {}", crate::analysis::call_site(o.frames)) };
+        format!(" (OOM: {} requested on stream {}{site})", crate::analysis::human_bytes(o.size), o.stream)
+    });
     let at = model.at(cursor);
     let marks = Marks::of(&at, cursor, peak_at);
     let a = at.state;
     let segs = a.snapshot();
-    let title = format!("{name} · event {cursor} of {n}{}", if Some(cursor) == peak_at { " (peak)" } else { "" });
+    let mark = match (&oom, Some(cursor) == peak_at) {
+        (Some(o), _) => o.clone(),
+        (None, true) => " (peak)".to_string(),
+        (None, false) => String::new(),
+    };
+    let title = format!("{name} · event {cursor} of {n}{mark}");
     let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";
     let scene = Scene { by_category, ..scene_of(a, &segs, title, note, marks) };
     let svg = super::picture::svg(&scene, view, width);
