@@ -348,3 +348,40 @@ fn an_export_at_an_oom_names_the_failed_request() {
         &svg[..svg.len().min(1500)]
     );
 }
+
+/// At the narrowest width (400 px) a picture is the full layout scaled
+/// down: its axis runs from 0 upwards, left to right, and nothing is laid
+/// out in less room than at 1200 (#37 item 10).
+#[test]
+fn narrow_pictures_are_the_full_layout_scaled_down() {
+    let t = fixture("traces/gpt2_train.pickle.gz");
+    for view in ["bars", "timeline", "fragmap"] {
+        let out = Command::new(common::bin())
+            .arg("export")
+            .arg(&t)
+            .args(["--view", view, "--format", "svg", "--width", "400", "-o", "-"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let svg = String::from_utf8_lossy(&out.stdout);
+        let head = svg.lines().next().unwrap();
+        assert!(head.contains("width=\"400\"") && head.contains("viewBox=\"0 0 1200 "), "{view}: {head}");
+        // The outer height keeps the drawing's proportions.
+        let num = |k: &str| head.split(k).nth(1).and_then(|r| r.split('"').next()).and_then(|v| v.parse::<f64>().ok());
+        let vb_h: f64 = head.split("viewBox=\"0 0 1200 ").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        assert!((num(" height=\"").unwrap() - vb_h / 3.0).abs() <= 1.0, "{view}: {head}");
+    }
+    let out = Command::new(common::bin())
+        .arg("export")
+        .arg(&t)
+        .args(["--view", "bars", "--format", "svg", "--width", "400", "-o", "-"])
+        .output()
+        .unwrap();
+    let svg = String::from_utf8_lossy(&out.stdout);
+    let x_of = |label: &str| -> f64 {
+        let end = svg.find(&format!(">{label}</text>")).unwrap_or_else(|| panic!("{label}"));
+        let start = svg[..end].rfind("<text x=\"").unwrap() + 9;
+        svg[start..].split('"').next().unwrap().parse().unwrap()
+    };
+    assert!(x_of("0 B") < x_of("8 GiB") && x_of("8 GiB") < x_of("20 GiB"));
+}

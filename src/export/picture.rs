@@ -200,6 +200,28 @@ impl Svg {
         self.text(24.0, 60.0, 14.0, "start", &scene.subtitle, r##" fill="#4a5568""##);
         84.0
     }
+    /// `parts` joined by " ─ " on as many lines as the picture's width
+    /// needs (13-unit text, about 7.2 units a character); returns the y
+    /// below them.
+    fn parts_line(&mut self, y: f64, parts: &[String]) -> f64 {
+        let room = ((self.w - 48.0) / 7.2) as usize;
+        let mut lines: Vec<String> = Vec::new();
+        for p in parts {
+            match lines.last_mut() {
+                Some(l) if l.chars().count() + 3 + p.chars().count() <= room => {
+                    l.push_str(" ─ ");
+                    l.push_str(p);
+                }
+                _ => lines.push(p.clone()),
+            }
+        }
+        let mut y = y;
+        for l in &lines {
+            self.text(24.0, y, 13.0, "start", l, "");
+            y += 18.0;
+        }
+        y
+    }
     /// The categories' key, wrapped to the picture's width.
     fn category_legend(&mut self, y: f64, bytes: Option<&crate::analysis::categories::CategoryBytes>) -> f64 {
         let (mut x, mut y) = (24.0, y);
@@ -240,24 +262,16 @@ fn fragmap(scene: &Scene, width: f64) -> String {
     let mut s = Svg { out: String::new(), w: width };
     let mut y = s.header(scene, "Fragmentation map");
     let f = &scene.fragmentation;
-    s.text(
-        24.0,
-        y,
-        13.0,
-        "start",
-        &format!(
-            "{} ─ allocated {} ─ reserved {} ─ reserved but unallocated {} ─ inactive_split {} ─ largest free block {} ─ external_fragmentation {:.2}",
-            crate::analysis::count(scene.segments.len(), "segment"),
-            human_bytes(scene.allocated),
-            human_bytes(scene.reserved),
-            human_bytes(f.reserved_unallocated_bytes),
-            human_bytes(f.inactive_split_bytes),
-            human_bytes(f.largest_free_block_bytes),
-            f.external_fragmentation
-        ),
-        "",
-    );
-    y += 18.0;
+    let parts = [
+        crate::analysis::count(scene.segments.len(), "segment"),
+        format!("allocated {}", human_bytes(scene.allocated)),
+        format!("reserved {}", human_bytes(scene.reserved)),
+        format!("reserved but unallocated {}", human_bytes(f.reserved_unallocated_bytes)),
+        format!("inactive_split {}", human_bytes(f.inactive_split_bytes)),
+        format!("largest free block {}", human_bytes(f.largest_free_block_bytes)),
+        format!("external_fragmentation {:.2}", f.external_fragmentation),
+    ];
+    y = s.parts_line(y, &parts);
     // A bound on the picture as decoding has one on the input: past
     // MAX_ROWS segments the largest are drawn (in address order) and the
     // rest counted, so 100,000 segments make a 3,000 px picture, not a
@@ -561,14 +575,35 @@ fn bars(scene: &Scene, width: f64) -> String {
     s.finish(y + 66.0)
 }
 
+/// The narrowest layout: labels, bars, axes and legends are placed for at
+/// least this many units; a narrower picture is the same drawing scaled
+/// down (its `viewBox`), so nothing overlaps, runs backwards or is cut.
+const LAYOUT_MIN: f64 = 1200.0;
+
+/// `svg`, laid out `laid` units wide, as a picture `width` pixels wide:
+/// the outer size scaled, the drawing's own coordinates kept.
+fn scaled(svg: String, laid: f64, width: f64) -> String {
+    if width >= laid {
+        return svg;
+    }
+    let head = format!("width=\"{laid}\" height=\"");
+    let Some(at) = svg.find(&head) else { return svg };
+    let rest = &svg[at + head.len()..];
+    let Some(end) = rest.find('"') else { return svg };
+    let Ok(h) = rest[..end].parse::<f64>() else { return svg };
+    format!("{}width=\"{width}\" height=\"{:.0}\"{}", &svg[..at], h * width / laid, &rest[end + 1..])
+}
+
 /// The SVG of `view`, `width` pixels wide.
 pub(crate) fn svg(scene: &Scene, view: ViewKind, width: u32) -> String {
     let w = width.clamp(400, 8000) as f64;
-    match view {
-        ViewKind::Fragmap => fragmap(scene, w),
-        ViewKind::Timeline => timeline(scene, w),
-        ViewKind::Bars => bars(scene, w),
-    }
+    let laid = w.max(LAYOUT_MIN);
+    let svg = match view {
+        ViewKind::Fragmap => fragmap(scene, laid),
+        ViewKind::Timeline => timeline(scene, laid),
+        ViewKind::Bars => bars(scene, laid),
+    };
+    scaled(svg, laid, w)
 }
 
 /// Rasterises an SVG made by `svg` with the bundled font only.
@@ -594,7 +629,7 @@ pub(crate) fn overlay_svg(
     new: &crate::analysis::diff::Series,
     width: u32,
 ) -> String {
-    let width = width as f64;
+    let (asked, width) = (width as f64, (width as f64).max(LAYOUT_MIN));
     let mut s = Svg { out: String::new(), w: width };
     s.text(24.0, 36.0, 22.0, "start", &format!("Allocated, two runs ─ {title}"), r#" font-weight="bold""#);
     s.text(24.0, 60.0, 14.0, "start", subtitle, r##" fill="#4a5568""##);
@@ -651,7 +686,7 @@ pub(crate) fn overlay_svg(
         s.rect(x, y - 11.0, 22.0, 14.0, color, "#1a202c");
         s.text(x + 28.0, y, 13.0, "start", &format!("{name} allocated"), "");
     }
-    s.finish(y + 20.0)
+    scaled(s.finish(y + 20.0), width, asked)
 }
 
 #[cfg(test)]
