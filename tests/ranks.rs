@@ -452,6 +452,14 @@ fn jobs_recorded_on_the_h200_hold_each_ranks_own_peaks() {
         }
         // The job screen over the recording, at its last sample.
         let snaps = gpumem_top::cli::read_recording(std::io::BufReader::new(rec.as_bytes()), "rec.jsonl").unwrap();
+        // Each process's samples are those it published in (#37 item 19:
+        // its steps' points are not samples).
+        for p in j["processes"].as_array().unwrap() {
+            let pid = p["pid"].as_u64().unwrap() as u32;
+            let seen = snaps.iter().filter(|s| s.publishers.iter().any(|x| x.pid == pid)).count();
+            assert_eq!(p["samples"].as_u64(), Some(seen as u64), "{job} pid {pid}");
+            assert!(seen < snaps.len(), "{job}: the ranks start after the recording does");
+        }
         let mut app = LiveApp::of_recording("rec.jsonl", snaps, false);
         app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('j')));
         let s = common::render_live(&mut app, 80, 24);

@@ -20,6 +20,8 @@ pub struct ProcHistory {
     pub(crate) last_step: u64,
     /// Every step seen, oldest first (at most `MAX_STEPS`).
     pub(crate) steps: std::collections::VecDeque<StepPoint>,
+    /// Samples it published in (the series also holds a point per step).
+    pub(crate) samples: usize,
 }
 
 /// One optimizer step of a publishing process as the timeline shows it.
@@ -166,8 +168,10 @@ impl LiveModel {
                     nvml_used,
                     last_step: 0,
                     steps: Default::default(),
+                    samples: 0,
                 }),
             };
+            h.samples += 1;
             h.take_steps(nvml_used.unwrap_or(0));
             h.series.push(sample);
             h.series.note_ooms(time, ooms);
@@ -222,6 +226,7 @@ impl LiveModel {
                     nvml_used,
                     last_step: h.last_step,
                     steps: h.steps.clone(),
+                    samples: snaps[..=at].iter().filter(|s| s.publisher(dev, pid).is_some()).count(),
                 },
             );
         }

@@ -158,7 +158,7 @@ impl RecordingReport {
                 command: h.last.command.clone(),
                 name: h.last.name(),
                 job: h.last.job.clone(),
-                samples: h.series.points().len(),
+                samples: h.samples,
                 // The true peaks: the series' (samples and steps) and what
                 // the publisher kept across resets of PyTorch's counters.
                 peak_allocated_bytes: h.series.peak().map(|p| p.allocated.max(h.last.peak_allocated())),
