@@ -72,9 +72,17 @@ pub fn render_app(app: &mut impl gpumem_top::ui::event::Interactive, w: u16, h: 
     t.backend().to_string()
 }
 
-/// The `gpumem-top` binary cargo built for these tests.
+/// The `gpumem-top` binary cargo built for these tests, or on the GPU
+/// machine (where the build tree is not) the bundle's copy in `.gpu/`.
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_gpumem-top")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let built = env!("CARGO_BIN_EXE_gpumem-top");
+        if std::path::Path::new(built).exists() {
+            return built.to_string();
+        }
+        root().join(".gpu/gpumem-top").to_string_lossy().into_owned()
+    })
 }
 
 /// One HTTP/1.1 GET over a fresh connection: (head, body).
