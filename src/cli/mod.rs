@@ -1186,12 +1186,10 @@ fn export_recording(args: &ExportArgs, snaps: Vec<crate::monitor::Snapshot>) -> 
         At::End => last,
         // The first sample that shows the timeline's peak (a step's own
         // peak falls between samples), as `p` on the screen.
-        At::Peak => {
-            let tp = crate::analysis::peak_index(&h.series.state_points())
-                .and_then(|i| h.series.points().get(i))
-                .map(|p| p.t);
-            tp.and_then(|t| seen.iter().copied().find(|&i| of(i).is_some_and(|p| p.time >= t))).unwrap_or(last)
-        }
+        At::Peak => h
+            .peak_time()
+            .and_then(|t| seen.iter().copied().find(|&i| of(i).is_some_and(|p| p.time >= t)))
+            .unwrap_or(last),
         At::Oom => {
             let ooms = |i: usize| of(i).map_or(0, |p| p.stat("num_ooms"));
             seen.iter()

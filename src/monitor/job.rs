@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use super::model::LiveModel;
 use super::{Published, Snapshot};
-use crate::analysis::median;
 
 /// One rank as the job screen shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -94,12 +93,18 @@ impl Job {
     fn of(job: String, mut ranks: Vec<RankRow>) -> Job {
         ranks.sort_by_key(|r| (r.rank, r.gpu, r.pid));
         let world_size = ranks.iter().map(|r| r.rank + 1).max().unwrap_or(0);
-        let peaks: Vec<u64> = ranks.iter().map(|r| r.peak_allocated_bytes).collect();
-        let median = median(&peaks);
-        let worst = ranks.iter().rev().max_by_key(|r| r.peak_allocated_bytes);
-        let (worst_rank, worst_peak) = worst.map_or((0, 0), |r| (r.rank, r.peak_allocated_bytes));
-        let imbalance = if median > 0 { worst_peak as f64 / median as f64 - 1.0 } else { 0.0 };
-        Job { job, world_size, ranks, median_peak_bytes: median, worst_rank, worst_peak_bytes: worst_peak, imbalance }
+        // The rule `replay RANK0 RANK1 …` judges snapshots by, on peaks.
+        let peaks: Vec<(u32, u64)> = ranks.iter().map(|r| (r.rank, r.peak_allocated_bytes)).collect();
+        let i = crate::analysis::ranks::Imbalance::of(&peaks, "peak_allocated");
+        Job {
+            job,
+            world_size,
+            ranks,
+            median_peak_bytes: i.as_ref().map_or(0, |i| i.median_peak_bytes),
+            worst_rank: i.as_ref().map_or(0, |i| i.worst_rank),
+            worst_peak_bytes: i.as_ref().map_or(0, |i| i.worst_peak_bytes),
+            imbalance: i.as_ref().map_or(0.0, |i| i.over_median),
+        }
     }
 }
 

@@ -39,6 +39,14 @@ pub(crate) struct StepPoint {
 pub(crate) const MAX_STEPS: usize = 20_000;
 
 impl ProcHistory {
+    /// When its timeline peaks (samples and steps' own peaks alike): a
+    /// recording's `p` and `export --at peak` go to the first sample at or
+    /// after it (a step's own peak falls between samples).
+    pub(crate) fn peak_time(&self) -> Option<f64> {
+        let i = crate::analysis::peak_index(&self.series.state_points())?;
+        self.series.points().get(i).map(|p| p.t)
+    }
+
     /// Takes the steps `p` logged that are not in the series yet, each as a
     /// point at its end: its own peaks where published, else its end state.
     fn take_steps(&mut self, used: u64) {

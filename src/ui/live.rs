@@ -173,11 +173,9 @@ impl LiveApp {
             // The sample that first shows the timeline's peak (a step's own
             // peak falls between samples).
             Action::Peak => {
-                let peak = picked.and_then(|h| {
-                    let i = crate::analysis::peak_index(&h.series.state_points())?;
-                    h.series.points().get(i).map(|p| p.t)
-                });
-                let Some(tp) = peak else { return Err(" no publishing process is selected".into()) };
+                let Some(tp) = picked.and_then(|h| h.peak_time()) else {
+                    return Err(" no publishing process is selected".into());
+                };
                 Ok((0..=last).find(|&i| of(i).is_some_and(|p| p.time >= tp)).unwrap_or(last))
             }
             Action::NextOom => {

@@ -94,12 +94,7 @@ impl Widget for &DiffView<'_> {
                 Line::from("the table: what grew at the peaks, by category and by call site"),
                 Line::from("(docs/diff.md, docs/categories.md)"),
             ];
-            let w = 84.min(area.width);
-            let h = (lines.len() as u16 + 2).min(area.height);
-            let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
-            ratatui_widgets::clear::Clear.render(r, buf);
-            let inner = boxed(buf, r, Line::from(" help "), None);
-            put_rows(buf, inner, lines);
+            super::help_box(lines, area, buf);
         }
     }
 }

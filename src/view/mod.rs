@@ -166,6 +166,17 @@ pub(crate) fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Lin
     inner
 }
 
+/// A screen's own short help (diff, ranks): `lines` in a box 84 columns
+/// wide at most, centred over `area`, what was under it cleared.
+pub(crate) fn help_box(lines: Vec<Line>, area: Rect, buf: &mut Buffer) {
+    let w = 84.min(area.width);
+    let h = (lines.len() as u16 + 2).min(area.height);
+    let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    Clear.render(r, buf);
+    let inner = boxed(buf, r, Line::from(" help "), None);
+    put_rows(buf, inner, lines);
+}
+
 /// Lines that fit unwrapped, one per row of `area`.
 ///
 /// `Buffer::set_line` rather than `Paragraph`: the same cells for lines that

@@ -143,12 +143,7 @@ impl Widget for &RanksView<'_> {
                 Line::from("Enter    open it in the replay view; q there comes back here"),
                 Line::from("q / Esc  close the help, else quit"),
             ];
-            let w = 84.min(area.width);
-            let h = (lines.len() as u16 + 2).min(area.height);
-            let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
-            ratatui_widgets::clear::Clear.render(r, buf);
-            let inner = boxed(buf, r, Line::from(" help "), None);
-            put_rows(buf, inner, lines);
+            super::help_box(lines, area, buf);
         }
     }
 }

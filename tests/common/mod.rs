@@ -51,14 +51,7 @@ pub fn recorded_trace(d: &Value) -> Vec<Event> {
 
 /// The live view drawn on a `w`×`h` test terminal, as text.
 pub fn render_live(app: &mut gpumem_top::ui::live::LiveApp, w: u16, h: u16) -> String {
-    use gpumem_top::ui::event::Interactive;
-    let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(w, h)).unwrap();
-    t.draw(|f| {
-        let a = f.area();
-        app.draw_into(a, f.buffer_mut())
-    })
-    .unwrap();
-    t.backend().to_string()
+    render_app(app, w, h)
 }
 
 /// Any app drawn on a `w`×`h` test terminal through its own code, as text.
