@@ -338,3 +338,43 @@ fn a_recorded_oom_is_reported_with_its_request_free_memory_and_stack() {
     // A run without one lists none.
     assert_eq!(replay_json("gpt2_train", &[])["recorded_ooms"], serde_json::json!([]));
 }
+
+/// `--at peak` and `--at oom` print the state there, as `--at N` does,
+/// not the end state under a line naming another event (#37 item 16).
+#[test]
+fn the_summary_table_is_the_state_at_the_moment_asked_for() {
+    let table = |extra: &[&str]| {
+        let path = trace_path("gpt2_train");
+        let mut args = vec!["replay", path.as_str()];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let row = |text: &str, label: &str| -> Vec<String> {
+        let l = text.lines().find(|l| l.starts_with(&format!("| {label}"))).unwrap_or_else(|| panic!("{text}"));
+        l.split('|').skip(2).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect()
+    };
+    let end = table(&[]);
+    let peak = table(&["--at", "peak"]);
+    let j = replay_json("gpt2_train", &[]);
+    let p = j["peak"]["event"].as_u64().unwrap();
+    // At the peak, current is the peak: 16.23 GiB allocated, 18.46 GiB reserved.
+    let alloc = row(&peak, "Allocated memory");
+    assert_eq!(alloc[0], alloc[1], "{peak}");
+    assert_eq!(alloc[0], "16.23 GiB");
+    assert_ne!(row(&end, "Allocated memory")[0], alloc[0]);
+    assert!(peak.contains(&format!("; at event {p}: reserved_unallocated_bytes")), "{peak}");
+    assert!(peak.contains(&format!("at the peak: event {p} of 14327")), "{peak}");
+    // The same table as stopping at that event by number.
+    let by_number = table(&["--at", &p.to_string()]);
+    for label in ["Allocated memory", "GPU reserved memory", "Allocations", "Non-releasable memory"] {
+        assert_eq!(row(&by_number, label), row(&peak, label), "{label}");
+    }
+    // The OOM: allocated just before the failed request, as PyTorch's message had it.
+    let path = trace_path("llama_pressure");
+    let oom = run(&["replay", &path, "--memory-limit", "9006592819", "--at", "oom"]);
+    let oom = String::from_utf8_lossy(&oom.stdout);
+    assert_eq!(row(&oom, "Allocated memory")[0], "7.87 GiB", "{oom}");
+    assert!(oom.contains("first OOM: event 3816") && oom.contains("; at event 3816: "), "{oom}");
+}

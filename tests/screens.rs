@@ -72,6 +72,27 @@ fn screen_with(
     term.backend().to_string()
 }
 
+/// The replay app on a fixture (a path under tests/fixtures) as `replay`
+/// opens it with no flags, with the trace it replays.
+fn replay_app(rel: &str) -> (ReplayApp<'static>, &'static trace::DeviceTrace) {
+    let t: &'static trace::Trace = Box::leak(Box::new(trace::load(&fixture(rel)).unwrap()));
+    let d = &t.devices[0];
+    let want = Want {
+        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+        changed: false,
+        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
+        memory_limit: None,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
+        recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
+    };
+    let session = Session::open(d, &t.stacks, &want).unwrap();
+    let name = rel.rsplit('/').next().unwrap_or(rel).to_string();
+    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, name).unwrap();
+    (ReplayApp::new(model, false), d)
+}
+
 fn first_oom(d: &trace::DeviceTrace) -> usize {
     d.events.iter().position(|e| e.action == TraceAction::Oom).unwrap()
 }
@@ -320,10 +341,12 @@ fn a_long_runs_timeline_says_it_is_a_window() {
     .unwrap();
     let s = term.backend().to_string();
     let title = s.lines().find(|l| l.contains("┌ Timeline")).unwrap_or("");
-    assert!(title.contains("events ─ peak in view"), "{title}");
-    let footer = s.lines().find(|l| l.contains("cursor: event")).unwrap_or("");
+    // A running synth's timeline has a point per request it made (a
+    // malloc or a free), and says so; a paused one steps through events.
+    assert!(title.contains("requests ─ peak in view"), "{title}");
+    let footer = s.lines().find(|l| l.contains("cursor: request")).unwrap_or("");
     let of: usize = footer.split(" of ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
-    assert!(of >= 30_000, "the run's event count, not the window's: {footer}");
+    assert!(of >= 30_000, "the run's request count, not the window's: {footer}");
 }
 
 /// At an OOM the map's lower half says what was asked and by whom, down to
@@ -471,12 +494,27 @@ fn a_paused_demo_steps_back_through_what_it_ran() {
     // Home: the first event, an allocator with next to nothing in it.
     app.handle_key(KeyEvent::from(KeyCode::Home));
     let home = draw(&mut app);
-    assert!(home.contains("paused: event 0 of the last"), "{home}");
     assert_ne!(bar(&home), bar(&live), "{home}");
-    assert!(home.contains("event 1/") || home.contains("event 0/"), "{home}");
-    // Stepping moves one event; resuming returns to the live run.
+    // The status line, the header and the footer name one event: the
+    // first whole state (a segment_alloc and the alloc it is for show one).
+    let said = |s: &str| -> (usize, usize, usize) {
+        let num = |after: &str| -> usize {
+            s.split(after)
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .unwrap_or("")
+                .parse()
+                .unwrap_or(usize::MAX)
+        };
+        (num("paused: event "), num("─ event "), num("cursor: event "))
+    };
+    let (status, header, footer) = said(&home);
+    assert!(status <= 1 && status == header && header == footer, "{home}");
+    // Stepping moves to the next state; resuming returns to the live run.
     app.handle_key(KeyEvent::from(KeyCode::Right));
-    assert!(draw(&mut app).contains("paused: event 1 of the last"));
+    let next = draw(&mut app);
+    let (s2, h2, f2) = said(&next);
+    assert!(s2 > status && s2 == h2 && h2 == f2, "{next}");
     app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
     let resumed = draw(&mut app);
     assert!(!resumed.contains("paused: event") && resumed.contains("running"), "{resumed}");
@@ -613,23 +651,7 @@ fn a_paused_demo_names_itself_jumps_to_its_peak_and_screenshots_what_it_shows() 
 /// (#37 item 12).
 #[test]
 fn a_snapshot_without_history_offers_no_keys_that_step() {
-    let t: &'static trace::Trace =
-        Box::leak(Box::new(trace::load(&fixture("field/history_less_gpt2.pickle.gz")).unwrap()));
-    let d = &t.devices[0];
-    let want = Want {
-        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-        changed: false,
-        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
-        memory_limit: None,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
-        recorded_state: true,
-    };
-    let session = Session::open(d, &t.stacks, &want).unwrap();
-    let model =
-        ReplayModel::open(&session, d, &t.stacks, &t.annotations, "history_less_gpt2.pickle.gz".into()).unwrap();
-    let mut app = ReplayApp::new(model, false);
+    let (mut app, _) = replay_app("field/history_less_gpt2.pickle.gz");
     let draw = |app: &mut ReplayApp| {
         let mut term = Terminal::new(TestBackend::new(120, 30)).unwrap();
         term.draw(|f| app.draw(f)).unwrap();
@@ -645,4 +667,75 @@ fn a_snapshot_without_history_offers_no_keys_that_step() {
     );
     app.dispatch(Action::Peak);
     assert!(draw(&mut app).contains("p (jump to the peak) is for"));
+}
+
+/// Home is the first state (event 1: event 0 is the segment_alloc of the
+/// first malloc, which shows with it) in the header and the footer alike,
+/// End the last event, numbered as `--at end` and `--json` number it (#37
+/// item 16).
+#[test]
+fn home_and_end_number_events_from_zero_as_the_cli_does() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let (mut app, d) = replay_app("traces/gpt2_train.pickle.gz");
+    let n = d.events.len();
+    app.handle_key(KeyEvent::from(KeyCode::Home));
+    let home = common::render_app(&mut app, 160, 40);
+    assert_eq!(d.events[0].action, gpumem_top::alloc::Action::SegmentAlloc);
+    assert!(home.lines().next().unwrap().contains(&format!(" event 1/{n} ")), "{home}");
+    assert!(home.contains(&format!("cursor: event 1 of {n} ")), "{home}");
+    // ← from there stays: nothing is before the first state.
+    app.handle_key(KeyEvent::from(KeyCode::Left));
+    assert!(common::render_app(&mut app, 160, 40).contains(&format!("cursor: event 1 of {n} ")));
+    // The bars are to the trace's peak reserved (18.46 GiB), at every event.
+    assert!(home.contains("scale     18.46 GiB: the trace's peak reserved"), "{home}");
+    app.handle_key(KeyEvent::from(KeyCode::End));
+    let end = common::render_app(&mut app, 160, 40);
+    assert!(end.lines().next().unwrap().contains(&format!(" event {}/{n} ", n - 1)), "{end}");
+    let cli = std::process::Command::new(common::bin())
+        .args(["replay", &fixture("traces/gpt2_train.pickle.gz").to_string_lossy(), "--at", "end"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cli.stdout);
+    assert!(text.contains(&format!("at the end: event {} (the last of {n} events, numbered from 0)", n - 1)), "{text}");
+    let cli = std::process::Command::new(common::bin())
+        .args(["replay", &fixture("traces/gpt2_train.pickle.gz").to_string_lossy(), "--at", &(n - 1).to_string()])
+        .output()
+        .unwrap();
+    assert!(cli.status.success(), "--at {}: {}", n - 1, String::from_utf8_lossy(&cli.stderr));
+}
+
+/// A paused demo keeps what it showed running: its blocks' call sites and
+/// its iteration marks (#37 item 12).
+#[test]
+fn a_paused_demo_keeps_its_call_sites_and_iterations() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    app.advance(12_000);
+    let running = draw_demo(&mut app, 160, 50);
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    let paused = draw_demo(&mut app, 160, 50);
+    println!("{running}\n{paused}");
+    // The call-site panel's rows (bytes ×count site): the same sites.
+    let sites = |s: &str| -> Vec<String> {
+        s.lines()
+            .skip_while(|l| !l.contains("live bytes by call site"))
+            .skip(1)
+            .take_while(|l| l.contains(" ×"))
+            .filter_map(|l| l.split('×').nth(1))
+            .map(|r| r.split_whitespace().skip(1).take(3).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let (r, p) = (sites(&running), sites(&paused));
+    assert!(r.len() >= 3, "{running}");
+    assert_eq!(p, r, "{paused}");
+    assert!(!paused.contains("no stack recorded"), "{paused}");
+    // Iteration ends within the window, as many as the footer counts.
+    let iters = |s: &str| -> usize {
+        s.split(" iteration")
+            .next()
+            .and_then(|h| h.rsplit("╵ ").next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(iters(&paused) >= 2, "{paused}");
 }

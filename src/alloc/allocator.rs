@@ -281,7 +281,11 @@ pub struct CachingAllocator<D> {
     tags: Vec<u32>,
     events: Vec<Event>,
     points: Vec<StatePoint>,
+    /// Per kept event, the tag of the block an `alloc` made (0 for other
+    /// events); kept only when `set_recording_tags` asked for them.
+    event_tags: Vec<u32>,
     record_events: bool,
+    record_tags: bool,
     emitted: u64,
 }
 
@@ -306,7 +310,9 @@ impl<D: Device> CachingAllocator<D> {
             tags: Vec::new(),
             events: Vec::new(),
             points: Vec::new(),
+            event_tags: Vec::new(),
             record_events: true,
+            record_tags: false,
             emitted: 0,
             device,
             config,
@@ -350,6 +356,10 @@ impl<D: Device> CachingAllocator<D> {
     pub fn set_recording(&mut self, on: bool) {
         self.record_events = on;
     }
+    /// Whether kept events keep their block's tag too (`take_event_tags`).
+    pub fn set_recording_tags(&mut self, on: bool) {
+        self.record_tags = on;
+    }
     pub fn events(&self) -> &[Event] {
         &self.events
     }
@@ -359,12 +369,22 @@ impl<D: Device> CachingAllocator<D> {
     }
     pub fn take_events(&mut self) -> Vec<Event> {
         self.points.clear();
+        self.event_tags.clear();
         std::mem::take(&mut self.events)
+    }
+    /// `take_events` with each event's tag (`set_recording_tags`; all 0
+    /// without it).
+    pub fn take_tagged_events(&mut self) -> Vec<(Event, u32)> {
+        let mut tags = std::mem::take(&mut self.event_tags);
+        tags.resize(self.events.len(), 0);
+        self.points.clear();
+        std::mem::take(&mut self.events).into_iter().zip(tags).collect()
     }
     /// Drops the kept events, keeping the buffer's capacity.
     pub fn clear_events(&mut self) {
         self.events.clear();
         self.points.clear();
+        self.event_tags.clear();
     }
     /// Number of events emitted since creation (kept or not).
     pub(crate) fn emitted(&self) -> u64 {
@@ -403,8 +423,17 @@ impl<D: Device> CachingAllocator<D> {
     /// allocated and reserved bytes it left.
     #[inline]
     fn emit(&mut self, e: Event) {
+        self.emit_tagged(e, 0);
+    }
+
+    #[inline]
+    fn emit_tagged(&mut self, e: Event, tag: u32) {
         self.emitted += 1;
         if self.record_events {
+            if self.record_tags {
+                self.event_tags.resize(self.events.len(), 0);
+                self.event_tags.push(tag);
+            }
             self.events.push(e);
             let s = &self.stats;
             self.points.push(StatePoint {
@@ -925,7 +954,7 @@ impl<D: Device> CachingAllocator<D> {
         if bsize >= self.config.max_split_size {
             self.stats.oversize_allocations.increase(1);
         }
-        self.emit(Event::new(Action::Alloc, ptr, orig_size, stream));
+        self.emit_tagged(Event::new(Action::Alloc, ptr, orig_size, stream), tag);
         b
     }
 

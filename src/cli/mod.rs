@@ -536,9 +536,24 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
             .with_context(|| format!("writing {}", path.display()))?;
     }
 
-    let (stats, segments) = match &session.what_if {
-        Some(w) => (w.allocator.stats().clone(), w.allocator.snapshot()),
-        None => (session.exact.allocator.stats().clone(), session.exact.allocator.snapshot()),
+    let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
+    // The state the table shows: with `--at peak|oom`, that event's (as
+    // `--at N` stops there), else where the replay ended.
+    let at_state = match args.at {
+        Some(At::Peak) if exact_ok && session.what_if.is_none() => Some(session.exact.peak.event),
+        Some(At::Oom) if exact_ok && session.what_if.is_none() => oom_index(&dev.events),
+        _ => None,
+    };
+    let (stats, segments) = match (&session.what_if, at_state) {
+        (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
+        (None, Some(i)) => {
+            let mut sc = session
+                .scrubber(1024)
+                .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+            let st = sc.seek(i);
+            (st.stats().clone(), st.snapshot())
+        }
+        (None, None) => (session.exact.allocator.stats().clone(), session.exact.allocator.snapshot()),
     };
     let replayed_label = if fidelity.is_faithful() { "recorded" } else { "replayed" };
     let label = if what_if_conf.is_some() || limit.is_some() { &exact_conf.source } else { &recorded_conf.source };
@@ -558,7 +573,6 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
     }
 
     let frag_now = fragmentation(&stats, &segments);
-    let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
     let peak = exact_ok.then_some(session.exact.peak);
     let cats = Categories::of(
         dev,
@@ -686,7 +700,8 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
                 &stats,
                 &segments,
                 &rows,
-                compare_confs.is_empty()
+                compare_confs.is_empty(),
+                at_event.flatten().filter(|_| exact_ok && session.what_if.is_none()),
             )
         )?;
         for o in recorded_ooms.iter().take(5) {
@@ -773,14 +788,17 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
     let Some(r) = exact else { return "--at needs a trace with segment events".into() };
     match at {
         At::Peak => format!(
-            "at the peak: event {} of {}, allocated {}, reserved {}",
+            "at the peak: event {} of {}, allocated {}, reserved {}: the table above is the state there",
             r.peak.event,
             dev.events.len(),
             human_bytes(r.peak.allocated),
             human_bytes(r.peak.reserved)
         ),
         At::Oom => match oom_index(&r.events) {
-            Some(i) => format!("first OOM: event {i}, request of {} (rounded)", human_bytes(r.events[i].size)),
+            Some(i) => format!(
+                "first OOM: event {i}, request of {} (rounded): the table above is the state there",
+                human_bytes(r.events[i].size)
+            ),
             None => "the trace has no OOM".into(),
         },
         // Events are numbered from 0, as everywhere (the screen, --json, --at N).
@@ -789,7 +807,7 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
             dev.events.len().saturating_sub(1),
             dev.events.len()
         ),
-        At::Event(i) => format!("stopped after event {i}: state above is at that event"),
+        At::Event(i) => format!("stopped after event {i}: the table above is the state there"),
     }
 }
 
@@ -825,6 +843,7 @@ fn summary_text(
     segs: &[crate::alloc::SegmentInfo],
     rows: &[CompareRow],
     no_compare: bool,
+    state_at: Option<usize>,
 ) -> String {
     let mut o = String::new();
     o.push_str(&format!(
@@ -961,8 +980,9 @@ fn summary_text(
     }
     let f = fragmentation(s, segs);
     o.push_str(&format!(
-        "fragmentation: peak_ratio {}; at the end: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
+        "fragmentation: peak_ratio {}; {}: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
         if session.start == Start::StateOnly { "n/a (no peaks in the snapshot)".into() } else { format!("{:.4}", peak_ratio(s)) },
+        state_at.map(|e| format!("at event {e}")).unwrap_or_else(|| "at the end".into()),
         human_bytes(f.reserved_unallocated_bytes),
         human_bytes(f.inactive_split_bytes),
         f.external_fragmentation,

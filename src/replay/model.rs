@@ -35,6 +35,8 @@ pub struct ReplayModel<'a> {
     /// What the header calls the device and the source, when not a replay
     /// of a file ("recorded device", "replay NAME"): a paused synth's.
     pub(crate) label: Option<(String, String)>,
+    /// The highest reserved bytes of the whole trace.
+    peak_reserved: u64,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -77,7 +79,7 @@ impl<'a> ReplayModel<'a> {
     }
 
     pub fn new(
-        scrub: Scrubber<'a>,
+        mut scrub: Scrubber<'a>,
         dev: &DeviceTrace,
         stacks: &'a [Vec<Frame>],
         empty_caches: Vec<usize>,
@@ -86,6 +88,10 @@ impl<'a> ReplayModel<'a> {
         window: bool,
     ) -> Self {
         let peak_at = crate::analysis::peak_index(scrub.points());
+        let peak_reserved = match scrub.points().iter().map(|p| p.reserved).max() {
+            Some(r) => r,
+            None => scrub.seek(0).stats().get(crate::alloc::Kind::ReservedBytes, 0).current.max(0) as u64,
+        };
         let ooms: Vec<usize> =
             dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
         let oom_requests = ooms
@@ -105,6 +111,7 @@ impl<'a> ReplayModel<'a> {
             oom_advice: None,
             categories: None,
             label: None,
+            peak_reserved,
         }
     }
 
@@ -119,6 +126,12 @@ impl<'a> ReplayModel<'a> {
     /// Allocated and reserved bytes after each event.
     pub(crate) fn points(&self) -> &[StatePoint] {
         self.scrub.points()
+    }
+
+    /// The highest reserved bytes of the whole trace (a state-only
+    /// snapshot's own): the replay's bars are to this scale at every event.
+    pub(crate) fn peak_reserved(&self) -> u64 {
+        self.peak_reserved
     }
 
     /// The last event's index (0 for a state-only snapshot).

@@ -28,15 +28,7 @@ impl<'a> ReplayApp<'a> {
     /// The previous / next event whose state differs from the one shown:
     /// the events of one malloc (segment_alloc, then alloc) show one state.
     fn step(&mut self, forward: bool) -> usize {
-        let (from, last) = (self.model.shown(self.cursor), self.model.last());
-        let mut c = self.cursor;
-        while (forward && c < last) || (!forward && c > 0) {
-            c = if forward { c + 1 } else { c - 1 };
-            if self.model.shown(c) != from {
-                break;
-            }
-        }
-        c
+        step_shown(&mut self.model, self.cursor, forward)
     }
 
     /// `s`: the focused view as SVG in the current directory.
@@ -90,7 +82,8 @@ impl Interactive for ReplayApp<'_> {
             Action::Left => self.cursor = self.step(false),
             Action::Right => self.cursor = self.step(true),
             Action::PageUp | Action::PageDown | Action::Home | Action::End => {
-                self.cursor = jumped(a, self.cursor, last, jump).unwrap_or(self.cursor)
+                let c = jumped(a, self.cursor, last, jump).unwrap_or(self.cursor);
+                self.cursor = self.model.shown(c)
             }
             Action::Peak => {
                 if let Some(p) = self.model.peak_at {
@@ -116,6 +109,21 @@ impl Interactive for ReplayApp<'_> {
     fn quit(&self) -> bool {
         self.screen.quit
     }
+}
+
+/// The previous / next event from `cursor` whose state differs from the
+/// one shown: the events of one malloc (segment_alloc, then alloc) show one
+/// state, the alloc's.
+fn step_shown(model: &mut ReplayModel<'_>, cursor: usize, forward: bool) -> usize {
+    let (from, last) = (model.shown(cursor), model.last());
+    let mut c = cursor;
+    while (forward && c < last) || (!forward && c > 0) {
+        c = if forward { c + 1 } else { c - 1 };
+        if model.shown(c) != from {
+            break;
+        }
+    }
+    model.shown(c)
 }
 
 /// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
@@ -174,7 +182,8 @@ pub struct SynthApp<D: Device> {
     status: String,
     /// The allocator's latest events (at most `HISTORY_EVENTS`): what a
     /// pause can step back through.
-    recent: std::collections::VecDeque<crate::alloc::Event>,
+    /// Each with the call site its block was allocated at (a tag).
+    recent: std::collections::VecDeque<(crate::alloc::Event, u32)>,
     /// While paused: the run so far as a recording, and where its cursor is.
     history: Option<History>,
 }
@@ -182,25 +191,47 @@ pub struct SynthApp<D: Device> {
 /// The latest events a paused run can step back through.
 const HISTORY_EVENTS: usize = 20_000;
 
-/// A paused run as a recording: its latest events and the state they end
-/// in, replayed (as a window, exactly: they are our allocator's own) by the
-/// replay's model whenever it is drawn.
-struct History {
+/// What a paused run's recording owns: its latest events as a trace, the
+/// call sites its blocks were allocated at, and where its iterations end.
+struct HistoryData {
     trace: crate::trace::DeviceTrace,
     stacks: Vec<Vec<crate::trace::Frame>>,
-    want: crate::replay::session::Want,
+    iterations: Vec<usize>,
+}
+
+self_cell::self_cell!(
+    /// A paused run's recording with the replay's model over it, built
+    /// once when the run pauses (the model borrows the events it replays).
+    struct HistoryCell {
+        owner: HistoryData,
+        #[not_covariant]
+        dependent: ReplayModel,
+    }
+);
+
+/// A paused run as a recording: its latest events and the state they end
+/// in, replayed (as a window, exactly: they are our allocator's own) by the
+/// replay's model, with their call sites and iteration ends.
+struct History {
+    cell: HistoryCell,
     cursor: usize,
-    /// What the header says: the run's device and what this is.
-    label: (String, String),
 }
 
 impl History {
+    /// `events`: the latest events with their blocks' tags, the last of
+    /// them the allocator's event number `end`; `iteration_events`: the
+    /// allocator's event numbers where iterations ended.
     fn of<D: Device>(
         a: &crate::alloc::CachingAllocator<D>,
-        events: Vec<crate::alloc::Event>,
+        events: Vec<(crate::alloc::Event, u32)>,
+        end: u64,
+        iteration_events: &std::collections::VecDeque<u64>,
         stacks: Vec<Vec<crate::trace::Frame>>,
-    ) -> History {
+    ) -> Result<History, String> {
         let n = events.len();
+        let first = end.saturating_sub(n as u64);
+        let iterations: Vec<usize> =
+            iteration_events.iter().filter(|&&e| e > first && e < end).map(|&e| (e - first) as usize).collect();
         let segments = a
             .snapshot()
             .iter()
@@ -220,18 +251,16 @@ impl History {
                         size: b.size,
                         requested_size: b.requested_size,
                         state: b.state,
-                        stack: 0,
+                        stack: b.tag,
                     })
                     .collect(),
             })
             .collect();
-        let trace = crate::trace::DeviceTrace {
-            events,
-            time_us: vec![0; n],
-            stacks: vec![0; n],
-            segments,
-            ..Default::default()
-        };
+        // A block's tag is its call site's index, and site i is stack i
+        // (1-based, 0 none), as the trace's stack ids are.
+        let (events, tags): (Vec<_>, Vec<_>) = events.into_iter().unzip();
+        let trace =
+            crate::trace::DeviceTrace { events, time_us: vec![0; n], stacks: tags, segments, ..Default::default() };
         let want = crate::replay::session::Want {
             config: a.config().clone(),
             changed: false,
@@ -243,22 +272,33 @@ impl History {
             recorded_state: true,
         };
         let label = (a.device().describe(), format!("paused: the last {n} events run"));
-        History { trace, stacks, want, cursor: n.saturating_sub(1), label }
+        let data = HistoryData { trace, stacks, iterations };
+        let cell = HistoryCell::try_new(data, |d| {
+            let s = crate::replay::session::Session::open(&d.trace, &d.stacks, &want)?;
+            if !s.fidelity.is_faithful() {
+                return Err(format!("its events do not replay ({})", s.fidelity.name()));
+            }
+            // The synthetic model's trace carries no markers the categories
+            // rest on: they are not shown (the running view has its own).
+            let mut m =
+                ReplayModel::open_uncategorized(&s, &d.trace, &d.stacks, &[], "the last events of this run".into())
+                    .map_err(|d| d.reason)?;
+            m.iterations = d.iterations.clone();
+            m.label = Some(label);
+            Ok(m)
+        })?;
+        let mut h = History { cell, cursor: n.saturating_sub(1) };
+        h.cursor = h.shown(h.cursor);
+        Ok(h)
     }
 
-    /// The replay's model of it, or why there is none.
-    fn model(&self) -> Result<ReplayModel<'_>, String> {
-        let s = crate::replay::session::Session::open(&self.trace, &self.stacks, &self.want)?;
-        if !s.fidelity.is_faithful() {
-            return Err(format!("its events do not replay ({})", s.fidelity.name()));
-        }
-        // The synthetic model's trace carries no stacks or markers: its
-        // categories would all be unknown, so none are shown.
-        let mut m =
-            ReplayModel::open_uncategorized(&s, &self.trace, &self.stacks, &[], "the last events of this run".into())
-                .map_err(|d| d.reason)?;
-        m.label = Some(self.label.clone());
-        Ok(m)
+    /// The event whose state the screen shows for `cursor`.
+    fn shown(&mut self, cursor: usize) -> usize {
+        self.cell.with_dependent_mut(|_, m| m.shown(cursor))
+    }
+
+    fn events(&self) -> usize {
+        self.cell.borrow_owner().trace.events.len()
     }
 }
 
@@ -282,6 +322,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         iterations: &d.iterations,
         clock: None,
         first_event: d.dropped,
+        unit: "request",
         meaning: None,
         known: Some(d.categories),
     }
@@ -316,6 +357,7 @@ impl<D: Device> SynthApp<D> {
         // Events are kept for stepping back (`recent`, bounded); the
         // allocator's own list is drained after every advance.
         driver.alloc.set_recording(true);
+        driver.alloc.set_recording_tags(true);
         let _ = driver.alloc.take_events();
         let driver = driver.bounded(LIVE_POINTS);
         SynthApp {
@@ -338,7 +380,7 @@ impl<D: Device> SynthApp<D> {
     pub fn advance(&mut self, n: usize) {
         let was = self.driver.oom_log.len();
         self.driver.advance(n);
-        self.recent.extend(self.driver.alloc.take_events());
+        self.recent.extend(self.driver.alloc.take_tagged_events());
         let over = self.recent.len().saturating_sub(HISTORY_EVENTS);
         self.recent.drain(..over);
         if let Some(o) = self.driver.oom_log.get(was..).and_then(|l| l.last()) {
@@ -352,17 +394,15 @@ impl<D: Device> SynthApp<D> {
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
         // Paused: the moment on the screen, not the run's newest.
-        if let Some(h) = &self.history {
-            let model = h.model();
+        if let Some(h) = &mut self.history {
             let spec = &self.driver.workload.spec;
-            return match model {
-                Ok(mut m) => {
-                    let fmt = crate::export::picture::Format::Svg;
-                    match crate::export::replay::picture(&mut m, h.cursor, view, fmt, 1600, false, false) {
-                        Ok(svg) => save(&screenshot_name(spec.model.name(), view, &format!("event{}", h.cursor)), &svg),
-                        Err(e) => format!(" screenshot: {e}"),
-                    }
-                }
+            let cursor = h.cursor;
+            let fmt = crate::export::picture::Format::Svg;
+            let svg = h
+                .cell
+                .with_dependent_mut(|_, m| crate::export::replay::picture(m, cursor, view, fmt, 1600, false, false));
+            return match svg {
+                Ok(svg) => save(&screenshot_name(spec.model.name(), view, &format!("event{cursor}")), &svg),
                 Err(e) => format!(" screenshot: {e}"),
             };
         }
@@ -402,24 +442,15 @@ impl<D: Device> Interactive for SynthApp<D> {
         self.status = msg;
     }
     fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
-        if let Some(h) = &self.history {
-            match h.model() {
-                Ok(mut model) => {
-                    let status = if self.status.trim().is_empty() {
-                        format!(" paused: event {} of the last {} ─ space resumes", h.cursor, h.trace.events.len())
-                    } else {
-                        self.status.clone()
-                    };
-                    let mode = Some(crate::keys::Mode::Synth);
-                    draw_replay(&mut model, h.cursor, self.screen.sel, self.color, status, mode, area, buf);
-                    return;
-                }
-                Err(e) => {
-                    // Said once; the paused run is drawn as it is.
-                    self.status = format!(" cannot step back: {e}");
-                    self.history = None;
-                }
-            }
+        if let Some(h) = &mut self.history {
+            let status = if self.status.trim().is_empty() {
+                format!(" paused: event {} of the last {} ─ space resumes", h.cursor, h.events())
+            } else {
+                self.status.clone()
+            };
+            let (cursor, sel, color, mode) = (h.cursor, self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
+            h.cell.with_dependent_mut(|_, m| draw_replay(m, cursor, sel, color, status, mode, area, buf));
+            return;
         }
         let d = &self.driver;
         let state = match d.progress() {
@@ -454,7 +485,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             oom: None,
         };
         let marks = run_marks(d);
-        draw_state(&d.alloc, false, chrome, marks, self.screen.sel, area, buf);
+        draw_state(&d.alloc, None, chrome, marks, self.screen.sel, area, buf);
     }
 
     fn apply(&mut self, a: Action) {
@@ -466,24 +497,26 @@ impl<D: Device> Interactive for SynthApp<D> {
             Action::Pause => {
                 self.paused = !self.paused;
                 // Nothing run yet: nothing to step back through.
-                self.history = (self.paused && !self.recent.is_empty()).then(|| {
-                    let stacks = self.stacks.clone();
-                    History::of(&self.driver.alloc, self.recent.iter().copied().collect(), stacks)
+                let d = &self.driver;
+                let history = (self.paused && !self.recent.is_empty()).then(|| {
+                    let events = self.recent.iter().copied().collect();
+                    History::of(&d.alloc, events, d.alloc.emitted(), &d.iteration_events, self.stacks.clone())
                 });
-                self.status = match (self.paused, self.history.is_some()) {
-                    (true, true) => " paused: ←/→ PgUp/PgDn Home/End step back through what has run".into(),
-                    (true, false) => " paused (nothing has run yet)".into(),
+                self.status = match (self.paused, &history) {
+                    (true, Some(Ok(_))) => " paused: ←/→ PgUp/PgDn Home/End step back through what has run".into(),
+                    (true, Some(Err(e))) => format!(" paused; cannot step back: {e}"),
+                    (true, None) => " paused (nothing has run yet)".into(),
                     (false, _) => " running".into(),
                 };
+                self.history = history.and_then(Result::ok);
             }
             Action::Peak => match &mut self.history {
-                Some(h) => match h.model().map(|m| m.peak_at) {
-                    Ok(Some(p)) => {
-                        h.cursor = p;
-                        self.status = format!(" the peak of what has run: event {p}");
+                Some(h) => match h.cell.with_dependent(|_, m| m.peak_at) {
+                    Some(p) => {
+                        h.cursor = h.shown(p);
+                        self.status = format!(" the peak of what has run: event {}", h.cursor);
                     }
-                    Ok(None) => self.status = " nothing has run to have a peak".into(),
-                    Err(e) => self.status = format!(" cannot step back: {e}"),
+                    None => self.status = " nothing has run to have a peak".into(),
                 },
                 None => self.status = " pause (space) first: p then jumps to the peak of what has run".into(),
             },
@@ -492,13 +525,15 @@ impl<D: Device> Interactive for SynthApp<D> {
                     Some(h) => {
                         // The status line then says where the cursor is.
                         self.status.clear();
-                        let last = h.trace.events.len().saturating_sub(1);
+                        let last = h.events().saturating_sub(1);
                         let jump = (last / 20).max(1);
-                        h.cursor = match a {
-                            Action::Left => h.cursor.saturating_sub(1),
-                            Action::Right => (h.cursor + 1).min(last),
+                        let c = match a {
+                            Action::Left | Action::Right => {
+                                h.cell.with_dependent_mut(|_, m| step_shown(m, h.cursor, a == Action::Right))
+                            }
                             _ => jumped(a, h.cursor, last, jump).unwrap_or(h.cursor),
                         };
+                        h.cursor = h.shown(c);
                     }
                     None if self.paused => self.status = " nothing has run yet to step back through".into(),
                     None => self.status = " pause (space) to step back through what has run".into(),

@@ -710,6 +710,7 @@ impl Interactive for LiveApp {
             iterations: &steps,
             clock: Some(Clock { times: &times, step_peaks: p.step_peaks, recorded: self.recording.is_some() }),
             first_event: 0,
+            unit: "event",
             meaning: None,
             known: None,
         };

@@ -98,6 +98,8 @@ pub(crate) struct View<'a> {
     /// The event the timeline's first point is (a run keeps its latest
     /// events only); 0 for a replay.
     pub(crate) first_event: usize,
+    /// What a timeline point is: `event` or `request` (`parts::Marks`).
+    pub(crate) unit: &'static str,
     pub(crate) order: SegmentOrder,
     /// First segment row shown.
     pub(crate) scroll: usize,
@@ -1302,14 +1304,16 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         // A run's timeline keeps its latest events only: its peak is the
         // shown window's, which the bars' all-time peak may exceed.
         Some((p, v)) if view.first_event > 0 => {
-            format!(" Timeline ─ last {} events ─ peak in view {} @ event {} ", n, human_bytes(v), p + view.first_event)
+            let u = view.unit;
+            format!(" Timeline ─ last {n} {u}s ─ peak in view {} @ {u} {} ", human_bytes(v), p + view.first_event)
         }
         Some((p, v)) if !view.iterations.is_empty() => format!(
-            " Timeline ─ allocated / reserved ─ peak {} @ event {p} (iteration {}) ",
+            " Timeline ─ allocated / reserved ─ peak {} @ {} {p} (iteration {}) ",
             human_bytes(v),
+            view.unit,
             view.iterations.partition_point(|&m| m <= p) + 1
         ),
-        Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ event {p} ", human_bytes(v)),
+        Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ {} {p} ", human_bytes(v), view.unit),
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
     // The scale and which line is which (reserved is never below allocated,
@@ -1540,17 +1544,18 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         }
         _ => {
             let (at, of) = (view.cursor + view.first_event, n + view.first_event);
+            let u = view.unit;
             let p = &view.timeline[view.cursor.min(n - 1)];
             let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));
             let (ooms, ecs, its) = (view.ooms.len(), view.empty_caches.len(), view.iterations.len());
             // The longest that fits: every mark's count stays, in short.
             let footers = [
                 format!(
-                    " cursor: event {at} of {of} ─ allocated {a} ─ reserved {r} ─ ✗ {} ─ E {ecs} empty_cache ─ ╵ {} ▲ peaks ",
+                    " cursor: {u} {at} of {of} ─ allocated {a} ─ reserved {r} ─ ✗ {} ─ E {ecs} empty_cache ─ ╵ {} ▲ peaks ",
                     crate::analysis::count(ooms, "OOM"),
                     crate::analysis::count(its, "iteration")
                 ),
-                format!(" event {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
+                format!(" {u} {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
                 format!(" {at}/{of} ─ {} / {} ─ ✗{ooms} E{ecs} ╵{its} ", short_bytes(p.allocated), short_bytes(p.reserved)),
             ];
             longest_fitting(footers, inner.width as usize).unwrap_or_default()

@@ -112,6 +112,9 @@ pub(crate) struct Marks<'m> {
     pub(crate) clock: Option<Clock<'m>>,
     /// The event the first point is (0 unless older points were dropped).
     pub(crate) first_event: usize,
+    /// What a point is: an allocator `event` (a replay), or a workload's
+    /// `request` (a running synth, a point per malloc or free it made).
+    pub(crate) unit: &'static str,
     /// What each block is, where the screen knows (a replay).
     pub(crate) meaning: Option<Meaning<'m>>,
     /// Allocated bytes per category now, where the source knows them
@@ -149,6 +152,7 @@ impl<'m> Marks<'m> {
             iterations: at.iterations,
             clock: None,
             first_event: 0,
+            unit: "event",
             meaning: at.meaning,
             known: None,
         }
@@ -226,6 +230,7 @@ pub(crate) fn draw_parts(
         iterations: marks.iterations,
         clock: marks.clock,
         first_event: marks.first_event,
+        unit: marks.unit,
         order: sel.order,
         scroll: sel.scroll,
         selected: sel.selected,
@@ -251,12 +256,12 @@ pub(crate) fn draw_parts(
 }
 
 /// `draw_parts` of an allocator's state.
-/// `recorded`: a replay of a trace, whose device is assumed (its bars are
-/// to the trace's own peak reserved, and say so); otherwise the device the
-/// run is on.
+/// `recorded_peak`: a replay of a trace, whose device is assumed: its bars
+/// are to the trace's own peak reserved (over all of it, not up to the
+/// cursor), and say so; otherwise the device the run is on.
 pub(crate) fn draw_state<D: Device>(
     a: &CachingAllocator<D>,
-    recorded: bool,
+    recorded_peak: Option<u64>,
     chrome: Chrome,
     marks: Marks,
     sel: Selection,
@@ -271,8 +276,10 @@ pub(crate) fn draw_state<D: Device>(
     // running workload's device.
     let capacity = match a.memory_limit() {
         Some(l) => (l, "limit"),
-        None if recorded => ((stats.get(Kind::ReservedBytes, 0).peak.max(1)) as u64, "peak"),
-        None => (a.device().total_memory(), "device"),
+        None => match recorded_peak {
+            Some(p) => (p.max(1), "peak"),
+            None => (a.device().total_memory(), "device"),
+        },
     };
     let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
     draw_parts(&segs, totals, fragmentation(stats, &segs), chrome, marks, sel, area, buf);
@@ -297,8 +304,9 @@ pub(crate) fn draw_replay(
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let oom = model.oom_at(cursor);
     let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
+    let scale = model.peak_reserved();
     let at = model.at(cursor);
     let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
     let marks = Marks::of(&at, cursor, peak_at);
-    draw_state(at.state, true, chrome, marks, sel, area, buf);
+    draw_state(at.state, Some(scale), chrome, marks, sel, area, buf);
 }

@@ -71,6 +71,9 @@ pub struct Driver<D: Device> {
     pub ooms: Vec<usize>,
     pub empty_caches: Vec<usize>,
     pub iterations: Vec<usize>,
+    /// The allocator's event count at the latest iteration ends (at most
+    /// 4096): where a paused run's events mark them.
+    pub(crate) iteration_events: VecDeque<u64>,
     /// Allocated bytes at the end of the most recent iterations (at most
     /// 64), as the publisher reports them after each optimizer step.
     pub(crate) step_ends: VecDeque<u64>,
@@ -121,6 +124,7 @@ impl<D: Device> Driver<D> {
             ooms: Vec::new(),
             empty_caches: Vec::new(),
             iterations: Vec::new(),
+            iteration_events: VecDeque::new(),
             step_ends: VecDeque::new(),
             step_log: VecDeque::new(),
             step_max: (0, 0),
@@ -239,6 +243,10 @@ impl<D: Device> Driver<D> {
                 // publisher of a real run counts at a step's end.
                 self.step_categories = Some((n, self.categories));
                 self.iterations.push(self.points.len());
+                if self.iteration_events.len() == 4096 {
+                    self.iteration_events.pop_front();
+                }
+                self.iteration_events.push_back(self.alloc.emitted());
                 if self.step_ends.len() == 64 {
                     self.step_ends.pop_front();
                 }
