@@ -468,37 +468,3 @@ fn jobs_recorded_on_the_h200_hold_each_ranks_own_peaks() {
         assert!(s.contains(&format!("worst rank {} at", world - 1)), "{s}");
     }
 }
-
-/// The README's job screen is the job screen of the H200 recording at its
-/// last sample where every rank published, drawn by the app's own code.
-#[test]
-fn the_readme_shows_the_job_screen_as_the_binary_draws_it() {
-    use std::io::Read;
-    let mut rec = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(fixture("ranks/h200_live/gloo3/rec.jsonl.gz")).unwrap())
-        .read_to_string(&mut rec)
-        .unwrap();
-    let snaps = gpumem_top::cli::read_recording(std::io::BufReader::new(rec.as_bytes()), "rec.jsonl.gz").unwrap();
-    // The last sample where every rank published and NVML listed it.
-    let at = snaps.iter().rposition(|s| s.publishers.len() == 3 && s.gpus[0].processes.len() == 3).unwrap();
-    let mut app = LiveApp::of_recording("rec.jsonl.gz", snaps, false);
-    let key = |app: &mut LiveApp, k| app.handle_key(crossterm::event::KeyEvent::from(k));
-    key(&mut app, crossterm::event::KeyCode::Home);
-    for _ in 0..at {
-        key(&mut app, crossterm::event::KeyCode::Right);
-    }
-    key(&mut app, crossterm::event::KeyCode::Char('j'));
-    let screen: Vec<String> = common::render_live(&mut app, 80, 24)
-        .lines()
-        .map(|l| l.trim_start_matches('"').trim_end_matches('"').trim_end().to_string())
-        .collect();
-    println!("{}", screen.join("\n"));
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let block = readme
-        .split("<!-- job screen: tests/ranks.rs -->\n```text\n")
-        .nth(1)
-        .and_then(|r| r.split("\n```").next())
-        .expect("the README's job screen block");
-    let shown: Vec<&str> = block.lines().map(str::trim_end).collect();
-    assert_eq!(shown, screen, "regenerate the README's job screen from this test's output");
-}

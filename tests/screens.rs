@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::fixture;
+use common::{fixture, replay_app};
 use gpumem_top::alloc::Action as TraceAction;
 use gpumem_top::replay::model::ReplayModel;
 use gpumem_top::replay::scrub::Scrubber;
@@ -70,27 +70,6 @@ fn screen_with(
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
     term.draw(|f| app.draw(f)).unwrap();
     term.backend().to_string()
-}
-
-/// The replay app on a fixture (a path under tests/fixtures) as `replay`
-/// opens it with no flags, with the trace it replays.
-fn replay_app(rel: &str) -> (ReplayApp<'static>, &'static trace::DeviceTrace) {
-    let t: &'static trace::Trace = Box::leak(Box::new(trace::load(&fixture(rel)).unwrap()));
-    let d = &t.devices[0];
-    let want = Want {
-        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-        changed: false,
-        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
-        memory_limit: None,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
-        recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
-    };
-    let session = Session::open(d, &t.stacks, &want).unwrap();
-    let name = rel.rsplit('/').next().unwrap_or(rel).to_string();
-    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, name).unwrap();
-    (ReplayApp::new(model, false), d)
 }
 
 fn first_oom(d: &trace::DeviceTrace) -> usize {

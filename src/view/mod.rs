@@ -78,7 +78,8 @@ pub(crate) struct View<'a> {
     pub(crate) peaks_known: bool,
     /// NVML's (used, total) for the device, where known.
     pub(crate) device_memory: Option<(u64, u64, &'static str)>,
-    /// Without NVML, the bars' scale and what it is ("limit", "device").
+    /// Without NVML, the bars' scale and what it is ("limit", "device",
+    /// a replay's "peak" reserved, a state-only "snapshot"'s reserved).
     pub(crate) capacity: Option<(u64, &'static str)>,
     /// Live: what the optimizer held at a step's end, and the step.
     pub(crate) step_categories: Option<(CategoryBytes, u64)>,
@@ -708,6 +709,9 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         None => lines.push(Line::from(match view.capacity {
             Some((bytes, "limit")) => {
                 format!(" limit     {}: the per-process memory limit, the bars' full width", human_bytes(bytes))
+            }
+            Some((bytes, "snapshot")) => {
+                format!(" scale     {}: the snapshot's reserved, the bars' full width", human_bytes(bytes))
             }
             Some((bytes, "peak")) => {
                 format!(" scale     {}: the trace's peak reserved, the bars' full width", human_bytes(bytes))

@@ -256,12 +256,13 @@ pub(crate) fn draw_parts(
 }
 
 /// `draw_parts` of an allocator's state.
-/// `recorded_peak`: a replay of a trace, whose device is assumed: its bars
+/// `recorded_scale`: a replay of a trace, whose device is assumed: its bars
 /// are to the trace's own peak reserved (over all of it, not up to the
-/// cursor), and say so; otherwise the device the run is on.
+/// cursor; "peak") or a state-only snapshot's reserved ("snapshot"), and
+/// say so; otherwise the device the run is on.
 pub(crate) fn draw_state<D: Device>(
     a: &CachingAllocator<D>,
-    recorded_peak: Option<u64>,
+    recorded_scale: Option<(u64, &'static str)>,
     chrome: Chrome,
     marks: Marks,
     sel: Selection,
@@ -276,8 +277,8 @@ pub(crate) fn draw_state<D: Device>(
     // running workload's device.
     let capacity = match a.memory_limit() {
         Some(l) => (l, "limit"),
-        None => match recorded_peak {
-            Some(p) => (p.max(1), "peak"),
+        None => match recorded_scale {
+            Some(p) => p,
             None => (a.device().total_memory(), "device"),
         },
     };
@@ -304,7 +305,10 @@ pub(crate) fn draw_replay(
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let oom = model.oom_at(cursor);
     let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
-    let scale = model.peak_reserved();
+    let scale = match model.points().is_empty() {
+        true => (model.peak_reserved().max(1), "snapshot"),
+        false => (model.peak_reserved().max(1), "peak"),
+    };
     let at = model.at(cursor);
     let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
     let marks = Marks::of(&at, cursor, peak_at);

@@ -200,3 +200,32 @@ impl AsRef<std::ffi::OsStr> for TmpFile {
         self.path.as_os_str()
     }
 }
+
+/// The replay app on a fixture (a path under tests/fixtures) as `replay`
+/// opens it with no flags, with the trace it replays.
+pub fn replay_app(rel: &str) -> (gpumem_top::ui::app::ReplayApp<'static>, &'static gpumem_top::trace::DeviceTrace) {
+    replay_app_with(rel, None)
+}
+
+/// `replay_app` under `--memory-limit limit`.
+pub fn replay_app_with(
+    rel: &str,
+    limit: Option<u64>,
+) -> (gpumem_top::ui::app::ReplayApp<'static>, &'static gpumem_top::trace::DeviceTrace) {
+    let t: &'static gpumem_top::trace::Trace = Box::leak(Box::new(gpumem_top::trace::load(&fixture(rel)).unwrap()));
+    let d = &t.devices[0];
+    let want = gpumem_top::replay::session::Want {
+        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+        changed: limit.is_some(),
+        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
+        memory_limit: limit,
+        keep_events: false,
+        stop_at: None,
+        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
+        recorded_state: t.format == gpumem_top::trace::TraceFormat::PytorchSnapshot,
+    };
+    let session = gpumem_top::replay::session::Session::open(d, &t.stacks, &want).unwrap();
+    let name = rel.rsplit('/').next().unwrap_or(rel).to_string();
+    let model = gpumem_top::replay::model::ReplayModel::open(&session, d, &t.stacks, &t.annotations, name).unwrap();
+    (gpumem_top::ui::app::ReplayApp::new(model, false), d)
+}
