@@ -389,6 +389,48 @@ fn impossible_batches_and_samples_are_refused() {
     }
 }
 
+/// Samples that cannot be one program at their batches are refused with
+/// what is wrong, exit 2, not turned into a confident answer (#37 item 5):
+/// labels swapped (GPT-2's batch-2 run labelled 4 and its batch-4 run 2,
+/// which answered "largest batch 2885"), and two models (GPT-2 and BERT).
+/// The same script's samples, vision models with cuDNN workspaces
+/// included, pass with no warning.
+#[test]
+fn samples_that_cannot_be_right_are_refused() {
+    let bin = env!("CARGO_BIN_EXE_gpumem-top");
+    let at = |name: &str, b: u64| format!("{}@{b}", fixture(&format!("fit/{name}.pickle.gz")).display());
+    let run = |a: String, b: String| {
+        let o = Command::new(bin).args(["fit", &a, &b]).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = run(at("gpt2_b2", 4), at("gpt2_b4", 2));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(out.is_empty(), "nothing predicted: {out}");
+    assert!(
+        err.contains("(batch 4) peaked at 3.13 GiB allocated, below") && err.contains("are the @BATCH labels swapped?"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (code, out, err) = run(at("gpt2_b2", 2), at("bert_b4", 4));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("only 2141 of 3776 requests align across the samples (57%"), "{err}");
+    for (a, b) in [(at("resnet50_b8", 8), at("resnet50_b16", 16)), (at("more/vit_b4", 4), at("more/vit_b8", 8))] {
+        let (code, out, err) = run(a, b);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(!out.contains("warning:"), "{out}");
+        // What the reserved range is: a spread, said to be no bound.
+        assert!(
+            out.contains("spread of the draws: the lowest and highest peak reserved of the 16 replays")
+                && out.contains("not a bound on the real one"),
+            "{out}"
+        );
+    }
+}
+
 /// Several processes of one command (ranks, workers) that record: the first
 /// to finish writes the batch's snapshot, each other its own `…PID` beside
 /// it (none overwrites another), and `fit` says which it used.

@@ -257,6 +257,8 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         names.push(path.display().to_string());
         samples.push(s);
     }
+    // Samples that cannot be right are refused, not fitted (#37 item 5).
+    crate::fit::check_order(&samples, &names).map_err(|e| anyhow!(InputError(e)))?;
     let base = recorded_conf.unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
     let target = Target { device_total: args.device_total, context: args.context, limit };
@@ -274,6 +276,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         ));
     }
     fitted.report.self_check = self_check;
+    let warnings = fitted.report.judge().map_err(|e| anyhow!(InputError(e)))?;
     let largest = *fitted.samples.last().unwrap_or(&1);
     let batches: Vec<u64> = if args.targets.is_empty() {
         [2, 4, 8].iter().map(|k| largest.saturating_mul(*k).min(MAX_BATCH)).collect()
@@ -327,6 +330,9 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             device_total_bytes: u64,
             context_bytes: u64,
             alignment: &'a crate::fit::FitReport,
+            /// Why the predictions are less certain than docs/fit.md
+            /// measures (a self-check off by more than it should be).
+            warnings: &'a [String],
             /// Per category at the samples' peaks, and its line.
             categories: Vec<CategoryOut<'a>>,
         }
@@ -354,6 +360,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             device_total_bytes: args.device_total,
             context_bytes: args.context,
             alignment: &fitted.report,
+            warnings: &warnings,
             categories: category_fits
                 .iter()
                 .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
@@ -400,12 +407,15 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             er * 100.0
         )?;
     }
+    for w in &warnings {
+        writeln!(so, "warning: {w}")?;
+    }
     let lim = match limit {
         Some(l) => format!("memory limit {}", human_bytes(l)),
         None => format!("device {} less {} of context", human_bytes(args.device_total), human_bytes(args.context)),
     };
     let ranged = predictions.iter().any(|p| p.runs > 1);
-    let range_head = if ranged { format!("  {:>21}", "reserved: lowest–most") } else { String::new() };
+    let range_head = if ranged { format!("  {:>21}", "spread of the draws") } else { String::new() };
     writeln!(so, "\n{:>8}  {:>15}  {:>15}{range_head}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
     for p in &predictions {
         let range = match (ranged, p.runs > 1) {
@@ -435,6 +445,15 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             }
         )?;
     }
+    if ranged {
+        // What the range is, and is not (#37 item 6, docs/fit.md "Workspaces").
+        writeln!(
+            so,
+            "spread of the draws: the lowest and highest peak reserved of the {} replays, each with the workspaces' sizes drawn within ±{}% of their fit; how far the workspaces alone move the peak, not a bound on the real one (docs/fit.md \"Measured\" gives the real runs' errors)",
+            crate::fit::WORKSPACE_RUNS,
+            crate::fit::WORKSPACE_SPREAD * 100.0
+        )?;
+    }
     if !category_fits.is_empty() {
         // What the memory is at the peaks, and which of it grows with the
         // batch (a line through the samples, per category).
@@ -457,18 +476,24 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             )?;
         }
     }
-    writeln!(so, "\n{:<40}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;
-    for (label, b, p) in &by_config {
-        let name = if label.is_empty() {
-            format!("{} (recorded)", if base.source.is_empty() { "default" } else { &base.source })
-        } else if *label == recommended {
-            format!("{label} (tune's pick)")
-        } else {
-            label.clone()
-        };
+    let names: Vec<String> = by_config
+        .iter()
+        .map(|(label, _, _)| {
+            if label.is_empty() {
+                format!("{} (recorded)", if base.source.is_empty() { "default" } else { &base.source })
+            } else if *label == recommended {
+                format!("{label} (tune's pick)")
+            } else {
+                label.clone()
+            }
+        })
+        .collect();
+    let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(40);
+    writeln!(so, "\n{:<w$}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;
+    for (name, (_, b, p)) in names.iter().zip(&by_config) {
         writeln!(
             so,
-            "{:<40}  {:>13}  {:>15}",
+            "{:<w$}  {:>13}  {:>15}",
             name,
             b,
             p.as_ref().map(|p| human_bytes(p.reserved_peak_bytes)).unwrap_or_else(|| "-".into())

@@ -236,6 +236,75 @@ pub(crate) struct FitReport {
     pub(crate) self_check: Vec<(u64, f64, f64)>,
 }
 
+/// Below this share of the skeleton's requests aligned in every sample,
+/// the samples are not one program's steps (docs/fit.md "Samples that
+/// cannot be right"): the same script at two batches aligns 93–100%.
+pub(crate) const MIN_ALIGNED: f64 = 0.8;
+/// A self-check off by more than this (allocated, reserved) refuses the
+/// samples: the fit does not reproduce its own input.
+pub(crate) const REFUSE_SELF_CHECK: (f64, f64) = (0.05, 0.10);
+/// Off by more than this, the predictions are printed with a warning.
+pub(crate) const WARN_SELF_CHECK: (f64, f64) = (0.01, 0.05);
+
+/// Samples whose labels cannot be right: a larger batch whose recorded
+/// peak allocated is more than 1% below a smaller batch's (the labels
+/// swapped, most likely). `names`: each sample's file, in `samples`' order.
+pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), String> {
+    let mut by_batch: Vec<(&Sample, &String)> = samples.iter().zip(names).collect();
+    by_batch.sort_by_key(|(s, _)| s.batch);
+    for w in by_batch.windows(2) {
+        let ((small, sn), (large, ln)) = (w[0], w[1]);
+        if large.batch > small.batch
+            && (large.recorded_allocated_peak as f64) < 0.99 * small.recorded_allocated_peak as f64
+        {
+            return Err(format!(
+                "{ln} (batch {}) peaked at {} allocated, below {sn} (batch {}) at {}: a larger batch cannot need less memory; are the @BATCH labels swapped?",
+                large.batch,
+                crate::analysis::human_bytes(large.recorded_allocated_peak),
+                small.batch,
+                crate::analysis::human_bytes(small.recorded_allocated_peak)
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl FitReport {
+    /// Whether the samples can be one program at their batches: an error
+    /// where they cannot (too few requests align, or the fit does not
+    /// reproduce its own samples), else warnings to print with the
+    /// predictions.
+    pub(crate) fn judge(&self) -> Result<Vec<String>, String> {
+        let share = self.aligned as f64 / self.requests.max(1) as f64;
+        if share < MIN_ALIGNED {
+            return Err(format!(
+                "only {} of {} requests align across the samples ({:.0}%; one script at two batches aligns over {:.0}%): they are not the same program's steps (another model, script or settings?)",
+                self.aligned,
+                self.requests,
+                share * 100.0,
+                MIN_ALIGNED * 100.0
+            ));
+        }
+        let mut warnings = Vec::new();
+        for &(b, ea, er) in &self.self_check {
+            let said = format!(
+                "the fit replays its own sample at batch {b} {:+.2}% off in peak allocated and {:+.2}% in peak reserved",
+                ea * 100.0,
+                er * 100.0
+            );
+            if ea.abs() > REFUSE_SELF_CHECK.0 || er.abs() > REFUSE_SELF_CHECK.1 {
+                return Err(format!(
+                    "{said}: the samples do not describe one program at these batches; check that each SNAPSHOT@BATCH names the batch it ran and that all come from one script"
+                ));
+            }
+            if ea.abs() > WARN_SELF_CHECK.0 || er.abs() > WARN_SELF_CHECK.1 {
+                warnings.push(format!("{said}: the predictions are less certain than docs/fit.md measures"));
+            }
+        }
+        Ok(warnings)
+    }
+}
+
 /// One category's bytes at the samples' peaks, and the line through them
 /// (least squares over the batch): what grows with the batch and what does
 /// not (docs/fit.md "Categories").
@@ -699,5 +768,36 @@ mod without_stacks {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod judging {
+    use super::*;
+
+    fn report(aligned: usize, self_check: Vec<(u64, f64, f64)>) -> FitReport {
+        FitReport {
+            requests: 1000,
+            aligned,
+            unaligned_elsewhere: 0,
+            scaling: 0,
+            workspaces: 0,
+            nonlinear: 0,
+            call_stacks: true,
+            self_check,
+        }
+    }
+
+    #[test]
+    fn too_few_aligned_or_a_self_check_far_off_refuses_and_a_little_off_warns() {
+        assert!(report(799, vec![]).judge().unwrap_err().contains("only 799 of 1000 requests align"));
+        assert_eq!(report(800, vec![(2, 0.0, 0.0), (4, -0.01, 0.05)]).judge().unwrap(), Vec::<String>::new());
+        let w = report(1000, vec![(2, 0.0, 0.0), (4, 0.0101, 0.0)]).judge().unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("the fit replays its own sample at batch 4 +1.01% off in peak allocated"), "{w:?}");
+        assert_eq!(report(1000, vec![(8, 0.0, -0.051)]).judge().unwrap().len(), 1);
+        let e = report(1000, vec![(2, -0.0501, 0.0)]).judge().unwrap_err();
+        assert!(e.contains("-5.01% off in peak allocated") && e.contains("do not describe one program"), "{e}");
+        assert!(report(1000, vec![(2, 0.0, 0.1001)]).judge().is_err());
     }
 }
