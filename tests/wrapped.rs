@@ -6,7 +6,7 @@
 mod common;
 
 use common::fixture;
-use gpumem_top::replay::wrapped::{reconstruct, replay_wrapped, starts_empty};
+use gpumem_top::replay::wrapped::{replay_wrapped, starts_empty};
 use gpumem_top::replay::ReplayOptions;
 use gpumem_top::trace;
 use serde_json::Value;
@@ -75,11 +75,40 @@ fn two_streams_with_pending_frees_from_19_cuts() {
     assert_eq!(check("multistream_pipeline"), 19);
 }
 
+/// Expandable segments (#31 item 1): each reservation's mapped pages at
+/// the window's start are its final ones with the window's maps and unmaps
+/// undone; cut at 19 points, every window replays exactly and ends in
+/// PyTorch's current values.
 #[test]
-fn expandable_segments_say_they_cannot_be_rebuilt() {
-    let t = trace::load(&fixture("traces/gpt2_train_expandable.pickle.gz")).unwrap();
-    let mut dev = t.devices[0].clone();
-    dev.events.drain(..1000);
-    let e = reconstruct(&dev, &t.settings.as_ref().unwrap().config()).unwrap_err();
-    assert!(e.contains("expandable segments is not supported"), "{e}");
+fn gpt2_with_expandable_segments_from_19_cuts() {
+    assert_eq!(check("gpt2_train_expandable"), 19);
+}
+
+/// A GPT-2 run recorded on the H200 with `expandable_segments:True` and
+/// `max_entries=3000`: its ring buffer really wrapped. It replays as
+/// `exact-window` and ends in every current value PyTorch reported.
+#[test]
+fn a_real_wrapped_snapshot_of_expandable_segments_replays_exactly() {
+    let out = std::process::Command::new(common::bin())
+        .args(["replay", &fixture("field4/wrapped_expandable_gpt2.pickle.gz").to_string_lossy(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("field4/wrapped_expandable_gpt2.truth.json")).unwrap())
+            .unwrap();
+    assert_eq!(j["fidelity"], "exact-window");
+    assert_eq!(j["events"], 3000);
+    let mut compared = 0;
+    for (k, v) in truth["stats"].as_object().unwrap() {
+        if k.ends_with(".current") {
+            assert_eq!(&j["stats"][k], v, "{k}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 29);
+    // Expandable segments count in no segment statistic, as in PyTorch.
+    assert_eq!(j["stats"]["segment.all.current"], 0);
+    assert!(j["segments"].as_array().unwrap().iter().all(|s| s["is_expandable"] == true));
 }

@@ -232,6 +232,11 @@ pub struct SeedSegment {
     /// An expandable segment's mapped part (a snapshot without history):
     /// PyTorch counts it in no `segment` and no `inactive_split` statistic.
     pub(crate) expandable: bool,
+    /// A whole expandable segment (a window's start, docs/replay.md
+    /// "Windows of expandable segments"): `address` and `size` are its
+    /// reserved address range, these its mapped ranges (page-aligned, in
+    /// order, apart); the rest is reserved but unmapped. Empty otherwise.
+    pub(crate) mapped: Vec<(u64, u64)>,
 }
 
 /// The allocator's totals right after one event.
@@ -1637,6 +1642,9 @@ impl<D: Device> CachingAllocator<D> {
     /// its live blocks by address. Blocks must lie inside the segment, in
     /// address order, without overlap.
     pub(crate) fn seed_segment(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
+        if seg.expandable && !seg.mapped.is_empty() {
+            return self.seed_expandable(seg);
+        }
         let slot = match self.pool_slot(seg.pool) {
             Some(s) => s,
             None => self.create_pool(Some(seg.pool)).map_err(|e| e.to_string())?,
@@ -1713,6 +1721,114 @@ impl<D: Device> CachingAllocator<D> {
                         self.stats.increase(Kind::InactiveSplitBytes, sp, size as i64);
                     }
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Installs a whole expandable segment obtained before the events being
+    /// replayed: its reservation, its mapped ranges (free space and the live
+    /// blocks in them) and the unmapped rest, as `find_expandable_block` and
+    /// `map_block` would have left them. Stats count the mapped bytes as
+    /// reserved and, as for any expandable segment, no segment or
+    /// inactive_split. Returns the live blocks' handles by address.
+    fn seed_expandable(&mut self, seg: &SeedSegment) -> Result<Vec<(u64, BlockId)>, String> {
+        let slot = match self.pool_slot(seg.pool) {
+            Some(s) => s,
+            None => self.create_pool(Some(seg.pool)).map_err(|e| e.to_string())?,
+        };
+        let pool: u16 = slot.0 * 2 + u16::from(!seg.small);
+        let sp = stat_pool(pool);
+        let page = self.config.page_size(seg.small);
+        let end = seg.address.checked_add(seg.size).ok_or("segment wraps the address space")?;
+        // Mapped ranges page-aligned, in order, apart, inside the reservation;
+        // each live block inside one of them.
+        let mut at = seg.address;
+        for &(a, n) in &seg.mapped {
+            if (a - seg.address.min(a)) % page != 0
+                || n % page != 0
+                || n == 0
+                || a < at
+                || (a == at && at != seg.address)
+                || a + n > end
+            {
+                return Err(format!(
+                    "mapped range {a:#x}+{n} of expandable segment {:#x} is not page-aligned, in order and apart",
+                    seg.address
+                ));
+            }
+            at = a + n;
+        }
+        let mut last = seg.address;
+        for b in &seg.blocks {
+            let inside = seg.mapped.iter().any(|&(a, n)| b.address >= a && b.address + b.size <= a + n);
+            if b.address < last || b.size == 0 || !inside {
+                return Err(format!(
+                    "block {:#x}+{} lies in no mapped range of expandable segment {:#x}",
+                    b.address, b.size, seg.address
+                ));
+            }
+            last = b.address + b.size;
+        }
+        self.es.push(Some(ExpandableSegment { base: seg.address, size: seg.size, page }));
+        let es = (self.es.len() - 1) as u32;
+        self.pool_state[slot.index()].cuda_malloc_count += 1;
+        // Pieces in address order: (address, size, mapped, live block).
+        let mut pieces: Vec<(u64, u64, bool, Option<&SeedBlock>)> = Vec::new();
+        let mut at = seg.address;
+        let mut blocks = seg.blocks.iter().peekable();
+        for &(a, n) in &seg.mapped {
+            if a > at {
+                pieces.push((at, a - at, false, None));
+            }
+            let mut p = a;
+            while let Some(b) = blocks.next_if(|b| b.address < a + n) {
+                if b.address > p {
+                    pieces.push((p, b.address - p, true, None));
+                }
+                pieces.push((b.address, b.size, true, Some(b)));
+                p = b.address + b.size;
+            }
+            if p < a + n {
+                pieces.push((p, a + n - p, true, None));
+            }
+            at = a + n;
+            self.total_allocated_memory += n;
+            self.stats.increase(Kind::ReservedBytes, sp, n as i64);
+        }
+        if at < end {
+            pieces.push((at, end - at, false, None));
+        }
+        let mut prev = NIL;
+        let mut out = Vec::new();
+        for (addr, size, mapped, live) in pieces {
+            let i = self.new_block(seg.stream, size, addr, pool, es);
+            self.blocks[i as usize].prev = prev;
+            self.blocks[i as usize].mapped = mapped;
+            if prev != NIL {
+                self.blocks[prev as usize].next = i;
+            }
+            prev = i;
+            match live {
+                Some(b) => {
+                    let blk = &mut self.blocks[i as usize];
+                    blk.requested = b.requested;
+                    blk.allocated = !b.pending;
+                    blk.pending = b.pending;
+                    if !b.pending {
+                        self.stats.increase(Kind::Allocation, sp, 1);
+                        self.stats.increase(Kind::AllocatedBytes, sp, size as i64);
+                        if size >= self.config.max_split_size {
+                            self.stats.oversize_allocations.increase(1);
+                        }
+                    }
+                    self.stats.increase(Kind::Active, sp, 1);
+                    self.stats.increase(Kind::ActiveBytes, sp, size as i64);
+                    self.stats.increase(Kind::RequestedBytes, sp, b.requested as i64);
+                    out.push((addr, BlockId { idx: i, gen: self.blocks[i as usize].gen }));
+                }
+                None if mapped => self.pool_insert(i),
+                None => self.unmapped_insert(i),
             }
         }
         Ok(out)

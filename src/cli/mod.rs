@@ -779,7 +779,15 @@ fn not_in_trace(start: Start) -> Vec<&'static str> {
         // a CUDA-graph capture's own empty_cache (docs/replay.md).
         Start::ProcessStart => vec!["num_sync_all_streams"],
         Start::Window | Start::StateOnly => {
-            vec!["num_sync_all_streams", "peaks", "allocated/freed totals", "num_alloc_retries", "num_ooms"]
+            vec![
+                "num_sync_all_streams",
+                "peaks",
+                "allocated/freed totals",
+                "num_alloc_retries",
+                "num_ooms",
+                "num_device_alloc",
+                "num_device_free",
+            ]
         }
     }
 }

@@ -220,6 +220,7 @@ fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
             small: s.small,
             pool: s.pool,
             expandable: s.is_expandable,
+            mapped: Vec::new(),
             blocks: s
                 .blocks
                 .iter()

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::alloc::config::{K_SMALL_BUFFER, K_SMALL_SIZE};
+use crate::alloc::config::{K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE};
 use crate::alloc::{Action, AllocatorConfig, BlockState, SeedBlock, SeedSegment};
 use crate::trace::DeviceTrace;
 
@@ -56,16 +56,19 @@ pub struct Guess {
 
 /// The segments and live blocks at the trace's first event, and the blocks
 /// whose size is a guess.
-pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<SeedSegment>, Vec<Guess>), String> {
-    if dev.segments.iter().any(|s| s.is_expandable)
-        || dev.events.iter().any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
-    {
-        return Err("the trace's ring buffer wrapped, and rebuilding the starting state of expandable segments is not supported".into());
-    }
+pub fn reconstruct(
+    dev: &DeviceTrace,
+    config: &AllocatorConfig,
+    device_total: u64,
+) -> Result<(Vec<SeedSegment>, Vec<Guess>), String> {
     // Segments: undo the window's segment events from the end backwards.
     let pool_of: HashMap<u64, (u64, u64)> = dev.segments.iter().map(|s| (s.address, s.pool)).collect();
-    let mut segs: BTreeMap<u64, (u64, u64, bool)> =
-        dev.segments.iter().map(|s| (s.address, (s.total_size, s.stream, s.small))).collect();
+    let mut segs: BTreeMap<u64, (u64, u64, bool)> = dev
+        .segments
+        .iter()
+        .filter(|s| !s.is_expandable)
+        .map(|s| (s.address, (s.total_size, s.stream, s.small)))
+        .collect();
     for e in dev.events.iter().rev() {
         match e.action {
             Action::SegmentAlloc => {
@@ -111,9 +114,22 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
         .iter()
         .map(|(&address, &(size, stream, small))| {
             let pool = pool_of.get(&address).copied().unwrap_or((0, 0));
-            (address, SeedSegment { address, size, stream, small, pool, blocks: Vec::new(), expandable: false })
+            let seg = SeedSegment {
+                address,
+                size,
+                stream,
+                small,
+                pool,
+                blocks: Vec::new(),
+                expandable: false,
+                mapped: Vec::new(),
+            };
+            (address, seg)
         })
         .collect();
+    for es in expandable_at_start(dev, config, device_total) {
+        out.insert(es.address, es);
+    }
     // Block sizes the final snapshot shows for each requested size.
     let mut seen_sizes: HashMap<u64, Vec<u64>> = HashMap::new();
     for b in dev.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
@@ -125,10 +141,12 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
     let mut guesses = Vec::new();
     let mut exact: HashSet<u64> = HashSet::new();
     for (&addr, &(size, requested, pending, is_exact)) in &initial {
-        let seg =
-            out.range_mut(..=addr).next_back().map(|(_, s)| s).filter(|s| addr < s.address + s.size).ok_or_else(
-                || format!("a block live before the trace's window, at {addr:#x}, lies in no known segment"),
-            )?;
+        let seg = out
+            .range_mut(..=addr)
+            .next_back()
+            .map(|(_, s)| s)
+            .filter(|s| addr < s.address + s.size && mapped_end(s, addr).is_some())
+            .ok_or_else(|| format!("a block live before the trace's window, at {addr:#x}, lies in no known segment"))?;
         seg.blocks.push(SeedBlock { address: addr, size, requested, pending });
         if is_exact {
             exact.insert(addr);
@@ -140,15 +158,18 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
     // Sizes known with confidence (from the snapshot, or a gap of at most
     // 1 MiB that must have been taken whole) show how this program's
     // allocator carved each requested size: offer them to the guesses too.
+    // With expandable_segments every large block is split when 512 bytes
+    // or more would remain (docs/pytorch-allocator.md §6.2): none is handed
+    // out whole with room to spare.
+    let slack = if config.expandable_segments { K_MIN_BLOCK_SIZE - 1 } else { K_SMALL_SIZE };
     for seg in out.values().filter(|s| !s.small) {
-        let end = seg.address + seg.size;
         for (i, b) in seg.blocks.iter().enumerate() {
-            let bound = seg.blocks.get(i + 1).map(|n| n.address).unwrap_or(end);
+            let bound = bound(seg, i);
             let room = bound.saturating_sub(b.address);
             let confident = if exact.contains(&b.address) {
                 Some(b.size)
             } else {
-                (room >= b.size && room - b.size <= K_SMALL_SIZE).then_some(room)
+                (room >= b.size && room - b.size <= slack).then_some(room)
             };
             if let Some(size) = confident {
                 let v = seen_sizes.entry(b.requested).or_default();
@@ -159,9 +180,8 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
         }
     }
     for (si, seg) in out.values_mut().enumerate() {
-        let end = seg.address + seg.size;
         for i in 0..seg.blocks.len() {
-            let bound = seg.blocks.get(i + 1).map(|n| n.address).unwrap_or(end);
+            let bound = bound(seg, i);
             let b = &mut seg.blocks[i];
             if b.address + b.size > bound {
                 return Err(format!("blocks live before the trace's window overlap at {:#x}", b.address));
@@ -174,8 +194,11 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
             }
             let rounded = b.size;
             let room = bound - b.address;
-            let whole_ok =
-                |s: u64| s >= rounded && s <= room && (s - rounded <= K_SMALL_SIZE || rounded >= config.max_split_size);
+            let whole_ok = |s: u64| {
+                s >= rounded
+                    && s <= room
+                    && (s - rounded <= slack || !config.expandable_segments && rounded >= config.max_split_size)
+            };
             let mut options = vec![rounded];
             for &s in seen_sizes.get(&b.requested).into_iter().flatten() {
                 if whole_ok(s) && !options.contains(&s) {
@@ -195,6 +218,142 @@ pub fn reconstruct(dev: &DeviceTrace, config: &AllocatorConfig) -> Result<(Vec<S
     Ok((out.into_values().collect(), guesses))
 }
 
+/// Where block `i` of `seg` must end by: the next block, else the end of
+/// its segment (of an expandable segment, of the mapped range it is in).
+fn bound(seg: &SeedSegment, i: usize) -> u64 {
+    let b = &seg.blocks[i];
+    let end = mapped_end(seg, b.address).unwrap_or(b.address + b.size);
+    seg.blocks.get(i + 1).map(|n| n.address.min(end)).unwrap_or(end)
+}
+
+/// The end of the mapped memory `addr` lies in: the segment's end, or for
+/// a whole expandable segment the end of its mapped range holding `addr`
+/// (none where `addr` is unmapped).
+fn mapped_end(seg: &SeedSegment, addr: u64) -> Option<u64> {
+    if seg.mapped.is_empty() {
+        return Some(seg.address + seg.size);
+    }
+    seg.mapped.iter().find(|&&(a, n)| addr >= a && addr < a + n).map(|&(a, n)| a + n)
+}
+
+/// Adds `[a, a + n)` to a set of disjoint ranges (start → end).
+fn add_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
+    let (mut lo, mut hi) = (a, a + n);
+    let touching: Vec<(u64, u64)> = set.range(..=hi).filter(|&(_, &e)| e >= lo).map(|(&s, &e)| (s, e)).collect();
+    for (s, e) in touching {
+        set.remove(&s);
+        lo = lo.min(s);
+        hi = hi.max(e);
+    }
+    set.insert(lo, hi);
+}
+
+/// Removes `[a, a + n)` from a set of disjoint ranges.
+fn remove_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
+    let (lo, hi) = (a, a + n);
+    let over: Vec<(u64, u64)> = set.range(..hi).filter(|&(_, &e)| e > lo).map(|(&s, &e)| (s, e)).collect();
+    for (s, e) in over {
+        set.remove(&s);
+        if s < lo {
+            set.insert(s, lo);
+        }
+        if e > hi {
+            set.insert(hi, e);
+        }
+    }
+}
+
+/// The expandable segments at the window's start (docs/replay.md "Windows of expandable
+/// segments"). PyTorch keeps one reservation per pool, stream
+/// and block size class, and maps it page by page; the snapshot lists each
+/// run of mapped pages as a segment. A reservation's mapped pages at the
+/// start are its final ones with the window's maps and unmaps undone, from
+/// the end backwards; its base is the lowest page the trace shows of it
+/// (pages lie at whole pages from the real base, which is all the model
+/// needs of it). Reservations with no page mapped at the start are left out:
+/// the replay reserves them at their first map, as PyTorch did.
+fn expandable_at_start(dev: &DeviceTrace, config: &AllocatorConfig, device_total: u64) -> Vec<SeedSegment> {
+    struct Reservation {
+        pool: (u64, u64),
+        stream: u64,
+        small: bool,
+        mapped: BTreeMap<u64, u64>,
+        lo: u64,
+        hi: u64,
+    }
+    let va = |small: bool| {
+        let page = config.page_size(small);
+        page * (device_total + device_total / 8).div_ceil(page)
+    };
+    let mut res: Vec<Reservation> = Vec::new();
+    for s in dev.segments.iter().filter(|s| s.is_expandable) {
+        let end = s.address + s.total_size;
+        let r = match res.iter_mut().position(|r| (r.pool, r.stream, r.small) == (s.pool, s.stream, s.small)) {
+            Some(i) => &mut res[i],
+            None => {
+                let mapped = BTreeMap::new();
+                let r = Reservation { pool: s.pool, stream: s.stream, small: s.small, mapped, lo: s.address, hi: end };
+                res.push(r);
+                res.last_mut().expect("just pushed")
+            }
+        };
+        add_range(&mut r.mapped, s.address, s.total_size);
+        (r.lo, r.hi) = (r.lo.min(s.address), r.hi.max(end));
+    }
+    // Each map and unmap belongs to the reservation of its stream whose
+    // pages it lies nearest (reservations are far apart: each spans more
+    // than the device).
+    let events = dev.events.iter().filter(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap));
+    let mut owner = Vec::new();
+    for e in events.clone() {
+        let dist = |r: &Reservation| {
+            if e.addr < r.lo {
+                r.lo - e.addr
+            } else {
+                e.addr.saturating_sub(r.hi)
+            }
+        };
+        let near = (0..res.len())
+            .filter(|&i| res[i].stream == e.stream && dist(&res[i]) < va(res[i].small))
+            .min_by_key(|&i| dist(&res[i]));
+        let i = match near {
+            Some(i) => i,
+            None => {
+                let large = config.page_size(false);
+                let small = e.size % large != 0;
+                let (lo, hi) = (e.addr, e.addr + e.size);
+                res.push(Reservation { pool: (0, 0), stream: e.stream, small, mapped: BTreeMap::new(), lo, hi });
+                res.len() - 1
+            }
+        };
+        let r = &mut res[i];
+        (r.lo, r.hi) = (r.lo.min(e.addr), r.hi.max(e.addr + e.size));
+        owner.push(i);
+    }
+    for (e, &i) in events.collect::<Vec<_>>().into_iter().zip(&owner).rev() {
+        match e.action {
+            Action::SegmentMap => remove_range(&mut res[i].mapped, e.addr, e.size),
+            _ => add_range(&mut res[i].mapped, e.addr, e.size),
+        }
+    }
+    res.into_iter()
+        .filter(|r| !r.mapped.is_empty())
+        .map(|r| {
+            let size = va(r.small).max(r.hi - r.lo);
+            SeedSegment {
+                address: r.lo,
+                size,
+                stream: r.stream,
+                small: r.small,
+                pool: r.pool,
+                blocks: Vec::new(),
+                expandable: true,
+                mapped: r.mapped.into_iter().map(|(a, e)| (a, e - a)).collect(),
+            }
+        })
+        .collect()
+}
+
 /// Replays a wrapped trace from its reconstructed start. Where the replay
 /// diverges, the guessed block sizes nearest the diverging address are tried
 /// in turn (at most `max_tries` re-runs), keeping a change only when the
@@ -205,7 +364,7 @@ pub fn replay_wrapped<'a>(
     dev: &DeviceTrace,
     max_tries: usize,
 ) -> Result<(super::ReplayResult<'a>, Vec<SeedSegment>), String> {
-    let (mut seed, guesses) = reconstruct(dev, &opts.config)?;
+    let (mut seed, guesses) = reconstruct(dev, &opts.config, opts.device_total)?;
     let mut best = super::replay_events_from(rec, opts, &seed, ());
     let mut best_seed = seed.clone();
     let mut tries = 0;
