@@ -1697,23 +1697,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             prev = i;
             match live {
-                Some(b) => {
-                    let blk = &mut self.blocks[i as usize];
-                    blk.requested = b.requested;
-                    blk.allocated = !b.pending;
-                    blk.pending = b.pending;
-                    if !b.pending {
-                        self.stats.increase(Kind::Allocation, sp, 1);
-                        self.stats.increase(Kind::AllocatedBytes, sp, size as i64);
-                        if size >= self.config.max_split_size {
-                            self.stats.oversize_allocations.increase(1);
-                        }
-                    }
-                    self.stats.increase(Kind::Active, sp, 1);
-                    self.stats.increase(Kind::ActiveBytes, sp, size as i64);
-                    self.stats.increase(Kind::RequestedBytes, sp, b.requested as i64);
-                    out.push((addr, BlockId { idx: i, gen: self.blocks[i as usize].gen }));
-                }
+                Some(b) => out.push((addr, self.seed_live(i, b))),
                 None => {
                     self.pool_insert(i);
                     if split && !seg.expandable {
@@ -1724,6 +1708,28 @@ impl<D: Device> CachingAllocator<D> {
             }
         }
         Ok(out)
+    }
+
+    /// Makes block `i` the live (or pending-free) block `b` of a seeded
+    /// segment, counted as an allocation made before the trace.
+    fn seed_live(&mut self, i: u32, b: &SeedBlock) -> BlockId {
+        let sp = stat_pool(self.blocks[i as usize].pool);
+        let size = self.blocks[i as usize].size;
+        let blk = &mut self.blocks[i as usize];
+        blk.requested = b.requested;
+        blk.allocated = !b.pending;
+        blk.pending = b.pending;
+        if !b.pending {
+            self.stats.increase(Kind::Allocation, sp, 1);
+            self.stats.increase(Kind::AllocatedBytes, sp, size as i64);
+            if size >= self.config.max_split_size {
+                self.stats.oversize_allocations.increase(1);
+            }
+        }
+        self.stats.increase(Kind::Active, sp, 1);
+        self.stats.increase(Kind::ActiveBytes, sp, size as i64);
+        self.stats.increase(Kind::RequestedBytes, sp, b.requested as i64);
+        BlockId { idx: i, gen: self.blocks[i as usize].gen }
     }
 
     /// Installs a whole expandable segment obtained before the events being
@@ -1810,23 +1816,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             prev = i;
             match live {
-                Some(b) => {
-                    let blk = &mut self.blocks[i as usize];
-                    blk.requested = b.requested;
-                    blk.allocated = !b.pending;
-                    blk.pending = b.pending;
-                    if !b.pending {
-                        self.stats.increase(Kind::Allocation, sp, 1);
-                        self.stats.increase(Kind::AllocatedBytes, sp, size as i64);
-                        if size >= self.config.max_split_size {
-                            self.stats.oversize_allocations.increase(1);
-                        }
-                    }
-                    self.stats.increase(Kind::Active, sp, 1);
-                    self.stats.increase(Kind::ActiveBytes, sp, size as i64);
-                    self.stats.increase(Kind::RequestedBytes, sp, b.requested as i64);
-                    out.push((addr, BlockId { idx: i, gen: self.blocks[i as usize].gen }));
-                }
+                Some(b) => out.push((addr, self.seed_live(i, b))),
                 None if mapped => self.pool_insert(i),
                 None => self.unmapped_insert(i),
             }
