@@ -63,6 +63,14 @@ CONFIGS = {
     "resnet50_b320_amp": ("resnet50", 320, 0, True, "sgd"),
     "mlp_b3072": ("mlp", 3072, 0, False, "adamw"),
     "mlp_b12288": ("mlp", 12288, 0, False, "adamw"),
+    # Field round 4 (#31 item 7): inference under AMP, Adam with accumulation.
+    "bert_b64_s512_amp_inference": ("bert", 64, 512, True, "none"),
+    "bert_b32_s256_amp_inference": ("bert", 32, 256, True, "none"),
+    "bert_b64_s512_inference": ("bert", 64, 512, False, "none"),
+    "gpt2_b4_s512_adam": ("gpt2", 4, 512, False, "adam"),
+    "gpt2_b4_s512_adam_accum3": ("gpt2", 4, 512, False, "adam"),
+    "gpt2_b2_s1024_adam_accum3": ("gpt2", 2, 1024, False, "adam"),
+    "gpt2_b8_s512_adamw_accum3": ("gpt2", 8, 512, False, "adamw"),
 }
 
 LLAMA_SMALL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=4,
@@ -77,6 +85,9 @@ EXTRA = {
     "i_gpt2_b4_s1024_amp_ckpt": {"ckpt": True},
     "i_gpt2_b4_s1024_amp_accum4": {"accum": 4},
     "i_llama_l8_b8_s512": {"llama": dict(LLAMA_SMALL, num_hidden_layers=8)},
+    "gpt2_b4_s512_adam_accum3": {"accum": 3},
+    "gpt2_b2_s1024_adam_accum3": {"accum": 3},
+    "gpt2_b8_s512_adamw_accum3": {"accum": 3},
 }
 
 
@@ -148,6 +159,8 @@ def child(name):
         model.train()
         if optim == "sgd":
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        elif optim == "adam":
+            opt = torch.optim.Adam(model.parameters(), lr=1e-4)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         for _ in range(3):

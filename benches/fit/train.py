@@ -12,6 +12,8 @@ model on the GPU (no download: random weights), as users' scripts run.
     --model efficientnet  torchvision EfficientNet-B0, 224x224, fp16 autocast + GradScaler, AdamW
     --model vit        torchvision ViT-B/16, 224x224, bf16 autocast, AdamW
     --model resnet18   torchvision ResNet-18, 224x224, fp32, SGD momentum
+    --model swin_t     torchvision Swin-T (windowed attention), 224x224, bf16 autocast, AdamW
+    --model convnext_t torchvision ConvNeXt-Tiny (depthwise 7x7), 224x224, bf16 autocast, AdamW
 """
 
 import argparse
@@ -43,15 +45,17 @@ if a.model == "resnet50":
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-elif a.model in ("efficientnet", "vit", "resnet18"):
+elif a.model in ("efficientnet", "vit", "resnet18", "swin_t", "convnext_t"):
     import torchvision
 
     ctor = {"efficientnet": torchvision.models.efficientnet_b0, "vit": torchvision.models.vit_b_16,
-            "resnet18": torchvision.models.resnet18}[a.model]
+            "resnet18": torchvision.models.resnet18, "swin_t": torchvision.models.swin_t,
+            "convnext_t": torchvision.models.convnext_tiny}[a.model]
     model = ctor().to(dev)
     opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.model == "resnet18"
            else torch.optim.AdamW(model.parameters(), lr=1e-4))
-    dtype = {"efficientnet": torch.float16, "vit": torch.bfloat16}.get(a.model)
+    dtype = {"efficientnet": torch.float16, "vit": torch.bfloat16, "swin_t": torch.bfloat16,
+             "convnext_t": torch.bfloat16}.get(a.model)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(a.steps):

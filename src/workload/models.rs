@@ -85,13 +85,30 @@ pub(crate) struct Builder {
     prefix: String,
     segment: u32,
     pub(crate) batch: u64,
+    /// `model.eval()`: dropout is the identity and allocates nothing.
+    eval: bool,
 }
 
 impl Builder {
     pub fn new(amp: bool, batch: u64) -> Self {
         let mut g = Graph::default();
         g.site("batch");
-        Builder { g, amp, dtype: Vec::new(), casts: Default::default(), prefix: String::new(), segment: 0, batch }
+        Builder {
+            g,
+            amp,
+            dtype: Vec::new(),
+            casts: Default::default(),
+            prefix: String::new(),
+            segment: 0,
+            batch,
+            eval: false,
+        }
+    }
+
+    /// An inference step: the model is in eval mode.
+    pub(crate) fn evaluating(mut self, eval: bool) -> Self {
+        self.eval = eval;
+        self
     }
 
     fn t(&mut self, elems: u64, dtype: u64) -> Tid {
@@ -129,6 +146,15 @@ impl Builder {
         n.site = self.g.site(format!("{}{what}", self.prefix));
         n.segment = self.segment;
         self.g.nodes.push(n);
+    }
+    /// `refs` in eval mode only: a module's locals that outlive their last
+    /// use (docs/synth.md "Module variables"). Measured exact for BERT
+    /// inference; training steps free them at their last use, as the
+    /// calibration was fitted (their activations are mostly saved anyway).
+    fn eval_refs(&mut self, ts: &[Tid]) {
+        if self.eval {
+            self.refs(ts);
+        }
     }
     /// The last op built runs while Python variables still reference `ts`.
     fn refs(&mut self, ts: &[Tid]) {
@@ -200,6 +226,11 @@ impl Builder {
                         ..Default::default()
                     },
                 );
+                // Autocast casts inside the op: its fp32 argument stays
+                // referenced until the op returns (docs/synth.md).
+                if xc != x {
+                    self.eval_refs(&[x]);
+                }
                 y
             }
             None => {
@@ -256,6 +287,9 @@ impl Builder {
         y
     }
     fn dropout(&mut self, what: &str, x: Tid) -> Tid {
+        if self.eval {
+            return x;
+        }
         let n = self.elems(x);
         let mask = self.t(n, 1);
         let y = self.t(n, self.dtype[x]);
@@ -302,8 +336,12 @@ impl Builder {
             outputs.extend([s1, s2]);
         }
         let o = self.t(b * s * h, d);
-        let lse = self.t(b * heads * s, F32);
-        outputs.extend([o, lse]);
+        outputs.push(o);
+        // The log-sum-exp is kept for backward; without grad (eval under
+        // no_grad) none is made.
+        if !self.eval {
+            outputs.push(self.t(b * heads * s, F32));
+        }
         let mut saved = vec![q_of, k, v];
         saved.extend(&outputs);
         self.node(
@@ -443,7 +481,7 @@ pub(crate) fn build(kind: ModelKind, shape: &ModelShape, step: StepShape) -> Gra
 fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
     let (b, s, h, v) = (st.batch, st.seq, m.hidden, m.vocab);
     let rows = b * s;
-    let mut k = Builder::new(st.amp, st.batch);
+    let mut k = Builder::new(st.amp, st.batch).evaluating(st.inference);
     let ids = k.input(rows * 8);
     k.module("transformer.");
     let wte = k.param(v * h);
@@ -548,7 +586,7 @@ fn gelu_tanh(k: &mut Builder, x: Tid) -> Tid {
 fn bert(m: &ModelShape, st: StepShape) -> Graph {
     let (b, s, h, v) = (st.batch, st.seq, m.hidden, m.vocab);
     let rows = b * s;
-    let mut k = Builder::new(st.amp, st.batch);
+    let mut k = Builder::new(st.amp, st.batch).evaluating(st.inference);
     let ids = k.input(rows * 8);
     k.module("bert.embeddings.");
     let (we, pe, te) = (k.param(v * h), k.param(512.max(s) * h), k.param(2 * h));
@@ -565,6 +603,10 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
         Node { inputs: vec![tt], outputs: vec![e2], param_grads: vec![te], ..Default::default() },
     );
     let x = k.add("embeddings", e1, e2);
+    // The position embeddings' lookup is one row per position, added by
+    // broadcasting; it lives until the module returns.
+    let pl = k.t(s * h, F32);
+    k.node("position_embeddings (lookup)", Node { outputs: vec![pl], ..Default::default() });
     let p = k.t(rows * h, F32);
     k.node(
         "position_embeddings",
@@ -578,9 +620,14 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
         },
     );
     let x = k.layer_norm("LayerNorm", p, rows, h);
+    // `BertEmbeddings.forward`'s locals (`inputs_embeds`,
+    // `token_type_embeddings`) live until it returns (docs/synth.md).
+    k.eval_refs(&[e1, e2, pl]);
     let mut r = k.dropout("dropout", x);
+    let embedding_output = r;
     for l in 0..m.layers {
         k.module(format!("bert.encoder.layer.{l}."));
+        let r_in = r;
         k.segment(segment_of(l, m.layers, st.checkpoint));
         let mut qkv = Vec::new();
         for name in ["attention.self.query", "attention.self.key", "attention.self.value"] {
@@ -589,19 +636,32 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
         }
         let o = k.sdpa(qkv[0], qkv[1], qkv[2], b, m.heads, s, h, true);
         let (w, bi) = (k.param(h * h), k.param(h));
-        let y = k.linear("attention.output.dense", o, rows, h, w, Some(bi));
-        let y = k.dropout("attention.output.dropout", y);
+        let yd = k.linear("attention.output.dense", o, rows, h, w, Some(bi));
+        let y = k.dropout("attention.output.dropout", yd);
         let a = k.add("attention.output (residual)", y, r);
         let a = k.layer_norm("attention.output.LayerNorm", a, rows, h);
+        // Until `BertAttention` returns: its `self_outputs` and the dense
+        // output `BertSelfOutput` rebinds.
+        k.eval_refs(&[o, yd, y]);
         let (w, bi) = (k.param(h * m.ffn), k.param(m.ffn));
         let f = k.linear("intermediate.dense", a, rows, m.ffn, w, Some(bi));
         let g = k.pointwise("intermediate.act (gelu)", &[f], k.dtype[f], &[f]);
         let (w, bi) = (k.param(m.ffn * h), k.param(h));
-        let y = k.linear("output.dense", g, rows, h, w, Some(bi));
-        let y = k.dropout("output.dropout", y);
+        let yd = k.linear("output.dense", g, rows, h, w, Some(bi));
+        let y = k.dropout("output.dropout", yd);
         let a2 = k.add("output (residual)", y, a);
         r = k.layer_norm("output.LayerNorm", a2, rows, h);
+        // Until the layer returns, in the order Python lets them go: the
+        // dense output, the feed-forward's input (`apply_chunking_to_forward`),
+        // the attention's output; then the encoder's `hidden_states` until
+        // the new one rebinds it (the first is `BertModel`'s
+        // `embedding_output`, held until the encoder returns).
+        k.eval_refs(&[yd, y, g, a]);
+        if l > 0 {
+            k.eval_refs(&[r_in]);
+        }
     }
+    k.eval_refs(&[embedding_output]);
     k.segment(0);
     k.module("cls.predictions.");
     let (w, bi) = (k.param(h * h), k.param(h));
@@ -610,6 +670,9 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
     let t = k.layer_norm("transform.LayerNorm", t, rows, h);
     let bi = k.param(v);
     let logits = k.linear("decoder", t, rows, v, we, Some(bi));
+    // `BertForMaskedLM.forward` holds the encoder's output
+    // (`sequence_output`) while its head runs.
+    k.eval_refs(&[r]);
     k.head(logits, rows, v, st.inference)
 }
 
@@ -649,7 +712,7 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
     let rows = b * s;
     let hd = h / m.heads.max(1);
     let kvh = m.kv_heads.max(1) * hd;
-    let mut k = Builder::new(st.amp, st.batch);
+    let mut k = Builder::new(st.amp, st.batch).evaluating(st.inference);
     let ids = k.input(rows * 8);
     k.module("model.");
     let we = k.param(v * h);
@@ -738,7 +801,7 @@ fn llama(m: &ModelShape, st: StepShape) -> Graph {
 /// torchvision's ResNet-50 (v1.5: stride in the 3x3 conv), 224x224 input.
 fn resnet50(st: StepShape) -> Graph {
     let b = st.batch;
-    let mut k = Builder::new(st.amp, st.batch);
+    let mut k = Builder::new(st.amp, st.batch).evaluating(st.inference);
     let img = k.input(b * 3 * 224 * 224 * F32);
     k.dtype[img] = F32;
     // The labels: allocated with the batch, read only by the loss.
@@ -867,7 +930,7 @@ fn bn_relu(k: &mut Builder, what: &str, x: Tid, c: u64, hw: u64, relu: bool) -> 
 /// Linear layers with ReLU over `hidden` units: 1024 → hidden ×layers → 1000.
 fn mlp(m: &ModelShape, st: StepShape) -> Graph {
     let b = st.batch;
-    let mut k = Builder::new(st.amp, st.batch);
+    let mut k = Builder::new(st.amp, st.batch).evaluating(st.inference);
     let x0 = k.input(b * m.ffn * F32);
     k.dtype[x0] = F32;
     k.input(b * 8);

@@ -68,11 +68,19 @@ pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
         e("cublas_workspaces", true, "32 MiB + 1 MiB at the first GEMM, 32 MiB at the first backward GEMM, kept"),
         e("loop_variables", true, "x, y, out and loss live until rebound or deleted after the optimizer step"),
     ];
-    v.push(if matches!(spec.model, ModelKind::Gpt2 | ModelKind::Llama | ModelKind::Resnet50) {
-        e("module_variables", true, "a block's local variables keep its tensors as its code does (docs/synth.md)")
-    } else {
-        e("module_variables", false, "a module's local variables can keep a tensor past its last use; freed at it here")
-    });
+    v.push(
+        if matches!(spec.model, ModelKind::Gpt2 | ModelKind::Llama | ModelKind::Resnet50)
+            || spec.inference && spec.model == ModelKind::Bert
+        {
+            e("module_variables", true, "a block's local variables keep its tensors as its code does (docs/synth.md)")
+        } else {
+            e(
+                "module_variables",
+                false,
+                "a module's local variables can keep a tensor past its last use; freed at it here",
+            )
+        },
+    );
     if training {
         v.push(e("gradients", true, "every parameter's, kept from its backward to zero_grad(set_to_none)"));
         v.push(e(
