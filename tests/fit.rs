@@ -110,6 +110,40 @@ fn more_models_recorded_later_are_within_bounds() {
     }
 }
 
+/// Swin-T (windowed attention) and ConvNeXt-T (depthwise 7×7 convolutions),
+/// recorded on the H200 for the fourth field round (#31 item 6): peak
+/// allocated at 4× and 8× the larger sample is within 3% of the real runs'.
+/// Peak reserved is not yet: it comes out 13–18% high (docs/fit.md
+/// "Measured"), printed here for the record.
+#[test]
+fn swin_and_convnext_peak_allocated_within_three_percent() {
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("fit/vision4/truth.json")).unwrap()).unwrap();
+    for m in ["swin_t", "convnext_t"] {
+        // The real run at 64, recorded with its history (a later run of
+        // the script, so its stacks do not align with the samples'): the
+        // truth's peaks are its own.
+        let real64 = fixture(&format!("fit/vision4/{m}_b64_real.pickle.gz"));
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_gpumem-top")).args(["replay", "--json"]).arg(real64).output().unwrap();
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["fidelity"], "exact", "{m}");
+        assert_eq!(r["stats"]["allocated_bytes.all.peak"], truth["models"][m]["real"]["64"][0], "{m}");
+        assert_eq!(r["stats"]["reserved_bytes.all.peak"], truth["models"][m]["real"]["64"][1], "{m}");
+        let snap = |b: u64| format!("{}@{b}", fixture(&format!("fit/vision4/{m}_b{b}.pickle.gz")).display());
+        let j = fit(&[snap(8), snap(16), "--batch".into(), "64".into(), "--batch".into(), "128".into()]);
+        assert!(j["warnings"].as_array().unwrap().is_empty(), "{m}: {}", j["warnings"]);
+        for (i, bt) in ["64", "128"].into_iter().enumerate() {
+            let p = &j["predictions"][i];
+            let real = &truth["models"][m]["real"][bt];
+            let err = |k: &str, r: &Value| p[k].as_f64().unwrap() / r.as_f64().unwrap() - 1.0;
+            let (ea, er) = (err("allocated_peak_bytes", &real[0]), err("reserved_peak_bytes", &real[1]));
+            println!("{m} batch {bt}: allocated {:+.2}%, reserved {:+.2}%", ea * 100.0, er * 100.0);
+            assert!(ea.abs() <= 0.03, "{m} batch {bt}: allocated {:+.2}%", ea * 100.0);
+        }
+    }
+}
+
 /// ResNet-50's cuDNN workspaces are found (freed at once, sizes not in
 /// proportion to the batch) and predictions away from the samples average
 /// replays over their uncertain sizes: the range holds the mean, a sampled

@@ -28,8 +28,11 @@ p.add_argument("--checkpoint", action="store_true",
                help="Hugging Face models: gradient_checkpointing_enable() (non-reentrant, the default)")
 p.add_argument("--reset-peaks", action="store_true",
                help="log max_memory_allocated() per step and reset the peaks, as per-step logging does")
+p.add_argument("--snapshot", help="record memory history (stacks at allocations) and dump a snapshot here at the end")
 a = p.parse_args()
 dev = "cuda"
+if a.snapshot:
+    torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
 
 if a.model == "resnet50":
     import torchvision
@@ -92,5 +95,7 @@ elif a.model in ("gpt2", "bert"):
 else:
     raise SystemExit("unknown model " + a.model)
 torch.cuda.synchronize()
+if a.snapshot:
+    torch.cuda.memory._dump_snapshot(a.snapshot)
 s = torch.cuda.memory_stats()
 print("peaks", a.model, a.batch_size, s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"], flush=True)
