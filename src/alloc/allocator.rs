@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use thiserror::Error;
 
+use super::backing::Device;
 use super::config::{format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED};
 use super::event::{Action, Event};
 use super::index::FreeBlocks;
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
 use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
-use crate::device::Device;
 
 const NIL: u32 = u32::MAX;
 

@@ -41,10 +41,9 @@ pub use run::{attach, run, snapshot, AttachArgs, RunArgs, SnapshotArgs};
 pub use synth::{synth, SynthArgs};
 pub use tune::{tune, TuneArgs};
 
-/// totalGlobalMem of the H200 the calibration traces were recorded on.
-pub const DEFAULT_DEVICE_TOTAL: u64 = 150_109_880_320;
-/// CUDA context size assumed by what-if runs on the simulated device.
-pub const CUDA_CONTEXT_BYTES: u64 = 590 << 20;
+// The device's figures live with the devices (`device`), for `fit` and
+// the replay as for the command line.
+pub use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 
 /// Bad usage or bad input: exit code 2.
 #[derive(Debug, Error)]

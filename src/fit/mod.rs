@@ -60,7 +60,7 @@ impl Sample {
         let want = Want {
             config: config.clone(),
             changed: false,
-            device_total: crate::cli::DEFAULT_DEVICE_TOTAL,
+            device_total: crate::device::DEFAULT_DEVICE_TOTAL,
             memory_limit: None,
             keep_events: false,
             stop_at: None,
@@ -748,7 +748,7 @@ mod without_stacks {
 
     #[test]
     fn samples_without_stacks_predict_what_samples_with_them_do() {
-        let target = Target { device_total: crate::cli::DEFAULT_DEVICE_TOTAL, context: 0, limit: None };
+        let target = Target { device_total: crate::device::DEFAULT_DEVICE_TOTAL, context: 0, limit: None };
         for (model, a, b, at) in
             [("gpt2", 2, 4, [8, 16, 32]), ("bert", 2, 4, [8, 16, 32]), ("resnet50", 8, 16, [32, 64, 128])]
         {

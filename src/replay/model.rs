@@ -11,6 +11,27 @@ use super::scrub::Scrubber;
 use super::session::{Session, Start};
 use super::Divergence;
 
+/// An allocation PyTorch could not make: what was asked, and who asked.
+#[derive(Debug, Clone)]
+pub(crate) struct OomNote<'s> {
+    pub(crate) event: usize,
+    /// As the OOM entry records it (rounded as the allocator rounds).
+    pub(crate) size: u64,
+    pub(crate) stream: u64,
+    /// Innermost first; empty when the trace has none.
+    pub(crate) frames: &'s [Frame],
+    /// What to set about it, when replays of the run found it.
+    pub(crate) advice: Option<String>,
+}
+
+/// The categories of a replay at the moment shown (docs/categories.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meaning<'m> {
+    pub(crate) cats: &'m crate::analysis::categories::Categories,
+    /// The event whose state is shown; none for a snapshot's own state.
+    pub(crate) at: Option<usize>,
+}
+
 pub struct ReplayModel<'a> {
     scrub: Scrubber<'a>,
     pub(crate) stacks: &'a [Vec<Frame>],
@@ -116,11 +137,11 @@ impl<'a> ReplayModel<'a> {
     }
 
     /// The OOM that event `cursor` is, if it is one.
-    pub(crate) fn oom_at(&self, cursor: usize) -> Option<crate::view::parts::OomNote<'a>> {
+    pub(crate) fn oom_at(&self, cursor: usize) -> Option<OomNote<'a>> {
         let k = self.ooms.binary_search(&cursor).ok()?;
         let (size, stream, sid) = self.oom_requests[k];
         let frames = self.stacks.get((sid as usize).wrapping_sub(1)).map_or(&[][..], |f| f.as_slice());
-        Some(crate::view::parts::OomNote { event: cursor, size, stream, frames, advice: self.oom_advice.clone() })
+        Some(OomNote { event: cursor, size, stream, frames, advice: self.oom_advice.clone() })
     }
 
     /// Allocated and reserved bytes after each event.
@@ -162,7 +183,7 @@ impl<'a> ReplayModel<'a> {
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,
             iterations: &self.iterations,
-            meaning: self.categories.as_ref().map(|cats| crate::view::parts::Meaning { cats, at: shown }),
+            meaning: self.categories.as_ref().map(|cats| Meaning { cats, at: shown }),
         }
     }
 
@@ -184,5 +205,5 @@ pub(crate) struct ReplayAt<'m, 'a> {
     pub(crate) ooms: &'m [usize],
     pub(crate) empty_caches: &'m [usize],
     pub(crate) iterations: &'m [usize],
-    pub(crate) meaning: Option<crate::view::parts::Meaning<'m>>,
+    pub(crate) meaning: Option<Meaning<'m>>,
 }

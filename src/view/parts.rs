@@ -3,6 +3,7 @@
 //! selected. The apps (`ui`) and the text export build these; drawing only
 //! reads them.
 
+pub(crate) use crate::replay::model::{Meaning, OomNote};
 use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::Rect;
 use ratatui_core::widgets::Widget;
@@ -122,14 +123,6 @@ pub(crate) struct Marks<'m> {
     pub(crate) known: Option<crate::analysis::categories::CategoryBytes>,
 }
 
-/// The categories of a replay at the moment shown (docs/categories.md).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Meaning<'m> {
-    pub(crate) cats: &'m crate::analysis::categories::Categories,
-    /// The event whose state is shown; none for a snapshot's own state.
-    pub(crate) at: Option<usize>,
-}
-
 /// The x axis of a live timeline: each point's time (seconds since the
 /// epoch), and whether its step points carry the steps' own peaks.
 #[derive(Debug, Clone, Copy)]
@@ -174,19 +167,6 @@ pub(crate) struct Chrome<'s> {
     pub(crate) mode: Option<crate::keys::Mode>,
     /// The request that ran out of memory, when the event shown is an OOM.
     pub(crate) oom: Option<OomNote<'s>>,
-}
-
-/// An allocation PyTorch could not make: what was asked, and who asked.
-#[derive(Debug, Clone)]
-pub(crate) struct OomNote<'s> {
-    pub(crate) event: usize,
-    /// As the OOM entry records it (rounded as the allocator rounds).
-    pub(crate) size: u64,
-    pub(crate) stream: u64,
-    /// Innermost first; empty when the trace has none.
-    pub(crate) frames: &'s [Frame],
-    /// What to set about it, when replays of the run found it.
-    pub(crate) advice: Option<String>,
 }
 
 /// Draws the screens from an allocator's parts: ours, or what a PyTorch
