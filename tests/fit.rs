@@ -111,12 +111,12 @@ fn more_models_recorded_later_are_within_bounds() {
 }
 
 /// Swin-T (windowed attention) and ConvNeXt-T (depthwise 7×7 convolutions),
-/// recorded on the H200 for the fourth field round (#31 item 6): peak
-/// allocated at 4× and 8× the larger sample is within 3% of the real runs'.
-/// Peak reserved is not yet: it comes out 13–18% high (docs/fit.md
-/// "Measured"), printed here for the record.
+/// recorded on the H200 for the fourth field round (#31 item 6): at 4× and
+/// 8× the larger sample, peak allocated within 3% of the real runs' and
+/// peak reserved +2.2% to +5.04% (13–18% before reductions' buffers were
+/// bounded: docs/fit.md "Reductions"), held here within 3% and 6%.
 #[test]
-fn swin_and_convnext_peak_allocated_within_three_percent() {
+fn swin_and_convnext_peaks_at_four_and_eight_times_the_samples() {
     let truth: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("fit/vision4/truth.json")).unwrap()).unwrap();
     for m in ["swin_t", "convnext_t"] {
@@ -140,6 +140,7 @@ fn swin_and_convnext_peak_allocated_within_three_percent() {
             let (ea, er) = (err("allocated_peak_bytes", &real[0]), err("reserved_peak_bytes", &real[1]));
             println!("{m} batch {bt}: allocated {:+.2}%, reserved {:+.2}%", ea * 100.0, er * 100.0);
             assert!(ea.abs() <= 0.03, "{m} batch {bt}: allocated {:+.2}%", ea * 100.0);
+            assert!(er.abs() <= 0.06, "{m} batch {bt}: reserved {:+.2}%", er * 100.0);
         }
     }
 }

@@ -166,6 +166,9 @@ enum Size {
     /// Through the samples' sizes: `at(b) = a + k·b`, least squares over the
     /// samples (exact through two).
     Linear { a: f64, k: f64 },
+    /// A line up to `cap`: a reduction's partial sums, which PyTorch bounds
+    /// (`REDUCTION_CAP`).
+    Capped { a: f64, k: f64, cap: u64 },
 }
 
 impl Size {
@@ -180,9 +183,19 @@ impl Size {
                     v.round() as u64
                 }
             }
+            Size::Capped { a, k, cap } => Size::Linear { a, k }.at(batch).min(cap),
         }
     }
 }
+
+/// The most bytes PyTorch's reduction kernel takes for its partial sums on
+/// the GPUs the samples come from (an H100 or H200: 132 SMs × 2^18 fp32
+/// values; measured by benches/calibration/linear_backward.py, and what
+/// `workload`'s bias gradients use). A Linear's bias gradient sums its
+/// output's gradient over the rows into such a buffer, freed at once: in
+/// proportion to the batch in small samples, and no larger than this at a
+/// large batch (docs/fit.md "Reductions").
+pub(crate) const REDUCTION_CAP: u64 = (132 << 18) * 4;
 
 /// A workspace's size at a batch that was not sampled is known only to
 /// within a few percent (cuDNN picks its algorithm by shape), while whether
@@ -463,13 +476,28 @@ impl Fit {
             }
         }
         // Allocations freed before the next one: scratch space of one op.
+        // A kernel's few bytes of its own (a reduction's 12-byte counter,
+        // taken and freed inside) do not count as a next allocation.
+        // Scratch space with such a counter beside it is a reduction's
+        // partial sums (`REDUCTION_CAP`).
         let mut transient = HashSet::new();
+        let mut reductions = HashSet::new();
         let mut last_alloc: Option<(usize, u64)> = None;
+        let mut counter = false;
         for (i, r) in sk.reqs.iter().enumerate() {
             match *r {
-                Request::Alloc { key, .. } => last_alloc = Some((i, key)),
+                Request::Alloc { size, .. } if size < 512 => counter = last_alloc.is_some(),
+                Request::Alloc { key, .. } => {
+                    last_alloc = Some((i, key));
+                    counter = false;
+                }
                 Request::FreeRequested { key } if last_alloc.is_some_and(|(_, k)| k == key) => {
-                    transient.extend(last_alloc.take().map(|(j, _)| j));
+                    if let Some((j, _)) = last_alloc.take() {
+                        transient.insert(j);
+                        if counter {
+                            reductions.insert(j);
+                        }
+                    }
                 }
                 _ => {}
             }
@@ -494,12 +522,25 @@ impl Fit {
                 // scratch space that is not is a workspace an algorithm
                 // chose (cuDNN's), whose size elsewhere is uncertain.
                 let proportional = matches!(m, Size::Linear { a, .. } if a.abs() < 1.0);
-                if transient.contains(&i) && pts.iter().any(|p| p.1 != pts[0].1) && !proportional {
+                let varies = pts.iter().any(|p| p.1 != pts[0].1);
+                let reduction = reductions.contains(&i) || transient.contains(&i) && proportional;
+                if transient.contains(&i) && varies && !reduction {
                     let mut by_batch = pts.clone();
                     by_batch.sort_unstable();
                     workspaces.insert(i, by_batch.iter().fold(0, |h, &(_, s)| splitmix(h ^ s)));
                 }
-                m
+                // A reduction's scratch space: in proportion to the batch
+                // below the bound, or at the bound already in the largest
+                // sample (its size there within 1% of it: the bound is
+                // rounded up to whole rows of the output).
+                let largest = pts.iter().max_by_key(|p| p.0).map_or(0, |p| p.1);
+                let at_bound = largest.abs_diff(REDUCTION_CAP) * 100 <= REDUCTION_CAP;
+                match m {
+                    Size::Linear { a, k } if reduction && varies => {
+                        Size::Capped { a, k, cap: if at_bound { largest } else { REDUCTION_CAP } }
+                    }
+                    m => m,
+                }
             } else {
                 Size::Fixed(pts[0].1)
             };
