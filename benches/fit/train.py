@@ -29,8 +29,22 @@ p.add_argument("--checkpoint", action="store_true",
 p.add_argument("--reset-peaks", action="store_true",
                help="log max_memory_allocated() per step and reset the peaks, as per-step logging does")
 p.add_argument("--snapshot", help="record memory history (stacks at allocations) and dump a snapshot here at the end")
+p.add_argument("--memory-limit", type=int,
+               help="bytes: set_per_process_memory_fraction to this; an OOM prints 'fits no' (else 'fits yes')")
 a = p.parse_args()
 dev = "cuda"
+if a.memory_limit:
+    torch.cuda.set_per_process_memory_fraction(a.memory_limit / torch.cuda.get_device_properties(0).total_memory)
+if a.memory_limit:
+    import sys
+
+    def _oom(kind, value, tb):
+        if isinstance(value, torch.OutOfMemoryError):
+            print("fits no", a.model, a.batch_size, flush=True)
+            sys.exit(0)
+        sys.__excepthook__(kind, value, tb)
+
+    sys.excepthook = _oom
 if a.snapshot:
     torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
 
@@ -99,3 +113,5 @@ if a.snapshot:
     torch.cuda.memory._dump_snapshot(a.snapshot)
 s = torch.cuda.memory_stats()
 print("peaks", a.model, a.batch_size, s["allocated_bytes.all.peak"], s["reserved_bytes.all.peak"], flush=True)
+if a.memory_limit:
+    print("fits yes", a.model, a.batch_size, flush=True)
