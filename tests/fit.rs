@@ -129,8 +129,9 @@ fn the_largest_batch_of_efficientnet_and_vit_within_five_percent() {
 /// Swin-T (windowed attention) and ConvNeXt-T (depthwise 7×7 convolutions),
 /// recorded on the H200 for the fourth field round (#31 item 6): at 4× and
 /// 8× the larger sample, peak allocated within 3% of the real runs' and
-/// peak reserved +2.2% to +5.04% (13–18% before reductions' buffers were
-/// bounded: docs/fit.md "Reductions"), held here within 3% and 6%; the
+/// peak reserved −1.0% to +1.5% (13–18% before reductions' buffers were
+/// bounded and workspaces kept from outgrowing the batch: docs/fit.md
+/// "Reductions", "Workspaces"), held here within 3% and 5%; the
 /// largest batch under 16 GiB within 5% of what real runs found (233 and
 /// 264).
 #[test]
@@ -171,7 +172,7 @@ fn swin_and_convnext_peaks_at_four_and_eight_times_the_samples() {
             let (ea, er) = (err("allocated_peak_bytes", &real[0]), err("reserved_peak_bytes", &real[1]));
             println!("{m} batch {bt}: allocated {:+.2}%, reserved {:+.2}%", ea * 100.0, er * 100.0);
             assert!(ea.abs() <= 0.03, "{m} batch {bt}: allocated {:+.2}%", ea * 100.0);
-            assert!(er.abs() <= 0.06, "{m} batch {bt}: reserved {:+.2}%", er * 100.0);
+            assert!(er.abs() <= 0.05, "{m} batch {bt}: reserved {:+.2}%", er * 100.0);
         }
     }
 }

@@ -535,9 +535,17 @@ impl Fit {
                 // rounded up to whole rows of the output).
                 let largest = pts.iter().max_by_key(|p| p.0).map_or(0, |p| p.1);
                 let at_bound = largest.abs_diff(REDUCTION_CAP) * 100 <= REDUCTION_CAP;
+                let workspace = transient.contains(&i) && varies && !reduction;
+                let b_largest = pts.iter().map(|p| p.0).max().unwrap_or(1).max(1);
                 match m {
                     Size::Linear { a, k } if reduction && varies => {
                         Size::Capped { a, k, cap: if at_bound { largest } else { REDUCTION_CAP } }
+                    }
+                    // A workspace growing faster than the batch between the
+                    // samples grows in proportion to it beyond them (docs/fit.md
+                    // "Workspaces").
+                    Size::Linear { a, .. } if workspace && a < 0.0 => {
+                        Size::Linear { a: 0.0, k: largest as f64 / b_largest as f64 }
                     }
                     m => m,
                 }
