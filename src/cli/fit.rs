@@ -313,65 +313,138 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         }
     }
 
-    if args.json {
-        // Fields in this order: `predictions` and `max_batch` first.
-        #[derive(serde::Serialize)]
-        struct Out<'a> {
-            predictions: &'a [Prediction],
-            max_batch: u64,
-            max_batch_by_config: BTreeMap<&'a str, u64>,
-            peak_at_max_batch_by_config: BTreeMap<&'a str, Option<Prediction>>,
-            /// What `tune` recommends at the largest batch (a key of the
-            /// maps above when it differs from the recorded setting).
-            recommended_alloc_conf: &'a str,
-            samples: Vec<SampleRef<'a>>,
-            alloc_conf: &'a str,
-            memory_limit_bytes: Option<u64>,
-            device_total_bytes: u64,
-            context_bytes: u64,
-            alignment: &'a crate::fit::FitReport,
-            /// Why the predictions are less certain than docs/fit.md
-            /// measures (a self-check off by more than it should be).
-            warnings: &'a [String],
-            /// Per category at the samples' peaks, and its line.
-            categories: Vec<CategoryOut<'a>>,
-        }
-        #[derive(serde::Serialize)]
-        struct CategoryOut<'a> {
-            #[serde(flatten)]
-            fit: &'a crate::fit::CategoryFit,
-            /// The line at each predicted batch, in `predictions`' order.
-            predicted_bytes: Vec<u64>,
-        }
-        #[derive(serde::Serialize)]
-        struct SampleRef<'a> {
-            snapshot: &'a str,
-            batch: u64,
-        }
-        let out = Out {
-            recommended_alloc_conf: &recommended,
-            predictions: &predictions,
-            max_batch,
-            max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.as_str(), *b)).collect(),
-            peak_at_max_batch_by_config: by_config.iter().map(|(l, _, p)| (l.as_str(), p.clone())).collect(),
-            samples: samples.iter().zip(&names).map(|(s, n)| SampleRef { snapshot: n, batch: s.batch }).collect(),
-            alloc_conf: &base.source,
-            memory_limit_bytes: limit,
-            device_total_bytes: args.device_total,
-            context_bytes: args.context,
-            alignment: &fitted.report,
-            warnings: &warnings,
-            categories: category_fits
-                .iter()
-                .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
-                .collect(),
-        };
-        let mut so = std::io::stdout().lock();
-        serde_json::to_writer(&mut so, &out)?;
-        writeln!(so)?;
-        return Ok(ExitCode::SUCCESS);
-    }
+    let o = Outcome {
+        args,
+        samples: &samples,
+        names: &names,
+        fitted: &fitted,
+        warnings: &warnings,
+        limit,
+        batches: &batches,
+        predictions: &predictions,
+        category_fits: &category_fits,
+        by_config: &by_config,
+        max_batch,
+        base: &base,
+        recommended: &recommended,
+    };
     let mut so = std::io::stdout().lock();
+    if args.json {
+        write_json(&mut so, &o)?;
+    } else {
+        write_summary(&mut so, &o)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a fit found, for its JSON or its summary.
+struct Outcome<'a> {
+    args: &'a FitArgs,
+    samples: &'a [Sample],
+    names: &'a [String],
+    fitted: &'a Fit,
+    warnings: &'a [String],
+    limit: Option<u64>,
+    batches: &'a [u64],
+    predictions: &'a [Prediction],
+    category_fits: &'a [crate::fit::CategoryFit],
+    by_config: &'a [(String, u64, Option<Prediction>)],
+    max_batch: u64,
+    base: &'a AllocatorConfig,
+    recommended: &'a str,
+}
+
+/// `fit --json`: one object, `predictions` and `max_batch` first (docs/json.md).
+fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
+    let Outcome {
+        args,
+        samples,
+        names,
+        fitted,
+        warnings,
+        limit,
+        batches,
+        predictions,
+        category_fits,
+        by_config,
+        max_batch,
+        base,
+        recommended,
+    } = *o;
+    // Fields in this order: `predictions` and `max_batch` first.
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        predictions: &'a [Prediction],
+        max_batch: u64,
+        max_batch_by_config: BTreeMap<&'a str, u64>,
+        peak_at_max_batch_by_config: BTreeMap<&'a str, Option<Prediction>>,
+        /// What `tune` recommends at the largest batch (a key of the
+        /// maps above when it differs from the recorded setting).
+        recommended_alloc_conf: &'a str,
+        samples: Vec<SampleRef<'a>>,
+        alloc_conf: &'a str,
+        memory_limit_bytes: Option<u64>,
+        device_total_bytes: u64,
+        context_bytes: u64,
+        alignment: &'a crate::fit::FitReport,
+        /// Why the predictions are less certain than docs/fit.md
+        /// measures (a self-check off by more than it should be).
+        warnings: &'a [String],
+        /// Per category at the samples' peaks, and its line.
+        categories: Vec<CategoryOut<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct CategoryOut<'a> {
+        #[serde(flatten)]
+        fit: &'a crate::fit::CategoryFit,
+        /// The line at each predicted batch, in `predictions`' order.
+        predicted_bytes: Vec<u64>,
+    }
+    #[derive(serde::Serialize)]
+    struct SampleRef<'a> {
+        snapshot: &'a str,
+        batch: u64,
+    }
+    let out = Out {
+        recommended_alloc_conf: recommended,
+        predictions,
+        max_batch,
+        max_batch_by_config: by_config.iter().map(|(l, b, _)| (l.as_str(), *b)).collect(),
+        peak_at_max_batch_by_config: by_config.iter().map(|(l, _, p)| (l.as_str(), p.clone())).collect(),
+        samples: samples.iter().zip(names).map(|(s, n)| SampleRef { snapshot: n, batch: s.batch }).collect(),
+        alloc_conf: &base.source,
+        memory_limit_bytes: limit,
+        device_total_bytes: args.device_total,
+        context_bytes: args.context,
+        alignment: &fitted.report,
+        warnings,
+        categories: category_fits
+            .iter()
+            .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
+            .collect(),
+    };
+    serde_json::to_writer(&mut *so, &out)?;
+    writeln!(so)?;
+    Ok(())
+}
+
+/// `fit`'s summary: the alignment, the self-check, the predictions, what
+/// grows with the batch and the largest batch per allocator config.
+fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
+    let Outcome {
+        args,
+        samples,
+        fitted,
+        warnings,
+        limit,
+        batches,
+        predictions,
+        category_fits,
+        by_config,
+        base,
+        recommended,
+        ..
+    } = *o;
     let r = &fitted.report;
     writeln!(
         so,
@@ -407,7 +480,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             er * 100.0
         )?;
     }
-    for w in &warnings {
+    for w in warnings {
         writeln!(so, "warning: {w}")?;
     }
     let lim = match limit {
@@ -417,7 +490,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let ranged = predictions.iter().any(|p| p.runs > 1);
     let range_head = if ranged { format!("  {:>21}", "spread of the draws") } else { String::new() };
     writeln!(so, "\n{:>8}  {:>15}  {:>15}{range_head}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
-    for p in &predictions {
+    for p in predictions {
         let range = match (ranged, p.runs > 1) {
             (false, _) => String::new(),
             (true, false) => format!("  {:>21}", "(sampled)"),
@@ -459,7 +532,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         // batch (a line through the samples, per category).
         let last = batches.last().copied().unwrap_or(1);
         writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/categories.md):")?;
-        for f in &category_fits {
+        for f in category_fits {
             let samples_txt: Vec<String> =
                 f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();
             let growth = if f.bytes_per_batch_item.abs() * (last as f64) < 0.01 * f.fixed_bytes.abs().max(1.0) {
@@ -490,7 +563,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         .collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(0).max(40);
     writeln!(so, "\n{:<w$}  {:>13}  {:>15}", "allocator config", "largest batch", "peak reserved")?;
-    for (name, (_, b, p)) in names.iter().zip(&by_config) {
+    for (name, (_, b, p)) in names.iter().zip(by_config) {
         writeln!(
             so,
             "{:<w$}  {:>13}  {:>15}",
@@ -499,5 +572,5 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
             p.as_ref().map(|p| human_bytes(p.reserved_peak_bytes)).unwrap_or_else(|| "-".into())
         )?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

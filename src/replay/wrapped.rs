@@ -61,7 +61,17 @@ pub fn reconstruct(
     config: &AllocatorConfig,
     device_total: u64,
 ) -> Result<(Vec<SeedSegment>, Vec<Guess>), String> {
-    // Segments: undo the window's segment events from the end backwards.
+    let mut out = segments_at_start(dev);
+    for es in expandable_at_start(dev, config, device_total) {
+        out.insert(es.address, es);
+    }
+    let initial = live_at_start(dev, config);
+    place_blocks(out, dev, config, &initial)
+}
+
+/// The plain segments at the window's start, by address: the final ones
+/// with the window's segment events undone from the end backwards.
+fn segments_at_start(dev: &DeviceTrace) -> BTreeMap<u64, SeedSegment> {
     let pool_of: HashMap<u64, (u64, u64)> = dev.segments.iter().map(|s| (s.address, s.pool)).collect();
     let mut segs: BTreeMap<u64, (u64, u64, bool)> = dev
         .segments
@@ -81,8 +91,33 @@ pub fn reconstruct(
         }
     }
 
-    // Live blocks at the start: (address, size, requested, pending, exact size).
-    let mut initial: HashMap<u64, (u64, u64, bool, bool)> = HashMap::new();
+    segs.iter()
+        .map(|(&address, &(size, stream, small))| {
+            let pool = pool_of.get(&address).copied().unwrap_or((0, 0));
+            let seg = SeedSegment {
+                address,
+                size,
+                stream,
+                small,
+                pool,
+                blocks: Vec::new(),
+                expandable: false,
+                mapped: Vec::new(),
+            };
+            (address, seg)
+        })
+        .collect()
+}
+
+/// A live block at the window's start: its size, requested size, whether
+/// its free was requested before the window, and whether the size is
+/// known (the final snapshot has it) rather than the request rounded.
+type Initial = (u64, u64, bool, bool);
+
+/// The blocks live at the window's start, by address: those the window
+/// frees without allocating, and those alive at the end it never allocated.
+fn live_at_start(dev: &DeviceTrace, config: &AllocatorConfig) -> HashMap<u64, Initial> {
+    let mut initial: HashMap<u64, Initial> = HashMap::new();
     let mut live = HashSet::new();
     let mut allocated_in_window = HashSet::new();
     for e in &dev.events {
@@ -109,27 +144,17 @@ pub fn reconstruct(
             }
         }
     }
+    initial
+}
 
-    let mut out: BTreeMap<u64, SeedSegment> = segs
-        .iter()
-        .map(|(&address, &(size, stream, small))| {
-            let pool = pool_of.get(&address).copied().unwrap_or((0, 0));
-            let seg = SeedSegment {
-                address,
-                size,
-                stream,
-                small,
-                pool,
-                blocks: Vec::new(),
-                expandable: false,
-                mapped: Vec::new(),
-            };
-            (address, seg)
-        })
-        .collect();
-    for es in expandable_at_start(dev, config, device_total) {
-        out.insert(es.address, es);
-    }
+/// Puts the live blocks into their segments and lists the sizes that are
+/// guesses, with the other sizes each could have.
+fn place_blocks(
+    mut out: BTreeMap<u64, SeedSegment>,
+    dev: &DeviceTrace,
+    config: &AllocatorConfig,
+    initial: &HashMap<u64, Initial>,
+) -> Result<(Vec<SeedSegment>, Vec<Guess>), String> {
     // Block sizes the final snapshot shows for each requested size.
     let mut seen_sizes: HashMap<u64, Vec<u64>> = HashMap::new();
     for b in dev.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
@@ -140,7 +165,7 @@ pub fn reconstruct(
     }
     let mut guesses = Vec::new();
     let mut exact: HashSet<u64> = HashSet::new();
-    for (&addr, &(size, requested, pending, is_exact)) in &initial {
+    for (&addr, &(size, requested, pending, is_exact)) in initial {
         let seg = out
             .range_mut(..=addr)
             .next_back()
