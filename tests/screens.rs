@@ -3,11 +3,9 @@
 
 mod common;
 
-use common::{fixture, replay_app};
+use common::{fixture, replay_app, replay_app_with};
 use gpumem_top::alloc::Action as TraceAction;
-use gpumem_top::replay::model::ReplayModel;
 use gpumem_top::replay::scrub::Scrubber;
-use gpumem_top::replay::session::{Session, Want};
 use gpumem_top::replay::ReplayOptions;
 use gpumem_top::trace;
 use gpumem_top::ui::app::ReplayApp;
@@ -37,23 +35,7 @@ fn screen_with(
     zoom: Option<usize>,
     actions: &[Action],
 ) -> String {
-    let t: &'static trace::Trace =
-        Box::leak(Box::new(trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap()));
-    let d = &t.devices[0];
-    let want = Want {
-        config: t.settings.as_ref().unwrap().config(),
-        changed: limit.is_some(),
-        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
-        memory_limit: limit,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
-        recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
-    };
-    let session = Session::open(d, &t.stacks, &want).unwrap();
-    assert!(session.fidelity.is_faithful(), "{:?}", session.fidelity);
-    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, format!("{name}.pickle.gz")).unwrap();
-    let mut app = ReplayApp::new(model, false);
+    let (mut app, d) = replay_app_with(&format!("traces/{name}.pickle.gz"), limit);
     if let Some(at) = at {
         app.cursor = at(d);
     }

@@ -135,6 +135,12 @@ struct ExpandableSegment {
     page: u64,
 }
 
+/// The address range an expandable segment reserves on a device of
+/// `total` bytes: the total and an eighth, in whole `page`s.
+pub(crate) fn reservation_size(total: u64, page: u64) -> u64 {
+    total.saturating_add(total / 8).div_ceil(page).saturating_mul(page)
+}
+
 #[inline]
 fn stat_pool(pool: u16) -> usize {
     if is_small(pool) {
@@ -1424,7 +1430,7 @@ impl<D: Device> CachingAllocator<D> {
         }
         let page = self.config.page_size(is_small(pool));
         let total = self.device.total_memory();
-        let va = page * (total + total / 8).div_ceil(page);
+        let va = reservation_size(total, page);
         let base = self.device.reserve(va, page, self.emitted).ok()?;
         self.es.push(Some(ExpandableSegment { base, size: va, page }));
         let es = (self.es.len() - 1) as u32;
@@ -1756,7 +1762,7 @@ impl<D: Device> CachingAllocator<D> {
                 || n == 0
                 || a < at
                 || (a == at && at != seg.address)
-                || a + n > end
+                || a.checked_add(n).is_none_or(|e| e > end)
             {
                 return Err(format!(
                     "mapped range {a:#x}+{n} of expandable segment {:#x} is not page-aligned, in order and apart",
@@ -1767,7 +1773,11 @@ impl<D: Device> CachingAllocator<D> {
         }
         let mut last = seg.address;
         for b in &seg.blocks {
-            let inside = seg.mapped.iter().any(|&(a, n)| b.address >= a && b.address + b.size <= a + n);
+            // The ranges were checked above: `a + n` cannot wrap.
+            let inside = seg
+                .mapped
+                .iter()
+                .any(|&(a, n)| b.address >= a && b.address.checked_add(b.size).is_some_and(|e| e <= a + n));
             if b.address < last || b.size == 0 || !inside {
                 return Err(format!(
                     "block {:#x}+{} lies in no mapped range of expandable segment {:#x}",

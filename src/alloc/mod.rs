@@ -10,6 +10,7 @@ mod index;
 pub mod snapshot;
 pub mod stats;
 
+pub(crate) use allocator::reservation_size;
 pub use allocator::{
     AllocError, BlockId, BlockView, CachingAllocator, MempoolId, OutOfMemory, PoolSlot, PoolView, Route, SeedBlock,
     SeedSegment, StatePoint,

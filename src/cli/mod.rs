@@ -662,16 +662,10 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
             },
             pools: crate::analysis::pool_usage(&segments),
             segments: match at_event {
-                // With --at: the state there, each block with its category.
+                // With --at: the state there (`segments` is already that
+                // state), each block with its category.
                 Some(e) if session.what_if.is_none() => {
-                    let at_segments = match (args.at, e) {
-                        (Some(At::Peak | At::Oom), Some(i)) if exact_ok => match session.scrubber(1024) {
-                            Ok(mut sc) => sc.seek(i).snapshot(),
-                            Err(_) => segments.clone(),
-                        },
-                        _ => segments.clone(),
-                    };
-                    at_segments.iter().map(|g| report::SegmentReport::with_blocks(g, &cats, e)).collect()
+                    segments.iter().map(|g| report::SegmentReport::with_blocks(g, &cats, e)).collect()
                 }
                 _ => segments.iter().map(report::SegmentReport::of).collect(),
             },

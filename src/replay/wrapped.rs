@@ -208,7 +208,7 @@ fn place_blocks(
         for i in 0..seg.blocks.len() {
             let bound = bound(seg, i);
             let b = &mut seg.blocks[i];
-            if b.address + b.size > bound {
+            if b.address.checked_add(b.size).is_none_or(|e| e > bound) {
                 return Err(format!("blocks live before the trace's window overlap at {:#x}", b.address));
             }
             // Large-pool blocks are handed out whole when at most 1 MiB would
@@ -247,7 +247,7 @@ fn place_blocks(
 /// its segment (of an expandable segment, of the mapped range it is in).
 fn bound(seg: &SeedSegment, i: usize) -> u64 {
     let b = &seg.blocks[i];
-    let end = mapped_end(seg, b.address).unwrap_or(b.address + b.size);
+    let end = mapped_end(seg, b.address).unwrap_or(b.address.saturating_add(b.size));
     seg.blocks.get(i + 1).map(|n| n.address.min(end)).unwrap_or(end)
 }
 
@@ -256,14 +256,15 @@ fn bound(seg: &SeedSegment, i: usize) -> u64 {
 /// (none where `addr` is unmapped).
 fn mapped_end(seg: &SeedSegment, addr: u64) -> Option<u64> {
     if seg.mapped.is_empty() {
-        return Some(seg.address + seg.size);
+        return Some(seg.address.saturating_add(seg.size));
     }
-    seg.mapped.iter().find(|&&(a, n)| addr >= a && addr < a + n).map(|&(a, n)| a + n)
+    seg.mapped.iter().find(|&&(a, n)| addr >= a && addr < a.saturating_add(n)).map(|&(a, n)| a.saturating_add(n))
 }
 
 /// Adds `[a, a + n)` to a set of disjoint ranges (start → end).
 fn add_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
-    let (mut lo, mut hi) = (a, a + n);
+    // Sizes come from the input: an end past the address space is clipped.
+    let (mut lo, mut hi) = (a, a.saturating_add(n));
     let touching: Vec<(u64, u64)> = set.range(..=hi).filter(|&(_, &e)| e >= lo).map(|(&s, &e)| (s, e)).collect();
     for (s, e) in touching {
         set.remove(&s);
@@ -275,7 +276,7 @@ fn add_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
 
 /// Removes `[a, a + n)` from a set of disjoint ranges.
 fn remove_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
-    let (lo, hi) = (a, a + n);
+    let (lo, hi) = (a, a.saturating_add(n));
     let over: Vec<(u64, u64)> = set.range(..hi).filter(|&(_, &e)| e > lo).map(|(&s, &e)| (s, e)).collect();
     for (s, e) in over {
         set.remove(&s);
@@ -306,13 +307,10 @@ fn expandable_at_start(dev: &DeviceTrace, config: &AllocatorConfig, device_total
         lo: u64,
         hi: u64,
     }
-    let va = |small: bool| {
-        let page = config.page_size(small);
-        page * (device_total + device_total / 8).div_ceil(page)
-    };
+    let va = |small: bool| crate::alloc::reservation_size(device_total, config.page_size(small));
     let mut res: Vec<Reservation> = Vec::new();
     for s in dev.segments.iter().filter(|s| s.is_expandable) {
-        let end = s.address + s.total_size;
+        let end = s.address.saturating_add(s.total_size);
         let r = match res.iter_mut().position(|r| (r.pool, r.stream, r.small) == (s.pool, s.stream, s.small)) {
             Some(i) => &mut res[i],
             None => {
@@ -346,13 +344,13 @@ fn expandable_at_start(dev: &DeviceTrace, config: &AllocatorConfig, device_total
             None => {
                 let large = config.page_size(false);
                 let small = e.size % large != 0;
-                let (lo, hi) = (e.addr, e.addr + e.size);
+                let (lo, hi) = (e.addr, e.addr.saturating_add(e.size));
                 res.push(Reservation { pool: (0, 0), stream: e.stream, small, mapped: BTreeMap::new(), lo, hi });
                 res.len() - 1
             }
         };
         let r = &mut res[i];
-        (r.lo, r.hi) = (r.lo.min(e.addr), r.hi.max(e.addr + e.size));
+        (r.lo, r.hi) = (r.lo.min(e.addr), r.hi.max(e.addr.saturating_add(e.size)));
         owner.push(i);
     }
     for (e, &i) in events.collect::<Vec<_>>().into_iter().zip(&owner).rev() {

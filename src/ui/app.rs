@@ -25,12 +25,6 @@ impl<'a> ReplayApp<'a> {
         ReplayApp { model, screen: Screen::default(), cursor, color, status: String::new() }
     }
 
-    /// The previous / next event whose state differs from the one shown:
-    /// the events of one malloc (segment_alloc, then alloc) show one state.
-    fn step(&mut self, forward: bool) -> usize {
-        step_shown(&mut self.model, self.cursor, forward)
-    }
-
     /// `s`: the focused view as SVG in the current directory.
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
@@ -70,7 +64,6 @@ impl Interactive for ReplayApp<'_> {
     }
 
     fn apply(&mut self, a: Action) {
-        let last = self.model.last();
         let jump = (self.model.points().len() / 20).max(1);
         self.status.clear();
         if self.screen.apply(a) {
@@ -78,13 +71,11 @@ impl Interactive for ReplayApp<'_> {
             self.screen.sel = self.screen.sel.clamped(&segs);
             return;
         }
+        if let Some(c) = moved(&mut self.model, self.cursor, a, jump) {
+            self.cursor = c;
+            return;
+        }
         match a {
-            Action::Left => self.cursor = self.step(false),
-            Action::Right => self.cursor = self.step(true),
-            Action::PageUp | Action::PageDown | Action::Home | Action::End => {
-                let c = jumped(a, self.cursor, last, jump).unwrap_or(self.cursor);
-                self.cursor = self.model.shown(c)
-            }
             Action::Peak => {
                 if let Some(p) = self.model.peak_at {
                     self.cursor = p;
@@ -111,19 +102,28 @@ impl Interactive for ReplayApp<'_> {
     }
 }
 
-/// The previous / next event from `cursor` whose state differs from the
-/// one shown: the events of one malloc (segment_alloc, then alloc) show one
-/// state, the alloc's.
-fn step_shown(model: &mut ReplayModel<'_>, cursor: usize, forward: bool) -> usize {
-    let (from, last) = (model.shown(cursor), model.last());
-    let mut c = cursor;
-    while (forward && c < last) || (!forward && c > 0) {
-        c = if forward { c + 1 } else { c - 1 };
-        if model.shown(c) != from {
-            break;
+/// Where a key that steps moves `cursor` over `model`'s events, at an event
+/// whose state the screen shows: ←/→ to the previous / next state (the
+/// events of one malloc, segment_alloc then alloc, show one state, the
+/// alloc's), PgUp/PgDn by `jump`, Home and End; none for another action.
+/// The replay and a paused synth step alike.
+fn moved(model: &mut ReplayModel<'_>, cursor: usize, a: Action, jump: usize) -> Option<usize> {
+    let last = model.last();
+    let c = match a {
+        Action::Left | Action::Right => {
+            let (from, forward) = (model.shown(cursor), a == Action::Right);
+            let mut c = cursor;
+            while (forward && c < last) || (!forward && c > 0) {
+                c = if forward { c + 1 } else { c - 1 };
+                if model.shown(c) != from {
+                    break;
+                }
+            }
+            c
         }
-    }
-    model.shown(c)
+        _ => jumped(a, cursor, last, jump)?,
+    };
+    Some(model.shown(c))
 }
 
 /// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
@@ -525,15 +525,11 @@ impl<D: Device> Interactive for SynthApp<D> {
                     Some(h) => {
                         // The status line then says where the cursor is.
                         self.status.clear();
-                        let last = h.events().saturating_sub(1);
-                        let jump = (last / 20).max(1);
-                        let c = match a {
-                            Action::Left | Action::Right => {
-                                h.cell.with_dependent_mut(|_, m| step_shown(m, h.cursor, a == Action::Right))
-                            }
-                            _ => jumped(a, h.cursor, last, jump).unwrap_or(h.cursor),
-                        };
-                        h.cursor = h.shown(c);
+                        let jump = (h.events().saturating_sub(1) / 20).max(1);
+                        let cursor = h.cursor;
+                        if let Some(c) = h.cell.with_dependent_mut(|_, m| moved(m, cursor, a, jump)) {
+                            h.cursor = c;
+                        }
                     }
                     None if self.paused => self.status = " nothing has run yet to step back through".into(),
                     None => self.status = " pause (space) to step back through what has run".into(),

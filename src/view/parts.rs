@@ -285,10 +285,8 @@ pub(crate) fn draw_replay(
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let oom = model.oom_at(cursor);
     let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
-    let scale = match model.points().is_empty() {
-        true => (model.peak_reserved().max(1), "snapshot"),
-        false => (model.peak_reserved().max(1), "peak"),
-    };
+    // A state-only snapshot has no peak: its bars are to its reserved.
+    let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
     let at = model.at(cursor);
     let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
     let marks = Marks::of(&at, cursor, peak_at);

@@ -225,6 +225,7 @@ pub fn replay_app_with(
         recorded_state: t.format == gpumem_top::trace::TraceFormat::PytorchSnapshot,
     };
     let session = gpumem_top::replay::session::Session::open(d, &t.stacks, &want).unwrap();
+    assert!(session.fidelity.is_faithful(), "{rel}: {:?}", session.fidelity);
     let name = rel.rsplit('/').next().unwrap_or(rel).to_string();
     let model = gpumem_top::replay::model::ReplayModel::open(&session, d, &t.stacks, &t.annotations, name).unwrap();
     (gpumem_top::ui::app::ReplayApp::new(model, false), d)
