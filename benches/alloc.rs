@@ -156,7 +156,7 @@ fn bench_frame(c: &mut Criterion) {
     // The app's own path, as `replay` draws a frame: seek, snapshot,
     // histogram, figures, View, ratatui widgets.
     let mut app = ReplayApp::new(model, true);
-    app.cursor = 4400;
+    app.go(4400);
     let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
     let mut buf = ratatui_core::buffer::Buffer::empty(area);
     c.bench_function("frame/gpt2_peak_200x60", |b| {
@@ -168,22 +168,22 @@ fn bench_frame(c: &mut Criterion) {
     });
     // The whole frame as the loop draws it: ratatui's Terminal (its buffers
     // and diff) over its test backend, the cursor stepping so frames differ.
-    use gpumem_top::ui::event::{Action, Interactive};
+    use gpumem_top::ui::event::{Command, Interactive};
     let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
     let mut right = true;
     c.bench_function("frame/gpt2_step_200x60_terminal", |b| {
         b.iter(|| {
-            app.apply(if right { Action::Right } else { Action::Left });
+            app.apply(if right { Command::Right } else { Command::Left });
             right = !right;
             term.draw(|f| app.draw(f)).unwrap();
         })
     });
     // By category (`w`): the map's cells and the stacked timeline read the
     // categories (docs/categories.md).
-    app.apply(Action::ByCategory);
+    app.apply(Command::ByCategory);
     c.bench_function("frame/gpt2_step_200x60_by_category", |b| {
         b.iter(|| {
-            app.apply(if right { Action::Right } else { Action::Left });
+            app.apply(if right { Command::Right } else { Command::Left });
             right = !right;
             term.draw(|f| app.draw(f)).unwrap();
         })

@@ -1,11 +1,11 @@
-//! The keys: one table that the apps dispatch on (`Action::of`), the help
+//! The keys: one table that the apps dispatch on (`Command::of`), the help
 //! overlay lists and the status line's hints are built from, per mode.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 /// What a key asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum Command {
     Quit,
     /// `q`/`Esc`: close the help or the zoom, else quit.
     Back,
@@ -94,7 +94,7 @@ pub(crate) struct Binding {
     pub(crate) label: &'static str,
     codes: &'static [KeyCode],
     /// `Gpu(0)` stands for every digit.
-    action: Action,
+    action: Command,
     /// What it does, for the help.
     pub(crate) help: &'static str,
     /// Its part of the status line's hints ("" for none).
@@ -105,7 +105,7 @@ pub(crate) struct Binding {
 const fn b(
     label: &'static str,
     codes: &'static [KeyCode],
-    action: Action,
+    action: Command,
     help: &'static str,
     hint: &'static str,
     modes: &'static [Mode],
@@ -117,105 +117,112 @@ use KeyCode::Char as C;
 
 /// Every key, in the order the help lists them.
 pub(crate) const KEYS: &[Binding] = &[
-    b("q / Esc", &[C('q'), KeyCode::Esc], Action::Back, "close the help or the block list, else quit", "q quit", EVERY),
-    b("Ctrl-C", &[], Action::Quit, "quit", "", EVERY),
-    b("←/→", &[KeyCode::Left], Action::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
-    b("←/→", &[KeyCode::Left], Action::Left, "paused: one event back / forward", "", &[Mode::Synth]),
-    b("←/→", &[KeyCode::Left], Action::Left, "one sample back / forward", "←/→ PgUp/PgDn step", &[Mode::Recording]),
-    b("", &[KeyCode::Right], Action::Right, "", "", STEPS),
-    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump 1/20 of the way", "", STEPS),
-    b("", &[KeyCode::PageDown], Action::PageDown, "", "", STEPS),
-    b("Home/End", &[KeyCode::Home], Action::Home, "first / last event", "", &[Mode::Replay, Mode::Synth]),
-    b("Home/End", &[KeyCode::Home], Action::Home, "first / last sample", "", &[Mode::Recording]),
-    b("", &[KeyCode::End], Action::End, "", "", STEPS),
-    b("p", &[C('p')], Action::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
-    b("p", &[C('p')], Action::Peak, "jump to the sample after the process's peak", "p peak", &[Mode::Recording]),
-    b("p", &[C('p')], Action::Peak, "paused: jump to the peak of what has run", "", &[Mode::Synth]),
-    b("o", &[C('o')], Action::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
-    b("o", &[C('o')], Action::NextOom, "jump to the process's next OOM", "o OOM", &[Mode::Recording]),
-    b("space", &[C(' ')], Action::Pause, "pause / resume", "space pause", &[Mode::Synth]),
-    b("+ / -", &[C('+')], Action::Faster, "twice / half as fast", "+/- speed", &[Mode::Synth]),
-    b("", &[C('-')], Action::Slower, "", "", &[Mode::Synth]),
+    b(
+        "q / Esc",
+        &[C('q'), KeyCode::Esc],
+        Command::Back,
+        "close the help or the block list, else quit",
+        "q quit",
+        EVERY,
+    ),
+    b("Ctrl-C", &[], Command::Quit, "quit", "", EVERY),
+    b("←/→", &[KeyCode::Left], Command::Left, "one event back / forward", "←/→ PgUp/PgDn step", &[Mode::Replay]),
+    b("←/→", &[KeyCode::Left], Command::Left, "paused: one event back / forward", "", &[Mode::Synth]),
+    b("←/→", &[KeyCode::Left], Command::Left, "one sample back / forward", "←/→ PgUp/PgDn step", &[Mode::Recording]),
+    b("", &[KeyCode::Right], Command::Right, "", "", STEPS),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Command::PageUp, "jump 1/20 of the way", "", STEPS),
+    b("", &[KeyCode::PageDown], Command::PageDown, "", "", STEPS),
+    b("Home/End", &[KeyCode::Home], Command::Home, "first / last event", "", &[Mode::Replay, Mode::Synth]),
+    b("Home/End", &[KeyCode::Home], Command::Home, "first / last sample", "", &[Mode::Recording]),
+    b("", &[KeyCode::End], Command::End, "", "", STEPS),
+    b("p", &[C('p')], Command::Peak, "jump to the peak", "p peak", &[Mode::Replay]),
+    b("p", &[C('p')], Command::Peak, "jump to the sample after the process's peak", "p peak", &[Mode::Recording]),
+    b("p", &[C('p')], Command::Peak, "paused: jump to the peak of what has run", "", &[Mode::Synth]),
+    b("o", &[C('o')], Command::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
+    b("o", &[C('o')], Command::NextOom, "jump to the process's next OOM", "o OOM", &[Mode::Recording]),
+    b("space", &[C(' ')], Command::Pause, "pause / resume", "space pause", &[Mode::Synth]),
+    b("+ / -", &[C('+')], Command::Faster, "twice / half as fast", "+/- speed", &[Mode::Synth]),
+    b("", &[C('-')], Command::Slower, "", "", &[Mode::Synth]),
     b(
         "1-9",
         &[C('1'), C('2'), C('3'), C('4'), C('5'), C('6'), C('7'), C('8'), C('9')],
-        Action::Gpu(0),
+        Command::Gpu(0),
         "pick a GPU",
         "1-9 GPU",
         LIVE,
     ),
-    b("n", &[C('n')], Action::NextProcess, "the next publishing process on this GPU", "n next process", LIVE),
+    b("n", &[C('n')], Command::NextProcess, "the next publishing process on this GPU", "n next process", LIVE),
     b(
         "j",
         &[C('j')],
-        Action::Job,
+        Command::Job,
         "the job: every rank side by side, their timelines on one axis (↑/↓ Enter a rank)",
         "j job",
         LIVE,
     ),
-    b("S", &[C('S')], Action::Snapshot, "ask the process for a snapshot, open it", "S snapshot", &[Mode::Live]),
-    b("↑/↓", &[KeyCode::Up], Action::Up, "select a segment (a block in the list)", "↑/↓ Enter segment", ALL),
-    b("", &[KeyCode::Down], Action::Down, "", "", ALL),
-    b("Enter", &[KeyCode::Enter], Action::Zoom, "list its blocks and where they were allocated", "", ALL),
-    b("c", &[C('c')], Action::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
+    b("S", &[C('S')], Command::Snapshot, "ask the process for a snapshot, open it", "S snapshot", &[Mode::Live]),
+    b("↑/↓", &[KeyCode::Up], Command::Up, "select a segment (a block in the list)", "↑/↓ Enter segment", ALL),
+    b("", &[KeyCode::Down], Command::Down, "", "", ALL),
+    b("Enter", &[KeyCode::Enter], Command::Zoom, "list its blocks and where they were allocated", "", ALL),
+    b("c", &[C('c')], Command::Compact, "compact map: fixed bytes per cell", "c compact", &[Mode::Synth]),
     b(
         "c",
         &[C('c')],
-        Action::Compact,
+        Command::Compact,
         "compact map: fixed bytes per cell",
         "",
         &[Mode::Replay, Mode::Live, Mode::Recording, Mode::Snapshot],
     ),
-    b("a", &[C('a')], Action::Order, "order segments by address / size", "", ALL),
-    b("t", &[C('t')], Action::RowScale, "map rows to one scale / each to the full width", "", ALL),
+    b("a", &[C('a')], Command::Order, "order segments by address / size", "", ALL),
+    b("t", &[C('t')], Command::RowScale, "map rows to one scale / each to the full width", "", ALL),
     b(
         "w",
         &[C('w')],
-        Action::ByCategory,
+        Command::ByCategory,
         "what the memory is: map and timeline by category / by block state",
         "w what",
         &[Mode::Replay, Mode::Snapshot],
     ),
-    b("b", &[C('b')], Action::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
-    b("tab", &[KeyCode::Tab], Action::Focus, "focus map / timeline", "tab focus", ALL),
-    b("s", &[C('s')], Action::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
-    b("←/→", &[KeyCode::Left], Action::Left, "move the cursor along both runs", "←/→ move", &[Mode::Diff]),
-    b("", &[KeyCode::Right], Action::Right, "", "", &[Mode::Diff]),
-    b("PgUp/PgDn", &[KeyCode::PageUp], Action::PageUp, "jump a tenth of an iteration", "", &[Mode::Diff]),
-    b("", &[KeyCode::PageDown], Action::PageDown, "", "", &[Mode::Diff]),
-    b("Home/End", &[KeyCode::Home], Action::Home, "the start / the end", "", &[Mode::Diff]),
-    b("", &[KeyCode::End], Action::End, "", "", &[Mode::Diff]),
-    b("p / P", &[C('p')], Action::Peak, "the base's / the new run's peak", "p/P peaks", &[Mode::Diff]),
-    b("", &[C('P')], Action::NewPeak, "", "", &[Mode::Diff]),
-    b("↑/↓", &[KeyCode::Up], Action::Up, "select a rank", "↑/↓ rank", &[Mode::Ranks]),
-    b("", &[KeyCode::Down], Action::Down, "", "", &[Mode::Ranks]),
+    b("b", &[C('b')], Command::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
+    b("tab", &[KeyCode::Tab], Command::Focus, "focus map / timeline", "tab focus", ALL),
+    b("s", &[C('s')], Command::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
+    b("←/→", &[KeyCode::Left], Command::Left, "move the cursor along both runs", "←/→ move", &[Mode::Diff]),
+    b("", &[KeyCode::Right], Command::Right, "", "", &[Mode::Diff]),
+    b("PgUp/PgDn", &[KeyCode::PageUp], Command::PageUp, "jump a tenth of an iteration", "", &[Mode::Diff]),
+    b("", &[KeyCode::PageDown], Command::PageDown, "", "", &[Mode::Diff]),
+    b("Home/End", &[KeyCode::Home], Command::Home, "the start / the end", "", &[Mode::Diff]),
+    b("", &[KeyCode::End], Command::End, "", "", &[Mode::Diff]),
+    b("p / P", &[C('p')], Command::Peak, "the base's / the new run's peak", "p/P peaks", &[Mode::Diff]),
+    b("", &[C('P')], Command::NewPeak, "", "", &[Mode::Diff]),
+    b("↑/↓", &[KeyCode::Up], Command::Up, "select a rank", "↑/↓ rank", &[Mode::Ranks]),
+    b("", &[KeyCode::Down], Command::Down, "", "", &[Mode::Ranks]),
     b(
         "Enter",
         &[KeyCode::Enter],
-        Action::Zoom,
+        Command::Zoom,
         "open the rank in the replay view (q there comes back)",
         "Enter open",
         &[Mode::Ranks],
     ),
-    b("? / h", &[C('?'), C('h')], Action::Help, "this help", "? help", EVERY),
+    b("? / h", &[C('?'), C('h')], Command::Help, "this help", "? help", EVERY),
 ];
 
-fn same(a: Action, b: Action) -> bool {
-    matches!((a, b), (Action::Gpu(_), Action::Gpu(_))) || a == b
+fn same(a: Command, b: Command) -> bool {
+    matches!((a, b), (Command::Gpu(_), Command::Gpu(_))) || a == b
 }
 
-impl Action {
+impl Command {
     /// The action of a key press, from `KEYS`.
-    pub(crate) fn of(k: &KeyEvent) -> Option<Action> {
+    pub(crate) fn of(k: &KeyEvent) -> Option<Command> {
         if k.kind != KeyEventKind::Press {
             return None;
         }
         if k.code == C('c') && k.modifiers.contains(KeyModifiers::CONTROL) {
-            return Some(Action::Quit);
+            return Some(Command::Quit);
         }
         let found = KEYS.iter().find(|b| b.codes.contains(&k.code))?;
         Some(match (found.action, k.code) {
-            (Action::Gpu(_), C(c @ '1'..='9')) => Action::Gpu(c as usize - '1' as usize),
+            (Command::Gpu(_), C(c @ '1'..='9')) => Command::Gpu(c as usize - '1' as usize),
             (a, _) => a,
         })
     }
@@ -334,24 +341,24 @@ mod tests {
 
     #[test]
     fn every_key_dispatches_to_its_row_and_other_modes_say_where_it_belongs() {
-        assert_eq!(Action::of(&press(C('7'))), Some(Action::Gpu(6)));
-        assert_eq!(Action::of(&press(KeyCode::Right)), Some(Action::Right));
-        assert_eq!(Action::of(&KeyEvent::new(C('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
-        assert_eq!(Action::of(&press(C('z'))), None);
+        assert_eq!(Command::of(&press(C('7'))), Some(Command::Gpu(6)));
+        assert_eq!(Command::of(&press(KeyCode::Right)), Some(Command::Right));
+        assert_eq!(Command::of(&KeyEvent::new(C('c'), KeyModifiers::CONTROL)), Some(Command::Quit));
+        assert_eq!(Command::of(&press(C('z'))), None);
         assert_eq!(
-            Action::Right.answered_in(Mode::Live).unwrap_err(),
+            Command::Right.answered_in(Mode::Live).unwrap_err(),
             " ←/→ (one event back / forward) is for replay, synth and the demo and a recording, not the live view; ? lists this screen's keys"
         );
-        assert_eq!(Action::Right.answered_in(Mode::Synth), Ok(()));
+        assert_eq!(Command::Right.answered_in(Mode::Synth), Ok(()));
         assert_eq!(
-            Action::Gpu(1).answered_in(Mode::Synth).unwrap_err(),
+            Command::Gpu(1).answered_in(Mode::Synth).unwrap_err(),
             " 1-9 (pick a GPU) is for the live view and a recording, not synth and the demo; ? lists this screen's keys"
         );
-        assert!(Action::Compact.answered_in(Mode::Live).is_ok());
+        assert!(Command::Compact.answered_in(Mode::Live).is_ok());
         // Every row's keys come back as its action (the help lists what is dispatched).
         for b in KEYS {
             for &code in b.codes {
-                let a = Action::of(&press(code)).unwrap();
+                let a = Command::of(&press(code)).unwrap();
                 assert!(same(a, b.action) || KEYS.iter().any(|o| o.codes.contains(&code) && same(o.action, a)));
             }
         }

@@ -227,7 +227,7 @@ fn categories_at_the_peak_match_the_truth() {
 
 /// The replay app on a categories fixture at its peak, driven by `actions`,
 /// drawn through its own `Interactive::draw` without colour.
-fn screen(name: &str, w: u16, h: u16, actions: &[gpumem_top::ui::event::Action]) -> String {
+fn screen(name: &str, w: u16, h: u16, actions: &[gpumem_top::ui::event::Command]) -> String {
     use gpumem_top::replay::model::ReplayModel;
     use gpumem_top::replay::session::{Session, Want};
     use gpumem_top::ui::app::ReplayApp;
@@ -251,7 +251,7 @@ fn screen(name: &str, w: u16, h: u16, actions: &[gpumem_top::ui::event::Action])
 
 #[test]
 fn the_replay_screen_says_what_the_memory_is() {
-    use gpumem_top::ui::event::Action;
+    use gpumem_top::ui::event::Command;
     // At the peak of GPT-2 under AdamW (5.46 GiB allocated): the allocated
     // bar in category letters, and the line naming the categories, largest
     // first, in the figures `replay --json` gives.
@@ -260,7 +260,7 @@ fn the_replay_screen_says_what_the_memory_is() {
     // To the trace's peak reserved: the bar is mostly activations.
     assert!(s.contains("│ allocated PPPPPOOOOOOOOOOOAAAAAAAA"), "{s}");
     // `w`: the map by category, with its key; each category's letter.
-    let s = screen("gpt2_adamw_fp32", 160, 40, &[Action::ByCategory]);
+    let s = screen("gpt2_adamw_fp32", 160, 40, &[Command::ByCategory]);
     assert!(s.contains("P params G grads O optim A activ I input T temp"), "{s}");
     // The two 786M segments of temporaries, then optimizer state and
     // activations sharing one.
@@ -268,13 +268,13 @@ fn the_replay_screen_says_what_the_memory_is() {
     assert!(s.contains("0x7f49d6000000    786M  OOOOOOOOOOOOOOTTTOOOO"), "{s}");
     assert!(s.contains("allocated stacked by category"), "{s}");
     // The block list names each block's category.
-    let s = screen("gpt2_adamw_fp32", 160, 40, &[Action::Order, Action::Zoom]);
+    let s = screen("gpt2_adamw_fp32", 160, 40, &[Command::Order, Command::Zoom]);
     assert!(s.contains("allocated    temp    "), "{s}");
     // The help defines them.
-    let s = screen("gpt2_adamw_fp32", 160, 50, &[Action::Help]);
+    let s = screen("gpt2_adamw_fp32", 160, 50, &[Command::Help]);
     assert!(s.contains("optimizer_state  made in the optimizer's step and kept after it"), "{s}");
     // Without stacks the screen says what the categories rest on.
-    let s = screen("vit_adamw_bf16_nostacks", 160, 40, &[Action::ByCategory]);
+    let s = screen("vit_adamw_bf16_nostacks", 160, 40, &[Command::ByCategory]);
     assert!(s.contains("U unknown ─ markers") || s.contains("? unknown ─ markers"), "{s}");
 }
 

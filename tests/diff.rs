@@ -168,7 +168,7 @@ fn bad_input_exits_2_with_one_line() {
 /// by category and by call site; `p` moves the cursor to the base's peak.
 #[test]
 fn the_diff_screen_shows_both_runs_on_one_axis() {
-    use gpumem_top::ui::event::{Action, Interactive};
+    use gpumem_top::ui::event::{Command, Interactive};
     use ratatui_core::backend::TestBackend;
     use ratatui_core::terminal::Terminal;
     let mut app =
@@ -187,15 +187,15 @@ fn the_diff_screen_shows_both_runs_on_one_axis() {
     assert!(cursor(&s).contains("new 6.23 GiB"), "{s}");
     assert!(s.contains("+1.4G      1.4G → 2.8G     activations"), "{s}");
     assert!(s.contains("p/P peaks"), "{s}");
-    app.dispatch(Action::Peak);
+    app.dispatch(Command::Peak);
     let s = draw(&mut app);
     assert!(cursor(&s).contains("base 3.61 GiB"), "{s}");
-    app.dispatch(Action::Help);
+    app.dispatch(Command::Help);
     assert!(draw(&mut app).contains("iteration k of one is over iteration k of the other"));
-    app.dispatch(Action::Back);
+    app.dispatch(Command::Back);
     assert!(!app.quit() && !draw(&mut app).contains("iteration k of one"));
     // A key of another screen says where it belongs.
-    app.dispatch(Action::Compact);
+    app.dispatch(Command::Compact);
     assert!(draw(&mut app).contains("is for replay"), "the status line names the screens `c` is for");
 }
 

@@ -48,7 +48,7 @@ fn screen(name: &str) -> String {
         "cudagraph-end" => (
             |w, h| {
                 let (mut app, d) = replay_app("field/cudagraph_infer_gpt2.pickle.gz");
-                app.cursor = d.events.len() - 1;
+                app.go(d.events.len() - 1);
                 render_app(&mut app, w, h)
             },
             120,

@@ -4,12 +4,12 @@
 mod common;
 
 use common::{fixture, replay_app, replay_app_with};
-use gpumem_top::alloc::Action as TraceAction;
+use gpumem_top::alloc::Action;
 use gpumem_top::replay::scrub::Scrubber;
 use gpumem_top::replay::ReplayOptions;
 use gpumem_top::trace;
 use gpumem_top::ui::app::ReplayApp;
-use gpumem_top::ui::event::{Action, Interactive};
+use gpumem_top::ui::event::{Command, Interactive};
 use gpumem_top::view::{segment_cells, Cell};
 use ratatui_core::backend::TestBackend;
 use ratatui_core::terminal::Terminal;
@@ -33,18 +33,18 @@ fn screen_with(
     w: u16,
     h: u16,
     zoom: Option<usize>,
-    actions: &[Action],
+    actions: &[Command],
 ) -> String {
     let (mut app, d) = replay_app_with(&format!("traces/{name}.pickle.gz"), limit);
     if let Some(at) = at {
-        app.cursor = at(d);
+        app.go(at(d));
     }
     if let Some(k) = zoom {
-        app.apply(Action::Order);
+        app.apply(Command::Order);
         for _ in 0..k {
-            app.apply(Action::Down);
+            app.apply(Command::Down);
         }
-        app.apply(Action::Zoom);
+        app.apply(Command::Zoom);
     }
     for &a in actions {
         app.dispatch(a);
@@ -55,7 +55,7 @@ fn screen_with(
 }
 
 fn first_oom(d: &trace::DeviceTrace) -> usize {
-    d.events.iter().position(|e| e.action == TraceAction::Oom).unwrap()
+    d.events.iter().position(|e| e.action == Action::Oom).unwrap()
 }
 
 #[test]
@@ -188,7 +188,7 @@ fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
 /// scale, each given ceil(size / scale) cells.
 #[test]
 fn compact_map_fits_every_segment_at_a_fixed_scale() {
-    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, &[Action::Compact]);
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, &[Command::Compact]);
     assert!(s.contains("compact: 1 cell = 16.0M ─ segments back to back by address"), "{s}");
     assert!(!s.contains("not shown"), "{s}");
     // The segments at the OOM, counted independently of the renderer.
@@ -251,7 +251,7 @@ fn the_help_and_unbound_keys_follow_the_mode() {
     assert!(s.contains("peak_ratio                1 − peak allocated / peak reserved"), "{s}");
     assert!(s.contains("blocks of each size allocated / free: how many, or (b) how many bytes"), "{s}");
     // The replay's help: its keys, not the demo's.
-    let r = screen_with("llama_pressure", None, None, 120, 40, None, &[Action::Help]);
+    let r = screen_with("llama_pressure", None, None, 120, 40, None, &[Command::Help]);
     assert!(r.contains("p            jump to the peak") && r.contains("←/→          one event back / forward"), "{r}");
     assert!(!r.contains("pause / resume"), "{r}");
 }
@@ -354,7 +354,7 @@ fn the_histogram_counts_or_sums_bytes_with_heads() {
     let mut sc = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
     let blocks: usize = sc.seek(3041).snapshot().iter().map(|g| g.blocks.len()).sum();
     assert_eq!(counts, blocks as u64, "{s}");
-    let b = screen_with("resnet50_train", None, PEAK, 100, 30, None, &[Action::HistogramBytes]);
+    let b = screen_with("resnet50_train", None, PEAK, 100, 30, None, &[Command::HistogramBytes]);
     assert!(b.contains("┌ Block sizes ─ bytes (b: counts) ─"), "{b}");
     // The allocated column sums to the allocated bytes at the peak, 5.45
     // GiB (each figure rounded to 2 significant digits as the screen shows).
@@ -387,7 +387,7 @@ fn map_rows_to_scale_or_stretched_say_which() {
         row.split("││").next().unwrap_or("").chars().skip(24).filter(|c| "█▓▒░·".contains(*c)).count()
     };
     let s = screen("resnet50_train", None, PEAK, 200, 60);
-    let t = screen_with("resnet50_train", None, PEAK, 200, 60, None, &[Action::RowScale]);
+    let t = screen_with("resnet50_train", None, PEAK, 200, 60, None, &[Command::RowScale]);
     let (scaled, stretched) = if s.contains("─ to scale ─") { (&s, &t) } else { (&t, &s) };
     assert!(scaled.contains("─ by address ─ to scale ─"), "{scaled}");
     assert!(stretched.contains("─ by address ─ stretched ─"), "{stretched}");
@@ -531,11 +531,11 @@ fn the_help_overlay_wraps_scrolls_and_keeps_keys_from_the_screen_behind() {
     // The header says which event the screen shows.
     let cursor = |s: &str| s.lines().next().unwrap_or("").to_string();
     assert!(cursor(&base).contains("event 4400/14327"), "{base}");
-    let help = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Help]);
+    let help = screen_with("gpt2_train", None, None, 80, 24, None, &[Command::Help]);
     assert!(help.contains(" help ─ lines 1–22 of "), "{help}");
     // Wrapped: the longest help row's last words are on screen.
     assert!(help.contains("keys"), "{help}");
-    let scrolled = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Help, Action::Down, Action::Down]);
+    let scrolled = screen_with("gpt2_train", None, None, 80, 24, None, &[Command::Help, Command::Down, Command::Down]);
     assert!(scrolled.contains(" help ─ lines 3–24 of "), "{scrolled}");
     // PgUp, End and ← under the help: the screen behind does not move.
     let pressed = screen_with(
@@ -545,11 +545,11 @@ fn the_help_overlay_wraps_scrolls_and_keeps_keys_from_the_screen_behind() {
         80,
         24,
         None,
-        &[Action::Help, Action::PageUp, Action::End, Action::Left, Action::Help],
+        &[Command::Help, Command::PageUp, Command::End, Command::Left, Command::Help],
     );
     assert_eq!(cursor(&pressed), cursor(&base), "{pressed}");
     // At 200×50 the whole help fits: nothing to scroll, every row whole.
-    let big = screen_with("gpt2_train", None, None, 200, 50, None, &[Action::Help]);
+    let big = screen_with("gpt2_train", None, None, 200, 50, None, &[Command::Help]);
     assert!(big.contains(" help ─ q closes "), "{big}");
     for (k, what) in [("w", "what the memory is"), ("Enter", "list its blocks and where they were allocated")] {
         assert!(big.lines().any(|l| l.contains(k) && l.contains(what)), "{k}: {big}");
@@ -563,7 +563,7 @@ fn the_help_overlay_wraps_scrolls_and_keeps_keys_from_the_screen_behind() {
 /// bottom one instead of losing its end, where the advice is (#37 item 14).
 #[test]
 fn a_long_status_message_wraps_instead_of_losing_its_end() {
-    let s = screen_with("gpt2_train", None, None, 80, 24, None, &[Action::Gpu(0)]);
+    let s = screen_with("gpt2_train", None, None, 80, 24, None, &[Command::Gpu(0)]);
     let rows: Vec<String> = s.lines().map(|l| l.trim_matches('"').to_string()).collect();
     let tail = rows[rows.len() - 2..].join(" ");
     let words = tail.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -622,11 +622,11 @@ fn a_snapshot_without_history_offers_no_keys_that_step() {
     let hints = s.lines().last().unwrap();
     assert!(hints.contains("q quit") && hints.contains("? help"), "{hints}");
     assert!(!hints.contains("←/→") && !hints.contains("p peak") && !hints.contains("o OOM"), "{hints}");
-    app.dispatch(Action::Left);
+    app.dispatch(Command::Left);
     assert!(
         draw(&mut app).contains("is for replay, synth and the demo and a recording, not a snapshot without history")
     );
-    app.dispatch(Action::Peak);
+    app.dispatch(Command::Peak);
     assert!(draw(&mut app).contains("p (jump to the peak) is for"));
 }
 

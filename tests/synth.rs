@@ -325,7 +325,7 @@ fn synth_into_a_pipe_summarises_and_an_ooms_iteration_agrees_on_screen() {
     let mut app = gpumem_top::ui::app::SynthApp::new(d, "synth gpt2, AdamW".into(), None, false);
     app.advance(100_000);
     let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(160, 40)).unwrap();
-    t.draw(|f| gpumem_top::ui::event::Interactive::draw_into(&mut app, f.area(), f.buffer_mut())).unwrap();
+    t.draw(|f| gpumem_top::ui::event::Interactive::draw_into(&app, f.area(), f.buffer_mut())).unwrap();
     let s = t.backend().to_string();
     let title = s.lines().find(|l| l.contains("synth gpt2, AdamW")).unwrap();
     assert!(title.contains("iteration 1 · batch 64 × seq 1024 (stopped by OOM"), "{title}");

@@ -210,7 +210,7 @@ fn sample_into(src: Box<dyn Source>, interval: Duration, events: &crate::ui::eve
     let tx = events.sender();
     Sampler::spawn_into(src, interval, move |s| {
         !matches!(
-            tx.try_send(crate::ui::event::Event::Sample(Box::new(s))),
+            tx.try_send(crate::ui::event::AppEvent::Sample(Box::new(s))),
             Err(std::sync::mpsc::TrySendError::Disconnected(_))
         )
     })

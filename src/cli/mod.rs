@@ -517,12 +517,13 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         model.oom_advice = advice.clone();
         let mut app = crate::ui::app::ReplayApp::new(model, color);
         if let Some(at) = args.at {
-            app.cursor = match at {
+            let to = match at {
                 At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
                 At::End => dev.events.len().saturating_sub(1),
-                At::Oom => oom_index(&dev.events).unwrap_or(app.cursor),
-                At::Peak => app.cursor,
+                At::Oom => oom_index(&dev.events).unwrap_or(app.cursor()),
+                At::Peak => app.cursor(),
             };
+            app.go(to);
         }
         crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
         return Ok(ExitCode::SUCCESS);
@@ -1240,7 +1241,7 @@ fn export_recording(args: &ExportArgs, snaps: Vec<crate::monitor::Snapshot>) -> 
             let cols = (args.width / 10).clamp(80, 800) as u16;
             let mut buf = ratatui_core::buffer::Buffer::empty(ratatui_core::layout::Rect::new(0, 0, cols, 50));
             let area = buf.area;
-            crate::ui::event::Interactive::draw_into(&mut app, area, &mut buf);
+            crate::ui::event::Interactive::draw_into(&app, area, &mut buf);
             crate::export::text::from_buffer(&buf, !args.plain).into_bytes()
         }
     };

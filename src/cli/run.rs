@@ -314,7 +314,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 if let Ok(mut s) = status.lock() {
                     *s = Some(st);
                 }
-                let _ = tx.send(crate::ui::event::Event::Exited(st));
+                let _ = tx.send(crate::ui::event::AppEvent::Exited(st));
             }
         })?;
     }

@@ -63,19 +63,21 @@ pub fn picture(
     plain: bool,
     by_category: bool,
 ) -> Result<Vec<u8>, String> {
+    // The state after `cursor`; the title and marks name `cursor` as asked.
+    model.go(cursor);
     if format == Format::Txt {
         let cols = (width / 10).clamp(80, 800) as u16;
         let (panel, rows) = match view {
             ViewKind::Bars => (Panel::Bars, 7),
             // Every segment a row (up to 60), the histogram beside them.
-            ViewKind::Fragmap => (Panel::Map, (model.state_at(cursor).snapshot().len() as u16 + 5).clamp(25, 65)),
+            ViewKind::Fragmap => (Panel::Map, (model.now().state.snapshot().len() as u16 + 5).clamp(25, 65)),
             ViewKind::Timeline => (Panel::Timeline, 17),
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
         let sel = Selection { focus, panel: Some(panel), by_category, ..Selection::default() };
         let area = buf.area;
-        draw_replay(model, cursor, sel, !plain, String::new(), None, area, &mut buf);
+        draw_replay(model, sel, !plain, String::new(), None, area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
     }
     let n = model.points().len();
@@ -86,7 +88,7 @@ pub fn picture(
             if o.frames.is_empty() { String::new() } else { format!(" at {}", crate::analysis::call_site(o.frames)) };
         format!(" (OOM: {} requested on stream {}{site})", crate::analysis::human_bytes(o.size), o.stream)
     });
-    let at = model.at(cursor);
+    let at = model.now();
     let marks = Marks::of(&at, cursor, peak_at);
     let a = at.state;
     let segs = a.snapshot();

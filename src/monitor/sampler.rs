@@ -44,8 +44,19 @@ impl LiveSource {
 /// unread.
 const FINAL_FILE_FRESH_S: f64 = 30.0;
 
+/// A process that exists and has not exited: a zombie (exited, not yet
+/// reaped by its parent, as a crashed rank under a launcher that waits for
+/// its ranks in order) publishes nothing more and is gone.
 fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis (the
+        // name itself may hold one).
+        Ok(stat) => match stat.iter().rposition(|&b| b == b')') {
+            Some(i) => !matches!(stat.get(i + 2), Some(b'Z' | b'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
 }
 
 impl Source for LiveSource {
@@ -316,5 +327,27 @@ pub(crate) fn trim_heap() {
         unsafe {
             libc::malloc_trim(0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A child that exited but was not waited for is a zombie: gone, though
+    /// /proc still lists it; running, it is alive; reaped, it is gone.
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id();
+        assert!(super::alive(pid));
+        let _ = child.kill();
+        // Not waited for yet: a zombie once the signal lands.
+        let t = std::time::Instant::now();
+        while super::alive(pid) && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "still listed until reaped");
+        assert!(!super::alive(pid));
+        let _ = child.wait();
+        assert!(!super::alive(pid));
     }
 }

@@ -58,6 +58,9 @@ pub struct ReplayModel<'a> {
     pub(crate) label: Option<(String, String)>,
     /// The highest reserved bytes of the whole trace.
     peak_reserved: u64,
+    /// The event whose state the scrubber stands at (`go`): what a frame
+    /// draws, read-only.
+    cursor: usize,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -133,6 +136,7 @@ impl<'a> ReplayModel<'a> {
             categories: None,
             label: None,
             peak_reserved,
+            cursor: 0,
         }
     }
 
@@ -160,9 +164,17 @@ impl<'a> ReplayModel<'a> {
         self.points().len().saturating_sub(1)
     }
 
-    /// The allocator right after event `cursor`.
-    pub(crate) fn state_at(&mut self, cursor: usize) -> &CachingAllocator<Oracle<'a>> {
-        self.scrub.seek(cursor)
+    /// Moves to the state after event `cursor` (after the whole malloc it
+    /// is part of); returns the event shown. Frames then draw that state
+    /// through `&self` (`now`, `cursor`).
+    pub(crate) fn go(&mut self, cursor: usize) -> usize {
+        self.cursor = self.scrub.shown(cursor);
+        self.cursor
+    }
+
+    /// The event whose state the model stands at.
+    pub(crate) fn cursor(&self) -> usize {
+        self.cursor
     }
 
     /// The event whose state `state_at(cursor)` is (the end of the malloc
@@ -171,14 +183,14 @@ impl<'a> ReplayModel<'a> {
         self.scrub.shown(cursor)
     }
 
-    /// The state after event `cursor` with the timeline and its marks,
-    /// borrowed (a frame draws them all; nothing is copied).
-    pub(crate) fn at(&mut self, cursor: usize) -> ReplayAt<'_, 'a> {
-        let (state, points) = self.scrub.seek_with_points(cursor);
+    /// The state the model stands at (`go`) with the timeline and its
+    /// marks, borrowed (a frame draws them all; nothing is copied).
+    pub(crate) fn now(&self) -> ReplayAt<'_, 'a> {
+        let points = self.scrub.points();
         // A state-only snapshot has no events: its blocks are the start's.
-        let shown = (!points.is_empty()).then_some(cursor);
+        let shown = (!points.is_empty()).then_some(self.cursor);
         ReplayAt {
-            state,
+            state: self.scrub.current(),
             points,
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,

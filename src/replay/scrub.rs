@@ -55,15 +55,9 @@ impl<'a> Scrubber<'a> {
     /// The allocator right after `event` (after the whole malloc, for an
     /// event that is part of one).
     pub fn seek(&mut self, event: usize) -> &CachingAllocator<Oracle<'a>> {
-        self.seek_with_points(event).0
-    }
-
-    /// `seek`, with the timeline beside it (a frame needs both; the
-    /// timeline is not copied for it).
-    pub(crate) fn seek_with_points(&mut self, event: usize) -> (&CachingAllocator<Oracle<'a>>, &[StatePoint]) {
         if self.is_empty() {
             // A state-only snapshot: the seeded state is the only one.
-            return (self.cur.allocator(), &self.points);
+            return self.cur.allocator();
         }
         let target = event.min(self.len().saturating_sub(1)) + 1;
         if self.cur.position() > target || target - self.cur.position() > self.every {
@@ -78,7 +72,12 @@ impl<'a> Scrubber<'a> {
             }
             self.last_steps += 1;
         }
-        (self.cur.allocator(), &self.points)
+        self.cur.allocator()
+    }
+
+    /// The allocator where the last `seek` left it.
+    pub(crate) fn current(&self) -> &CachingAllocator<Oracle<'a>> {
+        self.cur.allocator()
     }
 
     /// The event whose state `seek(event)` shows: the last event of the

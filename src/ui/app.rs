@@ -2,7 +2,7 @@
 //! what the keys selected; each frame is drawn from them as an immutable
 //! `View`.
 
-use super::event::{Action, Event, Interactive, Screen};
+use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
 use crate::replay::model::ReplayModel;
@@ -11,28 +11,41 @@ use crate::view::Focus;
 use crate::workload::driver::{Driver, Progress};
 
 pub struct ReplayApp<'a> {
+    /// The trace and where its cursor is (`ReplayModel::go`).
     pub(crate) model: ReplayModel<'a>,
     pub(crate) screen: Screen,
-    pub cursor: usize,
     color: bool,
     status: String,
 }
 
 impl<'a> ReplayApp<'a> {
     /// Opens at the peak.
-    pub fn new(model: ReplayModel<'a>, color: bool) -> Self {
-        let cursor = model.peak_at.unwrap_or(0);
-        ReplayApp { model, screen: Screen::default(), cursor, color, status: String::new() }
+    pub fn new(mut model: ReplayModel<'a>, color: bool) -> Self {
+        model.go(model.peak_at.unwrap_or(0));
+        ReplayApp { model, screen: Screen::default(), color, status: String::new() }
+    }
+
+    /// Moves to the state after `event` (after the malloc it is part of).
+    pub fn go(&mut self, event: usize) {
+        self.model.go(event);
+        let segs = self.model.now().state.snapshot();
+        self.screen.sel = self.screen.sel.clamped(&segs);
+    }
+
+    /// The event whose state the screen shows.
+    pub fn cursor(&self) -> usize {
+        self.model.cursor()
     }
 
     /// `s`: the focused view as SVG in the current directory.
     fn screenshot(&mut self) -> String {
         let view = focused_view(&self.screen);
         let stem = self.model.name.split('.').next().unwrap_or("trace").to_string();
-        let name = screenshot_name(&stem, view, &format!("event{}", self.cursor));
+        let cursor = self.model.cursor();
+        let name = screenshot_name(&stem, view, &format!("event{cursor}"));
         match crate::export::replay::picture(
             &mut self.model,
-            self.cursor,
+            cursor,
             view,
             Format::Svg,
             1600,
@@ -57,42 +70,43 @@ impl Interactive for ReplayApp<'_> {
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
-    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let status = self.status.clone();
         let mode = Some(self.mode());
-        draw_replay(&mut self.model, self.cursor, self.screen.sel, self.color, status, mode, area, buf);
+        draw_replay(&self.model, self.screen.sel, self.color, status, mode, area, buf);
     }
 
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         let jump = (self.model.points().len() / 20).max(1);
         self.status.clear();
         if self.screen.apply(a) {
-            let segs = self.model.state_at(self.cursor).snapshot();
+            let segs = self.model.now().state.snapshot();
             self.screen.sel = self.screen.sel.clamped(&segs);
             return;
         }
-        if let Some(c) = moved(&mut self.model, self.cursor, a, jump) {
-            self.cursor = c;
+        let cursor = self.model.cursor();
+        if let Some(c) = moved(&mut self.model, cursor, a, jump) {
+            self.go(c);
             return;
         }
         match a {
-            Action::Peak => {
+            Command::Peak => {
                 if let Some(p) = self.model.peak_at {
-                    self.cursor = p;
+                    self.go(p);
                     self.status = format!(" peak: event {p}");
                 }
             }
-            Action::NextOom => {
+            Command::NextOom => {
                 let ooms = &self.model.ooms;
-                match ooms.iter().find(|&&o| o > self.cursor).or(ooms.first()) {
-                    Some(&o) => {
-                        self.cursor = o;
+                match ooms.iter().find(|&&o| o > cursor).or(ooms.first()).copied() {
+                    Some(o) => {
+                        self.go(o);
                         self.status = format!(" OOM at event {o}");
                     }
                     None => self.status = " this trace has no OOM".into(),
                 }
             }
-            Action::Screenshot => self.status = self.screenshot(),
+            Command::Screenshot => self.status = self.screenshot(),
             _ => {}
         }
     }
@@ -107,11 +121,11 @@ impl Interactive for ReplayApp<'_> {
 /// events of one malloc, segment_alloc then alloc, show one state, the
 /// alloc's), PgUp/PgDn by `jump`, Home and End; none for another action.
 /// The replay and a paused synth step alike.
-fn moved(model: &mut ReplayModel<'_>, cursor: usize, a: Action, jump: usize) -> Option<usize> {
+fn moved(model: &mut ReplayModel<'_>, cursor: usize, a: Command, jump: usize) -> Option<usize> {
     let last = model.last();
     let c = match a {
-        Action::Left | Action::Right => {
-            let (from, forward) = (model.shown(cursor), a == Action::Right);
+        Command::Left | Command::Right => {
+            let (from, forward) = (model.shown(cursor), a == Command::Right);
             let mut c = cursor;
             while (forward && c < last) || (!forward && c > 0) {
                 c = if forward { c + 1 } else { c - 1 };
@@ -128,12 +142,12 @@ fn moved(model: &mut ReplayModel<'_>, cursor: usize, a: Action, jump: usize) -> 
 
 /// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
 /// `0..=last`; none for another action.
-pub(super) fn jumped(a: Action, cursor: usize, last: usize, jump: usize) -> Option<usize> {
+pub(super) fn jumped(a: Command, cursor: usize, last: usize, jump: usize) -> Option<usize> {
     match a {
-        Action::PageUp => Some(cursor.saturating_sub(jump)),
-        Action::PageDown => Some((cursor + jump).min(last)),
-        Action::Home => Some(0),
-        Action::End => Some(last),
+        Command::PageUp => Some(cursor.saturating_sub(jump)),
+        Command::PageDown => Some((cursor + jump).min(last)),
+        Command::Home => Some(0),
+        Command::End => Some(last),
         _ => None,
     }
 }
@@ -214,7 +228,6 @@ self_cell::self_cell!(
 /// replay's model, with their call sites and iteration ends.
 struct History {
     cell: HistoryCell,
-    cursor: usize,
 }
 
 impl History {
@@ -287,14 +300,18 @@ impl History {
             m.label = Some(label);
             Ok(m)
         })?;
-        let mut h = History { cell, cursor: n.saturating_sub(1) };
-        h.cursor = h.shown(h.cursor);
+        let mut h = History { cell };
+        h.go(n.saturating_sub(1));
         Ok(h)
     }
 
-    /// The event whose state the screen shows for `cursor`.
-    fn shown(&mut self, cursor: usize) -> usize {
-        self.cell.with_dependent_mut(|_, m| m.shown(cursor))
+    /// Moves to the state after event `cursor`; returns the event shown.
+    fn go(&mut self, cursor: usize) -> usize {
+        self.cell.with_dependent_mut(|_, m| m.go(cursor))
+    }
+
+    fn cursor(&self) -> usize {
+        self.cell.with_dependent(|_, m| m.cursor())
     }
 
     fn events(&self) -> usize {
@@ -396,7 +413,7 @@ impl<D: Device> SynthApp<D> {
         // Paused: the moment on the screen, not the run's newest.
         if let Some(h) = &mut self.history {
             let spec = &self.driver.workload.spec;
-            let cursor = h.cursor;
+            let cursor = h.cursor();
             let fmt = crate::export::picture::Format::Svg;
             let svg = h
                 .cell
@@ -441,15 +458,15 @@ impl<D: Device> Interactive for SynthApp<D> {
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
-    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
-        if let Some(h) = &mut self.history {
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+        if let Some(h) = &self.history {
             let status = if self.status.trim().is_empty() {
-                format!(" paused: event {} of the last {} ─ space resumes", h.cursor, h.events())
+                format!(" paused: event {} of the last {} ─ space resumes", h.cursor(), h.events())
             } else {
                 self.status.clone()
             };
-            let (cursor, sel, color, mode) = (h.cursor, self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
-            h.cell.with_dependent_mut(|_, m| draw_replay(m, cursor, sel, color, status, mode, area, buf));
+            let (sel, color, mode) = (self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
+            h.cell.with_dependent(|_, m| draw_replay(m, sel, color, status, mode, area, buf));
             return;
         }
         let d = &self.driver;
@@ -488,13 +505,13 @@ impl<D: Device> Interactive for SynthApp<D> {
         draw_state(&d.alloc, None, chrome, marks, self.screen.sel, area, buf);
     }
 
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         if self.screen.apply(a) {
             self.screen.sel = self.screen.sel.clamped(&self.driver.alloc.snapshot());
             return;
         }
         match a {
-            Action::Pause => {
+            Command::Pause => {
                 self.paused = !self.paused;
                 // Nothing run yet: nothing to step back through.
                 let d = &self.driver;
@@ -510,25 +527,25 @@ impl<D: Device> Interactive for SynthApp<D> {
                 };
                 self.history = history.and_then(Result::ok);
             }
-            Action::Peak => match &mut self.history {
+            Command::Peak => match &mut self.history {
                 Some(h) => match h.cell.with_dependent(|_, m| m.peak_at) {
                     Some(p) => {
-                        h.cursor = h.shown(p);
-                        self.status = format!(" the peak of what has run: event {}", h.cursor);
+                        let shown = h.go(p);
+                        self.status = format!(" the peak of what has run: event {shown}");
                     }
                     None => self.status = " nothing has run to have a peak".into(),
                 },
                 None => self.status = " pause (space) first: p then jumps to the peak of what has run".into(),
             },
-            Action::Left | Action::Right | Action::PageUp | Action::PageDown | Action::Home | Action::End => {
+            Command::Left | Command::Right | Command::PageUp | Command::PageDown | Command::Home | Command::End => {
                 match &mut self.history {
                     Some(h) => {
                         // The status line then says where the cursor is.
                         self.status.clear();
                         let jump = (h.events().saturating_sub(1) / 20).max(1);
-                        let cursor = h.cursor;
+                        let cursor = h.cursor();
                         if let Some(c) = h.cell.with_dependent_mut(|_, m| moved(m, cursor, a, jump)) {
-                            h.cursor = c;
+                            h.go(c);
                         }
                     }
                     None if self.paused => self.status = " nothing has run yet to step back through".into(),
@@ -536,22 +553,22 @@ impl<D: Device> Interactive for SynthApp<D> {
                 }
             }
             // Doubling and halving, so `+` after `-` is back where it was.
-            Action::Faster => {
+            Command::Faster => {
                 self.speed = (self.speed * 2.0).min(1024.0);
                 self.status = format!(" speed ×{}", self.speed);
             }
-            Action::Slower => {
+            Command::Slower => {
                 self.speed = (self.speed / 2.0).max(1.0 / 64.0);
                 self.status = format!(" speed ×{}", self.speed);
             }
-            Action::Screenshot => self.status = self.screenshot(),
+            Command::Screenshot => self.status = self.screenshot(),
             _ => {}
         }
     }
 
     /// Runs `speed` requests a tick while running; paused or done, nothing.
-    fn update(&mut self, e: Event) -> bool {
-        if !matches!(e, Event::Tick) || !self.running() {
+    fn update(&mut self, e: AppEvent) -> bool {
+        if !matches!(e, AppEvent::Tick) || !self.running() {
             return false;
         }
         self.owed += BASE_SPEED as f64 * self.speed;
@@ -583,14 +600,14 @@ mod tests {
             app.apply(a);
             app.status.clone()
         };
-        let down: Vec<String> = (0..4).map(|_| said(&mut app, Action::Slower)).collect();
+        let down: Vec<String> = (0..4).map(|_| said(&mut app, Command::Slower)).collect();
         assert_eq!(down, [" speed ×0.5", " speed ×0.25", " speed ×0.125", " speed ×0.0625"]);
-        let up: Vec<String> = (0..4).map(|_| said(&mut app, Action::Faster)).collect();
+        let up: Vec<String> = (0..4).map(|_| said(&mut app, Command::Faster)).collect();
         assert_eq!(up, [" speed ×0.125", " speed ×0.25", " speed ×0.5", " speed ×1"]);
         // At ×1/16 a tick owes 2.5 requests: two ticks run 5.
         app.speed = 1.0 / 16.0;
         let before = app.driver.points.len();
-        assert!(app.update(Event::Tick) && app.update(Event::Tick));
+        assert!(app.update(AppEvent::Tick) && app.update(AppEvent::Tick));
         assert_eq!(app.driver.points.len() - before, 5);
     }
 }

@@ -3,7 +3,7 @@
 //! moves the cursor and draws.
 
 use crate::analysis::diff::DiffModel;
-use crate::keys::{Action, Mode};
+use crate::keys::{Command, Mode};
 use crate::view::diff::DiffView;
 
 pub struct DiffApp {
@@ -25,7 +25,7 @@ impl DiffApp {
 }
 
 impl super::event::Interactive for DiffApp {
-    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let v = DiffView {
             model: &self.model,
             cursor: self.cursor,
@@ -36,23 +36,23 @@ impl super::event::Interactive for DiffApp {
         ratatui_core::widgets::Widget::render(&v, area, buf);
     }
 
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         let span = self.model.span();
         let step = span / 200.0;
         self.status.clear();
         match a {
-            Action::Quit => self.quit = true,
-            Action::Back if self.help => self.help = false,
-            Action::Back => self.quit = true,
-            Action::Help => self.help = !self.help,
-            Action::Left => self.cursor -= step,
-            Action::Right => self.cursor += step,
-            Action::PageUp => self.cursor -= 0.1,
-            Action::PageDown => self.cursor += 0.1,
-            Action::Home => self.cursor = 0.0,
-            Action::End => self.cursor = span,
-            Action::Peak => self.cursor = self.model.base.peak.map_or(self.cursor, |p| self.model.base.x_of(p)),
-            Action::NewPeak => self.cursor = self.model.new.peak.map_or(self.cursor, |p| self.model.new.x_of(p)),
+            Command::Quit => self.quit = true,
+            Command::Back if self.help => self.help = false,
+            Command::Back => self.quit = true,
+            Command::Help => self.help = !self.help,
+            Command::Left => self.cursor -= step,
+            Command::Right => self.cursor += step,
+            Command::PageUp => self.cursor -= 0.1,
+            Command::PageDown => self.cursor += 0.1,
+            Command::Home => self.cursor = 0.0,
+            Command::End => self.cursor = span,
+            Command::Peak => self.cursor = self.model.base.peak.map_or(self.cursor, |p| self.model.base.x_of(p)),
+            Command::NewPeak => self.cursor = self.model.new.peak.map_or(self.cursor, |p| self.model.new.x_of(p)),
             _ => {}
         }
         self.cursor = self.cursor.clamp(0.0, span);

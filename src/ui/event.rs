@@ -1,6 +1,6 @@
-//! The terminal loop: one channel of `Event`s fed by an input thread, a
+//! The terminal loop: one channel of `AppEvent`s fed by an input thread, a
 //! signal thread, the sampler (live) and a ticker (synth); keys become
-//! `Action`s an app applies to its model; a frame is drawn through
+//! `Command`s an app applies to its model; a frame is drawn through
 //! ratatui's `Terminal` only after something changed. The terminal is
 //! restored on every way out: `q`, `Esc`, Ctrl-C, SIGINT, SIGQUIT, SIGTERM,
 //! SIGHUP, a closed terminal, and panics (`enter_terminal`'s hook).
@@ -17,7 +17,7 @@ use crate::view::{Focus, SegmentOrder};
 
 /// What reaches an app.
 #[derive(Debug)]
-pub enum Event {
+pub enum AppEvent {
     Key(KeyEvent),
     /// The terminal changed size (the next draw takes the new size).
     Resize,
@@ -31,7 +31,7 @@ pub enum Event {
     Quit,
 }
 
-pub use crate::keys::{Action, Mode};
+pub use crate::keys::{Command, Mode};
 
 /// What the actions shared by every screen change: the selection, and
 /// whether to quit.
@@ -43,29 +43,29 @@ pub(crate) struct Screen {
 
 impl Screen {
     /// Applies an action every screen shares; false for the others.
-    pub fn apply(&mut self, a: Action) -> bool {
+    pub fn apply(&mut self, a: Command) -> bool {
         let s = &mut self.sel;
         // The help is on top: it scrolls, closes or quits, and keeps every
         // other key from the screen behind it.
         if s.help {
             match a {
-                Action::Quit => self.quit = true,
-                Action::Back | Action::Help => {
+                Command::Quit => self.quit = true,
+                Command::Back | Command::Help => {
                     s.help = false;
                     s.help_scroll = 0;
                 }
-                Action::Up => s.help_scroll = s.help_scroll.saturating_sub(1),
-                Action::Down => s.help_scroll += 1,
-                Action::PageUp => s.help_scroll = s.help_scroll.saturating_sub(10),
-                Action::PageDown => s.help_scroll += 10,
-                Action::Home => s.help_scroll = 0,
+                Command::Up => s.help_scroll = s.help_scroll.saturating_sub(1),
+                Command::Down => s.help_scroll += 1,
+                Command::PageUp => s.help_scroll = s.help_scroll.saturating_sub(10),
+                Command::PageDown => s.help_scroll += 10,
+                Command::Home => s.help_scroll = 0,
                 _ => {}
             }
             return true;
         }
         match a {
-            Action::Quit => self.quit = true,
-            Action::Back => {
+            Command::Quit => self.quit = true,
+            Command::Back => {
                 if s.help {
                     s.help = false;
                 } else if s.zoom {
@@ -74,21 +74,21 @@ impl Screen {
                     self.quit = true;
                 }
             }
-            Action::Help => s.help = !s.help,
-            Action::Focus => s.focus = if s.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
-            Action::Up if s.zoom => s.block = s.block.saturating_sub(1),
-            Action::Down if s.zoom => s.block += 1,
-            Action::Up => s.select(-1),
-            Action::Down => s.select(1),
-            Action::Zoom => {
+            Command::Help => s.help = !s.help,
+            Command::Focus => s.focus = if s.focus == Focus::Map { Focus::Timeline } else { Focus::Map },
+            Command::Up if s.zoom => s.block = s.block.saturating_sub(1),
+            Command::Down if s.zoom => s.block += 1,
+            Command::Up => s.select(-1),
+            Command::Down => s.select(1),
+            Command::Zoom => {
                 s.zoom = !s.zoom;
                 s.block = 0;
             }
-            Action::Compact => s.compact = !s.compact,
-            Action::HistogramBytes => s.hist_bytes = !s.hist_bytes,
-            Action::RowScale => s.flip_scale = !s.flip_scale,
-            Action::ByCategory => s.by_category = !s.by_category,
-            Action::Order => {
+            Command::Compact => s.compact = !s.compact,
+            Command::HistogramBytes => s.hist_bytes = !s.hist_bytes,
+            Command::RowScale => s.flip_scale = !s.flip_scale,
+            Command::ByCategory => s.by_category = !s.by_category,
+            Command::Order => {
                 s.order = if s.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
             }
             _ => return false,
@@ -100,22 +100,22 @@ impl Screen {
 /// An app the terminal loop drives.
 pub trait Interactive {
     /// Draws the app's state into `buf`; the view drawn is built from it and immutable.
-    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer);
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer);
     /// A frame of the whole terminal: below 80x24 it says so instead.
-    fn draw(&mut self, frame: &mut Frame) {
+    fn draw(&self, frame: &mut Frame) {
         let area = frame.area();
         if !crate::view::too_small(area, frame.buffer_mut()) {
             self.draw_into(area, frame.buffer_mut());
         }
     }
-    fn apply(&mut self, a: Action);
+    fn apply(&mut self, a: Command);
     /// Which keys it answers to (`crate::keys::KEYS`).
     fn mode(&self) -> Mode;
     /// Puts `msg` on the status line.
     fn say(&mut self, msg: String);
     /// An action from a key: applied where this mode answers to it, else
     /// the status line says where it belongs.
-    fn dispatch(&mut self, a: Action) {
+    fn dispatch(&mut self, a: Command) {
         match a.answered_in(self.mode()) {
             Ok(()) => self.apply(a),
             Err(msg) => self.say(msg),
@@ -123,17 +123,17 @@ pub trait Interactive {
     }
     /// A key, as the loop applies it (tests press keys through this).
     fn handle_key(&mut self, k: KeyEvent) {
-        if let Some(a) = Action::of(&k) {
+        if let Some(a) = Command::of(&k) {
             self.dispatch(a);
         }
     }
     /// A tick or a sample; true when the screen changed.
-    fn update(&mut self, e: Event) -> bool {
+    fn update(&mut self, e: AppEvent) -> bool {
         let _ = e;
         false
     }
     fn quit(&self) -> bool;
-    /// How often the app wants `Event::Tick`, if at all.
+    /// How often the app wants `AppEvent::Tick`, if at all.
     fn tick_every(&self) -> Option<Duration> {
         None
     }
@@ -141,8 +141,8 @@ pub trait Interactive {
 
 /// The channel apps' events arrive on; sources send through `sender()`.
 pub struct Events {
-    tx: SyncSender<Event>,
-    rx: Receiver<Event>,
+    tx: SyncSender<AppEvent>,
+    rx: Receiver<AppEvent>,
     /// The input thread and the ticker run once per channel, however many
     /// views it feeds in turn (live, then a snapshot's replay, then live).
     input: std::sync::Once,
@@ -162,23 +162,23 @@ impl Events {
         Events { tx, rx, input: std::sync::Once::new(), ticker: std::sync::Once::new() }
     }
 
-    pub(crate) fn sender(&self) -> SyncSender<Event> {
+    pub(crate) fn sender(&self) -> SyncSender<AppEvent> {
         self.tx.clone()
     }
 }
 
 /// Reads the terminal until it goes away; blocks in `read`, so an idle
 /// screen costs nothing.
-fn spawn_input(tx: SyncSender<Event>) -> std::io::Result<()> {
+fn spawn_input(tx: SyncSender<AppEvent>) -> std::io::Result<()> {
     std::thread::Builder::new().name("gpumem-input".into()).spawn(move || loop {
         let e = match crossterm::event::read() {
-            Ok(crossterm::event::Event::Key(k)) => Event::Key(k),
-            Ok(crossterm::event::Event::Resize(..)) => Event::Resize,
+            Ok(crossterm::event::Event::Key(k)) => AppEvent::Key(k),
+            Ok(crossterm::event::Event::Resize(..)) => AppEvent::Resize,
             Ok(_) => continue,
             // The terminal hung up (crossterm's /dev/tty source returns an error).
-            Err(_) => Event::Quit,
+            Err(_) => AppEvent::Quit,
         };
-        let last = matches!(e, Event::Quit);
+        let last = matches!(e, AppEvent::Quit);
         if tx.send(e).is_err() || last {
             return;
         }
@@ -187,13 +187,13 @@ fn spawn_input(tx: SyncSender<Event>) -> std::io::Result<()> {
 }
 
 /// Signals as events: SIGWINCH a resize, the others a quit.
-fn spawn_signals(tx: SyncSender<Event>) -> std::io::Result<signal_hook::iterator::Handle> {
+fn spawn_signals(tx: SyncSender<AppEvent>) -> std::io::Result<signal_hook::iterator::Handle> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGWINCH};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGWINCH])?;
     let handle = signals.handle();
     std::thread::Builder::new().name("gpumem-signals".into()).spawn(move || {
         for s in signals.forever() {
-            let e = if s == SIGWINCH { Event::Resize } else { Event::Quit };
+            let e = if s == SIGWINCH { AppEvent::Resize } else { AppEvent::Quit };
             if tx.send(e).is_err() {
                 return;
             }
@@ -203,11 +203,11 @@ fn spawn_signals(tx: SyncSender<Event>) -> std::io::Result<signal_hook::iterator
 }
 
 /// Ticks every `every` until the loop is gone.
-fn spawn_ticker(tx: SyncSender<Event>, every: Duration) -> std::io::Result<()> {
+fn spawn_ticker(tx: SyncSender<AppEvent>, every: Duration) -> std::io::Result<()> {
     std::thread::Builder::new().name("gpumem-ticker".into()).spawn(move || loop {
         std::thread::sleep(every);
         // A full channel means the app is behind: skip this beat.
-        if let Err(mpsc::TrySendError::Disconnected(_)) = tx.try_send(Event::Tick) {
+        if let Err(mpsc::TrySendError::Disconnected(_)) = tx.try_send(AppEvent::Tick) {
             return;
         }
     })?;
@@ -218,7 +218,7 @@ fn spawn_ticker(tx: SyncSender<Event>, every: Duration) -> std::io::Result<()> {
 /// resize. ratatui's `Terminal` asks before every frame, and crossterm
 /// answers by opening `/dev/tty` (open, ioctl, close): three system calls
 /// a frame, for a size that only SIGWINCH changes, and SIGWINCH reaches the
-/// loop as `Event::Resize`. The one piece kept beside ratatui's own, for the
+/// loop as `AppEvent::Resize`. The one piece kept beside ratatui's own, for the
 /// live monitor's budget (docs/benchmarks.md).
 pub struct CachedSize<B> {
     inner: B,
@@ -308,14 +308,14 @@ pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<(
             }
             let Ok(e) = events.rx.recv() else { break };
             match e {
-                Event::Quit => break,
-                Event::Key(k) => {
-                    if let Some(a) = Action::of(&k) {
+                AppEvent::Quit => break,
+                AppEvent::Key(k) => {
+                    if let Some(a) = Command::of(&k) {
                         app.dispatch(a);
                         dirty = true;
                     }
                 }
-                Event::Resize => {
+                AppEvent::Resize => {
                     terminal.backend().resized();
                     terminal.autoresize()?;
                     dirty = true;
@@ -386,15 +386,15 @@ mod tests {
     fn keys_map_to_actions() {
         use crossterm::event::{KeyCode, KeyModifiers};
         let k = |c| KeyEvent::from(c);
-        assert_eq!(Action::of(&k(KeyCode::Char('q'))), Some(Action::Back));
-        assert_eq!(Action::of(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Action::Quit));
-        assert_eq!(Action::of(&k(KeyCode::Char('c'))), Some(Action::Compact));
-        assert_eq!(Action::of(&k(KeyCode::Char('3'))), Some(Action::Gpu(2)));
-        assert_eq!(Action::of(&k(KeyCode::Char('z'))), None);
+        assert_eq!(Command::of(&k(KeyCode::Char('q'))), Some(Command::Back));
+        assert_eq!(Command::of(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Some(Command::Quit));
+        assert_eq!(Command::of(&k(KeyCode::Char('c'))), Some(Command::Compact));
+        assert_eq!(Command::of(&k(KeyCode::Char('3'))), Some(Command::Gpu(2)));
+        assert_eq!(Command::of(&k(KeyCode::Char('z'))), None);
         let mut s = Screen::default();
-        assert!(s.apply(Action::Help) && s.sel.help);
-        assert!(s.apply(Action::Back) && !s.sel.help && !s.quit, "q closes the help first");
-        assert!(s.apply(Action::Back) && s.quit);
-        assert!(!Screen::default().apply(Action::Peak), "not a shared action");
+        assert!(s.apply(Command::Help) && s.sel.help);
+        assert!(s.apply(Command::Back) && !s.sel.help && !s.quit, "q closes the help first");
+        assert!(s.apply(Command::Back) && s.quit);
+        assert!(!Screen::default().apply(Command::Peak), "not a shared action");
     }
 }

@@ -10,7 +10,7 @@ use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
 use ratatui_widgets::paragraph::Paragraph;
 
-use super::event::{Action, Event, Interactive, Screen};
+use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
@@ -157,7 +157,7 @@ impl LiveApp {
     }
 
     /// A recording's step keys: the sample they go to, or why none.
-    fn target(&self, a: Action) -> Result<usize, String> {
+    fn target(&self, a: Command) -> Result<usize, String> {
         let Some(rec) = &self.recording else { return Err(String::new()) };
         let (at, last) = (rec.at, rec.snaps.len().saturating_sub(1));
         if let Some(to) = super::app::jumped(a, at, last, (last / 20).max(1)) {
@@ -168,17 +168,17 @@ impl LiveApp {
         // What the selected process published in sample `i`.
         let of = |i: usize| key.and_then(|(dev, pid)| rec.snaps.get(i)?.publisher(dev, pid));
         match a {
-            Action::Left => Ok(at.saturating_sub(1)),
-            Action::Right => Ok((at + 1).min(last)),
+            Command::Left => Ok(at.saturating_sub(1)),
+            Command::Right => Ok((at + 1).min(last)),
             // The sample that first shows the timeline's peak (a step's own
             // peak falls between samples).
-            Action::Peak => {
+            Command::Peak => {
                 let Some(tp) = picked.and_then(|h| h.peak_time()) else {
                     return Err(" no publishing process is selected".into());
                 };
                 Ok((0..=last).find(|&i| of(i).is_some_and(|p| p.time >= tp)).unwrap_or(last))
             }
-            Action::NextOom => {
+            Command::NextOom => {
                 let ooms = |i: usize| of(i).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
                 let mut before = (0..=at).rev().find_map(ooms);
                 for i in at + 1..=last {
@@ -453,7 +453,7 @@ impl LiveApp {
     }
 
     /// A key on the job screen; false for those it leaves to the rest.
-    fn job_key(&mut self, a: Action) -> bool {
+    fn job_key(&mut self, a: Command) -> bool {
         let Some(sel) = self.job_view else { return false };
         let n = self.job_of_selected().map_or(0, |j| j.ranks.len());
         if n == 0 {
@@ -462,18 +462,18 @@ impl LiveApp {
             return false;
         }
         match a {
-            Action::Up => self.job_view = Some(sel.saturating_sub(1)),
-            Action::Down => self.job_view = Some((sel + 1).min(n.saturating_sub(1))),
-            Action::Job | Action::Back => self.job_view = None,
+            Command::Up => self.job_view = Some(sel.saturating_sub(1)),
+            Command::Down => self.job_view = Some((sel + 1).min(n.saturating_sub(1))),
+            Command::Job | Command::Back => self.job_view = None,
             // The rank's own map and timeline: its GPU and process selected.
-            Action::Zoom => {
+            Command::Zoom => {
                 let row = self.job_of_selected().and_then(|j| j.ranks.get(sel).cloned());
                 if let Some(r) = row {
                     self.pick(r.gpu, r.pid);
                 }
                 self.job_view = None;
             }
-            Action::Quit | Action::Help | Action::Screenshot => return false,
+            Command::Quit | Command::Help | Command::Screenshot => return false,
             _ => {}
         }
         true
@@ -622,7 +622,7 @@ impl Interactive for LiveApp {
     fn say(&mut self, msg: String) {
         self.status = msg;
     }
-    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+    fn draw_into(&self, area: Rect, buf: &mut Buffer) {
         // The help overlay is the main screen's: it lists the job's key too.
         if let (Some(sel), false) = (self.job_view, self.screen.sel.help) {
             if self.draw_job(sel, area, buf) {
@@ -717,11 +717,11 @@ impl Interactive for LiveApp {
         draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
     }
 
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         self.status.clear();
         let top = !self.screen.sel.help && !self.screen.sel.zoom;
         let running = self.child.as_ref().filter(|c| c.ours && c.exited.is_none());
-        if let (Some(c), Action::Back | Action::Quit, true) = (running, a, top) {
+        if let (Some(c), Command::Back | Command::Quit, true) = (running, a, top) {
             if !self.confirm_quit {
                 self.confirm_quit = true;
                 self.status = format!(
@@ -746,18 +746,18 @@ impl Interactive for LiveApp {
             return;
         }
         match a {
-            Action::Left
-            | Action::Right
-            | Action::PageUp
-            | Action::PageDown
-            | Action::Home
-            | Action::End
-            | Action::Peak
-            | Action::NextOom => match self.target(a) {
+            Command::Left
+            | Command::Right
+            | Command::PageUp
+            | Command::PageDown
+            | Command::Home
+            | Command::End
+            | Command::Peak
+            | Command::NextOom => match self.target(a) {
                 Ok(to) => self.show(to),
                 Err(why) => self.status = why,
             },
-            Action::Gpu(i) => {
+            Command::Gpu(i) => {
                 let n = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
                 if i < n {
                     self.selected_gpu = i;
@@ -772,16 +772,16 @@ impl Interactive for LiveApp {
                     };
                 }
             }
-            Action::NextProcess => {
+            Command::NextProcess => {
                 let n = self.publishers().len();
                 if n > 0 {
                     self.selected_proc = (self.selected_proc + 1) % n;
                     self.screen.sel.selected = 0;
                 }
             }
-            Action::Screenshot => self.status = self.screenshot(),
-            Action::Snapshot => self.ask_snapshot(),
-            Action::Job => match self.job_of_selected() {
+            Command::Screenshot => self.status = self.screenshot(),
+            Command::Snapshot => self.ask_snapshot(),
+            Command::Job => match self.job_of_selected() {
                 Some(j) => {
                     let at = self.selected().map_or(0, |h| h.last.pid);
                     self.job_view = Some(j.ranks.iter().position(|r| r.pid == at).unwrap_or(0));
@@ -795,15 +795,15 @@ impl Interactive for LiveApp {
     }
 
     /// A sample from the sampler: into the model, and redraw.
-    fn update(&mut self, e: Event) -> bool {
+    fn update(&mut self, e: AppEvent) -> bool {
         match e {
-            Event::Sample(s) => {
+            AppEvent::Sample(s) => {
                 self.ingest(*s);
                 self.find_child();
                 self.check_snapshot();
                 true
             }
-            Event::Exited(st) => {
+            AppEvent::Exited(st) => {
                 if let Some(c) = &mut self.child {
                     c.exited = Some(match (st.code(), std::os::unix::process::ExitStatusExt::signal(&st)) {
                         (Some(0), _) => "finished (exit status 0)".to_string(),
@@ -838,15 +838,15 @@ impl Interactive for Beside<'_, '_> {
     fn say(&mut self, msg: String) {
         self.replay.say(msg);
     }
-    fn draw_into(&mut self, area: Rect, buf: &mut Buffer) {
+    fn draw_into(&self, area: Rect, buf: &mut Buffer) {
         self.replay.draw_into(area, buf);
     }
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         self.replay.apply(a);
     }
-    fn update(&mut self, e: Event) -> bool {
+    fn update(&mut self, e: AppEvent) -> bool {
         match e {
-            Event::Sample(_) | Event::Exited(_) => {
+            AppEvent::Sample(_) | AppEvent::Exited(_) => {
                 self.live.update(e);
                 false
             }

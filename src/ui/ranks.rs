@@ -2,7 +2,7 @@
 //! hands the selected rank to the caller to open in the replay view.
 
 use crate::analysis::ranks::RanksModel;
-use crate::keys::{Action, Mode};
+use crate::keys::{Command, Mode};
 use crate::view::ranks::RanksView;
 
 pub struct RanksApp {
@@ -29,7 +29,7 @@ impl RanksApp {
 }
 
 impl super::event::Interactive for RanksApp {
-    fn draw_into(&mut self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let v = RanksView {
             model: &self.model,
             selected: self.selected,
@@ -40,17 +40,17 @@ impl super::event::Interactive for RanksApp {
         ratatui_core::widgets::Widget::render(&v, area, buf);
     }
 
-    fn apply(&mut self, a: Action) {
+    fn apply(&mut self, a: Command) {
         self.status.clear();
         let n = self.model.ranks.len();
         match a {
-            Action::Quit => self.quit = true,
-            Action::Back if self.help => self.help = false,
-            Action::Back => self.quit = true,
-            Action::Help => self.help = !self.help,
-            Action::Up => self.selected = self.selected.saturating_sub(1),
-            Action::Down => self.selected = (self.selected + 1).min(n.saturating_sub(1)),
-            Action::Zoom if n > 0 => self.open = Some(self.selected),
+            Command::Quit => self.quit = true,
+            Command::Back if self.help => self.help = false,
+            Command::Back => self.quit = true,
+            Command::Help => self.help = !self.help,
+            Command::Up => self.selected = self.selected.saturating_sub(1),
+            Command::Down => self.selected = (self.selected + 1).min(n.saturating_sub(1)),
+            Command::Zoom if n > 0 => self.open = Some(self.selected),
             _ => {}
         }
     }

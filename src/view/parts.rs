@@ -266,11 +266,9 @@ pub(crate) fn draw_state<D: Device>(
     draw_parts(&segs, totals, fragmentation(stats, &segs), chrome, marks, sel, area, buf);
 }
 
-/// The replay screen of `model` after event `cursor`.
-#[allow(clippy::too_many_arguments)]
+/// The replay screen of `model` where it stands (`ReplayModel::go`).
 pub(crate) fn draw_replay(
-    model: &mut crate::replay::model::ReplayModel,
-    cursor: usize,
+    model: &crate::replay::model::ReplayModel,
     sel: Selection,
     color: bool,
     status: String,
@@ -280,14 +278,14 @@ pub(crate) fn draw_replay(
 ) {
     // The event whose state is drawn, so that the header, the bars and the
     // timeline's footer all speak of one moment.
-    let cursor = model.shown(cursor);
+    let cursor = model.cursor();
     let position = model.position(cursor);
     let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
     let oom = model.oom_at(cursor);
     let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
     // A state-only snapshot has no peak: its bars are to its reserved.
     let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
-    let at = model.at(cursor);
+    let at = model.now();
     let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
     let marks = Marks::of(&at, cursor, peak_at);
     draw_state(at.state, Some(scale), chrome, marks, sel, area, buf);
