@@ -58,7 +58,7 @@ fn demo(banner: &str) -> ExitCode {
     }
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut app = gpumem_top::ui::app::DemoApp::demo(42, banner.to_string(), color);
-    match gpumem_top::ui::event::run_app(&mut app, &gpumem_top::ui::event::Events::new()) {
+    match gpumem_top::ui::event::run_app(&mut app, gpumem_top::ui::event::Events::new()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpumem-top: terminal: {e}");

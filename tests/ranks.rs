@@ -128,9 +128,37 @@ fn the_ranks_screen_shows_every_rank_and_their_maps_side_by_side() {
     app.handle_key(KeyEvent::from(KeyCode::Down));
     let s = common::render_app(&mut app, 120, 40);
     assert!(row(&s, 2).contains("▶    2"), "{s}");
-    assert!(!app.quit());
-    app.handle_key(KeyEvent::from(KeyCode::Enter));
-    assert!(app.quit(), "Enter hands the rank to the caller to open");
+    // Enter opens rank 2's file over the ranks' screen, in the one loop's
+    // stack of screens (driven here without a terminal); q comes back.
+    let mut open = |o| gpumem_top::cli::open_screen(o, false);
+    let mut screens = gpumem_top::ui::event::Screens::new(&mut app, &mut open);
+    let key = |k| gpumem_top::ui::event::AppEvent::Key(KeyEvent::from(k));
+    assert!(screens.handle(key(KeyCode::Enter)) && screens.settle(|_| {}));
+    assert_eq!(screens.depth(), 2);
+    let r = common::render_screen(screens.top(), 120, 40);
+    assert!(r.contains("replay rank2.pickle.gz ─ event 1578/3609"), "at its peak: {r}");
+    assert!(screens.handle(key(KeyCode::Char('q'))) && screens.settle(|_| {}));
+    assert_eq!(screens.depth(), 1);
+    let s = common::render_screen(screens.top(), 120, 40);
+    assert!(s.contains("rank2.pickle.gz (exact") && s.contains(" closed"), "{s}");
+    assert!(screens.handle(key(KeyCode::Char('q'))));
+    assert!(!screens.settle(|_| {}), "q on the ranks' screen ends the loop");
+}
+
+/// Enter opens the selected rank's own file, whatever order the files
+/// were named in (the screen lists them by rank).
+#[test]
+fn enter_opens_the_selected_ranks_file_in_any_order() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut files = rank_files();
+    files.rotate_left(1);
+    let mut app = gpumem_top::cli::ranks_app(&files, false).unwrap();
+    let mut open = |o| gpumem_top::cli::open_screen(o, false);
+    let mut screens = gpumem_top::ui::event::Screens::new(&mut app, &mut open);
+    let key = |k| gpumem_top::ui::event::AppEvent::Key(KeyEvent::from(k));
+    assert!(screens.handle(key(KeyCode::Enter)) && screens.settle(|_| {}));
+    let r = common::render_screen(screens.top(), 120, 40);
+    assert!(r.contains("replay rank0.pickle.gz"), "the first row is rank 0: {r}");
 }
 
 /// A publisher file of rank `rank` of an 8-rank job on GPU `rank`.

@@ -50,6 +50,8 @@ pub(crate) struct RankReplay {
     pub(crate) rank: u32,
     /// The file's name.
     pub(crate) name: String,
+    /// The file (Enter opens it in the replay view).
+    pub(crate) path: std::path::PathBuf,
     pub(crate) fidelity: &'static str,
     /// None for a snapshot without history (or a replay that diverged).
     pub(crate) peak_allocated: Option<u64>,

@@ -265,7 +265,7 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
     if interactive {
         let color = super::color(args.no_color);
         let mut app = crate::ui::diff::DiffApp::new(model, color);
-        crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
+        crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
         return Ok(gate(&regressions));
     }
     let mut so = std::io::stdout().lock();

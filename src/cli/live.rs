@@ -165,7 +165,7 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     use crate::ui::event::{run_app, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
-        run_app(&mut app, &crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
+        run_app(&mut app, crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
         return Ok(ExitCode::SUCCESS);
     };
     one_malloc_arena();
@@ -176,32 +176,23 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
     };
     app.model.thresholds = thresholds;
     app.snapshots = args.source == SourceKind::Live;
-    live_loop(&mut app, src, interval, &events)?;
+    live_loop(&mut app, src, interval, events)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The live view of `src`'s samples until the user quits; each snapshot
-/// taken with `S` opens in the replay view on the way, and `q` there comes
+/// taken with `S` opens in the replay view over it, and `q` there comes
 /// back. The sampler runs until it returns.
 pub(crate) fn live_loop(
     app: &mut crate::ui::live::LiveApp,
     src: Box<dyn Source>,
     interval: Duration,
-    events: &crate::ui::event::Events,
+    events: crate::ui::event::Events,
 ) -> Result<()> {
-    use crate::ui::event::run_app;
-    let _sampler = sample_into(src, interval, events);
-    loop {
-        run_app(app, events).map_err(|e| anyhow!("terminal: {e}"))?;
-        let Some(path) = app.open.clone() else { return Ok(()) };
-        let color = app.color;
-        let note = super::open_replay(&path, color, |replay| {
-            let mut both = crate::ui::live::Beside { live: &mut *app, replay };
-            run_app(&mut both, events)
-        });
-        let (note, tuned) = note.unwrap_or_else(|e| (format!(" {e:#}"), None));
-        app.reopened(note, tuned);
-    }
+    let _sampler = sample_into(src, interval, &events);
+    let color = app.color;
+    crate::ui::event::run_screens(app, events, &mut |o| super::open_screen(o, color))
+        .map_err(|e| anyhow!("terminal: {e}"))
 }
 
 /// Sends each sample of `src` to the UI's channel; one the UI has no room
@@ -601,7 +592,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
         return Ok(ExitCode::SUCCESS);
     }
     let mut app = crate::ui::live::LiveApp::of_recording(&name, snaps, true);
-    crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
+    crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -238,9 +238,19 @@ pub(crate) fn load_with_progress(path: &Path) -> Result<Trace> {
 /// Loads a trace from an input under the bounds of docs/input.md
 /// (`max_unpacked`: `--max-unpacked`).
 pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
+    load_with(input, max_unpacked, std::io::stderr().is_terminal())
+}
+
+/// `load_input` without the progress line (the terminal is a screen's).
+fn load_quietly(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
+    load_with(input, max_unpacked, false)
+}
+
+/// `load_input`, with a progress line on stderr after a second when `show`.
+fn load_with(input: Input, max_unpacked: Option<u64>, show: bool) -> Result<Trace> {
     let (total, unpacked, n, name) = (input.size, input.unpacked, input.read.clone(), input.name.clone());
     let done = Arc::new(AtomicBool::new(false));
-    let progress = std::io::stderr().is_terminal().then(|| {
+    let progress = show.then(|| {
         let (n, done, name) = (n.clone(), done.clone(), name.clone());
         std::thread::spawn(move || {
             let start = Instant::now();
@@ -363,17 +373,32 @@ fn parse_conf(s: &str) -> Result<AllocatorConfig> {
     AllocatorConfig::parse(s).map_err(|e| anyhow!(InputError(e.to_string())))
 }
 
-/// Opens `path` (a PyTorch snapshot) in the replay view through `show`,
-/// under its recorded allocator config, at its peak. Returns a note for the
-/// status line of the view it was opened from, and what tuning the
-/// snapshot found (`tune::verdict`), when it has history.
-pub(crate) fn open_replay(
-    path: &Path,
+/// A screen another asks to open over itself: a snapshot's replay (the
+/// live view's `S`, a rank's Enter), built quietly (the terminal is the
+/// screens'); what it says as it closes is its fidelity and events, and
+/// what tuning found. An error is the status line's.
+pub fn open_screen(
+    what: crate::ui::event::Open,
     color: bool,
-    show: impl FnOnce(crate::ui::app::ReplayApp<'_>) -> std::io::Result<()>,
-) -> Result<(String, Option<String>)> {
-    let trace = load_with_progress(path)?;
-    let dev = pick_device(&trace, None)?;
+) -> std::result::Result<Box<dyn crate::ui::event::Interactive>, String> {
+    let crate::ui::event::Open::Replay(path) = what;
+    let input = Input::open(&path).map_err(|e| format!(" {e:#}"))?;
+    let trace = load_quietly(input, None).map_err(|e| format!(" {e:#}"))?;
+    let opened = crate::ui::app::OpenedReplay::new(trace, |trace| open_replay(&path, trace, color));
+    match opened {
+        Ok(screen) => Ok(Box::new(screen)),
+        Err(e) => Err(format!(" {e:#}")),
+    }
+}
+
+/// The replay app over `trace` (read from `path`), and what it tells the
+/// screen under it on closing.
+fn open_replay<'t>(
+    path: &Path,
+    trace: &'t Trace,
+    color: bool,
+) -> Result<(crate::ui::app::ReplayApp<'t>, crate::ui::event::Closed)> {
+    let dev = pick_device(trace, None)?;
     let want = Want {
         config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
         changed: false,
@@ -388,9 +413,10 @@ pub(crate) fn open_replay(
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
     let fidelity = session.fidelity;
     if !fidelity.is_faithful() {
-        return Ok((
-            format!(" {}: replay is {} here; `gpumem-top replay` on it says why", path.display(), fidelity.name()),
-            None,
+        return Err(anyhow!(
+            "{}: replay is {} here; `gpumem-top replay` on it says why",
+            path.display(),
+            fidelity.name()
         ));
     }
     // What the live view's alerts quote from now on, instead of a hint no
@@ -405,15 +431,13 @@ pub(crate) fn open_replay(
             None,
         ))
     });
-    let name = trace_name(path);
-    let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name)
+    let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, trace_name(path))
         .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", path.display(), d.event, d.reason))?;
-    show(crate::ui::app::ReplayApp::new(model, color)).context("terminal")?;
     let mut note = format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len());
     if let Some(t) = &tuned {
         note.push_str(&format!("; {t}"));
     }
-    Ok((note, tuned))
+    Ok((crate::ui::app::ReplayApp::new(model, color), crate::ui::event::Closed { note, tuned }))
 }
 
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
@@ -525,7 +549,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
             };
             app.go(to);
         }
-        crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new()).context("terminal")?;
+        crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
         return Ok(ExitCode::SUCCESS);
     }
 

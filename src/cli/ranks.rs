@@ -165,16 +165,8 @@ fn tui(args: &ReplayArgs, paths: &[PathBuf], ranks: &[u32]) -> Result<ExitCode> 
     let color = super::color(args.no_color);
     let mut app = ranks_screen(paths, ranks, args.device, args.device_total, args.max_unpacked, color)?;
     let events = crate::ui::event::Events::new();
-    loop {
-        crate::ui::event::run_app(&mut app, &events).map_err(|e| anyhow!("terminal: {e}"))?;
-        let Some(i) = app.open.take() else { break };
-        let path = &paths[i];
-        let (note, _) = super::open_replay(path, color, |r| {
-            let mut r = r;
-            crate::ui::event::run_app(&mut r, &events)
-        })?;
-        app.reopened(note);
-    }
+    crate::ui::event::run_screens(&mut app, events, &mut |o| super::open_screen(o, color))
+        .map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -237,6 +229,7 @@ fn open_rank(
     Ok(RankReplay {
         rank,
         name: super::trace_name(path),
+        path: path.to_path_buf(),
         fidelity: session.fidelity.name(),
         peak_allocated: peak.map(|p| p.allocated),
         peak_reserved: exact.then(|| get(crate::alloc::Kind::ReservedBytes).peak.max(0) as u64),

@@ -330,7 +330,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         found: false,
         ours: true,
     });
-    super::live::live_loop(&mut app, src, interval, &events)?;
+    super::live::live_loop(&mut app, src, interval, events)?;
     let st = status.lock().ok().and_then(|s| *s);
     match st {
         Some(st) => {
@@ -632,6 +632,6 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let command = crate::monitor::procfs::command(pid).unwrap_or_else(|| exe.display().to_string());
     app.follow(crate::ui::live::RunChild { pid, command, log: None, exited: None, found: false, ours: false });
     let events = crate::ui::event::Events::new();
-    super::live::live_loop(&mut app, src, interval, &events)?;
+    super::live::live_loop(&mut app, src, interval, events)?;
     Ok(ExitCode::SUCCESS)
 }

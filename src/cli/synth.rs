@@ -361,7 +361,7 @@ fn run<D: Backed>(
         let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
         let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
         app.speed = args.speed;
-        let r = crate::ui::event::run_app(&mut app, &crate::ui::event::Events::new());
+        let r = crate::ui::event::run_app(&mut app, crate::ui::event::Events::new());
         // What ran, once the screen is gone: the figures a user came for.
         let d = &app.driver;
         let peak = d.peak_at().map(|i| (d.points[i], d.iterations.iter().filter(|&&m| m <= i).count() + 1));

@@ -116,6 +116,62 @@ impl Interactive for ReplayApp<'_> {
     }
 }
 
+self_cell::self_cell!(
+    /// A replay screen that owns its trace (one opened over another
+    /// screen: the model borrows the events it replays).
+    struct ReplayCell {
+        owner: crate::trace::Trace,
+        #[not_covariant]
+        dependent: ReplayApp,
+    }
+);
+
+/// A snapshot opened over another screen (the live view's `S`, a rank's
+/// Enter): the replay app over its own trace, and what it says as it
+/// closes.
+pub struct OpenedReplay {
+    cell: ReplayCell,
+    closed: super::event::Closed,
+}
+
+impl OpenedReplay {
+    /// `build` makes the app over `trace` (and says what to tell the screen
+    /// under it on closing).
+    pub(crate) fn new<E>(
+        trace: crate::trace::Trace,
+        build: impl for<'t> FnOnce(&'t crate::trace::Trace) -> Result<(ReplayApp<'t>, super::event::Closed), E>,
+    ) -> Result<Self, E> {
+        let mut closed = super::event::Closed::default();
+        let cell = ReplayCell::try_new(trace, |t| {
+            let (app, c) = build(t)?;
+            closed = c;
+            Ok(app)
+        })?;
+        Ok(OpenedReplay { cell, closed })
+    }
+}
+
+impl Interactive for OpenedReplay {
+    fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
+        self.cell.with_dependent(|_, app| app.draw_into(area, buf));
+    }
+    fn apply(&mut self, a: Command) {
+        self.cell.with_dependent_mut(|_, app| app.apply(a));
+    }
+    fn mode(&self) -> crate::keys::Mode {
+        self.cell.with_dependent(|_, app| app.mode())
+    }
+    fn say(&mut self, msg: String) {
+        self.cell.with_dependent_mut(|_, app| app.say(msg));
+    }
+    fn quit(&self) -> bool {
+        self.cell.with_dependent(|_, app| app.quit())
+    }
+    fn closing(&mut self) -> super::event::Closed {
+        self.closed.clone()
+    }
+}
+
 /// Where a key that steps moves `cursor` over `model`'s events, at an event
 /// whose state the screen shows: ←/→ to the previous / next state (the
 /// events of one malloc, segment_alloc then alloc, show one state, the

@@ -97,6 +97,27 @@ impl Screen {
     }
 }
 
+/// A screen one screen asks to open over itself (the loop's caller opens
+/// it: `cli` loads files, `ui` does not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Open {
+    /// A snapshot to replay (the live view's `S`, a rank's Enter).
+    Replay(std::path::PathBuf),
+}
+
+/// What a screen says to the one under it as it closes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Closed {
+    /// For the status line below ("… closed", or why it did not open).
+    pub note: String,
+    /// What tuning its snapshot found (`tune::verdict`), for the live
+    /// view's alerts.
+    pub tuned: Option<String>,
+}
+
+/// Opens what a screen asked for, or says why not.
+pub type Opener<'o> = dyn FnMut(Open) -> Result<Box<dyn Interactive + 'o>, String> + 'o;
+
 /// An app the terminal loop drives.
 pub trait Interactive {
     /// Draws the app's state into `buf`; the view drawn is built from it and immutable.
@@ -132,10 +153,24 @@ pub trait Interactive {
         let _ = e;
         false
     }
+    /// Closes this screen (the one under it comes back; the last one
+    /// closing ends the loop).
     fn quit(&self) -> bool;
     /// How often the app wants `AppEvent::Tick`, if at all.
     fn tick_every(&self) -> Option<Duration> {
         None
+    }
+    /// A screen to open over this one, asked for since the last call.
+    fn opening(&mut self) -> Option<Open> {
+        None
+    }
+    /// What this screen says to the one under it as it closes.
+    fn closing(&mut self) -> Closed {
+        Closed::default()
+    }
+    /// The screen it opened closed (or could not open) with `c`.
+    fn back(&mut self, c: Closed) {
+        let _ = c;
     }
 }
 
@@ -143,10 +178,6 @@ pub trait Interactive {
 pub struct Events {
     tx: SyncSender<AppEvent>,
     rx: Receiver<AppEvent>,
-    /// The input thread and the ticker run once per channel, however many
-    /// views it feeds in turn (live, then a snapshot's replay, then live).
-    input: std::sync::Once,
-    ticker: std::sync::Once,
 }
 
 impl Default for Events {
@@ -159,7 +190,7 @@ impl Events {
     pub fn new() -> Self {
         // Bounded: a source that outpaces drawing waits or drops, never grows memory.
         let (tx, rx) = mpsc::sync_channel(64);
-        Events { tx, rx, input: std::sync::Once::new(), ticker: std::sync::Once::new() }
+        Events { tx, rx }
     }
 
     pub(crate) fn sender(&self) -> SyncSender<AppEvent> {
@@ -282,8 +313,16 @@ impl<B: ratatui_core::backend::Backend> ratatui_core::backend::Backend for Cache
     }
 }
 
-/// Runs `app` in the terminal until it quits or a quit event arrives.
-pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<()> {
+/// Runs `app` in the terminal until it quits or a quit event arrives; it
+/// opens no other screen.
+pub fn run_app(app: &mut dyn Interactive, events: Events) -> std::io::Result<()> {
+    run_screens(app, events, &mut |_| Err(" nothing can be opened from here".into()))
+}
+
+/// The one loop every screen runs in (`Screens`), in the terminal. Ends
+/// when the root closes or a quit event (a signal, a closed terminal)
+/// arrives.
+pub fn run_screens<'o>(root: &mut dyn Interactive, events: Events, open: &mut Opener<'o>) -> std::io::Result<()> {
     let signals = spawn_signals(events.sender())?;
     // Frames go out through a 16 KiB buffer: a live frame's changes (about
     // 5 KB) in one write, where the line-buffered stdout made dozens.
@@ -292,35 +331,36 @@ pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<(
         let backend =
             ratatui_crossterm::CrosstermBackend::new(std::io::BufWriter::with_capacity(1 << 14, std::io::stdout()));
         let mut terminal = ratatui_core::terminal::Terminal::new(CachedSize::new(backend))?;
-        let mut started = Ok(());
-        events.input.call_once(|| started = spawn_input(events.sender()));
-        started?;
-        if let Some(every) = app.tick_every() {
-            let mut started = Ok(());
-            events.ticker.call_once(|| started = spawn_ticker(events.sender(), every));
-            started?;
-        }
+        spawn_input(events.sender())?;
+        let mut screens = Screens::new(root, open);
+        let mut ticking = false;
         let mut dirty = true;
-        while !app.quit() {
-            if dirty {
-                terminal.draw(|f| app.draw(f))?;
+        loop {
+            let mut drawn = Ok(());
+            // Opening reads a file: the screen says so first.
+            let open = screens.settle(|s| drawn = terminal.draw(|f| s.draw(f)).map(|_| ()));
+            drawn?;
+            if !open {
+                break;
+            }
+            if let Some(every) = screens.top().tick_every().filter(|_| !ticking) {
+                spawn_ticker(events.sender(), every)?;
+                ticking = true;
+            }
+            if dirty || screens.changed {
+                terminal.draw(|f| screens.top().draw(f))?;
                 dirty = false;
+                screens.changed = false;
             }
             let Ok(e) = events.rx.recv() else { break };
             match e {
                 AppEvent::Quit => break,
-                AppEvent::Key(k) => {
-                    if let Some(a) = Command::of(&k) {
-                        app.dispatch(a);
-                        dirty = true;
-                    }
-                }
                 AppEvent::Resize => {
                     terminal.backend().resized();
                     terminal.autoresize()?;
                     dirty = true;
                 }
-                e => dirty |= app.update(e),
+                e => dirty |= screens.handle(e),
             }
         }
         Ok(())
@@ -328,6 +368,112 @@ pub fn run_app(app: &mut impl Interactive, events: &Events) -> std::io::Result<(
     signals.close();
     restore_terminal();
     result
+}
+
+/// A stack of screens, the root at the bottom: keys go to the top screen;
+/// samples and a command's exit reach every screen (a live view under a
+/// snapshot's replay keeps its histories whole); a screen asks to open
+/// another over itself (`Interactive::opening`, opened by the caller's
+/// `Opener`), and closing that one brings it back with what it said
+/// (`Interactive::back`). The terminal loop drives it; tests drive it
+/// without a terminal.
+pub struct Screens<'r, 'o, 'p> {
+    root: &'r mut dyn Interactive,
+    over: Vec<Box<dyn Interactive + 'o>>,
+    open: &'p mut Opener<'o>,
+    /// A screen opened or closed since the last frame.
+    changed: bool,
+}
+
+impl<'r, 'o, 'p> Screens<'r, 'o, 'p> {
+    pub fn new(root: &'r mut dyn Interactive, open: &'p mut Opener<'o>) -> Self {
+        Screens { root, over: Vec::new(), open, changed: false }
+    }
+
+    /// The screen on top.
+    pub fn top(&self) -> &dyn Interactive {
+        match self.over.last() {
+            Some(s) => s.as_ref(),
+            None => &*self.root,
+        }
+    }
+
+    fn top_mut(&mut self) -> &mut dyn Interactive {
+        match self.over.last_mut() {
+            Some(s) => s.as_mut(),
+            None => &mut *self.root,
+        }
+    }
+
+    /// Screens open (1: the root alone).
+    pub fn depth(&self) -> usize {
+        1 + self.over.len()
+    }
+
+    /// Closes the screens that quit (each says its note to the one under
+    /// it) and opens what a screen asked for (`opening` is shown the top
+    /// screen saying so first); false once the root has closed.
+    pub fn settle(&mut self, mut opening: impl FnMut(&dyn Interactive)) -> bool {
+        loop {
+            if self.top().quit() {
+                let closed = self.top_mut().closing();
+                if self.over.pop().is_none() {
+                    return false;
+                }
+                self.top_mut().back(closed);
+                self.changed = true;
+            } else if let Some(what) = self.top_mut().opening() {
+                let Open::Replay(path) = &what;
+                self.top_mut().say(format!(" opening {} …", path.display()));
+                opening(self.top());
+                match (self.open)(what) {
+                    Ok(screen) => self.over.push(screen),
+                    Err(note) => self.top_mut().back(Closed { note, tuned: None }),
+                }
+                self.changed = true;
+            } else {
+                return true;
+            }
+        }
+    }
+
+    /// A key, a tick, a sample or an exit; true when the top screen changed.
+    pub fn handle(&mut self, e: AppEvent) -> bool {
+        match e {
+            AppEvent::Key(k) => match Command::of(&k) {
+                Some(a) => {
+                    self.top_mut().dispatch(a);
+                    true
+                }
+                None => false,
+            },
+            AppEvent::Tick => self.top_mut().update(AppEvent::Tick),
+            AppEvent::Sample(_) | AppEvent::Exited(_) => self.deliver(e),
+            AppEvent::Resize | AppEvent::Quit => true,
+        }
+    }
+
+    /// `e` to every screen, a copy to each under the top (none when the
+    /// root is alone); whether the top one changed.
+    fn deliver(&mut self, e: AppEvent) -> bool {
+        let copy = |e: &AppEvent| match e {
+            AppEvent::Sample(s) => Some(AppEvent::Sample(s.clone())),
+            AppEvent::Exited(st) => Some(AppEvent::Exited(*st)),
+            _ => None,
+        };
+        let Some(mut top) = self.over.pop() else { return self.root.update(e) };
+        if let Some(c) = copy(&e) {
+            self.root.update(c);
+        }
+        for s in &mut self.over {
+            if let Some(c) = copy(&e) {
+                s.update(c);
+            }
+        }
+        let changed = top.update(e);
+        self.over.push(top);
+        changed
+    }
 }
 
 /// What ratatui's `init` does, without the screen buffers it allocates and
@@ -380,6 +526,98 @@ mod tests {
         t.autoresize().unwrap();
         let f = t.draw(|_| {}).unwrap();
         assert_eq!((f.area.width, f.area.height), (90, 25));
+    }
+
+    /// A screen that records what reached it in `log`.
+    struct Fake {
+        name: &'static str,
+        log: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+        open: Option<Open>,
+        quit: bool,
+    }
+
+    impl Interactive for Fake {
+        fn draw_into(&self, _: ratatui_core::layout::Rect, _: &mut ratatui_core::buffer::Buffer) {}
+        fn apply(&mut self, a: Command) {
+            match a {
+                Command::Snapshot => self.open = Some(Open::Replay("snap.pickle".into())),
+                Command::Zoom => self.open = Some(Open::Replay("missing.pickle".into())),
+                Command::Back => self.quit = true,
+                a => self.log.borrow_mut().push(format!("{} {a:?}", self.name)),
+            }
+        }
+        fn mode(&self) -> Mode {
+            Mode::Live
+        }
+        fn say(&mut self, msg: String) {
+            self.log.borrow_mut().push(format!("{} says{msg}", self.name));
+        }
+        fn quit(&self) -> bool {
+            self.quit
+        }
+        fn update(&mut self, e: AppEvent) -> bool {
+            self.log.borrow_mut().push(format!(
+                "{} {}",
+                self.name,
+                if matches!(e, AppEvent::Sample(_)) { "sample" } else { "other" }
+            ));
+            true
+        }
+        fn opening(&mut self) -> Option<Open> {
+            self.open.take()
+        }
+        fn closing(&mut self) -> Closed {
+            Closed { note: format!(" {} closed", self.name), tuned: Some("tuned".into()) }
+        }
+        fn back(&mut self, c: Closed) {
+            self.log.borrow_mut().push(format!("{} back:{}:{:?}", self.name, c.note, c.tuned));
+        }
+    }
+
+    /// One loop for every screen: the root opens a screen over itself, keys
+    /// go to the top one, samples reach both, closing the top brings the
+    /// root back with its note, a screen that cannot open is the root's
+    /// status, and the root closing ends it.
+    #[test]
+    fn screens_open_over_each_other_and_close_back() {
+        use crossterm::event::KeyCode;
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let fake = |name| Fake { name, log: log.clone(), open: None, quit: false };
+        let mut root = fake("live");
+        let mut opener = |o: Open| -> Result<Box<dyn Interactive>, String> {
+            match o {
+                Open::Replay(p) if p.as_os_str() == "snap.pickle" => Ok(Box::new(fake("replay"))),
+                Open::Replay(p) => Err(format!(" {}: no such file", p.display())),
+            }
+        };
+        let mut s = Screens::new(&mut root, &mut opener);
+        let mut shown = Vec::new();
+        assert!(s.settle(|_| shown.push(())) && s.depth() == 1);
+        let key = |c: char| AppEvent::Key(KeyEvent::from(KeyCode::Char(c)));
+        assert!(s.handle(key('S')));
+        assert!(s.settle(|_| shown.push(())));
+        assert_eq!((s.depth(), shown.len()), (2, 1), "opened, and the root said so first");
+        assert!(s.handle(key('h')));
+        let snap = || AppEvent::Sample(Box::default());
+        assert!(s.handle(snap()));
+        assert!(s.handle(key('q')) && s.settle(|_| {}));
+        assert_eq!(s.depth(), 1);
+        assert!(s.handle(AppEvent::Key(KeyEvent::from(KeyCode::Enter))) && s.settle(|_| {}));
+        assert_eq!(s.depth(), 1, "a screen that cannot open stays closed");
+        assert!(s.handle(key('q')));
+        assert!(!s.settle(|_| {}), "the root closed: the loop ends");
+        assert_eq!(
+            *log.borrow(),
+            [
+                "live says opening snap.pickle …",
+                "replay Help",
+                "live sample",
+                "replay sample",
+                "live back: replay closed:Some(\"tuned\")",
+                "live says opening missing.pickle …",
+                "live back: missing.pickle: no such file:None",
+            ]
+        );
     }
 
     #[test]

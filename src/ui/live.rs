@@ -289,11 +289,9 @@ impl LiveApp {
     }
 
     /// A snapshot was opened and closed: back to the live view.
-    pub(crate) fn reopened(&mut self, note: String, tuned: Option<String>) {
-        self.open = None;
-        self.screen.quit = false;
-        self.status = note;
-        if let (Some(pid), Some(t)) = (self.opened_pid.take(), tuned) {
+    pub(crate) fn reopened(&mut self, c: super::event::Closed) {
+        self.status = c.note;
+        if let (Some(pid), Some(t)) = (self.opened_pid.take(), c.tuned) {
             self.tuned.insert(pid, t);
         }
     }
@@ -819,42 +817,16 @@ impl Interactive for LiveApp {
     }
 
     fn quit(&self) -> bool {
-        self.screen.quit || self.open.is_some()
+        self.screen.quit
     }
-}
 
-/// A snapshot taken with `S`, open in the replay view: it draws and takes
-/// the keys; samples still reach the live model underneath, so the live
-/// histories have no gap when `q` returns to them.
-pub struct Beside<'l, 'r> {
-    pub(crate) live: &'l mut LiveApp,
-    pub(crate) replay: super::app::ReplayApp<'r>,
-}
+    fn opening(&mut self) -> Option<super::event::Open> {
+        self.open.take().map(super::event::Open::Replay)
+    }
 
-impl Interactive for Beside<'_, '_> {
-    fn mode(&self) -> crate::keys::Mode {
-        crate::keys::Mode::Replay
-    }
-    fn say(&mut self, msg: String) {
-        self.replay.say(msg);
-    }
-    fn draw_into(&self, area: Rect, buf: &mut Buffer) {
-        self.replay.draw_into(area, buf);
-    }
-    fn apply(&mut self, a: Command) {
-        self.replay.apply(a);
-    }
-    fn update(&mut self, e: AppEvent) -> bool {
-        match e {
-            AppEvent::Sample(_) | AppEvent::Exited(_) => {
-                self.live.update(e);
-                false
-            }
-            e => self.replay.update(e),
-        }
-    }
-    fn quit(&self) -> bool {
-        self.replay.quit()
+    /// Back from the snapshot's replay view.
+    fn back(&mut self, c: super::event::Closed) {
+        self.reopened(c);
     }
 }
 
@@ -914,7 +886,8 @@ mod tests {
     #[test]
     fn alerts_quote_what_tuning_the_snapshot_found() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tune/gpt2_varying.pickle.gz");
-        let (note, tuned) = crate::cli::open_replay(&path, false, |_| Ok(())).unwrap();
+        let mut screen = crate::cli::open_screen(super::super::event::Open::Replay(path.clone()), false).unwrap();
+        let super::super::event::Closed { note, tuned } = screen.closing();
         let tuned = tuned.unwrap();
         assert!(
             tuned.starts_with(
@@ -925,7 +898,7 @@ mod tests {
         assert!(note.ends_with(&tuned), "{note}");
         let mut app = LiveApp::new("live".into(), None, false);
         app.opened_pid = Some(5);
-        app.reopened(note, Some(tuned.clone()));
+        app.back(super::super::event::Closed { note: note.clone(), tuned: Some(tuned.clone()) });
         let alert = |pid: u32| Alert {
             kind: "fragmentation",
             gpu: 0,

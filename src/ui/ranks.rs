@@ -1,5 +1,5 @@
 //! The app of `replay rank0 rank1 …`: a selection among the ranks; Enter
-//! hands the selected rank to the caller to open in the replay view.
+//! opens the selected rank's file in the replay view over it.
 
 use crate::analysis::ranks::RanksModel;
 use crate::keys::{Command, Mode};
@@ -12,19 +12,13 @@ pub struct RanksApp {
     status: String,
     help: bool,
     quit: bool,
-    /// The rank (index) Enter asked to open.
-    pub(crate) open: Option<usize>,
+    /// The file Enter asked to open.
+    open: Option<std::path::PathBuf>,
 }
 
 impl RanksApp {
     pub(crate) fn new(model: RanksModel, color: bool) -> RanksApp {
         RanksApp { model, selected: 0, color, status: String::new(), help: false, quit: false, open: None }
-    }
-
-    /// Back from a rank's replay view.
-    pub(crate) fn reopened(&mut self, note: String) {
-        self.open = None;
-        self.status = note;
     }
 }
 
@@ -50,7 +44,7 @@ impl super::event::Interactive for RanksApp {
             Command::Help => self.help = !self.help,
             Command::Up => self.selected = self.selected.saturating_sub(1),
             Command::Down => self.selected = (self.selected + 1).min(n.saturating_sub(1)),
-            Command::Zoom if n > 0 => self.open = Some(self.selected),
+            Command::Zoom => self.open = self.model.ranks.get(self.selected).map(|r| r.path.clone()),
             _ => {}
         }
     }
@@ -64,6 +58,15 @@ impl super::event::Interactive for RanksApp {
     }
 
     fn quit(&self) -> bool {
-        self.quit || self.open.is_some()
+        self.quit
+    }
+
+    fn opening(&mut self) -> Option<super::event::Open> {
+        self.open.take().map(super::event::Open::Replay)
+    }
+
+    /// Back from a rank's replay view.
+    fn back(&mut self, c: super::event::Closed) {
+        self.status = c.note;
     }
 }

@@ -56,6 +56,11 @@ pub fn render_live(app: &mut gpumem_top::ui::live::LiveApp, w: u16, h: u16) -> S
 
 /// Any app drawn on a `w`×`h` test terminal through its own code, as text.
 pub fn render_app(app: &mut impl gpumem_top::ui::event::Interactive, w: u16, h: u16) -> String {
+    render_screen(app, w, h)
+}
+
+/// `render_app` of a screen of a stack (`Screens::top`).
+pub fn render_screen(app: &dyn gpumem_top::ui::event::Interactive, w: u16, h: u16) -> String {
     let mut t = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(w, h)).unwrap();
     t.draw(|f| {
         let a = f.area();
