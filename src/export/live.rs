@@ -4,6 +4,7 @@
 use super::picture::{Scene, ViewKind};
 use crate::monitor::model::ProcHistory;
 use crate::monitor::Published;
+use crate::view::parts::Marks;
 
 /// `view` of `p` (what the process published at one sample) over `h`'s
 /// timeline, the cursor at `p`'s sample; SVG `width` pixels wide.
@@ -16,20 +17,23 @@ pub(crate) fn process_svg(h: &ProcHistory, p: &Published, view: ViewKind, width:
         title: format!("pid {} {} · GPU {}{title_note}", p.pid, p.name(), p.device),
         subtitle: "published by the process (torch.cuda.memory_stats and memory_snapshot)".into(),
         segments: &p.segments,
-        allocated: p.allocated(),
-        allocated_peak: p.peak_allocated(),
-        reserved: p.reserved(),
-        reserved_peak: p.peak_reserved(),
+        totals: crate::view::parts::Totals::of_published(p),
         fragmentation: p.fragmentation(),
-        timeline: &points,
-        cursor: h.series.index_upto(p.time).min(points.len().saturating_sub(1)),
-        peak_at,
-        ooms: &ooms,
-        iterations: &steps,
-        empty_caches: &[],
+        marks: Marks {
+            timeline: &points,
+            cursor: h.series.index_upto(p.time).min(points.len().saturating_sub(1)),
+            peak_at,
+            ooms: &ooms,
+            empty_caches: &[],
+            iterations: &steps,
+            clock: None,
+            first_event: 0,
+            unit: "event",
+            meaning: None,
+            known: None,
+        },
         // memory_stats() does not carry set_per_process_memory_fraction.
         memory_limit: None,
-        meaning: None,
         by_category: false,
     };
     super::picture::svg(&scene, view, width)

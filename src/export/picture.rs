@@ -34,22 +34,15 @@ pub(crate) struct Scene<'a> {
     /// Allocator config and device.
     pub(crate) subtitle: String,
     pub(crate) segments: &'a [SegmentInfo],
-    pub(crate) allocated: u64,
-    pub(crate) allocated_peak: u64,
-    pub(crate) reserved: u64,
-    pub(crate) reserved_peak: u64,
+    /// The bars' figures (the terminal's).
+    pub(crate) totals: crate::view::parts::Totals,
     pub(crate) fragmentation: Fragmentation,
-    pub(crate) timeline: &'a [StatePoint],
-    pub(crate) cursor: usize,
-    pub(crate) peak_at: Option<usize>,
-    pub(crate) ooms: &'a [usize],
-    pub(crate) iterations: &'a [usize],
-    pub(crate) empty_caches: &'a [usize],
+    /// The timeline and its marks (the terminal's); with `meaning`, what
+    /// each block is (a replay): the allocated bar is split by it, and with
+    /// `by_category` the map is coloured by it.
+    pub(crate) marks: crate::view::parts::Marks<'a>,
     /// The per-process memory limit the run had, drawn where it is.
     pub(crate) memory_limit: Option<u64>,
-    /// What each block is, where known (a replay): the allocated bar is
-    /// split by it, and with `by_category` the map is coloured by it.
-    pub(crate) meaning: Option<crate::view::parts::Meaning<'a>>,
     pub(crate) by_category: bool,
 }
 
@@ -264,8 +257,8 @@ fn fragmap(scene: &Scene, width: f64) -> String {
     let f = &scene.fragmentation;
     let parts = [
         crate::analysis::count(scene.segments.len(), "segment"),
-        format!("allocated {}", human_bytes(scene.allocated)),
-        format!("reserved {}", human_bytes(scene.reserved)),
+        format!("allocated {}", human_bytes(scene.totals.allocated)),
+        format!("reserved {}", human_bytes(scene.totals.reserved)),
         format!("reserved but unallocated {}", human_bytes(f.reserved_unallocated_bytes)),
         format!("inactive_split {}", human_bytes(f.inactive_split_bytes)),
         format!("largest free block {}", human_bytes(f.largest_free_block_bytes)),
@@ -313,7 +306,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
                 "",
             );
         }
-        match scene.meaning.filter(|_| scene.by_category) {
+        match scene.marks.meaning.filter(|_| scene.by_category) {
             // Live blocks in their category's colour, the rest grey.
             Some(m) => {
                 s.rect(x0, y, seg.total_size as f64 * scale, row - 1.0, FREE_BY_CATEGORY, "none");
@@ -355,7 +348,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
     }
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
-    let y = match scene.meaning.filter(|_| scene.by_category) {
+    let y = match scene.marks.meaning.filter(|_| scene.by_category) {
         Some(m) => {
             let b = m.cats.bytes_after(m.at);
             let y = s.category_legend(y + 62.0, Some(&b));
@@ -378,8 +371,8 @@ fn timeline(scene: &Scene, width: f64) -> String {
     let mut s = Svg { out: String::new(), w: width };
     let top = s.header(scene, "Timeline");
     let (x0, x1, y0, y1) = (110.0, width - 40.0, top + 30.0, top + 430.0);
-    let n = scene.timeline.len().max(2);
-    let max = scene.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1);
+    let n = scene.marks.timeline.len().max(2);
+    let max = scene.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(1).max(1);
     let max = max.max(scene.memory_limit.unwrap_or(0));
     let step = tick_step(max, 6);
     let top_v = max.div_ceil(step).saturating_mul(step);
@@ -399,10 +392,10 @@ fn timeline(scene: &Scene, width: f64) -> String {
         s.text(xf(i), y1 + 20.0, 12.0, "middle", &i.to_string(), "");
     }
     s.text((x0 + x1) / 2.0, y1 + 42.0, 13.0, "middle", "event", "");
-    for &i in scene.iterations {
+    for &i in scene.marks.iterations {
         s.line(xf(i), y0, xf(i), y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
     }
-    for &i in scene.empty_caches {
+    for &i in scene.marks.empty_caches {
         s.text(xf(i), y0 - 4.0, 11.0, "middle", "E", "");
     }
     // Series, downsampled to the maximum per pixel column.
@@ -418,18 +411,18 @@ fn timeline(scene: &Scene, width: f64) -> String {
         let mut pts = String::new();
         for c in 0..cols.max(1) {
             let lo = c * n / cols.max(1);
-            let hi = ((c + 1) * n / cols.max(1)).max(lo + 1).min(scene.timeline.len());
+            let hi = ((c + 1) * n / cols.max(1)).max(lo + 1).min(scene.marks.timeline.len());
             if lo >= hi {
                 continue;
             }
-            let v = scene.timeline[lo..hi].iter().map(get).max().unwrap_or(0);
+            let v = scene.marks.timeline[lo..hi].iter().map(get).max().unwrap_or(0);
             let _ = write!(pts, "{:.1},{:.1} ", x0 + c as f64, yf(v));
         }
         let _ = writeln!(s.out, r#"<polyline fill="none" {style} points="{}"/>"#, pts.trim_end());
         let _ = name;
     }
-    if let Some(p) = scene.peak_at.filter(|&p| p < scene.timeline.len()) {
-        let v = scene.timeline[p].allocated;
+    if let Some(p) = scene.marks.peak_at.filter(|&p| p < scene.marks.timeline.len()) {
+        let v = scene.marks.timeline[p].allocated;
         let _ = writeln!(s.out, r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{ALLOCATED}"/>"#, xf(p), yf(v));
         // Right of the point, or left of it near the right edge (a label
         // runs past the picture there).
@@ -443,13 +436,13 @@ fn timeline(scene: &Scene, width: f64) -> String {
             r#" font-weight="bold""#,
         );
     }
-    for &o in scene.ooms {
-        let (x, y) = (xf(o), yf(scene.timeline.get(o).map_or(0, |p| p.reserved)));
+    for &o in scene.marks.ooms {
+        let (x, y) = (xf(o), yf(scene.marks.timeline.get(o).map_or(0, |p| p.reserved)));
         s.line(x - 5.0, y - 5.0, x + 5.0, y + 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
         s.line(x - 5.0, y + 5.0, x + 5.0, y - 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
     }
-    if scene.cursor < n {
-        s.line(xf(scene.cursor), y0, xf(scene.cursor), y1, r##"stroke="#1a202c" stroke-width="1""##);
+    if scene.marks.cursor < n {
+        s.line(xf(scene.marks.cursor), y0, xf(scene.marks.cursor), y1, r##"stroke="#1a202c" stroke-width="1""##);
     }
     if let Some(l) = scene.memory_limit {
         s.line(x0, yf(l), x1, yf(l), r##"stroke="#c53030" stroke-width="1.5" stroke-dasharray="8 4""##);
@@ -479,14 +472,16 @@ fn bars(scene: &Scene, width: f64) -> String {
     let mut s = Svg { out: String::new(), w: width };
     let top = s.header(scene, "Memory");
     let (x0, x1) = (220.0, width - 320.0);
-    let max = scene.reserved_peak.max(scene.allocated_peak).max(scene.memory_limit.unwrap_or(0)).max(1);
+    let max = scene.totals.reserved_peak.max(scene.totals.allocated_peak).max(scene.memory_limit.unwrap_or(0)).max(1);
     let step = tick_step(max, 8);
     let top_v = max.div_ceil(step).saturating_mul(step);
     let xf = |v: u64| x0 + (x1 - x0) * v as f64 / top_v as f64;
-    let rows: [(&str, u64, u64); 2] =
-        [("allocated", scene.allocated, scene.allocated_peak), ("reserved", scene.reserved, scene.reserved_peak)];
+    let rows: [(&str, u64, u64); 2] = [
+        ("allocated", scene.totals.allocated, scene.totals.allocated_peak),
+        ("reserved", scene.totals.reserved, scene.totals.reserved_peak),
+    ];
     let mut y = top + 20.0;
-    let split = scene.meaning.map(|m| m.cats.bytes_after(m.at));
+    let split = scene.marks.meaning.map(|m| m.cats.bytes_after(m.at));
     for (i, (name, now, peak)) in rows.iter().enumerate() {
         s.text(x0 - 12.0, y + 22.0, 15.0, "end", name, "");
         match (&split, i) {
@@ -522,18 +517,25 @@ fn bars(scene: &Scene, width: f64) -> String {
         y += 56.0;
     }
     // The gap users fight: reserved but unallocated.
-    let gap = scene.reserved.saturating_sub(scene.allocated);
+    let gap = scene.totals.reserved.saturating_sub(scene.totals.allocated);
     s.text(x0 - 12.0, y + 22.0, 15.0, "end", "reserved but unallocated", "");
-    s.rect(xf(scene.allocated), y, xf(scene.reserved) - xf(scene.allocated), 32.0, fill(3), "#1a202c");
+    s.rect(
+        xf(scene.totals.allocated),
+        y,
+        xf(scene.totals.reserved) - xf(scene.totals.allocated),
+        32.0,
+        fill(3),
+        "#1a202c",
+    );
     s.text(
-        xf(scene.reserved) + 8.0,
+        xf(scene.totals.reserved) + 8.0,
         y + 22.0,
         14.0,
         "start",
         &format!(
             "{} ({:.1}% of reserved)",
             human_bytes(gap),
-            if scene.reserved == 0 { 0.0 } else { gap as f64 * 100.0 / scene.reserved as f64 }
+            if scene.totals.reserved == 0 { 0.0 } else { gap as f64 * 100.0 / scene.totals.reserved as f64 }
         ),
         "",
     );
@@ -554,7 +556,7 @@ fn bars(scene: &Scene, width: f64) -> String {
         s.line(xf(v), y, xf(v), y + 5.0, r##"stroke="#1a202c""##);
         s.text(xf(v), y + 20.0, 12.0, "middle", &short(v), "");
     }
-    let peak_ratio = crate::analysis::peak_ratio_of(scene.allocated_peak, scene.reserved_peak);
+    let peak_ratio = crate::analysis::peak_ratio_of(scene.totals.allocated_peak, scene.totals.reserved_peak);
     let y = match &split {
         Some(b) => s.category_legend(y + 76.0, Some(b)) - 26.0,
         None => y,

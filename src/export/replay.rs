@@ -9,8 +9,9 @@ use crate::alloc::{CachingAllocator, SegmentInfo};
 use crate::analysis::fragmentation;
 use crate::device::Device;
 use crate::replay::model::ReplayModel;
-use crate::view::parts::{draw_replay, Marks, Selection, Totals};
+use crate::view::parts::{Marks, ReplayScreen, Selection, Totals};
 use crate::view::{Focus, Panel};
+use ratatui_core::widgets::Widget;
 
 /// The picture of an allocator's state with the timeline's marks.
 pub(crate) fn scene_of<'a, D: Device>(
@@ -21,8 +22,6 @@ pub(crate) fn scene_of<'a, D: Device>(
     m: Marks<'a>,
 ) -> Scene<'a> {
     let stats = a.stats();
-    let t = Totals::of(stats);
-    let meaning = m.meaning;
     let conf = &a.config().source;
     Scene {
         title,
@@ -35,18 +34,9 @@ pub(crate) fn scene_of<'a, D: Device>(
         ),
         memory_limit: a.memory_limit(),
         segments: segs,
-        allocated: t.allocated,
-        allocated_peak: t.allocated_peak,
-        reserved: t.reserved,
-        reserved_peak: t.reserved_peak,
+        totals: Totals::of(stats),
         fragmentation: fragmentation(stats, segs),
-        timeline: m.timeline,
-        cursor: m.cursor,
-        peak_at: m.peak_at,
-        ooms: m.ooms,
-        iterations: m.iterations,
-        empty_caches: m.empty_caches,
-        meaning,
+        marks: m,
         by_category: false,
     }
 }
@@ -77,7 +67,7 @@ pub fn picture(
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
         let sel = Selection { focus, panel: Some(panel), by_category, ..Selection::default() };
         let area = buf.area;
-        draw_replay(model, sel, !plain, String::new(), None, area, &mut buf);
+        ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None }.render(area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
     }
     let n = model.points().len();

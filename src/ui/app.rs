@@ -6,9 +6,10 @@ use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
 use crate::replay::model::ReplayModel;
-use crate::view::parts::{draw_replay, draw_state, Chrome, Marks};
+use crate::view::parts::{Chrome, Marks, ReplayScreen, StateScreen};
 use crate::view::Focus;
 use crate::workload::driver::{Driver, Progress};
+use ratatui_core::widgets::Widget;
 
 pub struct ReplayApp<'a> {
     /// The trace and where its cursor is (`ReplayModel::go`).
@@ -73,7 +74,7 @@ impl Interactive for ReplayApp<'_> {
     fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let status = self.status.clone();
         let mode = Some(self.mode());
-        draw_replay(&self.model, self.screen.sel, self.color, status, mode, area, buf);
+        ReplayScreen { model: &self.model, sel: self.screen.sel, color: self.color, status, mode }.render(area, buf);
     }
 
     fn apply(&mut self, a: Command) {
@@ -522,7 +523,7 @@ impl<D: Device> Interactive for SynthApp<D> {
                 self.status.clone()
             };
             let (sel, color, mode) = (self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
-            h.cell.with_dependent(|_, m| draw_replay(m, sel, color, status, mode, area, buf));
+            h.cell.with_dependent(|_, model| ReplayScreen { model, sel, color, status, mode }.render(area, buf));
             return;
         }
         let d = &self.driver;
@@ -558,7 +559,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             oom: None,
         };
         let marks = run_marks(d);
-        draw_state(&d.alloc, None, chrome, marks, self.screen.sel, area, buf);
+        StateScreen { alloc: &d.alloc, recorded_scale: None, chrome, marks, sel: self.screen.sel }.render(area, buf);
     }
 
     fn apply(&mut self, a: Command) {

@@ -14,7 +14,8 @@ use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::model::{LiveModel, ProcHistory};
 use crate::monitor::{GpuSample, Published, Snapshot};
-use crate::view::parts::{draw_parts, Chrome, Clock, Marks, Totals};
+use crate::view::parts::{Chrome, Clock, Marks, Totals};
+use crate::view::View;
 
 /// The command `gpumem-top run` started, as the view follows it.
 #[derive(Debug, Clone)]
@@ -650,15 +651,10 @@ impl Interactive for LiveApp {
         let p = &h.last;
         let segs = &p.segments;
         let totals = Totals {
-            allocated: p.allocated(),
-            allocated_peak: p.peak_allocated(),
-            reserved: p.reserved(),
-            reserved_peak: p.peak_reserved(),
             device_memory: self
                 .gpu()
                 .and_then(|g| Some((g.used_bytes?, g.total_bytes?, if self.simulated { "simulated" } else { "NVML" }))),
-            capacity: None,
-            step_categories: p.categories.map(|c| (c.bytes(), c.step)),
+            ..Totals::of_published(p)
         };
         let frag = p.fragmentation();
         let points = h.series.state_points();
@@ -712,7 +708,7 @@ impl Interactive for LiveApp {
             meaning: None,
             known: None,
         };
-        draw_parts(segs, totals, frag, chrome, marks, self.screen.sel, rest, buf);
+        View::new(chrome, totals, segs, frag, marks, self.screen.sel).render(rest, buf);
     }
 
     fn apply(&mut self, a: Command) {

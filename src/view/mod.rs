@@ -21,7 +21,7 @@ use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
 use ratatui_widgets::clear::Clear;
 use ratatui_widgets::paragraph::{Paragraph, Wrap};
 
-use crate::alloc::{BlockState, SegmentInfo, StatePoint};
+use crate::alloc::{BlockState, SegmentInfo};
 use crate::analysis::categories::{Category, CategoryBytes, Evidence};
 use crate::analysis::{human_bytes, short_bytes, Fragmentation, SizeBucket};
 use crate::trace::Frame;
@@ -61,83 +61,24 @@ pub(crate) enum Focus {
     Timeline,
 }
 
-/// Everything one frame shows.
+/// Everything one frame shows: the parts a screen is drawn from, as the
+/// apps and exports built them (nothing is copied out of them).
 #[derive(Debug, Clone)]
 pub(crate) struct View<'a> {
-    pub(crate) device: String,
-    pub(crate) source: String,
-    /// "event 4400/14327" or a time.
-    pub(crate) position: String,
-    /// Shown above everything when set ("no NVIDIA GPU found: simulated device").
-    pub(crate) banner: Option<String>,
-    pub(crate) allocated: u64,
-    pub(crate) allocated_peak: u64,
-    pub(crate) reserved: u64,
-    pub(crate) reserved_peak: u64,
+    /// The header, banner, status line and call stacks.
+    pub(crate) chrome: parts::Chrome<'a>,
+    /// The bars' figures.
+    pub(crate) totals: parts::Totals,
     /// False for a snapshot without a trace: its peaks are not in the file.
     pub(crate) peaks_known: bool,
-    /// NVML's (used, total) for the device, where known.
-    pub(crate) device_memory: Option<(u64, u64, &'static str)>,
-    /// Without NVML, the bars' scale and what it is ("limit", "device",
-    /// a replay's "peak" reserved, a state-only "snapshot"'s reserved).
-    pub(crate) capacity: Option<(u64, &'static str)>,
-    /// Live: what the optimizer held at a step's end, and the step.
-    pub(crate) step_categories: Option<(CategoryBytes, u64)>,
     pub(crate) segments: &'a [SegmentInfo],
     pub(crate) fragmentation: Fragmentation,
-    pub(crate) histogram: &'a [SizeBucket],
-    /// Allocated and reserved over events (or samples).
-    pub(crate) timeline: &'a [StatePoint],
-    pub(crate) cursor: usize,
-    pub(crate) peak_at: Option<usize>,
-    pub(crate) ooms: &'a [usize],
-    pub(crate) empty_caches: &'a [usize],
-    /// Event indices where training iterations end (Optimizer.step).
-    pub(crate) iterations: &'a [usize],
-    /// Live: the timeline's x axis is time (and steps), not events.
-    pub(crate) clock: Option<parts::Clock<'a>>,
-    /// The event the timeline's first point is (a run keeps its latest
-    /// events only); 0 for a replay.
-    pub(crate) first_event: usize,
-    /// What a timeline point is: `event` or `request` (`parts::Marks`).
-    pub(crate) unit: &'static str,
-    pub(crate) order: SegmentOrder,
-    /// First segment row shown.
-    pub(crate) scroll: usize,
-    /// The highlighted segment (index in `order`).
-    pub(crate) selected: usize,
-    /// Show the blocks of the selected segment instead of the map.
-    pub(crate) zoom: bool,
-    /// The highlighted block of the zoomed segment; its call stack is shown.
-    pub(crate) block: usize,
-    /// Segments back to back at a fixed number of bytes per cell, for
-    /// hundreds of segments.
-    pub(crate) compact: bool,
-    /// Call stacks by tag (tag - 1), innermost frame first; empty when unknown.
-    pub(crate) stacks: &'a [Vec<Frame>],
-    pub(crate) focus: Focus,
-    pub(crate) help: bool,
-    pub(crate) help_scroll: usize,
-    /// The histogram sums bytes instead of counting blocks.
-    pub(crate) hist_bytes: bool,
-    /// The map's rows the other way than their default.
-    pub(crate) flip_scale: bool,
-    /// Draw only this panel (a text export of one view).
-    pub(crate) panel: Option<Panel>,
-    /// The map and timeline by category (with `meaning`).
-    pub(crate) by_category: bool,
-    /// What each block is, where known (a replay).
-    pub(crate) meaning: Option<parts::Meaning<'a>>,
-    /// Allocated bytes per category now, from a source that knows them
-    /// (the synthetic model).
-    pub(crate) known_categories: Option<CategoryBytes>,
-    pub(crate) color: bool,
-    pub(crate) status: String,
-    /// The mode whose keys the status line hints and the help lists
-    /// (`crate::keys::KEYS`); none in exports.
-    pub(crate) mode: Option<crate::keys::Mode>,
-    /// The event shown ran out of memory: its request and stack.
-    pub(crate) oom: Option<parts::OomNote<'a>>,
+    pub(crate) histogram: Vec<SizeBucket>,
+    /// The timeline (allocated and reserved over events or samples) and
+    /// its marks.
+    pub(crate) marks: parts::Marks<'a>,
+    /// What the keys selected (clamped to `segments`).
+    pub(crate) sel: parts::Selection,
 }
 
 /// A bordered box with `title` (and `right`, right-aligned) in `area`;
@@ -360,7 +301,7 @@ pub fn segment_categories(seg: &SegmentInfo, width: usize, of: impl Fn(u64) -> C
 /// by category where the view shows categories.
 fn map_cells(view: &View, theme: Theme, seg: &SegmentInfo, n: usize) -> Vec<(char, Style)> {
     let cells = segment_cells(seg, n);
-    match view.meaning.filter(|_| view.by_category) {
+    match view.marks.meaning.filter(|_| view.sel.by_category) {
         Some(m) => {
             let cats = segment_categories(seg, n, |a| m.cats.of_block(a, m.at));
             cells
@@ -435,8 +376,8 @@ pub(crate) enum Panel {
 /// `panel` alone in `area`; the map and the timeline under a line saying
 /// what and when (the bars' box says it in its title).
 fn draw_panel(view: &View, panel: Panel, area: Rect, buf: &mut Buffer) {
-    let theme = Theme { color: view.color };
-    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position);
+    let theme = Theme { color: view.chrome.color };
+    let title = format!(" gpumem-top ─ {} ─ {} ─ {} ", view.chrome.device, view.chrome.source, view.chrome.position);
     let area = if panel == Panel::Bars || area.height < 2 {
         area
     } else {
@@ -466,10 +407,10 @@ impl Widget for &View<'_> {
 
 /// Draws the whole screen.
 fn draw(view: &View, area: Rect, buf: &mut Buffer) {
-    if let Some(p) = view.panel {
+    if let Some(p) = view.sel.panel {
         return draw_panel(view, p, area, buf);
     }
-    let theme = Theme { color: view.color };
+    let theme = Theme { color: view.chrome.color };
     if area.width < MIN_WIDTH || area.height < MIN_SCREEN_HEIGHT {
         let msg = format!(
             "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this pane is {}x{}.",
@@ -478,14 +419,14 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
         return;
     }
-    let banner_h = u16::from(view.banner.is_some());
+    let banner_h = u16::from(view.chrome.banner.is_some());
     // A message longer than the screen is wide wraps onto up to three rows
     // (taken from the map): its advice is at its end.
-    let suffix = if view.mode.is_some() { "   q quit  ? help" } else { "" };
-    let status_lines = if view.status.trim().is_empty() {
+    let suffix = if view.chrome.mode.is_some() { "   q quit  ? help" } else { "" };
+    let status_lines = if view.chrome.status.trim().is_empty() {
         Vec::new()
     } else {
-        let mut l = wrap(&format!("{}{suffix}", view.status.trim_end()), area.width as usize, 1);
+        let mut l = wrap(&format!("{}{suffix}", view.chrome.status.trim_end()), area.width as usize, 1);
         l.truncate(3);
         l
     };
@@ -501,7 +442,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         Constraint::Length(status_h),
     ])
     .areas(area);
-    if let Some(b) = &view.banner {
+    if let Some(b) = &view.chrome.banner {
         put_rows(
             buf,
             banner,
@@ -509,33 +450,33 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         );
     }
     // The help is a key: exports, which have none, do not offer it.
-    let help = view.mode.map(|_| Line::from(" ? help "));
+    let help = view.chrome.mode.map(|_| Line::from(" ? help "));
     // The longest title that fits: the device goes first, then our name;
     // where the trace is and which moment stay.
     let room = (top.width as usize).saturating_sub(4 + if help.is_some() { 9 } else { 0 });
     let title = [
-        format!(" gpumem-top ─ {} ─ {} ─ {} ", view.device, view.source, view.position),
-        format!(" gpumem-top ─ {} ─ {} ", view.source, view.position),
-        format!(" {} ─ {} ", view.source, view.position),
+        format!(" gpumem-top ─ {} ─ {} ─ {} ", view.chrome.device, view.chrome.source, view.chrome.position),
+        format!(" gpumem-top ─ {} ─ {} ", view.chrome.source, view.chrome.position),
+        format!(" {} ─ {} ", view.chrome.source, view.chrome.position),
     ];
-    let title = longest_fitting(title, room).unwrap_or_else(|| format!(" {} ", view.position));
+    let title = longest_fitting(title, room).unwrap_or_else(|| format!(" {} ", view.chrome.position));
     let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
     render_bars(view, theme, inner, buf);
 
     let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
     render_map(view, theme, map, buf);
-    if let Some(o) = view.oom.as_ref().filter(|_| !view.zoom && !view.compact) {
+    if let Some(o) = view.chrome.oom.as_ref().filter(|_| !view.sel.zoom && !view.sel.compact) {
         // Over the lower part of the map: the state is still the one the
         // request met, above it. A zoomed or compact map is the user's
         // choice to see the segments, and keeps the whole pane.
         let h = (map.height / 2).max(4).min(map.height);
-        render_oom(theme, o, view.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
+        render_oom(theme, o, view.marks.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
     }
     render_histogram(view, theme, hist, buf);
     render_timeline(view, theme, bottom, buf);
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
-    let hints = view.mode.map(|m| crate::keys::hints_within(m, status.width as usize)).unwrap_or_default();
+    let hints = view.chrome.mode.map(|m| crate::keys::hints_within(m, status.width as usize)).unwrap_or_default();
     let lines = if status_lines.is_empty() {
         vec![Line::from(Span::styled(hints, theme.fg(Color::DarkGray)))]
     } else if status_lines.len() == 1 {
@@ -550,8 +491,8 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         status_lines.into_iter().map(Line::from).collect()
     };
     put_rows(buf, status, lines);
-    if let (true, Some(mode)) = (view.help, view.mode) {
-        help_overlay(theme.color, mode, view.meaning.is_some(), view.help_scroll, area, buf);
+    if let (true, Some(mode)) = (view.sel.help, view.chrome.mode) {
+        help_overlay(theme.color, mode, view.marks.meaning.is_some(), view.sel.help_scroll, area, buf);
     }
 }
 
@@ -660,29 +601,34 @@ fn bar_line(label: &str, value: u64, scale: u64, width: usize, tail: String, sty
 
 fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let scale = view
+        .totals
         .device_memory
         .map(|(_, t, _)| t)
-        .or(view.capacity.map(|c| c.0))
-        .unwrap_or(view.reserved_peak)
-        .max(view.reserved_peak)
+        .or(view.totals.capacity.map(|c| c.0))
+        .unwrap_or(view.totals.reserved_peak)
+        .max(view.totals.reserved_peak)
         .max(1);
     let width = (area.width as usize).saturating_sub(56).max(10);
-    let gap = view.reserved.saturating_sub(view.allocated);
+    let gap = view.totals.reserved.saturating_sub(view.totals.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
-    let split = match view.meaning.filter(|m| m.cats.evidence != Evidence::None) {
+    let split = match view.marks.meaning.filter(|m| m.cats.evidence != Evidence::None) {
         Some(m) => Some(m.cats.bytes_after(m.at)),
-        None => view.known_categories,
+        None => view.marks.known,
     };
     let allocated_bar = match split {
-        Some(b) => {
-            category_bar(&b, scale, width, peak_text(view.allocated, view.allocated_peak, view.peaks_known), theme)
-        }
-        None => bar_line(
-            "allocated",
-            view.allocated,
+        Some(b) => category_bar(
+            &b,
             scale,
             width,
-            peak_text(view.allocated, view.allocated_peak, view.peaks_known),
+            peak_text(view.totals.allocated, view.totals.allocated_peak, view.peaks_known),
+            theme,
+        ),
+        None => bar_line(
+            "allocated",
+            view.totals.allocated,
+            scale,
+            width,
+            peak_text(view.totals.allocated, view.totals.allocated_peak, view.peaks_known),
             theme.fg(Color::Green),
         ),
     };
@@ -690,14 +636,14 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         allocated_bar,
         bar_line(
             "reserved",
-            view.reserved,
+            view.totals.reserved,
             scale,
             width,
-            peak_text(view.reserved, view.reserved_peak, view.peaks_known),
+            peak_text(view.totals.reserved, view.totals.reserved_peak, view.peaks_known),
             theme.fg(Color::Blue),
         ),
     ];
-    match view.device_memory {
+    match view.totals.device_memory {
         Some((used, total, by)) => lines.push(bar_line(
             "device",
             used,
@@ -706,7 +652,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             format!(" {:>11} / {} ({by})", human_bytes(used), human_bytes(total)),
             theme.fg(Color::Cyan),
         )),
-        None => lines.push(Line::from(match view.capacity {
+        None => lines.push(Line::from(match view.totals.capacity {
             Some((bytes, "limit")) => {
                 format!(" limit     {}: the per-process memory limit, the bars' full width", human_bytes(bytes))
             }
@@ -725,19 +671,19 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let ratio = if !view.peaks_known {
         "n/a (no peaks in the snapshot)".to_string()
     } else {
-        format!("{:.4}", crate::analysis::peak_ratio_of(view.allocated_peak, view.reserved_peak))
+        format!("{:.4}", crate::analysis::peak_ratio_of(view.totals.allocated_peak, view.totals.reserved_peak))
     };
     lines.push(Line::from(format!(
         " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {ratio}",
         human_bytes(gap),
-        pct(gap, view.reserved),
+        pct(gap, view.totals.reserved),
     )));
     if area.height >= 5 {
-        if let Some(m) = view.meaning {
+        if let Some(m) = view.marks.meaning {
             lines.push(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, area.width as usize));
-        } else if let Some(b) = view.known_categories {
+        } else if let Some(b) = view.marks.known {
             lines.push(category_line(&b, Evidence::Stacks, theme, area.width as usize));
-        } else if let Some((b, step)) = view.step_categories {
+        } else if let Some((b, step)) = view.totals.step_categories {
             lines.push(step_category_line(&b, step, theme, area.width as usize));
         }
     }
@@ -771,7 +717,8 @@ fn step_category_line(bytes: &CategoryBytes, step: u64, theme: Theme, width: usi
 /// Whether the bars' box has the line saying what the memory is: with
 /// categories, on a screen taller than the smallest.
 fn what_line(view: &View, height: u16) -> bool {
-    (view.meaning.is_some() || view.known_categories.is_some() || view.step_categories.is_some()) && height > MIN_HEIGHT
+    (view.marks.meaning.is_some() || view.marks.known.is_some() || view.totals.step_categories.is_some())
+        && height > MIN_HEIGHT
 }
 
 /// The allocated bar in one colour per category, in `Category::ALL` order.
@@ -822,16 +769,16 @@ fn category_line(bytes: &CategoryBytes, evidence: Evidence, theme: Theme, width:
 }
 
 fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let order = match view.order {
+    let order = match view.sel.order {
         SegmentOrder::Address => "address",
         SegmentOrder::Size => "size",
     };
-    let focus = if view.focus == Focus::Map { theme.bold() } else { Style::default() };
+    let focus = if view.sel.focus == Focus::Map { theme.bold() } else { Style::default() };
     let private = view.segments.iter().filter(|s| s.private).count();
     let pools = if private > 0 { format!("─ {private} in private pools (*) ") } else { String::new() };
     let cells_w = (area.width as usize).saturating_sub(2 + ROW_LABEL + 1);
-    let scaled = rows_to_scale(view.segments, cells_w) != view.flip_scale;
-    let rows = match (view.compact, scaled) {
+    let scaled = rows_to_scale(view.segments, cells_w) != view.sel.flip_scale;
+    let rows = match (view.sel.compact, scaled) {
         (true, _) => "",
         (false, true) => "─ to scale ",
         (false, false) => "─ stretched ",
@@ -854,18 +801,18 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         return;
     }
     let segs = ordered(view);
-    if view.zoom {
-        if let Some(seg) = segs.get(view.selected) {
+    if view.sel.zoom {
+        if let Some(seg) = segs.get(view.sel.selected) {
             render_zoom(view, theme, seg, inner, buf);
             return;
         }
     }
-    if view.compact {
+    if view.sel.compact {
         render_compact(view, theme, &segs, Rect { height: inner.height - 1, ..inner }, buf);
     } else {
         render_rows(view, theme, &segs, scaled, inner, buf);
     }
-    if let Some(m) = view.meaning.filter(|_| view.by_category) {
+    if let Some(m) = view.marks.meaning.filter(|_| view.sel.by_category) {
         let legend = category_legend(theme, m.cats.evidence, inner.width as usize);
         put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, legend);
         return;
@@ -920,12 +867,12 @@ fn render_rows(view: &View, theme: Theme, segs: &[&SegmentInfo], scaled: bool, i
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
     let max = view.segments.iter().map(|s| s.total_size).max().unwrap_or(0).max(1);
     let rows = inner.height as usize - 1;
-    for (row, seg) in segs.iter().skip(view.scroll).take(rows).enumerate() {
+    for (row, seg) in segs.iter().skip(view.sel.scroll).take(rows).enumerate() {
         let y = inner.y + row as u16;
         // `*`: the segment belongs to a private pool (CUDA graph, MemPool).
         let mark = if seg.private { '*' } else { ' ' };
         let label = format!("{:#014x} {:>7}{mark}", seg.address, short_bytes(seg.total_size));
-        let style = if view.scroll + row == view.selected {
+        let style = if view.sel.scroll + row == view.sel.selected {
             Style::default().add_modifier(Modifier::REVERSED)
         } else {
             Style::default()
@@ -990,7 +937,7 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
         if i + n > width * rows {
             break;
         }
-        let selected = k == view.selected;
+        let selected = k == view.sel.selected;
         for (glyph, mut style) in map_cells(view, theme, seg, n) {
             let (x, y) = ((i % width) as u16, (i / width) as u16);
             if selected {
@@ -1005,12 +952,12 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
     let mut footer = format!(
         "compact: 1 cell = {} ─ segments back to back by {}",
         short_bytes(per_cell),
-        if view.order == SegmentOrder::Size { "size" } else { "address" }
+        if view.sel.order == SegmentOrder::Size { "size" } else { "address" }
     );
     if hidden > 0 {
         footer.push_str(&format!(" ─ {hidden} not shown"));
     }
-    if let Some(sel) = segs.get(view.selected) {
+    if let Some(sel) = segs.get(view.sel.selected) {
         footer.push_str(&format!(" ─ selected {:#x} {}", sel.address, short_bytes(sel.total_size)));
     }
     buf.set_stringn(area.x, area.y + area.height - 1, footer, width, theme.fg(Color::DarkGray));
@@ -1038,7 +985,7 @@ fn peak_text(now: u64, peak: u64, known: bool) -> String {
 
 /// The segments in the view's order.
 pub(crate) fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
-    ordered_indices(view.segments, view.order).into_iter().map(|i| &view.segments[i]).collect()
+    ordered_indices(view.segments, view.sel.order).into_iter().map(|i| &view.segments[i]).collect()
 }
 
 /// Indices into `segments` in `order` (size order: largest first, then by
@@ -1069,12 +1016,12 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
     ))];
     let stack_of = |b: &crate::alloc::BlockInfo| -> Option<&Vec<Frame>> {
         if b.tag > 0 && b.state != BlockState::Inactive {
-            view.stacks.get(b.tag as usize - 1)
+            view.chrome.stacks.get(b.tag as usize - 1)
         } else {
             None
         }
     };
-    let sel = view.block.min(seg.blocks.len().saturating_sub(1));
+    let sel = view.sel.block.min(seg.blocks.len().saturating_sub(1));
     let frames: &[Frame] = seg.blocks.get(sel).and_then(stack_of).map_or(&[], |f| f.as_slice());
     let h = area.height as usize;
     // The selected block's stack takes at most half the pane.
@@ -1095,7 +1042,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
         };
         let style = if i == sel { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
         // What the block is, where the screen knows.
-        let what = match view.meaning {
+        let what = match view.marks.meaning {
             Some(m) if b.state != BlockState::Inactive => format!("{:<8}", m.cats.of_block(b.address, m.at).label()),
             Some(_) => " ".repeat(8),
             None => String::new(),
@@ -1133,7 +1080,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
 }
 
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let (long, short) = if view.hist_bytes {
+    let (long, short) = if view.sel.hist_bytes {
         (" Block sizes ─ bytes (b: counts) ", " Sizes ─ bytes ")
     } else {
         (" Block sizes ─ counts (b: bytes) ", " Sizes ─ counts ")
@@ -1144,16 +1091,16 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let bars = inner.width >= 36;
     let f = &view.fragmentation;
     let mut lines = Vec::new();
-    let bytes = view.hist_bytes;
+    let bytes = view.sel.hist_bytes;
     let alloc = |b: &SizeBucket| if bytes { b.allocated_bytes } else { b.allocated_count };
     let free = |b: &SizeBucket| if bytes { b.free_bytes } else { b.free_count };
-    let figure = |n: u64| if view.hist_bytes { short_bytes(n) } else { n.to_string() };
+    let figure = |n: u64| if view.sel.hist_bytes { short_bytes(n) } else { n.to_string() };
     // Where the live bytes came from, when the source recorded stacks: the
     // question that follows "why is this so big?".
-    let sites = if view.stacks.is_empty() {
+    let sites = if view.chrome.stacks.is_empty() {
         Vec::new()
     } else {
-        crate::analysis::live_by_call_site(view.segments, view.stacks, crate::analysis::call_site)
+        crate::analysis::live_by_call_site(view.segments, view.chrome.stacks, crate::analysis::call_site)
     };
     // The sizes that hold any block.
     let mut shown: Vec<SizeBucket> =
@@ -1291,40 +1238,43 @@ fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
 }
 
 fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
-    let n = view.timeline.len();
-    let focus = if view.focus == Focus::Timeline { theme.bold() } else { Style::default() };
-    let peak = view.peak_at.and_then(|p| view.timeline.get(p).map(|v| (p, v.allocated)));
-    let t0 = view.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
+    let n = view.marks.timeline.len();
+    let focus = if view.sel.focus == Focus::Timeline { theme.bold() } else { Style::default() };
+    let peak = view.marks.peak_at.and_then(|p| view.marks.timeline.get(p).map(|v| (p, v.allocated)));
+    let t0 = view.marks.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
     let title = match peak {
-        Some((p, v)) if view.clock.is_some() => {
-            let at = view.clock.and_then(|c| c.times.get(p).copied()).unwrap_or(t0);
-            let step = if view.iterations.is_empty() {
+        Some((p, v)) if view.marks.clock.is_some() => {
+            let at = view.marks.clock.and_then(|c| c.times.get(p).copied()).unwrap_or(t0);
+            let step = if view.marks.iterations.is_empty() {
                 String::new()
             } else {
-                format!(", step {}", view.iterations.partition_point(|&m| m < p) + 1)
+                format!(", step {}", view.marks.iterations.partition_point(|&m| m < p) + 1)
             };
             format!(" Timeline ─ allocated / reserved ─ peak {} at {}{step} ", human_bytes(v), duration(at - t0))
         }
         // A run's timeline keeps its latest events only: its peak is the
         // shown window's, which the bars' all-time peak may exceed.
-        Some((p, v)) if view.first_event > 0 => {
-            let u = view.unit;
-            format!(" Timeline ─ last {n} {u}s ─ peak in view {} @ {u} {} ", human_bytes(v), p + view.first_event)
+        Some((p, v)) if view.marks.first_event > 0 => {
+            let u = view.marks.unit;
+            format!(" Timeline ─ last {n} {u}s ─ peak in view {} @ {u} {} ", human_bytes(v), p + view.marks.first_event)
         }
-        Some((p, v)) if !view.iterations.is_empty() => format!(
+        Some((p, v)) if !view.marks.iterations.is_empty() => format!(
             " Timeline ─ allocated / reserved ─ peak {} @ {} {p} (iteration {}) ",
             human_bytes(v),
-            view.unit,
-            view.iterations.partition_point(|&m| m <= p) + 1
+            view.marks.unit,
+            view.marks.iterations.partition_point(|&m| m <= p) + 1
         ),
-        Some((p, v)) => format!(" Timeline ─ allocated / reserved ─ peak {} @ {} {p} ", human_bytes(v), view.unit),
+        Some((p, v)) => {
+            format!(" Timeline ─ allocated / reserved ─ peak {} @ {} {p} ", human_bytes(v), view.marks.unit)
+        }
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
     // The scale and which line is which (reserved is never below allocated,
     // so without colour it is the upper line).
     // A per-process limit is drawn as a line, so the scale reaches it.
-    let limit = view.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
-    let top = view.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
+    let limit = view.totals.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
+    let top =
+        view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
     let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
     // The limit is the scale's top when the run kept under it.
     let scale = match limit {
@@ -1341,7 +1291,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     // the scale and the limit, the scale, or nothing.
     let key = match n {
         0 => None,
-        _ if view.by_category && view.meaning.is_some() && scale_w + 36 <= room => Some(Line::from(vec![
+        _ if view.sel.by_category && view.marks.meaning.is_some() && scale_w + 36 <= room => Some(Line::from(vec![
             Span::raw(format!("{}─", scale)),
             Span::raw(" allocated stacked by category "),
             Span::styled("━ reserved ", theme.fg(Color::Blue)),
@@ -1370,12 +1320,12 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let plot = Rect { height: inner.height - 1, ..inner };
     // With iterations, the plot's top row holds the peaks' labels and the
     // lines stay below it, so no label covers a line.
-    let label_row = !view.iterations.is_empty() && plot.height >= 3;
+    let label_row = !view.marks.iterations.is_empty() && plot.height >= 3;
     let data_top = top.max(1) as f64;
     let ymax = if label_row { data_top * plot.height as f64 / (plot.height - 1) as f64 } else { data_top };
     let cols = (plot.width as usize) * 2;
     // The braille column of point i: by event, or by time on a live clock.
-    let times = view.clock.map(|c| c.times).filter(|t| t.len() == n);
+    let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
     let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
     let col = |i: usize| -> f64 {
         let i = i.min(n - 1);
@@ -1390,7 +1340,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let mut resv_pts = Vec::with_capacity(cols);
     if times.is_some() {
         let mut cells: Vec<Option<(u64, u64)>> = vec![None; cols];
-        for (i, p) in view.timeline.iter().enumerate() {
+        for (i, p) in view.marks.timeline.iter().enumerate() {
             let c = &mut cells[col(i) as usize];
             *c = Some(c.map_or((p.allocated, p.reserved), |(a, r)| (a.max(p.allocated), r.max(p.reserved))));
         }
@@ -1404,7 +1354,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         for c in 0..cols {
             let lo = c * n / cols;
             let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-            let slice = &view.timeline[lo..hi];
+            let slice = &view.marks.timeline[lo..hi];
             let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
             let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
             alloc_pts.push((c as f64, a));
@@ -1413,39 +1363,42 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     }
     // By category: each column's most allocated point, stacked in
     // `Category::ALL` order (the top line is allocated).
-    let stacked: Vec<(Color, Vec<(f64, f64)>)> = match view.meaning.filter(|_| view.by_category && times.is_none()) {
-        Some(m) => {
-            let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
-            for c in 0..cols {
-                let lo = c * n / cols;
-                let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-                let top = (lo..hi).max_by_key(|&i| (view.timeline[i].allocated, std::cmp::Reverse(i))).unwrap_or(lo);
-                let b = m.cats.bytes_after(Some(top + view.first_event));
-                let mut sum = 0u64;
-                for (k, cat) in Category::ALL.into_iter().enumerate() {
-                    sum += b.get(cat);
-                    lines[k].push((c as f64, sum as f64));
+    let stacked: Vec<(Color, Vec<(f64, f64)>)> =
+        match view.marks.meaning.filter(|_| view.sel.by_category && times.is_none()) {
+            Some(m) => {
+                let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
+                for c in 0..cols {
+                    let lo = c * n / cols;
+                    let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+                    let top = (lo..hi)
+                        .max_by_key(|&i| (view.marks.timeline[i].allocated, std::cmp::Reverse(i)))
+                        .unwrap_or(lo);
+                    let b = m.cats.bytes_after(Some(top + view.marks.first_event));
+                    let mut sum = 0u64;
+                    for (k, cat) in Category::ALL.into_iter().enumerate() {
+                        sum += b.get(cat);
+                        lines[k].push((c as f64, sum as f64));
+                    }
                 }
+                Category::ALL
+                    .into_iter()
+                    .zip(lines)
+                    .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
+                    .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
+                    .collect()
             }
-            Category::ALL
-                .into_iter()
-                .zip(lines)
-                .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
-                .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
-                .collect()
-        }
-        None => Vec::new(),
-    };
+            None => Vec::new(),
+        };
     let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
-    let cursor_x = col(view.cursor);
-    let marks: Vec<f64> = view.ooms.iter().map(|&o| col(o)).collect();
-    let cleared: Vec<f64> = view.empty_caches.iter().map(|&e| col(e)).collect();
-    let iters: Vec<f64> = view.iterations.iter().map(|&e| col(e)).collect();
+    let cursor_x = col(view.marks.cursor);
+    let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| col(o)).collect();
+    let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| col(e)).collect();
+    let iters: Vec<f64> = view.marks.iterations.iter().map(|&e| col(e)).collect();
     // Per-iteration peaks, labelled highest first where the labels do not
     // overlap, so the global peak always gets its label.
     let mut labels: Vec<(f64, f64, String)> = Vec::new();
-    if !view.iterations.is_empty() {
-        let mut peaks = crate::analysis::iteration_peaks(view.timeline, view.iterations);
+    if !view.marks.iterations.is_empty() {
+        let mut peaks = crate::analysis::iteration_peaks(view.marks.timeline, view.marks.iterations);
         peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut taken: Vec<(usize, usize)> = Vec::new();
         for (i, v) in peaks {
@@ -1521,10 +1474,10 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             }
         })
         .render(plot, buf);
-    let axis = match (view.clock, times) {
+    let axis = match (view.marks.clock, times) {
         (Some(c), Some(t)) => {
-            let at = if c.recorded { view.cursor.min(n - 1) } else { n - 1 };
-            let p = &view.timeline[at];
+            let at = if c.recorded { view.marks.cursor.min(n - 1) } else { n - 1 };
+            let p = &view.marks.timeline[at];
             let when = if c.recorded {
                 format!("cursor at {} of {}", duration(t[at] - t[0]), duration(t[n - 1] - t[0]))
             } else {
@@ -1535,9 +1488,9 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 duration(0.0),
                 human_bytes(p.allocated),
                 human_bytes(p.reserved),
-                crate::analysis::count(view.ooms.len(), "OOM"),
-                crate::analysis::count(view.iterations.len(), "step"),
-                if view.iterations.is_empty() {
+                crate::analysis::count(view.marks.ooms.len(), "OOM"),
+                crate::analysis::count(view.marks.iterations.len(), "step"),
+                if view.marks.iterations.is_empty() {
                     "(no optimizer step seen) "
                 } else if c.step_peaks {
                     "▲ each step's own peak "
@@ -1547,11 +1500,11 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             )
         }
         _ => {
-            let (at, of) = (view.cursor + view.first_event, n + view.first_event);
-            let u = view.unit;
-            let p = &view.timeline[view.cursor.min(n - 1)];
+            let (at, of) = (view.marks.cursor + view.marks.first_event, n + view.marks.first_event);
+            let u = view.marks.unit;
+            let p = &view.marks.timeline[view.marks.cursor.min(n - 1)];
             let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));
-            let (ooms, ecs, its) = (view.ooms.len(), view.empty_caches.len(), view.iterations.len());
+            let (ooms, ecs, its) = (view.marks.ooms.len(), view.marks.empty_caches.len(), view.marks.iterations.len());
             // The longest that fits: every mark's count stays, in short.
             let footers = [
                 format!(

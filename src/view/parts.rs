@@ -100,6 +100,22 @@ impl Totals {
     }
 }
 
+impl Totals {
+    /// What a PyTorch process published (`memory_stats()`), with the
+    /// categories its optimizer held at a step's end.
+    pub(crate) fn of_published(p: &crate::monitor::Published) -> Self {
+        Totals {
+            allocated: p.allocated(),
+            allocated_peak: p.peak_allocated(),
+            reserved: p.reserved(),
+            reserved_peak: p.peak_reserved(),
+            device_memory: None,
+            capacity: None,
+            step_categories: p.categories.map(|c| (c.bytes(), c.step)),
+        }
+    }
+}
+
 /// The timeline and its marks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Marks<'m> {
@@ -169,124 +185,101 @@ pub(crate) struct Chrome<'s> {
     pub(crate) oom: Option<OomNote<'s>>,
 }
 
-/// Draws the screens from an allocator's parts: ours, or what a PyTorch
-/// process published.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn draw_parts(
-    segs: &[SegmentInfo],
-    totals: Totals,
-    frag: Fragmentation,
-    chrome: Chrome,
-    marks: Marks,
-    sel: Selection,
-    area: Rect,
-    buf: &mut Buffer,
-) {
-    let hist = size_histogram(segs);
-    let sel = sel.clamped(segs);
-    // A replay with no events is a snapshot without a trace: no peaks.
-    let peaks_known = !(marks.timeline.is_empty() && chrome.source.starts_with("replay "));
-    let view = View {
-        peaks_known,
-        device: chrome.device,
-        source: chrome.source,
-        position: chrome.position,
-        banner: chrome.banner,
-        allocated: totals.allocated,
-        allocated_peak: totals.allocated_peak,
-        reserved: totals.reserved,
-        reserved_peak: totals.reserved_peak,
-        device_memory: totals.device_memory,
-        capacity: totals.capacity,
-        step_categories: totals.step_categories,
-        segments: segs,
-        fragmentation: frag,
-        histogram: &hist,
-        timeline: marks.timeline,
-        cursor: marks.cursor,
-        peak_at: marks.peak_at,
-        ooms: marks.ooms,
-        empty_caches: marks.empty_caches,
-        iterations: marks.iterations,
-        clock: marks.clock,
-        first_event: marks.first_event,
-        unit: marks.unit,
-        order: sel.order,
-        scroll: sel.scroll,
-        selected: sel.selected,
-        zoom: sel.zoom,
-        block: sel.block,
-        compact: sel.compact,
-        stacks: chrome.stacks,
-        focus: sel.focus,
-        help: sel.help,
-        help_scroll: sel.help_scroll,
-        hist_bytes: sel.hist_bytes,
-        flip_scale: sel.flip_scale,
-        panel: sel.panel,
-        by_category: sel.by_category,
-        meaning: marks.meaning,
-        known_categories: marks.known,
-        color: chrome.color,
-        status: chrome.status,
-        mode: chrome.mode,
-        oom: chrome.oom,
-    };
-    (&view).render(area, buf);
+impl<'a> View<'a> {
+    /// The screen of an allocator's parts (ours, or what a PyTorch process
+    /// published), the selection clamped to `segments`.
+    pub(crate) fn new(
+        chrome: Chrome<'a>,
+        totals: Totals,
+        segments: &'a [SegmentInfo],
+        fragmentation: Fragmentation,
+        marks: Marks<'a>,
+        sel: Selection,
+    ) -> Self {
+        // A replay with no events is a snapshot without a trace: no peaks.
+        let peaks_known = !(marks.timeline.is_empty() && chrome.source.starts_with("replay "));
+        View {
+            chrome,
+            totals,
+            peaks_known,
+            segments,
+            fragmentation,
+            histogram: size_histogram(segments),
+            marks,
+            sel: sel.clamped(segments),
+        }
+    }
 }
 
-/// `draw_parts` of an allocator's state.
-/// `recorded_scale`: a replay of a trace, whose device is assumed: its bars
-/// are to the trace's own peak reserved (over all of it, not up to the
-/// cursor; "peak") or a state-only snapshot's reserved ("snapshot"), and
-/// say so; otherwise the device the run is on.
-pub(crate) fn draw_state<D: Device>(
-    a: &CachingAllocator<D>,
-    recorded_scale: Option<(u64, &'static str)>,
-    chrome: Chrome,
-    marks: Marks,
-    sel: Selection,
-    area: Rect,
-    buf: &mut Buffer,
-) {
-    let segs = a.snapshot();
-    let stats = a.stats();
-    // Bars to the scale of what can run out: the limit the run had; else a
-    // replay's own peak (the device it ran on is not in the trace: an
-    // assumed 140 GiB made a 541 MiB trace's bars empty, #37 item 2), a
-    // running workload's device.
-    let capacity = match a.memory_limit() {
-        Some(l) => (l, "limit"),
-        None => match recorded_scale {
-            Some(p) => p,
-            None => (a.device().total_memory(), "device"),
-        },
-    };
-    let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
-    draw_parts(&segs, totals, fragmentation(stats, &segs), chrome, marks, sel, area, buf);
+/// The screen of one of our allocators' state: a running workload's, or a
+/// replay's at its cursor.
+pub(crate) struct StateScreen<'a, D: Device> {
+    pub(crate) alloc: &'a CachingAllocator<D>,
+    /// A replay of a trace, whose device is assumed: its bars are to the
+    /// trace's own peak reserved (over all of it, not up to the cursor;
+    /// "peak") or a state-only snapshot's reserved ("snapshot"), and say
+    /// so; none: the device the run is on.
+    pub(crate) recorded_scale: Option<(u64, &'static str)>,
+    pub(crate) chrome: Chrome<'a>,
+    pub(crate) marks: Marks<'a>,
+    pub(crate) sel: Selection,
+}
+
+impl<D: Device> Widget for StateScreen<'_, D> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let a = self.alloc;
+        let segs = a.snapshot();
+        let stats = a.stats();
+        // Bars to the scale of what can run out: the limit the run had; else a
+        // replay's own peak (the device it ran on is not in the trace: an
+        // assumed 140 GiB made a 541 MiB trace's bars empty, #37 item 2), a
+        // running workload's device.
+        let capacity = match a.memory_limit() {
+            Some(l) => (l, "limit"),
+            None => match self.recorded_scale {
+                Some(p) => p,
+                None => (a.device().total_memory(), "device"),
+            },
+        };
+        let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
+        let frag = fragmentation(stats, &segs);
+        View::new(self.chrome, totals, &segs, frag, self.marks, self.sel).render(area, buf);
+    }
 }
 
 /// The replay screen of `model` where it stands (`ReplayModel::go`).
-pub(crate) fn draw_replay(
-    model: &crate::replay::model::ReplayModel,
-    sel: Selection,
-    color: bool,
-    status: String,
-    mode: Option<crate::keys::Mode>,
-    area: Rect,
-    buf: &mut Buffer,
-) {
-    // The event whose state is drawn, so that the header, the bars and the
-    // timeline's footer all speak of one moment.
-    let cursor = model.cursor();
-    let position = model.position(cursor);
-    let (stacks, peak_at, name) = (model.stacks, model.peak_at, model.name.clone());
-    let oom = model.oom_at(cursor);
-    let (device, source) = model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {name}")));
-    // A state-only snapshot has no peak: its bars are to its reserved.
-    let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
-    let at = model.now();
-    let chrome = Chrome { stacks, device, source, position, banner: None, color, status, mode, oom };
-    let marks = Marks::of(&at, cursor, peak_at);
-    draw_state(at.state, Some(scale), chrome, marks, sel, area, buf);
+pub(crate) struct ReplayScreen<'m, 'a> {
+    pub(crate) model: &'m crate::replay::model::ReplayModel<'a>,
+    pub(crate) sel: Selection,
+    pub(crate) color: bool,
+    pub(crate) status: String,
+    /// The keys' mode (none in exports).
+    pub(crate) mode: Option<crate::keys::Mode>,
+}
+
+impl Widget for ReplayScreen<'_, '_> {
+    fn render(self, area: Rect, buf: &mut Buffer) {
+        let model = self.model;
+        // The event whose state is drawn, so that the header, the bars and the
+        // timeline's footer all speak of one moment.
+        let cursor = model.cursor();
+        let (device, source) =
+            model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {}", model.name)));
+        let chrome = Chrome {
+            stacks: model.stacks,
+            device,
+            source,
+            position: model.position(cursor),
+            banner: None,
+            color: self.color,
+            status: self.status,
+            mode: self.mode,
+            oom: model.oom_at(cursor),
+        };
+        // A state-only snapshot has no peak: its bars are to its reserved.
+        let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
+        let at = model.now();
+        let marks = Marks::of(&at, cursor, model.peak_at);
+        StateScreen { alloc: at.state, recorded_scale: Some(scale), chrome, marks, sel: self.sel }.render(area, buf);
+    }
 }
