@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
-use serde_json::Value;
 
 use super::InputError;
-use crate::monitor::alerts::{alerts, Alert, Thresholds};
+use crate::monitor::alerts::{alerts, Thresholds};
 use crate::monitor::sampler::{DemoSource, LiveSource, Sampler, Source};
 use crate::monitor::{publisher, GpuQuery, NvmlQuery, Snapshot};
 
@@ -280,10 +279,9 @@ fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
         let mut head = Vec::new();
         std::io::BufRead::read_until(&mut std::io::BufReader::new((&f).take(64 << 10)), b'\n', &mut head)
             .map_err(bad)?;
-        let header: Option<serde_json::Value> = serde_json::from_slice(head.trim_ascii_end()).ok();
-        if !head.ends_with(b"\n")
-            || header.as_ref().and_then(|h| h.get("format")).and_then(|v| v.as_str()) != Some(RECORD_FORMAT)
-        {
+        let header: Option<crate::monitor::recording::RecordHeader> =
+            serde_json::from_slice(head.trim_ascii_end()).ok();
+        if !head.ends_with(b"\n") || header.is_none_or(|h| h.format != RECORD_FORMAT) {
             return Err(anyhow!(InputError(format!(
                 "{}: not a gpumem-top recording (its first line is not a recording's header); --append adds only to one",
                 path.display()
@@ -389,15 +387,19 @@ impl Recorder<'_> {
             file.write_all(&line).with_context(|| format!("writing {out}"))
         }
         if self.header {
-            let h =
-                RecordHeader { format: RECORD_FORMAT, version: 1, source: self.source, interval_ms: self.interval_ms };
+            let h = crate::monitor::recording::RecordHeader {
+                format: RECORD_FORMAT.into(),
+                version: 1,
+                source: self.source.into(),
+                interval_ms: self.interval_ms,
+            };
             put(&mut self.file, &out, &h)?;
         }
         // The sampler runs until it is dropped at the end of this function.
         let (sampler, rx) = Sampler::spawn(src, interval);
         let mut n = 0u64;
         let write = |file: &mut std::fs::File, snap: &Snapshot| -> Result<()> {
-            put(file, &out, &record_line(snap, &alerts(snap, &thresholds)))
+            put(file, &out, &crate::monitor::recording::RecordLine::of(snap, &alerts(snap, &thresholds)))
         };
         while !stop.load(Ordering::Relaxed) && count.is_none_or(|c| n < c) {
             let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
@@ -424,35 +426,8 @@ impl Recorder<'_> {
     }
 }
 
-/// The first line's `format` of a recording.
-pub(crate) const RECORD_FORMAT: &str = "gpumem-top-record";
+pub(crate) use crate::monitor::recording::RECORD_FORMAT;
 
-/// A recording's first line.
-#[derive(serde::Serialize)]
-struct RecordHeader<'a> {
-    format: &'a str,
-    version: u32,
-    source: &'a str,
-    interval_ms: u64,
-}
-
-/// One recorded sample: the live report plus each publisher's file as it
-/// wrote it (so `replay` can draw the fragmentation map).
-#[derive(serde::Serialize)]
-struct RecordLine {
-    #[serde(flatten)]
-    report: crate::monitor::report::LiveReport,
-    published: Vec<publisher::RawFile>,
-}
-
-fn record_line(snap: &Snapshot, a: &[Alert]) -> RecordLine {
-    RecordLine {
-        report: crate::monitor::report::LiveReport::of(snap, a, ""),
-        published: snap.publishers.iter().map(publisher::RawFile::of).collect(),
-    }
-}
-
-/// True when `path` starts like a recording (its header line).
 /// Reads a recording back into snapshots. Every complete line is read; a
 /// last line cut short (a kill or a full disk during `record`) is dropped
 /// with a warning, any other bad line is an error naming it.
@@ -467,60 +442,7 @@ pub fn read_recording_with<R: std::io::BufRead>(
     name: &str,
     warn: &mut dyn FnMut(String),
 ) -> Result<Vec<Snapshot>> {
-    let mut lines = crate::trace::bounded_lines(r).enumerate().peekable();
-    let bad = |n: usize, m: String| anyhow!(InputError(format!("{name}: line {}: {m}", n + 1)));
-    // A line the reader refused says its own number: kept once.
-    let line_err = |n: usize, e: crate::trace::TraceError| match e {
-        crate::trace::TraceError::Line { msg, .. } => bad(n, msg),
-        other => bad(n, other.to_string()),
-    };
-    // The header: the first line that is not blank (a byte order mark
-    // before it is allowed, as in any text file).
-    let (at, first) = loop {
-        let Some((i, l)) = lines.next() else { return Ok(Vec::new()) };
-        let l = l.map_err(|e| line_err(i, e))?;
-        let l = l.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(l);
-        if !l.trim().is_empty() {
-            break (i, l);
-        }
-    };
-    let head: Value = serde_json::from_str(&first).map_err(|e| bad(at, e.to_string()))?;
-    if head["format"] != RECORD_FORMAT {
-        return Err(bad(at, "not a gpumem-top recording".into()));
-    }
-    let mut out = Vec::new();
-    while let Some((i, l)) = lines.next() {
-        let last = lines.peek().is_none();
-        let parsed = l.map_err(|e| line_err(i, e)).and_then(|l| {
-            if l.trim().is_empty() {
-                return Ok(None);
-            }
-            let v: Value = serde_json::from_str(&l).map_err(|e| bad(i, e.to_string()))?;
-            let mut snap: Snapshot = Snapshot {
-                time: v["time"].as_f64().unwrap_or(0.0),
-                gpus: serde_json::from_value(v["gpus"].clone()).map_err(|e| bad(i, format!("gpus: {e}")))?,
-                ..Default::default()
-            };
-            for p in v["published"].as_array().into_iter().flatten() {
-                let bytes = serde_json::to_vec(p)?;
-                snap.publishers
-                    .push(publisher::parse_bytes(&bytes, std::path::Path::new(name)).map_err(|m| bad(i, m))?);
-            }
-            snap.gone = serde_json::from_value(v["gone"].clone()).unwrap_or_default();
-            Ok(Some(snap))
-        });
-        match parsed {
-            Ok(Some(s)) => out.push(s),
-            Ok(None) => {}
-            Err(e) if last && !out.is_empty() => warn(format!(
-                "{e:#}: the last line is cut short (a kill or a full disk during record); replaying the {} complete {} before it",
-                out.len(),
-                if out.len() == 1 { "sample" } else { "samples" }
-            )),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
+    crate::monitor::recording::read(r, name, warn).map_err(|e| anyhow!(InputError(e.to_string())))
 }
 
 #[derive(Args, Debug, Clone)]

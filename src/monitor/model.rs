@@ -11,7 +11,9 @@ use crate::timeline::{Sample, Series, DAY_AT_1HZ};
 /// One publishing process's history.
 pub struct ProcHistory {
     pub(crate) last: Published,
-    pub series: Series,
+    /// Shared with the models a recording shows at each of its samples
+    /// (`as_of` copies no series; a push copies one only while shared).
+    pub series: std::sync::Arc<Series>,
     pub(crate) gone: bool,
     /// In the latest snapshot.
     pub(crate) fresh: bool,
@@ -59,7 +61,7 @@ impl ProcHistory {
             let (pa, pr) = if p.step_peaks { (s.peak_allocated(), s.peak_reserved()) } else { (None, None) };
             let allocated = pa.unwrap_or(s.allocated_end());
             let reserved = pr.or(s.reserved_end()).unwrap_or(0);
-            self.series.push_step(Sample { t, allocated, reserved, used });
+            std::sync::Arc::make_mut(&mut self.series).push_step(Sample { t, allocated, reserved, used });
             if self.steps.len() == MAX_STEPS {
                 self.steps.pop_front();
             }
@@ -91,7 +93,7 @@ pub const MAX_PUBLISHERS_PER_SAMPLE: usize = 256;
 /// Histories and alerts over the samples seen so far.
 pub struct LiveModel {
     pub(crate) latest: Option<Snapshot>,
-    pub(crate) gpu_series: BTreeMap<u32, Series>,
+    pub(crate) gpu_series: BTreeMap<u32, std::sync::Arc<Series>>,
     pub procs: BTreeMap<(u32, u32), ProcHistory>,
     pub alerts: Vec<Alert>,
     pub(crate) thresholds: Thresholds,
@@ -132,12 +134,8 @@ impl LiveModel {
             if !self.gpu_series.contains_key(&g.index) && self.gpu_series.len() >= MAX_GPU_SERIES {
                 continue;
             }
-            self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap)).push(Sample {
-                t,
-                allocated: a,
-                reserved: r,
-                used: g.used_bytes.unwrap_or(0),
-            });
+            std::sync::Arc::make_mut(self.gpu_series.entry(g.index).or_insert_with(|| Series::new(cap).into()))
+                .push(Sample { t, allocated: a, reserved: r, used: g.used_bytes.unwrap_or(0) });
         }
         for h in self.procs.values_mut() {
             h.fresh = false;
@@ -170,7 +168,7 @@ impl LiveModel {
                 }
                 std::collections::btree_map::Entry::Vacant(e) => e.insert(ProcHistory {
                     last: p,
-                    series: Series::new(cap),
+                    series: Series::new(cap).into(),
                     gone: false,
                     fresh: true,
                     nvml_used,
@@ -181,8 +179,9 @@ impl LiveModel {
             };
             h.samples += 1;
             h.take_steps(nvml_used.unwrap_or(0));
-            h.series.push(sample);
-            h.series.note_ooms(time, ooms);
+            let series = std::sync::Arc::make_mut(&mut h.series);
+            series.push(sample);
+            series.note_ooms(time, ooms);
             h.gone = false;
             h.fresh = true;
             h.nvml_used = nvml_used;

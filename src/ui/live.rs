@@ -13,6 +13,7 @@ use ratatui_widgets::paragraph::Paragraph;
 use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::model::{LiveModel, ProcHistory};
+use crate::monitor::recording::{Recording, Step};
 use crate::monitor::{GpuSample, Published, Snapshot};
 use crate::view::parts::{Chrome, Clock, Marks, Totals};
 use crate::view::View;
@@ -30,15 +31,6 @@ pub struct RunChild {
     pub(crate) found: bool,
     /// We started it (`run`): quitting asks first. False for `attach`.
     pub(crate) ours: bool,
-}
-
-/// `replay RECORDING.jsonl`: every sample, to step through.
-pub(crate) struct Recording {
-    snaps: Vec<Snapshot>,
-    /// The model over all of them: its histories are the timeline.
-    full: LiveModel,
-    /// The sample shown.
-    at: usize,
 }
 
 /// A snapshot asked of a process and not yet answered.
@@ -121,13 +113,9 @@ impl LiveApp {
     /// sample; ←/→ and the rest step through it.
     pub fn of_recording(name: &str, snaps: Vec<Snapshot>, color: bool) -> Self {
         let mut app = LiveApp::new(format!("recording {name}"), None, color);
-        let mut full = LiveModel::default();
-        for s in &snaps {
-            full.ingest(s.clone());
-        }
-        let at = snaps.len().saturating_sub(1);
-        app.model = full.as_of(&snaps, at);
-        app.recording = Some(Recording { snaps, full, at });
+        let mut rec = Recording::new(snaps);
+        app.model = rec.show(usize::MAX);
+        app.recording = Some(rec);
         app
     }
 
@@ -136,9 +124,7 @@ impl LiveApp {
     fn show(&mut self, at: usize) {
         let picked = self.selected().map(|h| (h.last.device, h.last.pid));
         let Some(rec) = &mut self.recording else { return };
-        let at = at.min(rec.snaps.len().saturating_sub(1));
-        rec.at = at;
-        self.model = rec.full.as_of(&rec.snaps, at);
+        self.model = rec.show(at);
         let gpus = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
         self.selected_gpu = self.selected_gpu.min(gpus.saturating_sub(1));
         let pubs = self.publishers();
@@ -160,40 +146,19 @@ impl LiveApp {
     /// A recording's step keys: the sample they go to, or why none.
     fn target(&self, a: Command) -> Result<usize, String> {
         let Some(rec) = &self.recording else { return Err(String::new()) };
-        let (at, last) = (rec.at, rec.snaps.len().saturating_sub(1));
-        if let Some(to) = super::app::jumped(a, at, last, (last / 20).max(1)) {
-            return Ok(to);
-        }
+        let step = match a {
+            Command::Left => Step::Previous,
+            Command::Right => Step::Next,
+            Command::PageUp => Step::PageBack,
+            Command::PageDown => Step::PageOn,
+            Command::Home => Step::First,
+            Command::End => Step::Last,
+            Command::Peak => Step::Peak,
+            Command::NextOom => Step::NextOom,
+            _ => return Err(String::new()),
+        };
         let picked = self.selected();
-        let key = picked.map(|h| (h.last.device, h.last.pid));
-        // What the selected process published in sample `i`.
-        let of = |i: usize| key.and_then(|(dev, pid)| rec.snaps.get(i)?.publisher(dev, pid));
-        match a {
-            Command::Left => Ok(at.saturating_sub(1)),
-            Command::Right => Ok((at + 1).min(last)),
-            // The sample that first shows the timeline's peak (a step's own
-            // peak falls between samples).
-            Command::Peak => {
-                let Some(tp) = picked.and_then(|h| h.peak_time()) else {
-                    return Err(" no publishing process is selected".into());
-                };
-                Ok((0..=last).find(|&i| of(i).is_some_and(|p| p.time >= tp)).unwrap_or(last))
-            }
-            Command::NextOom => {
-                let ooms = |i: usize| of(i).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
-                let mut before = (0..=at).rev().find_map(ooms);
-                for i in at + 1..=last {
-                    if let Some(n) = ooms(i) {
-                        if before.is_some_and(|b| n > b) {
-                            return Ok(i);
-                        }
-                        before = Some(n);
-                    }
-                }
-                Err(" no OOM of this process after this sample".into())
-            }
-            _ => Err(String::new()),
-        }
+        rec.target(step, picked.map(|h| (h.last.device, h.last.pid)), picked.and_then(|h| h.peak_time()))
     }
 
     /// Follows the command `run` started: its publisher is selected once
@@ -665,12 +630,9 @@ impl Interactive for LiveApp {
         // A recording shows one sample: the cursor is there, not at the end.
         let (cursor, position) = match &self.recording {
             Some(rec) => {
-                let t0 = rec.snaps.first().map_or(0.0, |s| s.time);
-                let t = rec.snaps.get(rec.at).map_or(t0, |s| s.time);
-                (
-                    h.series.index_upto(p.time),
-                    format!("sample {} of {}, {} in", rec.at + 1, rec.snaps.len(), crate::view::duration(t - t0)),
-                )
+                let (at, n) = rec.at();
+                let elapsed = crate::view::duration(rec.elapsed());
+                (h.series.index_upto(p.time), format!("sample {} of {n}, {elapsed} in", at + 1))
             }
             None if h.gone => (points.len().saturating_sub(1), format!("gone {age:.0} s ago")),
             None => (points.len().saturating_sub(1), format!("{age:.1} s ago")),
