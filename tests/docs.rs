@@ -91,13 +91,25 @@ fn nothing_points_outside_the_repository() {
     let root = common::root();
     let mut files = Vec::new();
     sources(&root.join("src"), &mut files);
-    files.push(("README.md".into(), std::fs::read_to_string(root.join("README.md")).unwrap()));
+    for doc in std::iter::once(root.join("README.md")).chain(
+        std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md")),
+    ) {
+        files.push((doc.display().to_string(), std::fs::read_to_string(&doc).unwrap()));
+    }
+    for tool in [".ci/run", "tools/gpu-bundle.sh"] {
+        files.push((tool.into(), std::fs::read_to_string(root.join(tool)).unwrap()));
+    }
     for (path, text) in files {
         assert!(!text.contains("../shared"), "{path} points at ../shared");
     }
-    // Every docs/ file, fixture, script and asset the README names is in
-    // the repository (its examples and claims rest on them; #37 item 22).
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // Every docs/ file, fixture, script and asset the README and the manual
+    // name is in the repository (their examples and claims rest on them;
+    // #37 item 22).
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap()
+        + &std::fs::read_to_string(root.join("docs/guide.md")).unwrap();
     let mut named = 0;
     for prefix in ["docs/", "tests/fixtures/", "benches/", "assets/"] {
         for (i, _) in readme.match_indices(prefix) {

@@ -7,7 +7,8 @@
 //! above a fenced `text` block.
 //!
 //! `GPUMEM_TOP_UPDATE_README=1 cargo test --release --test readme`
-//! regenerates the screens and outputs in README.md from the binary.
+//! regenerates the screens and outputs in README.md and docs/guide.md (the
+//! manual, which holds most of them) from the binary.
 
 mod common;
 
@@ -149,86 +150,96 @@ fn command(body: &[&str]) -> (String, usize) {
     panic!("a command that never ends: {body:?}")
 }
 
+/// The files whose examples and screens are the binary's: the README and
+/// the manual.
+const DOCS: [&str; 2] = ["README.md", "docs/guide.md"];
+
 #[test]
 fn the_readmes_screens_and_examples_are_what_the_binary_prints() {
-    let path = root().join("README.md");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
     let update = std::env::var_os("GPUMEM_TOP_UPDATE_README").is_some();
-    let mut fresh: Vec<(std::ops::Range<usize>, Vec<String>)> = Vec::new();
     let mut failures = Vec::new();
     let (mut screens, mut outputs, mut commands) = (0, 0, 0);
     let dir = workdir();
-    for b in blocks(&lines) {
-        let body = &lines[b.body.clone()];
-        match b.kind.as_str() {
-            "screen" => {
-                screens += 1;
-                let drawn = screen(&b.name);
-                if body.join("\n") != drawn {
-                    failures.push(format!("screen {}:\n{drawn}", b.name));
-                    fresh.push((b.body.clone(), drawn.lines().map(String::from).collect()));
+    for doc in DOCS {
+        let path = root().join(doc);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut fresh: Vec<(std::ops::Range<usize>, Vec<String>)> = Vec::new();
+        for b in blocks(&lines) {
+            let body = &lines[b.body.clone()];
+            match b.kind.as_str() {
+                "screen" => {
+                    screens += 1;
+                    let drawn = screen(&b.name);
+                    if body.join("\n") != drawn {
+                        failures.push(format!("{doc}: screen {}:\n{drawn}", b.name));
+                        fresh.push((b.body.clone(), drawn.lines().map(String::from).collect()));
+                    }
                 }
-            }
-            "output" => {
-                outputs += 1;
-                let (cmd, n) = command(body);
-                let (_, got) = sh(&cmd, &dir);
-                let shown = body[n..].join("\n");
-                if steady(&shown) != steady(&got) {
-                    failures.push(format!("`{cmd}` printed:\n{got}"));
-                    let mut new: Vec<String> = body[..n].iter().map(|l| l.to_string()).collect();
-                    new.extend(got.trim_end().lines().map(|l| l.trim_end().to_string()));
-                    fresh.push((b.body.clone(), new));
+                "output" => {
+                    outputs += 1;
+                    let (cmd, n) = command(body);
+                    let (_, got) = sh(&cmd, &dir);
+                    let shown = body[n..].join("\n");
+                    if steady(&shown) != steady(&got) {
+                        failures.push(format!("{doc}: `{cmd}` printed:\n{got}"));
+                        let mut new: Vec<String> = body[..n].iter().map(|l| l.to_string()).collect();
+                        new.extend(got.trim_end().lines().map(|l| l.trim_end().to_string()));
+                        fresh.push((b.body.clone(), new));
+                    }
                 }
-            }
-            _ => {
-                for l in body {
-                    commands += 1;
-                    let cmd = l.strip_prefix("$ ").expect("a command block's lines start with `$ `");
-                    let (code, out) = sh(cmd, &dir);
-                    // Those that print print something; those that write a
-                    // file are checked for it below.
-                    let writes = cmd.contains("export") && !cmd.contains("-o -");
-                    if code != 0 || out.is_empty() != writes {
-                        failures.push(format!("`{cmd}` exited {code}, printing {} bytes", out.len()));
+                _ => {
+                    for l in body {
+                        commands += 1;
+                        let cmd = l.strip_prefix("$ ").expect("a command block's lines start with `$ `");
+                        let (code, out) = sh(cmd, &dir);
+                        // Those that print print something; those that write a
+                        // file are checked for it below.
+                        let writes = cmd.contains("export") && !cmd.contains("-o -");
+                        if code != 0 || out.is_empty() != writes {
+                            failures.push(format!("{doc}: `{cmd}` exited {code}, printing {} bytes", out.len()));
+                        }
                     }
                 }
             }
         }
+        if update && !fresh.is_empty() {
+            let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            for (range, new) in fresh.into_iter().rev() {
+                out.splice(range, new);
+            }
+            std::fs::write(&path, out.join("\n") + "\n").unwrap();
+        }
     }
-    // What the commands wrote where the README says.
+    // What the commands wrote where the manual says.
     for f in ["events.jsonl", "resnet50.png", "llama_pressure-timeline-3816.png"] {
         if !dir.join(f).is_file() {
             failures.push(format!("no {f} written"));
         }
     }
     assert!(screens >= 4 && outputs >= 6 && commands >= 9, "{screens} screens, {outputs} outputs, {commands} commands");
-    if update && !fresh.is_empty() {
-        let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-        for (range, new) in fresh.into_iter().rev() {
-            out.splice(range, new);
-        }
-        std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    if update {
         return;
     }
     assert!(
         failures.is_empty(),
-        "the README differs from the binary (GPUMEM_TOP_UPDATE_README=1 regenerates it):\n{}",
+        "the README or the manual differs from the binary (GPUMEM_TOP_UPDATE_README=1 regenerates them):\n{}",
         failures.join("\n\n")
     );
 }
 
-/// Every screen-like block in the README (a frame drawn with box corners)
-/// is a marked one, so none can go stale unseen.
+/// Every screen-like block in the README and the manual (a frame drawn
+/// with box corners) is a marked one, so none can go stale unseen.
 #[test]
 fn every_screen_in_the_readme_is_checked() {
-    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let marked: Vec<std::ops::Range<usize>> = blocks(&lines).into_iter().map(|b| b.body).collect();
-    for (i, l) in lines.iter().enumerate() {
-        if l.starts_with('┌') {
-            assert!(marked.iter().any(|r| r.contains(&i)), "README line {}: a screen no test draws", i + 1);
+    for doc in DOCS {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let marked: Vec<std::ops::Range<usize>> = blocks(&lines).into_iter().map(|b| b.body).collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.starts_with('┌') {
+                assert!(marked.iter().any(|r| r.contains(&i)), "{doc} line {}: a screen no test draws", i + 1);
+            }
         }
     }
 }
