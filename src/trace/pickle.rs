@@ -639,97 +639,182 @@ struct FastEntry {
     items: Vec<Value>,
 }
 
+/// Where `read_fast_entry` is in the bytes of an entry.
+struct Cursor<'b> {
+    buf: &'b [u8],
+    p: usize,
+}
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.p)?;
+        self.p += 1;
+        Some(b)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let w = self.buf.get(self.p..self.p.checked_add(n)?)?;
+        self.p += n;
+        Some(w)
+    }
+
+    /// A BINGET or LONG_BINGET's index (`op` read).
+    fn index(&mut self, op: u8) -> Option<usize> {
+        match op {
+            b'h' => self.byte().map(|b| b as usize),
+            b'j' => self.take(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize),
+            _ => None,
+        }
+    }
+
+    /// BININT1, BININT2, BININT or an up to 8-byte LONG1 (`op` read).
+    fn int(&mut self, op: u8) -> Option<i64> {
+        Some(match op {
+            b'K' => self.byte()? as i64,
+            b'M' => self.take(2).map(|w| u16::from_le_bytes([w[0], w[1]]) as i64)?,
+            b'J' => self.take(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64)?,
+            0x8a => {
+                let n = self.byte()? as usize;
+                if !(1..=8).contains(&n) {
+                    return None;
+                }
+                let w = self.take(n)?;
+                let mut b = [0u8; 8];
+                b[..n].copy_from_slice(w);
+                let mut v = i64::from_le_bytes(b);
+                if n < 8 && w[n - 1] & 0x80 != 0 {
+                    v |= -1i64 << (8 * n);
+                }
+                v
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// The field a trace entry's key names (0 action, 1 addr, 2 device_free,
+/// 3 size, 4 stream, 5 time_us, 6 frames, 7 skipped), remembered by the
+/// key's string (a pickle memoizes each key once).
+fn entry_field(keys: &mut Vec<(Rc<String>, u8)>, k: &Rc<String>) -> Option<u8> {
+    if let Some(&(_, f)) = keys.iter().find(|(x, _)| Rc::ptr_eq(x, k)) {
+        return Some(f);
+    }
+    let f = match k.as_str() {
+        "action" => 0,
+        "addr" => 1,
+        "device_free" => 2,
+        "size" => 3,
+        "stream" => 4,
+        "time_us" => 5,
+        "frames" => 6,
+        "compile_context" | "user_metadata" => 7,
+        _ => return None,
+    };
+    if keys.len() < 16 {
+        keys.push((k.clone(), f));
+    }
+    Some(f)
+}
+
+/// An entry's `frames` (`op` read): a memoized stack or list, or a list
+/// written inline, whose frames (memoized dicts) go to `items`.
+fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items: &mut Vec<Value>) -> Option<Frames> {
+    match op {
+        b'h' | b'j' => match memo.get(c.index(op)?)? {
+            Value::Stack(s) => Some(Frames::Stack(*s)),
+            Value::List(l) => Some(Frames::List(l.clone())),
+            _ => None,
+        },
+        b']' => {
+            if c.buf.get(c.p) == Some(&0x94) {
+                c.p += 1;
+                puts.push(Put::FramesList);
+            }
+            let mut item = |c: &mut Cursor, op: u8| -> Option<()> {
+                match memo.get(c.index(op)?)? {
+                    v @ Value::Dict(_) => items.push(v.clone()),
+                    _ => return None,
+                }
+                Some(())
+            };
+            match c.buf.get(c.p)? {
+                b'(' => {
+                    c.p += 1;
+                    loop {
+                        let op = c.byte()?;
+                        if op == b'e' {
+                            break;
+                        }
+                        item(c, op)?;
+                    }
+                }
+                b'h' | b'j' => {
+                    let op = c.byte()?;
+                    item(c, op)?;
+                    if c.byte()? != b'a' {
+                        return None;
+                    }
+                }
+                _ => {}
+            }
+            Some(Frames::Inline)
+        }
+        _ => None,
+    }
+}
+
+/// A value skipped (compile_context, user_metadata; `op` read): memoized
+/// strings still take their memo slots.
+fn skip_entry_value(c: &mut Cursor, op: u8, puts: &mut Vec<Put>) -> Option<()> {
+    match op {
+        0x8c => {
+            let n = c.byte()? as usize;
+            let start = c.p;
+            c.take(n)?;
+            if c.buf.get(c.p) == Some(&0x94) {
+                c.p += 1;
+                puts.push(Put::Str(start..start + n));
+            }
+        }
+        b'h' | b'j' => {
+            c.index(op)?;
+        }
+        b'N' | 0x88 | 0x89 => {}
+        _ => return None,
+    }
+    Some(())
+}
+
 /// Reads a trace entry (`EMPTY_DICT` already consumed) laid out as Python's
 /// pickler writes it: MEMOIZE, MARK, then key/value pairs with memoized keys,
 /// then SETITEMS. `None` for anything else, or when the entry does not lie
 /// wholly in `buf`: the generic path then decodes it.
 fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e: &mut FastEntry) -> Option<()> {
-    let mut p = 0usize;
-    let byte = |p: &mut usize| -> Option<u8> {
-        let b = *buf.get(*p)?;
-        *p += 1;
-        Some(b)
-    };
-    let get_index = |op: u8, p: &mut usize| -> Option<usize> {
-        match op {
-            b'h' => byte(p).map(|b| b as usize),
-            b'j' => {
-                let w = buf.get(*p..*p + 4)?;
-                *p += 4;
-                Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
-            }
-            _ => None,
-        }
-    };
+    let mut c = Cursor { buf, p: 0 };
     e.puts.clear();
     e.puts.push(Put::Dict);
     e.items.clear();
-    if byte(&mut p)? != 0x94 || byte(&mut p)? != b'(' {
+    if c.byte()? != 0x94 || c.byte()? != b'(' {
         return None;
     }
     let mut f = EntryFields::default();
     let mut frames = Frames::None;
-    let (puts, items) = (&mut e.puts, &mut e.items);
     loop {
-        let op = byte(&mut p)?;
+        let op = c.byte()?;
         if op == b'u' {
             break;
         }
         // The key: a memoized string.
-        let Value::Str(k) = memo.get(get_index(op, &mut p)?)? else { return None };
-        let field = match keys.iter().find(|(x, _)| Rc::ptr_eq(x, k)) {
-            Some(&(_, f)) => f,
-            None => {
-                let f = match k.as_str() {
-                    "action" => 0,
-                    "addr" => 1,
-                    "device_free" => 2,
-                    "size" => 3,
-                    "stream" => 4,
-                    "time_us" => 5,
-                    "frames" => 6,
-                    "compile_context" | "user_metadata" => 7,
-                    _ => return None,
-                };
-                if keys.len() < 16 {
-                    keys.push((k.clone(), f));
-                }
-                f
-            }
-        };
-        let op = byte(&mut p)?;
+        let Value::Str(k) = memo.get(c.index(op)?)? else { return None };
+        let field = entry_field(keys, k)?;
+        let op = c.byte()?;
         match field {
             0 => {
-                let Value::Str(a) = memo.get(get_index(op, &mut p)?)? else { return None };
+                let Value::Str(a) = memo.get(c.index(op)?)? else { return None };
                 f.action = Some(a.clone());
             }
             1..=5 => {
-                let v: i64 = match op {
-                    b'K' => byte(&mut p)? as i64,
-                    b'M' => {
-                        let w = buf.get(p..p + 2)?;
-                        p += 2;
-                        u16::from_le_bytes([w[0], w[1]]) as i64
-                    }
-                    b'J' => {
-                        let w = buf.get(p..p + 4)?;
-                        p += 4;
-                        i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64
-                    }
-                    0x8a => {
-                        let n = byte(&mut p)? as usize;
-                        let w = buf.get(p..p + n).filter(|_| (1..=8).contains(&n))?;
-                        p += n;
-                        let mut b = [0u8; 8];
-                        b[..n].copy_from_slice(w);
-                        let mut v = i64::from_le_bytes(b);
-                        if n < 8 && w[n - 1] & 0x80 != 0 {
-                            v |= -1i64 << (8 * n);
-                        }
-                        v
-                    }
-                    _ => return None,
-                };
+                let v = c.int(op)?;
                 match field {
                     5 => f.time_us = Some(v),
                     _ if v < 0 => return None,
@@ -739,73 +824,11 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
                     _ => f.stream = Some(v as u64),
                 }
             }
-            6 => match op {
-                b'h' | b'j' => {
-                    frames = match memo.get(get_index(op, &mut p)?)? {
-                        Value::Stack(s) => Frames::Stack(*s),
-                        Value::List(l) => Frames::List(l.clone()),
-                        _ => return None,
-                    }
-                }
-                b']' => {
-                    let memoized = buf.get(p) == Some(&0x94);
-                    if memoized {
-                        p += 1;
-                        puts.push(Put::FramesList);
-                    }
-                    let mut item = |op: u8, p: &mut usize| -> Option<()> {
-                        match memo.get(get_index(op, p)?)? {
-                            v @ Value::Dict(_) => items.push(v.clone()),
-                            _ => return None,
-                        }
-                        Some(())
-                    };
-                    match buf.get(p)? {
-                        b'(' => {
-                            p += 1;
-                            loop {
-                                let op = byte(&mut p)?;
-                                if op == b'e' {
-                                    break;
-                                }
-                                item(op, &mut p)?;
-                            }
-                        }
-                        b'h' | b'j' => {
-                            let op = byte(&mut p)?;
-                            item(op, &mut p)?;
-                            if byte(&mut p)? != b'a' {
-                                return None;
-                            }
-                        }
-                        _ => {}
-                    }
-                    frames = Frames::Inline;
-                }
-                _ => return None,
-            },
-            _ => match op {
-                // compile_context, user_metadata: skipped, but memoized
-                // strings still take their memo slots.
-                0x8c => {
-                    let n = byte(&mut p)? as usize;
-                    let start = p;
-                    buf.get(p..p + n)?;
-                    p += n;
-                    if buf.get(p) == Some(&0x94) {
-                        p += 1;
-                        puts.push(Put::Str(start..start + n));
-                    }
-                }
-                b'h' | b'j' => {
-                    get_index(op, &mut p)?;
-                }
-                b'N' | 0x88 | 0x89 => {}
-                _ => return None,
-            },
+            6 => frames = entry_frames(&mut c, op, memo, &mut e.puts, &mut e.items)?,
+            _ => skip_entry_value(&mut c, op, &mut e.puts)?,
         }
     }
-    e.len = p;
+    e.len = c.p;
     e.fields = f;
     e.frames = Some(frames);
     Some(())
@@ -1132,323 +1155,365 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     }
                     return Ok(v);
                 }
-                b'N' => self.push(offset, Value::None)?,
-                0x88 => self.push(offset, Value::Bool(true))?,
-                0x89 => self.push(offset, Value::Bool(false))?,
-                b'K' => {
-                    let b = self.src.byte("BININT1")?;
-                    self.push(offset, Value::Int(b as i64))?
+                // A dict that is a trace entry is read straight from the bytes.
+                b'}' if self.try_fast_entry(offset)? => {}
+                b'N' | 0x88 | 0x89 | b'K' | b'M' | b'J' | 0x8a | 0x8b | b'I' | b'L' | b'G' | b'F' => {
+                    self.scalar(offset, op)?
                 }
-                b'M' => {
-                    let b = self.src.array::<2>("BININT2")?;
-                    self.push(offset, Value::Int(u16::from_le_bytes(b) as i64))?
-                }
-                b'J' => {
-                    let b = self.src.array::<4>("BININT")?;
-                    self.push(offset, Value::Int(i32::from_le_bytes(b) as i64))?
-                }
-                0x8a => {
-                    let n = self.src.byte("LONG1")? as usize;
-                    let v = if n <= 8 {
-                        let mut b = [0u8; 8];
-                        if self.src.end - self.src.pos >= 8 {
-                            // A whole word, masked: no variable-length copy.
-                            let mut w = [0u8; 8];
-                            w.copy_from_slice(&self.src.buf[self.src.pos..self.src.pos + 8]);
-                            let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
-                            b = (u64::from_le_bytes(w) & mask).to_le_bytes();
-                            self.src.pos += n;
-                        } else {
-                            for slot in b.iter_mut().take(n) {
-                                *slot = self.src.byte("LONG1")?;
-                            }
-                        }
-                        let mut v = i64::from_le_bytes(b);
-                        if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
-                            v |= -1i64 << (8 * n);
-                        }
-                        Value::Int(v)
-                    } else {
-                        let bytes = self.src.vec(n as u64, "LONG1")?;
-                        self.long_bytes(offset, bytes)?
-                    };
-                    self.push(offset, v)?
-                }
-                0x8b => {
-                    let n = i32::from_le_bytes(self.src.array::<4>("LONG4")?);
-                    if n < 0 {
-                        return Err(self.malformed(offset, "LONG4 with a negative length"));
-                    }
-                    let bytes = self.src.vec(n as u64, "LONG4")?;
-                    let v = self.long_bytes(offset, bytes)?;
-                    self.push(offset, v)?
-                }
-                b'I' | b'L' => {
-                    let v = self.text_int(offset, "INT")?;
-                    self.push(offset, v)?
-                }
-                b'G' => {
-                    let b = self.src.array::<8>("BINFLOAT")?;
-                    self.push(offset, Value::Float(f64::from_be_bytes(b)))?
-                }
-                b'F' => {
-                    let line = self.src.line("FLOAT")?;
-                    let s = String::from_utf8_lossy(&line).to_string();
-                    let f = s
-                        .trim()
-                        .parse::<f64>()
-                        .map_err(|_| self.malformed(offset, format!("bad FLOAT literal {s:?}")))?;
-                    self.push(offset, Value::Float(f))?
-                }
-                0x8c => {
-                    let n = self.src.byte("SHORT_BINUNICODE")? as usize;
-                    let v = if n <= 64 && self.src.end - self.src.pos >= n {
-                        let (a, b) = (self.src.pos, self.src.pos + n);
-                        self.src.pos = b;
-                        match self.strings.get(&self.src.buf[a..b]) {
-                            Some(rc) => Value::Str(rc.clone()),
-                            None => {
-                                let bytes = self.src.buf[a..b].to_vec();
-                                self.string(offset, bytes)?
-                            }
-                        }
-                    } else {
-                        let bytes = self.src.vec(n as u64, "SHORT_BINUNICODE")?;
-                        self.string(offset, bytes)?
-                    };
-                    self.push(offset, v)?
-                }
-                b'V' => {
-                    let line = self.src.line("UNICODE")?;
-                    let text = raw_unicode_escape(&line).ok_or_else(|| self.malformed(offset, "bad UNICODE escape"))?;
-                    let v = self.string(offset, text.into_bytes())?;
-                    self.push(offset, v)?
-                }
-                b'S' => {
-                    let line = self.src.line("STRING")?;
-                    let bytes = python_string_literal(&line)
-                        .ok_or_else(|| self.malformed(offset, "bad STRING literal (expected a quoted string)"))?;
-                    // Protocol 0's STRING is a byte string; text where it is UTF-8.
-                    let v = match String::from_utf8(bytes) {
-                        Ok(t) => self.string(offset, t.into_bytes())?,
-                        Err(e) => {
-                            let b = e.into_bytes();
-                            self.charge(offset, b.len() as u64)?;
-                            Value::Bytes(Rc::new(b))
-                        }
-                    };
-                    self.push(offset, v)?
-                }
-                b'X' => {
-                    let n = u32::from_le_bytes(self.src.array::<4>("BINUNICODE")?) as u64;
-                    let bytes = self.src.vec(n, "BINUNICODE")?;
-                    let v = self.string(offset, bytes)?;
-                    self.push(offset, v)?
-                }
-                0x8d => {
-                    let n = u64::from_le_bytes(self.src.array::<8>("BINUNICODE8")?);
-                    let bytes = self.src.vec(n, "BINUNICODE8")?;
-                    let v = self.string(offset, bytes)?;
-                    self.push(offset, v)?
-                }
-                b'C' | b'U' => {
-                    let n = self.src.byte("SHORT_BINBYTES")? as u64;
-                    let bytes = self.src.vec(n, "SHORT_BINBYTES")?;
-                    self.charge(offset, n)?;
-                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
-                }
-                b'B' | b'T' => {
-                    let n = u32::from_le_bytes(self.src.array::<4>("BINBYTES")?) as u64;
-                    let bytes = self.src.vec(n, "BINBYTES")?;
-                    self.charge(offset, n)?;
-                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
-                }
-                0x8e | 0x96 => {
-                    let n = u64::from_le_bytes(self.src.array::<8>("BINBYTES8")?);
-                    let bytes = self.src.vec(n, "BINBYTES8")?;
-                    self.charge(offset, n)?;
-                    self.push(offset, Value::Bytes(Rc::new(bytes)))?
-                }
-                b'}' => {
-                    if self.try_fast_entry(offset)? {
-                        continue;
-                    }
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::Dict(Rc::new(RefCell::new(Dict::default()))))?
-                }
-                b']' => {
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
-                }
-                b')' => {
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::Tuple(Rc::new(Tuple::default())))?
-                }
-                0x8f => {
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
-                }
-                b'(' => {
-                    if self.marks.len() >= self.limits.max_marks {
-                        return Err(PickleError::Limit {
-                            offset,
-                            what: "open MARKs",
-                            limit: self.limits.max_marks as u64,
-                        });
-                    }
-                    self.charge(offset, 8)?;
-                    self.marks.push(self.stack.len());
-                }
-                b'0' => {
-                    let v = self.pop(offset)?;
-                    drop_iteratively(vec![v]);
-                }
-                b'1' => {
-                    let items = self.pop_mark(offset)?;
-                    drop_iteratively(items);
-                }
-                b'2' => {
-                    let v = self.top(offset)?.clone();
-                    self.push(offset, v)?
-                }
-                0x94 => {
-                    let idx = (self.memo.len + self.memo_sparse.len()) as u64;
-                    self.memo_put(offset, idx)?
-                }
-                b'q' => {
-                    let idx = self.src.byte("BINPUT")? as u64;
-                    self.memo_put(offset, idx)?
-                }
-                b'r' => {
-                    let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINPUT")?) as u64;
-                    self.memo_put(offset, idx)?
-                }
-                b'p' => {
-                    let idx = self.text_index(offset, "PUT")?;
-                    self.memo_put(offset, idx)?
-                }
-                b'h' => {
-                    let idx = self.src.byte("BINGET")? as u64;
-                    self.memo_get(offset, idx)?
-                }
-                b'j' => {
-                    let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINGET")?) as u64;
-                    self.memo_get(offset, idx)?
-                }
-                b'g' => {
-                    let idx = self.text_index(offset, "GET")?;
-                    self.memo_get(offset, idx)?
-                }
-                b'a' => {
-                    let v = self.pop(offset)?;
-                    let l = self.list_target(offset, self.top(offset)?)?;
-                    let v = self.maybe_compact(offset, v)?;
-                    l.borrow_mut().push(v);
-                }
-                b'e' | 0x90 => {
-                    let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
-                    if m == 0 {
-                        return Err(self.malformed(offset, "APPENDS with no list below its MARK"));
-                    }
-                    let l = self.list_target(offset, &self.stack[m - 1])?;
-                    let mut stack = std::mem::take(&mut self.stack);
-                    let n = stack.len() - m;
-                    if l.borrow().runs.is_empty() {
-                        l.borrow_mut().items.reserve(n);
-                    }
-                    let mut res = Ok(());
-                    for v in stack.drain(m..) {
-                        // The list is borrowed only to push: a dict may hold
-                        // the very list it is appended to.
-                        match self.maybe_compact(offset, v) {
-                            Ok(v) => l.borrow_mut().push(v),
-                            Err(e) => {
-                                res = Err(e);
-                                break;
-                            }
-                        }
-                    }
-                    stack.truncate(m);
-                    self.stack = stack;
-                    res?;
-                }
-                b's' => {
-                    let v = self.pop(offset)?;
-                    let k = self.pop(offset)?;
-                    let d = self.dict_target(offset, self.top(offset)?)?;
-                    let mut d = d.borrow_mut();
-                    d.declined = false;
-                    d.items.push((k, v));
-                }
-                b'u' => {
-                    let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
-                    if (self.stack.len() - m) % 2 != 0 {
-                        return Err(self.malformed(offset, "SETITEMS with an odd number of values"));
-                    }
-                    if m == 0 {
-                        return Err(self.malformed(offset, "SETITEMS with no dict below its MARK"));
-                    }
-                    let d = self.dict_target(offset, &self.stack[m - 1])?;
-                    // A dict filled at once may be a trace entry: compact it
-                    // straight from the stack, never building its items.
-                    let fresh = d.borrow().items.is_empty();
-                    let mut compacted = None;
-                    if fresh {
-                        let mut stack = std::mem::take(&mut self.stack);
-                        let r = self.compact_pairs(offset, &mut stack[m..]);
-                        self.stack = stack;
-                        compacted = r?;
-                    }
-                    if let Some(id) = compacted {
-                        self.stack.truncate(m);
-                        self.release_dict_memo(&d, id);
-                        self.stack[m - 1] = Value::Entry(id);
-                    } else {
-                        let mut d = d.borrow_mut();
-                        d.declined = fresh;
-                        d.items.reserve((self.stack.len() - m) / 2);
-                        let mut it = self.stack.drain(m..);
-                        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                            d.items.push((k, v));
-                        }
-                    }
-                }
-                b'l' => {
-                    let items = self.pop_mark(offset)?;
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::List(Rc::new(RefCell::new(List::new(items)))))?
-                }
-                b't' | 0x91 => {
-                    let items = self.pop_mark(offset)?;
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
-                }
-                b'd' => {
-                    let items = self.pop_mark(offset)?;
-                    if items.len() % 2 != 0 {
-                        return Err(self.malformed(offset, "DICT with an odd number of values"));
-                    }
-                    self.charge(offset, CONTAINER)?;
-                    let mut d = Dict::default();
-                    let mut it = items.into_iter();
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        d.items.push((k, v));
-                    }
-                    self.push(offset, Value::Dict(Rc::new(RefCell::new(d))))?
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    let floor = self.marks.last().copied().unwrap_or(0);
-                    if self.stack.len() < floor + n {
-                        return Err(self.malformed(offset, "TUPLE with too few values on the stack"));
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.charge(offset, CONTAINER)?;
-                    self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
+                0x8c | b'V' | b'S' | b'X' | 0x8d | b'C' | b'U' | b'B' | b'T' | 0x8e | 0x96 => self.text(offset, op)?,
+                0x94 | b'q' | b'r' | b'p' | b'h' | b'j' | b'g' => self.memo_op(offset, op)?,
+                b'a' | b'e' | 0x90 | b's' | b'u' => self.fill(offset, op)?,
+                b'}' | b']' | b')' | 0x8f | b'(' | b'0' | b'1' | b'2' | b'l' | b't' | 0x91 | b'd' | 0x85..=0x87 => {
+                    self.build(offset, op)?
                 }
                 _ => return Err(PickleError::UnknownOpcode { offset, op }),
             }
         }
+    }
+
+    /// None, booleans, integers and floats, pushed.
+    fn scalar(&mut self, offset: u64, op: u8) -> Result<(), PickleError> {
+        match op {
+            b'N' => self.push(offset, Value::None)?,
+            0x88 => self.push(offset, Value::Bool(true))?,
+            0x89 => self.push(offset, Value::Bool(false))?,
+            b'K' => {
+                let b = self.src.byte("BININT1")?;
+                self.push(offset, Value::Int(b as i64))?
+            }
+            b'M' => {
+                let b = self.src.array::<2>("BININT2")?;
+                self.push(offset, Value::Int(u16::from_le_bytes(b) as i64))?
+            }
+            b'J' => {
+                let b = self.src.array::<4>("BININT")?;
+                self.push(offset, Value::Int(i32::from_le_bytes(b) as i64))?
+            }
+            0x8a => {
+                let n = self.src.byte("LONG1")? as usize;
+                let v = if n <= 8 {
+                    let mut b = [0u8; 8];
+                    if self.src.end - self.src.pos >= 8 {
+                        // A whole word, masked: no variable-length copy.
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(&self.src.buf[self.src.pos..self.src.pos + 8]);
+                        let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+                        b = (u64::from_le_bytes(w) & mask).to_le_bytes();
+                        self.src.pos += n;
+                    } else {
+                        for slot in b.iter_mut().take(n) {
+                            *slot = self.src.byte("LONG1")?;
+                        }
+                    }
+                    let mut v = i64::from_le_bytes(b);
+                    if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
+                        v |= -1i64 << (8 * n);
+                    }
+                    Value::Int(v)
+                } else {
+                    let bytes = self.src.vec(n as u64, "LONG1")?;
+                    self.long_bytes(offset, bytes)?
+                };
+                self.push(offset, v)?
+            }
+            0x8b => {
+                let n = i32::from_le_bytes(self.src.array::<4>("LONG4")?);
+                if n < 0 {
+                    return Err(self.malformed(offset, "LONG4 with a negative length"));
+                }
+                let bytes = self.src.vec(n as u64, "LONG4")?;
+                let v = self.long_bytes(offset, bytes)?;
+                self.push(offset, v)?
+            }
+            b'I' | b'L' => {
+                let v = self.text_int(offset, "INT")?;
+                self.push(offset, v)?
+            }
+            b'G' => {
+                let b = self.src.array::<8>("BINFLOAT")?;
+                self.push(offset, Value::Float(f64::from_be_bytes(b)))?
+            }
+            b'F' => {
+                let line = self.src.line("FLOAT")?;
+                let s = String::from_utf8_lossy(&line).to_string();
+                let f =
+                    s.trim().parse::<f64>().map_err(|_| self.malformed(offset, format!("bad FLOAT literal {s:?}")))?;
+                self.push(offset, Value::Float(f))?
+            }
+            _ => return Err(PickleError::UnknownOpcode { offset, op }),
+        }
+        Ok(())
+    }
+
+    /// Strings and byte strings, pushed (each charged against the budget).
+    fn text(&mut self, offset: u64, op: u8) -> Result<(), PickleError> {
+        match op {
+            0x8c => {
+                let n = self.src.byte("SHORT_BINUNICODE")? as usize;
+                let v = if n <= 64 && self.src.end - self.src.pos >= n {
+                    let (a, b) = (self.src.pos, self.src.pos + n);
+                    self.src.pos = b;
+                    match self.strings.get(&self.src.buf[a..b]) {
+                        Some(rc) => Value::Str(rc.clone()),
+                        None => {
+                            let bytes = self.src.buf[a..b].to_vec();
+                            self.string(offset, bytes)?
+                        }
+                    }
+                } else {
+                    let bytes = self.src.vec(n as u64, "SHORT_BINUNICODE")?;
+                    self.string(offset, bytes)?
+                };
+                self.push(offset, v)?
+            }
+            b'V' => {
+                let line = self.src.line("UNICODE")?;
+                let text = raw_unicode_escape(&line).ok_or_else(|| self.malformed(offset, "bad UNICODE escape"))?;
+                let v = self.string(offset, text.into_bytes())?;
+                self.push(offset, v)?
+            }
+            b'S' => {
+                let line = self.src.line("STRING")?;
+                let bytes = python_string_literal(&line)
+                    .ok_or_else(|| self.malformed(offset, "bad STRING literal (expected a quoted string)"))?;
+                // Protocol 0's STRING is a byte string; text where it is UTF-8.
+                let v = match String::from_utf8(bytes) {
+                    Ok(t) => self.string(offset, t.into_bytes())?,
+                    Err(e) => {
+                        let b = e.into_bytes();
+                        self.charge(offset, b.len() as u64)?;
+                        Value::Bytes(Rc::new(b))
+                    }
+                };
+                self.push(offset, v)?
+            }
+            b'X' => {
+                let n = u32::from_le_bytes(self.src.array::<4>("BINUNICODE")?) as u64;
+                let bytes = self.src.vec(n, "BINUNICODE")?;
+                let v = self.string(offset, bytes)?;
+                self.push(offset, v)?
+            }
+            0x8d => {
+                let n = u64::from_le_bytes(self.src.array::<8>("BINUNICODE8")?);
+                let bytes = self.src.vec(n, "BINUNICODE8")?;
+                let v = self.string(offset, bytes)?;
+                self.push(offset, v)?
+            }
+            b'C' | b'U' => {
+                let n = self.src.byte("SHORT_BINBYTES")? as u64;
+                let bytes = self.src.vec(n, "SHORT_BINBYTES")?;
+                self.charge(offset, n)?;
+                self.push(offset, Value::Bytes(Rc::new(bytes)))?
+            }
+            b'B' | b'T' => {
+                let n = u32::from_le_bytes(self.src.array::<4>("BINBYTES")?) as u64;
+                let bytes = self.src.vec(n, "BINBYTES")?;
+                self.charge(offset, n)?;
+                self.push(offset, Value::Bytes(Rc::new(bytes)))?
+            }
+            0x8e | 0x96 => {
+                let n = u64::from_le_bytes(self.src.array::<8>("BINBYTES8")?);
+                let bytes = self.src.vec(n, "BINBYTES8")?;
+                self.charge(offset, n)?;
+                self.push(offset, Value::Bytes(Rc::new(bytes)))?
+            }
+            _ => return Err(PickleError::UnknownOpcode { offset, op }),
+        }
+        Ok(())
+    }
+
+    /// PUT and GET in their forms: the memo.
+    fn memo_op(&mut self, offset: u64, op: u8) -> Result<(), PickleError> {
+        match op {
+            0x94 => {
+                let idx = (self.memo.len + self.memo_sparse.len()) as u64;
+                self.memo_put(offset, idx)?
+            }
+            b'q' => {
+                let idx = self.src.byte("BINPUT")? as u64;
+                self.memo_put(offset, idx)?
+            }
+            b'r' => {
+                let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINPUT")?) as u64;
+                self.memo_put(offset, idx)?
+            }
+            b'p' => {
+                let idx = self.text_index(offset, "PUT")?;
+                self.memo_put(offset, idx)?
+            }
+            b'h' => {
+                let idx = self.src.byte("BINGET")? as u64;
+                self.memo_get(offset, idx)?
+            }
+            b'j' => {
+                let idx = u32::from_le_bytes(self.src.array::<4>("LONG_BINGET")?) as u64;
+                self.memo_get(offset, idx)?
+            }
+            b'g' => {
+                let idx = self.text_index(offset, "GET")?;
+                self.memo_get(offset, idx)?
+            }
+            _ => return Err(PickleError::UnknownOpcode { offset, op }),
+        }
+        Ok(())
+    }
+
+    /// APPEND(S) and SETITEM(S): values into the list or dict below them.
+    fn fill(&mut self, offset: u64, op: u8) -> Result<(), PickleError> {
+        match op {
+            b'a' => {
+                let v = self.pop(offset)?;
+                let l = self.list_target(offset, self.top(offset)?)?;
+                let v = self.maybe_compact(offset, v)?;
+                l.borrow_mut().push(v);
+            }
+            b'e' | 0x90 => {
+                let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
+                if m == 0 {
+                    return Err(self.malformed(offset, "APPENDS with no list below its MARK"));
+                }
+                let l = self.list_target(offset, &self.stack[m - 1])?;
+                let mut stack = std::mem::take(&mut self.stack);
+                let n = stack.len() - m;
+                if l.borrow().runs.is_empty() {
+                    l.borrow_mut().items.reserve(n);
+                }
+                let mut res = Ok(());
+                for v in stack.drain(m..) {
+                    // The list is borrowed only to push: a dict may hold
+                    // the very list it is appended to.
+                    match self.maybe_compact(offset, v) {
+                        Ok(v) => l.borrow_mut().push(v),
+                        Err(e) => {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                }
+                stack.truncate(m);
+                self.stack = stack;
+                res?;
+            }
+            b's' => {
+                let v = self.pop(offset)?;
+                let k = self.pop(offset)?;
+                let d = self.dict_target(offset, self.top(offset)?)?;
+                let mut d = d.borrow_mut();
+                d.declined = false;
+                d.items.push((k, v));
+            }
+            b'u' => {
+                let m = self.marks.pop().ok_or_else(|| self.malformed(offset, "no MARK on the stack"))?;
+                if (self.stack.len() - m) % 2 != 0 {
+                    return Err(self.malformed(offset, "SETITEMS with an odd number of values"));
+                }
+                if m == 0 {
+                    return Err(self.malformed(offset, "SETITEMS with no dict below its MARK"));
+                }
+                let d = self.dict_target(offset, &self.stack[m - 1])?;
+                // A dict filled at once may be a trace entry: compact it
+                // straight from the stack, never building its items.
+                let fresh = d.borrow().items.is_empty();
+                let mut compacted = None;
+                if fresh {
+                    let mut stack = std::mem::take(&mut self.stack);
+                    let r = self.compact_pairs(offset, &mut stack[m..]);
+                    self.stack = stack;
+                    compacted = r?;
+                }
+                if let Some(id) = compacted {
+                    self.stack.truncate(m);
+                    self.release_dict_memo(&d, id);
+                    self.stack[m - 1] = Value::Entry(id);
+                } else {
+                    let mut d = d.borrow_mut();
+                    d.declined = fresh;
+                    d.items.reserve((self.stack.len() - m) / 2);
+                    let mut it = self.stack.drain(m..);
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        d.items.push((k, v));
+                    }
+                }
+            }
+            _ => return Err(PickleError::UnknownOpcode { offset, op }),
+        }
+        Ok(())
+    }
+
+    /// MARK, POP, DUP and the containers built from the stack.
+    fn build(&mut self, offset: u64, op: u8) -> Result<(), PickleError> {
+        match op {
+            b'}' => {
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::Dict(Rc::new(RefCell::new(Dict::default()))))?
+            }
+            b']' => {
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
+            }
+            b')' => {
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::Tuple(Rc::new(Tuple::default())))?
+            }
+            0x8f => {
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::List(Rc::new(RefCell::new(List::default()))))?
+            }
+            b'(' => {
+                if self.marks.len() >= self.limits.max_marks {
+                    return Err(PickleError::Limit { offset, what: "open MARKs", limit: self.limits.max_marks as u64 });
+                }
+                self.charge(offset, 8)?;
+                self.marks.push(self.stack.len());
+            }
+            b'0' => {
+                let v = self.pop(offset)?;
+                drop_iteratively(vec![v]);
+            }
+            b'1' => {
+                let items = self.pop_mark(offset)?;
+                drop_iteratively(items);
+            }
+            b'2' => {
+                let v = self.top(offset)?.clone();
+                self.push(offset, v)?
+            }
+            b'l' => {
+                let items = self.pop_mark(offset)?;
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::List(Rc::new(RefCell::new(List::new(items)))))?
+            }
+            b't' | 0x91 => {
+                let items = self.pop_mark(offset)?;
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
+            }
+            b'd' => {
+                let items = self.pop_mark(offset)?;
+                if items.len() % 2 != 0 {
+                    return Err(self.malformed(offset, "DICT with an odd number of values"));
+                }
+                self.charge(offset, CONTAINER)?;
+                let mut d = Dict::default();
+                let mut it = items.into_iter();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    d.items.push((k, v));
+                }
+                self.push(offset, Value::Dict(Rc::new(RefCell::new(d))))?
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                let floor = self.marks.last().copied().unwrap_or(0);
+                if self.stack.len() < floor + n {
+                    return Err(self.malformed(offset, "TUPLE with too few values on the stack"));
+                }
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.charge(offset, CONTAINER)?;
+                self.push(offset, Value::Tuple(Rc::new(Tuple(items))))?
+            }
+            _ => return Err(PickleError::UnknownOpcode { offset, op }),
+        }
+        Ok(())
     }
 }
 
