@@ -45,7 +45,7 @@ fn reports(args: &ReplayArgs, paths: &[PathBuf]) -> Result<Vec<(Value, ExitCode)
         .iter()
         .map(|p| {
             let mut buf = Vec::new();
-            let code = super::replay_to(&alone(&json, p), &mut buf, false)?;
+            let code = super::replay::replay_to(&alone(&json, p), &mut buf, false)?;
             let v: Value = serde_json::from_slice(&buf).map_err(|e| anyhow!("{}: report: {e}", p.display()))?;
             Ok((v, code))
         })
@@ -112,7 +112,7 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     write!(so, "{}", side_by_side(&reports, &ranks, &paths, imbalance.as_ref()))?;
     for (p, rank) in paths.iter().zip(&ranks) {
         writeln!(so, "\n── rank {rank}: {} ──", p.display())?;
-        super::replay_to(&alone(args, p), &mut so, false)?;
+        super::replay::replay_to(&alone(args, p), &mut so, false)?;
     }
     Ok(code)
 }

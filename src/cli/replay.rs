@@ -1,0 +1,597 @@
+//! `replay` of one input: the replay, then the interactive view, the
+//! summary (as `torch.cuda.memory_summary()` lays it out) or the JSON
+//! report (docs/json.md), all from one `Replayed`.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+
+use super::{
+    at_text, check_at, color, load_input, new_oom_text, not_in_trace, oom_index, parse_conf, pick_device,
+    read_recording, replay_recording, stat_line, stats_map, trace_name, At, Input, InputError, ReplayArgs,
+    CUDA_CONTEXT_BYTES,
+};
+use crate::alloc::{AllocatorConfig, DeviceStats, Kind, SegmentInfo};
+use crate::analysis::categories::{start_blocks, Categories};
+use crate::analysis::{fragmentation, human_bytes, peak_ratio};
+use crate::replay::model::ReplayModel;
+use crate::replay::report::{self, CompareRow, ReplayReport};
+use crate::replay::session::{Fidelity, Session, Start, Want};
+use crate::replay::whatif::run_requests;
+use crate::trace::{self, DeviceTrace, Trace};
+
+/// `replay` of one input, its report written to `so`; `terminal`: the
+/// interactive view may open (stdout and stdin are terminals).
+pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -> Result<ExitCode> {
+    let started = Instant::now();
+    let input = Input::open(&args.trace)?;
+    if input.is_recording() {
+        let name = input.name().to_string();
+        let snaps = read_recording(input.lines(args.max_unpacked)?, &name)?;
+        return replay_recording(&args.trace, snaps, args.json);
+    }
+    args.cap.check()?;
+    let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
+    let compare_confs: Vec<(String, AllocatorConfig)> =
+        args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
+    let trace = load_input(input, args.max_unpacked)?;
+    let dev = pick_device(&trace, args.device)?;
+    check_at(args.at, dev)?;
+    let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+    let limit = args.cap.limit(args.device_total);
+
+    // One replay with the recorded config (or the one asked for, which may
+    // equal it) and addresses from the recording.
+    let exact_conf = what_if_conf.clone().unwrap_or_else(|| recorded_conf.clone());
+    let want = Want {
+        config: exact_conf.clone(),
+        changed: what_if_conf.is_some() || limit.is_some(),
+        device_total: args.device_total,
+        memory_limit: limit,
+        keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
+        stop_at: match args.at {
+            Some(At::Event(i)) => Some(i.saturating_add(1)),
+            _ => None,
+        },
+        context_bytes: CUDA_CONTEXT_BYTES,
+        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
+    };
+    let mut session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
+    let fidelity = session.fidelity;
+    if session.start == Start::StateOnly && (!compare_confs.is_empty() || what_if_conf.is_some()) {
+        return Err(anyhow!(InputError(format!(
+            "{}: --compare and --alloc-conf replay a run's requests, and a snapshot without memory history has none: they need a trace with history (torch.cuda.memory._record_memory_history before the run)",
+            args.trace.display()
+        ))));
+    }
+    let advice = if what_if_conf.is_none() { oom_advice(&mut session, dev, &recorded_conf, args, limit) } else { None };
+
+    // On a terminal, the interactive view; scripts and pipes get the summary.
+    let interactive = !args.json
+        && args.dump_events.is_none()
+        && compare_confs.is_empty()
+        && terminal
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal();
+    if interactive && !fidelity.is_faithful() {
+        // Said, not silently swapped for the summary.
+        eprintln!(
+            "gpumem-top: {}: the replay is {} here, and the interactive view shows only exact replays; the summary below says where it parts from the recording",
+            args.trace.display(),
+            fidelity.name()
+        );
+    }
+    if interactive && fidelity.is_faithful() {
+        return open_view(args, &session, &trace, dev, advice);
+    }
+
+    if let Some(path) = &args.dump_events {
+        let f = crate::private::open_new(path, args.force)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+        trace::write_jsonl(std::io::BufWriter::new(f), &session.exact.events)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+
+    let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
+    let (stats, segments) = state_shown(args, &session, dev, exact_ok)?;
+    let replayed_label = if fidelity.is_faithful() { "recorded" } else { "replayed" };
+    let label = if what_if_conf.is_some() || limit.is_some() { &exact_conf.source } else { &recorded_conf.source };
+    let mut rows = vec![CompareRow::from_stats(
+        format!("{} (as {replayed_label})", if label.is_empty() { "default" } else { label }),
+        limit,
+        &stats,
+    )];
+    if !compare_confs.is_empty() {
+        let reqs = session.requests().to_vec();
+        for (label, conf) in &compare_confs {
+            let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
+            let mut row = CompareRow::from_stats(label.clone(), limit, w.allocator.stats());
+            (row.new_ooms, row.avoided_ooms) = (Some(w.new_ooms), Some(w.avoided_ooms));
+            rows.push(row);
+        }
+    }
+    let cats = Categories::of(
+        dev,
+        &trace.stacks,
+        &trace.annotations,
+        &start_blocks(dev, &session.seed),
+        exact_ok.then_some(session.exact.allocated.as_slice()),
+    );
+    let peak = exact_ok.then_some(session.exact.peak);
+    let last = dev.events.len().checked_sub(1);
+    // The event whose state `--at` shows (none: a snapshot's own state).
+    let at_event = args.at.map(|at| match at {
+        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| i.min(last.unwrap_or(0))),
+        At::Peak => peak.map(|p| p.event).or(last),
+        At::Oom => oom_index(&dev.events).or(last),
+        At::End => last,
+    });
+    let new_oom = new_oom_report(&session, &trace, dev);
+    let r = Replayed {
+        name: trace_name(&args.trace),
+        trace: &trace,
+        dev,
+        recorded_ooms: report::RecordedOomReport::all(dev, &trace.stacks),
+        session,
+        conf: exact_conf,
+        limit,
+        stats,
+        segments,
+        rows,
+        compared: !compare_confs.is_empty(),
+        cats,
+        exact_ok,
+        at_event,
+        last,
+        new_oom,
+        advice,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    };
+    if args.json {
+        serde_json::to_writer(&mut *so, &r.report())?;
+        writeln!(so)?;
+    } else {
+        r.write_text(so, args.at)?;
+    }
+    // A what-if that runs out of memory where the recording did not: the
+    // run it stands for fails (docs/json.md, exit codes).
+    Ok(if fidelity == Fidelity::Diverged || r.new_oom.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// A run that ran out of memory: what to set, only as a replay of this run
+/// under every setting found it (docs/tune.md).
+fn oom_advice(
+    session: &mut Session,
+    dev: &DeviceTrace,
+    recorded_conf: &AllocatorConfig,
+    args: &ReplayArgs,
+    limit: Option<u64>,
+) -> Option<String> {
+    let first_oom = oom_index(&dev.events)?;
+    if !session.fidelity.is_faithful() || session.start == Start::StateOnly {
+        return None;
+    }
+    let s = crate::tune::search_session(session, &recorded_conf.source, args.device_total, CUDA_CONTEXT_BYTES, limit);
+    // By how much the first failed request overshot: allocated just before
+    // it, plus the request, less what the process could have.
+    let overshoot = (|| {
+        let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
+        let mut sc = session.scrubber(64).ok()?;
+        let allocated = sc.seek(first_oom.saturating_sub(1)).stats().get(Kind::AllocatedBytes, 0).current;
+        (allocated.max(0) as u64 + dev.events[first_oom].size).checked_sub(cap)
+    })();
+    crate::tune::oom_advice(&s, overshoot)
+}
+
+/// The interactive view of a faithful replay, at `--at` (else its peak).
+fn open_view(
+    args: &ReplayArgs,
+    session: &Session,
+    trace: &Trace,
+    dev: &DeviceTrace,
+    advice: Option<String>,
+) -> Result<ExitCode> {
+    let name = trace_name(&args.trace);
+    let mut model = ReplayModel::open(session, dev, &trace.stacks, &trace.annotations, name)
+        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+    model.oom_advice = advice;
+    let mut app = crate::ui::app::ReplayApp::new(model, color(args.no_color));
+    if let Some(at) = args.at {
+        let to = match at {
+            At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
+            At::End => dev.events.len().saturating_sub(1),
+            At::Oom => oom_index(&dev.events).unwrap_or(app.cursor()),
+            At::Peak => app.cursor(),
+        };
+        app.go(to);
+    }
+    crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The state the table shows: with `--at peak|oom`, that event's (as
+/// `--at N` stops there), else where the replay ended.
+fn state_shown(
+    args: &ReplayArgs,
+    session: &Session,
+    dev: &DeviceTrace,
+    exact_ok: bool,
+) -> Result<(DeviceStats, Vec<SegmentInfo>)> {
+    let at_state = match args.at {
+        Some(At::Peak) if exact_ok && session.what_if.is_none() => Some(session.exact.peak.event),
+        Some(At::Oom) if exact_ok && session.what_if.is_none() => oom_index(&dev.events),
+        _ => None,
+    };
+    Ok(match (&session.what_if, at_state) {
+        (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
+        (None, Some(i)) => {
+            let mut sc = session
+                .scrubber(1024)
+                .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+            let st = sc.seek(i);
+            (st.stats().clone(), st.snapshot())
+        }
+        (None, None) => (session.exact.allocator.stats().clone(), session.exact.allocator.snapshot()),
+    })
+}
+
+/// Where a what-if first ran out of memory where the recording did not.
+fn new_oom_report(session: &Session, trace: &Trace, dev: &DeviceTrace) -> Option<report::NewOomReport> {
+    session.first_new_oom().map(|(event, failing)| {
+        let e = &dev.events[event];
+        let frames = dev.stacks.get(event).and_then(|&sid| trace.stacks.get((sid as usize).wrapping_sub(1)));
+        let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
+        report::NewOomReport {
+            event,
+            requested_bytes: e.size,
+            stream: e.stream,
+            script_site: frames.and_then(|f| crate::analysis::script_site(f)).filter(|s| *s != call_site),
+            call_site,
+            failing_allocations: failing,
+        }
+    })
+}
+
+/// A replay done: what the summary and the JSON report are written from.
+struct Replayed<'t> {
+    name: String,
+    trace: &'t Trace,
+    dev: &'t DeviceTrace,
+    session: Session<'t>,
+    /// The config replayed (the recorded one, or `--alloc-conf`).
+    conf: AllocatorConfig,
+    limit: Option<u64>,
+    /// The state shown (`state_shown`).
+    stats: DeviceStats,
+    segments: Vec<SegmentInfo>,
+    /// The replay's row, then one per `--compare`.
+    rows: Vec<CompareRow>,
+    compared: bool,
+    cats: Categories,
+    /// The exact replay reproduced the run (its peaks and events are the run's).
+    exact_ok: bool,
+    /// The event `--at` shows (`Some(None)`: a snapshot's own state).
+    at_event: Option<Option<usize>>,
+    last: Option<usize>,
+    new_oom: Option<report::NewOomReport>,
+    recorded_ooms: Vec<report::RecordedOomReport>,
+    advice: Option<String>,
+    elapsed_ms: f64,
+}
+
+impl Replayed<'_> {
+    fn peak(&self) -> Option<crate::replay::Peak> {
+        self.exact_ok.then_some(self.session.exact.peak)
+    }
+
+    /// `--json` (docs/json.md).
+    fn report(&self) -> ReplayReport {
+        let (session, dev, peak, cats) = (&self.session, self.dev, self.peak(), &self.cats);
+        let state_only = session.start == Start::StateOnly;
+        ReplayReport {
+            trace: self.name.clone(),
+            format: self.trace.format.name(),
+            device: dev.device,
+            events: dev.events.len(),
+            alloc_conf: self.conf.source.clone(),
+            start: session.start,
+            memory_limit_bytes: self.limit,
+            fidelity: session.fidelity.name(),
+            stats_cover: report::covers(session.start),
+            first_divergence: session.divergence().as_ref().map(|d| report::DivergenceReport {
+                event: d.event,
+                expected: d.expected.as_ref().map(report::EventReport::of),
+                got: d.got.as_ref().map(report::EventReport::of),
+                reason: d.reason.clone(),
+            }),
+            first_new_oom: self.new_oom.clone(),
+            recorded_ooms: self.recorded_ooms.clone(),
+            inferred_empty_cache_calls: if self.exact_ok { session.exact.empty_cache_at.len() } else { 0 },
+            directed_releases: session.exact.directed,
+            placed_allocs: session.exact.placed,
+            recorded_totals: session.recorded,
+            call_stacks: dev.call_stacks(&self.trace.stacks),
+            oom_advice: self.advice.clone(),
+            settings_changed: session.settings_changed.clone(),
+            not_in_trace: not_in_trace(session.start),
+            // A snapshot without history has no peaks or totals: none are
+            // given (only what its state holds).
+            stats: stats_map(&self.stats, &self.conf)
+                .into_iter()
+                .filter(|(k, _)| {
+                    !state_only || !(k.ends_with(".peak") || k.ends_with(".allocated") || k.ends_with(".freed"))
+                })
+                .collect(),
+            peak: peak.map(|p| report::PeakReport {
+                event: p.event,
+                time_us: dev.time_us.get(p.event).copied(),
+                allocated_bytes: p.allocated,
+                reserved_bytes: p.reserved,
+            }),
+            categories: report::CategoriesReport {
+                evidence: cats.evidence.name(),
+                method: cats.evidence.describe(),
+                at_peak: peak
+                    .map(|p| report::CategoryPoint { event: Some(p.event), bytes: cats.bytes_after(Some(p.event)) }),
+                at: self.at_event.map(|e| report::CategoryPoint { event: e, bytes: cats.bytes_after(e) }),
+                at_end: report::CategoryPoint { event: self.last, bytes: cats.bytes_after(self.last) },
+            },
+            fragmentation: report::FragmentationReport {
+                at_peak_reserved_minus_allocated_bytes: peak.map(|p| p.reserved - p.allocated),
+                peak_ratio: (!state_only).then(|| peak_ratio(&self.stats)),
+                now: fragmentation(&self.stats, &self.segments),
+            },
+            pools: crate::analysis::pool_usage(&self.segments),
+            segments: match self.at_event {
+                // With --at: the state there (`segments` is already that
+                // state), each block with its category.
+                Some(e) if session.what_if.is_none() => {
+                    self.segments.iter().map(|g| report::SegmentReport::with_blocks(g, cats, e)).collect()
+                }
+                _ => self.segments.iter().map(report::SegmentReport::of).collect(),
+            },
+            compare: if self.compared { self.rows.clone() } else { Vec::new() },
+            elapsed_ms: self.elapsed_ms,
+        }
+    }
+
+    /// The summary: notes, the memory_summary()-style table, the OOMs,
+    /// what the memory is, and what `--at` asked for.
+    fn write_text(&self, so: &mut dyn Write, at: Option<At>) -> Result<()> {
+        let (session, dev, cats) = (&self.session, self.dev, &self.cats);
+        match session.start {
+            Start::Window => writeln!(so, "note: the trace does not start at process start (its ring buffer wrapped, or history was enabled mid-run); the state at its first event was rebuilt from the final segments, so peaks and counters cover the recorded window only")?,
+            Start::StateOnly => writeln!(so, "note: the snapshot has no trace (history was not recorded): it shows the state when it was taken; peaks and counters are that state's, not the run's")?,
+            Start::ProcessStart => {}
+        }
+        let state_at = self.at_event.flatten().filter(|_| self.exact_ok && session.what_if.is_none());
+        write!(so, "{}{}{}", self.heading(), self.table(), self.tail(state_at))?;
+        for o in self.recorded_ooms.iter().take(5) {
+            writeln!(so, "OOM recorded at {}", o.describe())?;
+        }
+        if self.recorded_ooms.len() > 5 {
+            writeln!(so, "… and {} more OOMs recorded (replay --json lists them all)", self.recorded_ooms.len() - 5)?;
+        }
+        if let Some(a) = &self.advice {
+            writeln!(so, "the OOM: {a}")?;
+        }
+        let point = match session.start {
+            Start::StateOnly => Some(("in the snapshot", None)),
+            _ => self.peak().map(|p| ("at the peak", Some(p.event))),
+        };
+        if let Some((label, e)) = point {
+            writeln!(
+                so,
+                "what the memory is {label}: {} (categories: {}; docs/categories.md)",
+                cats.bytes_after(e).describe(),
+                cats.evidence.describe()
+            )?;
+        }
+        if let Some(at) = at {
+            writeln!(so, "{}", at_text(at, self.exact_ok.then_some(&session.exact), dev))?;
+            // The OOM's own request and the stack that made it.
+            if let (At::Oom, Some(o)) = (at, self.recorded_ooms.first()) {
+                writeln!(so, "  the recorded OOM: {}", o.describe())?;
+                for f in o.frames.iter().take(16) {
+                    writeln!(so, "    {f}")?;
+                }
+                if o.frames.len() > 16 {
+                    writeln!(so, "    … {} more frames", o.frames.len() - 16)?;
+                }
+            }
+            if let Some(e) = self.at_event.filter(|_| session.start != Start::StateOnly) {
+                writeln!(so, "  there: {}", cats.bytes_after(e).describe())?;
+            }
+        }
+        if let Some(o) = &self.new_oom {
+            writeln!(so, "{}", new_oom_text(o, dev))?;
+        }
+        Ok(())
+    }
+
+    /// What was replayed, under which config, and how faithfully.
+    fn heading(&self) -> String {
+        let (trace, dev, conf, session) = (self.trace, self.dev, &self.conf, &self.session);
+        let mut o = String::new();
+        o.push_str(&format!(
+            "gpumem-top replay: {} ({}, device {}, {} events)\n",
+            self.name,
+            trace.format.name(),
+            dev.device,
+            dev.events.len()
+        ));
+        o.push_str(&format!(
+            "allocator config: {}{}\n",
+            if conf.source.is_empty() { "default".to_string() } else { format!("{:?}", conf.source) },
+            self.limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
+        ));
+        if let Some(c) = &session.settings_changed {
+            o.push_str(&format!(
+                "allocator settings changed during the run (torch.cuda.memory._set_allocator_settings): {} until between events {} and {}, {:?} after; replayed with the change at event {} (the first only the later settings explain). Reserved bytes and segments are exact; allocated, active and inactive_split totals and peaks depend on where in that range it happened\n",
+                if c.from.is_empty() { "PyTorch's defaults".to_string() } else { format!("{:?}", c.from) },
+                c.earliest,
+                c.event,
+                conf.source,
+                c.event
+            ));
+        }
+        match dev.call_stacks(&trace.stacks) {
+            "per_event" => {}
+            "blocks_only" => o.push_str(
+                "call stacks: the snapshot's blocks only (history recorded with context=\"state\"): events carry none\n",
+            ),
+            _ => o.push_str("call stacks: none recorded (context=None, or a format without them): no call sites\n"),
+        }
+        o.push_str(&fidelity_line(session));
+        let private: Vec<&SegmentInfo> = self.segments.iter().filter(|s| s.private).collect();
+        if !private.is_empty() {
+            let mut ids: Vec<String> = private
+                .iter()
+                .map(|s| s.pool.map(|p| format!("({},{})", p.0, p.1)).unwrap_or_else(|| "(id not recorded)".into()))
+                .collect();
+            ids.dedup();
+            o.push_str(&format!(
+                "private pools: {}, {} reserved, in {}\n",
+                crate::analysis::count(private.len(), "segment"),
+                human_bytes(private.iter().map(|s| s.total_size).sum()),
+                ids.join(", ")
+            ));
+        }
+        o
+    }
+
+    /// The table `torch.cuda.memory_summary()` prints, of the state shown.
+    fn table(&self) -> String {
+        let (s, state_only) = (&self.stats, self.session.start == Start::StateOnly);
+        let mut o = String::new();
+        let bar = format!("|{}|\n", "=".repeat(81));
+        let sep = format!("|{}|\n", "-".repeat(81));
+        o.push_str(&bar);
+        o.push_str(&format!("|{:^81}|\n", "PyTorch CUDA memory summary, replayed by gpumem-top"));
+        o.push_str(&sep);
+        o.push_str(&format!(
+            "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+            "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"
+        ));
+        o.push_str(&sep);
+        for (label, kind, bytes) in [
+            ("Allocated memory", Kind::AllocatedBytes, true),
+            ("Active memory", Kind::ActiveBytes, true),
+            ("Requested memory", Kind::RequestedBytes, true),
+            ("GPU reserved memory", Kind::ReservedBytes, true),
+            ("Non-releasable memory", Kind::InactiveSplitBytes, true),
+            ("Allocations", Kind::Allocation, false),
+            ("Active allocs", Kind::Active, false),
+            ("GPU reserved segments", Kind::Segment, false),
+            ("Non-releasable allocs", Kind::InactiveSplit, false),
+        ] {
+            stat_line(&mut o, label, s, kind, bytes, state_only);
+            o.push_str(&sep);
+        }
+        let h = |v: i64| if state_only { "-".to_string() } else { v.to_string() };
+        for (label, st) in
+            [("Oversize allocations", &s.oversize_allocations), ("Oversize GPU segments", &s.oversize_segments)]
+        {
+            o.push_str(&format!(
+                "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+                label,
+                st.current,
+                h(st.peak),
+                h(st.allocated),
+                h(st.freed)
+            ));
+        }
+        o.push_str(&sep);
+        let counters = format!(
+            "cudaMalloc/map: {}   cudaFree/unmap: {}   retries: {}   OOMs: {}",
+            s.num_device_alloc, s.num_device_free, s.num_alloc_retries, s.num_ooms
+        );
+        o.push_str(&format!("| {counters:<80}|\n"));
+        o.push_str(&bar);
+        o
+    }
+
+    /// The peak, the fragmentation figures at `state_at` (else the end),
+    /// and the `--compare` table.
+    fn tail(&self, state_at: Option<usize>) -> String {
+        let (s, session, dev) = (&self.stats, &self.session, self.dev);
+        let mut o = String::new();
+        let r = &session.exact;
+        if r.divergence.is_none() && session.start != Start::StateOnly {
+            let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
+            let t0 = dev.time_us.first().copied().unwrap_or(0);
+            o.push_str(&format!(
+                "peak: event {} ({:.3} s in), allocated {}, reserved {}, reserved but unallocated {}\n",
+                r.peak.event,
+                (t - t0) as f64 / 1e6,
+                human_bytes(r.peak.allocated),
+                human_bytes(r.peak.reserved),
+                human_bytes(r.peak.reserved - r.peak.allocated)
+            ));
+        }
+        let f = fragmentation(s, &self.segments);
+        o.push_str(&format!(
+            "fragmentation: peak_ratio {}; {}: reserved_unallocated_bytes {}, inactive_split_bytes {}, external_fragmentation {:.4}, rounding_waste_bytes {}\n",
+            if session.start == Start::StateOnly { "n/a (no peaks in the snapshot)".into() } else { format!("{:.4}", peak_ratio(s)) },
+            state_at.map(|e| format!("at event {e}")).unwrap_or_else(|| "at the end".into()),
+            human_bytes(f.reserved_unallocated_bytes),
+            human_bytes(f.inactive_split_bytes),
+            f.external_fragmentation,
+            human_bytes(f.rounding_waste_bytes)
+        ));
+        if self.compared {
+            o.push_str("\ncompare (the same requests under each config, simulated addresses after the first row):\n");
+            o.push_str(&format!(
+                "{:<48} {:>12} {:>12} {:>10} {:>8} {:>6}\n",
+                "alloc_conf", "peak alloc", "peak resv", "peak_ratio", "retries", "OOMs"
+            ));
+            for r in &self.rows {
+                o.push_str(&format!(
+                    "{:<48} {:>12} {:>12} {:>10.4} {:>8} {:>6}\n",
+                    r.alloc_conf,
+                    human_bytes(r.peak_allocated_bytes.max(0) as u64),
+                    human_bytes(r.peak_reserved_bytes.max(0) as u64),
+                    r.peak_ratio,
+                    r.num_alloc_retries,
+                    r.num_ooms
+                ));
+            }
+        }
+        o
+    }
+}
+
+/// "fidelity: exact, all N events reproduced …"
+fn fidelity_line(session: &Session) -> String {
+    let r = &session.exact;
+    let inferred = if r.inferred_empty_cache > 0 {
+        format!("; {} empty_cache() calls inferred", r.inferred_empty_cache)
+    } else {
+        String::new()
+    };
+    match session.fidelity {
+        Fidelity::Exact => format!(
+            "fidelity: exact, all {} events reproduced (action, address, size, stream){inferred}\n",
+            r.reproduced
+        ),
+        Fidelity::ExactWindow => format!(
+            "fidelity: exact-window, all {} events of the window reproduced from its rebuilt start{inferred}\n",
+            r.reproduced
+        ),
+        Fidelity::StateOnly => format!(
+            "fidelity: state-only, {} as the snapshot holds them (no trace to replay)\n",
+            crate::analysis::count(session.recorded.segments, "segment")
+        ),
+        Fidelity::Diverged => match session.divergence() {
+            Some(d) => format!(
+                "fidelity: DIVERGED at event {}: {} (recorded {:?}, ours {:?})\n",
+                d.event, d.reason, d.expected, d.got
+            ),
+            None => String::new(),
+        },
+        Fidelity::WhatIf => "fidelity: what-if (the trace's requests under this config, simulated addresses)\n".into(),
+    }
+}
