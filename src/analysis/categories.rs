@@ -245,9 +245,8 @@ impl Categories {
         allocated: Option<&[u64]>,
     ) -> Categories {
         let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
-        let per_event = dev.call_stacks(stacks) == "per_event";
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
-        let evidence = if per_event {
+        let evidence = if dev.call_stacks(stacks) == "per_event" {
             Evidence::Stacks
         } else if !windows.is_empty() {
             Evidence::Markers
@@ -258,238 +257,22 @@ impl Categories {
         } else {
             Evidence::None
         };
-
-        let n = dev.events.len();
-        // Lifetimes: each alloc's free_requested (PyTorch's allocated bytes
-        // drop there), and the start blocks' ends.
-        let mut end: Vec<Option<usize>> = vec![None; n];
-        let mut start_end: HashMap<u64, Option<usize>> = start.iter().map(|b| (b.address, None)).collect();
-        let mut live: HashMap<u64, Live> = start.iter().map(|b| (b.address, Live::Start)).collect();
-        for (i, e) in dev.events.iter().enumerate() {
-            match e.action {
-                Action::Alloc => {
-                    live.insert(e.addr, Live::Alloc(i));
-                }
-                Action::FreeRequested | Action::FreeCompleted => match live.remove(&e.addr) {
-                    Some(Live::Alloc(a)) => end[a] = Some(i),
-                    Some(Live::Start) => {
-                        start_end.insert(e.addr, Some(i));
-                    }
-                    None => {}
-                },
-                _ => {}
-            }
-        }
-
-        // Each allocation's phase; other events only inside the optimizer's
-        // calls (a step that allocates nothing still ends an iteration).
-        let in_optimizer = window_mask(&windows, n);
-        let phases: Vec<Option<Phase>> = match evidence {
-            Evidence::Stacks => {
-                // Per stack id, its phase once known.
-                let mut cache: Vec<Option<Phase>> = vec![None; stacks.len() + 1];
-                dev.events
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| {
-                        if in_optimizer[i] {
-                            Some(Phase::Optimizer)
-                        } else if e.action == Action::Alloc {
-                            let sid = dev.stacks.get(i).copied().unwrap_or(0);
-                            let slot = cache.get_mut(sid as usize)?;
-                            Some(*slot.get_or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
-                        } else {
-                            None
-                        }
-                    })
-                    .collect()
-            }
-            Evidence::Markers => phases_from_markers(&dev.events, &windows),
-            _ => vec![None; n],
-        };
+        let (end, start_end) = lifetimes(dev, start);
+        let phases = phases(dev, stacks, evidence, &windows);
         let runs = Runs::of(&phases);
-
-        // What each stack says, read once per stack (a trace with
-        // stacks="all" has dozens of frames per allocation).
-        let mut used = vec![false; stacks.len() + 1];
-        for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
-            if e.action == Action::Alloc {
-                if let Some(u) = used.get_mut(sid as usize) {
-                    *u = true;
-                }
-            }
-        }
-        let facts: Vec<StackFacts> = used
-            .iter()
-            .enumerate()
-            .map(|(sid, &u)| match frames(sid as u32).filter(|_| u) {
-                Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f) },
-                None => StackFacts::default(),
-            })
-            .collect();
-        let fact = |i: usize| {
-            let sid = dev.stacks.get(i).copied().unwrap_or(0) as usize;
-            facts.get(sid).copied().unwrap_or_default()
+        let t = Trace { dev, evidence, facts: stack_facts(dev, stacks), phases, end, runs };
+        let mut of_event = if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
+            t.categorize()
+        } else {
+            vec![None; dev.events.len()]
         };
-        let mut of_event: Vec<Option<Category>> = vec![None; n];
-        if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
-            // Without stacks, the batch (and the model, in the first
-            // iteration) is what an iteration allocates before its first
-            // activation.
-            let first_activation = runs.first_activation(&dev.events, &end);
-            let before_forward = |i: usize| first_activation.get(&runs.at(i)).is_none_or(|&a| i < a);
-            // Where setting up ends: the first backward or optimizer step, or
-            // in a trace without training, the model's first forward.
-            let setup_end = runs.runs.get(runs.first_training).map(|r| r.0).unwrap_or_else(|| match evidence {
-                Evidence::Stacks => (0..n)
-                    .find(|&i| phases[i] == Some(Phase::Main) && fact(i).in_model && !fact(i).builds_model)
-                    .unwrap_or(n),
-                _ => n,
-            });
-            // Parameters: made while setting up, outside the model's forward,
-            // kept past the last optimizer step (to the end without one).
-            let is_parameter = |i: usize| {
-                let kept = match (end[i], runs.last_optimizer_end) {
-                    (None, _) => true,
-                    (Some(j), Some(last)) => j > last,
-                    (Some(_), None) => false,
-                };
-                let outside_forward = match evidence {
-                    Evidence::Stacks => {
-                        let f = fact(i);
-                        f.builds_model || (i < setup_end && !f.in_model)
-                    }
-                    _ => i < setup_end && before_forward(i),
-                };
-                phases[i] == Some(Phase::Main) && kept && outside_forward
-            };
-            // Per event: model allocations of the program's thread before it,
-            // so "does the model run between i and the next backward" is a
-            // subtraction.
-            let mut model_allocs = Vec::with_capacity(n + 1);
-            let mut c = 0u32;
-            for (i, (e, p)) in dev.events.iter().zip(&phases).enumerate() {
-                model_allocs.push(c);
-                c += u32::from(e.action == Action::Alloc && *p == Some(Phase::Main) && fact(i).in_model);
-            }
-            model_allocs.push(c);
-            // The batch of an iteration: made after the previous one's
-            // optimizer step (no backward since), or fed to the model before
-            // any backward or step comes (the next micro-batch).
-            let forward_follows = |i: usize| {
-                let r = runs.at(i);
-                let fresh = runs.last_before(r, Phase::Optimizer) >= runs.last_before(r, Phase::Backward);
-                let to = [Phase::Backward, Phase::Optimizer]
-                    .into_iter()
-                    .filter_map(|p| runs.next_start(r, p))
-                    .min()
-                    .unwrap_or(n);
-                fresh || (to > i && model_allocs[to] > model_allocs[i + 1])
-            };
-            let param_sizes: HashSet<u64> = (0..n)
-                .filter(|&i| dev.events[i].action == Action::Alloc && is_parameter(i))
-                .map(|i| dev.events[i].size)
-                .collect();
-            // A gradient has its parameter's size (a cuBLAS workspace made in
-            // backward and kept does not).
-            let grad_sized = |i: usize| param_sizes.is_empty() || param_sizes.contains(&dev.events[i].size);
-            // A forward no backward followed: the trace ends in it, or an
-            // OOM cut it short (in a run that trained, or ran out).
-            let first_oom = dev.events.iter().position(|e| e.action == Action::Oom);
-            let trained = runs.first_training < runs.runs.len();
-            let unfinished =
-                |i: usize| !runs.backward_after(runs.at(i)) && (trained || first_oom.is_some_and(|o| o > i));
-            let mut cut_short = Vec::new();
-            for i in 0..n {
-                if dev.events[i].action != Action::Alloc {
-                    continue;
-                }
-                let Some(phase) = phases[i] else { continue };
-                let r = runs.at(i);
-                let ends_in = end[i].map(|j| runs.at(j));
-                let c = match phase {
-                    Phase::Optimizer => match ends_in {
-                        Some(re) if re == r => Category::Temporary,
-                        _ => Category::OptimizerState,
-                    },
-                    Phase::Backward => match ends_in {
-                        Some(re) if re == r => Category::Temporary,
-                        _ if grad_sized(i) => Category::Gradient,
-                        _ => Category::Temporary,
-                    },
-                    Phase::Main if is_parameter(i) => Category::Parameter,
-                    Phase::Main if ends_in.is_some_and(|re| runs.phase(re) == Phase::Backward) => Category::Activation,
-                    Phase::Main if runs.backward_between(r, ends_in) => {
-                        let batch = match evidence {
-                            // Made outside the model, and fed to a forward
-                            // before the next backward (not a tensor the
-                            // script keeps after backward: a log, a leak).
-                            Evidence::Stacks => !fact(i).in_model && forward_follows(i),
-                            _ => before_forward(i),
-                        };
-                        if batch {
-                            Category::Input
-                        } else if evidence == Evidence::Markers
-                            && !param_sizes.is_empty()
-                            && grad_sized(i)
-                            && runs.crosses_optimizer(r, ends_in)
-                        {
-                            // Without stacks, backward's first gradients come
-                            // before the most allocated point.
-                            Category::Gradient
-                        } else {
-                            Category::Temporary
-                        }
-                    }
-                    Phase::Main if unfinished(i) => {
-                        cut_short.push(i);
-                        Category::Temporary
-                    }
-                    Phase::Main => Category::Temporary,
-                };
-                of_event[i] = Some(c);
-                if let Some(j) = end[i] {
-                    of_event[j] = Some(c);
-                }
-            }
-            // An iteration the trace ends in, or an OOM cuts short, never
-            // reaches its backward: what its forward made is what the same
-            // line made in the iterations before (an activation there is
-            // one here); with no iteration before, a block the model made
-            // and kept to the end or the OOM is what backward would keep.
-            let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
-            let sid = |i: usize| dev.stacks.get(i).copied().unwrap_or(0);
-            for i in 0..n {
-                if let (Action::Alloc, Some(Phase::Main), Some(c)) = (dev.events[i].action, phases[i], of_event[i]) {
-                    if !unfinished(i) && sid(i) != 0 {
-                        votes.entry(sid(i)).or_default()[c as usize] += 1;
-                    }
-                }
-            }
-            for i in cut_short {
-                let c = match votes.get(&sid(i)) {
-                    Some(v) => Category::ALL[(0..7).max_by_key(|&k| (v[k], std::cmp::Reverse(k))).unwrap_or(5)],
-                    None if evidence == Evidence::Stacks
-                        && fact(i).in_model
-                        && end[i].is_none_or(|j| first_oom.is_some_and(|o| j > o)) =>
-                    {
-                        Category::Activation
-                    }
-                    None => Category::Temporary,
-                };
-                of_event[i] = Some(c);
-                if let Some(j) = end[i] {
-                    of_event[j] = Some(c);
-                }
-            }
-        }
 
         // Blocks alive at the start: by their own stacks where the snapshot
         // kept them, else by when they are freed.
         let mut at_start = HashMap::with_capacity(start.len());
         for b in start {
             let f = frames(b.stack).filter(|f| !f.is_empty());
-            let ends_in = start_end.get(&b.address).copied().flatten().map(|j| runs.at(j));
+            let ends_in = start_end.get(&b.address).copied().flatten().map(|j| t.runs.at(j));
             let c = match (f, evidence) {
                 (_, Evidence::None) => Category::Unknown,
                 (Some(f), _) => match phase_of(f, false) {
@@ -499,7 +282,7 @@ impl Categories {
                     Phase::Main if in_model(f) => Category::Activation,
                     Phase::Main => Category::Input,
                 },
-                (None, _) if ends_in.is_some_and(|r| runs.phase(r) == Phase::Backward) => Category::Activation,
+                (None, _) if ends_in.is_some_and(|r| t.runs.phase(r) == Phase::Backward) => Category::Activation,
                 (None, _) => Category::Unknown,
             };
             at_start.insert(b.address, c);
@@ -507,7 +290,20 @@ impl Categories {
                 of_event[*j] = Some(c);
             }
         }
+        Self::counted(dev, start, allocated, evidence, of_event, at_start)
+    }
 
+    /// The categories with the bytes of each counted: per event and in
+    /// samples every `SAMPLE` events.
+    fn counted(
+        dev: &DeviceTrace,
+        start: &[StartBlock],
+        allocated: Option<&[u64]>,
+        evidence: Evidence,
+        of_event: Vec<Option<Category>>,
+        at_start: HashMap<u64, Category>,
+    ) -> Categories {
+        let n = dev.events.len();
         let mut allocs_at: Vec<(u64, u32)> = dev
             .events
             .iter()
@@ -577,6 +373,309 @@ impl Categories {
         match made {
             Some(a) => self.of_event[a].unwrap_or(Category::Unknown),
             None => self.at_start.get(&address).copied().unwrap_or(Category::Unknown),
+        }
+    }
+}
+
+/// Lifetimes: each alloc's free_requested (PyTorch's allocated bytes drop
+/// there), and the start blocks' ends.
+fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Vec<Option<usize>>, HashMap<u64, Option<usize>>) {
+    let mut end: Vec<Option<usize>> = vec![None; dev.events.len()];
+    let mut start_end: HashMap<u64, Option<usize>> = start.iter().map(|b| (b.address, None)).collect();
+    let mut live: HashMap<u64, Live> = start.iter().map(|b| (b.address, Live::Start)).collect();
+    for (i, e) in dev.events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, Live::Alloc(i));
+            }
+            Action::FreeRequested | Action::FreeCompleted => match live.remove(&e.addr) {
+                Some(Live::Alloc(a)) => end[a] = Some(i),
+                Some(Live::Start) => {
+                    start_end.insert(e.addr, Some(i));
+                }
+                None => {}
+            },
+            _ => {}
+        }
+    }
+    (end, start_end)
+}
+
+/// Each allocation's phase; other events only inside the optimizer's calls
+/// (a step that allocates nothing still ends an iteration).
+fn phases(
+    dev: &DeviceTrace,
+    stacks: &[Vec<Frame>],
+    evidence: Evidence,
+    windows: &[(usize, usize)],
+) -> Vec<Option<Phase>> {
+    let n = dev.events.len();
+    let in_optimizer = window_mask(windows, n);
+    match evidence {
+        Evidence::Stacks => {
+            let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
+            // Per stack id, its phase once known.
+            let mut cache: Vec<Option<Phase>> = vec![None; stacks.len() + 1];
+            dev.events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    if in_optimizer[i] {
+                        Some(Phase::Optimizer)
+                    } else if e.action == Action::Alloc {
+                        let sid = dev.stacks.get(i).copied().unwrap_or(0);
+                        let slot = cache.get_mut(sid as usize)?;
+                        Some(*slot.get_or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        }
+        Evidence::Markers => phases_from_markers(&dev.events, windows),
+        _ => vec![None; n],
+    }
+}
+
+/// What each stack says, read once per stack (a trace with stacks="all"
+/// has dozens of frames per allocation).
+fn stack_facts(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> Vec<StackFacts> {
+    let mut used = vec![false; stacks.len() + 1];
+    for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
+        if e.action == Action::Alloc {
+            if let Some(u) = used.get_mut(sid as usize) {
+                *u = true;
+            }
+        }
+    }
+    used.iter()
+        .enumerate()
+        .map(|(sid, &u)| match (sid as u32).checked_sub(1).and_then(|s| stacks.get(s as usize)).filter(|_| u) {
+            Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f) },
+            None => StackFacts::default(),
+        })
+        .collect()
+}
+
+/// A trace with its evidence read (stacks or markers): what categorizing
+/// its events rests on.
+struct Trace<'t> {
+    dev: &'t DeviceTrace,
+    evidence: Evidence,
+    facts: Vec<StackFacts>,
+    phases: Vec<Option<Phase>>,
+    /// Each alloc's free_requested.
+    end: Vec<Option<usize>>,
+    runs: Runs,
+}
+
+/// What the rules of `Trace::category` look up, computed once.
+struct Rules {
+    /// Per run, its first activation's event.
+    first_activation: HashMap<usize, usize>,
+    /// Where setting up ends: the first backward or optimizer step, or in a
+    /// trace without training, the model's first forward.
+    setup_end: usize,
+    /// Per event: model allocations of the program's thread before it, so
+    /// "does the model run between i and the next backward" is a subtraction.
+    model_allocs: Vec<u32>,
+    /// The parameters' sizes.
+    param_sizes: HashSet<u64>,
+    first_oom: Option<usize>,
+    trained: bool,
+}
+
+impl Trace<'_> {
+    fn fact(&self, i: usize) -> StackFacts {
+        let sid = self.dev.stacks.get(i).copied().unwrap_or(0) as usize;
+        self.facts.get(sid).copied().unwrap_or_default()
+    }
+
+    fn rules(&self) -> Rules {
+        let (dev, n) = (self.dev, self.dev.events.len());
+        let setup_end =
+            self.runs.runs.get(self.runs.first_training).map(|r| r.0).unwrap_or_else(|| match self.evidence {
+                Evidence::Stacks => (0..n)
+                    .find(|&i| {
+                        self.phases[i] == Some(Phase::Main) && self.fact(i).in_model && !self.fact(i).builds_model
+                    })
+                    .unwrap_or(n),
+                _ => n,
+            });
+        let mut model_allocs = Vec::with_capacity(n + 1);
+        let mut c = 0u32;
+        for (i, (e, p)) in dev.events.iter().zip(&self.phases).enumerate() {
+            model_allocs.push(c);
+            c += u32::from(e.action == Action::Alloc && *p == Some(Phase::Main) && self.fact(i).in_model);
+        }
+        model_allocs.push(c);
+        let mut r = Rules {
+            first_activation: self.runs.first_activation(&dev.events, &self.end),
+            setup_end,
+            model_allocs,
+            param_sizes: HashSet::default(),
+            first_oom: dev.events.iter().position(|e| e.action == Action::Oom),
+            trained: self.runs.first_training < self.runs.runs.len(),
+        };
+        r.param_sizes = (0..n)
+            .filter(|&i| dev.events[i].action == Action::Alloc && self.is_parameter(i, &r))
+            .map(|i| dev.events[i].size)
+            .collect();
+        r
+    }
+
+    /// Without stacks, the batch (and the model, in the first iteration) is
+    /// what an iteration allocates before its first activation.
+    fn before_forward(&self, i: usize, r: &Rules) -> bool {
+        r.first_activation.get(&self.runs.at(i)).is_none_or(|&a| i < a)
+    }
+
+    /// Parameters: made while setting up, outside the model's forward, kept
+    /// past the last optimizer step (to the end without one).
+    fn is_parameter(&self, i: usize, r: &Rules) -> bool {
+        let kept = match (self.end[i], self.runs.last_optimizer_end) {
+            (None, _) => true,
+            (Some(j), Some(last)) => j > last,
+            (Some(_), None) => false,
+        };
+        let outside_forward = match self.evidence {
+            Evidence::Stacks => {
+                let f = self.fact(i);
+                f.builds_model || (i < r.setup_end && !f.in_model)
+            }
+            _ => i < r.setup_end && self.before_forward(i, r),
+        };
+        self.phases[i] == Some(Phase::Main) && kept && outside_forward
+    }
+
+    /// The batch of an iteration: made after the previous one's optimizer
+    /// step (no backward since), or fed to the model before any backward or
+    /// step comes (the next micro-batch).
+    fn forward_follows(&self, i: usize, r: &Rules) -> bool {
+        let run = self.runs.at(i);
+        let fresh = self.runs.last_before(run, Phase::Optimizer) >= self.runs.last_before(run, Phase::Backward);
+        let to = [Phase::Backward, Phase::Optimizer]
+            .into_iter()
+            .filter_map(|p| self.runs.next_start(run, p))
+            .min()
+            .unwrap_or(self.dev.events.len());
+        fresh || (to > i && r.model_allocs[to] > r.model_allocs[i + 1])
+    }
+
+    /// A gradient has its parameter's size (a cuBLAS workspace made in
+    /// backward and kept does not).
+    fn grad_sized(&self, i: usize, r: &Rules) -> bool {
+        r.param_sizes.is_empty() || r.param_sizes.contains(&self.dev.events[i].size)
+    }
+
+    /// A forward no backward followed: the trace ends in it, or an OOM cut
+    /// it short (in a run that trained, or ran out).
+    fn unfinished(&self, i: usize, r: &Rules) -> bool {
+        !self.runs.backward_after(self.runs.at(i)) && (r.trained || r.first_oom.is_some_and(|o| o > i))
+    }
+
+    /// The category of allocation `i` made in `phase`; none for one of an
+    /// unfinished forward (`cut_short` decides it).
+    fn category(&self, i: usize, phase: Phase, r: &Rules) -> Option<Category> {
+        let run = self.runs.at(i);
+        let ends_in = self.end[i].map(|j| self.runs.at(j));
+        Some(match phase {
+            Phase::Optimizer => match ends_in {
+                Some(re) if re == run => Category::Temporary,
+                _ => Category::OptimizerState,
+            },
+            Phase::Backward => match ends_in {
+                Some(re) if re == run => Category::Temporary,
+                _ if self.grad_sized(i, r) => Category::Gradient,
+                _ => Category::Temporary,
+            },
+            Phase::Main if self.is_parameter(i, r) => Category::Parameter,
+            Phase::Main if ends_in.is_some_and(|re| self.runs.phase(re) == Phase::Backward) => Category::Activation,
+            Phase::Main if self.runs.backward_between(run, ends_in) => {
+                let batch = match self.evidence {
+                    // Made outside the model, and fed to a forward before
+                    // the next backward (not a tensor the script keeps
+                    // after backward: a log, a leak).
+                    Evidence::Stacks => !self.fact(i).in_model && self.forward_follows(i, r),
+                    _ => self.before_forward(i, r),
+                };
+                if batch {
+                    Category::Input
+                } else if self.evidence == Evidence::Markers
+                    && !r.param_sizes.is_empty()
+                    && self.grad_sized(i, r)
+                    && self.runs.crosses_optimizer(run, ends_in)
+                {
+                    // Without stacks, backward's first gradients come
+                    // before the most allocated point.
+                    Category::Gradient
+                } else {
+                    Category::Temporary
+                }
+            }
+            Phase::Main if self.unfinished(i, r) => return None,
+            Phase::Main => Category::Temporary,
+        })
+    }
+
+    /// Every allocation's category, and its free's.
+    fn categorize(&self) -> Vec<Option<Category>> {
+        let (dev, n) = (self.dev, self.dev.events.len());
+        let r = self.rules();
+        let mut of_event: Vec<Option<Category>> = vec![None; n];
+        let mut cut_short = Vec::new();
+        for i in 0..n {
+            if dev.events[i].action != Action::Alloc {
+                continue;
+            }
+            let Some(phase) = self.phases[i] else { continue };
+            let c = match self.category(i, phase, &r) {
+                Some(c) => c,
+                None => {
+                    cut_short.push(i);
+                    Category::Temporary
+                }
+            };
+            of_event[i] = Some(c);
+            if let Some(j) = self.end[i] {
+                of_event[j] = Some(c);
+            }
+        }
+        self.cut_short(&mut of_event, &cut_short, &r);
+        of_event
+    }
+
+    /// An iteration the trace ends in, or an OOM cuts short, never reaches
+    /// its backward: what its forward made is what the same line made in
+    /// the iterations before (an activation there is one here); with no
+    /// iteration before, a block the model made and kept to the end or the
+    /// OOM is what backward would keep.
+    fn cut_short(&self, of_event: &mut [Option<Category>], cut_short: &[usize], r: &Rules) {
+        let dev = self.dev;
+        let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
+        let sid = |i: usize| dev.stacks.get(i).copied().unwrap_or(0);
+        for (i, (e, &c)) in dev.events.iter().zip(of_event.iter()).enumerate() {
+            if let (Action::Alloc, Some(Phase::Main), Some(c)) = (e.action, self.phases[i], c) {
+                if !self.unfinished(i, r) && sid(i) != 0 {
+                    votes.entry(sid(i)).or_default()[c as usize] += 1;
+                }
+            }
+        }
+        for &i in cut_short {
+            let c = match votes.get(&sid(i)) {
+                Some(v) => Category::ALL[(0..7).max_by_key(|&k| (v[k], std::cmp::Reverse(k))).unwrap_or(5)],
+                None if self.evidence == Evidence::Stacks
+                    && self.fact(i).in_model
+                    && self.end[i].is_none_or(|j| r.first_oom.is_some_and(|o| j > o)) =>
+                {
+                    Category::Activation
+                }
+                None => Category::Temporary,
+            };
+            of_event[i] = Some(c);
+            if let Some(j) = self.end[i] {
+                of_event[j] = Some(c);
+            }
         }
     }
 }
