@@ -1240,6 +1240,43 @@ fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
 fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let n = view.marks.timeline.len();
     let focus = if view.sel.focus == Focus::Timeline { theme.bold() } else { Style::default() };
+    let title = timeline_title(view);
+    // A per-process limit is drawn as a line, so the scale reaches it.
+    let limit = view.totals.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
+    let top =
+        view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
+    let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
+    let key = timeline_key(view, theme, room, limit, top);
+    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
+    if n == 0 && inner.height > 0 {
+        let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
+        put_row(buf, inner.x, inner.y, inner.width, Line::from(note));
+    }
+    if n == 0 || inner.width < 4 || inner.height < 2 {
+        return;
+    }
+    let plot = Rect { height: inner.height - 1, ..inner };
+    // With iterations, the plot's top row holds the peaks' labels and the
+    // lines stay below it, so no label covers a line.
+    let label_row = !view.marks.iterations.is_empty() && plot.height >= 3;
+    let data_top = top.max(1) as f64;
+    let ymax = if label_row { data_top * plot.height as f64 / (plot.height - 1) as f64 } else { data_top };
+    // The braille column of point i: by event, or by time on a live clock.
+    let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
+    let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
+    let cols = Columns { n, cols: (plot.width as usize) * 2, times, span };
+    let (alloc, reserved) = series_points(view, &cols);
+    let stacked = stacked_lines(view, &cols);
+    let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
+    let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
+    plotted.canvas(view, theme, &cols).render(plot, buf);
+    let axis = timeline_footer(view, times, inner.width as usize);
+    buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+}
+
+/// "Timeline ─ allocated / reserved ─ peak … @ event N (iteration K)".
+fn timeline_title(view: &View) -> String {
+    let n = view.marks.timeline.len();
     let peak = view.marks.peak_at.and_then(|p| view.marks.timeline.get(p).map(|v| (p, v.allocated)));
     let t0 = view.marks.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
     let title = match peak {
@@ -1269,13 +1306,14 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         }
         None => " Timeline ─ allocated / reserved ".to_string(),
     };
-    // The scale and which line is which (reserved is never below allocated,
-    // so without colour it is the upper line).
-    // A per-process limit is drawn as a line, so the scale reaches it.
-    let limit = view.totals.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
-    let top =
-        view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
-    let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
+    title
+}
+
+/// The scale and which line is which (reserved is never below allocated,
+/// so without colour it is the upper line): what fits in `room` beside
+/// the title of the scale, the key and the limit line's, or none.
+fn timeline_key(view: &View, theme: Theme, room: usize, limit: Option<u64>, top: u64) -> Option<Line<'static>> {
+    let n = view.marks.timeline.len();
     // The limit is the scale's top when the run kept under it.
     let scale = match limit {
         Some(l) if l == top => format!(" 0–{} ┄ the limit ", short_bytes(top)),
@@ -1309,33 +1347,38 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         _ if scale_w <= room => Some(Line::from(scale)),
         _ => None,
     };
-    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
-    if n == 0 && inner.height > 0 {
-        let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
-        put_row(buf, inner.x, inner.y, inner.width, Line::from(note));
-    }
-    if n == 0 || inner.width < 4 || inner.height < 2 {
-        return;
-    }
-    let plot = Rect { height: inner.height - 1, ..inner };
-    // With iterations, the plot's top row holds the peaks' labels and the
-    // lines stay below it, so no label covers a line.
-    let label_row = !view.marks.iterations.is_empty() && plot.height >= 3;
-    let data_top = top.max(1) as f64;
-    let ymax = if label_row { data_top * plot.height as f64 / (plot.height - 1) as f64 } else { data_top };
-    let cols = (plot.width as usize) * 2;
-    // The braille column of point i: by event, or by time on a live clock.
-    let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
-    let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
-    let col = |i: usize| -> f64 {
-        let i = i.min(n - 1);
-        match times {
-            Some(t) => (((t[i] - t[0]) / span * cols as f64) as usize).min(cols - 1) as f64,
-            None => (i * cols / n) as f64,
+    key
+}
+
+/// A point of the plot: braille column, bytes.
+type Point = (f64, f64);
+
+/// Where points go across the plot: by event, or by time on a live clock.
+struct Columns<'t> {
+    /// Points.
+    n: usize,
+    /// Braille columns.
+    cols: usize,
+    times: Option<&'t [f64]>,
+    span: f64,
+}
+
+impl Columns<'_> {
+    /// The braille column of point `i`.
+    fn col(&self, i: usize) -> f64 {
+        let i = i.min(self.n - 1);
+        match self.times {
+            Some(t) => (((t[i] - t[0]) / self.span * self.cols as f64) as usize).min(self.cols - 1) as f64,
+            None => (i * self.cols / self.n) as f64,
         }
-    };
-    // Per braille column, the highest value of each series in its points;
-    // on a clock a column without points holds the value before it.
+    }
+}
+
+/// Per braille column, the highest value of each series in its points; on
+/// a clock a column without points holds the value before it.
+fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
+    let (n, cols, times) = (c.n, c.cols, c.times);
+    let col = |i| c.col(i);
     let mut alloc_pts = Vec::with_capacity(cols);
     let mut resv_pts = Vec::with_capacity(cols);
     if times.is_some() {
@@ -1361,8 +1404,13 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             resv_pts.push((c as f64, r));
         }
     }
-    // By category: each column's most allocated point, stacked in
-    // `Category::ALL` order (the top line is allocated).
+    (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts))
+}
+
+/// By category: each column's most allocated point, stacked in
+/// `Category::ALL` order (the top line is allocated); none unless asked.
+fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f64)>)> {
+    let (n, cols, times) = (c.n, c.cols, c.times);
     let stacked: Vec<(Color, Vec<(f64, f64)>)> =
         match view.marks.meaning.filter(|_| view.sel.by_category && times.is_none()) {
             Some(m) => {
@@ -1389,13 +1437,13 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             }
             None => Vec::new(),
         };
-    let (alloc_pts, resv_pts) = (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts));
-    let cursor_x = col(view.marks.cursor);
-    let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| col(o)).collect();
-    let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| col(e)).collect();
-    let iters: Vec<f64> = view.marks.iterations.iter().map(|&e| col(e)).collect();
-    // Per-iteration peaks, labelled highest first where the labels do not
-    // overlap, so the global peak always gets its label.
+    stacked
+}
+
+/// Per-iteration peaks, labelled highest first where the labels do not
+/// overlap, so the global peak always gets its label: on the plot's top
+/// row (`top_row`, its height) or at the peak.
+fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> Vec<(f64, f64, String)> {
     let mut labels: Vec<(f64, f64, String)> = Vec::new();
     if !view.marks.iterations.is_empty() {
         let mut peaks = crate::analysis::iteration_peaks(view.marks.timeline, view.marks.iterations);
@@ -1404,18 +1452,42 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         for (i, v) in peaks {
             let text = format!("▲{}", short_bytes(v));
             let w = text.chars().count();
-            let cell = (col(i) as usize / 2).min((plot.width as usize).saturating_sub(w));
+            let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
             if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
                 taken.push((cell, cell + w));
-                labels.push(((cell * 2) as f64, if label_row { ymax } else { v as f64 }, text));
+                labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text));
             }
         }
     }
-    Canvas::default()
-        .marker(Marker::Braille)
-        .x_bounds([0.0, cols as f64])
-        .y_bounds([0.0, ymax])
-        .paint(|ctx| {
+    labels
+}
+
+/// What the timeline's plot draws.
+struct Plotted {
+    alloc: Vec<(f64, f64)>,
+    reserved: Vec<(f64, f64)>,
+    stacked: Vec<(Color, Vec<(f64, f64)>)>,
+    labels: Vec<(f64, f64, String)>,
+    limit: Option<u64>,
+    ymax: f64,
+}
+
+impl Plotted {
+    /// The series, the limit, the cursor and the marks on a braille canvas.
+    fn canvas<'p>(
+        &'p self,
+        view: &'p View,
+        theme: Theme,
+        c: &Columns,
+    ) -> Canvas<'p, impl Fn(&mut ratatui_widgets::canvas::Context) + 'p> {
+        let cols = c.cols;
+        let cursor_x = c.col(view.marks.cursor);
+        let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| c.col(o)).collect();
+        let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| c.col(e)).collect();
+        let iters: Vec<f64> = view.marks.iterations.iter().map(|&e| c.col(e)).collect();
+        let (ymax, limit) = (self.ymax, self.limit);
+        let (resv_pts, alloc_pts, stacked, labels) = (&self.reserved, &self.alloc, &self.stacked, &self.labels);
+        Canvas::default().marker(Marker::Braille).x_bounds([0.0, cols as f64]).y_bounds([0.0, ymax]).paint(move |ctx| {
             for w in resv_pts.windows(2) {
                 ctx.draw(&CanvasLine::new(
                     w[0].0,
@@ -1436,7 +1508,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                     ));
                 }
             }
-            for (color, pts) in &stacked {
+            for (color, pts) in stacked {
                 for w in pts.windows(2) {
                     let color = if theme.color { *color } else { Color::Reset };
                     ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, color));
@@ -1461,7 +1533,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             for &x in &iters {
                 ctx.print(x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)));
             }
-            for (x, y, t) in &labels {
+            for (x, y, t) in labels {
                 ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
             }
             for &x in &cleared {
@@ -1473,7 +1545,13 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 ctx.print(x, 0.0, Span::styled("✗", theme.fg(Color::Red)));
             }
         })
-        .render(plot, buf);
+    }
+}
+
+/// The line under the plot: the cursor's (or now's) figures and the marks'
+/// counts, the longest that fits in `width`.
+fn timeline_footer(view: &View, times: Option<&[f64]>, width: usize) -> String {
+    let n = view.marks.timeline.len();
     let axis = match (view.marks.clock, times) {
         (Some(c), Some(t)) => {
             let at = if c.recorded { view.marks.cursor.min(n - 1) } else { n - 1 };
@@ -1515,10 +1593,10 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
                 format!(" {u} {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
                 format!(" {at}/{of} ─ {} / {} ─ ✗{ooms} E{ecs} ╵{its} ", short_bytes(p.allocated), short_bytes(p.reserved)),
             ];
-            longest_fitting(footers, inner.width as usize).unwrap_or_default()
+            longest_fitting(footers, width).unwrap_or_default()
         }
     };
-    buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+    axis
 }
 
 /// Seconds as a short duration: "42 s", "4m 12s", "2h 03m".
