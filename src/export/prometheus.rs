@@ -33,6 +33,31 @@ impl Out {
 /// The exposition of `snap`; `alerts` become `gpumem_alert` series.
 pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
     let mut o = Out { text: String::new() };
+    gpus(&mut o, snap);
+    processes(&mut o, snap);
+    torch(&mut o, snap);
+    jobs(&mut o, snap);
+    alerted(&mut o, snap, alerts);
+    o.text
+}
+
+/// One label set per process, in every family: a publishing process's own
+/// (its pid as it knows itself, its program, rank and job); another NVML's,
+/// rank and job empty (which Prometheus reads as absent). The job is
+/// `torch_job`: Prometheus's `job` is the scrape target's, and ours would
+/// arrive renamed `exported_job` (docs/ranks.md).
+fn process_labels(p: &crate::monitor::Published) -> Vec<(&'static str, String)> {
+    vec![
+        ("gpu", p.device.to_string()),
+        ("pid", p.pid.to_string()),
+        ("command", p.command.clone().unwrap_or_default()),
+        ("rank", p.job.as_ref().map_or(String::new(), |j| j.rank.to_string())),
+        ("torch_job", p.job.as_ref().map_or(String::new(), |j| j.job.clone())),
+    ]
+}
+
+/// What NVML says of each GPU.
+fn gpus(o: &mut Out, snap: &Snapshot) {
     let gpu_l = |g: &crate::monitor::GpuSample| {
         vec![("gpu", g.index.to_string()), ("name", g.name.clone().unwrap_or_default())]
     };
@@ -56,20 +81,12 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             }
         }
     }
-    // One label set per process, in every family: a publishing process's
-    // own (its pid as it knows itself, its program, rank and job); another
-    // NVML's, rank and job empty (which Prometheus reads as absent). The
-    // job is `torch_job`: Prometheus's `job` is the scrape target's, and
-    // ours would arrive renamed `exported_job` (docs/ranks.md).
-    let pl = |p: &crate::monitor::Published| {
-        vec![
-            ("gpu", p.device.to_string()),
-            ("pid", p.pid.to_string()),
-            ("command", p.command.clone().unwrap_or_default()),
-            ("rank", p.job.as_ref().map_or(String::new(), |j| j.rank.to_string())),
-            ("torch_job", p.job.as_ref().map_or(String::new(), |j| j.job.clone())),
-        ]
-    };
+}
+
+/// What NVML says of each process, and what a publisher holds outside its
+/// caching allocator.
+fn processes(o: &mut Out, snap: &Snapshot) {
+    let pl = process_labels;
     o.family("gpumem_process_memory_used_bytes", "gauge", "Device memory a process holds, context included (NVML).");
     for g in &snap.gpus {
         for p in &g.processes {
@@ -98,6 +115,12 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             o.sample("gpumem_process_outside_allocator_bytes", &pl(p), v as f64);
         }
     }
+}
+
+/// What each publisher's allocator says (`torch.cuda.memory_stats()`), the
+/// figures derived from it, and its categories.
+fn torch(o: &mut Out, snap: &Snapshot) {
+    let pl = process_labels;
     let torch: [(&str, &str, &str, &str); 12] = [
         ("gpumem_torch_allocated_bytes", "gauge", "allocated_bytes.all.current", "Bytes in live tensors."),
         ("gpumem_torch_allocated_peak_bytes", "gauge", "allocated_bytes.all.peak", "Peak of allocated bytes."),
@@ -192,6 +215,10 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
             }
         }
     }
+}
+
+/// Each distributed job's median rank and imbalance.
+fn jobs(o: &mut Out, snap: &Snapshot) {
     let jobs = crate::monitor::job::jobs_in(snap);
     o.family(
         "gpumem_job_median_peak_bytes",
@@ -210,6 +237,10 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
         let l = [("torch_job", j.job.clone()), ("rank", j.worst_rank.to_string())];
         o.sample("gpumem_job_imbalance_ratio", &l, j.imbalance);
     }
+}
+
+/// The alerts raised now, and the publisher files ignored.
+fn alerted(o: &mut Out, snap: &Snapshot, alerts: &[Alert]) {
     // One series per kind, 0 when quiet, so dashboards and rules see a
     // steady series rather than one that appears and vanishes.
     o.family("gpumem_alerts_active", "gauge", "Alerts raised now, per kind (0 when none).");
@@ -236,5 +267,4 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
         "Publisher files ignored in the last scan (foreign, oversized, malformed).",
     );
     o.sample("gpumem_publisher_files_ignored", &[], snap.skipped.len() as f64);
-    o.text
 }
