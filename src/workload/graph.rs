@@ -307,61 +307,14 @@ impl<'a> Executor<'a> {
     /// holds of this one (nothing under inference, whose loop drops it).
     pub(crate) fn step(mut self, mode: StepMode, prev: Held) -> Held {
         let g = self.g;
-        let n_t = g.sizes.len();
         for &t in &g.inputs {
             self.alloc(t, 0);
         }
         self.free_keys(prev.batch);
         let at = g.loss_from.unwrap_or(g.nodes.len());
         self.rebind = Some((at, prev.output));
-        // What forward keeps: held tensors, and what backward will need.
-        let mut keep = vec![false; n_t];
-        for &t in g.held.iter().chain(&g.inputs).chain(&g.autocast_cache) {
-            keep[g.root(t)] = true;
-        }
-        // The earliest forward node whose backward needs each tensor: it is
-        // freed once that node's backward ran.
-        let mut release_at: Vec<Option<usize>> = vec![None; n_t];
-        let set_release = |t: Tid, i: usize, release_at: &mut Vec<Option<usize>>| {
-            let t = g.root(t);
-            release_at[t] = Some(release_at[t].map_or(i, |r: usize| r.min(i)));
-        };
-        if !mode.inference {
-            let mut seg_start: HashMap<u32, usize> = HashMap::new();
-            for (i, n) in g.nodes.iter().enumerate() {
-                if self.checkpointed(mode, n) {
-                    seg_start.entry(n.segment).or_insert(i);
-                }
-            }
-            let produced_in: HashMap<Tid, u32> =
-                g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |&t| (t, n.segment))).collect();
-            for (i, n) in g.nodes.iter().enumerate() {
-                if self.checkpointed(mode, n) {
-                    // Only the segment's inputs from outside it are kept.
-                    for &t in &n.inputs {
-                        if produced_in.get(&t) != Some(&n.segment) {
-                            keep[g.root(t)] = true;
-                            set_release(t, seg_start[&n.segment], &mut release_at);
-                        }
-                    }
-                } else {
-                    for &t in &n.saved {
-                        keep[g.root(t)] = true;
-                        set_release(t, i, &mut release_at);
-                    }
-                }
-            }
-        }
-        // Which tensors autograd computes a gradient for: those made from
-        // a parameter, not the batch and what is made from it alone.
-        let mut needs = vec![false; n_t];
-        for n in &g.nodes {
-            if !n.param_grads.is_empty() || n.inputs.iter().any(|&t| needs[g.root(t)]) {
-                for &t in &n.outputs {
-                    needs[g.root(t)] = true;
-                }
-            }
-        }
+        let (keep, mut release_at) = self.saved_for_backward(mode);
+        let needs = self.needs_grad();
         for (t, r) in release_at.iter().enumerate() {
             self.saved[t] = r.is_some();
         }
@@ -385,98 +338,173 @@ impl<'a> Executor<'a> {
         let root = last.outputs[0];
         let k = self.alloc_key(g.logical[root].max(4), last.site, Category::Temporary);
         self.grads.insert(root, Some(k));
-        let mut i = g.nodes.len();
-        while i > 0 {
-            i -= 1;
-            let n = &g.nodes[i];
-            if self.checkpointed(mode, n) && (i + 1 == g.nodes.len() || g.nodes[i + 1].segment != n.segment) {
-                // Recompute the segment, saving as a normal forward would.
-                let start = (0..=i).rev().take_while(|&j| g.nodes[j].segment == n.segment).last().unwrap_or(i);
-                let mut keep2 = keep.clone();
-                for j in start..=i {
-                    for &t in &g.nodes[j].saved {
-                        keep2[g.root(t)] = true;
-                        set_release(t, j, &mut release_at);
-                    }
-                }
-                self.recomputing = true;
-                self.forward(start..i + 1, &keep2, false);
-                self.recomputing = false;
-            }
-            let n = &g.nodes[i];
-            if !n.outputs.iter().any(|t| self.grads.contains_key(t)) {
-                // Nothing flows back through this op (e.g. the batch's casts).
-                self.release(i, &release_at);
-                continue;
-            }
-            if n.matmul && !self.p.bwd_workspace {
-                self.p.bwd_workspace = true;
-                self.alloc_key(CUBLAS_WORKSPACE, n.site, Category::Temporary);
-            }
-            // An addition hands its output's gradient to its inputs as is:
-            // the first input without a gradient takes the buffer.
-            let mut handed = if n.pass_through {
-                n.outputs.iter().find_map(|t| self.grads.get_mut(t).and_then(|k| k.take()))
-            } else {
-                None
-            };
-            let ws = |j: usize| g.nodes[i].grad_ws.get(j).copied().unwrap_or(0);
-            for j in 0..n.grad_in.len() {
-                let t = g.nodes[i].grad_in[j];
-                if !needs[g.root(t)] {
-                    continue;
-                }
-                if g.nodes[i].pass_through {
-                    if let std::collections::hash_map::Entry::Vacant(e) = self.grads.entry(t) {
-                        e.insert(handed.take());
-                    }
-                    continue;
-                }
-                let k = self.alloc_key(g.logical[t], g.nodes[i].site, Category::Temporary);
-                if ws(j) > 0 {
-                    self.scratch(ws(j), g.nodes[i].site);
-                }
-                match self.grads.entry(t) {
-                    // Accumulated into the existing buffer in place.
-                    std::collections::hash_map::Entry::Occupied(_) => self.out.push(Op::Free { key: k }),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(Some(k));
-                    }
-                }
-            }
-            let n_in = g.nodes[i].grad_in.len();
-            for j in 0..g.nodes[i].param_grads.len() {
-                let p = g.nodes[i].param_grads[j];
-                let k = self.alloc_key(g.params[p], g.nodes[i].site, Category::Gradient);
-                if ws(n_in + j) > 0 {
-                    self.scratch(ws(n_in + j), g.nodes[i].site);
-                }
-                if self.p.grad_keys[p].is_some() {
-                    self.out.push(Op::Free { key: k });
-                } else {
-                    self.p.grad_keys[p] = Some(k);
-                }
-            }
-            for j in 0..n.bwd_temps.len() {
-                let (s, site) = (g.nodes[i].bwd_temps[j], g.nodes[i].site);
-                self.scratch(s, site);
-            }
-            if let Some(k) = handed {
-                self.out.push(Op::Free { key: k });
-            }
-            let n = &g.nodes[i];
-            for &t in &n.outputs {
-                if let Some(Some(k)) = self.grads.remove(&t) {
-                    self.out.push(Op::Free { key: k });
-                }
-            }
-            self.release(i, &release_at);
+        for i in (0..g.nodes.len()).rev() {
+            self.backward_node(i, mode, &keep, &mut release_at, &needs);
         }
         // Gradients of inputs nobody asked for (the batch) are dropped.
         let rest: Vec<u64> = self.grads.drain().filter_map(|(_, k)| k).collect();
         for k in rest {
             self.out.push(Op::Free { key: k });
         }
+        self.held_after()
+    }
+
+    /// What forward keeps (held tensors, and what backward will need), and
+    /// for each tensor the earliest forward node whose backward needs it: it
+    /// is freed once that node's backward ran.
+    fn saved_for_backward(&self, mode: StepMode) -> (Vec<bool>, Vec<Option<usize>>) {
+        let g = self.g;
+        let n_t = g.sizes.len();
+        let mut keep = vec![false; n_t];
+        for &t in g.held.iter().chain(&g.inputs).chain(&g.autocast_cache) {
+            keep[g.root(t)] = true;
+        }
+        let mut release_at: Vec<Option<usize>> = vec![None; n_t];
+        if mode.inference {
+            return (keep, release_at);
+        }
+        let mut seg_start: HashMap<u32, usize> = HashMap::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            if self.checkpointed(mode, n) {
+                seg_start.entry(n.segment).or_insert(i);
+            }
+        }
+        let produced_in: HashMap<Tid, u32> =
+            g.nodes.iter().flat_map(|n| n.outputs.iter().map(move |&t| (t, n.segment))).collect();
+        for (i, n) in g.nodes.iter().enumerate() {
+            if self.checkpointed(mode, n) {
+                // Only the segment's inputs from outside it are kept.
+                for &t in &n.inputs {
+                    if produced_in.get(&t) != Some(&n.segment) {
+                        keep[g.root(t)] = true;
+                        release_after(g, t, seg_start[&n.segment], &mut release_at);
+                    }
+                }
+            } else {
+                for &t in &n.saved {
+                    keep[g.root(t)] = true;
+                    release_after(g, t, i, &mut release_at);
+                }
+            }
+        }
+        (keep, release_at)
+    }
+
+    /// Which tensors autograd computes a gradient for: those made from a
+    /// parameter, not the batch and what is made from it alone.
+    fn needs_grad(&self) -> Vec<bool> {
+        let g = self.g;
+        let mut needs = vec![false; g.sizes.len()];
+        for n in &g.nodes {
+            if !n.param_grads.is_empty() || n.inputs.iter().any(|&t| needs[g.root(t)]) {
+                for &t in &n.outputs {
+                    needs[g.root(t)] = true;
+                }
+            }
+        }
+        needs
+    }
+
+    /// Node `i`'s backward (recomputing its checkpoint segment first when
+    /// it is the segment's last node).
+    fn backward_node(
+        &mut self,
+        i: usize,
+        mode: StepMode,
+        keep: &[bool],
+        release_at: &mut [Option<usize>],
+        needs: &[bool],
+    ) {
+        let g = self.g;
+        let n = &g.nodes[i];
+        if self.checkpointed(mode, n) && (i + 1 == g.nodes.len() || g.nodes[i + 1].segment != n.segment) {
+            // Recompute the segment, saving as a normal forward would.
+            let start = (0..=i).rev().take_while(|&j| g.nodes[j].segment == n.segment).last().unwrap_or(i);
+            let mut keep2 = keep.to_vec();
+            for j in start..=i {
+                for &t in &g.nodes[j].saved {
+                    keep2[g.root(t)] = true;
+                    release_after(g, t, j, release_at);
+                }
+            }
+            self.recomputing = true;
+            self.forward(start..i + 1, &keep2, false);
+            self.recomputing = false;
+        }
+        let n = &g.nodes[i];
+        if !n.outputs.iter().any(|t| self.grads.contains_key(t)) {
+            // Nothing flows back through this op (e.g. the batch's casts).
+            self.release(i, release_at);
+            return;
+        }
+        if n.matmul && !self.p.bwd_workspace {
+            self.p.bwd_workspace = true;
+            self.alloc_key(CUBLAS_WORKSPACE, n.site, Category::Temporary);
+        }
+        // An addition hands its output's gradient to its inputs as is:
+        // the first input without a gradient takes the buffer.
+        let mut handed = if n.pass_through {
+            n.outputs.iter().find_map(|t| self.grads.get_mut(t).and_then(|k| k.take()))
+        } else {
+            None
+        };
+        let ws = |j: usize| g.nodes[i].grad_ws.get(j).copied().unwrap_or(0);
+        for j in 0..n.grad_in.len() {
+            let t = g.nodes[i].grad_in[j];
+            if !needs[g.root(t)] {
+                continue;
+            }
+            if g.nodes[i].pass_through {
+                if let std::collections::hash_map::Entry::Vacant(e) = self.grads.entry(t) {
+                    e.insert(handed.take());
+                }
+                continue;
+            }
+            let k = self.alloc_key(g.logical[t], g.nodes[i].site, Category::Temporary);
+            if ws(j) > 0 {
+                self.scratch(ws(j), g.nodes[i].site);
+            }
+            match self.grads.entry(t) {
+                // Accumulated into the existing buffer in place.
+                std::collections::hash_map::Entry::Occupied(_) => self.out.push(Op::Free { key: k }),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Some(k));
+                }
+            }
+        }
+        let n_in = g.nodes[i].grad_in.len();
+        for j in 0..g.nodes[i].param_grads.len() {
+            let p = g.nodes[i].param_grads[j];
+            let k = self.alloc_key(g.params[p], g.nodes[i].site, Category::Gradient);
+            if ws(n_in + j) > 0 {
+                self.scratch(ws(n_in + j), g.nodes[i].site);
+            }
+            if self.p.grad_keys[p].is_some() {
+                self.out.push(Op::Free { key: k });
+            } else {
+                self.p.grad_keys[p] = Some(k);
+            }
+        }
+        for j in 0..n.bwd_temps.len() {
+            let (s, site) = (g.nodes[i].bwd_temps[j], g.nodes[i].site);
+            self.scratch(s, site);
+        }
+        if let Some(k) = handed {
+            self.out.push(Op::Free { key: k });
+        }
+        let n = &g.nodes[i];
+        for &t in &n.outputs {
+            if let Some(Some(k)) = self.grads.remove(&t) {
+                self.out.push(Op::Free { key: k });
+            }
+        }
+        self.release(i, release_at);
+    }
+
+    /// What the loop holds of this micro-batch (its batch, output and
+    /// loss); the rest is freed.
+    fn held_after(&mut self) -> Held {
+        let g = self.g;
         let mut held = Held::default();
         for &t in &g.inputs {
             held.batch.extend(self.keys[g.root(t)].take());
@@ -490,9 +518,16 @@ impl<'a> Executor<'a> {
         for &t in &g.held {
             self.free(t);
         }
-        for t in 0..n_t {
+        for t in 0..g.sizes.len() {
             self.free(t);
         }
         held
     }
+}
+
+/// Tensor `t` (its root) is released after node `i`'s backward, or earlier
+/// where another node needs it first.
+fn release_after(g: &Graph, t: Tid, i: usize, release_at: &mut [Option<usize>]) {
+    let t = g.root(t);
+    release_at[t] = Some(release_at[t].map_or(i, |r: usize| r.min(i)));
 }
