@@ -327,7 +327,6 @@ fn run<D: Backed>(
         alloc.set_memory_limit(args.cap.memory_limit);
     }
     alloc.set_recording(false);
-    let conf_text = conf.source.clone();
 
     // NVML on the CUDA backend: the context's size before any segment, then
     // this process's used memory at each new reserved peak.
@@ -355,129 +354,152 @@ fn run<D: Backed>(
         });
     }
 
-    let code = if interactive {
-        let color = super::color(args.no_color);
-        let source = format!("synth {}", describe_training(&spec));
-        let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
-        let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
-        app.speed = args.speed;
-        let r = crate::ui::event::run_app(&mut app, crate::ui::event::Events::new());
-        // What ran, once the screen is gone: the figures a user came for.
-        let d = &app.driver;
-        let peak = d.peak_at().map(|i| (d.points[i], d.iterations.iter().filter(|&&m| m <= i).count() + 1));
-        eprintln!(
-            "gpumem-top synth {}: {} run{}",
-            describe(&d.workload.spec),
-            crate::analysis::count(d.iterations.len(), "iteration"),
-            peak.map_or(String::new(), |(p, it)| format!(
-                "; peak allocated {}, reserved {} (iteration {it})",
-                crate::analysis::human_bytes(p.allocated),
-                crate::analysis::human_bytes(p.reserved)
-            ))
-        );
-        app.driver.release_all();
-        r.map_err(|e| anyhow!("terminal: {e}"))?;
-        if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
-            eprintln!("torch.OutOfMemoryError: {}", o.message);
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        }
+    if interactive {
+        watch(args, &spec, driver, backend)
     } else {
-        // Ctrl-C and SIGTERM stop the run between requests; memory is
-        // returned below either way.
-        let stop = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, stop.clone())?;
+        let context = Headless { conf, limit, backend, is_cuda, nvml_device, samples, started };
+        headless(args, spec, driver, context)
+    }
+}
+
+/// The synth screen of `driver`'s run until the user quits; then what ran.
+fn watch<D: Backed>(args: &SynthArgs, spec: &SynthSpec, driver: Driver<D>, backend: &str) -> Result<ExitCode> {
+    let color = super::color(args.no_color);
+    let source = format!("synth {}", describe_training(spec));
+    let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
+    let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
+    app.speed = args.speed;
+    let r = crate::ui::event::run_app(&mut app, crate::ui::event::Events::new());
+    // What ran, once the screen is gone: the figures a user came for.
+    let d = &app.driver;
+    let peak = d.peak_at().map(|i| (d.points[i], d.iterations.iter().filter(|&&m| m <= i).count() + 1));
+    eprintln!(
+        "gpumem-top synth {}: {} run{}",
+        describe(&d.workload.spec),
+        crate::analysis::count(d.iterations.len(), "iteration"),
+        peak.map_or(String::new(), |(p, it)| format!(
+            "; peak allocated {}, reserved {} (iteration {it})",
+            crate::analysis::human_bytes(p.allocated),
+            crate::analysis::human_bytes(p.reserved)
+        ))
+    );
+    app.driver.release_all();
+    r.map_err(|e| anyhow!("terminal: {e}"))?;
+    if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
+        eprintln!("torch.OutOfMemoryError: {}", o.message);
+        Ok(ExitCode::from(1))
+    } else {
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// What a headless run's report says beside the driver's own figures.
+struct Headless {
+    conf: AllocatorConfig,
+    limit: Option<u64>,
+    backend: &'static str,
+    is_cuda: bool,
+    nvml_device: Option<NvmlDevice>,
+    samples: Arc<Mutex<NvmlSamples>>,
+    started: Instant,
+}
+
+/// Runs `driver` to its end (or Ctrl-C) and prints the report (JSON or
+/// the summary).
+fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>, h: Headless) -> Result<ExitCode> {
+    let Headless { conf, limit, backend, is_cuda, nvml_device, samples, started } = h;
+    let conf_text = conf.source.clone();
+    // Ctrl-C and SIGTERM stop the run between requests; memory is
+    // returned below either way.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    while *driver.progress() == Progress::Running && !stop.load(Ordering::Relaxed) {
+        driver.advance(1024);
+    }
+    let interrupted = *driver.progress() == Progress::Running;
+    let stats = driver.alloc.stats().clone();
+    let segments = driver.alloc.snapshot();
+    let frag = fragmentation(&stats, &segments);
+    let peak = driver.peak_at().map(|i| {
+        let p = driver.points[i];
+        let iteration = driver.iterations.iter().filter(|&&m| m <= i).count() as u64 + 1;
+        SynthPeak {
+            event: driver.peak_event.map(|e| e.0),
+            request: i + driver.dropped,
+            allocated_bytes: p.allocated,
+            reserved_bytes: p.reserved,
+            iteration,
         }
-        while *driver.progress() == Progress::Running && !stop.load(Ordering::Relaxed) {
-            driver.advance(1024);
-        }
-        let interrupted = *driver.progress() == Progress::Running;
-        let stats = driver.alloc.stats().clone();
-        let segments = driver.alloc.snapshot();
-        let frag = fragmentation(&stats, &segments);
-        let peak = driver.peak_at().map(|i| {
-            let p = driver.points[i];
-            let iteration = driver.iterations.iter().filter(|&&m| m <= i).count() as u64 + 1;
-            SynthPeak {
-                event: driver.peak_event.map(|e| e.0),
-                request: i + driver.dropped,
-                allocated_bytes: p.allocated,
-                reserved_bytes: p.reserved,
-                iteration,
-            }
-        });
-        let device_desc = driver.alloc.device().describe();
-        let maps =
-            driver.alloc.device().cuda().map(|c| DeviceMaps { range_maps: c.range_maps, page_maps: c.page_maps });
-        let requests = driver.points.len() + driver.dropped;
-        let outcome = match driver.progress() {
-            _ if interrupted => "interrupted",
-            Progress::Finished => "finished",
-            Progress::Stopped => "stopped by OOM",
-            Progress::Running => "interrupted",
-        };
-        let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
-        let ooms = driver.oom_log.clone();
-        let iterations_done = driver.iterations.len();
-        // What was live at the end, before it is all returned.
-        let end_categories = driver.categories;
-        driver.release_all();
-        let held_after = driver.alloc.device().cuda().map(|c| c.held());
-        let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
-        let effects = crate::workload::report::effects(&spec);
-        let out = SynthReport {
-            trace: None,
-            format: "synthetic",
-            workload: spec,
-            backend,
-            device: device_desc,
-            events: driver.alloc.emitted(),
-            requests,
-            iterations: iterations_done,
-            outcome,
-            alloc_conf: conf_text,
-            memory_limit_bytes: limit,
-            fidelity: "synthetic",
-            first_divergence: None,
-            compare: Vec::new(),
-            on_oom: args.on_oom,
-            ooms,
-            stats: stats_map(&stats, &conf),
-            peak,
-            categories: crate::workload::report::SynthCategories {
-                evidence: "model",
-                at_peak: driver.peak_categories,
-                at_end: end_categories,
-            },
-            fragmentation: SynthFragmentation { peak_ratio: peak_ratio(&stats), now: frag },
-            nvml_device,
-            cuda_context_bytes: if is_cuda { s.context } else { None },
-            nvml_used_bytes_at_peak: if is_cuda { s.at_peak } else { None },
-            reserved_bytes_at_nvml_sample: if is_cuda { Some(s.reserved_at_sample) } else { None },
-            device_maps: maps,
-            device_bytes_held_after_release: held_after,
-            effects,
-            elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
-        };
-        let mut so = std::io::stdout().lock();
-        if args.json {
-            serde_json::to_writer(&mut so, &out)?;
-            writeln!(so)?;
-        } else {
-            write!(so, "{}", summary(&out))?;
-        }
-        if let Some(m) = oom_stop {
-            eprintln!("torch.OutOfMemoryError: {m}");
-            ExitCode::from(1)
-        } else if interrupted {
-            ExitCode::from(130)
-        } else {
-            ExitCode::SUCCESS
-        }
+    });
+    let device_desc = driver.alloc.device().describe();
+    let maps = driver.alloc.device().cuda().map(|c| DeviceMaps { range_maps: c.range_maps, page_maps: c.page_maps });
+    let requests = driver.points.len() + driver.dropped;
+    let outcome = match driver.progress() {
+        _ if interrupted => "interrupted",
+        Progress::Finished => "finished",
+        Progress::Stopped => "stopped by OOM",
+        Progress::Running => "interrupted",
     };
-    Ok(code)
+    let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
+    let ooms = driver.oom_log.clone();
+    let iterations_done = driver.iterations.len();
+    // What was live at the end, before it is all returned.
+    let end_categories = driver.categories;
+    driver.release_all();
+    let held_after = driver.alloc.device().cuda().map(|c| c.held());
+    let s = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let effects = crate::workload::report::effects(&spec);
+    let out = SynthReport {
+        trace: None,
+        format: "synthetic",
+        workload: spec,
+        backend,
+        device: device_desc,
+        events: driver.alloc.emitted(),
+        requests,
+        iterations: iterations_done,
+        outcome,
+        alloc_conf: conf_text,
+        memory_limit_bytes: limit,
+        fidelity: "synthetic",
+        first_divergence: None,
+        compare: Vec::new(),
+        on_oom: args.on_oom,
+        ooms,
+        stats: stats_map(&stats, &conf),
+        peak,
+        categories: crate::workload::report::SynthCategories {
+            evidence: "model",
+            at_peak: driver.peak_categories,
+            at_end: end_categories,
+        },
+        fragmentation: SynthFragmentation { peak_ratio: peak_ratio(&stats), now: frag },
+        nvml_device,
+        cuda_context_bytes: if is_cuda { s.context } else { None },
+        nvml_used_bytes_at_peak: if is_cuda { s.at_peak } else { None },
+        reserved_bytes_at_nvml_sample: if is_cuda { Some(s.reserved_at_sample) } else { None },
+        device_maps: maps,
+        device_bytes_held_after_release: held_after,
+        effects,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+    };
+    let mut so = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut so, &out)?;
+        writeln!(so)?;
+    } else {
+        write!(so, "{}", summary(&out))?;
+    }
+    if let Some(m) = oom_stop {
+        eprintln!("torch.OutOfMemoryError: {m}");
+        Ok(ExitCode::from(1))
+    } else if interrupted {
+        Ok(ExitCode::from(130))
+    } else {
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// "gpt2 batch 8 × seq 1024, AdamW, amp" for summaries.
