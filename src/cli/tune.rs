@@ -144,10 +144,26 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let text = summary(args, &name, dev.events.len(), window, limit, &s, started);
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The table of the settings tried, best first, and what to set.
+fn summary(
+    args: &TuneArgs,
+    name: &str,
+    events: usize,
+    window: bool,
+    limit: Option<u64>,
+    s: &crate::tune::Search,
+    started: Instant,
+) -> String {
+    let best = s.best();
     let mut o = String::new();
     o.push_str(&format!(
         "gpumem-top tune: {name} ({} events{}), {}\n",
-        dev.events.len(),
+        events,
         if window {
             ", a window of a longer run: tuned over its window, from the blocks live at its first event"
         } else {
@@ -223,6 +239,5 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             if best.num_ooms == 1 { "" } else { "s" }
         ));
     }
-    std::io::stdout().lock().write_all(o.as_bytes())?;
-    Ok(ExitCode::SUCCESS)
+    o
 }
