@@ -700,3 +700,54 @@ fn a_paused_demo_keeps_its_call_sites_and_iterations() {
     };
     assert!(iters(&paused) >= 2, "{paused}");
 }
+
+/// A real recording (GPT-2 training on the H200, `gpumem-top run -o`) read
+/// through the recording reader.
+fn recorded_samples() -> Vec<gpumem_top::monitor::Snapshot> {
+    let p = common::root().join("tests/fixtures/live/reset_peaks_gpt2.jsonl");
+    let f = std::io::BufReader::new(std::fs::File::open(p).unwrap());
+    gpumem_top::cli::read_recording(f, "reset_peaks_gpt2.jsonl").unwrap()
+}
+
+/// The live view as it draws a publishing process: the recording's
+/// samples arriving as the sampler would send them, drawn through the
+/// app's own code at 120×40 (the newest sample's age, which the clock
+/// moves, written N).
+#[test]
+fn live_view_of_a_publishing_process_120x40() {
+    let mut app = gpumem_top::ui::live::LiveApp::new("live (NVML)".into(), None, false);
+    for s in recorded_samples() {
+        app.update(gpumem_top::ui::event::AppEvent::Sample(Box::new(s)));
+    }
+    let s = common::render_live(&mut app, 120, 40);
+    assert!(s.contains(" s ago"), "{s}");
+    insta::assert_snapshot!(without_age(&s));
+}
+
+/// "0.0 s ago" and "0.1 s ago" alike: the draw's delay after the last sample.
+fn without_age(s: &str) -> String {
+    s.lines()
+        .map(|l| match l.find(" s ago") {
+            Some(i) => {
+                let start = l[..i].rfind(' ').map_or(0, |j| j + 1);
+                format!("{}N{}", &l[..start], &l[i..])
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `replay RECORDING.jsonl`, stepped back three samples from its end with
+/// ← (to one where the training process publishes, mid-run), through the
+/// app's own code at 120×40.
+#[test]
+fn a_recording_stepped_back_120x40() {
+    let mut app = gpumem_top::ui::live::LiveApp::of_recording("reset_peaks_gpt2.jsonl", recorded_samples(), false);
+    for _ in 0..3 {
+        app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Left));
+    }
+    let s = common::render_live(&mut app, 120, 40);
+    assert!(s.contains("sample 28 of 31"), "{s}");
+    insta::assert_snapshot!(s);
+}
