@@ -148,3 +148,98 @@ fn the_citation_reader_matches_numbers_and_names() {
         ]
     );
 }
+
+/// A line of Rust without its comment and with its string and character
+/// literals emptied (so braces in them do not count).
+fn code_of(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => break,
+            '"' => {
+                while let Some(d) = chars.next() {
+                    match d {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            // A character literal ('{', '\'') but not a lifetime ('a).
+            '\'' => {
+                let rest: String = chars.clone().take(3).collect();
+                let len = if rest.starts_with('\\') {
+                    rest.find('\'').map(|i| i + 1)
+                } else {
+                    (rest.chars().nth(1) == Some('\'')).then_some(2)
+                };
+                match len {
+                    Some(n) => {
+                        for _ in 0..n {
+                            chars.next();
+                        }
+                    }
+                    None => out.push(c),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every function of the library and the binary, outside test modules, is
+/// at most 150 lines (#32): the long ones were split into their stages.
+#[test]
+fn no_function_is_over_150_lines() {
+    let mut files = Vec::new();
+    sources(&common::root().join("src"), &mut files);
+    let mut long = Vec::new();
+    for (path, text) in files.iter().filter(|(p, _)| p.ends_with(".rs")) {
+        let lines: Vec<&str> = text.lines().collect();
+        let end = (0..lines.len())
+            .find(|&i| lines[i].starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(|l| l.starts_with("mod ")))
+            .unwrap_or(lines.len());
+        let mut i = 0;
+        while i < end {
+            let t = lines[i].trim_start();
+            let t = t
+                .strip_prefix("pub(crate) ")
+                .or_else(|| t.strip_prefix("pub(super) "))
+                .or_else(|| t.strip_prefix("pub "))
+                .unwrap_or(t);
+            let t = t.strip_prefix("const ").unwrap_or(t);
+            if !t.starts_with("fn ") {
+                i += 1;
+                continue;
+            }
+            let (mut depth, mut opened, mut j) = (0i32, false, i);
+            while j < lines.len() {
+                let code = code_of(lines[j]);
+                for c in code.chars() {
+                    match c {
+                        '{' => {
+                            depth += 1;
+                            opened = true;
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                if (opened && depth <= 0) || (!opened && code.trim_end().ends_with(';')) {
+                    break;
+                }
+                j += 1;
+            }
+            if j - i + 1 > 150 {
+                long.push(format!("{path}:{}: {} lines", i + 1, j - i + 1));
+            }
+            i = if opened { j + 1 } else { i + 1 };
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
