@@ -398,16 +398,7 @@ fn open_replay<'t>(
     color: bool,
 ) -> Result<(crate::ui::app::ReplayApp<'t>, crate::ui::event::Closed)> {
     let dev = pick_device(trace, None)?;
-    let want = Want {
-        config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-        changed: false,
-        device_total: DEFAULT_DEVICE_TOTAL,
-        memory_limit: None,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: CUDA_CONTEXT_BYTES,
-        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
-    };
+    let want = Want::recorded(trace, DEFAULT_DEVICE_TOTAL);
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
     let fidelity = session.fidelity;
@@ -612,16 +603,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let dev = pick_device(&trace, args.device)?;
     check_at(args.at, dev)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let want = Want {
-        config: conf,
-        changed: false,
-        device_total: DEFAULT_DEVICE_TOTAL,
-        memory_limit: args.memory_limit,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: CUDA_CONTEXT_BYTES,
-        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
-    };
+    let want = Want { config: conf, memory_limit: args.memory_limit, ..Want::recorded(&trace, DEFAULT_DEVICE_TOTAL) };
     let session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     if !session.fidelity.is_faithful() {

@@ -203,16 +203,7 @@ fn open_rank(
     use crate::replay::session::{Session, Start, Want};
     let trace = super::load_input(super::Input::open(path)?, max_unpacked)?;
     let dev = super::pick_device(&trace, device)?;
-    let want = Want {
-        config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-        changed: false,
-        device_total,
-        memory_limit: None,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: super::CUDA_CONTEXT_BYTES,
-        recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
-    };
+    let want = Want::recorded(&trace, device_total);
     let session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(super::InputError(format!("{}: {e}", path.display()))))?;
     let exact = session.exact.divergence.is_none() && session.start != Start::StateOnly;

@@ -48,15 +48,13 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
     let want = Want {
         config: exact_conf.clone(),
         changed: what_if_conf.is_some() || limit.is_some(),
-        device_total: args.device_total,
         memory_limit: limit,
         keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
         stop_at: match args.at {
             Some(At::Event(i)) => Some(i.saturating_add(1)),
             _ => None,
         },
-        context_bytes: CUDA_CONTEXT_BYTES,
-        recorded_state: trace.format == trace::TraceFormat::PytorchSnapshot,
+        ..Want::recorded(&trace, args.device_total)
     };
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;

@@ -87,16 +87,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     let dev = pick_device(&trace, args.device)?;
     let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
-    let want = Want {
-        config: recorded.clone(),
-        changed: false,
-        device_total: args.device_total,
-        memory_limit: limit,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: CUDA_CONTEXT_BYTES,
-        recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
-    };
+    let want = Want { memory_limit: limit, ..Want::recorded(&trace, args.device_total) };
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     match session.fidelity {

@@ -89,6 +89,23 @@ pub struct Want {
 }
 
 impl Want {
+    /// The replay of `trace` under the config it recorded, on a device of
+    /// `device_total` bytes of which the CUDA context takes its usual share
+    /// (what-if runs assume it); its end state checked where the format
+    /// records one (a PyTorch snapshot).
+    pub fn recorded(trace: &crate::trace::Trace, device_total: u64) -> Want {
+        Want {
+            config: trace.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
+            changed: false,
+            device_total,
+            memory_limit: None,
+            keep_events: false,
+            stop_at: None,
+            context_bytes: crate::device::CUDA_CONTEXT_BYTES,
+            recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
+        }
+    }
+
     /// The exact replay of a PyTorch snapshot recorded under `config` on a
     /// device of `device_total` bytes, as `replay` opens one.
     pub fn exact(config: AllocatorConfig, device_total: u64) -> Want {
