@@ -36,8 +36,8 @@ if command -v tmux >/dev/null; then
 else
   echo "== no tmux: the live view is not captured"
 fi
-echo "== the monitor's cost beside training (60 s each)"
-python3 "$S/monitor_cost.py" "$root/.gpu/gpumem-top-dist" 60 "$root/.gpu/nvml_loop" | tee "$R/monitor_cost.jsonl"
+echo "== the monitor's cost beside training (${SECONDS_EACH:-60} s each)"
+python3 "$S/monitor_cost.py" "$root/.gpu/gpumem-top-dist" "${SECONDS_EACH:-60}" "$root/.gpu/nvml_loop" | tee "$R/monitor_cost.jsonl"
 echo "== GPU-only tests"
 bash .gpu/run.sh > "$R/tests.txt" 2>&1; echo "tests exit $?"
 grep -E "^test result|FAILED|panicked|^=== " "$R/tests.txt"
