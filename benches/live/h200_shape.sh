@@ -36,6 +36,7 @@ if command -v tmux >/dev/null; then
 else
   echo "== no tmux: the live view is not captured"
 fi
+export PYTHONPATH=$root/assets/python${PYTHONPATH:+:$PYTHONPATH}  # gpu_load.py publishes
 echo "== the monitor's cost beside training (${SECONDS_EACH:-60} s each)"
 python3 "$S/monitor_cost.py" "$root/.gpu/gpumem-top-dist" "${SECONDS_EACH:-60}" "$root/.gpu/nvml_loop" | tee "$R/monitor_cost.jsonl"
 echo "== GPU-only tests"
