@@ -382,7 +382,7 @@ pub(crate) fn scaled(n: u64, shift: u32, per: u64) -> u64 {
 }
 
 /// Byte counts to hold the integer formatting of `human_bytes` and
-/// `ui::short_bytes` to the float formatting they replaced: every value up
+/// `short_bytes` to the float formatting they replaced: every value up
 /// to 4 MiB, exact ties (n / 1024^u, n·10 / 1024^u and n·100 / 1024^u
 /// ending in .5) in each unit, and a spread of values up to u64::MAX.
 #[cfg(test)]
