@@ -32,6 +32,20 @@ pub(crate) struct Meaning<'m> {
     pub(crate) at: Option<usize>,
 }
 
+/// Where a step key moves a replay's cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// To the previous / next state shown (the events of one malloc,
+    /// segment_alloc then alloc, show one state: the alloc's).
+    Previous,
+    Next,
+    /// Back or on by a twentieth of the trace.
+    PageBack,
+    PageOn,
+    First,
+    Last,
+}
+
 pub struct ReplayModel<'a> {
     scrub: Scrubber<'a>,
     pub(crate) stacks: &'a [Vec<Frame>],
@@ -177,10 +191,29 @@ impl<'a> ReplayModel<'a> {
         self.cursor
     }
 
-    /// The event whose state `state_at(cursor)` is (the end of the malloc
-    /// `cursor` is part of): what the screen says it shows.
-    pub(crate) fn shown(&mut self, cursor: usize) -> usize {
-        self.scrub.shown(cursor)
+    /// Moves the cursor by `step`; returns the event shown. The replay
+    /// and a paused synth step alike.
+    pub(crate) fn step(&mut self, step: Step) -> usize {
+        let (cursor, last) = (self.cursor, self.last());
+        let jump = (self.points().len() / 20).max(1);
+        let to = match step {
+            Step::Previous | Step::Next => {
+                let (from, forward) = (self.scrub.shown(cursor), step == Step::Next);
+                let mut c = cursor;
+                while (forward && c < last) || (!forward && c > 0) {
+                    c = if forward { c + 1 } else { c - 1 };
+                    if self.scrub.shown(c) != from {
+                        break;
+                    }
+                }
+                c
+            }
+            Step::PageBack => cursor.saturating_sub(jump),
+            Step::PageOn => (cursor + jump).min(last),
+            Step::First => 0,
+            Step::Last => last,
+        };
+        self.go(to)
     }
 
     /// The state the model stands at (`go`) with the timeline and its

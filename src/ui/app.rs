@@ -5,7 +5,7 @@
 use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
-use crate::replay::model::ReplayModel;
+use crate::replay::model::{ReplayModel, Step};
 use crate::view::parts::{Chrome, Marks, ReplayScreen, StateScreen};
 use crate::view::Focus;
 use crate::workload::driver::{Driver, Progress};
@@ -78,7 +78,6 @@ impl Interactive for ReplayApp<'_> {
     }
 
     fn apply(&mut self, a: Command) {
-        let jump = (self.model.points().len() / 20).max(1);
         self.status.clear();
         if self.screen.apply(a) {
             let segs = self.model.now().state.snapshot();
@@ -86,7 +85,8 @@ impl Interactive for ReplayApp<'_> {
             return;
         }
         let cursor = self.model.cursor();
-        if let Some(c) = moved(&mut self.model, cursor, a, jump) {
+        if let Some(step) = step_of(a) {
+            let c = self.model.step(step);
             self.go(c);
             return;
         }
@@ -173,40 +173,18 @@ impl Interactive for OpenedReplay {
     }
 }
 
-/// Where a key that steps moves `cursor` over `model`'s events, at an event
-/// whose state the screen shows: ←/→ to the previous / next state (the
-/// events of one malloc, segment_alloc then alloc, show one state, the
-/// alloc's), PgUp/PgDn by `jump`, Home and End; none for another action.
-/// The replay and a paused synth step alike.
-fn moved(model: &mut ReplayModel<'_>, cursor: usize, a: Command, jump: usize) -> Option<usize> {
-    let last = model.last();
-    let c = match a {
-        Command::Left | Command::Right => {
-            let (from, forward) = (model.shown(cursor), a == Command::Right);
-            let mut c = cursor;
-            while (forward && c < last) || (!forward && c > 0) {
-                c = if forward { c + 1 } else { c - 1 };
-                if model.shown(c) != from {
-                    break;
-                }
-            }
-            c
-        }
-        _ => jumped(a, cursor, last, jump)?,
-    };
-    Some(model.shown(c))
-}
-
-/// Where PgUp/PgDn (by `jump`), Home and End move a cursor over events
-/// `0..=last`; none for another action.
-pub(super) fn jumped(a: Command, cursor: usize, last: usize, jump: usize) -> Option<usize> {
-    match a {
-        Command::PageUp => Some(cursor.saturating_sub(jump)),
-        Command::PageDown => Some((cursor + jump).min(last)),
-        Command::Home => Some(0),
-        Command::End => Some(last),
-        _ => None,
-    }
+/// The step a key makes through a replay (or a paused synth's): ←/→,
+/// PgUp/PgDn, Home and End; none for another key.
+fn step_of(a: Command) -> Option<Step> {
+    Some(match a {
+        Command::Left => Step::Previous,
+        Command::Right => Step::Next,
+        Command::PageUp => Step::PageBack,
+        Command::PageDown => Step::PageOn,
+        Command::Home => Step::First,
+        Command::End => Step::Last,
+        _ => return None,
+    })
 }
 
 /// The view a screenshot shows: the timeline when it has the focus.
@@ -599,10 +577,8 @@ impl<D: Device> Interactive for SynthApp<D> {
                     Some(h) => {
                         // The status line then says where the cursor is.
                         self.status.clear();
-                        let jump = (h.events().saturating_sub(1) / 20).max(1);
-                        let cursor = h.cursor();
-                        if let Some(c) = h.cell.with_dependent_mut(|_, m| moved(m, cursor, a, jump)) {
-                            h.go(c);
+                        if let Some(step) = step_of(a) {
+                            h.cell.with_dependent_mut(|_, m| m.step(step));
                         }
                     }
                     None if self.paused => self.status = " nothing has run yet to step back through".into(),
