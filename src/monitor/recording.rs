@@ -9,6 +9,7 @@ use serde_json::value::RawValue;
 use super::alerts::Alert;
 use super::model::LiveModel;
 use super::{publisher, GpuSample, Snapshot};
+use crate::timeline::Step;
 
 /// The first line's `format` of a recording.
 pub(crate) const RECORD_FORMAT: &str = "gpumem-top-record";
@@ -135,22 +136,6 @@ fn sample(line: &str, name: &str) -> Result<Snapshot, String> {
     Ok(Snapshot { time: l.time, gpus, publishers, gone, ..Default::default() })
 }
 
-/// Where the step keys of a recording go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    Previous,
-    Next,
-    /// Back or on by a twentieth of the recording.
-    PageBack,
-    PageOn,
-    First,
-    Last,
-    /// The sample that first shows the selected process's peak.
-    Peak,
-    /// The next sample where the selected process's OOM count rose.
-    NextOom,
-}
-
 /// `replay RECORDING.jsonl`: every sample, and the one shown. The live
 /// screens draw `now` (the model as it stood at that sample, with the
 /// histories whole).
@@ -190,40 +175,39 @@ impl Recording {
         self.full.as_of(&self.snaps, self.at)
     }
 
-    /// Where `step` goes from the sample shown, for the process `key`
-    /// ((GPU, pid)) with its timeline peaking at `peak_time`; or why not.
-    pub(crate) fn target(&self, step: Step, key: Option<(u32, u32)>, peak_time: Option<f64>) -> Result<usize, String> {
-        let (at, last) = (self.at, self.snaps.len().saturating_sub(1));
-        let jump = (last / 20).max(1);
-        // What the selected process published in sample `i`.
-        let of = |i: usize| key.and_then(|(dev, pid)| self.snaps.get(i)?.publisher(dev, pid));
-        match step {
-            Step::Previous => Ok(at.saturating_sub(1)),
-            Step::Next => Ok((at + 1).min(last)),
-            Step::PageBack => Ok(at.saturating_sub(jump)),
-            Step::PageOn => Ok((at + jump).min(last)),
-            Step::First => Ok(0),
-            Step::Last => Ok(last),
-            // The sample that first shows the timeline's peak (a step's own
-            // peak falls between samples).
-            Step::Peak => {
-                let Some(tp) = peak_time else { return Err(" no publishing process is selected".into()) };
-                Ok((0..=last).find(|&i| of(i).is_some_and(|p| p.time >= tp)).unwrap_or(last))
-            }
-            Step::NextOom => {
-                let ooms = |i: usize| of(i).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
-                let mut before = (0..=at).rev().find_map(ooms);
-                for i in at + 1..=last {
-                    if let Some(n) = ooms(i) {
-                        if before.is_some_and(|b| n > b) {
-                            return Ok(i);
-                        }
-                        before = Some(n);
-                    }
+    /// The sample `step` goes to from the one shown.
+    pub(crate) fn step(&self, step: Step) -> usize {
+        let last = self.snaps.len().saturating_sub(1);
+        step.from(self.at, last, (last / 20).max(1))
+    }
+
+    /// What process `key` ((GPU, pid)) published in sample `i`.
+    fn published(&self, key: (u32, u32), i: usize) -> Option<&super::Published> {
+        self.snaps.get(i)?.publisher(key.0, key.1)
+    }
+
+    /// The sample that first shows the timeline's peak, at `peak_time`, of
+    /// the process `key` (a step's own peak falls between samples); the
+    /// last when none does.
+    pub(crate) fn peak(&self, key: (u32, u32), peak_time: f64) -> usize {
+        let last = self.snaps.len().saturating_sub(1);
+        (0..=last).find(|&i| self.published(key, i).is_some_and(|p| p.time >= peak_time)).unwrap_or(last)
+    }
+
+    /// The next sample after the one shown where process `key`'s OOM count
+    /// rose, if any.
+    pub(crate) fn next_oom(&self, key: (u32, u32)) -> Option<usize> {
+        let ooms = |i: usize| self.published(key, i).map(|p| p.stats.get("num_ooms").copied().unwrap_or(0));
+        let mut before = (0..=self.at).rev().find_map(ooms);
+        for i in self.at + 1..self.snaps.len() {
+            if let Some(n) = ooms(i) {
+                if before.is_some_and(|b| n > b) {
+                    return Some(i);
                 }
-                Err(" no OOM of this process after this sample".into())
+                before = Some(n);
             }
         }
+        None
     }
 }
 
@@ -254,11 +238,12 @@ mod tests {
         assert_eq!(rec.at(), (first, 31));
         let h = &m.procs[&key];
         assert!(std::sync::Arc::ptr_eq(&h.series, &rec.full.procs[&key].series), "shared, not copied");
-        assert_eq!(rec.target(Step::Previous, Some(key), None), Ok(first - 1));
-        assert_eq!(rec.target(Step::Last, Some(key), None), Ok(30));
-        assert_eq!(rec.target(Step::PageOn, Some(key), None), Ok(first + 1));
-        assert!(rec.target(Step::Peak, None, None).is_err(), "no process selected");
-        assert_eq!(rec.target(Step::NextOom, Some(key), None), Err(" no OOM of this process after this sample".into()));
+        assert_eq!(rec.step(Step::Previous), first - 1);
+        assert_eq!(rec.step(Step::Last), 30);
+        assert_eq!(rec.step(Step::PageOn), first + 1);
+        let peak_time = m.procs[&key].peak_time().unwrap();
+        assert!(rec.peak(key, peak_time) >= first, "a sample where the process published");
+        assert_eq!(rec.next_oom(key), None, "the run had no OOM");
     }
 
     /// A bad line names itself; a last line cut short is dropped with a

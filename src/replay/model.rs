@@ -5,6 +5,7 @@
 use crate::alloc::{Action, CachingAllocator, StatePoint};
 use crate::analysis::categories::{start_blocks, Categories};
 use crate::device::Oracle;
+use crate::timeline::Step;
 use crate::trace::{Annotation, DeviceTrace, Frame};
 
 use super::scrub::Scrubber;
@@ -30,20 +31,6 @@ pub(crate) struct Meaning<'m> {
     pub(crate) cats: &'m crate::analysis::categories::Categories,
     /// The event whose state is shown; none for a snapshot's own state.
     pub(crate) at: Option<usize>,
-}
-
-/// Where a step key moves a replay's cursor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// To the previous / next state shown (the events of one malloc,
-    /// segment_alloc then alloc, show one state: the alloc's).
-    Previous,
-    Next,
-    /// Back or on by a twentieth of the trace.
-    PageBack,
-    PageOn,
-    First,
-    Last,
 }
 
 pub struct ReplayModel<'a> {
@@ -191,27 +178,29 @@ impl<'a> ReplayModel<'a> {
         self.cursor
     }
 
-    /// Moves the cursor by `step`; returns the event shown. The replay
-    /// and a paused synth step alike.
+    /// Moves the cursor by `step`; returns the event shown. The previous
+    /// and next are states shown (the events of one malloc, segment_alloc
+    /// then alloc, show one state: the alloc's). The replay and a paused
+    /// synth step alike.
     pub(crate) fn step(&mut self, step: Step) -> usize {
         let (cursor, last) = (self.cursor, self.last());
-        let jump = (self.points().len() / 20).max(1);
         let to = match step {
             Step::Previous | Step::Next => {
-                let (from, forward) = (self.scrub.shown(cursor), step == Step::Next);
+                let from = self.scrub.shown(cursor);
                 let mut c = cursor;
-                while (forward && c < last) || (!forward && c > 0) {
-                    c = if forward { c + 1 } else { c - 1 };
+                loop {
+                    let next = step.from(c, last, 1);
+                    if next == c {
+                        break;
+                    }
+                    c = next;
                     if self.scrub.shown(c) != from {
                         break;
                     }
                 }
                 c
             }
-            Step::PageBack => cursor.saturating_sub(jump),
-            Step::PageOn => (cursor + jump).min(last),
-            Step::First => 0,
-            Step::Last => last,
+            _ => step.from(cursor, last, (self.points().len() / 20).max(1)),
         };
         self.go(to)
     }

@@ -17,6 +17,34 @@ pub struct Sample {
     pub(crate) used: u64,
 }
 
+/// Where a step key moves a cursor over a timeline's points (a replay's
+/// events, a recording's samples).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Previous,
+    Next,
+    /// Back or on by a page (a twentieth of the timeline).
+    PageBack,
+    PageOn,
+    First,
+    Last,
+}
+
+impl Step {
+    /// Where the step goes from point `at` over points `0..=last`, a page
+    /// being `page` points; the previous and next point are one away.
+    pub(crate) fn from(self, at: usize, last: usize, page: usize) -> usize {
+        match self {
+            Step::Previous => at.saturating_sub(1),
+            Step::Next => at.saturating_add(1).min(last),
+            Step::PageBack => at.saturating_sub(page),
+            Step::PageOn => at.saturating_add(page).min(last),
+            Step::First => 0,
+            Step::Last => last,
+        }
+    }
+}
+
 /// 24 hours at 1 Hz.
 pub(crate) const DAY_AT_1HZ: usize = 86_400;
 

@@ -5,7 +5,8 @@
 use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
-use crate::replay::model::{ReplayModel, Step};
+use crate::replay::model::ReplayModel;
+use crate::timeline::Step;
 use crate::view::parts::{Chrome, Marks, ReplayScreen, StateScreen};
 use crate::view::Focus;
 use crate::workload::driver::{Driver, Progress};
@@ -29,6 +30,11 @@ impl<'a> ReplayApp<'a> {
     /// Moves to the state after `event` (after the malloc it is part of).
     pub fn go(&mut self, event: usize) {
         self.model.go(event);
+        self.clamp();
+    }
+
+    /// The selection within the state shown (its segment and block exist).
+    fn clamp(&mut self) {
         let segs = self.model.now().state.snapshot();
         self.screen.sel = self.screen.sel.clamped(&segs);
     }
@@ -80,14 +86,13 @@ impl Interactive for ReplayApp<'_> {
     fn apply(&mut self, a: Command) {
         self.status.clear();
         if self.screen.apply(a) {
-            let segs = self.model.now().state.snapshot();
-            self.screen.sel = self.screen.sel.clamped(&segs);
+            self.clamp();
             return;
         }
         let cursor = self.model.cursor();
         if let Some(step) = step_of(a) {
-            let c = self.model.step(step);
-            self.go(c);
+            self.model.step(step);
+            self.clamp();
             return;
         }
         match a {
@@ -173,9 +178,9 @@ impl Interactive for OpenedReplay {
     }
 }
 
-/// The step a key makes through a replay (or a paused synth's): ←/→,
-/// PgUp/PgDn, Home and End; none for another key.
-fn step_of(a: Command) -> Option<Step> {
+/// The step a key makes through a timeline (a replay, a paused synth's
+/// run, a recording): ←/→, PgUp/PgDn, Home and End; none for another key.
+pub(super) fn step_of(a: Command) -> Option<Step> {
     Some(match a {
         Command::Left => Step::Previous,
         Command::Right => Step::Next,

@@ -13,7 +13,7 @@ use ratatui_widgets::paragraph::Paragraph;
 use super::event::{AppEvent, Command, Interactive, Screen};
 use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::model::{LiveModel, ProcHistory};
-use crate::monitor::recording::{Recording, Step};
+use crate::monitor::recording::Recording;
 use crate::monitor::{GpuSample, Published, Snapshot};
 use crate::view::parts::{Chrome, Clock, Marks, Totals};
 use crate::view::View;
@@ -146,19 +146,18 @@ impl LiveApp {
     /// A recording's step keys: the sample they go to, or why none.
     fn target(&self, a: Command) -> Result<usize, String> {
         let Some(rec) = &self.recording else { return Err(String::new()) };
-        let step = match a {
-            Command::Left => Step::Previous,
-            Command::Right => Step::Next,
-            Command::PageUp => Step::PageBack,
-            Command::PageDown => Step::PageOn,
-            Command::Home => Step::First,
-            Command::End => Step::Last,
-            Command::Peak => Step::Peak,
-            Command::NextOom => Step::NextOom,
-            _ => return Err(String::new()),
-        };
         let picked = self.selected();
-        rec.target(step, picked.map(|h| (h.last.device, h.last.pid)), picked.and_then(|h| h.peak_time()))
+        let key = picked.map(|h| (h.last.device, h.last.pid));
+        match a {
+            Command::Peak => match (key, picked.and_then(|h| h.peak_time())) {
+                (Some(key), Some(t)) => Ok(rec.peak(key, t)),
+                _ => Err(" no publishing process is selected".into()),
+            },
+            Command::NextOom => {
+                key.and_then(|k| rec.next_oom(k)).ok_or_else(|| " no OOM of this process after this sample".to_string())
+            }
+            a => super::app::step_of(a).map(|s| rec.step(s)).ok_or_else(String::new),
+        }
     }
 
     /// Follows the command `run` started: its publisher is selected once
