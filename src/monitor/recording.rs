@@ -97,7 +97,7 @@ pub(crate) fn read<R: std::io::BufRead>(
             break (i, l);
         }
     };
-    let head: RecordHeader = serde_json::from_str(&first).map_err(|e| bad(at, e.to_string()))?;
+    let head: RecordHeader = serde_json::from_str(&first).map_err(|e| bad(at, at_column(&e, &first, &first)))?;
     if head.format != RECORD_FORMAT {
         return Err(bad(at, "not a gpumem-top recording".into()));
     }
@@ -126,14 +126,28 @@ pub(crate) fn read<R: std::io::BufRead>(
 
 /// One sample line.
 fn sample(line: &str, name: &str) -> Result<Snapshot, String> {
-    let l: ReadLine = serde_json::from_str(line).map_err(|e| e.to_string())?;
-    let gpus: Vec<GpuSample> = serde_json::from_str(l.gpus.get()).map_err(|e| format!("gpus: {e}"))?;
+    let l: ReadLine = serde_json::from_str(line).map_err(|e| at_column(&e, line, line))?;
+    let gpus: Vec<GpuSample> =
+        serde_json::from_str(l.gpus.get()).map_err(|e| format!("gpus: {}", at_column(&e, line, l.gpus.get())))?;
     let mut publishers = Vec::with_capacity(l.published.len());
-    for p in l.published {
-        publishers.push(publisher::parse_bytes(p.get().as_bytes(), std::path::Path::new(name))?);
+    for (k, p) in l.published.iter().enumerate() {
+        // Its position is within that file's text, as the line carries it.
+        let f = publisher::parse_bytes(p.get().as_bytes(), std::path::Path::new(name))
+            .map_err(|m| format!("published file {k}: {m}"))?;
+        publishers.push(f);
     }
     let gone = l.gone.and_then(|g| serde_json::from_str(g.get()).ok()).unwrap_or_default();
     Ok(Snapshot { time: l.time, gpus, publishers, gone, ..Default::default() })
+}
+
+/// serde's message for an error in `part` (a slice of the one-line
+/// `line`), placed by its column in the line: serde counts from the
+/// part's start and calls the line 1, whatever line of the file it is.
+fn at_column(e: &serde_json::Error, line: &str, part: &str) -> String {
+    let m = e.to_string();
+    let what = m.rsplit_once(" at line ").map_or(m.as_str(), |x| x.0);
+    let offset = (part.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+    format!("{what}, at column {}", offset + e.column())
 }
 
 /// `replay RECORDING.jsonl`: every sample, and the one shown. The live
@@ -255,6 +269,8 @@ mod tests {
         let e = read(format!("{head}\n{ok}\n{{\"time\": 1, \"gpus\": 5}}\n{ok}\n").as_bytes(), "r.jsonl", &mut |_| {})
             .unwrap_err();
         assert!(e.to_string().starts_with("r.jsonl: line 3: gpus: invalid type: integer `5`"), "{e}");
+        // The column is the line's: `5` is its 21st character.
+        assert!(e.to_string().ends_with(", expected a sequence, at column 21"), "{e}");
         let mut warned = Vec::new();
         let s = read(format!("{head}\n{ok}\n{ok}\n{{\"time\": 2, \"gp").as_bytes(), "r.jsonl", &mut |w| warned.push(w))
             .unwrap();
