@@ -128,7 +128,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpumem-top: {e:#}");
+            eprintln!("gpumem-top: {}", gpumem_top::trace::printable::escape(&format!("{e:#}")));
             ExitCode::from(cli::exit_code(&e))
         }
     }

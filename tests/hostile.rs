@@ -791,3 +791,60 @@ fn a_pipe_is_named_a_pipe() {
     assert_eq!(j["trace"], "(pipe)");
     assert_eq!(j["fidelity"], "exact");
 }
+
+/// 16 frames with 4 KiB names, referenced by memo from `entries` stacks of
+/// `depth` frames each (every stack different): a small file that names
+/// gigabytes of frames when each reference copies its strings.
+fn shared_frames(entries: u64, depth: u64) -> Vec<u8> {
+    use common::pickler::{entry, frame, segment, snapshot};
+    let mut slots = Vec::new();
+    let base = 0x7f00_0000_0000;
+    snapshot(
+        "",
+        |p| segment(p, base, 2 << 20, true, &[(2 << 20, "inactive")]),
+        |p| {
+            entry(p, "segment_alloc", base, 2 << 20, 0, |_| {});
+            for i in 0..entries {
+                entry(p, "alloc", base + i * 512, 512, 0, |p| {
+                    for j in 0..depth {
+                        let k = ((j + i / 16 + (j == i % depth) as u64) % 16) as usize;
+                        if slots.len() <= k {
+                            frame(p, &format!("f{k}{}", "n".repeat(4096)), &"/x.py".repeat(800), k as u64);
+                            slots.push(p.memoize());
+                        } else {
+                            p.get(slots[k]);
+                        }
+                    }
+                });
+            }
+            for i in 0..entries {
+                entry(p, "free_requested", base + i * 512, 512, 0, |_| {});
+                entry(p, "free_completed", base + i * 512, 512, 0, |_| {});
+            }
+        },
+    )
+}
+
+/// Frame references share their strings, and what the stacks cost is
+/// charged to the decoder's allowance: a plain pickle of 2,000 stacks of
+/// 1,000 references opens in bounded memory (it took 819 MB), and the same
+/// gzipped to a few KB (which asked for ~16 GB and aborted) is refused with
+/// one line, neither aborting.
+#[test]
+fn frame_references_cost_what_they_share() {
+    let raw = shared_frames(2_000, 1_000);
+    let plain = scratch("frames.pickle", &raw);
+    let (code, out, err, took) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), plain.display()));
+    assert_eq!(code, Some(0), "{err} {}", &out[..out.len().min(900)]);
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((&j["events"], &j["fidelity"]), (&6_001.into(), &"exact".into()), "{out}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    let gz = gzip(std::iter::once(raw));
+    assert!(gz.len() < 64 << 10, "{}", gz.len());
+    let packed = scratch("frames.pickle.gz", &gz);
+    let (code, _, err, took) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), packed.display()));
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("frames.pickle.gz") && err.contains("frame references"), "{err}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}

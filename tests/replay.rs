@@ -139,8 +139,8 @@ fn a_real_snapshot_with_cpp_frames_and_an_oom_decodes_field_by_field() {
     assert_eq!(s0.blocks[0].state, BlockState::ActiveAllocated);
     let frames = &t.stacks[s0.blocks[0].stack as usize - 1];
     assert_eq!(frames.len(), 28);
-    assert_eq!(frames[0].name, "torch::unwind::unwind()");
-    assert_eq!(frames[0].filename, "??");
+    assert_eq!(&*frames[0].name, "torch::unwind::unwind()");
+    assert_eq!(&*frames[0].filename, "??");
     let s2 = &d.segments[2];
     assert_eq!(
         s2.blocks.iter().map(|b| (b.size, b.requested_size, b.state)).collect::<Vec<_>>(),

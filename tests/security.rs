@@ -296,3 +296,86 @@ fn a_hijacked_default_directory_neither_runs_code_nor_stops_run() {
     assert!(!marker.exists(), "the planted sitecustomize ran");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// `s` without `ESC [ digits;… m` colour sequences.
+fn strip_sgr(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' && it.peek() == Some(&'[') {
+            let rest: String = it.clone().skip(1).take_while(|c| c.is_ascii_digit() || *c == ';').collect();
+            if it.clone().nth(1 + rest.len()) == Some('m') {
+                for _ in 0..rest.len() + 2 {
+                    it.next();
+                }
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What a hostile snapshot's text may try on a terminal: set the title,
+/// write the clipboard (OSC 52), clear the screen, start a forged line, and
+/// a C1 CSI.
+const EVIL: &str = "step\u{1b}]0;pwned\u{7}\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}[2J\nFORGED line\u{9b}31m";
+
+/// A snapshot whose frames, file names and recorded setting carry `EVIL`:
+/// one allocation from a call site named so, then an OOM from it.
+fn evil_snapshot(name: &str, size: u64, conf: &str) -> common::TmpFile {
+    use common::pickler::{entry, frame, segment, snapshot};
+    let base = 0x7f00_0000_0000u64;
+    let raw = snapshot(
+        conf,
+        |p| segment(p, base, 20 << 20, false, &[(size, "active_allocated"), ((20 << 20) - size, "inactive")]),
+        |p| {
+            let frames = |p: &mut common::pickler::Pickler| {
+                frame(p, EVIL, &format!("/home/u/{EVIL}.py"), 7);
+                frame(p, "main", "/home/u/train.py", 3);
+            };
+            entry(p, "segment_alloc", base, 20 << 20, 0, |_| {});
+            entry(p, "alloc", base, size, 0, frames);
+            entry(p, "oom", 0, 1 << 50, 0, frames);
+        },
+    );
+    let p = common::TmpFile::new("security", name);
+    std::fs::write(&*p, raw).unwrap();
+    p
+}
+
+/// Nothing a snapshot holds reaches the terminal as a control character:
+/// every text output (replay at the OOM, diff's tables, tune's table and
+/// its advice, the text export, the error line) shows them escaped, and no
+/// line of output is one the file wrote.
+#[test]
+fn control_characters_from_a_snapshot_never_reach_the_terminal() {
+    let a = evil_snapshot("evil_a.pickle", 2 << 20, "");
+    let b = evil_snapshot("evil_b.pickle", 3 << 20, "");
+    let c = evil_snapshot("evil_c.pickle", 3 << 20, &format!("max_split_size_mb:64{EVIL}"));
+    let (a, b, c) = (a.to_str().unwrap(), b.to_str().unwrap(), c.to_str().unwrap());
+    let runs: [&[&str]; 8] = [
+        &["replay", a, "--at", "oom"],
+        &["replay", a],
+        &["diff", a, b],
+        &["tune", a],
+        &["export", a, "--view", "fragmap", "--format", "txt", "-o", "-"],
+        &["replay", a, "--alloc-conf", EVIL],
+        &["replay", c],
+        &["tune", c],
+    ];
+    for args in runs {
+        let o = Command::new(bin()).args(args).output().unwrap();
+        let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let all = format!("{out}{err}");
+        assert!(!all.is_empty(), "{args:?} printed nothing");
+        // The text export colours its cells with SGR sequences of its own.
+        let all = if args[0] == "export" { strip_sgr(&all) } else { all };
+        let bad: Vec<char> = all.chars().filter(|&c| c.is_control() && c != '\n' && c != '\t').collect();
+        assert!(bad.is_empty(), "{args:?}: control characters {bad:?} in\n{all}");
+        assert!(!all.lines().any(|l| l.starts_with("FORGED")), "{args:?}: a forged line in\n{all}");
+    }
+    // What it shows is the name, escaped, not nothing.
+    let o = Command::new(bin()).args(["replay", a, "--at", "oom"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("step\\u001b]0;pwned\\u0007"), "{o:?}");
+}

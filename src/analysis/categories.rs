@@ -739,9 +739,9 @@ fn phase_of(frames: &[Frame], empty_is_backward: bool) -> Phase {
     }
     let backward = frames.iter().any(|f| {
         f.name.contains("autograd::Engine::")
-            || (f.filename.ends_with("torch/autograd/__init__.py") && matches!(f.name.as_str(), "backward" | "grad"))
-            || (f.filename.ends_with("torch/_tensor.py") && f.name == "backward")
-            || (f.filename.ends_with("torch/autograd/graph.py") && f.name == "_engine_run_backward")
+            || (f.filename.ends_with("torch/autograd/__init__.py") && matches!(&*f.name, "backward" | "grad"))
+            || (f.filename.ends_with("torch/_tensor.py") && &*f.name == "backward")
+            || (f.filename.ends_with("torch/autograd/graph.py") && &*f.name == "_engine_run_backward")
     });
     if backward {
         return Phase::Backward;
@@ -755,7 +755,7 @@ fn phase_of(frames: &[Frame], empty_is_backward: bool) -> Phase {
 /// Whether an allocation of the program's thread was made inside the model
 /// (a module's forward, torch.nn.functional, a loss): not the batch.
 fn in_model(frames: &[Frame]) -> bool {
-    frames.iter().any(|f| f.filename.contains("torch/nn/") || f.name == "forward")
+    frames.iter().any(|f| f.filename.contains("torch/nn/") || &*f.name == "forward")
 }
 
 /// Whether a stack builds or loads the model (its parameters and buffers).
@@ -763,10 +763,10 @@ fn builds_model(frames: &[Frame]) -> bool {
     frames.iter().any(|f| {
         (f.filename.contains("torch/nn/") || f.filename.contains("transformers/"))
             && matches!(
-                f.name.as_str(),
+                &*f.name,
                 "_apply" | "convert" | "__init__" | "load_state_dict" | "_load_from_state_dict" | "reset_parameters"
             )
-            || f.name == "from_pretrained"
+            || &*f.name == "from_pretrained"
     })
 }
 

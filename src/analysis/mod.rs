@@ -301,7 +301,7 @@ pub(crate) fn frame_label(f: &Frame) -> String {
         let base = f.filename.rsplit('/').next().unwrap_or(&f.filename);
         format!("{base}:{} {}", f.line, f.name)
     } else {
-        f.name.clone()
+        f.name.to_string()
     }
 }
 

@@ -268,7 +268,7 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
         return Ok(gate(&regressions));
     }
-    let mut so = std::io::stdout().lock();
+    let mut so = super::text_out();
     if args.json {
         serde_json::to_writer(&mut so, &model.report)?;
         writeln!(so)?;

@@ -328,7 +328,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         base: &base,
         recommended: &recommended,
     };
-    let mut so = std::io::stdout().lock();
+    let mut so = super::text_out();
     if args.json {
         write_json(&mut so, &o)?;
     } else {

@@ -146,7 +146,7 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         let (mut src, name) = source_for(args.source, args)?;
         let snap = src.snapshot();
         let a = alerts(&snap, &thresholds);
-        let mut so = std::io::stdout().lock();
+        let mut so = super::text_out();
         serde_json::to_writer(&mut so, &crate::monitor::report::LiveReport::of(&snap, &a, name))?;
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
@@ -504,7 +504,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
             model.ingest(s);
         }
         let report = crate::monitor::report::RecordingReport::of(&model, name, RECORD_FORMAT, n);
-        let mut so = std::io::stdout().lock();
+        let mut so = super::text_out();
         if json_out {
             serde_json::to_writer(&mut so, &report)?;
             writeln!(so)?;

@@ -49,6 +49,12 @@ pub use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 #[error("{0}")]
 pub(crate) struct InputError(pub String);
 
+/// Standard output for what a command prints as text or JSON: control
+/// characters an input brought are escaped (docs/security.md).
+pub(crate) fn text_out() -> trace::printable::Escaped<std::io::StdoutLock<'static>> {
+    trace::printable::Escaped::new(std::io::stdout().lock())
+}
+
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>()) {
         2
@@ -434,7 +440,7 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     if !args.more.is_empty() {
         return ranks::replay_ranks(args);
     }
-    replay::replay_to(args, &mut std::io::stdout().lock(), true)
+    replay::replay_to(args, &mut text_out(), true)
 }
 
 /// "would run out of memory at event N (request X at file:line)".
@@ -665,6 +671,8 @@ fn write_export(args: &ExportArgs, bytes: &[u8], place: &str, said: &str) -> Res
     let stem = if stem.is_empty() { "trace".to_string() } else { stem };
     let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{place}.{ext}")));
     if out.as_os_str() == "-" {
+        // The text export's own colours are escapes; what an input brought
+        // into its cells was dropped when they were drawn (view::set_line).
         std::io::stdout().lock().write_all(bytes)?;
     } else {
         crate::private::write_new(&out, bytes, args.force)

@@ -90,7 +90,7 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     let imbalance = Imbalance::of(&by_rank, measure);
     // The worst exit of the ranks': 1 where one diverged or would run out.
     let code = if reports.iter().any(|(_, c)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
-    let mut so = std::io::stdout().lock();
+    let mut so = super::text_out();
     if args.json {
         let ranks_json: Vec<Value> = reports
             .into_iter()

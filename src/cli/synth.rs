@@ -485,7 +485,7 @@ fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>,
         effects,
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
     };
-    let mut so = std::io::stdout().lock();
+    let mut so = super::text_out();
     if args.json {
         serde_json::to_writer(&mut so, &out)?;
         writeln!(so)?;

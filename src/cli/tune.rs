@@ -65,11 +65,18 @@ struct Report<'a> {
     elapsed_ms: f64,
 }
 
+/// The shell line that sets `conf`: a recorded setting is the file's text,
+/// so anything but the characters settings are made of is quoted for the
+/// shell, and control characters escaped (docs/security.md).
 fn export_line(conf: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_:.,+-".contains(c);
     if conf.is_empty() {
         "unset PYTORCH_CUDA_ALLOC_CONF".into()
-    } else {
+    } else if conf.chars().all(plain) {
         format!("export PYTORCH_CUDA_ALLOC_CONF={conf}")
+    } else {
+        let quoted = crate::trace::printable::escape(conf).replace('\'', r"'\''");
+        format!("export PYTORCH_CUDA_ALLOC_CONF='{quoted}'")
     }
 }
 
@@ -130,13 +137,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             replays: s.replays,
             elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
-        let mut so = std::io::stdout().lock();
+        let mut so = super::text_out();
         serde_json::to_writer(&mut so, &report)?;
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
     let text = summary(args, &name, dev.events.len(), window, limit, &s, started);
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -170,7 +177,13 @@ fn summary(
         s.replays,
         started.elapsed().as_secs_f64()
     ));
-    let label = |c: &str| if c.is_empty() { "PyTorch's defaults".to_string() } else { c.to_string() };
+    let label = |c: &str| {
+        if c.is_empty() {
+            "PyTorch's defaults".to_string()
+        } else {
+            crate::trace::printable::escape(c).into_owned()
+        }
+    };
     let shown: Vec<&Outcome> = s.candidates.iter().take(args.top.max(1)).collect();
     let w = shown.iter().chain(std::iter::once(&&s.recorded)).map(|c| label(&c.alloc_conf).len()).max().unwrap_or(7);
     o.push_str(&format!(

@@ -6,9 +6,16 @@ use std::fmt::Write;
 use crate::monitor::alerts::Alert;
 use crate::monitor::Snapshot;
 
-/// Escapes a label value: backslash, double quote and newline.
+/// Escapes a label value: backslash, double quote and newline, the three
+/// the format escapes; any other control character (a process's command
+/// line is another user's text) is dropped (docs/security.md).
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.chars()
+        .filter(|&c| c == '\n' || !c.is_control())
+        .collect::<String>()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 struct Out {
@@ -267,4 +274,12 @@ fn alerted(o: &mut Out, snap: &Snapshot, alerts: &[Alert]) {
         "Publisher files ignored in the last scan (foreign, oversized, malformed).",
     );
     o.sample("gpumem_publisher_files_ignored", &[], snap.skipped.len() as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn label_values_carry_no_control_characters() {
+        assert_eq!(super::esc("a\u{1b}]0;x\u{7}\"q\"\\\nb\u{9b}"), "a]0;x\\\"q\\\"\\\\\\nb");
+    }
 }

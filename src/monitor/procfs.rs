@@ -76,10 +76,16 @@ pub(crate) fn command(pid: u32) -> Option<String> {
             .map(|p| String::from_utf8_lossy(p).into())
             .collect();
         if !args.is_empty() {
-            return Some(program_name(&args));
+            return Some(printable(&program_name(&args)));
         }
     }
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| printable(s.trim()))
+}
+
+/// Another user's command line without the control characters a terminal
+/// or a scraper would act on (docs/security.md).
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).collect()
 }
 
 fn base(s: &str) -> &str {
@@ -160,6 +166,29 @@ mod tests {
         assert_eq!(name(&["python3"]), "python3");
         assert_eq!(name(&["/opt/bin/torchrun", "--nproc_per_node", "2"]), "torchrun --nproc_per_node");
         assert_eq!(name(&["/usr/bin/nvidia-smi"]), "nvidia-smi");
+    }
+
+    /// Another user's command line (argv, from /proc) reaches labels and
+    /// screens without its control characters.
+    #[test]
+    fn a_command_line_with_escapes_is_read_without_them() {
+        use std::os::unix::process::CommandExt;
+        let mut child =
+            std::process::Command::new("sleep").arg0("\u{1b}]0;pwned\u{7}evil\u{9b}2J").arg("30").spawn().unwrap();
+        // Until the exec is done, /proc shows the parent's command line.
+        let mut got = None;
+        for _ in 0..200 {
+            got = command(child.id());
+            if got.as_deref().is_some_and(|g| g.contains("pwned")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let got = got.unwrap();
+        assert!(!got.chars().any(char::is_control), "{got:?}");
+        assert!(got.contains("]0;pwnedevil"), "{got:?}");
     }
 
     #[test]

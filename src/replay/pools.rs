@@ -81,7 +81,7 @@ impl PoolPlan {
 }
 
 fn is_empty_cache(stack: &[Frame]) -> bool {
-    stack.iter().any(|f| f.name == "empty_cache")
+    stack.iter().any(|f| &*f.name == "empty_cache")
 }
 
 /// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).

@@ -3,6 +3,7 @@
 //! recognised from the content, gzip by its magic bytes.
 
 pub mod pickle;
+pub mod printable;
 mod snapshot;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -50,10 +51,13 @@ impl TraceFormat {
     }
 }
 
+/// One frame of a call stack. Its strings are shared: a snapshot references
+/// a few frames from many stacks, and a stack of them costs a pointer pair
+/// a frame, not copies of the names (docs/input.md, "Bounds").
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Frame {
-    pub name: String,
-    pub filename: String,
+    pub name: Arc<str>,
+    pub filename: Arc<str>,
     pub(crate) line: i64,
 }
 

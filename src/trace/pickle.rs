@@ -836,6 +836,24 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
 
 /// Decodes one pickle from `r` (already decompressed).
 pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) -> Result<Value, PickleError> {
+    decode_charged(r, compactor, limits).map(|(v, _)| v)
+}
+
+/// What decoding charged against the allowance, and the allowance then: a
+/// caller that builds more from the values (the call stacks' frames) charges
+/// it to the same allowance.
+#[derive(Debug, Clone, Copy)]
+pub struct Charged {
+    pub charged: u64,
+    pub allowance: u64,
+}
+
+/// As `decode`, also saying what the values were charged.
+pub fn decode_charged<R: Read, C: Compactor>(
+    r: R,
+    compactor: &mut C,
+    limits: Limits,
+) -> Result<(Value, Charged), PickleError> {
     let mut vm = Vm {
         src: Source { r, buf: vec![0u8; BUF].into_boxed_slice(), pos: 0, end: 0, base: 0 },
         stack: Vec::new(),
@@ -851,13 +869,21 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
         compactor,
     };
     let out = vm.run();
+    let read = match &vm.limits.consumed {
+        Some(c) => c.load(std::sync::atomic::Ordering::Relaxed),
+        None => vm.src.offset(),
+    };
+    let charged = Charged {
+        charged: vm.charged,
+        allowance: read.saturating_mul(vm.limits.bytes_per_input_byte).saturating_add(vm.limits.slack),
+    };
     // Release everything without recursion, whatever state decoding ended in.
     drop_iteratively(std::mem::take(&mut vm.stack));
     for chunk in std::mem::take(&mut vm.memo.chunks) {
         drop_iteratively(chunk);
     }
     drop_iteratively(vm.memo_sparse.drain().map(|(_, v)| v).collect());
-    out
+    out.map(|v| (v, charged))
 }
 
 impl<R: Read, C: Compactor> Vm<'_, R, C> {

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use super::pickle::{decode, Compactor, Dict, EntryFields, FastHash, Limits, List, Shared, Value};
+use super::pickle::{decode_charged, Compactor, Dict, EntryFields, FastHash, Limits, List, Shared, Value};
 use super::{Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, Settings, Trace, TraceError, TraceFormat};
 use crate::alloc::{Action, BlockState, Event};
 
@@ -208,21 +209,46 @@ impl EntryColumns {
     }
 }
 
+/// A frame as we keep it: its names with any control character escaped
+/// (they reach terminals, pictures and JSON: docs/security.md).
 fn frame_of(v: &Value) -> Frame {
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str().map(str::to_string)).unwrap_or_default();
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str().map(|t| Arc::<str>::from(super::printable::escape(t).as_ref())))
+            .unwrap_or_default()
+    };
     Frame { name: s("name"), filename: s("filename"), line: v.get("line").and_then(|x| x.as_i64()).unwrap_or(0) }
-}
-
-fn frames_of(v: Option<Value>) -> Vec<Frame> {
-    v.and_then(|f| f.items()).map(|items| items.iter().map(frame_of).collect()).unwrap_or_default()
 }
 
 struct Walker {
     stacks: Vec<Vec<Frame>>,
     interned: HashMap<Vec<Frame>, u32>,
+    /// Frames by the identity of their (memo-shared) dicts, so a frame
+    /// referenced from many blocks is made once.
+    made: HashMap<usize, Frame>,
+    /// What is left of the decoder's allowance for the frames of stacks.
+    budget: u64,
 }
 
 impl Walker {
+    /// The stack of a block's frames not interned while decoding (a
+    /// pre-2.1 `history` entry's), charged to the allowance.
+    fn intern_value(&mut self, v: Option<Value>, path: &str) -> Result<u32, TraceError> {
+        let items = v.and_then(|f| f.items()).unwrap_or_default();
+        let cost = (items.len() as u64 + 1) * std::mem::size_of::<Frame>() as u64;
+        self.budget = self.budget.checked_sub(cost).ok_or_else(|| {
+            schema(path, "its call stack's frames exceed the decoder's limit (24 times the file read plus 64 MiB)")
+        })?;
+        let frames = items
+            .iter()
+            .map(|f| match f {
+                Value::Dict(d) => self.made.entry(Rc::as_ptr(d) as usize).or_insert_with(|| frame_of(f)).clone(),
+                _ => frame_of(f),
+            })
+            .collect();
+        Ok(self.intern(frames))
+    }
+
     fn intern(&mut self, frames: Vec<Frame>) -> u32 {
         if frames.is_empty() {
             return 0;
@@ -292,7 +318,7 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
         // Frame lists already interned while decoding share the entries' ids.
         let stack = match frames {
             Some(Value::Stack(s)) => s,
-            other => w.intern(frames_of(other)),
+            other => w.intern_value(other, &bpath)?,
         };
         // PyTorch's blocks tile their segment in address order.
         let address = opt_u64(b, "address").unwrap_or(at);
@@ -433,11 +459,24 @@ fn read_snapshot_with<R: Read>(
     // unpacked bytes: the allowance follows them instead of the file.
     let consumed = if limits.max_unpacked.is_some() { None } else { limits.consumed.clone() };
     let lim = Limits { consumed, ..Limits::default() };
-    let root = decode(r, &mut cols, lim).map_err(TraceError::Pickle)?;
-    let mut w = Walker { stacks: Vec::new(), interned: HashMap::new() };
+    let (root, charged) = decode_charged(r, &mut cols, lim).map_err(TraceError::Pickle)?;
     let mut trace = Trace { format: TraceFormat::PytorchSnapshot, ..Default::default() };
 
-    // Call stacks of trace entries, in the order they were first seen.
+    // Call stacks of trace entries, in the order they were first seen. Each
+    // frame of each stack costs a `Frame` (its strings shared): a file that
+    // references a few frames from many long stacks pays for them out of
+    // the decoder's allowance (docs/input.md, "Bounds").
+    let refs: u64 = cols.stacks.iter().map(|s| s.len() as u64 + 1).sum();
+    let cost = refs.saturating_mul(std::mem::size_of::<Frame>() as u64);
+    if charged.charged.saturating_add(cost) > charged.allowance {
+        return Err(TraceError::Corrupt(format!(
+            "the call stacks' {refs} frame references need {cost} bytes, past the decoder's limit of {} \
+             (24 times the file read plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times its unpacked bytes)",
+            charged.allowance
+        )));
+    }
+    let budget = charged.allowance - charged.charged - cost;
+    let mut w = Walker { stacks: Vec::new(), interned: HashMap::new(), made: HashMap::new(), budget };
     let frames: Vec<Frame> = cols.frames.iter().map(|d| frame_of(&Value::Dict(d.clone()))).collect();
     for st in &cols.stacks {
         w.stacks.push(st.iter().map(|&f| frames[f as usize - 1].clone()).collect());

@@ -481,7 +481,7 @@ impl<D: Device> SynthApp<D> {
             self.stacks = sites
                 .iter()
                 .skip(1)
-                .map(|s| vec![crate::trace::Frame { name: s.clone(), filename: String::new(), line: 0 }])
+                .map(|s| vec![crate::trace::Frame { name: s.as_str().into(), filename: "".into(), line: 0 }])
                 .collect();
         }
     }

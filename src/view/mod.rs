@@ -1072,7 +1072,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
             theme.bold(),
         )));
         for f in frames.iter().take(stack_rows - 1) {
-            let at = if f.line > 0 { format!("{}:{}", f.filename, f.line) } else { f.filename.clone() };
+            let at = if f.line > 0 { format!("{}:{}", f.filename, f.line) } else { f.filename.to_string() };
             lines.push(Line::from(format!("  {}  {at}", f.name)));
         }
     }

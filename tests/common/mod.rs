@@ -4,6 +4,8 @@
 use std::io::Read;
 use std::path::PathBuf;
 
+pub mod pickler;
+
 use gpumem_top::alloc::{Action, Event};
 use serde_json::Value;
 

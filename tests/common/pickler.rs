@@ -1,0 +1,189 @@
+//! A small pickle writer for hostile snapshots made by the tests themselves:
+//! protocol 4 opcodes written by hand, with the memo as PyTorch's pickler
+//! uses it (shared frame dicts referenced by index).
+
+pub struct Pickler {
+    pub out: Vec<u8>,
+    memo: u32,
+}
+
+impl Default for Pickler {
+    fn default() -> Self {
+        Pickler { out: vec![0x80, 0x04], memo: 0 }
+    }
+}
+
+impl Pickler {
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.out.push(b'X');
+        self.out.extend((s.len() as u32).to_le_bytes());
+        self.out.extend(s.as_bytes());
+        self
+    }
+    pub fn int(&mut self, n: u64) -> &mut Self {
+        if n < 1 << 31 {
+            self.out.push(b'J');
+            self.out.extend((n as i32).to_le_bytes());
+        } else {
+            self.out.extend([0x8a, 9]);
+            self.out.extend(n.to_le_bytes());
+            self.out.push(0);
+        }
+        self
+    }
+    pub fn float(&mut self, x: f64) -> &mut Self {
+        self.out.push(b'G');
+        self.out.extend(x.to_be_bytes());
+        self
+    }
+    pub fn none(&mut self) -> &mut Self {
+        self.out.push(b'N');
+        self
+    }
+    pub fn bool(&mut self, b: bool) -> &mut Self {
+        self.out.push(if b { 0x88 } else { 0x89 });
+        self
+    }
+    /// Stores the value on top of the stack in the next memo slot.
+    pub fn memoize(&mut self) -> u32 {
+        self.out.push(0x94);
+        self.memo += 1;
+        self.memo - 1
+    }
+    pub fn get(&mut self, slot: u32) -> &mut Self {
+        self.out.push(b'j');
+        self.out.extend(slot.to_le_bytes());
+        self
+    }
+    /// A dict of `f`'s key/value pairs.
+    pub fn dict(&mut self, f: impl FnOnce(&mut Self)) -> &mut Self {
+        self.out.extend([b'}', b'(']);
+        f(self);
+        self.out.push(b'u');
+        self
+    }
+    /// A list of `f`'s values.
+    pub fn list(&mut self, f: impl FnOnce(&mut Self)) -> &mut Self {
+        self.out.extend([b']', b'(']);
+        f(self);
+        self.out.push(b'e');
+        self
+    }
+    pub fn tuple2(&mut self, a: u64, b: u64) -> &mut Self {
+        self.int(a).int(b);
+        self.out.push(0x86);
+        self
+    }
+    /// `"key": value` inside a dict.
+    pub fn kv(&mut self, k: &str, v: impl FnOnce(&mut Self)) -> &mut Self {
+        self.str(k);
+        v(self);
+        self
+    }
+    pub fn finish(mut self) -> Vec<u8> {
+        self.out.push(b'.');
+        self.out
+    }
+}
+
+/// A trace entry `{action, addr, size, stream, time_us, frames}`; `frames`
+/// writes the frames list's items.
+pub fn entry(p: &mut Pickler, action: &str, addr: u64, size: u64, stream: u64, frames: impl FnOnce(&mut Pickler)) {
+    p.dict(|p| {
+        p.kv("action", |p| {
+            p.str(action);
+        })
+        .kv("addr", |p| {
+            p.int(addr);
+        })
+        .kv("size", |p| {
+            p.int(size);
+        })
+        .kv("stream", |p| {
+            p.int(stream);
+        })
+        .kv("time_us", |p| {
+            p.int(0);
+        })
+        .kv("frames", |p| {
+            p.list(frames);
+        });
+    });
+}
+
+/// A frame dict `{name, filename, line}`.
+pub fn frame(p: &mut Pickler, name: &str, filename: &str, line: u64) {
+    p.dict(|p| {
+        p.kv("name", |p| {
+            p.str(name);
+        })
+        .kv("filename", |p| {
+            p.str(filename);
+        })
+        .kv("line", |p| {
+            p.int(line);
+        });
+    });
+}
+
+/// `{"segments": [segments], "device_traces": [[entries]], "allocator_settings": {...}}`.
+pub fn snapshot(conf: &str, segments: impl FnOnce(&mut Pickler), entries: impl FnOnce(&mut Pickler)) -> Vec<u8> {
+    let mut p = Pickler::default();
+    p.dict(|p| {
+        p.kv("segments", |p| {
+            p.list(segments);
+        })
+        .kv("device_traces", |p| {
+            p.list(|p| {
+                p.list(entries);
+            });
+        })
+        .kv("allocator_settings", |p| {
+            p.dict(|p| {
+                p.kv("PYTORCH_CUDA_ALLOC_CONF", |p| {
+                    p.str(conf);
+                });
+            });
+        });
+    });
+    p.finish()
+}
+
+/// A segment dict of the snapshot's `segments` with `blocks` as
+/// `(size, state)`, tiling it from its address.
+pub fn segment(p: &mut Pickler, addr: u64, total: u64, small: bool, blocks: &[(u64, &str)]) {
+    p.dict(|p| {
+        p.kv("device", |p| {
+            p.int(0);
+        })
+        .kv("address", |p| {
+            p.int(addr);
+        })
+        .kv("total_size", |p| {
+            p.int(total);
+        })
+        .kv("stream", |p| {
+            p.int(0);
+        })
+        .kv("segment_type", |p| {
+            p.str(if small { "small" } else { "large" });
+        })
+        .kv("blocks", |p| {
+            p.list(|p| {
+                for &(size, state) in blocks {
+                    p.dict(|p| {
+                        p.kv("size", |p| {
+                            p.int(size);
+                        })
+                        .kv("requested_size", |p| {
+                            p.int(size);
+                        })
+                        .kv("state", |p| {
+                            p.str(state);
+                        });
+                    });
+                }
+            });
+        });
+    });
+}
