@@ -848,3 +848,35 @@ fn frame_references_cost_what_they_share() {
     assert!(err.contains("frames.pickle.gz") && err.contains("frame references"), "{err}");
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
 }
+
+/// A trace with a stream per allocation (each a 2 MiB segment of its own,
+/// cached when freed): the allocator's streams are a map and a stream's
+/// free list spans only the bins it uses, so time and memory follow the
+/// events. 10,000 streams took `tune` 18 s and 1.46 GB before.
+#[test]
+fn a_stream_per_allocation_costs_what_its_events_cost() {
+    let streams = 60_000u64;
+    let lines = (0..streams).map(|i| {
+        let a = 0x7f00_0000_0000u64 + i * (2 << 20);
+        let mut s = String::new();
+        for (act, size) in
+            [("segment_alloc", 2u64 << 20), ("alloc", 512), ("free_requested", 512), ("free_completed", 512)]
+        {
+            s.push_str(&format!("{{\"action\":\"{act}\",\"addr\":{a},\"size\":{size},\"stream\":{}}}\n", i + 1));
+        }
+        s.into_bytes()
+    });
+    let gz = gzip(lines);
+    assert!(gz.len() < 2 << 20, "{}", gz.len());
+    let p = scratch("streams.jsonl.gz", &gz);
+    let (code, out, err, took) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), p.display()));
+    assert_eq!(code, Some(0), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((&j["events"], &j["fidelity"]), (&(4 * streams).into(), &"exact".into()));
+    assert_eq!(j["stats"]["segment.all.current"], streams);
+    assert!(took < std::time::Duration::from_secs(10), "replay took {took:?}");
+    let (code, out, err, took) = capped(&format!("exec '{}' tune '{}'", bin().display(), p.display()));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("Keep PyTorch's defaults"), "{out}");
+    assert!(took < std::time::Duration::from_secs(20), "tune took {took:?}");
+}

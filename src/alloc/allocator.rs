@@ -103,28 +103,38 @@ struct StreamBlocks {
 
 #[derive(Debug, Clone, Default)]
 struct Pool {
-    /// Sorted by stream, as PyTorch's comparator orders streams first.
-    streams: Vec<StreamBlocks>,
+    /// By stream, as PyTorch's comparator orders streams first. A map: a
+    /// trace may use a stream per allocation (docs/input.md, "Bounds").
+    streams: BTreeMap<u64, StreamBlocks>,
     get_free_blocks_call_count: i64,
 }
 
+/// Streams whose emptied free lists are kept for reuse; past this many, a
+/// stream's entry goes when it holds no free block, so memory follows the
+/// streams that hold blocks.
+const KEPT_STREAMS: usize = 16;
+
 impl Pool {
     #[inline]
-    fn find(&self, stream: u64) -> Option<usize> {
-        self.streams.iter().position(|s| s.stream == stream)
+    fn find(&self, stream: u64) -> Option<&StreamBlocks> {
+        self.streams.get(&stream)
+    }
+    #[inline]
+    fn find_mut(&mut self, stream: u64) -> Option<&mut StreamBlocks> {
+        self.streams.get_mut(&stream)
     }
     #[inline]
     fn entry(&mut self, stream: u64) -> &mut StreamBlocks {
-        // Programs use one or a few streams: a scan beats a search.
-        let i = match self.find(stream) {
-            Some(i) => i,
-            None => {
-                let i = self.streams.partition_point(|s| s.stream < stream);
-                self.streams.insert(i, StreamBlocks { stream, ..Default::default() });
-                i
-            }
-        };
-        &mut self.streams[i]
+        self.streams.entry(stream).or_insert_with(|| StreamBlocks { stream, ..Default::default() })
+    }
+    /// Drops `stream`'s entry if it holds nothing and many streams are kept.
+    #[inline]
+    fn prune(&mut self, stream: u64) {
+        if self.streams.len() > KEPT_STREAMS
+            && self.streams.get(&stream).is_some_and(|s| s.blocks.is_empty() && s.unmapped.is_empty())
+        {
+            self.streams.remove(&stream);
+        }
     }
 }
 
@@ -527,10 +537,11 @@ impl<D: Device> CachingAllocator<D> {
     #[inline]
     fn pool_remove(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
-        let pool = &mut self.pools[b.pool as usize];
-        if let Some(s) = pool.find(b.stream) {
-            pool.streams[s].blocks.remove(b.size, b.ptr);
+        let (pool, stream) = (&mut self.pools[b.pool as usize], b.stream);
+        if let Some(s) = pool.find_mut(stream) {
+            s.blocks.remove(b.size, b.ptr);
         }
+        pool.prune(stream);
     }
 
     fn unmapped_insert(&mut self, i: u32) {
@@ -541,10 +552,11 @@ impl<D: Device> CachingAllocator<D> {
 
     fn unmapped_remove(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
-        let pool = &mut self.pools[b.pool as usize];
-        if let Some(s) = pool.find(b.stream) {
-            pool.streams[s].unmapped.remove(&b.ptr);
+        let (pool, stream) = (&mut self.pools[b.pool as usize], b.stream);
+        if let Some(s) = pool.find_mut(stream) {
+            s.unmapped.remove(&b.ptr);
         }
+        pool.prune(stream);
     }
 
     fn gc_active(&self) -> bool {
@@ -850,15 +862,16 @@ impl<D: Device> CachingAllocator<D> {
             !(oversize_for_normal || too_loose_for_oversize)
         };
         let p = &mut self.pools[pool as usize];
-        let s = p.find(stream)?;
         if self.es.is_empty() {
             // No expandable segment exists, so the first block at or above the
             // size is the candidate: look it up and take it in one step.
-            return p.streams[s].blocks.take_first_from(size, |e| accept(e.0)).map(|e| e.2);
+            let got = p.find_mut(stream)?.blocks.take_first_from(size, |e| accept(e.0)).map(|e| e.2);
+            p.prune(stream);
+            return got;
         }
         let p = &self.pools[pool as usize];
         let cand = {
-            let free = &p.streams[s].blocks;
+            let free = &p.find(stream)?.blocks;
             let mut cand = free.first_from(size)?.2;
             let blocks = &self.blocks;
             if blocks[cand as usize].es != NIL {
@@ -892,7 +905,11 @@ impl<D: Device> CachingAllocator<D> {
             return None;
         }
         let (bsize, bptr) = (b.size, b.ptr);
-        self.pools[pool as usize].streams[s].blocks.remove(bsize, bptr);
+        let p = &mut self.pools[pool as usize];
+        if let Some(s) = p.find_mut(stream) {
+            s.blocks.remove(bsize, bptr);
+        }
+        p.prune(stream);
         Some(cand)
     }
 
@@ -1037,7 +1054,7 @@ impl<D: Device> CachingAllocator<D> {
         let Some(s) = p.find(stream) else {
             return false;
         };
-        let map = &p.streams[s].blocks;
+        let map = &s.blocks;
         let at = map.first_from(want).map(|e| e.2);
         match at {
             Some(i) if self.blocks[i as usize].es == NIL => {
@@ -1122,7 +1139,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     fn release_blocks(&mut self, pool: u16) {
-        let all: Vec<u32> = self.pools[pool as usize].streams.iter().flat_map(|s| s.blocks.values()).collect();
+        let all: Vec<u32> = self.pools[pool as usize].streams.values().flat_map(|s| s.blocks.values()).collect();
         let mut to_unmap = Vec::new();
         for i in all {
             if self.blocks[i as usize].es != NIL {
@@ -1159,7 +1176,7 @@ impl<D: Device> CachingAllocator<D> {
         let calls = self.pools[1].get_free_blocks_call_count;
         let mut total_age: i64 = 0;
         let mut count: i64 = 0;
-        for s in &self.pools[1].streams {
+        for s in self.pools[1].streams.values() {
             for i in s.blocks.values() {
                 if !self.is_split(i) {
                     total_age += calls - self.blocks[i as usize].gc_count_base;
@@ -1175,7 +1192,7 @@ impl<D: Device> CachingAllocator<D> {
         while reclaimed < target && freed && count > 0 {
             let age_threshold = total_age as f64 / count as f64;
             freed = false;
-            let all: Vec<u32> = self.pools[1].streams.iter().flat_map(|s| s.blocks.values()).collect();
+            let all: Vec<u32> = self.pools[1].streams.values().flat_map(|s| s.blocks.values()).collect();
             for i in all {
                 let b = &self.blocks[i as usize];
                 let age = calls - b.gc_count_base;
@@ -1414,7 +1431,7 @@ impl<D: Device> CachingAllocator<D> {
     fn find_expandable_block(&mut self, pool: u16, size: u64, stream: u64) -> Option<u32> {
         let p = &self.pools[pool as usize];
         if let Some(s) = p.find(stream) {
-            for &u in p.streams[s].unmapped.values() {
+            for &u in s.unmapped.values() {
                 let prev = self.blocks[u as usize].prev;
                 let c = if self.allocatable(prev) { prev } else { u };
                 let mut n = 0u64;
@@ -1838,7 +1855,7 @@ impl<D: Device> CachingAllocator<D> {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut in_pool = vec![false; self.blocks.len()];
         for (pi, p) in self.pools.iter().enumerate() {
-            for s in &p.streams {
+            for s in p.streams.values() {
                 for (size, ptr, i) in s.blocks.iter() {
                     let b = &self.blocks[i as usize];
                     if !b.alive || b.allocated || !b.mapped || b.pending || b.event_count > 0 {

@@ -25,10 +25,13 @@ type Entry = (u64, u64, u32);
 /// Free blocks of one (pool, stream) keyed by (size, ptr).
 #[derive(Debug)]
 pub(crate) struct FreeBlocks {
-    /// Each bin sorted by (size, ptr); grown on demand up to the largest bin
-    /// used. Deques, since best fit takes the lowest address among equal
-    /// sizes: runs of equal free segments change at the front.
+    /// Bins `lo..lo + bins.len()`, each sorted by (size, ptr); grown on
+    /// demand to span the bins used, so a stream holding one block keeps
+    /// one bin (a trace may have a stream per block). Deques, since best
+    /// fit takes the lowest address among equal sizes: runs of equal free
+    /// segments change at the front.
     bins: Vec<VecDeque<Entry>>,
+    lo: usize,
     words: [u64; WORDS],
     summary: u64,
 }
@@ -44,16 +47,16 @@ impl Clone for FreeBlocks {
             while bits != 0 {
                 let b = w * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                bins[b] = self.bins[b].clone();
+                bins[b - self.lo] = self.bins[b - self.lo].clone();
             }
         }
-        FreeBlocks { bins, words: self.words, summary: self.summary }
+        FreeBlocks { bins, lo: self.lo, words: self.words, summary: self.summary }
     }
 }
 
 impl Default for FreeBlocks {
     fn default() -> Self {
-        FreeBlocks { bins: Vec::new(), words: [0; WORDS], summary: 0 }
+        FreeBlocks { bins: Vec::new(), lo: 0, words: [0; WORDS], summary: 0 }
     }
 }
 
@@ -171,12 +174,35 @@ impl FreeBlocks {
     }
 
     #[inline]
+    fn bin(&self, b: usize) -> Option<&VecDeque<Entry>> {
+        b.checked_sub(self.lo).and_then(|i| self.bins.get(i))
+    }
+
+    /// Bin `b`, the span of bins grown to take it.
+    fn bin_grown(&mut self, b: usize) -> &mut VecDeque<Entry> {
+        if self.bins.is_empty() {
+            self.lo = b;
+        } else if b < self.lo {
+            let mut grown = Vec::with_capacity(self.bins.len() + self.lo - b);
+            grown.resize_with(self.lo - b, VecDeque::new);
+            grown.append(&mut self.bins);
+            self.bins = grown;
+            self.lo = b;
+        }
+        if b - self.lo >= self.bins.len() {
+            self.bins.resize_with(b - self.lo + 1, VecDeque::new);
+        }
+        &mut self.bins[b - self.lo]
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.summary == 0
+    }
+
     pub(crate) fn insert(&mut self, size: u64, ptr: u64, v: u32) {
         let b = bin_of(size);
-        if b >= self.bins.len() {
-            self.bins.resize_with(b + 1, VecDeque::new);
-        }
-        let bin = &mut self.bins[b];
+        let bin = self.bin_grown(b);
         if bin.is_empty() {
             // Most bins hold nothing or one block.
             bin.push_back((size, ptr, v));
@@ -193,7 +219,7 @@ impl FreeBlocks {
     #[inline]
     pub(crate) fn remove(&mut self, size: u64, ptr: u64) -> Option<u32> {
         let b = bin_of(size);
-        let bin = self.bins.get_mut(b)?;
+        let bin = b.checked_sub(self.lo).and_then(|i| self.bins.get_mut(i))?;
         let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, ptr) };
         let e = *bin.get(i).filter(|e| (e.0, e.1) == (size, ptr))?;
         remove_at(bin, i);
@@ -207,12 +233,12 @@ impl FreeBlocks {
     #[inline]
     pub(crate) fn first_from(&self, size: u64) -> Option<Entry> {
         let b = bin_of(size);
-        if let Some(bin) = self.bins.get(b) {
+        if let Some(bin) = self.bin(b) {
             if let Some(e) = bin.iter().find(|e| e.0 >= size) {
                 return Some(*e);
             }
         }
-        self.next_bin(b).and_then(|n| self.bins[n].front().copied())
+        self.next_bin(b).and_then(|n| self.bins[n - self.lo].front().copied())
     }
 
     /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
@@ -220,7 +246,7 @@ impl FreeBlocks {
     #[inline]
     pub(crate) fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
         let mut b = bin_of(size);
-        let mut i = match self.bins.get(b) {
+        let mut i = match self.bin(b) {
             Some(bin) => bin.iter().position(|e| e.0 >= size),
             None => None,
         };
@@ -229,7 +255,7 @@ impl FreeBlocks {
             i = Some(0);
         }
         let i = i?;
-        let bin = &mut self.bins[b];
+        let bin = &mut self.bins[b - self.lo];
         let e = bin[i];
         if !accept(&e) {
             return None;
@@ -244,21 +270,21 @@ impl FreeBlocks {
     /// Blocks with (size, ptr) >= (`size`, 0), ascending.
     pub(crate) fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0)..));
-        first.chain(self.bins_after(b).flat_map(|n| self.bins[n].iter())).copied()
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0)..));
+        first.chain(self.bins_after(b).flat_map(|n| self.bins[n - self.lo].iter())).copied()
     }
 
     /// Blocks with (size, ptr) < (`size`, 0), descending.
     pub(crate) fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bins.get(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0)).rev());
-        first.chain(self.bins_before(b).flat_map(|n| self.bins[n].iter().rev())).copied()
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0)).rev());
+        first.chain(self.bins_before(b).flat_map(|n| self.bins[n - self.lo].iter().rev())).copied()
     }
 
     /// All blocks, ascending.
     pub(crate) fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
-        let first = self.bins.first().into_iter().flat_map(|b| b.iter());
-        first.chain(self.bins_after(0).flat_map(|n| self.bins[n].iter())).copied()
+        let first = self.bin(0).into_iter().flat_map(|b| b.iter());
+        first.chain(self.bins_after(0).flat_map(|n| self.bins[n - self.lo].iter())).copied()
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = u32> + '_ {
