@@ -330,6 +330,44 @@ fn pipes_fifos_and_stdin_are_read_once() {
         assert_eq!(j["fidelity"], "exact", "{cmd}");
         assert_eq!(j["events"], 138, "{cmd}");
     }
+    // Several inputs: each read once, so two FIFOs, two `<(…)` and stdin
+    // beside a file all replay (two FIFOs hung, the others were
+    // "unrecognised format" on a second reading).
+    let (f1, f2) = (dir.join("fifo1"), dir.join("fifo2"));
+    for cmd in [
+        format!("cat '{0}' | timeout 20 '{1}' replay - '{0}' --json", f.display(), b.display()),
+        format!("timeout 20 '{1}' replay <(cat '{0}') <(cat '{0}') --json", f.display(), b.display()),
+        format!(
+            "mkfifo '{0}' '{1}' && (cat '{2}' > '{0}' &) && (cat '{2}' > '{1}' &) && timeout 20 '{3}' replay '{0}' '{1}' --json; rm -f '{0}' '{1}'",
+            f1.display(),
+            f2.display(),
+            f.display(),
+            b.display()
+        ),
+    ] {
+        let (code, out, err, _) = capped(&cmd);
+        assert_eq!(code, Some(0), "{cmd}: {err}");
+        let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{cmd}: {e}: {out}"));
+        let ranks = j["ranks"].as_array().unwrap_or_else(|| panic!("{cmd}: {out}"));
+        assert_eq!(ranks.len(), 2, "{cmd}");
+        for r in ranks {
+            assert_eq!((&r["fidelity"], &r["events"]), (&"exact".into(), &138.into()), "{cmd}");
+        }
+    }
+    // The same text summaries too (each rank's replay printed after the table).
+    let (code, out, err, _) =
+        capped(&format!("timeout 20 '{1}' replay <(cat '{0}') <(cat '{0}')", f.display(), b.display()));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.matches("fidelity: exact").count(), 2, "{out}");
+    // diff reads each of its two inputs once as well.
+    let (code, out, err, _) =
+        capped(&format!("cat '{0}' | timeout 20 '{1}' diff - <(cat '{0}') --json", f.display(), b.display()));
+    assert_eq!(code, Some(0), "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for side in ["base", "new"] {
+        assert_eq!((&j[side]["fidelity"], &j[side]["events"]), (&"exact".into(), &138.into()), "{out}");
+    }
+    assert_eq!(j["base"]["peak_allocated_bytes"], j["new"]["peak_allocated_bytes"], "{out}");
 }
 
 /// `record -o` never truncates or follows what is there: an existing path

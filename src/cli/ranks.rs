@@ -5,6 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
@@ -12,6 +13,7 @@ use serde_json::Value;
 use super::ReplayArgs;
 use crate::analysis::human_bytes;
 use crate::analysis::ranks::{Imbalance, RankReplay, RanksModel};
+use crate::trace::Trace;
 
 /// Each input's rank: the number after "rank" in every file's name when
 /// all have one and no two share it (`snapshot --job` names them so), else
@@ -39,13 +41,14 @@ fn alone(args: &ReplayArgs, path: &Path) -> ReplayArgs {
 }
 
 /// Each rank's `replay --json` report (exactly as alone), and its exit code.
-fn reports(args: &ReplayArgs, paths: &[PathBuf]) -> Result<Vec<(Value, ExitCode)>> {
+fn reports(args: &ReplayArgs, paths: &[PathBuf], traces: &[Trace]) -> Result<Vec<(Value, ExitCode)>> {
     let json = ReplayArgs { json: true, ..args.clone() };
     paths
         .iter()
-        .map(|p| {
+        .zip(traces)
+        .map(|(p, t)| {
             let mut buf = Vec::new();
-            let code = super::replay::replay_to(&alone(&json, p), &mut buf, false)?;
+            let code = super::replay::replay_trace(&alone(&json, p), t, &mut buf, false, Instant::now())?;
             let v: Value = serde_json::from_slice(&buf).map_err(|e| anyhow!("{}: report: {e}", p.display()))?;
             Ok((v, code))
         })
@@ -71,20 +74,25 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
         )));
     }
     let paths: Vec<PathBuf> = std::iter::once(args.trace.clone()).chain(args.more.iter().cloned()).collect();
+    // Each input is read once (a FIFO or `<(…)` has no second reading):
+    // told from a recording, then loaded, then replayed from memory.
+    let mut traces = Vec::with_capacity(paths.len());
     for p in &paths {
-        if super::Input::open(p)?.is_recording() {
+        let input = super::Input::open(p)?;
+        if input.is_recording() {
             return Err(anyhow!(super::InputError(format!(
                 "{}: a recording holds every rank already; replay it alone (its job screen, key j, shows them side by side)",
                 p.display()
             ))));
         }
+        traces.push(super::load_input(input, args.max_unpacked)?);
     }
     let ranks = ranks_of(&paths);
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if interactive && args.compare.is_empty() && args.at.is_none() {
-        return tui(args, &paths, &ranks);
+        return tui(args, &paths, traces, &ranks);
     }
-    let reports = reports(args, &paths)?;
+    let reports = reports(args, &paths, &traces)?;
     let (measure, figures) = measure_of(&reports);
     let by_rank: Vec<(u32, u64)> = ranks.iter().copied().zip(figures.iter().copied()).collect();
     let imbalance = Imbalance::of(&by_rank, measure);
@@ -110,9 +118,9 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
         return Ok(code);
     }
     write!(so, "{}", side_by_side(&reports, &ranks, &paths, imbalance.as_ref()))?;
-    for (p, rank) in paths.iter().zip(&ranks) {
+    for ((p, rank), t) in paths.iter().zip(&ranks).zip(&traces) {
         writeln!(so, "\n── rank {rank}: {} ──", p.display())?;
-        super::replay::replay_to(&alone(args, p), &mut so, false)?;
+        super::replay::replay_trace(&alone(args, p), t, &mut so, false, Instant::now())?;
     }
     Ok(code)
 }
@@ -161,9 +169,9 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
 
 /// The interactive view: the ranks' table and their maps side by side;
 /// Enter opens a rank in the replay view, q there comes back.
-fn tui(args: &ReplayArgs, paths: &[PathBuf], ranks: &[u32]) -> Result<ExitCode> {
+fn tui(args: &ReplayArgs, paths: &[PathBuf], traces: Vec<Trace>, ranks: &[u32]) -> Result<ExitCode> {
     let color = super::color(args.no_color);
-    let mut app = ranks_screen(paths, ranks, args.device, args.device_total, args.max_unpacked, color)?;
+    let mut app = ranks_screen(paths, traces, ranks, args.device, args.device_total, color)?;
     let events = crate::ui::event::Events::new();
     crate::ui::event::run_screens(&mut app, events, &mut |o| super::open_screen(o, color))
         .map_err(|e| anyhow!("terminal: {e}"))?;
@@ -172,15 +180,15 @@ fn tui(args: &ReplayArgs, paths: &[PathBuf], ranks: &[u32]) -> Result<ExitCode> 
 
 fn ranks_screen(
     paths: &[PathBuf],
+    traces: Vec<Trace>,
     ranks: &[u32],
     device: Option<i32>,
     device_total: u64,
-    max_unpacked: Option<u64>,
     color: bool,
 ) -> Result<crate::ui::ranks::RanksApp> {
     let mut model_ranks = Vec::new();
-    for (p, &rank) in paths.iter().zip(ranks) {
-        model_ranks.push(open_rank(p, rank, device, device_total, max_unpacked)?);
+    for ((p, trace), &rank) in paths.iter().zip(traces).zip(ranks) {
+        model_ranks.push(open_rank(p, &trace, rank, device, device_total)?);
     }
     Ok(crate::ui::ranks::RanksApp::new(RanksModel::new(model_ranks), color))
 }
@@ -188,22 +196,16 @@ fn ranks_screen(
 /// The screen of `replay PATHS…` on a terminal, as it opens (tests drive it
 /// through its own code).
 pub fn ranks_app(paths: &[PathBuf], color: bool) -> Result<crate::ui::ranks::RanksApp> {
-    ranks_screen(paths, &ranks_of(paths), None, super::DEFAULT_DEVICE_TOTAL, None, color)
+    let traces = paths.iter().map(|p| super::load_input(super::Input::open(p)?, None)).collect::<Result<Vec<_>>>()?;
+    ranks_screen(paths, traces, &ranks_of(paths), None, super::DEFAULT_DEVICE_TOTAL, color)
 }
 
 /// One rank's exact replay, as the side-by-side view shows it: its peak,
 /// and its segments there (a snapshot without history: its state).
-fn open_rank(
-    path: &Path,
-    rank: u32,
-    device: Option<i32>,
-    device_total: u64,
-    max_unpacked: Option<u64>,
-) -> Result<RankReplay> {
+fn open_rank(path: &Path, trace: &Trace, rank: u32, device: Option<i32>, device_total: u64) -> Result<RankReplay> {
     use crate::replay::session::{Session, Start, Want};
-    let trace = super::load_input(super::Input::open(path)?, max_unpacked)?;
-    let dev = super::pick_device(&trace, device)?;
-    let want = Want::recorded(&trace, device_total);
+    let dev = super::pick_device(trace, device)?;
+    let want = Want::recorded(trace, device_total);
     let session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(super::InputError(format!("{}: {e}", path.display()))))?;
     let exact = session.exact.divergence.is_none() && session.start != Start::StateOnly;

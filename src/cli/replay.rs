@@ -33,11 +33,26 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         return replay_recording(&args.trace, snaps, args.json);
     }
     args.cap.check()?;
+    args.alloc_conf.as_deref().map(parse_conf).transpose()?;
+    args.compare.iter().try_for_each(|c| parse_conf(c).map(drop))?;
+    let trace = load_input(input, args.max_unpacked)?;
+    replay_trace(args, &trace, so, terminal, started)
+}
+
+/// `replay_to` of a trace already read (`args.trace` names it): several
+/// ranks' inputs are each read once, then replayed.
+pub(crate) fn replay_trace(
+    args: &ReplayArgs,
+    trace: &Trace,
+    so: &mut dyn Write,
+    terminal: bool,
+    started: Instant,
+) -> Result<ExitCode> {
+    args.cap.check()?;
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
-    let trace = load_input(input, args.max_unpacked)?;
-    let dev = pick_device(&trace, args.device)?;
+    let dev = pick_device(trace, args.device)?;
     check_at(args.at, dev)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
@@ -54,7 +69,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
             Some(At::Event(i)) => Some(i.saturating_add(1)),
             _ => None,
         },
-        ..Want::recorded(&trace, args.device_total)
+        ..Want::recorded(trace, args.device_total)
     };
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
@@ -83,7 +98,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         );
     }
     if interactive && fidelity.is_faithful() {
-        return open_view(args, &session, &trace, dev, advice);
+        return open_view(args, &session, trace, dev, advice);
     }
 
     if let Some(path) = &args.dump_events {
@@ -127,10 +142,10 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         At::Oom => oom_index(&dev.events).or(last),
         At::End => last,
     });
-    let new_oom = new_oom_report(&session, &trace, dev);
+    let new_oom = new_oom_report(&session, trace, dev);
     let r = Replayed {
         name: trace_name(&args.trace),
-        trace: &trace,
+        trace,
         dev,
         recorded_ooms: report::RecordedOomReport::all(dev, &trace.stacks),
         session,
