@@ -270,18 +270,21 @@ impl Categories {
         // Blocks alive at the start: by their own stacks where the snapshot
         // kept them, else by when they are freed.
         let mut at_start = HashMap::with_capacity(start.len());
+        // What a block's own stack says, read once per stack: many blocks
+        // share one (docs/input.md, "Bounds").
+        let mut by_stack: HashMap<u32, Category> = HashMap::new();
         for b in start {
             let f = frames(b.stack).filter(|f| !f.is_empty());
             let ends_in = start_end.get(&b.address).copied().flatten().map(|j| t.runs.at(j));
             let c = match (f, evidence) {
                 (_, Evidence::None) => Category::Unknown,
-                (Some(f), _) => match phase_of(f, false) {
+                (Some(f), _) => *by_stack.entry(b.stack).or_insert_with(|| match phase_of(f, false) {
                     Phase::Optimizer => Category::OptimizerState,
                     Phase::Backward => Category::Gradient,
                     Phase::Main if builds_model(f) => Category::Parameter,
                     Phase::Main if in_model(f) => Category::Activation,
                     Phase::Main => Category::Input,
-                },
+                }),
                 (None, _) if ends_in.is_some_and(|r| t.runs.phase(r) == Phase::Backward) => Category::Activation,
                 (None, _) => Category::Unknown,
             };

@@ -27,29 +27,35 @@ impl Holdings {
         stacks: &[Vec<Frame>],
         cats: &Categories,
     ) -> Self {
-        let mut h = Holdings::default();
-        for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
-            h.add(stacks, b.stack, b.size, cats.of_block(b.address, None));
-        }
-        h
+        let live = segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive);
+        Self::of_blocks(live.map(|b| (b.stack, b.size, cats.of_block(b.address, None))), stacks)
     }
 
     /// The live blocks of `segments` (the state right after event `at`).
     pub(crate) fn of(segments: &[SegmentInfo], stacks: &[Vec<Frame>], cats: &Categories, at: Option<usize>) -> Self {
-        let mut h = Holdings::default();
-        for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
-            h.add(stacks, b.tag, b.size, cats.of_block(b.address, at));
-        }
-        h
+        let live = segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive);
+        Self::of_blocks(live.map(|b| (b.tag, b.size, cats.of_block(b.address, at))), stacks)
     }
 
-    /// One live block: its stack id (index + 1, 0 for none), bytes and category.
-    fn add(&mut self, stacks: &[Vec<Frame>], stack: u32, size: u64, cat: Category) {
-        let frames = stack.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
-        for e in [self.by_call_site.entry(site_label(frames)).or_default(), self.by_category.entry(cat).or_default()] {
-            e.0 = e.0.saturating_add(size);
-            e.1 += 1;
+    /// Live blocks as (stack id (index + 1, 0 for none), bytes, category).
+    /// Blocks are summed by stack first, so each stack's frames are read
+    /// once however many blocks share it (docs/input.md, "Bounds").
+    fn of_blocks(blocks: impl Iterator<Item = (u32, u64, Category)>, stacks: &[Vec<Frame>]) -> Self {
+        let mut h = Holdings::default();
+        let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = std::collections::HashMap::new();
+        for (stack, size, cat) in blocks {
+            for e in [by_stack.entry(stack).or_default(), h.by_category.entry(cat).or_default()] {
+                e.0 = e.0.saturating_add(size);
+                e.1 += 1;
+            }
         }
+        for (stack, (bytes, n)) in by_stack {
+            let frames = stack.checked_sub(1).and_then(|t| stacks.get(t as usize)).map_or(&[][..], |f| f.as_slice());
+            let e = h.by_call_site.entry(site_label(frames)).or_default();
+            e.0 = e.0.saturating_add(bytes);
+            e.1 += n;
+        }
+        h
     }
 }
 
