@@ -72,7 +72,7 @@ fn run(
                     live.push(b);
                     Ok(())
                 }
-                Err(e) => Err(e.message),
+                Err(e) => Err(e.to_string()),
             },
             Op::Free { pick } if !live.is_empty() => {
                 let b = live.swap_remove(pick % live.len());
@@ -208,7 +208,7 @@ fn an_unrecoverable_failure_is_an_oom_with_pytorchs_message() {
     let _keep = a.malloc(600 << 20, 0).unwrap();
     let e = a.malloc(400 << 20, 7).unwrap_err();
     assert_eq!(
-        e.message,
+        e.to_string(),
         "CUDA out of memory. Tried to allocate 400.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 324.00 MiB is free. \
          Including non-PyTorch memory, this process has 700.00 MiB memory in use. Of the allocated memory 600.00 MiB is allocated \
          by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting \

@@ -58,7 +58,7 @@ fn check_vector(name: &str) {
                     }
                     Err(e) => {
                         assert_eq!(kind, "oom", "{name} op {n}: unexpected OOM: {e}");
-                        assert!(e.message.starts_with("CUDA out of memory. Tried to allocate "));
+                        assert!(e.to_string().starts_with("CUDA out of memory. Tried to allocate "));
                         n_oom += 1;
                     }
                 }

@@ -46,9 +46,10 @@ pub enum AllocError {
     TooManyStreams,
 }
 
-/// PyTorch's `OutOfMemoryError`, with the same message text.
+/// PyTorch's `OutOfMemoryError`; its `Display` is PyTorch's message text,
+/// made only when shown (a what-if replay of a run with many OOMs makes
+/// thousands and shows none).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{message}")]
 pub struct OutOfMemory {
     /// The size asked for.
     pub(crate) requested: u64,
@@ -58,7 +59,47 @@ pub struct OutOfMemory {
     pub(crate) alloc_size: u64,
     pub(crate) stream: u64,
     pub(crate) device_free: u64,
-    pub message: String,
+    /// What the message says of the device and the process then; None for
+    /// a request of an exabyte or more, refused before anything is asked.
+    state: Option<OomState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OomState {
+    device_index: i32,
+    total: u64,
+    process_used: Option<u64>,
+    allowed: Option<u64>,
+    allocated: u64,
+    reserved: u64,
+}
+
+impl std::fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(s) = &self.state else {
+            return f.write_str("CUDA out of memory. Tried to allocate more than 1EB memory.");
+        };
+        write!(
+            f,
+            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. ",
+            format_size(self.alloc_size),
+            s.device_index,
+            format_size(s.total),
+            format_size(self.device_free)
+        )?;
+        if let Some(used) = s.process_used {
+            write!(f, "Including non-PyTorch memory, this process has {} memory in use. ", format_size(used))?;
+        }
+        if let Some(a) = s.allowed {
+            write!(f, "{} allowed; ", format_size(a))?;
+        }
+        write!(
+            f,
+            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            format_size(s.allocated),
+            format_size(s.reserved.saturating_sub(s.allocated)),
+        )
+    }
 }
 
 /// One cache line: the hot path loads a block per neighbour it looks at.
@@ -593,7 +634,7 @@ impl<D: Device> CachingAllocator<D> {
                 alloc_size: orig_size,
                 stream,
                 device_free: 0,
-                message: "CUDA out of memory. Tried to allocate more than 1EB memory.".into(),
+                state: None,
             });
         }
         let slot = if self.pool_live(slot) { slot } else { PoolSlot::DEFAULT };
@@ -821,30 +862,15 @@ impl<D: Device> CachingAllocator<D> {
         let total = self.device.total_memory();
         self.stats.num_ooms += 1;
         self.emit(Event::new(Action::Oom, device_free, size, stream));
-        let allocated = self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64;
-        let reserved = self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64;
-        let proc_info = match self.device.process_used() {
-            Some(used) => {
-                format!("Including non-PyTorch memory, this process has {} memory in use. ", format_size(used))
-            }
-            None => String::new(),
+        let state = OomState {
+            device_index: self.device_index,
+            total,
+            process_used: self.device.process_used(),
+            allowed: self.allowed_memory_maximum,
+            allocated: self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64,
+            reserved: self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64,
         };
-        let allowed_info = match self.allowed_memory_maximum {
-            Some(a) => format!("{} allowed; ", format_size(a)),
-            None => String::new(),
-        };
-        let message = format!(
-            "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. {}{}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-            format_size(alloc_size),
-            self.device_index,
-            format_size(total),
-            format_size(device_free),
-            proc_info,
-            allowed_info,
-            format_size(allocated),
-            format_size(reserved.saturating_sub(allocated)),
-        );
-        OutOfMemory { requested: orig_size, rounded: size, alloc_size, stream, device_free, message }
+        OutOfMemory { requested: orig_size, rounded: size, alloc_size, stream, device_free, state: Some(state) }
     }
 
     /// Best fit (docs/pytorch-allocator.md §6.1).
@@ -1430,7 +1456,14 @@ impl<D: Device> CachingAllocator<D> {
 
     fn find_expandable_block(&mut self, pool: u16, size: u64, stream: u64) -> Option<u32> {
         let p = &self.pools[pool as usize];
-        if let Some(s) = p.find(stream) {
+        let page = self.config.page_size(is_small(pool));
+        let total = self.device.total_memory();
+        let va = reservation_size(total, page);
+        // Every segment spans `va`: a request larger than that fits none, so
+        // PyTorch's scan of them all finds nothing. Skipping it keeps a run
+        // of such OOMs (each leaves a reservation behind, as PyTorch's do)
+        // linear (docs/allocator.md, "Expandable segments").
+        if let Some(s) = p.find(stream).filter(|_| size <= va) {
             for &u in s.unmapped.values() {
                 let prev = self.blocks[u as usize].prev;
                 let c = if self.allocatable(prev) { prev } else { u };
@@ -1445,9 +1478,6 @@ impl<D: Device> CachingAllocator<D> {
                 }
             }
         }
-        let page = self.config.page_size(is_small(pool));
-        let total = self.device.total_memory();
-        let va = reservation_size(total, page);
         let base = self.device.reserve(va, page, self.emitted).ok()?;
         self.es.push(Some(ExpandableSegment { base, size: va, page }));
         let es = (self.es.len() - 1) as u32;

@@ -299,7 +299,7 @@ impl<D: Device> Driver<D> {
             OnOom::Shrink => "stop",
             OnOom::Continue => "skip",
         };
-        self.oom_log.push(OomRecord { at, iteration, batch: self.batch, message: oom.message, action });
+        self.oom_log.push(OomRecord { at, iteration, batch: self.batch, message: oom.to_string(), action });
         self.unwind();
         match action {
             "retry" => {
