@@ -473,6 +473,20 @@ fn a_torn_recording_replays_its_complete_lines() {
     let o = Command::new(bin()).args(["replay", bad.to_str().unwrap(), "--json"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 3"));
+    // A gzipped recording that unpacks past the cap is refused, naming the
+    // cap: its tail is not a cut line (it exited 0 with the tail dropped).
+    let gz = dir.join("run.jsonl.gz");
+    std::fs::write(&gz, gzip(std::iter::once(full.clone()))).unwrap();
+    let cap = (full.len() - 300).to_string();
+    let o =
+        Command::new(bin()).args(["replay", gz.to_str().unwrap(), "--json", "--max-unpacked", &cap]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty() && err.lines().count() == 1, "{err}");
+    assert!(err.contains("run.jsonl.gz") && err.contains(&format!("more than {cap} bytes")), "{err}");
+    // Under a cap it fits, every sample.
+    let o = Command::new(bin()).args(["replay", gz.to_str().unwrap(), "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// The mempools snapshot with its allocator config replaced by `conf`.

@@ -104,6 +104,11 @@ pub(crate) fn read<R: std::io::BufRead>(
     let mut out = Vec::new();
     while let Some((i, l)) = lines.next() {
         let last = lines.peek().is_none();
+        // A read that failed (the unpacked-size cap, a corrupt gzip) is no
+        // cut line: what follows it was never seen.
+        if let Err(crate::trace::TraceError::Io(e)) = &l {
+            return Err(bad(i, e.to_string()));
+        }
         let parsed = l.map_err(|e| line_err(i, e)).and_then(|l| {
             if l.trim().is_empty() {
                 return Ok(None);
