@@ -298,11 +298,15 @@ fn fit_records_its_samples_by_running_the_training_command() {
     let d = common::TmpDir::new("fitrec");
     let _ = std::fs::remove_dir_all(&d);
     fake_torch(&d);
+    // The user's own sitecustomize (on their PYTHONPATH): the recorded runs
+    // must be the real ones, so it still runs under fit's hook.
+    std::fs::write(d.join("fake/sitecustomize.py"), "import os\nos.environ['USER_SITE'] = 'ran'\n").unwrap();
     std::fs::write(
         d.join("train.py"),
         r#"
-import sys, torch
+import os, sys, torch
 torch._state["batch"] = int(sys.argv[sys.argv.index("--batch-size") + 1])
+print("user sitecustomize:", os.environ.get("USER_SITE"), flush=True)
 print("training at batch", torch._state["batch"], flush=True)
 for step in range(100):
     for h in torch._state["hooks"]:
@@ -325,6 +329,7 @@ sys.exit(3)
     assert!(!String::from_utf8_lossy(&out.stdout).contains("never reached"));
     // The script's own output goes to stderr; stdout is the JSON alone.
     assert!(err.contains("training at batch 2") && err.contains("training at batch 4"), "{err}");
+    assert_eq!(err.matches("user sitecustomize: ran").count(), 2, "{err}");
     // PyTorch 2.11: stacks at allocations only, so that activation
     // checkpointing cannot crash (pytorch #179536), said once per run, and
     // an entry limit.

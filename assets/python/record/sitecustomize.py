@@ -4,14 +4,18 @@ torch, PyTorch's memory history is recorded from then on; after
 $GPUMEM_TOP_RECORD_STEPS optimizer steps (or at exit) the snapshot is written
 to $GPUMEM_TOP_RECORD_OUT and, after the steps, the process ends. Nothing
 happens in a process that never imports torch, and a failure here never
-stops the program: it only means no snapshot."""
+stops the program: it only means no snapshot. A sitecustomize this one
+shadows (a virtual environment's, the user's own) still runs, after it, as
+under `gpumem-top run`: the recorded runs are the user's real ones."""
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 
 _OUT = os.environ.get("GPUMEM_TOP_RECORD_OUT")
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _warn(msg):
@@ -114,5 +118,19 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _chain():
+    """Runs the sitecustomize this one hides, if there is one."""
+    try:
+        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None:
+            return
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        _warn("the other sitecustomize failed: %r" % (e,))
+
+
 if _OUT:
     sys.meta_path.insert(0, _AfterTorch())
+_chain()
