@@ -165,3 +165,75 @@ fn a_recorded_oom_gets_checked_advice() {
     let clean: Value = serde_json::from_slice(&clean.unwrap().stdout).unwrap();
     assert!(clean["oom_advice"].is_null());
 }
+
+/// Where the recorded row cannot be the run's own replay, tune says so and
+/// replays the recorded setting as every other, instead of inventing an
+/// OOM or a 0 B baseline: a trace without segment events (an RMM log, JSON
+/// lines without `segment_*`), and a device smaller than the run used.
+#[test]
+fn the_recorded_row_is_the_run_only_where_the_run_is_reproduced() {
+    let d = common::TmpDir::new("tune");
+    std::fs::create_dir_all(&d).unwrap();
+    // Requests alone: 2,000 allocations of 2 MiB freed in turn.
+    let mut lines = String::new();
+    for i in 0..2_000u64 {
+        let a = 0x7f00_0000_0000u64 + (i % 50) * (4 << 20);
+        for act in ["alloc", "free_requested", "free_completed"] {
+            lines.push_str(&format!("{{\"action\":\"{act}\",\"addr\":{a},\"size\":2097152,\"stream\":0}}\n"));
+        }
+    }
+    let p = d.join("requests.jsonl");
+    std::fs::write(&p, lines).unwrap();
+    let j = tune(&[p.to_str().unwrap()]);
+    assert_eq!(j["recorded_is_the_run"], false, "{j}");
+    assert_eq!((&j["recorded"]["num_ooms"], &j["recorded"]["reserved_peak_bytes"]), (&0.into(), &(20u64 << 20).into()));
+    let out = Command::new(bin()).args(["tune", p.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no segment events"), "{text}");
+    // No percentage against a 0 B baseline.
+    assert!(!text.contains("00000"), "{text}");
+
+    // GPT-2 peaks at 18.46 GiB reserved: on a 16 GiB device its own setting
+    // runs out too, and that is said, not "keep it, 0 OOMs".
+    let gpt2 = fixture("traces/gpt2_train.pickle.gz");
+    let j = tune(&[gpt2.to_str().unwrap(), "--device-total", "16G"]);
+    assert_eq!(j["recorded_is_the_run"], false);
+    assert!(j["recorded"]["num_ooms"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["recorded"]["reserved_peak_bytes"].as_u64().unwrap() < 16 << 30, "{j}");
+    let j = tune(&[gpt2.to_str().unwrap()]);
+    assert_eq!(j["recorded_is_the_run"], true);
+    assert_eq!(j["recorded"]["reserved_peak_bytes"], 19_815_989_248u64);
+}
+
+/// A recorded setting that cannot be read (a key this version does not
+/// know) is refused by tune, naming it, and replay says why it has no
+/// advice for the run's OOM instead of dropping it.
+#[test]
+fn a_recorded_setting_that_cannot_be_read_is_said() {
+    use common::pickler::{entry, segment, snapshot};
+    let base = 0x7f00_0000_0000u64;
+    let raw = snapshot(
+        "max_split_size_mb:64,no_such_key:1",
+        |p| segment(p, base, 20 << 20, false, &[(2 << 20, "active_allocated"), (18 << 20, "inactive")]),
+        |p| {
+            entry(p, "segment_alloc", base, 20 << 20, 0, |_| {});
+            entry(p, "alloc", base, 2 << 20, 0, |_| {});
+            entry(p, "oom", 0, 1 << 50, 0, |_| {});
+        },
+    );
+    let d = common::TmpDir::new("tune");
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("unknown_key.pickle");
+    std::fs::write(&p, raw).unwrap();
+    let out = Command::new(bin()).args(["tune", p.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown_key.pickle") && err.contains("cannot be read") && err.contains("no_such_key"),
+        "{err}"
+    );
+    let out = Command::new(bin()).args(["replay", p.to_str().unwrap(), "--json"]).output().unwrap();
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "exact");
+    assert!(j["oom_advice"].as_str().unwrap().contains("cannot be read"), "{j}");
+}

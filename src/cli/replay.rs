@@ -187,6 +187,12 @@ fn oom_advice(
     if !session.fidelity.is_faithful() || session.start == Start::StateOnly {
         return None;
     }
+    if let Err(e) = AllocatorConfig::parse(&recorded_conf.source) {
+        return Some(format!(
+            "no setting checked: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}), so no change of it could be replayed",
+            trace::printable::escape(&e.to_string())
+        ));
+    }
     let s = crate::tune::search_session(session, &recorded_conf.source, args.device_total, CUDA_CONTEXT_BYTES, limit);
     // By how much the first failed request overshot: allocated just before
     // it, plus the request, less what the process could have.

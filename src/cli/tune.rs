@@ -56,6 +56,10 @@ struct Report<'a> {
     /// "process" (the run from its start) or "window" (a window of a longer
     /// run, replayed from the live blocks at its first event).
     covers: &'static str,
+    /// Whether the recorded row is the run's own exact replay, or its
+    /// setting replayed as the others are (no segment events; a device or
+    /// limit smaller than the run used).
+    recorded_is_the_run: bool,
     memory_limit_bytes: Option<u64>,
     device_total_bytes: u64,
     recorded: Row<'a>,
@@ -92,6 +96,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     }
     let trace = load_input(input, args.max_unpacked)?;
     let dev = pick_device(&trace, args.device)?;
+    if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
+        return Err(anyhow!(InputError(format!(
+            "{}: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}): tune replays the run under its own setting and each change of it, so it has nothing to compare with",
+            args.trace.display(),
+            crate::trace::printable::escape(&e.to_string())
+        ))));
+    }
     let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
     let want = Want { memory_limit: limit, ..Want::recorded(&trace, args.device_total) };
@@ -125,6 +136,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             trace: name,
             events: dev.events.len(),
             covers: if window { "window" } else { "process" },
+            recorded_is_the_run: s.recorded_is_the_run,
             memory_limit_bytes: limit,
             device_total_bytes: args.device_total,
             recorded: rec_row,
@@ -142,7 +154,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let text = summary(args, &name, dev.events.len(), window, limit, &s, started);
+    let text = summary(args, &name, (dev.events.len(), dev.has_segment_events()), window, limit, &s, started);
     super::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
@@ -151,7 +163,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
 fn summary(
     args: &TuneArgs,
     name: &str,
-    events: usize,
+    (events, segment_events): (usize, bool),
     window: bool,
     limit: Option<u64>,
     s: &crate::tune::Search,
@@ -173,10 +185,18 @@ fn summary(
         }
     ));
     o.push_str(&format!(
-        "{} settings replayed in {:.1} s; each figure is the run's own requests under that setting (docs/tune.md)\n\n",
+        "{} settings replayed in {:.1} s; each figure is the run's own requests under that setting (docs/tune.md)\n",
         s.replays,
         started.elapsed().as_secs_f64()
     ));
+    if !s.recorded_is_the_run {
+        o.push_str(if segment_events {
+            "the recorded setting's row too is a replay, on the device or under the limit asked about: the run itself used more\n"
+        } else {
+            "the recorded setting's row too is a replay on the simulated device: this trace has no segment events to check a replay against\n"
+        });
+    }
+    o.push('\n');
     let label = |c: &str| {
         if c.is_empty() {
             "PyTorch's defaults".to_string()

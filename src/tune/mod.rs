@@ -150,6 +150,9 @@ pub struct Search {
     pub candidates: Vec<Outcome>,
     /// Replays run.
     pub replays: usize,
+    /// Whether the recorded row is the run's own exact replay (else the
+    /// recorded setting replayed on the simulated device, as every other).
+    pub recorded_is_the_run: bool,
 }
 
 impl Search {
@@ -251,7 +254,7 @@ pub(crate) fn search(
             shown.push(c);
         }
     }
-    Search { recorded: recorded_outcome, candidates: shown, replays }
+    Search { recorded: recorded_outcome, candidates: shown, replays, recorded_is_the_run: exact.is_some() }
 }
 
 /// `f` over `items` on every core, results in the items' order (`None`s
@@ -287,12 +290,13 @@ pub fn why(o: &Outcome, recorded: &Outcome, limit: Option<u64>) -> String {
     use crate::analysis::human_bytes;
     let mut parts = Vec::new();
     if o.num_ooms < recorded.num_ooms {
-        parts.push(format!(
-            "it avoids the {} OOM{} the recorded setting hits{}",
-            recorded.num_ooms,
-            if recorded.num_ooms == 1 { "" } else { "s" },
-            limit.map(|l| format!(" under the {} limit", human_bytes(l))).unwrap_or_default()
-        ));
+        let under = limit.map(|l| format!(" under the {} limit", human_bytes(l))).unwrap_or_default();
+        let plural = if recorded.num_ooms == 1 { "" } else { "s" };
+        parts.push(if o.num_ooms == 0 {
+            format!("it avoids the {} OOM{plural} the recorded setting hits{under}", recorded.num_ooms)
+        } else {
+            format!("it hits {} of the {} OOM{plural} the recorded setting hits{under}", o.num_ooms, recorded.num_ooms)
+        });
     }
     if o.num_alloc_retries < recorded.num_alloc_retries {
         parts.push(format!(
@@ -352,8 +356,14 @@ pub(crate) fn search_session(
     limit: Option<u64>,
 ) -> Search {
     let reqs = requests_of(session);
-    let exact =
-        (session.start == crate::replay::session::Start::ProcessStart).then(|| session.exact.allocator.stats().clone());
+    // The recorded row is the run's own replay only where that replay is
+    // exact from process start and the run fits the device or limit asked
+    // about; else (requests without segment events, a smaller device) the
+    // recorded setting is replayed as every other is.
+    let cap = limit.unwrap_or(device_total.saturating_sub(context));
+    let exact = (session.fidelity == crate::replay::session::Fidelity::Exact)
+        .then(|| session.exact.allocator.stats().clone())
+        .filter(|st| st.get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64 <= cap);
     search(&reqs, recorded, device_total, context, limit, exact.as_ref())
 }
 
@@ -468,6 +478,7 @@ mod tests {
             recorded: rec.clone(),
             candidates: vec![outcome("expandable_segments:True", 0, 7 << 30), rec.clone()],
             replays: 9,
+            recorded_is_the_run: true,
         };
         assert_eq!(
             oom_advice(&s, None).unwrap(),
@@ -477,12 +488,17 @@ mod tests {
             recorded: rec.clone(),
             candidates: vec![outcome("max_split_size_mb:64", 1, 7 << 30), rec],
             replays: 9,
+            recorded_is_the_run: true,
         };
         assert_eq!(
             oom_advice(&s, Some(96 << 20)).unwrap(),
             "no allocator setting avoids it (replayed under 9 settings); the request overshot the limit by 96.00 MiB: the peaks themselves do not fit; a smaller batch, activation checkpointing or mixed precision lowers them"
         );
         let ok = outcome("", 0, 1 << 30);
-        assert!(oom_advice(&Search { recorded: ok.clone(), candidates: vec![ok], replays: 1 }, None).is_none());
+        assert!(oom_advice(
+            &Search { recorded: ok.clone(), candidates: vec![ok], replays: 1, recorded_is_the_run: true },
+            None
+        )
+        .is_none());
     }
 }
