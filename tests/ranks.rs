@@ -496,3 +496,48 @@ fn jobs_recorded_on_the_h200_hold_each_ranks_own_peaks() {
         assert!(s.contains(&format!("worst rank {} at", world - 1)), "{s}");
     }
 }
+
+/// Two unrelated `RANK=0 WORLD_SIZE=1` scripts of one parent publish the
+/// same job id ("ppid 7"): they are two jobs of one rank each, not one job
+/// with rank 0 twice (which raised an imbalance alert that contradicted
+/// itself); a third script claiming another world size under that id is a
+/// job of its own too.
+#[test]
+fn processes_claiming_one_rank_of_one_job_are_jobs_of_their_own() {
+    let file = |pid: u32, world: u32, peak: u64| {
+        let mut v = rank_file(0, GIB, peak, peak + GIB);
+        v["pid"] = json!(pid);
+        v["nspid"] = json!([pid]);
+        v["device"] = json!(0);
+        v["job"] = json!("ppid 7");
+        v["world_size"] = json!(world);
+        publisher::parse_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).unwrap()
+    };
+    let snap = Snapshot {
+        time: 100.0,
+        gpus: vec![gpu(0, vec![])],
+        publishers: vec![file(2001, 1, 4 * GIB), file(2002, 1, 12 * GIB), file(2003, 2, 5 * GIB)],
+        skipped: vec![],
+        gone: vec![],
+    };
+    let alerts = gpumem_top::monitor::alerts::alerts(&snap, &Default::default());
+    assert!(alerts.iter().all(|a| a.kind != "imbalance"), "{alerts:?}");
+    let rep: Value = serde_json::to_value(gpumem_top::monitor::report::LiveReport::of(&snap, &alerts, "nvml")).unwrap();
+    let jobs: Vec<(String, Vec<u64>)> = rep["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let pids = j["ranks"].as_array().unwrap().iter().map(|r| r["pid"].as_u64().unwrap()).collect();
+            (j["job"].as_str().unwrap().to_string(), pids)
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![
+            ("ppid 7 (world 1) #1".to_string(), vec![2001]),
+            ("ppid 7 (world 1) #2".to_string(), vec![2002]),
+            ("ppid 7 (world 2)".to_string(), vec![2003]),
+        ]
+    );
+}

@@ -438,19 +438,28 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
         label: format!("pid {} ({})", q.pid, q.name()),
     };
     let asked: Vec<Asked> = if args.job {
-        let Some(job) = &p.job else {
+        if p.job.is_none() {
             return Err(anyhow!(InputError(format!(
                 "pid {} ({}) is in no distributed job: it publishes no rank (RANK and WORLD_SIZE, as torchrun sets them)",
                 args.pid,
                 p.name()
             ))));
-        };
+        }
         let stem = args
             .output
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("gpumem-top-snapshot-job-{}-{}", args.pid, now as u64)));
+        // The job as the live view groups it: two processes claiming one
+        // rank are two jobs, and only PID's is asked.
+        let placed: Vec<&crate::monitor::Published> = scan.published.iter().filter(|q| q.job.is_some()).collect();
+        let places: Vec<(&str, u32, u32, u32)> = placed
+            .iter()
+            .filter_map(|q| q.job.as_ref().map(|j| (j.job.as_str(), j.world_size, j.rank, q.pid)))
+            .collect();
+        let ids = crate::monitor::job::job_ids(&places);
+        let mine = placed.iter().position(|q| q.pid == args.pid).map(|i| ids[i].clone());
         let mut ranks: Vec<&crate::monitor::Published> =
-            scan.published.iter().filter(|q| q.job.as_ref().is_some_and(|j| j.job == job.job)).collect();
+            placed.iter().zip(&ids).filter(|(_, id)| Some(*id) == mine.as_ref()).map(|(q, _)| *q).collect();
         ranks.sort_by_key(|q| (q.job.as_ref().map(|j| j.rank), q.device, q.pid));
         // One file per process (a rank publishing on two devices is one process).
         ranks.dedup_by_key(|q| q.pid);

@@ -108,13 +108,13 @@ impl Job {
     }
 }
 
-/// Groups rows by job, jobs in order of their names; the world size is the
-/// one the ranks published where they agree.
+/// Groups rows by job (`job_ids`), jobs in order of their names.
 fn group(rows: Vec<(String, u32, RankRow)>) -> Vec<Job> {
+    let places: Vec<(&str, u32, u32, u32)> = rows.iter().map(|(j, w, r)| (j.as_str(), *w, r.rank, r.pid)).collect();
+    let ids = job_ids(&places);
     let mut by: std::collections::BTreeMap<String, (u32, Vec<RankRow>)> = Default::default();
-    for (job, world, row) in rows {
-        let e = by.entry(job).or_insert((world, Vec::new()));
-        e.0 = e.0.max(world);
+    for (id, (_, world, row)) in ids.into_iter().zip(rows) {
+        let e = by.entry(id).or_insert((world, Vec::new()));
         e.1.push(row);
     }
     by.into_iter()
@@ -122,6 +122,38 @@ fn group(rows: Vec<(String, u32, RankRow)>) -> Vec<Job> {
             let mut j = Job::of(id, ranks);
             j.world_size = j.world_size.max(world);
             j
+        })
+        .collect()
+}
+
+/// The job of each place `(job, world size, rank, pid)`: a job is the ranks
+/// that publish one job id and agree on its world size. Where ids repeat
+/// with other world sizes, each world size is its own job ("ppid 7 (world
+/// 2)"); where two processes claim one rank of a job (two unrelated
+/// `RANK=0 WORLD_SIZE=1` scripts of one parent), the k-th process of each
+/// rank, in pid order, is in the k-th job ("ppid 7 #2"), so no job has a
+/// rank twice (docs/ranks.md).
+pub(crate) fn job_ids(places: &[(&str, u32, u32, u32)]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut worlds: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut pids: BTreeMap<(&str, u32, u32), BTreeSet<u32>> = BTreeMap::new();
+    for &(job, world, rank, pid) in places {
+        worlds.entry(job).or_default().insert(world);
+        pids.entry((job, world, rank)).or_default().insert(pid);
+    }
+    let shared = |job: &str, world: u32| pids.iter().any(|(&(j, w, _), p)| j == job && w == world && p.len() > 1);
+    places
+        .iter()
+        .map(|&(job, world, rank, pid)| {
+            let mut id = job.to_string();
+            if worlds.get(job).is_some_and(|w| w.len() > 1) {
+                id.push_str(&format!(" (world {world})"));
+            }
+            if shared(job, world) {
+                let k = pids.get(&(job, world, rank)).map_or(0, |p| p.iter().position(|&q| q == pid).unwrap_or(0));
+                id.push_str(&format!(" #{}", k + 1));
+            }
+            id
         })
         .collect()
 }
