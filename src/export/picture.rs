@@ -138,6 +138,34 @@ fn tick_step(max: u64, n: u64) -> u64 {
     p.saturating_mul(64)
 }
 
+/// Step for about `n` labels over counts `0..=span`: 1, 2 or 5 times a
+/// power of ten (iterations, events).
+fn count_step(span: u64, n: u64) -> u64 {
+    let raw = span.div_ceil(n.max(1)).max(1);
+    let mut p = 1u64;
+    loop {
+        for m in [1, 2, 5] {
+            if p.saturating_mul(m) >= raw {
+                return p.saturating_mul(m);
+            }
+        }
+        p = p.saturating_mul(10);
+    }
+}
+
+/// Marks at x positions, one per pixel column at most: a picture of
+/// 100,000 iterations draws what its width can show (docs/input.md).
+fn thinned(xs: impl Iterator<Item = f64>) -> impl Iterator<Item = f64> {
+    let mut last = f64::NEG_INFINITY;
+    xs.filter(move |&x| {
+        let keep = x - last >= 2.0;
+        if keep {
+            last = x;
+        }
+        keep
+    })
+}
+
 /// Rows the fragmentation map picture draws at most.
 const MAX_ROWS: usize = 1000;
 
@@ -392,11 +420,11 @@ fn timeline(scene: &Scene, width: f64) -> String {
         s.text(xf(i), y1 + 20.0, 12.0, "middle", &i.to_string(), "");
     }
     s.text((x0 + x1) / 2.0, y1 + 42.0, 13.0, "middle", "event", "");
-    for &i in scene.marks.iterations {
-        s.line(xf(i), y0, xf(i), y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
+    for x in thinned(scene.marks.iterations.iter().map(|&i| xf(i))) {
+        s.line(x, y0, x, y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
     }
-    for &i in scene.marks.empty_caches {
-        s.text(xf(i), y0 - 4.0, 11.0, "middle", "E", "");
+    for x in thinned(scene.marks.empty_caches.iter().map(|&i| xf(i))) {
+        s.text(x, y0 - 4.0, 11.0, "middle", "E", "");
     }
     // Series, downsampled to the maximum per pixel column.
     let cols = (x1 - x0) as usize;
@@ -436,7 +464,13 @@ fn timeline(scene: &Scene, width: f64) -> String {
             r#" font-weight="bold""#,
         );
     }
+    let mut last = f64::NEG_INFINITY;
     for &o in scene.marks.ooms {
+        // One mark per two pixel columns, as `thinned`.
+        if xf(o) - last < 2.0 {
+            continue;
+        }
+        last = xf(o);
         let (x, y) = (xf(o), yf(scene.marks.timeline.get(o).map_or(0, |p| p.reserved)));
         s.line(x - 5.0, y - 5.0, x + 5.0, y + 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
         s.line(x - 5.0, y + 5.0, x + 5.0, y - 5.0, r##"stroke="#c53030" stroke-width="2.5""##);
@@ -648,7 +682,10 @@ pub(crate) fn overlay_svg(
     }
     s.line(x0, y1, x1, y1, r##"stroke="#1a202c""##);
     s.line(x0, y0, x0, y1, r##"stroke="#1a202c""##);
-    for k in 0..=span as usize {
+    // Iteration lines and labels thinned to what the width can show: a
+    // label every 60 px at most.
+    let every = count_step(span as u64, ((x1 - x0) / 60.0).max(1.0) as u64);
+    for k in (0..=span as u64).step_by(every as usize) {
         let x = xf(k as f64);
         s.line(x, y0, x, y1, r##"stroke="#a0aec0" stroke-dasharray="2 4""##);
         s.text(x, y1 + 20.0, 12.0, "middle", &k.to_string(), "");

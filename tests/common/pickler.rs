@@ -89,6 +89,19 @@ impl Pickler {
 /// A trace entry `{action, addr, size, stream, time_us, frames}`; `frames`
 /// writes the frames list's items.
 pub fn entry(p: &mut Pickler, action: &str, addr: u64, size: u64, stream: u64, frames: impl FnOnce(&mut Pickler)) {
+    entry_at(p, 0, action, addr, size, stream, frames)
+}
+
+/// `entry` at `time_us`.
+pub fn entry_at(
+    p: &mut Pickler,
+    time_us: u64,
+    action: &str,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    frames: impl FnOnce(&mut Pickler),
+) {
     p.dict(|p| {
         p.kv("action", |p| {
             p.str(action);
@@ -103,7 +116,7 @@ pub fn entry(p: &mut Pickler, action: &str, addr: u64, size: u64, stream: u64, f
             p.int(stream);
         })
         .kv("time_us", |p| {
-            p.int(0);
+            p.int(time_us);
         })
         .kv("frames", |p| {
             p.list(frames);
