@@ -3,8 +3,10 @@
 //! inputs with bytes flipped, inserted, deleted, duplicated, spliced and
 //! cut, each read and, when it reads, replayed through the same session
 //! every front end uses and exported (the fragmentation map and timeline as
-//! SVG and text; recordings into the live model and its report). A panic
-//! or an execution over 2 s fails, and the input is saved.
+//! SVG and text; recordings into the live model and its report); every
+//! 16th that reads also goes through the binary's `tune`, `diff` and
+//! `replay` of two inputs. A panic or an execution over 2 s (5 s for a
+//! command) fails, and the input is saved.
 //!
 //! CI runs it for `GPUMEM_FUZZ_SECS` (default 15) seconds; a longer run:
 //!
@@ -160,6 +162,29 @@ fn execute(input: &[u8], export: bool) {
     }
 }
 
+/// Every 16th execution: the commands that take an input whole, through
+/// the binary as a user runs them: `tune`, `diff` against a seed, and
+/// `replay` of the input beside a seed (each input read once, replayed as
+/// alone). Each must end with 0, 1 or 2, never a panic or a signal.
+fn through_binary(input: &[u8], seed_file: &std::path::Path, dir: &std::path::Path, n: u64) -> Result<(), String> {
+    let f = dir.join(format!("in{}", n % 4));
+    std::fs::write(&f, input).map_err(|e| e.to_string())?;
+    let (f, seed) = (f.to_str().unwrap_or_default(), seed_file.to_str().unwrap_or_default());
+    let runs: [&[&str]; 3] = [&["tune", f, "--json"], &["diff", seed, f, "--json"], &["replay", f, seed, "--json"]];
+    for args in runs {
+        let t = Instant::now();
+        let o = std::process::Command::new(common::bin()).args(args).output().map_err(|e| e.to_string())?;
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !matches!(o.status.code(), Some(0..=2)) || err.contains("panicked") {
+            return Err(format!("{args:?} ended {:?}: {err}", o.status));
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err(format!("{args:?} took {:?}", t.elapsed()));
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn fuzz_pickle_jsonl_and_rmm_inputs() {
     let secs: u64 = std::env::var("GPUMEM_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
@@ -174,6 +199,11 @@ fn fuzz_pickle_jsonl_and_rmm_inputs() {
     }
     let mut rng = Rng(seed);
     let mut input = Vec::new();
+    let dir = common::TmpDir::new("fuzz");
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed_file = dir.join("seed.pickle");
+    std::fs::write(&seed_file, &seeds[3]).unwrap();
+    let mut through = 0u64;
     let start = Instant::now();
     let mut n = 0u64;
     let mut read_ok = 0u64;
@@ -203,12 +233,21 @@ fn fuzz_pickle_jsonl_and_rmm_inputs() {
         }
         if trace::read_any(&input[..]).is_ok() {
             read_ok += 1;
+            if n % 16 == 0 {
+                through += 1;
+                if let Err(e) = through_binary(&input, &seed_file, &dir, n) {
+                    std::panic::set_hook(prev);
+                    let p = std::env::temp_dir().join(format!("gpumem-top-fuzz-crash-{n}.bin"));
+                    std::fs::write(&p, &input).unwrap();
+                    panic!("execution {n}: {e} (input saved to {})", p.display());
+                }
+            }
         }
         n += 1;
     }
     std::panic::set_hook(prev);
     eprintln!(
-        "fuzz: {n} executions in {:.1} s ({read_ok} read as a trace), seed {seed:#x}, no panic, none over 2 s",
+        "fuzz: {n} executions in {:.1} s ({read_ok} read as a trace, {through} of them also through tune, diff and replay of two inputs), seed {seed:#x}, no panic, none over 2 s",
         start.elapsed().as_secs_f64()
     );
     assert!(n > 0);
