@@ -915,3 +915,75 @@ fn the_demo_source_names_itself_and_its_lines_fit_80_columns() {
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('S')));
     assert!(render(&mut app, 80, 24).contains("the demo's process is simulated: it has no PyTorch to snapshot"));
 }
+
+/// Two containers' trainers, each pid 1 of its own pid namespace, publish
+/// into one shared directory (the DaemonSet of docs/cluster.md): two files,
+/// two processes told apart by their start times and shown under their
+/// pids here, each with its own figures; one killed is gone at the next
+/// sample although pid 1 here lives on. They collided in `1-0.json`: one
+/// process flipping between the two pods' figures, the other lost.
+#[test]
+fn trainers_of_two_containers_are_two_processes() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !have_python() {
+        eprintln!("skipped: pid namespaces need root (CI runs as root)");
+        return;
+    }
+    let d = tmpdir("pods");
+    let dir = d.join("shared");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let fake = fake_torch(&d);
+    let script = r#"
+import os, time, torch, gpumem_top_publish as g
+a = int(os.environ["ALLOC"])
+torch.cuda.memory_stats = lambda d=None: {"allocated_bytes.all.current": a, "reserved_bytes.all.current": 20 << 20, "num_ooms": 0}
+g.start(interval=0.05)
+time.sleep(0.3)
+print("published as pid", os.getpid(), flush=True)
+time.sleep(60)
+"#;
+    let pod = |alloc: u64| {
+        let mut c = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--mount-proc", "python3", "-c", script])
+            .env("PYTHONPATH", format!("{}:{}", fake.display(), common::root().join("assets/python").display()))
+            .env("GPUMEM_TOP_DIR", &dir)
+            .env("ALLOC", alloc.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "published as pid 1", "each trainer is pid 1 of its namespace");
+        c
+    };
+    let (mut a, mut b) = (pod(3 << 20), pod(5 << 20));
+    let files: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files.iter().filter(|f| f.starts_with("1-") && f.ends_with("-0.json")).count(), 2, "{files:?}");
+    let mut src = LiveSource::new(Box::new(FakeNvml::new(vec![gpu(0, GIB, vec![])])), vec![], Some(dir.clone()));
+    let snap = src.snapshot();
+    let mut seen: Vec<(u32, u64)> = snap.publishers.iter().map(|p| (p.pid, p.allocated())).collect();
+    seen.sort_by_key(|s| s.1);
+    assert_eq!(seen.len(), 2, "{seen:?} {:?}", snap.skipped);
+    assert_ne!(seen[0].0, seen[1].0);
+    assert_eq!((seen[0].1, seen[1].1), (3 << 20, 5 << 20));
+    for (pid, _) in &seen {
+        assert_ne!(*pid, 1);
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let ns = st.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+        assert!(ns.trim_end().ends_with("\t1"), "pid {pid} is a pid 1 inside: {ns}");
+    }
+    // The first pod ends (SIGKILL: no final file): gone at once, the other
+    // stays, though pid 1 here is alive.
+    a.kill().unwrap();
+    a.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let snap = src.snapshot();
+    let live: Vec<(u32, u64)> = snap.publishers.iter().map(|p| (p.pid, p.allocated())).collect();
+    assert_eq!(live, vec![seen[1]], "{:?}", snap.gone);
+    assert!(snap.gone.contains(&seen[0].0), "{:?}", snap.gone);
+    b.kill().unwrap();
+    b.wait().unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -11,8 +11,13 @@ the program initialises CUDA).
 
 A daemon thread writes ``torch.cuda.memory_stats()`` and, when it changed and
 the time budget allows, a compact segment/block layout to
-``<dir>/<pid>-<device>.json``, written to a temporary name and renamed so a
-reader never sees half a file. ``<dir>`` is ``$GPUMEM_TOP_DIR``, else
+``<dir>/<pid>-<instance>-<device>.json``, written to a temporary name and
+renamed so a reader never sees half a file. ``<instance>`` is random, drawn
+when publishing starts: the trainers of several containers are each pid 1
+of their own namespace, and their files must not collide in a shared
+directory; the file also carries the process's start time (in clock ticks
+since boot, the same from every namespace), so a reader tells it from
+another process of the same pid. ``<dir>`` is ``$GPUMEM_TOP_DIR``, else
 ``$XDG_RUNTIME_DIR/gpumem-top``, else ``/tmp/gpumem-top-<uid>``; it is created
 with mode 0700 and must belong to this user.
 
@@ -33,10 +38,10 @@ resets its peak counters at every step; ``torch.cuda.memory_stats()``,
 that Python code still sees the peaks it would have seen. It is opt-in
 because C++ code reading the counters directly sees per-step peaks.
 
-A snapshot on demand: gpumem-top creates ``<dir>/<pid>.snapshot-request``;
-within one interval this process writes ``torch.cuda.memory._snapshot()``
-(the whole history when recording, else the state) to
-``<dir>/<pid>.snapshot.pickle``.
+A snapshot on demand: gpumem-top creates
+``<dir>/<pid>-<instance>.snapshot-request``; within one interval this
+process writes ``torch.cuda.memory._snapshot()`` (the whole history when
+recording, else the state) to ``<dir>/<pid>-<instance>.snapshot.pickle``.
 """
 
 import atexit
@@ -203,6 +208,21 @@ def _usable_dir(directory):
             return None
         _warn("%s; publishing to %s instead" % (e, d))
         return d
+
+
+def _start_ticks():
+    """This process's start time in clock ticks since boot (field 22 of
+    /proc/self/stat): the same number from every pid namespace."""
+    try:
+        with open("/proc/self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except Exception:
+        return None
+
+
+def _key():
+    """Who this process is in file names: its pid and its instance."""
+    return "%d-%s" % (os.getpid(), _state.get("instance") or "0")
 
 
 def _nspid():
@@ -670,6 +690,8 @@ def publish_once(
         "version": 1,
         "pid": os.getpid(),
         "nspid": _nspid(),
+        "instance": _state.get("instance"),
+        "start_ticks": _state.get("start_ticks"),
         "device": device,
         "uuid": _uuid(torch, device),
         "time": now,
@@ -698,7 +720,7 @@ def publish_once(
     text = json.dumps(doc, separators=(",", ":"))
     # The layout is spliced in as the text it was serialised to once.
     data = (text[:-1] + ',"segments":' + seg_text + "}").encode()
-    return _write_atomic(directory, "%d-%d.json" % (os.getpid(), device), data)
+    return _write_atomic(directory, "%s-%d.json" % (_key(), device), data)
 
 
 def _snapshots_safe_here():
@@ -724,14 +746,14 @@ def _snapshots_safe_here():
 
 
 def _snapshot_requested(directory):
-    return os.path.exists(os.path.join(directory, "%d.snapshot-request" % os.getpid()))
+    return os.path.exists(os.path.join(directory, "%s.snapshot-request" % _key()))
 
 
 def _serve_snapshot_request(torch, directory):
-    """Answers ``<pid>.snapshot-request`` with ``<pid>.snapshot.pickle``
-    (or ``<pid>.snapshot.error``)."""
-    pid = os.getpid()
-    req = os.path.join(directory, "%d.snapshot-request" % pid)
+    """Answers ``<pid>-<instance>.snapshot-request`` with
+    ``<pid>-<instance>.snapshot.pickle`` (or ``.snapshot.error``)."""
+    key = _key()
+    req = os.path.join(directory, "%s.snapshot-request" % key)
     if not os.path.exists(req):
         return
     try:
@@ -741,10 +763,10 @@ def _serve_snapshot_request(torch, directory):
     try:
         snap = torch.cuda.memory._snapshot()
         data = pickle.dumps(snap, protocol=4)
-        _write_atomic(directory, "%d.snapshot.pickle" % pid, data)
+        _write_atomic(directory, "%s.snapshot.pickle" % key, data)
     except Exception as e:
         try:
-            _write_atomic(directory, "%d.snapshot.error" % pid, repr(e).encode())
+            _write_atomic(directory, "%s.snapshot.error" % key, repr(e).encode())
         except Exception:
             pass
 
@@ -799,6 +821,9 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         if directory is None:
             return None
         _state["owner"] = os.getpid()
+        # Drawn anew in a forked child that publishes: its files are its own.
+        _state["instance"] = "%016x" % int.from_bytes(os.urandom(8), "big")
+        _state["start_ticks"] = _start_ticks()
         _state["interval"] = interval
         _state["home"] = [torch.cuda.current_device()]
         # Read once: the names and the job do not change while it runs.

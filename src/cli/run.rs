@@ -371,7 +371,8 @@ pub struct SnapshotArgs {
 
 /// One process asked for a snapshot, and where its answer goes.
 struct Asked {
-    pid: u32,
+    /// How its files name it (`Published::key`).
+    who: String,
     /// Its pids here and in the namespace it publishes from.
     pids: Vec<u32>,
     dir: PathBuf,
@@ -384,12 +385,12 @@ struct Asked {
 fn ask_all(asked: &[Asked], timeout: Duration) -> Vec<Result<u64, String>> {
     use crate::monitor::snapshot::{deliver, poll, request, withdraw, Answer};
     let mut out: Vec<Option<Result<u64, String>>> =
-        asked.iter().map(|a| request(&a.dir, a.pid).err().map(|e| Err(format!("{}: {e}", a.dir.display())))).collect();
+        asked.iter().map(|a| request(&a.dir, &a.who).err().map(|e| Err(format!("{}: {e}", a.dir.display())))).collect();
     let start = Instant::now();
     while out.iter().any(Option::is_none) {
         for (a, o) in asked.iter().zip(out.iter_mut()).filter(|(_, o)| o.is_none()) {
             let alive = a.pids.iter().any(|q| Path::new(&format!("/proc/{q}")).exists());
-            *o = match poll(&a.dir, a.pid) {
+            *o = match poll(&a.dir, &a.who) {
                 Answer::Ready(from) => Some(
                     deliver(&from, &a.dest)
                         .map(|()| std::fs::metadata(&a.dest).map(|m| m.len()).unwrap_or(0))
@@ -397,11 +398,11 @@ fn ask_all(asked: &[Asked], timeout: Duration) -> Vec<Result<u64, String>> {
                 ),
                 Answer::Failed(why) => Some(Err(format!("could not take a snapshot: {why}"))),
                 Answer::Pending if !alive => {
-                    withdraw(&a.dir, a.pid);
+                    withdraw(&a.dir, &a.who);
                     Some(Err("exited before answering the snapshot request".into()))
                 }
                 Answer::Pending if start.elapsed() > timeout => {
-                    withdraw(&a.dir, a.pid);
+                    withdraw(&a.dir, &a.who);
                     Some(Err(format!(
                         "did not answer in {} s (its publisher predates snapshots, or it is stuck)",
                         timeout.as_secs()
@@ -421,7 +422,12 @@ fn ask_all(asked: &[Asked], timeout: Duration) -> Vec<Result<u64, String>> {
 pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     let dir = args.publish_dir.clone().unwrap_or_else(publisher::default_dir);
     let uid = publisher::current_uid();
-    let scan = publisher::scan(&dir, uid, publisher::DEFAULT_CAP);
+    let mut scan = publisher::scan(&dir, uid, publisher::DEFAULT_CAP);
+    // Each by its pid as we see it: a container's trainer is its pid 1,
+    // here the host's pid (docs/cluster.md).
+    for p in &mut scan.published {
+        p.pid = crate::monitor::sampler::resolve(p).0;
+    }
     let Some(p) = scan.published.iter().find(|p| p.pid == args.pid) else {
         return Err(anyhow!(InputError(format!(
             "pid {} does not publish its allocator state in {} (start it with `gpumem-top run -- CMD`, or call gpumem_top_publish.start() in it)",
@@ -431,7 +437,7 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     };
     let now = crate::monitor::now();
     let asked_of = |q: &crate::monitor::Published, dest: PathBuf| Asked {
-        pid: q.pid,
+        who: q.key(),
         pids: std::iter::once(q.pid).chain(q.nspid.first().copied()).collect(),
         dir: q.path.parent().map(Path::to_path_buf).unwrap_or(dir.clone()),
         dest,

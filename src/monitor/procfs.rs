@@ -65,6 +65,33 @@ fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Field 22 of /proc/PID/stat: when the process started, in clock ticks
+/// since boot (the same number from every pid namespace), if it is running
+/// (not a zombie).
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis (the name itself
+    // may hold one): state is the first, start time the twentieth.
+    let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let mut fields = rest.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty());
+    if matches!(fields.next(), Some(b"Z" | b"X")) {
+        return None;
+    }
+    std::str::from_utf8(fields.nth(18)?).ok()?.parse().ok()
+}
+
+/// The pid, in our namespace, of the running process that started at
+/// `ticks` and knows itself as `inner` (the innermost of its NSpid): a
+/// container's pid 1 seen from the host. One pass over /proc.
+pub(crate) fn find_started(inner: u32, ticks: u64) -> Option<u32> {
+    let rd = std::fs::read_dir("/proc").ok()?;
+    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&pid| {
+        start_ticks(pid) == Some(ticks)
+            && std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .is_ok_and(|st| nspids(&st).last().is_some_and(|&q| q == inner))
+    })
+}
+
 /// The process's name as its publisher gives it (`program_name` of its
 /// command line), or `comm`.
 pub(crate) fn command(pid: u32) -> Option<String> {

@@ -36,7 +36,18 @@ pub fn current_uid() -> u32 {
 /// One process's published allocator state.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Published {
+    /// Its pid as we see it: the one it published, or, for a process in
+    /// another pid namespace (a container's pid 1), the one its start time
+    /// finds in ours (`Sampler`; docs/cluster.md).
     pub pid: u32,
+    /// The pid it knows itself by (its file's): snapshot requests name it.
+    #[serde(skip)]
+    pub(crate) own_pid: u32,
+    /// See `RawFile::instance`.
+    #[serde(skip)]
+    pub(crate) instance: Option<String>,
+    #[serde(skip)]
+    pub(crate) start_ticks: Option<u64>,
     /// Its PIDs in nested namespaces, outermost first (from its /proc/self/status).
     pub(crate) nspid: Vec<u32>,
     /// NVML's index of its GPU once a live source has matched it (see
@@ -187,6 +198,15 @@ impl StepRecord {
 }
 
 impl Published {
+    /// How its files name it: `<pid>-<instance>` as it knows itself, or the
+    /// pid alone for a publisher from before instances.
+    pub(crate) fn key(&self) -> String {
+        match &self.instance {
+            Some(i) => format!("{}-{i}", self.own_pid),
+            None => self.own_pid.to_string(),
+        }
+    }
+
     /// How every screen, report and metric names it: the program
     /// (`ddp.py`) and, in a job, its rank (`ddp.py rank 1/2`).
     pub fn name(&self) -> String {
@@ -291,6 +311,14 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     pub(crate) pid: u32,
     #[serde(default)]
     pub(crate) nspid: Vec<u32>,
+    /// Drawn at random when it started publishing: processes of one pid in
+    /// other namespaces (containers) are told apart by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) instance: Option<String>,
+    /// Its start time in clock ticks since boot (the same from every
+    /// namespace): which process of that pid wrote the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) start_ticks: Option<u64>,
     pub(crate) device: u32,
     /// The GPU's UUID as NVML spells it ("GPU-…"); absent from older publishers.
     #[serde(default)]
@@ -342,6 +370,8 @@ impl RawFile {
             version: 1,
             pid: p.pid,
             nspid: p.nspid.clone(),
+            instance: p.instance.clone(),
+            start_ticks: p.start_ticks,
             device: p.device,
             uuid: p.uuid.clone(),
             time: p.time,
@@ -459,7 +489,10 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
     let segments = Arc::clone(&layout.segments);
     let p = Published {
         pid: raw.pid,
+        own_pid: raw.pid,
         nspid: raw.nspid,
+        instance: raw.instance.filter(|i| !i.is_empty() && i.len() <= 32 && i.bytes().all(|b| b.is_ascii_hexdigit())),
+        start_ticks: raw.start_ticks,
         device: raw.device,
         cuda_device: raw.device,
         uuid: raw.uuid.filter(|u| u.len() <= 96),
@@ -682,11 +715,12 @@ pub fn scan(dir: &Path, uid: u32, cap: u64) -> PublisherScan {
 /// One file per (process, device): the newest, when a process has files in
 /// two directories or under two names.
 fn dedupe(out: &mut PublisherScan) {
-    out.published.sort_by(|a, b| (a.pid, a.cuda_device).cmp(&(b.pid, b.cuda_device)).then(b.time.total_cmp(&a.time)));
+    let id = |p: &Published| (p.pid, p.instance.clone(), p.cuda_device);
+    out.published.sort_by(|a, b| id(a).cmp(&id(b)).then(b.time.total_cmp(&a.time)));
     let mut kept: Vec<Published> = Vec::with_capacity(out.published.len());
     for p in out.published.drain(..) {
         match kept.last() {
-            Some(k) if (k.pid, k.cuda_device) == (p.pid, p.cuda_device) => {
+            Some(k) if id(k) == id(&p) => {
                 out.skipped.push(format!(
                     "{}: an older file of pid {} device {}",
                     p.path.display(),

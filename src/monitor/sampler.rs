@@ -26,6 +26,9 @@ pub struct LiveSource {
     dir: Option<PathBuf>,
     scanner: publisher::Scanner,
     previous: Vec<u32>,
+    /// Each publisher instance's pid as we see it, and whether it was
+    /// running at the last look (`resolve`).
+    resolved: std::collections::HashMap<String, (u32, bool)>,
 }
 
 impl LiveSource {
@@ -36,9 +39,47 @@ impl LiveSource {
             dir,
             scanner: publisher::Scanner::new(publisher::current_uid(), publisher::DEFAULT_CAP),
             previous: Vec::new(),
+            resolved: std::collections::HashMap::new(),
         }
     }
+
+    /// The pid we see `p`'s writer as, and whether it still runs. A file
+    /// carrying its start time is its writer's only while a process of
+    /// that start time knows itself by that pid: pid 1 of every container
+    /// is a different process, and the host's pid 1 is none of them. Found
+    /// once per instance (a pass over /proc for one in another namespace),
+    /// then checked with one read a sample; a file without it (an older
+    /// publisher) is its pid's while that pid runs.
+    fn resolve(&mut self, p: &Published) -> (u32, bool) {
+        let (Some(inst), Some(t)) = (&p.instance, p.start_ticks) else {
+            return (p.pid, alive(p.pid) || p.nspid.iter().any(|&q| alive(q)));
+        };
+        if let Some(&(pid, running)) = self.resolved.get(inst) {
+            let still = running && super::procfs::start_ticks(pid) == Some(t);
+            self.resolved.insert(inst.clone(), (pid, still));
+            return (pid, still);
+        }
+        let r = resolve(p);
+        self.resolved.insert(inst.clone(), r);
+        r
+    }
 }
+
+/// `LiveSource::resolve` without its memory: one look (a pass over /proc
+/// for a writer in another pid namespace).
+pub(crate) fn resolve(p: &Published) -> (u32, bool) {
+    let Some(t) = p.start_ticks.filter(|_| p.instance.is_some()) else {
+        return (p.pid, alive(p.pid) || p.nspid.iter().any(|&q| alive(q)));
+    };
+    let here =
+        std::iter::once(p.own_pid).chain(p.nspid.iter().copied()).find(|&q| super::procfs::start_ticks(q) == Some(t));
+    let found = here.or_else(|| super::procfs::find_started(p.own_pid, t));
+    (found.unwrap_or(p.own_pid), found.is_some())
+}
+
+/// A file unchanged for longer than this (and ten of its intervals) is
+/// retired: its writer no longer publishes (docs/cluster.md).
+const STALE_S: f64 = 30.0;
 
 /// A final file older than this is from a run nobody watched: removed
 /// unread.
@@ -81,8 +122,16 @@ impl Source for LiveSource {
             // A file whose process is gone is history, not a live process;
             // its final file (written at exit) is read once, then removed,
             // so the last steps and an OOM that ended the run are seen.
-            for p in scan.published {
-                if alive(p.pid) || p.nspid.iter().any(|&q| alive(q)) {
+            let seen: std::collections::HashSet<String> =
+                scan.published.iter().filter_map(|p| p.instance.clone()).collect();
+            self.resolved.retain(|k, _| seen.contains(k));
+            for mut p in scan.published {
+                let (pid, running) = self.resolve(&p);
+                p.pid = pid;
+                // A file that has not changed for ten of its intervals (and
+                // 30 s) is retired whatever its pid: its writer stopped.
+                let stale = snap.time - p.time > (10.0 * p.interval).max(STALE_S);
+                if running && !stale {
                     snap.publishers.push(p);
                 } else if p.last_words {
                     let _ = std::fs::remove_file(&p.path);
@@ -183,6 +232,9 @@ impl DemoSource {
         };
         let published = Published {
             pid,
+            own_pid: pid,
+            instance: None,
+            start_ticks: None,
             nspid: vec![pid],
             device: 0,
             cuda_device: 0,

@@ -2,9 +2,12 @@
 //! `torch.cuda.memory._snapshot()` through its publish directory, and
 //! taking the answer to where the user is (docs/live.md).
 //!
-//! We create `<dir>/<pid>.snapshot-request`; within one of its intervals the
-//! publisher writes `<dir>/<pid>.snapshot.pickle` (atomically) or
-//! `<dir>/<pid>.snapshot.error`. The directory is the user's own 0700 one,
+//! We create `<dir>/<who>.snapshot-request`; within one of its intervals the
+//! publisher writes `<dir>/<who>.snapshot.pickle` (atomically) or
+//! `<dir>/<who>.snapshot.error`. `<who>` is `<pid>-<instance>` as the
+//! process knows itself (`Published::key`): the pid alone would be every
+//! container's pid 1; a publisher from before instances answers to its pid.
+//! The directory is the user's own 0700 one,
 //! so nobody else can ask or answer.
 
 use std::path::{Path, PathBuf};
@@ -19,22 +22,22 @@ pub(crate) enum Answer {
     Failed(String),
 }
 
-fn name(pid: u32, what: &str) -> String {
-    format!("{pid}.snapshot{what}")
+fn name(who: &str, what: &str) -> String {
+    format!("{who}.snapshot{what}")
 }
 
-/// Our mark that we wait for `pid`'s answer: `<pid>.snapshot-wait.<us>`.
+/// Our mark that we wait for `who`'s answer: `<who>.snapshot-wait.<us>`.
 /// Several askers at once (two `snapshot` commands, a view and a script)
 /// each leave one; the answer is removed only by the last to take it, and
 /// a stale answer only when nobody waits (docs/live.md).
-fn mark(dir: &Path, pid: u32) -> PathBuf {
-    dir.join(format!("{}.{}", name(pid, "-wait"), std::process::id()))
+fn mark(dir: &Path, who: &str) -> PathBuf {
+    dir.join(format!("{}.{}", name(who, "-wait"), std::process::id()))
 }
 
-/// Whether another asker still waits for `pid`'s answer (marks of askers
+/// Whether another asker still waits for `who`'s answer (marks of askers
 /// that have exited are removed).
-fn others_wait(dir: &Path, pid: u32) -> bool {
-    let prefix = format!("{}.", name(pid, "-wait"));
+fn others_wait(dir: &Path, who: &str) -> bool {
+    let prefix = format!("{}.", name(who, "-wait"));
     let me = std::process::id();
     let Ok(rd) = std::fs::read_dir(dir) else { return false };
     rd.flatten().any(|e| {
@@ -51,42 +54,42 @@ fn others_wait(dir: &Path, pid: u32) -> bool {
     })
 }
 
-/// Asks `pid` (publishing into `dir`) for a snapshot, or joins a request
+/// Asks `who` (publishing into `dir`) for a snapshot, or joins a request
 /// another asker made; an answer from an earlier request nobody waits for
 /// is removed first.
-pub(crate) fn request(dir: &Path, pid: u32) -> std::io::Result<()> {
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(mark(dir, pid)) {
+pub(crate) fn request(dir: &Path, who: &str) -> std::io::Result<()> {
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(mark(dir, who)) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    if !others_wait(dir, pid) {
+    if !others_wait(dir, who) {
         for stale in [".pickle", ".error"] {
-            let _ = std::fs::remove_file(dir.join(name(pid, stale)));
+            let _ = std::fs::remove_file(dir.join(name(who, stale)));
         }
     }
     // O_EXCL|O_NOFOLLOW through create_new: never through a link.
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(name(pid, "-request"))) {
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(name(who, "-request"))) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
     }
 }
 
-/// Where the answer to `pid`'s request stands.
-pub(crate) fn poll(dir: &Path, pid: u32) -> Answer {
-    let done = dir.join(name(pid, ".pickle"));
+/// Where the answer to `who`'s request stands.
+pub(crate) fn poll(dir: &Path, who: &str) -> Answer {
+    let done = dir.join(name(who, ".pickle"));
     if std::fs::symlink_metadata(&done).is_ok_and(|m| m.is_file()) {
         return Answer::Ready(done);
     }
-    let err = dir.join(name(pid, ".error"));
+    let err = dir.join(name(who, ".error"));
     if let Ok(m) = std::fs::symlink_metadata(&err) {
         if m.is_file() {
             let why = std::fs::read(&err).map(|b| String::from_utf8_lossy(&b[..b.len().min(500)]).into_owned());
-            if !others_wait(dir, pid) {
+            if !others_wait(dir, who) {
                 let _ = std::fs::remove_file(&err);
             }
-            let _ = std::fs::remove_file(mark(dir, pid));
+            let _ = std::fs::remove_file(mark(dir, who));
             return Answer::Failed(why.unwrap_or_else(|e| e.to_string()));
         }
     }
@@ -96,10 +99,10 @@ pub(crate) fn poll(dir: &Path, pid: u32) -> Answer {
 /// Withdraws our wait (and the request, when nobody else waits: a process
 /// that never answers must not find it later and pay for a snapshot nobody
 /// reads).
-pub(crate) fn withdraw(dir: &Path, pid: u32) {
-    let _ = std::fs::remove_file(mark(dir, pid));
-    if !others_wait(dir, pid) {
-        let _ = std::fs::remove_file(dir.join(name(pid, "-request")));
+pub(crate) fn withdraw(dir: &Path, who: &str) {
+    let _ = std::fs::remove_file(mark(dir, who));
+    if !others_wait(dir, who) {
+        let _ = std::fs::remove_file(dir.join(name(who, "-request")));
     }
 }
 
@@ -108,11 +111,11 @@ pub(crate) fn withdraw(dir: &Path, pid: u32) {
 /// publish directory once nobody else waits for it. `dest` failing leaves
 /// nothing behind either.
 pub(crate) fn deliver(from: &Path, dest: &Path) -> std::io::Result<()> {
-    let (dir, pid) = answer_of(from);
+    let (dir, who) = answer_of(from);
     let done = || {
         if let Some(dir) = dir {
-            let _ = std::fs::remove_file(mark(dir, pid));
-            if !others_wait(dir, pid) {
+            let _ = std::fs::remove_file(mark(dir, who));
+            if !others_wait(dir, who) {
                 let _ = std::fs::remove_file(from);
             }
         }
@@ -135,15 +138,10 @@ fn copy_new(from: &Path, dest: &Path) -> std::io::Result<()> {
     out.sync_all()
 }
 
-/// The publish directory and pid of an answer `<dir>/<pid>.snapshot.pickle`.
-fn answer_of(from: &Path) -> (Option<&Path>, u32) {
-    let pid = from
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_suffix(".snapshot.pickle"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    (from.parent(), pid)
+/// The publish directory and asker of an answer `<dir>/<who>.snapshot.pickle`.
+fn answer_of(from: &Path) -> (Option<&Path>, &str) {
+    let who = from.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".snapshot.pickle")).unwrap_or("");
+    (from.parent(), who)
 }
 
 /// `gpumem-top-snapshot-<pid>-<YYYYmmdd-HHMMSS>.pickle` in the current
@@ -186,20 +184,20 @@ mod tests {
         let d = std::env::temp_dir().join(format!("gpumem-top-snapreq-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        request(&d, 5).unwrap();
+        request(&d, "5").unwrap();
         assert!(d.join("5.snapshot-request").exists());
-        assert_eq!(poll(&d, 5), Answer::Pending);
+        assert_eq!(poll(&d, "5"), Answer::Pending);
         std::fs::write(d.join("5.snapshot.error"), "RuntimeError('no')").unwrap();
-        assert_eq!(poll(&d, 5), Answer::Failed("RuntimeError('no')".into()));
+        assert_eq!(poll(&d, "5"), Answer::Failed("RuntimeError('no')".into()));
         std::fs::write(d.join("5.snapshot.pickle"), b"x").unwrap();
-        let Answer::Ready(p) = poll(&d, 5) else { panic!() };
+        let Answer::Ready(p) = poll(&d, "5") else { panic!() };
         let dest = d.join("out.pickle");
         deliver(&p, &dest).unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"x");
         assert!(!p.exists());
         std::fs::write(&p, b"y").unwrap();
         assert_eq!(deliver(&p, &dest).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
-        withdraw(&d, 5);
+        withdraw(&d, "5");
         assert!(!d.join("5.snapshot-request").exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -218,16 +216,16 @@ mod tests {
         let other = unsafe { libc::getppid() } as u32;
         std::fs::write(d.join(format!("9.snapshot-wait.{other}")), "").unwrap();
         std::fs::write(d.join("9.snapshot.pickle"), b"answer").unwrap();
-        request(&d, 9).unwrap();
+        request(&d, "9").unwrap();
         assert!(d.join("9.snapshot.pickle").exists(), "the other asker's answer was kept");
-        let Answer::Ready(p) = poll(&d, 9) else { panic!() };
+        let Answer::Ready(p) = poll(&d, "9") else { panic!() };
         deliver(&p, &d.join("mine.pickle")).unwrap();
         assert_eq!(std::fs::read(d.join("mine.pickle")).unwrap(), b"answer");
         assert!(p.exists(), "still there for the other asker");
         std::fs::remove_file(d.join(format!("9.snapshot-wait.{other}"))).unwrap();
         // An exited asker's mark does not keep it.
         std::fs::write(d.join("9.snapshot-wait.4000000000"), "").unwrap();
-        request(&d, 9).unwrap();
+        request(&d, "9").unwrap();
         assert!(!p.exists(), "nobody alive waits for the old answer: removed");
         std::fs::write(&p, b"second").unwrap();
         deliver(&p, &d.join("again.pickle")).unwrap();

@@ -37,6 +37,8 @@ pub struct RunChild {
 #[derive(Debug, Clone)]
 struct Pending {
     pid: u32,
+    /// How its files name it (`Published::key`).
+    who: String,
     dir: std::path::PathBuf,
     since: std::time::Instant,
 }
@@ -210,10 +212,11 @@ impl LiveApp {
             self.status = format!(" pid {} is gone", h.last.pid);
             return;
         }
-        let (pid, dir) = (h.last.pid, h.last.path.parent().map(|d| d.to_path_buf()).unwrap_or_default());
-        match crate::monitor::snapshot::request(&dir, pid) {
+        let (pid, who, dir) =
+            (h.last.pid, h.last.key(), h.last.path.parent().map(|d| d.to_path_buf()).unwrap_or_default());
+        match crate::monitor::snapshot::request(&dir, &who) {
             Ok(()) => {
-                self.pending = Some(Pending { pid, dir, since: std::time::Instant::now() });
+                self.pending = Some(Pending { pid, who, dir, since: std::time::Instant::now() });
             }
             Err(e) => self.status = format!(" cannot ask pid {pid} for a snapshot: {}: {e}", dir.display()),
         }
@@ -223,10 +226,10 @@ impl LiveApp {
     fn check_snapshot(&mut self) {
         use crate::monitor::snapshot::{deliver, poll, withdraw, Answer};
         let Some(p) = &self.pending else { return };
-        match poll(&p.dir, p.pid) {
+        match poll(&p.dir, &p.who) {
             Answer::Pending => {
                 if p.since.elapsed() > std::time::Duration::from_secs(60) {
-                    withdraw(&p.dir, p.pid);
+                    withdraw(&p.dir, &p.who);
                     self.status = format!(
                         " pid {} did not answer the snapshot request in 60 s (its publisher predates snapshots, or it is stuck)",
                         p.pid
