@@ -949,21 +949,24 @@ time.sleep(0.3)
 print("published as pid", os.getpid(), flush=True)
 time.sleep(60)
 "#;
+    // Both started at once, as a launcher starts its pods: their start
+    // times may fall in one clock tick (they did on the H200 machine).
     let pod = |alloc: u64| {
-        let mut c = Command::new("unshare")
+        Command::new("unshare")
             .args(["--pid", "--fork", "--kill-child", "--mount-proc", "python3", "-c", script])
             .env("PYTHONPATH", format!("{}:{}", fake.display(), common::root().join("assets/python").display()))
             .env("GPUMEM_TOP_DIR", &dir)
             .env("ALLOC", alloc.to_string())
             .stdout(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap()
+    };
+    let (mut a, mut b) = (pod(3 << 20), pod(5 << 20));
+    for c in [&mut a, &mut b] {
         let mut line = String::new();
         BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "published as pid 1", "each trainer is pid 1 of its namespace");
-        c
-    };
-    let (mut a, mut b) = (pod(3 << 20), pod(5 << 20));
+    }
     let files: Vec<String> =
         std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(files.iter().filter(|f| f.starts_with("1-") && f.ends_with("-0.json")).count(), 2, "{files:?}");

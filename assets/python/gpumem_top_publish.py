@@ -220,6 +220,17 @@ def _start_ticks():
         return None
 
 
+def _pid_ns():
+    """The inode of this process's pid namespace (``/proc/self/ns/pid``):
+    the same number from the host, and different in every container, where
+    two trainers may also share a start time to the clock tick."""
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+        return int(link[link.index("[") + 1 : -1])
+    except Exception:
+        return None
+
+
 def _key():
     """Who this process is in file names: its pid and its instance."""
     return "%d-%s" % (os.getpid(), _state.get("instance") or "0")
@@ -692,6 +703,7 @@ def publish_once(
         "nspid": _nspid(),
         "instance": _state.get("instance"),
         "start_ticks": _state.get("start_ticks"),
+        "pid_ns": _state.get("pid_ns"),
         "device": device,
         "uuid": _uuid(torch, device),
         "time": now,
@@ -824,6 +836,7 @@ def _start(interval, directory, devices, layout, step_peaks, history):
         # Drawn anew in a forked child that publishes: its files are its own.
         _state["instance"] = "%016x" % int.from_bytes(os.urandom(8), "big")
         _state["start_ticks"] = _start_ticks()
+        _state["pid_ns"] = _pid_ns()
         _state["interval"] = interval
         _state["home"] = [torch.cuda.current_device()]
         # Read once: the names and the job do not change while it runs.

@@ -80,16 +80,43 @@ pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
     std::str::from_utf8(fields.nth(18)?).ok()?.parse().ok()
 }
 
-/// The pid, in our namespace, of the running process that started at
-/// `ticks` and knows itself as `inner` (the innermost of its NSpid): a
-/// container's pid 1 seen from the host. One pass over /proc.
-pub(crate) fn find_started(inner: u32, ticks: u64) -> Option<u32> {
-    let rd = std::fs::read_dir("/proc").ok()?;
-    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&pid| {
-        start_ticks(pid) == Some(ticks)
+/// The inode of a process's pid namespace (`/proc/PID/ns/pid` reads
+/// `pid:[4026531836]`): the same number from every namespace.
+pub(crate) fn pid_ns(pid: u32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    link.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// What a publisher's file says of its writer: the pid it knows itself by,
+/// its start time, and its pid namespace's inode when it gave one.
+pub(crate) struct Writer {
+    pub(crate) inner: u32,
+    pub(crate) ticks: u64,
+    pub(crate) pid_ns: Option<u64>,
+}
+
+impl Writer {
+    /// Whether `pid` here is a running process of the writer's start time
+    /// and pid namespace: two containers' trainers may start in one tick
+    /// (on the H200 machine, two pods started together did).
+    pub(crate) fn started(&self, pid: u32) -> bool {
+        start_ticks(pid) == Some(self.ticks) && self.pid_ns.is_none_or(|n| pid_ns(pid) == Some(n))
+    }
+
+    /// `started`, and `pid` knows itself as the writer does (the innermost
+    /// of its NSpid).
+    pub(crate) fn is(&self, pid: u32) -> bool {
+        self.started(pid)
             && std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .is_ok_and(|st| nspids(&st).last().is_some_and(|&q| q == inner))
-    })
+                .is_ok_and(|st| nspids(&st).last().is_some_and(|&q| q == self.inner))
+    }
+
+    /// The writer's pid in our namespace (a container's pid 1 seen from the
+    /// host): one pass over /proc.
+    pub(crate) fn find(&self) -> Option<u32> {
+        let rd = std::fs::read_dir("/proc").ok()?;
+        rd.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()).find(|&pid| self.is(pid))
+    }
 }
 
 /// The process's name as its publisher gives it (`program_name` of its
@@ -216,6 +243,20 @@ mod tests {
         let got = got.unwrap();
         assert!(!got.chars().any(char::is_control), "{got:?}");
         assert!(got.contains("]0;pwnedevil"), "{got:?}");
+    }
+
+    /// A writer is the process of its start time in its pid namespace:
+    /// the same start time in another namespace (two pods started in one
+    /// tick) is another process.
+    #[test]
+    fn a_writer_is_told_by_start_time_and_pid_namespace() {
+        let me = std::process::id();
+        let (t, ns) = (start_ticks(me).unwrap(), pid_ns(me).unwrap());
+        assert!(Writer { inner: me, ticks: t, pid_ns: Some(ns) }.is(me));
+        assert!(Writer { inner: me, ticks: t, pid_ns: None }.is(me));
+        assert!(!Writer { inner: me, ticks: t, pid_ns: Some(ns + 1) }.started(me));
+        assert!(!Writer { inner: me, ticks: t + 1, pid_ns: Some(ns) }.started(me));
+        assert!(!Writer { inner: me + 1, ticks: t, pid_ns: Some(ns) }.is(me));
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct Published {
     pub(crate) instance: Option<String>,
     #[serde(skip)]
     pub(crate) start_ticks: Option<u64>,
+    #[serde(skip)]
+    pub(crate) pid_ns: Option<u64>,
     /// Its PIDs in nested namespaces, outermost first (from its /proc/self/status).
     pub(crate) nspid: Vec<u32>,
     /// NVML's index of its GPU once a live source has matched it (see
@@ -319,6 +321,10 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     /// namespace): which process of that pid wrote the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) start_ticks: Option<u64>,
+    /// The inode of its pid namespace (the same from every namespace): two
+    /// containers' trainers started in one clock tick are told apart by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pid_ns: Option<u64>,
     pub(crate) device: u32,
     /// The GPU's UUID as NVML spells it ("GPU-…"); absent from older publishers.
     #[serde(default)]
@@ -372,6 +378,7 @@ impl RawFile {
             nspid: p.nspid.clone(),
             instance: p.instance.clone(),
             start_ticks: p.start_ticks,
+            pid_ns: p.pid_ns,
             device: p.device,
             uuid: p.uuid.clone(),
             time: p.time,
@@ -493,6 +500,7 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
         nspid: raw.nspid,
         instance: raw.instance.filter(|i| !i.is_empty() && i.len() <= 32 && i.bytes().all(|b| b.is_ascii_hexdigit())),
         start_ticks: raw.start_ticks,
+        pid_ns: raw.pid_ns,
         device: raw.device,
         cuda_device: raw.device,
         uuid: raw.uuid.filter(|u| u.len() <= 96),

@@ -51,11 +51,11 @@ impl LiveSource {
     /// then checked with one read a sample; a file without it (an older
     /// publisher) is its pid's while that pid runs.
     fn resolve(&mut self, p: &Published) -> (u32, bool) {
-        let (Some(inst), Some(t)) = (&p.instance, p.start_ticks) else {
+        let (Some(inst), Some(w)) = (&p.instance, writer_of(p)) else {
             return (p.pid, alive(p.pid) || p.nspid.iter().any(|&q| alive(q)));
         };
         if let Some(&(pid, running)) = self.resolved.get(inst) {
-            let still = running && super::procfs::start_ticks(pid) == Some(t);
+            let still = running && w.started(pid);
             self.resolved.insert(inst.clone(), (pid, still));
             return (pid, still);
         }
@@ -65,15 +65,20 @@ impl LiveSource {
     }
 }
 
+/// What `p`'s file says of its writer, when it says when it started.
+fn writer_of(p: &Published) -> Option<super::procfs::Writer> {
+    let ticks = p.start_ticks.filter(|_| p.instance.is_some())?;
+    Some(super::procfs::Writer { inner: p.own_pid, ticks, pid_ns: p.pid_ns })
+}
+
 /// `LiveSource::resolve` without its memory: one look (a pass over /proc
 /// for a writer in another pid namespace).
 pub(crate) fn resolve(p: &Published) -> (u32, bool) {
-    let Some(t) = p.start_ticks.filter(|_| p.instance.is_some()) else {
+    let Some(w) = writer_of(p) else {
         return (p.pid, alive(p.pid) || p.nspid.iter().any(|&q| alive(q)));
     };
-    let here =
-        std::iter::once(p.own_pid).chain(p.nspid.iter().copied()).find(|&q| super::procfs::start_ticks(q) == Some(t));
-    let found = here.or_else(|| super::procfs::find_started(p.own_pid, t));
+    let here = std::iter::once(p.own_pid).chain(p.nspid.iter().copied()).find(|&q| w.is(q));
+    let found = here.or_else(|| w.find());
     (found.unwrap_or(p.own_pid), found.is_some())
 }
 
@@ -235,6 +240,7 @@ impl DemoSource {
             own_pid: pid,
             instance: None,
             start_ticks: None,
+            pid_ns: None,
             nspid: vec![pid],
             device: 0,
             cuda_device: 0,
