@@ -378,3 +378,36 @@ fn the_summary_table_is_the_state_at_the_moment_asked_for() {
     assert_eq!(row(&oom, "Allocated memory")[0], "7.87 GiB", "{oom}");
     assert!(oom.contains("first OOM: event 3816") && oom.contains("; at event 3816: "), "{oom}");
 }
+
+/// A replay that parts from the recording says so in one sentence: the
+/// event, what PyTorch did and what we would have done, in words and sizes,
+/// and what to try; no Rust debug output (it printed `recorded Some(Event
+/// { action: … })`), in every command that replays.
+#[test]
+fn a_divergence_is_one_readable_sentence_everywhere() {
+    let d = common::TmpDir::new("diverge");
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("moved.jsonl");
+    std::fs::write(
+        &p,
+        "{\"action\":\"segment_alloc\",\"addr\":139637976727552,\"size\":20971520,\"stream\":0}\n\
+         {\"action\":\"alloc\",\"addr\":139637976731648,\"size\":2097152,\"stream\":0}\n",
+    )
+    .unwrap();
+    let f = p.to_str().unwrap();
+    let said = "event 1: PyTorch allocated 2.00 MiB at 0x7f0000001000 where we would have allocated 2.00 MiB at 0x7f0000000000";
+    let runs: [&[&str]; 4] = [
+        &["replay", f],
+        &["tune", f],
+        &["export", f, "--view", "fragmap", "--format", "txt", "-o", "-"],
+        &["diff", f, f],
+    ];
+    for args in runs {
+        let o = std::process::Command::new(common::bin()).args(args).output().unwrap();
+        let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(all.contains(said), "{args:?}: {all}");
+        assert!(!all.contains("Some(") && !all.contains("Event {"), "{args:?}: {all}");
+    }
+    let o = std::process::Command::new(common::bin()).args(["replay", f]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("to try: a run under a memory limit"));
+}

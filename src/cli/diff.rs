@@ -108,7 +108,7 @@ fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
         });
     }
     if !session.fidelity.is_faithful() {
-        let why = session.divergence().map(|d| format!(" at event {}: {}", d.event, d.reason)).unwrap_or_default();
+        let why = session.divergence().map(|d| format!(" at {d}")).unwrap_or_default();
         return Err(bad(format!(
             "its replay is {}{why}; diff compares runs that replay exactly",
             session.fidelity.name()

@@ -428,7 +428,7 @@ fn open_replay<'t>(
         ))
     });
     let model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, trace_name(path))
-        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", path.display(), d.event, d.reason))?;
+        .map_err(|d| anyhow!("{}: replay diverged at {d}", path.display()))?;
     let mut note = format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len());
     if let Some(t) = &tuned {
         note.push_str(&format!("; {t}"));
@@ -613,7 +613,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     if !session.fidelity.is_faithful() {
-        let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
+        let why = session.divergence().map(|d| d.to_string()).unwrap_or_default();
         return Err(anyhow!("{}: replay diverged at {why}", args.trace.display()));
     }
     // A snapshot without history has no timeline: an empty chart would
@@ -626,7 +626,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     }
     let name = trace_name(&args.trace);
     let mut model = ReplayModel::open(&session, dev, &trace.stacks, &trace.annotations, name.clone())
-        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+        .map_err(|d| anyhow!("{}: replay diverged at {d}", args.trace.display()))?;
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);
     let cursor = match at {

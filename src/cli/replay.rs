@@ -215,7 +215,7 @@ fn open_view(
 ) -> Result<ExitCode> {
     let name = trace_name(&args.trace);
     let mut model = ReplayModel::open(session, dev, &trace.stacks, &trace.annotations, name)
-        .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+        .map_err(|d| anyhow!("{}: replay diverged at {d}", args.trace.display()))?;
     model.oom_advice = advice;
     let mut app = crate::ui::app::ReplayApp::new(model, color(args.no_color));
     if let Some(at) = args.at {
@@ -247,9 +247,8 @@ fn state_shown(
     Ok(match (&session.what_if, at_state) {
         (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
         (None, Some(i)) => {
-            let mut sc = session
-                .scrubber(1024)
-                .map_err(|d| anyhow!("{}: replay diverged at event {}: {}", args.trace.display(), d.event, d.reason))?;
+            let mut sc =
+                session.scrubber(1024).map_err(|d| anyhow!("{}: replay diverged at {d}", args.trace.display()))?;
             let st = sc.seek(i);
             (st.stats().clone(), st.snapshot())
         }
@@ -606,8 +605,7 @@ fn fidelity_line(session: &Session) -> String {
         ),
         Fidelity::Diverged => match session.divergence() {
             Some(d) => format!(
-                "fidelity: DIVERGED at event {}: {} (recorded {:?}, ours {:?})\n",
-                d.event, d.reason, d.expected, d.got
+                "fidelity: DIVERGED at {d}\n  to try: a run under a memory limit (set_per_process_memory_fraction) replays exactly with --memory-limit BYTES or --memory-fraction F; see docs/replay.md for runs that changed settings mid-run\n"
             ),
             None => String::new(),
         },

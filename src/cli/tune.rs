@@ -116,7 +116,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             ))))
         }
         Fidelity::Diverged => {
-            let why = session.divergence().map(|d| format!("event {}: {}", d.event, d.reason)).unwrap_or_default();
+            let why = session.divergence().map(|d| d.to_string()).unwrap_or_default();
             return Err(anyhow!("{}: the replay diverged at {why}; tune needs a run we reproduce", args.trace.display()));
         }
         _ => {}

@@ -20,6 +20,45 @@ pub struct Divergence {
     pub(crate) reason: String,
 }
 
+/// One sentence a user reads: the event, what PyTorch did, what we would
+/// have done instead, in words and sizes (docs/replay.md).
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.expected, &self.got) {
+            (Some(want), Some(got)) => {
+                write!(f, "event {}: PyTorch {} where we would have {}", self.event, did(want), did(got))
+            }
+            (Some(want), None) => {
+                write!(f, "event {}: PyTorch {}, which we cannot explain: {}", self.event, did(want), self.reason)
+            }
+            (None, Some(got)) => {
+                write!(f, "event {}: we would have {} after the recording's last event", self.event, did(got))
+            }
+            (None, None) => write!(f, "event {}: {}", self.event, self.reason),
+        }
+    }
+}
+
+/// What an event did, as a clause ("released the 22.00 MiB segment at
+/// 0x7fa0…").
+fn did(e: &Event) -> String {
+    let size = crate::analysis::human_bytes(e.size);
+    match e.action {
+        Action::Alloc => format!("allocated {size} at {:#x}", e.addr),
+        Action::FreeRequested => format!("freed the {size} block at {:#x} (waiting on its streams)", e.addr),
+        Action::FreeCompleted => format!("freed the {size} block at {:#x}", e.addr),
+        Action::SegmentAlloc => format!("took a new {size} segment at {:#x} (cudaMalloc)", e.addr),
+        Action::SegmentFree => format!("released the {size} segment at {:#x} (cudaFree)", e.addr),
+        Action::SegmentMap => format!("mapped {size} of an expandable segment at {:#x}", e.addr),
+        Action::SegmentUnmap => format!("unmapped {size} of an expandable segment at {:#x}", e.addr),
+        Action::Oom => format!(
+            "ran out of memory on a request of {size} with {} free on the device",
+            crate::analysis::human_bytes(e.addr)
+        ),
+        Action::Snapshot => "took a snapshot".into(),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ReplayOptions {
     pub(crate) config: AllocatorConfig,
