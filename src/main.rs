@@ -127,6 +127,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `replay X | head`: the reader is gone, and so is whom we would
+        // tell; quiet, as other tools are.
+        Err(e) if cli::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpumem-top: {}", gpumem_top::trace::printable::escape(&format!("{e:#}")));
             ExitCode::from(cli::exit_code(&e))

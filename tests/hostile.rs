@@ -1041,3 +1041,17 @@ fn many_recorded_ooms_cost_what_their_events_cost() {
     assert!(out.contains("200000"), "{out}");
     assert!(took < std::time::Duration::from_secs(15), "tune took {took:?}");
 }
+
+/// Output piped to a reader that stops (`replay X | head`) ends quietly:
+/// it printed "Broken pipe (os error 32)" on stderr.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    let f = fixture("traces/gpt2_train.pickle.gz");
+    for args in ["--json", ""] {
+        let cmd = format!("set -o pipefail; '{}' replay '{}' {args} | true", bin().display(), f.display());
+        let out = Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {err}");
+        assert!(err.is_empty(), "{cmd}: {err}");
+    }
+}

@@ -55,6 +55,15 @@ pub(crate) fn text_out() -> trace::printable::Escaped<std::io::StdoutLock<'stati
     trace::printable::Escaped::new(std::io::stdout().lock())
 }
 
+/// Whether `e` is a write to a closed pipe (stdout piped to `head`).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
+}
+
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     if e.chain().any(|c| c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>()) {
         2
