@@ -29,14 +29,16 @@ opt = torch.optim.AdamW(m.parameters())
 g.start(interval=0.2)
 print('pod $1 trains as pid', os.getpid(), flush=True)
 t = time.time()
-while time.time() - t < 40:
+while time.time() - t < 60:
     x = torch.randint(0, 50257, (4, 256), device='cuda')
     m(input_ids=x, labels=x).loss.backward(); opt.step(); opt.zero_grad()
 " &
 }
 pod 2; A=$!
 pod 6; B=$!
-sleep 15
+# Until both publish (a cold machine takes a while to import torch).
+for i in $(seq 1 120); do [[ $(ls "$D" | grep -c '\.json$') -ge 2 ]] && break; sleep 1; done
+sleep 2
 echo "files:"; ls "$D"
 GPUMEM_TOP_DIR=$D "$BIN" record --count 3 --interval 500 -o "$W/both.jsonl" >/dev/null 2>&1
 python3 - "$W/both.jsonl" <<'PY'
