@@ -96,18 +96,39 @@ fn misplaced_option(m: &clap::ArgMatches) -> Option<String> {
     None
 }
 
+/// Bad usage in one line and exit 2, as every other bad input (clap's own
+/// error spans three lines with a usage block); help and the version print
+/// as clap prints them.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit()
+    }
+    let text = e.render().to_string();
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad usage");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("gpumem-top: {} (--help lists the options)", gpumem_top::trace::printable::escape(first));
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     // `run` and `attach` share the live view's sampling options; its
     // `--source` they refuse, so their help does not offer it.
     let hide = |c: clap::Command| c.mut_arg("source", |a| a.hide(true));
-    let matches = Cli::command().mut_subcommand("run", hide).mut_subcommand("attach", hide).get_matches();
+    let matches = match Cli::command().mut_subcommand("run", hide).mut_subcommand("attach", hide).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return usage_error(e),
+    };
     if let Some(e) = misplaced_option(&matches) {
         eprintln!("gpumem-top: {e}");
         return ExitCode::from(2);
     }
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
-        Err(e) => e.exit(),
+        Err(e) => return usage_error(e),
     };
     let result = match cli.command {
         None => cli::live(&cli.live, NO_GPU),

@@ -362,3 +362,20 @@ fn the_overlay_of_long_runs_is_thinned_to_its_width() {
     assert!((100..2000).contains(&marks), "{marks} iteration marks");
     assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", t.elapsed());
 }
+
+/// `--fail-on-growth 5` would be 500%, a gate that never fires: a bare
+/// number of 1 or more is refused with what was meant; `5%` and `0.05` are
+/// the same gate.
+#[test]
+fn a_bare_growth_of_one_or_more_is_refused() {
+    let o = diff("base", "batch16", &["--fail-on-growth", "5"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("did you mean 5%?"), "{err}");
+    let (a, b) =
+        (diff("base", "batch16", &["--fail-on-growth", "5%"]), diff("base", "batch16", &["--fail-on-growth", "0.05"]));
+    assert_eq!(a.status.code(), b.status.code());
+    assert_eq!(a.stdout, b.stdout);
+    assert!(diff("base", "batch16", &["--fail-on-growth", "150%"]).status.code().is_some_and(|c| c <= 1));
+}

@@ -145,11 +145,17 @@ fn bad_usage_exits_2_with_one_line() {
         vec!["replay", "x", "--alloc-conf", "expandable_segments:maybe"],
         vec!["replay", "x", "--memory-fraction", "1.5"],
         vec!["replay", "--bogus-flag"],
+        vec!["synth", "--batch", "-1"],
+        vec!["replay", "x", "--memory-fraction", "-0.5"],
+        vec!["diff", "a", "b", "--fail-on-growth", "5"],
     ] {
         let out = Command::new(bin()).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+        // One line, clap's errors too (they spanned three with a usage block).
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("gpumem-top: "), "{args:?}: {err}");
     }
 }
 

@@ -31,8 +31,8 @@ pub struct DiffArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Exit 1 when the peak allocated, the peak reserved or what is alive at
-    /// the end grew by more than this (`5%` or `0.05`): a memory regression
-    /// gate for CI.
+    /// the end grew by more than this (`5%` or `0.05`; a bare number of 1 or
+    /// more is refused): a memory regression gate for CI.
     #[arg(long, value_name = "PCT", value_parser = parse_share)]
     pub(crate) fail_on_growth: Option<f64>,
     /// Also write both timelines on one axis as a picture: SVG, or PNG when
@@ -60,6 +60,13 @@ fn parse_share(s: &str) -> Result<f64, String> {
     .map_err(|_| format!("{s:?} is not a share: give 5% or 0.05"))?;
     if !(v.is_finite() && v >= 0.0) {
         return Err(format!("{s:?}: a share must be 0 or more"));
+    }
+    // `5` as 500% would make a CI gate that never fires: a bare number is a
+    // share below 1, and anything larger must say its percent sign.
+    if !t.ends_with('%') && v >= 1.0 {
+        return Err(format!(
+            "{s:?}: a bare number is a share (0.05 is 5%); did you mean {t}%? (write 100% or more with its sign)"
+        ));
     }
     Ok(v)
 }
