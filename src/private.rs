@@ -113,8 +113,25 @@ pub fn write_new(path: &Path, bytes: &[u8], force: bool) -> io::Result<()> {
     f.flush()
 }
 
+/// `write_new` for a picture or report meant to be shared (an export, a
+/// screenshot): mode 0644 under the umask, as any file a user makes, so a
+/// report's pictures open for teammates; traces and the publisher's files
+/// stay 0600.
+pub fn write_report(path: &Path, bytes: &[u8], force: bool) -> io::Result<()> {
+    use std::io::Write;
+    let mut f = open_new_mode(path, force, 0o644)?;
+    f.write_all(bytes)?;
+    f.flush()
+}
+
 /// The file `write_new` writes to, opened: for output written as it is made.
 pub fn open_new(path: &Path, force: bool) -> io::Result<std::fs::File> {
+    open_new_mode(path, force, 0o600)
+}
+
+/// `open_new` with `mode` (the umask applies).
+fn open_new_mode(path: &Path, force: bool, mode: u32) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
     if force {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_file() || m.file_type().is_symlink() => std::fs::remove_file(path)?,
@@ -127,7 +144,7 @@ pub fn open_new(path: &Path, force: bool) -> io::Result<std::fs::File> {
             Err(_) => {}
         }
     }
-    create_new(path).map_err(|e| {
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(|e| {
         if e.kind() == io::ErrorKind::AlreadyExists {
             io::Error::new(io::ErrorKind::AlreadyExists, "already exists (--force replaces it)")
         } else {

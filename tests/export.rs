@@ -385,3 +385,35 @@ fn narrow_pictures_are_the_full_layout_scaled_down() {
     };
     assert!(x_of("0 B") < x_of("8 GiB") && x_of("8 GiB") < x_of("20 GiB"));
 }
+
+/// Pictures are reports: created 0644 under the umask (they were 0600, so
+/// a report's pictures were unreadable to teammates), never over a file;
+/// a name whose extension contradicts --format is refused (`x.svg` held
+/// PNG bytes).
+#[test]
+fn pictures_are_shared_files_named_by_their_format() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = common::TmpDir::new("exportmode");
+    std::fs::create_dir_all(&d).unwrap();
+    let t = common::fixture("field/mempools.pickle.gz");
+    let svg = d.join("map.svg");
+    let cmd = format!(
+        "umask 022; exec '{}' export '{}' --view fragmap --format svg -o '{}'",
+        common::bin(),
+        t.display(),
+        svg.display()
+    );
+    let o = std::process::Command::new("bash").arg("-c").arg(&cmd).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::metadata(&svg).unwrap().permissions().mode() & 0o777, 0o644);
+    let png_named_svg = d.join("x.svg");
+    let o = std::process::Command::new(common::bin())
+        .args(["export", t.to_str().unwrap(), "--view", "fragmap", "--format", "png", "-o"])
+        .arg(&png_named_svg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("the name says svg but --format is png"), "{err}");
+    assert!(!png_named_svg.exists());
+}

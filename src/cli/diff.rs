@@ -264,9 +264,8 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         } else {
             svg.into_bytes()
         };
-        let mut f = crate::private::open_new(path, args.force)
+        crate::private::write_report(path, &bytes, args.force)
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
-        f.write_all(&bytes).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("gpumem-top: wrote {} ({} bytes)", path.display(), bytes.len());
     }
     if interactive {

@@ -679,12 +679,21 @@ fn write_export(args: &ExportArgs, bytes: &[u8], place: &str, said: &str) -> Res
         .collect();
     let stem = if stem.is_empty() { "trace".to_string() } else { stem };
     let out = args.output.clone().unwrap_or_else(|| PathBuf::from(format!("{stem}-{view}-{place}.{ext}")));
+    // `x.svg` holding PNG bytes opens nowhere: a known picture extension
+    // must agree with the format.
+    let named = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    if let Some(named) = named.filter(|n| ["svg", "png", "txt"].contains(&n.as_str()) && n != ext) {
+        return Err(anyhow!(InputError(format!(
+            "{}: the name says {named} but --format is {ext}; name it .{ext} or pass --format {named}",
+            out.display()
+        ))));
+    }
     if out.as_os_str() == "-" {
         // The text export's own colours are escapes; what an input brought
         // into its cells was dropped when they were drawn (view::set_line).
         std::io::stdout().lock().write_all(bytes)?;
     } else {
-        crate::private::write_new(&out, bytes, args.force)
+        crate::private::write_report(&out, bytes, args.force)
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
         eprintln!("gpumem-top: wrote {} ({} bytes, {said})", out.display(), bytes.len());
     }

@@ -213,7 +213,7 @@ pub(crate) fn screenshot_name(stem: &str, view: ViewKind, at: &str) -> String {
 /// Writes a screenshot and returns the status line saying where.
 pub(crate) fn save(name: &str, bytes: &[u8]) -> String {
     // A new file only: never over one, never through a link.
-    match crate::private::write_new(std::path::Path::new(name), bytes, false) {
+    match crate::private::write_report(std::path::Path::new(name), bytes, false) {
         Ok(()) => format!(" wrote {name}"),
         Err(e) => format!(" screenshot failed: {name}: {e}"),
     }
