@@ -148,6 +148,11 @@ fn bad_usage_exits_2_with_one_line() {
         vec!["synth", "--batch", "-1"],
         vec!["replay", "x", "--memory-fraction", "-0.5"],
         vec!["diff", "a", "b", "--fail-on-growth", "5"],
+        // A capacity of 0 bytes holds nothing: refused, not every request an OOM.
+        vec!["replay", "x", "--memory-limit", "0"],
+        vec!["replay", "x", "--device-total", "0"],
+        vec!["tune", "x", "--device-total", "0GiB"],
+        vec!["fit", "a@2", "b@4", "--device-total", "0"],
     ] {
         let out = Command::new(bin()).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

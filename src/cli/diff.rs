@@ -46,7 +46,7 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub(crate) top: usize,
     /// Most bytes a compressed input may unpack to.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
 }
 

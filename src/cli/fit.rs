@@ -49,7 +49,7 @@ pub struct FitArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// totalGlobalMem of the device to predict for.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Bytes on the device that are not PyTorch's (the CUDA context).
     #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = CUDA_CONTEXT_BYTES)]

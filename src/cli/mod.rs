@@ -98,7 +98,7 @@ impl std::str::FromStr for At {
 pub(crate) struct MemoryCap {
     /// Per-process memory limit (PyTorch's allowed_memory_maximum): bytes,
     /// or 16GiB / 16G (powers of 1024), 16GB (powers of 1000), 1.5e10.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, conflicts_with = "memory_fraction")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity, conflicts_with = "memory_fraction")]
     pub(crate) memory_limit: Option<u64>,
     /// Per-process memory fraction of the device, as set_per_process_memory_fraction.
     #[arg(long, value_name = "F")]
@@ -155,14 +155,14 @@ pub struct ReplayArgs {
     pub(crate) at: Option<At>,
     /// totalGlobalMem of the recorded device (sizes expandable-segment
     /// reservations and memory fractions).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Which device of a multi-GPU snapshot to replay (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
     /// Draw without colour (also when NO_COLOR is set).
     #[arg(long)]
@@ -355,6 +355,16 @@ pub(crate) fn trace_name(path: &Path) -> String {
 /// A size flag's value: bytes (`9006592819`, `1.5e10`), or with a unit:
 /// `K`/`KiB`, `M`/`MiB`, `G`/`GiB`, `T`/`TiB` are powers of 1024; `KB`,
 /// `MB`, `GB`, `TB` powers of 1000 (case-insensitive, a space allowed).
+/// `parse_size` for a capacity (a memory limit, a device's total, an
+/// unpacked-size cap): 0 bytes holds nothing, so it is refused rather than
+/// answered with every request an OOM.
+pub(crate) fn parse_capacity(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err(format!("{s:?}: a capacity of 0 bytes holds nothing; give the size in bytes (e.g. 16GiB)")),
+        n => Ok(n),
+    }
+}
+
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E').unwrap_or(t.len());
@@ -572,14 +582,14 @@ pub struct ExportArgs {
     #[arg(long)]
     pub(crate) force: bool,
     /// Per-process memory limit in bytes (as the run had it).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity)]
     pub(crate) memory_limit: Option<u64>,
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to (default: 64 times the
     /// file plus 256 MiB).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
     /// With a recording: the process drawn (default: the one that reserved
     /// the most); `--at N` is then sample N as its screen numbers them (1

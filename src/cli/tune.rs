@@ -28,13 +28,13 @@ pub struct TuneArgs {
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) top: usize,
     /// totalGlobalMem of the device the run is for.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
 }
 
