@@ -153,6 +153,9 @@ fn bad_usage_exits_2_with_one_line() {
         vec!["replay", "x", "--device-total", "0"],
         vec!["tune", "x", "--device-total", "0GiB"],
         vec!["fit", "a@2", "b@4", "--device-total", "0"],
+        // A flag the model has no use for is said, not ignored.
+        vec!["synth", "--model", "resnet50", "--seq", "512"],
+        vec!["synth", "--model", "mlp", "--heads", "8"],
     ] {
         let out = Command::new(bin()).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -130,6 +130,24 @@ pub struct SynthArgs {
 impl SynthArgs {
     pub(crate) fn spec(&self) -> Result<SynthSpec> {
         let bad = |m: String| anyhow!(InputError(m));
+        // A flag the model has no use for would be ignored silently: the
+        // user asked for something the figures do not include.
+        if matches!(self.model, ModelKind::Resnet50 | ModelKind::Mlp) {
+            for (flag, given) in [
+                ("--seq", self.seq.is_some()),
+                ("--heads", self.heads.is_some()),
+                ("--kv-heads", self.kv_heads.is_some()),
+                ("--vocab", self.vocab.is_some()),
+                ("--varlen", self.varlen),
+            ] {
+                if given {
+                    return Err(bad(format!(
+                        "{flag} does not apply to --model {}: it has no sequence and no attention",
+                        self.model.name()
+                    )));
+                }
+            }
+        }
         let mut s = SynthSpec::new(self.model);
         let sh = &mut s.shape;
         if let Some(h) = self.hidden {
