@@ -49,34 +49,27 @@ impl<W: Write> Escaped<W> {
 
 impl<W: Write> Write for Escaped<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut out = Vec::with_capacity(buf.len());
-        let mut bytes = buf.iter().copied().peekable();
-        let mut prev = self.held.take();
-        if let Some(p) = prev {
-            if bytes.peek().is_none() {
-                self.held = Some(p);
-                return Ok(0);
-            }
+        if buf.is_empty() {
+            return Ok(0);
         }
-        while let Some(b) = bytes.next() {
-            if let Some(p) = prev.take() {
-                if (0x80..=0x9f).contains(&b) {
-                    out.extend_from_slice(format!("\\u{:04x}", b as u32).as_bytes());
-                } else {
-                    out.push(p);
-                    out.push(b);
+        let data: Vec<u8> = self.held.take().into_iter().chain(buf.iter().copied()).collect();
+        let mut out = Vec::with_capacity(data.len());
+        let mut i = 0;
+        while i < data.len() {
+            let b = data[i];
+            match (b, data.get(i + 1)) {
+                (b'\n' | b'\t', _) => out.push(b),
+                (0x00..=0x1f | 0x7f, _) => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+                // A C1 control, U+0080–U+009F, is C2 80–C2 9F in UTF-8.
+                (0xc2, Some(&c)) if (0x80..=0x9f).contains(&c) => {
+                    out.extend_from_slice(format!("\\u{c:04x}").as_bytes());
+                    i += 1;
                 }
-                continue;
-            }
-            match b {
-                b'\n' | b'\t' => out.push(b),
-                0x00..=0x1f | 0x7f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
-                0xc2 => match bytes.peek() {
-                    Some(_) => prev = Some(b),
-                    None => self.held = Some(b),
-                },
+                // Its second byte may come with the next write.
+                (0xc2, None) => self.held = Some(b),
                 _ => out.push(b),
             }
+            i += 1;
         }
         self.inner.write_all(&out)?;
         Ok(buf.len())
@@ -112,8 +105,10 @@ mod tests {
         w.write_all(b"row\t1\n\x1b[2J ok \xc2").unwrap();
         w.write_all(b"\x9b31m \xc2").unwrap();
         w.write_all(b"\xa0 \xc3\xbc\x07").unwrap();
+        // An invalid lead byte before a real C1 control hides nothing.
+        w.write_all(b"\xc2\xc2\x9b").unwrap();
         w.flush().unwrap();
-        let out = String::from_utf8(std::mem::take(&mut w.inner)).unwrap();
-        assert_eq!(out, "row\t1\n\\u001b[2J ok \\u009b31m \u{a0} ü\\u0007");
+        let out = std::mem::take(&mut w.inner);
+        assert_eq!(out, b"row\t1\n\\u001b[2J ok \\u009b31m \xc2\xa0 \xc3\xbc\\u0007\xc2\\u009b".to_vec());
     }
 }
