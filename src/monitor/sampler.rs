@@ -51,9 +51,7 @@ impl LiveSource {
     /// then checked with one read a sample; a file without it (an older
     /// publisher) is its pid's while that pid runs.
     fn resolve(&mut self, p: &Published) -> (u32, bool) {
-        let (Some(inst), Some(w)) = (&p.instance, writer_of(p)) else {
-            return (p.pid, alive(p.pid) || p.nspid.iter().any(|&q| alive(q)));
-        };
+        let (Some(inst), Some(w)) = (&p.instance, writer_of(p)) else { return resolve(p) };
         if let Some(&(pid, running)) = self.resolved.get(inst) {
             let still = running && w.started(pid);
             self.resolved.insert(inst.clone(), (pid, still));
