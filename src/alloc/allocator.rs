@@ -1,9 +1,12 @@
-//! PyTorch 2.11's `DeviceCachingAllocator` for one device (docs/pytorch-allocator.md §5–§11).
+//! PyTorch's `DeviceCachingAllocator` for one device (docs/pytorch-allocator.md §5–§11), as
+//! the `Release` it is given behaves ("Releases" there).
 //!
 //! Blocks live in an arena and are linked to their segment neighbours by
 //! index. Free blocks sit in per-(pool, stream) ordered maps keyed by
-//! (size, address): the stream-major order of PyTorch's `BlockComparatorSize`
-//! with the stream split out, since a lookup never crosses streams.
+//! (size, tie, address): the stream-major order of PyTorch's block
+//! comparator with the stream split out, since a lookup never crosses
+//! streams; `tie` is the release's tie-break (0 in 2.11, where the address
+//! alone decides).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -13,6 +16,7 @@ use super::backing::Device;
 use super::config::{format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED};
 use super::event::{Action, Event};
 use super::index::FreeBlocks;
+use super::release::{Release, TieBreak};
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
 use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
 
@@ -62,6 +66,9 @@ pub struct OutOfMemory {
     /// What the message says of the device and the process then; None for
     /// a request of an exabyte or more, refused before anything is asked.
     state: Option<OomState>,
+    /// Refused by `throw_on_cudamalloc_oom` (2.12+) before any retry: no
+    /// `oom` entry, `num_ooms` unchanged, `num_oom_rejections` counts it.
+    pub(crate) rejected: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +86,13 @@ impl std::fmt::Display for OutOfMemory {
         let Some(s) = &self.state else {
             return f.write_str("CUDA out of memory. Tried to allocate more than 1EB memory.");
         };
+        if self.rejected {
+            return write!(
+                f,
+                "CUDA out of memory. Allocation was preemptively rejected because it would exceed per_process_memory_fraction limit. Requested size: {}",
+                format_size(self.requested)
+            );
+        }
         write!(
             f,
             "CUDA out of memory. Tried to allocate {}. GPU {} has a total capacity of {} of which {} is free. ",
@@ -327,8 +341,21 @@ pub struct CachingAllocator<D> {
     pool_state: Vec<PoolState>,
     /// `graph_pools_freeable`, in the order the pools became freeable.
     freeable: Vec<PoolSlot>,
-    /// `captures_underway`, searched newest first.
+    /// `captures_underway` (pools being allocated to), searched newest first.
     captures: Vec<(PoolSlot, Route)>,
+    /// Set by `alloc_block` when `throw_on_cudamalloc_oom` refuses a segment.
+    rejected: bool,
+    /// Whether queued stream work is still running: `process_events` then
+    /// completes no event (a sync still completes them all).
+    events_pending: bool,
+    /// Real stream captures underway (`markCaptureBegin`, 2.13+): from 2.13
+    /// only these, not pool scopes, make the allocator behave as captured.
+    active_captures: u32,
+    release: Release,
+    /// Per block index, its tie-break key (`TieBreak`); unused in 2.11.
+    ties: Vec<u64>,
+    /// The last tie-break number given out.
+    tie_clock: u64,
     /// Frees postponed by a capture (blocks with stream uses freed during it).
     deferred: Vec<u32>,
     /// `record_stream` streams recorded during a capture, by block index.
@@ -336,7 +363,8 @@ pub struct CachingAllocator<D> {
     stats: DeviceStats,
     total_allocated_memory: u64,
     es: Vec<Option<ExpandableSegment>>,
-    cuda_events: VecDeque<u32>,
+    /// Outstanding stream events: (the stream recorded on, block index).
+    cuda_events: VecDeque<(u64, u32)>,
     /// `record_stream` streams of allocated blocks, by block index.
     stream_uses: HashMap<u32, Vec<u64>>,
     /// Caller's context id per block index (e.g. an interned call stack); 0 = none.
@@ -352,7 +380,13 @@ pub struct CachingAllocator<D> {
 }
 
 impl<D: Device> CachingAllocator<D> {
+    /// An allocator that behaves as PyTorch 2.11's.
     pub fn new(config: AllocatorConfig, device: D) -> Self {
+        Self::for_release(config, device, Release::V2_11)
+    }
+
+    /// An allocator that behaves as `release`'s.
+    pub fn for_release(config: AllocatorConfig, device: D, release: Release) -> Self {
         let mut a = CachingAllocator {
             allowed_memory_maximum: None,
             device_index: 0,
@@ -362,6 +396,12 @@ impl<D: Device> CachingAllocator<D> {
             pool_state: vec![PoolState { id: Some((0, 0)), use_count: 1, live: true, ..Default::default() }],
             freeable: Vec::new(),
             captures: Vec::new(),
+            active_captures: 0,
+            rejected: false,
+            events_pending: false,
+            release: Release::V2_11,
+            ties: Vec::new(),
+            tie_clock: 0,
             deferred: Vec::new(),
             capture_uses: HashMap::new(),
             stats: DeviceStats::default(),
@@ -379,16 +419,21 @@ impl<D: Device> CachingAllocator<D> {
             device,
             config,
         };
+        a.release = release;
         if let Some(f) = a.config.per_process_memory_fraction {
             a.set_memory_fraction(f);
         }
         a
     }
 
+    pub fn release(&self) -> Release {
+        self.release
+    }
+
     /// Changes the settings from now on, as
     /// `torch.cuda.memory._set_allocator_settings` does: existing segments
     /// stay; each later request reads the new settings.
-    pub(crate) fn set_config(&mut self, config: AllocatorConfig) {
+    pub fn set_config(&mut self, config: AllocatorConfig) {
         self.config = config;
     }
 
@@ -401,9 +446,12 @@ impl<D: Device> CachingAllocator<D> {
 
     /// `torch.cuda.set_per_process_memory_fraction(f)` (2.9+ semantics: a
     /// fraction of 1.0 or more removes the limit).
+    /// `set_per_process_memory_fraction`: 2.13 rounds the limit, earlier
+    /// releases truncate it.
     pub fn set_memory_fraction(&mut self, fraction: f64) {
-        self.allowed_memory_maximum =
-            if fraction < 1.0 { Some((fraction * self.device.total_memory() as f64) as u64) } else { None };
+        let limit = fraction * self.device.total_memory() as f64;
+        let limit = if self.release.rounds_fraction() { limit.round() } else { limit };
+        self.allowed_memory_maximum = if fraction < 1.0 { Some(limit as u64) } else { None };
     }
     /// Sets `allowed_memory_maximum` directly, in bytes.
     pub fn set_memory_limit(&mut self, bytes: Option<u64>) {
@@ -462,7 +510,7 @@ impl<D: Device> CachingAllocator<D> {
     }
     /// `torch.cuda.memory_stats()`: all 121 entries, sorted by key.
     pub fn memory_stats(&self) -> Vec<(String, i64)> {
-        self.stats.flat()
+        self.stats.flat_for(self.release)
     }
     /// Bytes currently obtained from the device (== `reserved_bytes.all.current`).
     pub fn total_allocated_memory(&self) -> u64 {
@@ -505,8 +553,40 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
+    /// The tie-break key of a block made for a segment just obtained from
+    /// the device.
     #[inline]
-    fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u16, es: u32) -> u32 {
+    fn segment_tie(&mut self) -> u64 {
+        match self.release.tie_break() {
+            TieBreak::Address => 0,
+            TieBreak::BlockAge | TieBreak::SegmentAge => {
+                self.tie_clock += 1;
+                self.tie_clock
+            }
+        }
+    }
+
+    /// The tie-break key of a new block carved from block `of`: a new
+    /// object in 2.12 (a fresh number), of `of`'s segment from 2.13.
+    #[inline]
+    fn piece_tie(&mut self, of: u32) -> u64 {
+        match self.release.tie_break() {
+            TieBreak::Address => 0,
+            TieBreak::BlockAge => {
+                self.tie_clock += 1;
+                self.tie_clock
+            }
+            TieBreak::SegmentAge => self.tie(of),
+        }
+    }
+
+    #[inline]
+    fn tie(&self, i: u32) -> u64 {
+        self.ties.get(i as usize).copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn new_block(&mut self, stream: u64, size: u64, ptr: u64, pool: u16, es: u32, tie: u64) -> u32 {
         let b = Block {
             ptr,
             size,
@@ -525,7 +605,7 @@ impl<D: Device> CachingAllocator<D> {
             alive: true,
             has_uses: false,
         };
-        match self.free_slots.pop() {
+        let i = match self.free_slots.pop() {
             Some(i) => {
                 let gen = self.blocks[i as usize].gen.wrapping_add(1);
                 self.blocks[i as usize] = Block { gen, ..b };
@@ -535,7 +615,14 @@ impl<D: Device> CachingAllocator<D> {
                 self.blocks.push(b);
                 (self.blocks.len() - 1) as u32
             }
+        };
+        if tie != 0 || (i as usize) < self.ties.len() {
+            if i as usize >= self.ties.len() {
+                self.ties.resize(self.blocks.len().max(i as usize + 1), 0);
+            }
+            self.ties[i as usize] = tie;
         }
+        i
     }
 
     #[inline]
@@ -572,15 +659,17 @@ impl<D: Device> CachingAllocator<D> {
         let b = &mut self.blocks[i as usize];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        pool.entry(b.stream).blocks.insert(b.size, b.ptr, i);
+        let tie = self.ties.get(i as usize).copied().unwrap_or(0);
+        pool.entry(b.stream).blocks.insert(b.size, tie, b.ptr, i);
     }
 
     #[inline]
     fn pool_remove(&mut self, i: u32) {
         let b = &self.blocks[i as usize];
+        let tie = self.ties.get(i as usize).copied().unwrap_or(0);
         let (pool, stream) = (&mut self.pools[b.pool as usize], b.stream);
         if let Some(s) = pool.find_mut(stream) {
-            s.blocks.remove(b.size, b.ptr);
+            s.blocks.remove(b.size, tie, b.ptr);
         }
         pool.prune(stream);
     }
@@ -614,6 +703,34 @@ impl<D: Device> CachingAllocator<D> {
         self.malloc_in(slot, orig_size, stream, tag)
     }
 
+    /// Whether the allocator behaves as under a stream capture: any pool
+    /// being allocated to up to 2.12, only a real capture from 2.13.
+    #[inline]
+    fn in_capture(&self) -> bool {
+        if self.release.pool_scope_is_capture() {
+            !self.captures.is_empty()
+        } else {
+            self.active_captures > 0
+        }
+    }
+
+    /// `markCaptureBegin` (2.13+): a real stream capture starts. Earlier
+    /// releases do not tell captures from pool scopes; it is kept anyway.
+    pub fn mark_capture_begin(&mut self) {
+        self.active_captures += 1;
+    }
+
+    /// `markCaptureEnd`.
+    pub fn mark_capture_end(&mut self) {
+        self.active_captures = self.active_captures.saturating_sub(1);
+    }
+
+    /// Whether queued work is still running, so `process_events` completes
+    /// no stream event until it is not (a sync completes them regardless).
+    pub fn set_events_pending(&mut self, pending: bool) {
+        self.events_pending = pending;
+    }
+
     /// `get_pool`'s routing: the newest capture whose filter takes the stream.
     fn route(&self, stream: u64) -> PoolSlot {
         for &(slot, r) in self.captures.iter().rev() {
@@ -635,11 +752,12 @@ impl<D: Device> CachingAllocator<D> {
                 stream,
                 device_free: 0,
                 state: None,
+                rejected: false,
             });
         }
         let slot = if self.pool_live(slot) { slot } else { PoolSlot::DEFAULT };
         // While any capture is underway, malloc leaves events alone.
-        if self.captures.is_empty() {
+        if !self.in_capture() {
             self.process_events();
         }
         let size = self.config.round_size(orig_size);
@@ -654,6 +772,9 @@ impl<D: Device> CachingAllocator<D> {
                 self.garbage_collect_cached_blocks();
             }
             found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
+            if self.rejected {
+                return Err(self.rejection(orig_size, size, alloc_size, stream));
+            }
             if found.is_none() && slot.is_default() {
                 if let Some((b, p)) = self.try_mempool_fallback(size, stream, es_active) {
                     found = Some(b);
@@ -663,9 +784,12 @@ impl<D: Device> CachingAllocator<D> {
             if found.is_none() && self.release_available_cached_blocks(pool, size, stream) {
                 found = self.alloc_block(pool, size, alloc_size, stream, es_active, false);
             }
-            if found.is_none() && self.captures.is_empty() {
+            if found.is_none() && !self.rejected && !self.in_capture() {
                 self.release_cached_blocks(None);
                 found = self.alloc_block(pool, size, alloc_size, stream, es_active, true);
+            }
+            if self.rejected {
+                return Err(self.rejection(orig_size, size, alloc_size, stream));
             }
         }
         let Some(block) = found else {
@@ -849,6 +973,45 @@ impl<D: Device> CachingAllocator<D> {
         Some(BlockId { idx: j, gen: self.blocks[j as usize].gen })
     }
 
+    /// `allocateWithAddress` (2.13+, `storage._resize_with_addr_`): `size`
+    /// bytes at exactly `addr`, taken from the free block holding it in the
+    /// pool the size and stream route to. A free block that starts below
+    /// `addr` gives up a prefix first, allocated and freed at once as
+    /// PyTorch does (`alloc` prefix, `alloc`, `free_requested` and
+    /// `free_completed` prefix). `None` if no free block holds the range.
+    pub fn malloc_at(&mut self, orig_size: u64, addr: u64, stream: u64) -> Option<BlockId> {
+        if !self.in_capture() {
+            self.process_events();
+        }
+        let size = self.config.round_size(orig_size);
+        let slot = self.route(stream);
+        let pool = pool_index(slot, size);
+        let s = self.pools[pool as usize].find(stream)?;
+        let i = s.blocks.values().find(|&i| {
+            let b = &self.blocks[i as usize];
+            b.ptr <= addr && addr.checked_add(size).is_some_and(|end| end <= b.ptr + b.size)
+        })?;
+        let es_active = self.config.expandable_segments;
+        let mut target = i;
+        self.pool_remove(i);
+        let prefix = addr - self.blocks[i as usize].ptr;
+        let mut front = None;
+        if prefix > 0 {
+            // The prefix is carved off as an allocation of its own; the rest
+            // goes back to the pool and is taken again at once.
+            front = Some(self.alloc_found_block(i, pool, prefix, prefix, true, 0));
+            target = i;
+            self.pool_remove(target);
+        }
+        let split = self.should_split(target, size, es_active);
+        let j = self.alloc_found_block(target, pool, size, orig_size, split, 0);
+        if let Some(f) = front {
+            let id = BlockId { idx: f, gen: self.blocks[f as usize].gen };
+            let _ = self.free(id);
+        }
+        Some(BlockId { idx: j, gen: self.blocks[j as usize].gen })
+    }
+
     /// `emptyCache(id)` (what `~MemPool` does): only that pool, and only if
     /// it is freeable.
     pub fn empty_cache_pool(&mut self, slot: PoolSlot) {
@@ -859,18 +1022,47 @@ impl<D: Device> CachingAllocator<D> {
 
     fn out_of_memory(&mut self, orig_size: u64, size: u64, alloc_size: u64, stream: u64) -> OutOfMemory {
         let device_free = self.device.free_memory(self.emitted);
-        let total = self.device.total_memory();
         self.stats.num_ooms += 1;
         self.emit(Event::new(Action::Oom, device_free, size, stream));
+        self.oom_error(orig_size, size, alloc_size, stream, device_free, false)
+    }
+
+    /// `throw_on_cudamalloc_oom`'s refusal (2.12+): counted in
+    /// `num_oom_rejections` only; no `oom` entry, no `num_ooms`.
+    fn rejection(&mut self, orig_size: u64, size: u64, alloc_size: u64, stream: u64) -> OutOfMemory {
+        self.rejected = false;
+        self.stats.num_oom_rejections += 1;
+        let device_free = self.device.free_memory(self.emitted);
+        self.oom_error(orig_size, size, alloc_size, stream, device_free, true)
+    }
+
+    /// The error, with what its message says of the device and the process now.
+    fn oom_error(
+        &self,
+        orig_size: u64,
+        size: u64,
+        alloc_size: u64,
+        stream: u64,
+        device_free: u64,
+        rejected: bool,
+    ) -> OutOfMemory {
         let state = OomState {
             device_index: self.device_index,
-            total,
+            total: self.device.total_memory(),
             process_used: self.device.process_used(),
             allowed: self.allowed_memory_maximum,
             allocated: self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64,
             reserved: self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64,
         };
-        OutOfMemory { requested: orig_size, rounded: size, alloc_size, stream, device_free, state: Some(state) }
+        OutOfMemory {
+            requested: orig_size,
+            rounded: size,
+            alloc_size,
+            stream,
+            device_free,
+            state: Some(state),
+            rejected,
+        }
     }
 
     /// Best fit (docs/pytorch-allocator.md §6.1).
@@ -891,17 +1083,17 @@ impl<D: Device> CachingAllocator<D> {
         if self.es.is_empty() {
             // No expandable segment exists, so the first block at or above the
             // size is the candidate: look it up and take it in one step.
-            let got = p.find_mut(stream)?.blocks.take_first_from(size, |e| accept(e.0)).map(|e| e.2);
+            let got = p.find_mut(stream)?.blocks.take_first_from(size, |e| accept(e.0)).map(|e| e.3);
             p.prune(stream);
             return got;
         }
         let p = &self.pools[pool as usize];
         let cand = {
             let free = &p.find(stream)?.blocks;
-            let mut cand = free.first_from(size)?.2;
+            let mut cand = free.first_from(size)?.3;
             let blocks = &self.blocks;
             if blocks[cand as usize].es != NIL {
-                let mut it = free.range_from(size).map(|e| e.2).skip(1);
+                let mut it = free.range_from(size).map(|e| e.3).skip(1);
                 if es_active {
                     // Prefer blocks that cannot grow into unmapped space, keeping
                     // the segment tail free to extend.
@@ -930,10 +1122,10 @@ impl<D: Device> CachingAllocator<D> {
         if !accept(b.size) {
             return None;
         }
-        let (bsize, bptr) = (b.size, b.ptr);
+        let (bsize, bptr, btie) = (b.size, b.ptr, self.tie(cand));
         let p = &mut self.pools[pool as usize];
         if let Some(s) = p.find_mut(stream) {
-            s.blocks.remove(bsize, bptr);
+            s.blocks.remove(bsize, btie, bptr);
         }
         p.prune(stream);
         Some(cand)
@@ -966,7 +1158,8 @@ impl<D: Device> CachingAllocator<D> {
                 let r = &self.blocks[rem as usize];
                 (r.ptr, r.stream, r.prev)
             };
-            b = self.new_block(stream, size, ptr, pool, es);
+            let tie = self.piece_tie(rem);
+            b = self.new_block(stream, size, ptr, pool, es, tie);
             self.blocks[b as usize].prev = prev;
             if prev != NIL {
                 self.blocks[prev as usize].next = b;
@@ -1030,22 +1223,43 @@ impl<D: Device> CachingAllocator<D> {
                 return None;
             }
         }
+        if self.config.throw_on_cudamalloc_oom && self.release.has_oom_rejections() {
+            // The configured fraction, whether or not it became the limit
+            // above (a fraction set at start-up already refused there).
+            let fraction = self.config.per_process_memory_fraction.unwrap_or(1.0);
+            if (self.total_allocated_memory + alloc_size) as f64 > fraction * self.device.total_memory() as f64 {
+                self.rejected = true;
+                return None;
+            }
+        }
         if es_active {
             return self.try_allocate_expandable_block(pool, size, stream);
         }
         let ptr = self.device.malloc(alloc_size, self.emitted).ok()?;
         self.total_allocated_memory += alloc_size;
-        let b = self.new_block(stream, alloc_size, ptr, pool, NIL);
+        let tie = self.segment_tie();
+        let b = self.new_block(stream, alloc_size, ptr, pool, NIL, tie);
         self.pool_state[(pool >> 1) as usize].cuda_malloc_count += 1;
         let sp = stat_pool(pool);
         self.stats.increase(Kind::Segment, sp, 1);
-        self.stats.increase(Kind::ReservedBytes, sp, alloc_size as i64);
+        self.reserved_change(pool, alloc_size as i64);
         if alloc_size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
         self.emit(Event::new(Action::SegmentAlloc, ptr, alloc_size, stream));
         Some(b)
+    }
+
+    /// Reserved bytes change by `n` in pool index `pool`, and in the private
+    /// pool's own statistic (2.13's `reserved_bytes_by_private_pools`).
+    fn reserved_change(&mut self, pool: u16, n: i64) {
+        // The private pool's id is read before the pool may be erased.
+        let sp = stat_pool(pool);
+        self.stats.change(Kind::ReservedBytes, sp, n);
+        if let Some(id) = self.pool_state[(pool >> 1) as usize].id.filter(|&id| id != (0, 0)) {
+            self.stats.change_private_reserved(id, sp, n);
+        }
     }
 
     /// cudaFree of a whole free segment (docs/pytorch-allocator.md §6.6).
@@ -1060,7 +1274,7 @@ impl<D: Device> CachingAllocator<D> {
         self.total_allocated_memory -= size;
         let sp = stat_pool(pool);
         self.stats.decrease(Kind::Segment, sp, 1);
-        self.stats.decrease(Kind::ReservedBytes, sp, size as i64);
+        self.reserved_change(pool, -(size as i64));
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }
@@ -1081,7 +1295,7 @@ impl<D: Device> CachingAllocator<D> {
             return false;
         };
         let map = &s.blocks;
-        let at = map.first_from(want).map(|e| e.2);
+        let at = map.first_from(want).map(|e| e.3);
         match at {
             Some(i) if self.blocks[i as usize].es == NIL => {
                 self.release_block(i);
@@ -1092,7 +1306,7 @@ impl<D: Device> CachingAllocator<D> {
                 // oversize non-expandable blocks.
                 let below: Vec<u32> = map
                     .range_below_rev(want)
-                    .map(|e| e.2)
+                    .map(|e| e.3)
                     .take_while(|&i| self.blocks[i as usize].size >= mss)
                     .collect();
                 let mut released = 0u64;
@@ -1121,7 +1335,7 @@ impl<D: Device> CachingAllocator<D> {
     /// and large segments; with a pool, only that one if it is freeable.
     /// A freeable pool left with no segments is erased.
     fn release_cached_blocks(&mut self, target: Option<PoolSlot>) -> bool {
-        if target.is_none() && self.captures.is_empty() {
+        if target.is_none() && !self.in_capture() {
             self.synchronize_and_free_events(None);
             self.release_blocks(1);
             self.release_blocks(0);
@@ -1147,19 +1361,11 @@ impl<D: Device> CachingAllocator<D> {
         match only {
             None => self.complete_stream_events(),
             Some(slot) => {
-                let mut rest = VecDeque::new();
-                while let Some(i) = self.cuda_events.pop_front() {
-                    if self.blocks[i as usize].pool >> 1 != slot.0 {
-                        rest.push_back(i);
-                        continue;
-                    }
-                    let b = &mut self.blocks[i as usize];
-                    b.event_count -= 1;
-                    if b.event_count == 0 {
-                        self.free_block(i);
-                    }
-                }
+                let (mine, rest): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.cuda_events)
+                    .into_iter()
+                    .partition(|&(_, i)| self.blocks[i as usize].pool >> 1 == slot.0);
                 self.cuda_events = rest;
+                self.complete(mine);
             }
         }
     }
@@ -1240,7 +1446,7 @@ impl<D: Device> CachingAllocator<D> {
         let i = self.free_phase_one(id)?;
         if !self.blocks[i as usize].has_uses {
             self.free_block(i);
-        } else if !self.captures.is_empty() {
+        } else if self.in_capture() {
             // A capture may still use the block: its free waits until no
             // capture is underway (`deferred_blocks`).
             self.blocks[i as usize].pending = true;
@@ -1263,8 +1469,8 @@ impl<D: Device> CachingAllocator<D> {
             return;
         }
         b.event_count += uses.len() as u8;
-        for _ in uses {
-            self.cuda_events.push_back(i);
+        for s in uses {
+            self.cuda_events.push_back((s, i));
         }
     }
 
@@ -1303,6 +1509,25 @@ impl<D: Device> CachingAllocator<D> {
         Ok(())
     }
 
+    /// What `torch.cuda.memory._snapshot()` leaves in the trace while history
+    /// is recorded: a `snapshot` entry whose size is the active bytes.
+    pub fn record_snapshot(&mut self) {
+        let active = self.stats.get(Kind::ActiveBytes, 0).current.max(0) as u64;
+        self.emit(Event::new(Action::Snapshot, 0, active, 0));
+    }
+
+    /// `annotateMemory` (2.14+, `torch.cuda.memory._annotate_tensor`): an
+    /// `annotate` trace entry for the block; memory does not change.
+    pub fn annotate(&mut self, id: BlockId) -> Result<(), AllocError> {
+        let b = self.get(id)?;
+        if !b.allocated {
+            return Err(AllocError::NotAllocated(b.ptr));
+        }
+        let e = Event::new(Action::Annotate, b.ptr, b.requested, b.stream);
+        self.emit(e);
+        Ok(())
+    }
+
     /// `tensor.record_stream(s)`: the free waits for work queued on `s`.
     pub fn record_stream(&mut self, id: BlockId, stream: u64) -> Result<(), AllocError> {
         let b = self.get(id)?;
@@ -1316,7 +1541,7 @@ impl<D: Device> CachingAllocator<D> {
                     return Err(AllocError::TooManyStreams);
                 }
                 uses.push(stream);
-                if !self.captures.is_empty() {
+                if self.in_capture() {
                     self.capture_uses.entry(id.idx).or_default().push(stream);
                 }
             }
@@ -1329,16 +1554,38 @@ impl<D: Device> CachingAllocator<D> {
     /// next allocation, so every recorded stream event completes.
     #[inline]
     pub(crate) fn process_events(&mut self) {
-        if self.captures.is_empty() {
+        if !self.in_capture() {
             self.insert_events_deferred_until_no_capture();
         }
-        if !self.cuda_events.is_empty() {
+        if !self.cuda_events.is_empty() && !self.events_pending {
             self.complete_stream_events();
         }
     }
 
     fn complete_stream_events(&mut self) {
-        while let Some(i) = self.cuda_events.pop_front() {
+        let all = std::mem::take(&mut self.cuda_events);
+        self.complete(all);
+    }
+
+    /// Completes `events`. PyTorch walks its events stream by stream, in the
+    /// slot order of a `ska::flat_hash_map` keyed by stream, each stream's
+    /// queue first in, first out; the order of the frees decides which
+    /// merges happen and so the `inactive_split` counts. The model takes
+    /// that slot order for the streams' ids (docs/allocator.md, "Stream
+    /// events"); a replay follows the trace's own order.
+    fn complete(&mut self, events: VecDeque<(u64, u32)>) {
+        let mut events: Vec<(u64, u32)> = events.into();
+        let mut streams: Vec<u64> = events.iter().map(|e| e.0).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        // Fibonacci hashing of `c10::Stream::hash()` (device type CUDA in the
+        // top byte, the low 48 bits of the id) into a table that keeps its
+        // load under one half; at least 4 slots.
+        let bits = (2 * streams.len()).next_power_of_two().max(4).trailing_zeros();
+        let slot =
+            |s: u64| ((1u64 << 56 | (s & ((1 << 48) - 1))).wrapping_mul(11_400_714_819_323_198_485)) >> (64 - bits);
+        events.sort_by_key(|e| (slot(e.0), e.0));
+        for (_, i) in events {
             let b = &mut self.blocks[i as usize];
             b.event_count -= 1;
             if b.event_count == 0 {
@@ -1458,7 +1705,21 @@ impl<D: Device> CachingAllocator<D> {
         let p = &self.pools[pool as usize];
         let page = self.config.page_size(is_small(pool));
         let total = self.device.total_memory();
-        let va = reservation_size(total, page);
+        let mut va = reservation_size(total, page);
+        // 2.15's `expandable_segments_reserve`: each segment spans only the
+        // reserve, another opens when one is full, and a request above it
+        // fails in the new segment it opened, as in PyTorch.
+        if let Some(r) = self.config.expandable_segments_reserve.filter(|_| self.release.has_expandable_reserve()) {
+            va = r.bytes(total).div_ceil(page).max(1).saturating_mul(page);
+            if size > va {
+                // PyTorch reserves the new segment's range, finds the request
+                // larger, and drops it unmapped.
+                if let Ok(base) = self.device.reserve(va, page, self.emitted) {
+                    self.device.release_reservation(base, va);
+                }
+                return None;
+            }
+        }
         // Every segment spans `va`: a request larger than that fits none, so
         // PyTorch's scan of them all finds nothing. Skipping it keeps a run
         // of such OOMs (each leaves a reservation behind, as PyTorch's do)
@@ -1481,7 +1742,8 @@ impl<D: Device> CachingAllocator<D> {
         let base = self.device.reserve(va, page, self.emitted).ok()?;
         self.es.push(Some(ExpandableSegment { base, size: va, page }));
         let es = (self.es.len() - 1) as u32;
-        let c = self.new_block(stream, va, base, pool, es);
+        let tie = self.segment_tie();
+        let c = self.new_block(stream, va, base, pool, es, tie);
         self.blocks[c as usize].mapped = false;
         self.unmapped_insert(c);
         Some(c)
@@ -1515,7 +1777,8 @@ impl<D: Device> CachingAllocator<D> {
         self.unmapped_remove(i);
         self.blocks[i as usize].mapped = true;
         if msize < bsize {
-            let r = self.new_block(stream, bsize - msize, ptr + msize, pool, es);
+            let tie = self.piece_tie(i);
+            let r = self.new_block(stream, bsize - msize, ptr + msize, pool, es, tie);
             let next = self.blocks[i as usize].next;
             {
                 let rb = &mut self.blocks[r as usize];
@@ -1537,7 +1800,7 @@ impl<D: Device> CachingAllocator<D> {
         self.pool_insert(i);
         self.total_allocated_memory += msize;
         self.pool_state[(pool >> 1) as usize].cuda_malloc_count += 1;
-        self.stats.increase(Kind::ReservedBytes, stat_pool(pool), msize as i64);
+        self.reserved_change(pool, msize as i64);
         self.stats.num_device_alloc += 1;
         self.emit(Event::new(Action::SegmentMap, maddr, msize, stream));
         true
@@ -1583,7 +1846,8 @@ impl<D: Device> CachingAllocator<D> {
         let usize_ = (end - begin) * page;
         let before = uptr - ptr;
         if before > 0 {
-            let bf = self.new_block(stream, before, ptr, pool, es);
+            let tie = self.piece_tie(i);
+            let bf = self.new_block(stream, before, ptr, pool, es, tie);
             let prev = self.blocks[i as usize].prev;
             self.blocks[bf as usize].prev = prev;
             self.blocks[bf as usize].next = i;
@@ -1595,7 +1859,8 @@ impl<D: Device> CachingAllocator<D> {
         }
         let after = bsize - (before + usize_);
         if after > 0 {
-            let af = self.new_block(stream, after, uptr + usize_, pool, es);
+            let tie = self.piece_tie(i);
+            let af = self.new_block(stream, after, uptr + usize_, pool, es, tie);
             let next = self.blocks[i as usize].next;
             self.blocks[af as usize].prev = i;
             self.blocks[af as usize].next = next;
@@ -1619,7 +1884,7 @@ impl<D: Device> CachingAllocator<D> {
         self.device.unmap(uptr, usize_, page);
         self.pool_state[(pool >> 1) as usize].cuda_malloc_count -= 1;
         self.total_allocated_memory -= usize_;
-        self.stats.decrease(Kind::ReservedBytes, stat_pool(pool), usize_ as i64);
+        self.reserved_change(pool, -(usize_ as i64));
         self.stats.num_device_free += 1;
         self.emit(Event::new(Action::SegmentUnmap, uptr, usize_, stream));
     }
@@ -1725,7 +1990,7 @@ impl<D: Device> CachingAllocator<D> {
                 self.stats.oversize_segments.increase(1);
             }
         }
-        self.stats.increase(Kind::ReservedBytes, sp, seg.size as i64);
+        self.reserved_change(pool, seg.size as i64);
         // Pieces in address order: free gaps and live blocks.
         let mut pieces: Vec<(u64, u64, Option<&SeedBlock>)> = Vec::new();
         let mut at = seg.address;
@@ -1743,7 +2008,10 @@ impl<D: Device> CachingAllocator<D> {
         let mut prev = NIL;
         let mut out = Vec::new();
         for (addr, size, live) in pieces {
-            let i = self.new_block(seg.stream, size, addr, pool, NIL);
+            // Seeded segments rank in the order they are seeded; their real
+            // age is not in the recording (docs/replay.md, "Releases").
+            let tie = if prev == NIL { self.segment_tie() } else { self.piece_tie(prev) };
+            let i = self.new_block(seg.stream, size, addr, pool, NIL, tie);
             self.blocks[i as usize].prev = prev;
             if prev != NIL {
                 self.blocks[prev as usize].next = i;
@@ -1797,7 +2065,6 @@ impl<D: Device> CachingAllocator<D> {
             None => self.create_pool(Some(seg.pool)).map_err(|e| e.to_string())?,
         };
         let pool: u16 = slot.0 * 2 + u16::from(!seg.small);
-        let sp = stat_pool(pool);
         let page = self.config.page_size(seg.small);
         let end = seg.address.checked_add(seg.size).ok_or("segment wraps the address space")?;
         // Mapped ranges page-aligned, in order, apart, inside the reservation;
@@ -1857,7 +2124,7 @@ impl<D: Device> CachingAllocator<D> {
             }
             at = a + n;
             self.total_allocated_memory += n;
-            self.stats.increase(Kind::ReservedBytes, sp, n as i64);
+            self.reserved_change(pool, n as i64);
         }
         if at < end {
             pieces.push((at, end - at, false, None));
@@ -1865,7 +2132,8 @@ impl<D: Device> CachingAllocator<D> {
         let mut prev = NIL;
         let mut out = Vec::new();
         for (addr, size, mapped, live) in pieces {
-            let i = self.new_block(seg.stream, size, addr, pool, es);
+            let tie = if prev == NIL { self.segment_tie() } else { self.piece_tie(prev) };
+            let i = self.new_block(seg.stream, size, addr, pool, es, tie);
             self.blocks[i as usize].prev = prev;
             self.blocks[i as usize].mapped = mapped;
             if prev != NIL {
@@ -1886,7 +2154,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut in_pool = vec![false; self.blocks.len()];
         for (pi, p) in self.pools.iter().enumerate() {
             for s in p.streams.values() {
-                for (size, ptr, i) in s.blocks.iter() {
+                for (size, _, ptr, i) in s.blocks.iter() {
                     let b = &self.blocks[i as usize];
                     if !b.alive || b.allocated || !b.mapped || b.pending || b.event_count > 0 {
                         return Err(format!("pool holds a block that is not free and mapped: {b:?}"));

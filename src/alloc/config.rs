@@ -3,6 +3,8 @@
 
 use thiserror::Error;
 
+use super::release::Release;
+
 pub(crate) const K_MIN_BLOCK_SIZE: u64 = 512;
 pub(crate) const K_SMALL_SIZE: u64 = 1 << 20;
 pub(crate) const K_SMALL_BUFFER: u64 = 2 << 20;
@@ -15,7 +17,8 @@ pub(crate) const ONE_EXA_BYTES: u64 = 1 << 60;
 /// `max_split_size` when unset (reported as -1).
 pub(crate) const UNLIMITED: u64 = u64::MAX;
 
-/// The keys PyTorch 2.11 accepts in `PYTORCH_CUDA_ALLOC_CONF`.
+/// The keys PyTorch accepts in `PYTORCH_CUDA_ALLOC_CONF`, 2.11's first; the
+/// later ones only from the release that added them (`Release::knows_key`).
 pub(crate) const KNOWN_KEYS: &[&str] = &[
     "large_segment_size_mb",
     "max_split_size_mb",
@@ -31,7 +34,31 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "pinned_reserve_segment_size_mb",
     "graph_capture_record_stream_reuse",
     "per_process_memory_fraction",
+    "throw_on_cudamalloc_oom",
+    "pinned_free_catch_all",
+    "pinned_max_round_threshold_mb",
+    "pinned_max_cached_size_mb",
+    "expandable_segments_reserve",
+    "expandable_segments_reserve_by_class",
 ];
+
+/// How far one expandable segment may grow (`expandable_segments_reserve`,
+/// 2.15): a fraction of the device's memory or a byte count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reserve {
+    Fraction(f64),
+    Bytes(u64),
+}
+
+impl Reserve {
+    /// The reserve in bytes on a device of `total` bytes.
+    pub(crate) fn bytes(self, total: u64) -> u64 {
+        match self {
+            Reserve::Fraction(f) => (f * total as f64) as u64,
+            Reserve::Bytes(b) => b,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid allocator config {conf:?}: {reason}")]
@@ -62,6 +89,17 @@ pub struct AllocatorConfig {
     pub(crate) pinned_num_register_threads: u64,
     pub(crate) pinned_use_background_threads: bool,
     pub(crate) pinned_reserve_segment_size_mb: u64,
+    /// 2.12+: refuse a device allocation past the configured fraction at
+    /// once, before any cache release or retry.
+    pub(crate) throw_on_cudamalloc_oom: bool,
+    /// 2.15+: the default reserve of each expandable segment.
+    pub(crate) expandable_segments_reserve: Option<Reserve>,
+    /// 2.15+: reserves for streams of a named class. Kept and shown; the
+    /// model's streams have no class, so the default reserve applies.
+    pub(crate) expandable_segments_reserve_by_class: Vec<(String, Reserve)>,
+    pub(crate) pinned_free_catch_all: bool,
+    pub(crate) pinned_max_round_threshold_mb: Option<u64>,
+    pub(crate) pinned_max_cached_size_mb: Option<u64>,
 }
 
 impl Default for AllocatorConfig {
@@ -81,6 +119,12 @@ impl Default for AllocatorConfig {
             pinned_num_register_threads: 1,
             pinned_use_background_threads: false,
             pinned_reserve_segment_size_mb: 0,
+            throw_on_cudamalloc_oom: false,
+            expandable_segments_reserve: None,
+            expandable_segments_reserve_by_class: Vec::new(),
+            pinned_free_catch_all: false,
+            pinned_max_round_threshold_mb: None,
+            pinned_max_cached_size_mb: None,
         }
     }
 }
@@ -140,6 +184,33 @@ impl Parser<'_> {
             .filter(|v| v.is_finite())
             .ok_or_else(|| self.err(format!("{key} needs a number, got '{t}'")))
     }
+    /// `0.1` (a fraction of the device) or `40G` / `512M` (bytes).
+    fn reserve(&mut self, key: &str) -> Result<Reserve, ConfigError> {
+        let t = self.next("a fraction or a size such as 40G")?;
+        let unit = match t.chars().last() {
+            Some('G' | 'g') => Some(1u64 << 30),
+            Some('M' | 'm') => Some(1 << 20),
+            Some('K' | 'k') => Some(1 << 10),
+            _ => None,
+        };
+        let bad = || self.err(format!("{key} needs a fraction in (0, 1] or a size such as 40G, got '{t}'"));
+        match unit {
+            Some(u) => {
+                let v: f64 = t[..t.len() - 1].parse().map_err(|_| bad())?;
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(bad());
+                }
+                Ok(Reserve::Bytes((v * u as f64) as u64))
+            }
+            None => {
+                let v: f64 = t.parse().map_err(|_| bad())?;
+                if !(v > 0.0 && v <= 1.0) {
+                    return Err(bad());
+                }
+                Ok(Reserve::Fraction(v))
+            }
+        }
+    }
     fn boolean(&mut self, key: &str) -> Result<bool, ConfigError> {
         let t = self.next("True or False")?;
         match t.as_str() {
@@ -156,14 +227,26 @@ fn log2_floor(v: u64) -> u32 {
 
 impl AllocatorConfig {
     /// Parses PyTorch's `PYTORCH_CUDA_ALLOC_CONF` syntax
-    /// (`key:value,key:[a:b,>:c]`). Unknown keys and bad values are errors.
+    /// (`key:value,key:[a:b,>:c]`) as the newest release knows it. Unknown
+    /// keys and bad values are errors.
     pub fn parse(conf: &str) -> Result<Self, ConfigError> {
+        Self::parse_for(conf, Release::NEWEST)
+    }
+
+    /// Parses the settings as `release`'s parser does: a key added after it
+    /// is an error there, as PyTorch's own parser refuses it.
+    pub fn parse_for(conf: &str, release: Release) -> Result<Self, ConfigError> {
         let mut c = AllocatorConfig { source: conf.to_string(), ..Default::default() };
         let mut p = Parser { conf, toks: tokenize(conf), i: 0 };
         while p.i < p.toks.len() {
             let key = p.next("a key")?;
             if !KNOWN_KEYS.contains(&key.as_str()) {
                 return Err(p.err(format!("unrecognized key '{key}' (known keys: {})", KNOWN_KEYS.join(", "))));
+            }
+            if !release.knows_key(&key) {
+                return Err(
+                    p.err(format!("PyTorch {release} does not know the key '{key}' (a later release added it)"))
+                );
             }
             p.expect(":")?;
             match key.as_str() {
@@ -237,6 +320,25 @@ impl AllocatorConfig {
                     }
                 }
                 "roundup_power2_divisions" => c.roundup_power2_divisions = parse_divisions(&mut p)?,
+                "throw_on_cudamalloc_oom" => c.throw_on_cudamalloc_oom = p.boolean(&key)?,
+                "pinned_free_catch_all" => c.pinned_free_catch_all = p.boolean(&key)?,
+                "pinned_max_round_threshold_mb" => c.pinned_max_round_threshold_mb = Some(p.uint(&key)?),
+                "pinned_max_cached_size_mb" => c.pinned_max_cached_size_mb = Some(p.uint(&key)?),
+                "expandable_segments_reserve" => c.expandable_segments_reserve = Some(p.reserve(&key)?),
+                "expandable_segments_reserve_by_class" => {
+                    p.expect("[")?;
+                    loop {
+                        let class = p.next("a stream class")?;
+                        p.expect(":")?;
+                        let r = p.reserve(&key)?;
+                        c.expandable_segments_reserve_by_class.push((class, r));
+                        match p.next("',' or ']'")?.as_str() {
+                            "," => continue,
+                            "]" => break,
+                            t => return Err(p.err(format!("expected ',' or ']' in {key}, found '{t}'"))),
+                        }
+                    }
+                }
                 _ => unreachable!("key checked against KNOWN_KEYS"),
             }
             if p.i < p.toks.len() {
@@ -439,6 +541,32 @@ mod tests {
         ] {
             let e = AllocatorConfig::parse(bad).expect_err(bad);
             assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn later_keys_parse_where_their_release_knows_them() {
+        let conf = "throw_on_cudamalloc_oom:True,expandable_segments_reserve:40G,\
+                    expandable_segments_reserve_by_class:[comm:0.05,compute:0.5],pinned_free_catch_all:True,\
+                    pinned_max_round_threshold_mb:64,pinned_max_cached_size_mb:1024";
+        let c = AllocatorConfig::parse(conf).unwrap();
+        assert!(c.throw_on_cudamalloc_oom && c.pinned_free_catch_all);
+        assert_eq!(c.expandable_segments_reserve, Some(Reserve::Bytes(40 << 30)));
+        assert_eq!(
+            c.expandable_segments_reserve_by_class,
+            vec![("comm".to_string(), Reserve::Fraction(0.05)), ("compute".to_string(), Reserve::Fraction(0.5))]
+        );
+        assert_eq!((c.pinned_max_round_threshold_mb, c.pinned_max_cached_size_mb), (Some(64), Some(1024)));
+        assert_eq!(Reserve::Fraction(0.1).bytes(80 << 30), 8_589_934_592);
+        let r = |s: &str| Release::parse(s).unwrap();
+        let e = AllocatorConfig::parse_for("throw_on_cudamalloc_oom:True", r("2.11")).unwrap_err();
+        assert!(e.to_string().contains("PyTorch 2.11.0 does not know the key 'throw_on_cudamalloc_oom'"), "{e}");
+        assert!(AllocatorConfig::parse_for("throw_on_cudamalloc_oom:True", r("2.12.1")).is_ok());
+        assert!(AllocatorConfig::parse_for("expandable_segments_reserve:0.1", r("2.14.1")).is_err());
+        for bad in
+            ["expandable_segments_reserve:0", "expandable_segments_reserve:1.5", "expandable_segments_reserve:xG"]
+        {
+            assert!(AllocatorConfig::parse(bad).is_err(), "{bad}");
         }
     }
 

@@ -14,10 +14,13 @@ pub enum Action {
     SegmentUnmap,
     Oom,
     Snapshot,
+    /// 2.14+: `torch.cuda.memory._annotate_tensor`: `addr` is the block,
+    /// `size` its requested size; memory does not change.
+    Annotate,
 }
 
 impl Action {
-    pub(crate) const ALL: [Action; 9] = [
+    pub(crate) const ALL: [Action; 10] = [
         Action::Alloc,
         Action::FreeRequested,
         Action::FreeCompleted,
@@ -27,6 +30,7 @@ impl Action {
         Action::SegmentUnmap,
         Action::Oom,
         Action::Snapshot,
+        Action::Annotate,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,6 +44,7 @@ impl Action {
             Action::SegmentUnmap => "segment_unmap",
             Action::Oom => "oom",
             Action::Snapshot => "snapshot",
+            Action::Annotate => "annotate",
         }
     }
 

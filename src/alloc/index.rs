@@ -1,6 +1,8 @@
 //! The allocator's free-block index.
 //!
-//! `FreeBlocks` keeps free blocks in PyTorch's best-fit order, (size, ptr),
+//! `FreeBlocks` keeps free blocks in PyTorch's best-fit order, (size, tie,
+//! ptr), where `tie` is the release's tie-break between equal sizes (0 where
+//! the address alone decides, docs/pytorch-allocator.md "Releases"),
 //! in TLSF-style bins: 64 sub-bins per power of two, a bitmap of the
 //! non-empty ones, and inside each bin a sorted vector. Best fit is a bit
 //! scan plus a look at the few blocks of one bin instead of a tree descent;
@@ -20,12 +22,13 @@ fn bin_of(size: u64) -> usize {
     ((fl - SUB_BITS) as usize) << SUB_BITS | sl as usize
 }
 
-type Entry = (u64, u64, u32);
+/// (size, tie, ptr, block index).
+pub(crate) type Entry = (u64, u64, u64, u32);
 
-/// Free blocks of one (pool, stream) keyed by (size, ptr).
+/// Free blocks of one (pool, stream) keyed by (size, tie, ptr).
 #[derive(Debug)]
 pub(crate) struct FreeBlocks {
-    /// Bins `lo..lo + bins.len()`, each sorted by (size, ptr); grown on
+    /// Bins `lo..lo + bins.len()`, each sorted by (size, tie, ptr); grown on
     /// demand to span the bins used, so a stream holding one block keeps
     /// one bin (a trace may have a stream per block). Deques, since best
     /// fit takes the lowest address among equal sizes: runs of equal free
@@ -61,8 +64,8 @@ impl Default for FreeBlocks {
 }
 
 #[inline]
-fn pos_in(bin: &VecDeque<Entry>, size: u64, ptr: u64) -> usize {
-    bin.partition_point(|e| (e.0, e.1) < (size, ptr))
+fn pos_in(bin: &VecDeque<Entry>, size: u64, tie: u64, ptr: u64) -> usize {
+    bin.partition_point(|e| (e.0, e.1, e.2) < (size, tie, ptr))
 }
 
 /// Moves by swaps when the nearer end is close: inline, where the deque's own
@@ -200,36 +203,36 @@ impl FreeBlocks {
         self.summary == 0
     }
 
-    pub(crate) fn insert(&mut self, size: u64, ptr: u64, v: u32) {
+    pub(crate) fn insert(&mut self, size: u64, tie: u64, ptr: u64, v: u32) {
         let b = bin_of(size);
         let bin = self.bin_grown(b);
         if bin.is_empty() {
             // Most bins hold nothing or one block.
-            bin.push_back((size, ptr, v));
+            bin.push_back((size, tie, ptr, v));
             self.set(b);
             return;
         }
-        let i = pos_in(bin, size, ptr);
+        let i = pos_in(bin, size, tie, ptr);
         match bin.get_mut(i) {
-            Some(e) if (e.0, e.1) == (size, ptr) => e.2 = v,
-            _ => insert_at(bin, i, (size, ptr, v)),
+            Some(e) if (e.0, e.1, e.2) == (size, tie, ptr) => e.3 = v,
+            _ => insert_at(bin, i, (size, tie, ptr, v)),
         }
     }
 
     #[inline]
-    pub(crate) fn remove(&mut self, size: u64, ptr: u64) -> Option<u32> {
+    pub(crate) fn remove(&mut self, size: u64, tie: u64, ptr: u64) -> Option<u32> {
         let b = bin_of(size);
         let bin = b.checked_sub(self.lo).and_then(|i| self.bins.get_mut(i))?;
-        let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, ptr) };
-        let e = *bin.get(i).filter(|e| (e.0, e.1) == (size, ptr))?;
+        let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, tie, ptr) };
+        let e = *bin.get(i).filter(|e| (e.0, e.1, e.2) == (size, tie, ptr))?;
         remove_at(bin, i);
         if bin.is_empty() {
             self.clear(b);
         }
-        Some(e.2)
+        Some(e.3)
     }
 
-    /// The first block with (size, ptr) >= (`size`, 0): PyTorch's lower_bound.
+    /// The first block with (size, tie, ptr) >= (`size`, 0, 0): PyTorch's lower_bound.
     #[inline]
     pub(crate) fn first_from(&self, size: u64) -> Option<Entry> {
         let b = bin_of(size);
@@ -241,7 +244,7 @@ impl FreeBlocks {
         self.next_bin(b).and_then(|n| self.bins[n - self.lo].front().copied())
     }
 
-    /// Removes and returns the first block with (size, ptr) >= (`size`, 0)
+    /// Removes and returns the first block with (size, tie, ptr) >= (`size`, 0, 0)
     /// if `accept` takes it; the lookup is done once for both.
     #[inline]
     pub(crate) fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
@@ -267,17 +270,17 @@ impl FreeBlocks {
         Some(e)
     }
 
-    /// Blocks with (size, ptr) >= (`size`, 0), ascending.
+    /// Blocks with (size, tie, ptr) >= (`size`, 0, 0), ascending.
     pub(crate) fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0)..));
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0, 0)..));
         first.chain(self.bins_after(b).flat_map(|n| self.bins[n - self.lo].iter())).copied()
     }
 
-    /// Blocks with (size, ptr) < (`size`, 0), descending.
+    /// Blocks with (size, tie, ptr) < (`size`, 0, 0), descending.
     pub(crate) fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0)).rev());
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0, 0)).rev());
         first.chain(self.bins_before(b).flat_map(|n| self.bins[n - self.lo].iter().rev())).copied()
     }
 
@@ -288,7 +291,7 @@ impl FreeBlocks {
     }
 
     pub(crate) fn values(&self) -> impl Iterator<Item = u32> + '_ {
-        self.iter().map(|e| e.2)
+        self.iter().map(|e| e.3)
     }
 }
 
@@ -301,42 +304,44 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 500, .. ProptestConfig::default() })]
 
-        /// `FreeBlocks` keeps exactly BTreeMap's (size, ptr) order, sizes
-        /// spanning 512 B to 1 TiB with many collisions in one bin.
+        /// `FreeBlocks` keeps exactly BTreeMap's (size, tie, ptr) order,
+        /// sizes spanning 512 B to 1 TiB with many collisions in one bin, and
+        /// ties that disagree with addresses.
         #[test]
         fn free_blocks_match_btreemap(ops in prop::collection::vec((0u8..10, 0u32..40, 0u64..50, 9u32..41), 0..600)) {
             let mut ours = FreeBlocks::default();
-            let mut model: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+            let mut model: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
             for (i, (kind, mant, ptr, exp)) in ops.into_iter().enumerate() {
                 let size = (1u64 << exp) + mant as u64 * 512;
+                let tie = (ptr * 7) % 5;
                 let ptr = ptr * 512;
                 match kind {
                     0..=4 => {
-                        model.insert((size, ptr), i as u32);
-                        ours.insert(size, ptr, i as u32);
+                        model.insert((size, tie, ptr), i as u32);
+                        ours.insert(size, tie, ptr, i as u32);
                     }
-                    5..=7 => prop_assert_eq!(ours.remove(size, ptr), model.remove(&(size, ptr))),
+                    5..=7 => prop_assert_eq!(ours.remove(size, tie, ptr), model.remove(&(size, tie, ptr))),
                     _ => {
                         let a: Vec<_> = ours.range_from(size).collect();
-                        let b: Vec<_> = model.range((size, 0)..).map(|(k, v)| (k.0, k.1, *v)).collect();
+                        let b: Vec<_> = model.range((size, 0, 0)..).map(|(k, v)| (k.0, k.1, k.2, *v)).collect();
                         prop_assert_eq!(a.first().copied(), ours.first_from(size));
                         if kind == 9 {
-                            let took = ours.take_first_from(size, |e| e.1 % 1024 == 0);
-                            let want = a.first().copied().filter(|e| e.1 % 1024 == 0);
+                            let took = ours.take_first_from(size, |e| e.2 % 1024 == 0);
+                            let want = a.first().copied().filter(|e| e.2 % 1024 == 0);
                             prop_assert_eq!(took, want);
                             if let Some(e) = want {
-                                model.remove(&(e.0, e.1));
+                                model.remove(&(e.0, e.1, e.2));
                             }
                         }
                         prop_assert_eq!(a, b);
                         let a: Vec<_> = ours.range_below_rev(size).collect();
-                        let b: Vec<_> = model.range(..(size, 0)).rev().map(|(k, v)| (k.0, k.1, *v)).collect();
+                        let b: Vec<_> = model.range(..(size, 0, 0)).rev().map(|(k, v)| (k.0, k.1, k.2, *v)).collect();
                         prop_assert_eq!(a, b);
                     }
                 }
             }
             let a: Vec<_> = ours.iter().collect();
-            let b: Vec<_> = model.iter().map(|(k, v)| (k.0, k.1, *v)).collect();
+            let b: Vec<_> = model.iter().map(|(k, v)| (k.0, k.1, k.2, *v)).collect();
             prop_assert_eq!(a, b);
         }
     }

@@ -1,4 +1,5 @@
-//! A faithful model of PyTorch 2.11's CUDA caching allocator. It knows
+//! A faithful model of PyTorch's CUDA caching allocator, 2.11 to 2.15 (the
+//! differences between releases are data in `release`). It knows
 //! nothing of CUDA or terminals: segment memory comes through the `Device`
 //! it defines (`backing`), which `crate::device` implements.
 
@@ -7,6 +8,7 @@ pub mod backing;
 pub mod config;
 pub mod event;
 mod index;
+pub mod release;
 pub mod snapshot;
 pub mod stats;
 
@@ -16,7 +18,8 @@ pub use allocator::{
     SeedSegment, StatePoint,
 };
 pub use backing::{Device, DeviceError};
-pub use config::{AllocatorConfig, ConfigError};
+pub use config::{AllocatorConfig, ConfigError, Reserve};
 pub use event::{Action, Event};
+pub use release::{BadRelease, Release, TieBreak};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
 pub use stats::{DeviceStats, Kind, Stat};

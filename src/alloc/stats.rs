@@ -1,4 +1,9 @@
-//! `memory_stats()` counters with PyTorch's exact key names (docs/pytorch-allocator.md §10).
+//! `memory_stats()` counters with PyTorch's exact key names (docs/pytorch-allocator.md §10),
+//! with the keys each later release added (docs/pytorch-allocator.md, "Releases").
+
+use std::collections::BTreeMap;
+
+use super::release::Release;
 
 /// One PyTorch `Stat`: `increase` raises current, peak and allocated;
 /// `decrease` lowers current and raises freed.
@@ -84,6 +89,11 @@ pub struct DeviceStats {
     pub num_sync_all_streams: i64,
     pub num_device_alloc: i64,
     pub(crate) num_device_free: i64,
+    /// 2.12+: allocations `throw_on_cudamalloc_oom` refused.
+    pub num_oom_rejections: i64,
+    /// 2.13+: `reserved_bytes_by_private_pools`, per private pool id: all,
+    /// small and large pool, each its own `Stat` as PyTorch keeps them.
+    pub(crate) private_pool_reserved: BTreeMap<(u64, u64), [Stat; 3]>,
 }
 
 impl DeviceStats {
@@ -125,7 +135,39 @@ impl DeviceStats {
         }
     }
 
-    /// All 121 `torch.cuda.memory_stats()` entries, sorted by key as PyTorch returns them.
+    /// A private pool's reserved bytes change by `n` (`pool` is SMALL_POOL
+    /// or LARGE_POOL).
+    pub(crate) fn change_private_reserved(&mut self, id: (u64, u64), pool: usize, n: i64) {
+        let arr = self.private_pool_reserved.entry(id).or_default();
+        for i in [ALL, pool] {
+            if n >= 0 {
+                arr[i].increase(n);
+            } else {
+                arr[i].decrease(-n);
+            }
+        }
+    }
+
+    /// `torch.cuda.memory_stats()` as `release` returns it, sorted by key:
+    /// 2.11's 121 entries, `num_oom_rejections` from 2.12 and the private
+    /// pools' reserved bytes from 2.13.
+    pub(crate) fn flat_for(&self, release: Release) -> Vec<(String, i64)> {
+        let mut out = self.flat();
+        if release.has_oom_rejections() {
+            out.push(("num_oom_rejections".into(), self.num_oom_rejections));
+        }
+        if release.has_private_pool_stats() {
+            for (&(a, b), arr) in &self.private_pool_reserved {
+                for (pi, pool) in POOL_NAMES.iter().enumerate() {
+                    push_stat(&mut out, &format!("reserved_bytes_by_private_pools.{a}_{b}.{pool}"), &arr[pi]);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// All 121 `torch.cuda.memory_stats()` entries of 2.11, sorted by key as PyTorch returns them.
     pub(crate) fn flat(&self) -> Vec<(String, i64)> {
         let mut out = Vec::with_capacity(121);
         for (kind, name) in KINDS.iter().zip(ARRAY_NAMES) {
@@ -152,7 +194,17 @@ impl DeviceStats {
             "num_sync_all_streams" => return Some(self.num_sync_all_streams),
             "num_device_alloc" => return Some(self.num_device_alloc),
             "num_device_free" => return Some(self.num_device_free),
+            "num_oom_rejections" => return Some(self.num_oom_rejections),
             _ => {}
+        }
+        if let Some(rest) = key.strip_prefix("reserved_bytes_by_private_pools.") {
+            let mut parts = rest.split('.');
+            let (a, b) = parts.next()?.split_once('_')?;
+            let arr = self.private_pool_reserved.get(&(a.parse().ok()?, b.parse().ok()?))?;
+            let pool = parts.next()?;
+            let pi = POOL_NAMES.iter().position(|n| *n == pool)?;
+            let field = parts.next()?;
+            return if parts.next().is_some() { None } else { field_value(&arr[pi], field) };
         }
         let mut parts = key.split('.');
         let name = parts.next()?;
@@ -207,6 +259,30 @@ mod tests {
         assert_eq!(s.value("reserved_bytes.all.freed"), Some(2 << 20));
         assert_eq!(s.value("allocated.all.current"), None);
         for (k, v) in &flat {
+            assert_eq!(s.value(k), Some(*v), "{k}");
+        }
+    }
+
+    #[test]
+    fn later_releases_add_their_keys() {
+        let mut s = DeviceStats::default();
+        s.change_private_reserved((1, 0), LARGE_POOL, 20 << 20);
+        s.change_private_reserved((1, 0), LARGE_POOL, -(20 << 20));
+        s.num_oom_rejections = 2;
+        let r = |v: &str| Release::parse(v).unwrap();
+        assert_eq!(s.flat_for(r("2.11.0")).len(), 121);
+        assert_eq!(s.flat_for(r("2.12.1")).len(), 122);
+        let f = s.flat_for(r("2.15.0"));
+        assert_eq!(f.len(), 122 + 12);
+        assert!(f.windows(2).all(|w| w[0].0 < w[1].0));
+        let get = |k: &str| f.iter().find(|(n, _)| n == k).map(|e| e.1);
+        assert_eq!(get("num_oom_rejections"), Some(2));
+        assert_eq!(get("reserved_bytes_by_private_pools.1_0.all.current"), Some(0));
+        assert_eq!(get("reserved_bytes_by_private_pools.1_0.large_pool.peak"), Some(20 << 20));
+        assert_eq!(get("reserved_bytes_by_private_pools.1_0.small_pool.allocated"), Some(0));
+        assert_eq!(s.value("reserved_bytes_by_private_pools.1_0.large_pool.freed"), Some(20 << 20));
+        assert_eq!(s.value("reserved_bytes_by_private_pools.2_0.all.current"), None);
+        for (k, v) in &f {
             assert_eq!(s.value(k), Some(*v), "{k}");
         }
     }

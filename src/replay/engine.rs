@@ -56,6 +56,7 @@ fn did(e: &Event) -> String {
             crate::analysis::human_bytes(e.addr)
         ),
         Action::Snapshot => "took a snapshot".into(),
+        Action::Annotate => format!("annotated the {size} block at {:#x}", e.addr),
     }
 }
 
@@ -502,7 +503,8 @@ impl<'a> Stepper<'a> {
                 Some(b) => self.alloc.free_completed(b).map_err(|e| fail(e.to_string()))?,
                 None => return Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr))),
             },
-            Action::Snapshot => self.alloc.push_external_event(ev),
+            // Markers: memory does not change.
+            Action::Snapshot | Action::Annotate => self.alloc.push_external_event(ev),
         }
         self.check(i)?;
         if self.position() == i {
