@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment};
+use crate::alloc::{Device, Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment};
 use crate::device::Oracle;
 use crate::trace::pickle::FastHash;
 
@@ -180,6 +180,9 @@ pub struct Stepper<'a> {
     directed: usize,
     /// Allocations placed where a graph tree's checkpoint put them.
     placed: usize,
+    /// Device memory held outside the allocator (context, other
+    /// processes), as the recording's OOM entries show it; None before one.
+    outside: Option<u64>,
 }
 
 impl<'a> Stepper<'a> {
@@ -217,6 +220,7 @@ impl<'a> Stepper<'a> {
             segs,
             directed: 0,
             placed: 0,
+            outside: None,
         })
     }
 
@@ -357,6 +361,30 @@ impl<'a> Stepper<'a> {
         None
     }
 
+    /// Whether the last request's release-and-retry could have happened: a
+    /// retry follows a failed cudaMalloc, so the segment it took must not
+    /// have fitted before the release (`before` is the state then), under
+    /// the memory limit or on the device beside what is held outside the
+    /// allocator (what OOM entries showed, else a 64th of the device). A
+    /// burst of `segment_free`s before a segment that fitted anyway was an
+    /// `empty_cache()`, which emits the same events and counts no retry.
+    fn retry_possible(&self, before: &CachingAllocator<Oracle<'a>>) -> bool {
+        if self.alloc.stats().num_alloc_retries == before.stats().num_alloc_retries {
+            return true;
+        }
+        let Some(seg) =
+            self.alloc.events().iter().find(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+        else {
+            return true;
+        };
+        let want = before.total_allocated_memory().saturating_add(seg.size);
+        let total = before.device().total_memory();
+        if before.memory_limit().is_some_and(|l| want > l) {
+            return true;
+        }
+        want.saturating_add(self.outside.unwrap_or(total / 64)) > total
+    }
+
     /// A release burst from `i` that no malloc explains: `empty_cache()` or
     /// a pool's `emptyCache(id)` as the plan says, checked against the
     /// recording; where our order differs, the recorded segments are
@@ -459,7 +487,7 @@ impl<'a> Stepper<'a> {
                 if let Some(k) = next_request(rec, i).filter(|_| !framed) {
                     let saved = (self.alloc.clone(), self.segs.clone());
                     let got = self.request(i, k);
-                    if self.check(i).is_ok() && self.position() == k + 1 {
+                    if self.check(i).is_ok() && self.position() == k + 1 && self.retry_possible(&saved.0) {
                         self.note_live(got);
                         explained = true;
                     } else {
@@ -494,6 +522,11 @@ impl<'a> Stepper<'a> {
             Action::Alloc | Action::Oom => {
                 let got = self.request(i, i);
                 self.note_live(got);
+                if ev.action == Action::Oom {
+                    let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
+                    let outside = self.alloc.device().total_memory().saturating_sub(held);
+                    self.outside = Some(self.outside.map_or(outside, |o| o.max(outside)));
+                }
             }
             Action::FreeRequested => match self.live.get(&ev.addr) {
                 Some(&b) => self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?,

@@ -3,7 +3,8 @@ allocator did with them (run through ./run.sh; build the releases first with ./b
 
     python3 make-vectors.py [--streams N] [--ops N] 2.11.0 2.12.1 2.13.0 2.15.0
 
-One gzip file per mode. Each holds, per stream, the stream and one output per distinct behaviour,
+One gzip file per mode; `free_completed` entries stay in the order the allocator wrote them (the
+test sorts runs of them where the order follows heap addresses). Each holds, per stream, the stream and one output per distinct behaviour,
 headed by the releases that produced it:
 
     === stream SEED
@@ -46,6 +47,7 @@ def main():
     ap.add_argument("--ops", type=int, default=300)
     ap.add_argument("--out", default=os.path.join(here, "..", "..", "tests", "fixtures", "releases"))
     ap.add_argument("--modes", default=",".join(gen.MODES))
+    ap.add_argument("--sorted", action="store_true", help="sort free_completed runs (norm.py's default)")
     ap.add_argument("releases", nargs="+")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -60,7 +62,7 @@ def main():
             for rel in a.releases:
                 raw = subprocess.run([os.path.join(here, "run.sh"), rel], input=stream, capture_output=True, text=True,
                                      env={**os.environ, "FAKE_TOTAL": total}, check=True).stdout
-                norm = subprocess.run([sys.executable, os.path.join(here, "norm.py")], input=raw, capture_output=True,
+                norm = subprocess.run([sys.executable, os.path.join(here, "norm.py")] + ([] if a.sorted else ["--raw"]), input=raw, capture_output=True,
                                       text=True, check=True).stdout
                 outs.setdefault(norm, []).append(rel)
             differ += len(outs) > 1

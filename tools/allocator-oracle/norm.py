@@ -6,13 +6,14 @@ addresses in PyTorch)."""
 import re
 import sys
 
+RAW = "--raw" in sys.argv
 out, run = [], []
 for line in sys.stdin.read().split("\n"):
     line = re.sub(r" (regctr|gc)=-?\d+", "", line)
     line = re.sub(r"\[v>=2\.1\d\] ", "", line)
     line = re.sub(r"^(\d+) OOM: (.*?) GPU \d+ has .*", r"\1 OOM: \2", line)
     line = re.sub(r"^(\d+) (STD)?ERROR: .*", r"\1 ERROR", line)
-    if line.startswith("  free_completed "):
+    if line.startswith("  free_completed ") and not RAW:
         run.append(line)
         continue
     out.extend(sorted(run))
