@@ -96,6 +96,8 @@ pub struct DeviceTrace {
     pub segments: Vec<RecordedSegment>,
     /// Pre-2.1 `free` entries, each expanded into `free_requested` + `free_completed`.
     pub(crate) legacy_free: usize,
+    /// Events of exact-address allocations (`mallocWithAddress`, 2.13+), ascending.
+    pub(crate) exact: Vec<usize>,
 }
 
 impl DeviceTrace {
@@ -176,6 +178,71 @@ pub struct Trace {
     pub annotations: Vec<Annotation>,
     /// Interned call stacks (innermost frame first).
     pub stacks: Vec<Vec<Frame>>,
+    /// What the file says of the PyTorch release that wrote it.
+    pub release: ReleaseEvidence,
+}
+
+/// The fields each PyTorch release added to snapshots, as found in one
+/// file, and what they say of the release that wrote it
+/// (docs/pytorch-allocator.md, "Releases"; docs/replay.md, "Which release").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseEvidence {
+    /// Trace entries carry `pool_id` (every entry from 2.12).
+    pub(crate) pool_ids: bool,
+    /// `allocator_settings` has `max_round_threshold` / `max_cached_size` (2.13+).
+    pub(crate) settings_keys_2_13: bool,
+    /// The file has `allocator_settings` at all (2.3+).
+    pub(crate) settings_recorded: bool,
+    /// `mallocWithAddress` in `user_metadata` (2.13, 2.14).
+    pub(crate) exact_in_user_metadata: bool,
+    /// `annotate` entries (2.14+).
+    pub(crate) annotate: bool,
+    /// `host_segments` / `host_traces` (2.14+), not replayed.
+    pub(crate) host_memory: bool,
+    /// `internal_metadata` (2.15+).
+    pub(crate) internal_metadata: bool,
+    /// `torch.__version__` as our own recorders store it.
+    pub(crate) recorded_version: Option<String>,
+    /// Entries with an action this reader does not know, skipped: (action, count).
+    pub unknown_actions: Vec<(String, usize)>,
+    pub(crate) has_entries: bool,
+}
+
+impl ReleaseEvidence {
+    /// The oldest and newest release the file's fields allow, and why.
+    pub fn bounds(&self) -> (crate::alloc::Release, crate::alloc::Release, String) {
+        use crate::alloc::Release;
+        let r = |m: u16| Release { major: 2, minor: m, patch: 0 };
+        if let Some(v) = self.recorded_version.as_deref().and_then(|v| Release::parse(v).ok()) {
+            return (v, v, format!("torch.__version__ {v} recorded with the trace"));
+        }
+        let (lo, why) = if self.internal_metadata {
+            (r(15), "trace entries carry internal_metadata (2.15+)")
+        } else if self.annotate || self.host_memory {
+            (r(14), "the file has annotate entries or host memory (2.14+)")
+        } else if self.settings_keys_2_13 || self.exact_in_user_metadata {
+            (r(13), "allocator_settings has the 2.13 keys")
+        } else if self.pool_ids {
+            (r(12), "trace entries carry pool_id (2.12+)")
+        } else {
+            (r(0), "")
+        };
+        // What the file lacks bounds it from above, where the release that
+        // added it would have written it.
+        let hi = if self.has_entries && !self.pool_ids {
+            Some((r(11), "trace entries carry no pool_id (2.12 adds it to every entry)"))
+        } else if self.settings_recorded && !self.settings_keys_2_13 && lo < r(13) {
+            Some((r(12), "allocator_settings lacks 2.13's keys"))
+        } else {
+            None
+        };
+        match hi {
+            Some((hi, why_hi)) if lo.minor == 0 => (Release::V2_11.min(hi), hi, why_hi.to_string()),
+            Some((hi, why_hi)) if hi >= lo => (lo, hi, format!("{why}; {why_hi}")),
+            _ if lo.minor == 0 => (Release::V2_11, Release::NEWEST, "the file does not say".into()),
+            _ => (lo, Release::NEWEST, why.to_string()),
+        }
+    }
 }
 
 impl Trace {

@@ -338,6 +338,13 @@ pub struct EntryFields {
     pub(crate) stream: Option<u64>,
     pub(crate) time_us: Option<i64>,
     pub(crate) stack: u32,
+    /// `pool_id` (2.12+).
+    pub(crate) pool: Option<(u64, u64)>,
+    /// `user_metadata` (2.13, 2.14) or `internal_metadata` (2.15) says
+    /// `mallocWithAddress`: an exact-address allocation's entry.
+    pub(crate) exact: bool,
+    /// `internal_metadata` present (2.15+).
+    pub(crate) internal: bool,
 }
 
 impl Compactor for () {
@@ -626,6 +633,8 @@ enum Put {
     Dict,
     Str(std::ops::Range<usize>),
     FramesList,
+    /// A memoized `pool_id` tuple.
+    Pool(i64, i64),
 }
 
 /// The result of reading one entry from the buffer; `puts` and `items`
@@ -707,7 +716,10 @@ fn entry_field(keys: &mut Vec<(Rc<String>, u8)>, k: &Rc<String>) -> Option<u8> {
         "stream" => 4,
         "time_us" => 5,
         "frames" => 6,
-        "compile_context" | "user_metadata" => 7,
+        "compile_context" => 7,
+        "pool_id" => 8,
+        "user_metadata" => 9,
+        "internal_metadata" => 10,
         _ => return None,
     };
     if keys.len() < 16 {
@@ -748,11 +760,18 @@ fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items:
                         item(c, op)?;
                     }
                 }
+                // One frame (`BINGET idx APPEND`), or an empty list and the
+                // entry's next key (2.12+ writes `pool_id` after `frames`).
                 b'h' | b'j' => {
+                    let at = c.p;
                     let op = c.byte()?;
-                    item(c, op)?;
-                    if c.byte()? != b'a' {
-                        return None;
+                    c.index(op)?;
+                    let append = c.byte()? == b'a';
+                    c.p = at;
+                    if append {
+                        let op = c.byte()?;
+                        item(c, op)?;
+                        c.p += 1;
                     }
                 }
                 _ => {}
@@ -763,18 +782,25 @@ fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items:
     }
 }
 
-/// A value skipped (compile_context, user_metadata; `op` read): memoized
+/// A SHORT_BINUNICODE string (its opcode read): where its bytes are; one
+/// memoized takes its memo slot.
+fn short_str(c: &mut Cursor, puts: &mut Vec<Put>) -> Option<std::ops::Range<usize>> {
+    let n = c.byte()? as usize;
+    let start = c.p;
+    c.take(n)?;
+    if c.buf.get(c.p) == Some(&0x94) {
+        c.p += 1;
+        puts.push(Put::Str(start..start + n));
+    }
+    Some(start..start + n)
+}
+
+/// A value skipped (compile_context; `op` read): memoized
 /// strings still take their memo slots.
 fn skip_entry_value(c: &mut Cursor, op: u8, puts: &mut Vec<Put>) -> Option<()> {
     match op {
         0x8c => {
-            let n = c.byte()? as usize;
-            let start = c.p;
-            c.take(n)?;
-            if c.buf.get(c.p) == Some(&0x94) {
-                c.p += 1;
-                puts.push(Put::Str(start..start + n));
-            }
+            short_str(c, puts)?;
         }
         b'h' | b'j' => {
             c.index(op)?;
@@ -825,6 +851,46 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
                 }
             }
             6 => frames = entry_frames(&mut c, op, memo, &mut e.puts, &mut e.items)?,
+            8 => {
+                let (a, b) = match op {
+                    b'h' | b'j' => match memo.get(c.index(op)?)? {
+                        Value::Tuple(t) => match t.0.as_slice() {
+                            [Value::Int(a), Value::Int(b)] => (*a, *b),
+                            _ => return None,
+                        },
+                        _ => return None,
+                    },
+                    _ => {
+                        let a = c.int(op)?;
+                        let op = c.byte()?;
+                        let b = c.int(op)?;
+                        if c.byte()? != 0x86 {
+                            return None;
+                        }
+                        if c.buf.get(c.p) == Some(&0x94) {
+                            c.p += 1;
+                            e.puts.push(Put::Pool(a, b));
+                        }
+                        (a, b)
+                    }
+                };
+                if a < 0 || b < 0 {
+                    return None;
+                }
+                f.pool = Some((a as u64, b as u64));
+            }
+            9 | 10 => {
+                f.internal |= field == 10;
+                let text: &[u8] = match op {
+                    0x8c => &buf[short_str(&mut c, &mut e.puts)?],
+                    b'h' | b'j' => match memo.get(c.index(op)?)? {
+                        Value::Str(t) => t.as_bytes(),
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
+                f.exact |= text.ends_with(b"mallocWithAddress");
+            }
             _ => skip_entry_value(&mut c, op, &mut e.puts)?,
         }
     }
@@ -988,6 +1054,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     list_slot = Some(self.memo.len);
                     Value::None
                 }
+                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
                 Put::Str(r) => {
                     let slice = &self.src.buf[start + r.start..start + r.end];
                     match self.strings.get(slice) {

@@ -1,6 +1,8 @@
 //! PyTorch's memory-snapshot schema (docs/pytorch-allocator.md §12) on top of the pickle decoder:
-//! every version from the bare list of segments of 1.x to torch 2.11's
-//! `device_traces` with `allocator_settings` and `external_annotations`.
+//! every version from the bare list of segments of 1.x to torch 2.15's
+//! `device_traces` with `allocator_settings`, `external_annotations`, `pool_id`,
+//! `annotate` entries and host memory; what each release added is kept as evidence
+//! of which release wrote the file (`ReleaseEvidence`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -8,7 +10,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::pickle::{decode_charged, Compactor, Dict, EntryFields, FastHash, Limits, List, Shared, Value};
-use super::{Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, Settings, Trace, TraceError, TraceFormat};
+use super::{
+    Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, ReleaseEvidence, Settings, Trace, TraceError,
+    TraceFormat,
+};
 use crate::alloc::{Action, BlockState, Event};
 
 /// Trace entries as columns, filled while the pickle is decoded.
@@ -38,9 +43,16 @@ struct EntryColumns {
     stack_by_ptrs: HashMap<Vec<usize>, u32, FastHash>,
     /// The key strings, recognised by identity once seen (and kept alive
     /// here so the identity stays theirs): see `KEYS`.
-    key_rcs: [Option<Rc<String>>; 7],
+    key_rcs: [Option<Rc<String>>; 10],
     /// `user_defined` entries (torch ~2.4): record_function markers.
     user_defined: Vec<(u32, String)>,
+    /// Entries of exact-address allocations (`mallocWithAddress`, 2.13+).
+    exact: Vec<u32>,
+    /// Entries with an action this reader does not know, by action: skipped.
+    unknown: std::collections::BTreeMap<String, usize>,
+    /// Any entry carried `pool_id` (2.12+) / `internal_metadata` (2.15+).
+    pool_ids: bool,
+    internal_metadata: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,6 +61,8 @@ enum Kind {
     /// Pre-2.1 `free`: both phases at once.
     LegacyFree,
     UserDefined,
+    /// An action a later release may add: counted, not replayed.
+    Unknown,
 }
 
 fn kind_of(name: &str) -> Option<Kind> {
@@ -59,13 +73,25 @@ fn kind_of(name: &str) -> Option<Kind> {
     }
 }
 
-const KEYS: [&str; 7] = ["action", "addr", "device_free", "size", "stream", "time_us", "frames"];
+const KEYS: [&str; 10] = [
+    "action",
+    "addr",
+    "device_free",
+    "size",
+    "stream",
+    "time_us",
+    "frames",
+    "pool_id",
+    "user_metadata",
+    "internal_metadata",
+];
 
 impl Compactor for EntryColumns {
     fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String> {
         // One pass over the keys; most dicts (frames, blocks) have no action.
         let (mut action, mut addr, mut device_free, mut size, mut stream, mut time, mut frames) =
             (None, None, None, None, None, None, None);
+        let (mut pool, mut exact, mut internal) = (None, false, false);
         for pair in kv.chunks_exact(2) {
             let (k, v) = (&pair[0], &pair[1]);
             let Value::Str(ks) = k else { continue };
@@ -86,7 +112,18 @@ impl Compactor for EntryColumns {
                 3 => size = v.as_u64(),
                 4 => stream = v.as_u64(),
                 5 => time = v.as_i64(),
-                _ => frames = Some(v),
+                6 => frames = Some(v),
+                7 => {
+                    if let Value::Tuple(t) = v {
+                        if let [a, b] = t.0.as_slice() {
+                            pool = a.as_u64().zip(b.as_u64());
+                        }
+                    }
+                }
+                _ => {
+                    internal |= field == 9;
+                    exact |= v.as_str().is_some_and(|t| t.ends_with("mallocWithAddress"));
+                }
             }
         }
         let Some(name) = action else { return Ok(None) };
@@ -97,7 +134,8 @@ impl Compactor for EntryColumns {
         };
         let label = || kv.chunks_exact(2).find(|p| p[0].as_str() == Some("name")).and_then(|p| p[1].as_str());
         let label = label().map(str::to_string);
-        self.push_entry(name, addr, device_free, size, stream, time, stack, label).map(Some)
+        let tags = EntryFields { pool, exact, internal, ..Default::default() };
+        self.push_entry(name, addr, device_free, size, stream, time, stack, label, &tags).map(Some)
     }
 
     fn compact_list(&mut self, key: &str, list: &List) -> Option<u32> {
@@ -111,7 +149,7 @@ impl Compactor for EntryColumns {
     fn entry(&mut self, f: &EntryFields) -> Result<u32, String> {
         self.fast_taken += 1;
         let name = f.action.as_deref().ok_or("trace entry without an action")?;
-        self.push_entry(name, f.addr, f.device_free, f.size, f.stream, f.time_us, f.stack, None)
+        self.push_entry(name, f.addr, f.device_free, f.size, f.stream, f.time_us, f.stack, None, f)
     }
 
     fn stack_of(&mut self, frames: &[Value]) -> u32 {
@@ -131,17 +169,31 @@ impl EntryColumns {
         time: Option<i64>,
         stack: u32,
         label: Option<String>,
+        tags: &EntryFields,
     ) -> Result<u32, String> {
-        let kind = kind_of(name).ok_or_else(|| format!("trace entry with unknown action {name:?}"))?;
+        let kind = match kind_of(name) {
+            Some(k) => k,
+            None => {
+                // Bounded: the first 64 names are kept, the rest counted under one.
+                let key = if self.unknown.len() < 64 || self.unknown.contains_key(name) { name } else { "…" };
+                *self.unknown.entry(key.chars().take(64).collect()).or_default() += 1;
+                Kind::Unknown
+            }
+        };
+        self.pool_ids |= tags.pool.is_some();
+        self.internal_metadata |= tags.internal;
         let addr = if kind == Kind::Action(Action::Oom) { device_free.or(addr) } else { addr };
         let id = self.events.len() as u32;
         let action = match kind {
             Kind::Action(a) => a,
-            Kind::LegacyFree | Kind::UserDefined => {
+            Kind::LegacyFree | Kind::UserDefined | Kind::Unknown => {
                 self.special.insert(id, kind);
                 Action::FreeRequested
             }
         };
+        if tags.exact {
+            self.exact.push(id);
+        }
         if kind == Kind::UserDefined {
             self.user_defined.push((id, label.unwrap_or_else(|| "user_defined".into())));
         }
@@ -441,6 +493,93 @@ pub fn read_snapshot_limited<R: Read>(
     read_snapshot_with(r, unpacked_bytes, false, limits).map(|(t, _)| t)
 }
 
+/// The per-device traces of `device_traces` (`tv`), entries taken from
+/// `cols`; `user_defined` entries become `annotations`.
+fn device_traces(
+    tv: Option<Value>,
+    cols: &mut EntryColumns,
+    annotations: &mut Vec<Annotation>,
+) -> Result<Vec<DeviceTrace>, TraceError> {
+    let mut devices: Vec<DeviceTrace> = Vec::new();
+    if let Some(tv) = tv {
+        let lists = list_of(&tv, "device_traces")?;
+        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
+        for (d, dev) in lists.iter().enumerate() {
+            let Value::List(l) = dev else {
+                return Err(schema(
+                    &format!("device_traces[{d}]"),
+                    format!("is a {}, expected a list", dev.type_name()),
+                ));
+            };
+            let l = l.borrow();
+            if l.has_other_items() {
+                let (i, e) = l
+                    .items()
+                    .into_iter()
+                    .enumerate()
+                    .find(|(_, e)| !matches!(e, Value::Entry(_)))
+                    .unwrap_or((0, Value::None));
+                return Err(schema(
+                    &format!("device_traces[{d}][{i}]"),
+                    format!("is a {}, expected a trace entry", e.type_name()),
+                ));
+            }
+            let v: Vec<u32> = l.entry_ids().collect();
+            ids.push(v);
+        }
+        drop(lists);
+        drop(tv);
+        // The usual layout: one device whose entries are all of them, in
+        // order; its columns move over without a copy.
+        let n = cols.events.len();
+        let whole = ids.iter().filter(|v| !v.is_empty()).count() == 1
+            && cols.special.is_empty()
+            && ids
+                .iter()
+                .find(|v| !v.is_empty())
+                .is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
+        for (d, v) in ids.iter().enumerate() {
+            let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
+            if whole && !v.is_empty() {
+                dt.events = std::mem::take(&mut cols.events);
+                dt.time_us = std::mem::take(&mut cols.time_us);
+                dt.stacks = std::mem::take(&mut cols.stack);
+                dt.exact = cols.exact.iter().map(|&x| x as usize).collect();
+                devices.push(dt);
+                continue;
+            }
+            for &id in v {
+                let id = id as usize;
+                let (e, t, st) = (cols.events[id], cols.time_us[id], cols.stack[id]);
+                match cols.special.get(&(id as u32)) {
+                    None => {
+                        if cols.exact.binary_search(&(id as u32)).is_ok() {
+                            dt.exact.push(dt.events.len());
+                        }
+                        dt.push(e, t, st)
+                    }
+                    Some(Kind::LegacyFree) => {
+                        dt.push(Event { action: Action::FreeRequested, ..e }, t, st);
+                        dt.push(Event { action: Action::FreeCompleted, ..e }, t, st);
+                        dt.legacy_free += 1;
+                    }
+                    Some(Kind::Unknown) => {}
+                    Some(_) => {
+                        let label = cols.user_defined.iter().find(|(x, _)| *x as usize == id).map(|(_, l)| l.clone());
+                        annotations.push(Annotation {
+                            device: d as i32,
+                            time_us: t,
+                            fields: vec![("name".into(), label.unwrap_or_default())],
+                        });
+                    }
+                }
+            }
+            devices.push(dt);
+        }
+    }
+    Ok(devices)
+}
+
 /// Also returns how many entries the fast path decoded.
 fn read_snapshot_with<R: Read>(
     r: R,
@@ -495,76 +634,8 @@ fn read_snapshot_with<R: Read>(
     }
     check_disjoint(&segments)?;
 
-    let mut devices: Vec<DeviceTrace> = Vec::new();
-    if let Some(tv) = traces_v {
-        let lists = list_of(&tv, "device_traces")?;
-        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
-        for (d, dev) in lists.iter().enumerate() {
-            let Value::List(l) = dev else {
-                return Err(schema(
-                    &format!("device_traces[{d}]"),
-                    format!("is a {}, expected a list", dev.type_name()),
-                ));
-            };
-            let l = l.borrow();
-            if l.has_other_items() {
-                let (i, e) = l
-                    .items()
-                    .into_iter()
-                    .enumerate()
-                    .find(|(_, e)| !matches!(e, Value::Entry(_)))
-                    .unwrap_or((0, Value::None));
-                return Err(schema(
-                    &format!("device_traces[{d}][{i}]"),
-                    format!("is a {}, expected a trace entry", e.type_name()),
-                ));
-            }
-            let v: Vec<u32> = l.entry_ids().collect();
-            ids.push(v);
-        }
-        drop(lists);
-        drop(tv);
-        // The usual layout: one device whose entries are all of them, in
-        // order; its columns move over without a copy.
-        let n = cols.events.len();
-        let whole = ids.iter().filter(|v| !v.is_empty()).count() == 1
-            && cols.special.is_empty()
-            && ids
-                .iter()
-                .find(|v| !v.is_empty())
-                .is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
-        for (d, v) in ids.iter().enumerate() {
-            let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
-            if whole && !v.is_empty() {
-                dt.events = std::mem::take(&mut cols.events);
-                dt.time_us = std::mem::take(&mut cols.time_us);
-                dt.stacks = std::mem::take(&mut cols.stack);
-                devices.push(dt);
-                continue;
-            }
-            for &id in v {
-                let id = id as usize;
-                let (e, t, st) = (cols.events[id], cols.time_us[id], cols.stack[id]);
-                match cols.special.get(&(id as u32)) {
-                    None => dt.push(e, t, st),
-                    Some(Kind::LegacyFree) => {
-                        dt.push(Event { action: Action::FreeRequested, ..e }, t, st);
-                        dt.push(Event { action: Action::FreeCompleted, ..e }, t, st);
-                        dt.legacy_free += 1;
-                    }
-                    Some(_) => {
-                        let label = cols.user_defined.iter().find(|(x, _)| *x as usize == id).map(|(_, l)| l.clone());
-                        trace.annotations.push(Annotation {
-                            device: d as i32,
-                            time_us: t,
-                            fields: vec![("name".into(), label.unwrap_or_default())],
-                        });
-                    }
-                }
-            }
-            devices.push(dt);
-        }
-    }
+    let mut devices = device_traces(traces_v, &mut cols, &mut trace.annotations)?;
+
     // Segments join the device they name; a device index only names a
     // device, so memory stays bounded by what the file holds.
     let mut at: HashMap<i32, usize> = devices.iter().enumerate().map(|(i, d)| (d.device, i)).collect();
@@ -577,15 +648,29 @@ fn read_snapshot_with<R: Read>(
         devices[i].segments.push(s);
     }
     devices.sort_by_key(|d| d.device);
+    let mut ev = ReleaseEvidence {
+        pool_ids: cols.pool_ids,
+        internal_metadata: cols.internal_metadata,
+        exact_in_user_metadata: !cols.exact.is_empty() && !cols.internal_metadata,
+        annotate: devices.iter().any(|d| d.events.iter().any(|e| e.action == Action::Annotate)),
+        unknown_actions: std::mem::take(&mut cols.unknown).into_iter().collect(),
+        ..Default::default()
+    };
     if let Value::Dict(_) = &root {
+        ev.host_memory = root.get("host_segments").is_some() || root.get("host_traces").is_some();
         if let Some(s) = root.get("allocator_settings") {
             trace.settings = Some(settings(&s));
+            ev.settings_keys_2_13 = s.get("max_round_threshold").is_some() || s.get("max_cached_size").is_some();
+            ev.settings_recorded = true;
         }
+        ev.recorded_version = root.get("torch_version").and_then(|v| v.as_str().map(str::to_string));
         if let Some(a) = root.get("external_annotations").and_then(|a| a.items()) {
             trace.annotations.extend(a.iter().filter_map(annotation));
         }
     }
     trace.annotations.sort_by_key(|a| a.time_us);
+    ev.has_entries = devices.iter().any(|d| !d.events.is_empty());
+    trace.release = ev;
     trace.devices = devices;
     trace.stacks = w.stacks;
     drop(root);
@@ -603,7 +688,15 @@ mod tests {
     #[test]
     fn fast_and_generic_entry_paths_agree_on_real_snapshots() {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
-        for name in ["gpt2_train.pickle.gz", "multistream_pipeline.pickle.gz", "fixture_py3000.pickle.gz"] {
+        for name in [
+            "gpt2_train.pickle.gz",
+            "multistream_pipeline.pickle.gz",
+            "fixture_py3000.pickle.gz",
+            // Python's pickler's layout of what 2.12 to 2.15 added (tests/fixtures/releases/snapshots/make.py).
+            "../releases/snapshots/torch212.pickle.gz",
+            "../releases/snapshots/torch215.pickle.gz",
+            "../releases/snapshots/torch213.pickle.gz",
+        ] {
             let mut raw = Vec::new();
             flate2::read::MultiGzDecoder::new(std::fs::File::open(root.join(name)).unwrap())
                 .read_to_end(&mut raw)
@@ -623,6 +716,33 @@ mod tests {
             assert_eq!(frames(&fast, a), frames(&slow, b), "{name}");
             assert_eq!(a.segments, b.segments, "{name}");
             assert_eq!(fast.settings, slow.settings, "{name}");
+            assert_eq!(a.exact, b.exact, "{name}");
+            assert_eq!(fast.release, slow.release, "{name}");
+        }
+    }
+
+    /// Each release's fields are read where they are, and say which
+    /// release wrote the file; an unknown action is counted, not fatal.
+    #[test]
+    fn the_fields_later_releases_added_name_the_release() {
+        use crate::alloc::Release;
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/releases/snapshots");
+        let r = |s: &str| Release::parse(s).unwrap();
+        for (name, lo, hi, exact) in [
+            ("torch211", r("2.11"), r("2.11"), vec![]),
+            ("torch212", r("2.12"), r("2.12"), vec![]),
+            ("torch213", r("2.13"), Release::NEWEST, vec![1505, 1506, 1507, 1508]),
+            ("torch214", r("2.14"), Release::NEWEST, vec![1506, 1507, 1508, 1509]),
+            ("torch215", r("2.15"), Release::NEWEST, vec![1506, 1507, 1508, 1509]),
+        ] {
+            let t = crate::trace::load(&root.join(format!("{name}.pickle.gz"))).unwrap();
+            let (l, h, why) = t.release.bounds();
+            assert_eq!((l, h), (lo, hi), "{name}: {why}");
+            assert_eq!(t.release.unknown_actions, vec![("some_future_action".to_string(), 1)], "{name}");
+            assert_eq!(t.devices[0].exact, exact, "{name}");
+            let annotate = t.devices[0].events.iter().filter(|e| e.action == Action::Annotate).count();
+            assert_eq!(annotate, usize::from(lo >= r("2.14")), "{name}");
+            assert_eq!(t.release.host_memory, lo >= r("2.14"), "{name}");
         }
     }
 }
