@@ -150,6 +150,7 @@ fn bench_frame(c: &mut Criterion) {
         stop_at: None,
         context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
         recorded_state: true,
+        release: gpumem_top::replay::session::ReleaseAsk::of(&t, None),
     };
     let session = Session::open(d, &t.stacks, &want).unwrap();
     let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, "gpt2_train.pickle.gz".into()).unwrap();

@@ -138,6 +138,7 @@ fn execute(input: &[u8], export: bool) {
             stop_at: None,
             context_bytes: 0,
             recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
+            release: gpumem_top::replay::session::ReleaseAsk::of(&t, None),
         };
         if let Ok(s) = Session::open(dev, &t.stacks, &want) {
             let _ = s.exact.allocator.snapshot();

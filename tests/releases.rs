@@ -530,3 +530,303 @@ fn one_stream() {
     let release = Release::parse(&std::env::var("RELEASE").unwrap()).unwrap();
     println!("{}", run(&stream, release).join("\n"));
 }
+
+/// A snapshot as `release` writes one, from the oracle's output for a
+/// stream: its last `SNAPSHOT` (segments and blocks) and `TRACES`, with the
+/// fields that release adds (`pool_id` from 2.12, the 2.13 settings keys,
+/// `mallocWithAddress` tags, `internal_metadata` from 2.15).
+fn snapshot_of(out: &[String], release: Release, conf: &str) -> Vec<u8> {
+    use common::pickler::Pickler;
+    let stream_id = |name: &str| match name {
+        "s0" => 0u64,
+        n => 0x5000 + 0x10 * n[1..].parse::<u64>().unwrap(),
+    };
+    let field = |l: &str, k: &str| -> String {
+        l.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).unwrap_or("").to_string()
+    };
+    let pool = |l: &str| -> (u64, u64) {
+        let p = field(l, "pool");
+        let (a, b) = p.trim_matches(|c| c == '(' || c == ')').split_once(',').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    let snap = out.iter().rposition(|l| l.starts_with("SNAPSHOT ")).unwrap();
+    let traces = out.iter().rposition(|l| l.starts_with("TRACES ")).unwrap();
+    let mut p = Pickler::default();
+    p.dict(|p| {
+        p.kv("segments", |p| {
+            p.list(|p| {
+                let mut i = snap + 1;
+                while i < traces {
+                    let l = out[i].clone();
+                    let mut blocks = Vec::new();
+                    i += 1;
+                    while i < traces && out[i].starts_with("    blk ") {
+                        blocks.push(out[i].clone());
+                        i += 1;
+                    }
+                    let words: Vec<&str> = l.split_whitespace().collect();
+                    let addr = u64::from_str_radix(words[1], 16).unwrap();
+                    let (a, b) = pool(&l);
+                    p.dict(|p| {
+                        p.kv("device", |p| {
+                            p.int(0);
+                        })
+                        .kv("address", |p| {
+                            p.int(addr);
+                        })
+                        .kv("total_size", |p| {
+                            p.int(field(&l, "total").parse().unwrap());
+                        })
+                        .kv("stream", |p| {
+                            p.int(stream_id(&field(&l, "stream")));
+                        })
+                        .kv("segment_type", |p| {
+                            p.str(if l.contains(" small") { "small" } else { "large" });
+                        })
+                        .kv("segment_pool_id", |p| {
+                            p.tuple2(a, b);
+                        })
+                        .kv("is_expandable", |p| {
+                            p.bool(l.contains(" expandable"));
+                        })
+                        .kv("blocks", |p| {
+                            p.list(|p| {
+                                for bl in &blocks {
+                                    let state = if bl.ends_with(" allocated") {
+                                        "active_allocated"
+                                    } else if bl.ends_with(" active_pending_free") {
+                                        "active_pending_free"
+                                    } else {
+                                        "inactive"
+                                    };
+                                    p.dict(|p| {
+                                        p.kv("size", |p| {
+                                            p.int(field(bl, "size").parse().unwrap());
+                                        })
+                                        .kv("requested_size", |p| {
+                                            p.int(field(bl, "req").parse().unwrap());
+                                        })
+                                        .kv("state", |p| {
+                                            p.str(state);
+                                        });
+                                    });
+                                }
+                            });
+                        });
+                    });
+                }
+            });
+        })
+        .kv("device_traces", |p| {
+            p.list(|p| {
+                p.list(|p| {
+                    for l in out[traces + 1..].iter().take_while(|l| l.starts_with("  ")) {
+                        let action = l.split_whitespace().next().unwrap();
+                        p.dict(|p| {
+                            p.kv("action", |p| {
+                                p.str(action);
+                            })
+                            .kv("addr", |p| {
+                                p.int(u64::from_str_radix(&field(l, "addr"), 16).unwrap());
+                            })
+                            .kv("size", |p| {
+                                p.int(field(l, "size").parse().unwrap());
+                            })
+                            .kv("stream", |p| {
+                                p.int(stream_id(&field(l, "stream")));
+                            })
+                            .kv("time_us", |p| {
+                                p.int(0);
+                            })
+                            .kv("frames", |p| {
+                                p.list(|_| {});
+                            });
+                            if release.has_oom_rejections() {
+                                let (a, b) = pool(l);
+                                p.kv("pool_id", |p| {
+                                    p.tuple2(a, b);
+                                });
+                            }
+                            for key in ["user_metadata", "internal_metadata"] {
+                                let v = field(l, key);
+                                if !v.is_empty() {
+                                    p.kv(key, |p| {
+                                        p.str(&v);
+                                    });
+                                }
+                            }
+                        });
+                    }
+                });
+            });
+        })
+        .kv("allocator_settings", |p| {
+            p.dict(|p| {
+                p.kv("PYTORCH_CUDA_ALLOC_CONF", |p| {
+                    p.str(conf);
+                });
+                if release.has_private_pool_stats() {
+                    p.kv("max_round_threshold", |p| {
+                        p.int(u64::MAX >> 1);
+                    });
+                }
+            });
+        });
+    });
+    p.finish()
+}
+
+/// The oracle's last `STATS` as `memory_stats()` keys.
+fn final_stats(out: &[String]) -> BTreeMap<String, i64> {
+    let at = out.iter().rposition(|l| l == "STATS").unwrap();
+    let mut m = BTreeMap::new();
+    for l in out[at + 1..].iter().take_while(|l| l.starts_with("  ")) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w[0] == "num_alloc_retries" {
+            for kv in w.chunks(2) {
+                m.insert(kv[0].to_string(), kv[1].parse().unwrap());
+            }
+        } else if w[0].starts_with("oversize_") {
+            m.insert(format!("{}.current", w[0]), w[1].parse().unwrap());
+            m.insert(format!("{}.peak", w[0]), w[2].parse().unwrap());
+        } else if w.len() == 2 {
+            m.insert(w[0].to_string(), w[1].parse().unwrap());
+        } else {
+            for (f, v) in ["current", "peak", "allocated", "freed"].iter().zip(&w[1..]) {
+                m.insert(format!("{}.{f}", w[0]), v.parse().unwrap());
+            }
+        }
+    }
+    m
+}
+
+/// The snapshots each release writes of the oracle's streams replay
+/// exactly, the release found from the file's own fields, and every
+/// statistic is the real allocator's: `num_alloc_retries` included (an
+/// `empty_cache()` before a malloc is not taken for an OOM retry).
+fn check_replays(mode: &str, streams: usize) {
+    let dir = common::TmpDir::new(&format!("releases-{mode}"));
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in cases(mode).into_iter().take(streams) {
+        let total = case.stream[0].strip_prefix("# total ").unwrap().to_string();
+        let fraction = case.stream.iter().find_map(|l| l.strip_prefix("fraction ")).map(str::to_string);
+        let conf_line = case.stream.iter().position(|l| l.starts_with("conf "));
+        for (releases, out) in &case.outs {
+            for &rel in releases {
+                // The settings as the release took them (a key it does not know is refused).
+                let conf = match conf_line {
+                    Some(i) if !out.iter().any(|l| *l == format!("{} ERROR", i + 1)) => case.stream[i][5..].to_string(),
+                    _ => String::new(),
+                };
+                let path = dir.0.join(format!("{}-{}-{rel}.pickle", case.mode, case.seed));
+                std::fs::write(&path, snapshot_of(out, rel, &conf)).unwrap();
+                if let Some(keep) = std::env::var_os("KEEP") {
+                    let _ = std::fs::copy(&path, std::path::Path::new(&keep).join(path.file_name().unwrap()));
+                }
+                let mut args = vec!["replay".to_string(), path.display().to_string(), "--json".into()];
+                args.extend(["--device-total".into(), total.clone()]);
+                if let Some(f) = &fraction {
+                    args.extend(["--memory-fraction".into(), f.clone()]);
+                }
+                let o = std::process::Command::new(common::bin()).args(&args).output().unwrap();
+                checked += 1;
+                let j: serde_json::Value = match serde_json::from_slice(&o.stdout) {
+                    Ok(j) => j,
+                    Err(_) => {
+                        failures.push(format!("{mode} {} {rel}: {}", case.seed, String::from_utf8_lossy(&o.stderr)));
+                        continue;
+                    }
+                };
+                let want_rules = Release::DISTINCT.iter().rev().find(|d| **d <= rel).unwrap();
+                let got_rules = Release::parse(j["torch_release"]["rules"].as_str().unwrap()).unwrap();
+                let same_rules = Release::DISTINCT.iter().rev().find(|d| **d <= got_rules).unwrap() == want_rules;
+                let mut bad: Vec<String> = Vec::new();
+                if !same_rules {
+                    bad.push(format!("release {got_rules} ({})", j["torch_release"]["why"]));
+                }
+                if j["fidelity"] != "exact" {
+                    bad.push(format!("fidelity {} {}", j["fidelity"], j["first_divergence"]));
+                }
+                // What replay says a trace cannot hold (an empty_cache() that
+                // frees nothing leaves no entry); and the oracle sets its
+                // settings after start-up, where the max_split_size
+                // statistic keeps the first value.
+                let unknowable: Vec<&str> =
+                    j["not_in_trace"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+                for (k, v) in final_stats(out) {
+                    if unknowable.contains(&k.as_str()) || (k == "max_split_size" && !conf.is_empty()) {
+                        continue;
+                    }
+                    // A retry after a release burst, where the segment could
+                    // not have fitted, may as well have been an empty_cache().
+                    let either = j["retries_or_empty_cache"].as_i64().unwrap();
+                    let got = j["stats"][&k].as_i64().unwrap_or(-1);
+                    if k == "num_alloc_retries" && (got - either..=got).contains(&v) {
+                        continue;
+                    }
+                    if j["stats"][&k].as_i64() != Some(v) {
+                        bad.push(format!("{k}: {} want {v}", j["stats"][&k]));
+                    }
+                }
+                if !bad.is_empty() {
+                    failures.push(format!("{mode} stream {} as {rel}: {}", case.seed, bad.join("; ")));
+                }
+            }
+        }
+    }
+    assert!(checked > 0);
+    assert!(failures.is_empty(), "{} of {checked} replays differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+macro_rules! replays {
+    ($($name:ident: $mode:literal),*) => {$(
+        #[test]
+        fn $name() {
+            check_replays($mode, 6);
+        }
+    )*};
+}
+
+replays!(replay_plain: "plain", replay_ties: "ties", replay_rec: "rec", replay_oom: "oom", replay_frac: "frac",
+    replay_expandable: "expandable", replay_maxsplit: "maxsplit", replay_exact: "exact", replay_annotate: "annotate",
+    replay_pool: "pool", replay_capture: "capture", replay_poolcap: "poolcap", replay_gc: "gc", replay_roundup: "roundup",
+    replay_throw: "throw", replay_reserve: "reserve");
+
+/// A snapshot laid out as each release writes it replays exactly under the
+/// release its fields name; `--torch` overrides them; the text report says
+/// which release and why, and what it skipped.
+#[test]
+fn snapshots_say_their_release() {
+    for (name, rules) in [
+        ("torch211", "2.11.0"),
+        ("torch212", "2.12.0"),
+        ("torch213", "2.15.0"),
+        ("torch214", "2.15.0"),
+        ("torch215", "2.15.0"),
+    ] {
+        let path = fixture(&format!("releases/snapshots/{name}.pickle.gz"));
+        let o = std::process::Command::new(common::bin())
+            .args(["replay", path.to_str().unwrap(), "--json", "--device-total", "80GiB"])
+            .output()
+            .unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["fidelity"], "exact", "{name}: {}", j["first_divergence"]);
+        assert_eq!(j["torch_release"]["rules"], rules, "{name}: {}", j["torch_release"]["why"]);
+        assert_eq!(j["torch_release"]["unknown_actions"]["some_future_action"], 1, "{name}");
+        let keys = j["stats"].as_object().unwrap().len();
+        assert_eq!(keys, if rules == "2.11.0" { 122 } else { 123 }, "{name}: memory_stats() as the release has it");
+        let text = std::process::Command::new(common::bin())
+            .args(["replay", path.to_str().unwrap(), "--device-total", "80GiB", "--torch", "2.12.1"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        assert!(text.contains("PyTorch release: 2.12.1, as --torch says"), "{name}: {text}");
+        assert!(text.contains("skipped: trace entries with actions this release of gpumem-top does not know: 1 \"some_future_action\""), "{name}");
+        assert_eq!(text.contains("host memory: the snapshot's pinned host segments"), name >= "torch214", "{name}");
+    }
+    let bad =
+        std::process::Command::new(common::bin()).args(["replay", "x.pickle", "--torch", "1.13"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a PyTorch release: \"1.13\""));
+}

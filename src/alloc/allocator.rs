@@ -345,6 +345,9 @@ pub struct CachingAllocator<D> {
     captures: Vec<(PoolSlot, Route)>,
     /// Set by `alloc_block` when `throw_on_cudamalloc_oom` refuses a segment.
     rejected: bool,
+    /// Behave as under a capture whatever the scopes say: a replay whose
+    /// recording shows an OOM without the retry a capture skips.
+    assume_capture: bool,
     /// Whether queued stream work is still running: `process_events` then
     /// completes no event (a sync still completes them all).
     events_pending: bool,
@@ -398,6 +401,7 @@ impl<D: Device> CachingAllocator<D> {
             captures: Vec::new(),
             active_captures: 0,
             rejected: false,
+            assume_capture: false,
             events_pending: false,
             release: Release::V2_11,
             ties: Vec::new(),
@@ -707,6 +711,9 @@ impl<D: Device> CachingAllocator<D> {
     /// being allocated to up to 2.12, only a real capture from 2.13.
     #[inline]
     fn in_capture(&self) -> bool {
+        if self.assume_capture {
+            return true;
+        }
         if self.release.pool_scope_is_capture() {
             !self.captures.is_empty()
         } else {
@@ -723,6 +730,11 @@ impl<D: Device> CachingAllocator<D> {
     /// `markCaptureEnd`.
     pub fn mark_capture_end(&mut self) {
         self.active_captures = self.active_captures.saturating_sub(1);
+    }
+
+    /// See `assume_capture`.
+    pub(crate) fn set_assume_capture(&mut self, on: bool) {
+        self.assume_capture = on;
     }
 
     /// Whether queued work is still running, so `process_events` completes

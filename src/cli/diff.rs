@@ -27,6 +27,8 @@ pub struct DiffArgs {
     pub(crate) base: PathBuf,
     /// The run after it.
     pub(crate) new: PathBuf,
+    #[command(flatten)]
+    pub(crate) torch: super::TorchArg,
     /// Print one JSON object (docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
@@ -83,11 +85,15 @@ struct Replayed {
     series: Series,
 }
 
-fn replay_run(path: &std::path::Path, trace: &Trace) -> Result<Replayed> {
+fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc::Release>) -> Result<Replayed> {
     let bad = |e: String| anyhow!(InputError(format!("{}: {e}", path.display())));
     let dev = pick_device(trace, None)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let session = Session::open(dev, &trace.stacks, &Want::exact(conf, DEFAULT_DEVICE_TOTAL)).map_err(bad)?;
+    let want = Want {
+        release: crate::replay::session::ReleaseAsk::of(trace, torch),
+        ..Want::exact(conf, DEFAULT_DEVICE_TOTAL)
+    };
+    let session = Session::open(dev, &trace.stacks, &want).map_err(bad)?;
     if session.start == Start::StateOnly {
         // No history: the state when it was taken stands for peak and end.
         let cats = Categories::of(dev, &trace.stacks, &trace.annotations, &start_blocks(dev, &session.seed), None);
@@ -236,12 +242,12 @@ fn recorded_run(path: &std::path::Path, snaps: &[crate::monitor::Snapshot]) -> R
 /// The diff screen's app over two snapshots, as `diff` opens it on a
 /// terminal.
 pub fn diff_app(base: &std::path::Path, new: &std::path::Path, color: bool) -> Result<crate::ui::diff::DiffApp> {
-    let model = compare(base, new, None, None)?;
+    let model = compare(base, new, None, None, None)?;
     Ok(crate::ui::diff::DiffApp::new(model, color))
 }
 
 pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
-    let model = compare(&args.base, &args.new, args.fail_on_growth, args.max_unpacked)?;
+    let model = compare(&args.base, &args.new, args.fail_on_growth, args.max_unpacked, args.torch.release)?;
     use std::io::IsTerminal;
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     let regressions = model.report.regressions.clone();
@@ -291,9 +297,12 @@ fn compare(
     new: &std::path::Path,
     fail_on_growth: Option<f64>,
     max_unpacked: Option<u64>,
+    torch: Option<crate::alloc::Release>,
 ) -> Result<crate::analysis::diff::DiffModel> {
     let (b, n, recordings) = match (load(base, max_unpacked)?, load(new, max_unpacked)?) {
-        (Loaded::Snapshot(bt), Loaded::Snapshot(nt)) => (replay_run(base, &bt)?, replay_run(new, &nt)?, false),
+        (Loaded::Snapshot(bt), Loaded::Snapshot(nt)) => {
+            (replay_run(base, &bt, torch)?, replay_run(new, &nt, torch)?, false)
+        }
         (Loaded::Recording(bs), Loaded::Recording(ns)) => (recorded_run(base, &bs)?, recorded_run(new, &ns)?, true),
         _ => {
             return Err(anyhow!(InputError(format!(

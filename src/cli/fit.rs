@@ -23,6 +23,8 @@ pub struct FitArgs {
     /// batch sizes, each from process start).
     #[arg(value_name = "SNAPSHOT@BATCH")]
     pub(crate) samples: Vec<String>,
+    #[command(flatten)]
+    pub(crate) torch: super::TorchArg,
     /// Record the samples instead: run the command after `--` once per batch
     /// (`{batch}` in it replaced), recording PyTorch's memory history.
     #[arg(long = "batches", value_name = "B1,B2,...", value_delimiter = ',')]
@@ -252,7 +254,8 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         let dev = pick_device(&trace, None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
-        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf)
+        let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
+        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release)
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
         names.push(path.display().to_string());
         samples.push(s);

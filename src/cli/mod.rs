@@ -93,6 +93,19 @@ impl std::str::FromStr for At {
     }
 }
 
+/// `--torch VERSION`: whose caching allocator to follow.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct TorchArg {
+    /// The PyTorch release whose caching allocator to follow (2.11 to 2.15,
+    /// e.g. 2.15 or 2.13.0); by default what the snapshot's fields say.
+    #[arg(long = "torch", value_name = "VERSION", value_parser = parse_release)]
+    pub(crate) release: Option<crate::alloc::Release>,
+}
+
+fn parse_release(s: &str) -> Result<crate::alloc::Release, String> {
+    crate::alloc::Release::parse(s).map_err(|e| e.to_string())
+}
+
 /// PyTorch's per-process memory cap: a byte limit or a share of the device.
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct MemoryCap {
@@ -136,6 +149,8 @@ pub struct ReplayArgs {
     pub(crate) alloc_conf: Option<String>,
     #[command(flatten)]
     pub(crate) cap: MemoryCap,
+    #[command(flatten)]
+    pub(crate) torch: TorchArg,
     /// Also run the trace's requests under this config (repeatable) and compare.
     #[arg(long = "compare", value_name = "CONF")]
     pub(crate) compare: Vec<String>,
@@ -321,8 +336,12 @@ fn pick_device(t: &Trace, want: Option<i32>) -> Result<&DeviceTrace> {
 
 /// `torch.cuda.memory_stats()`: the 121 counters and, as PyTorch 2.11
 /// adds, the config's `max_split_size` (-1 when unlimited).
-pub(crate) fn stats_map(s: &DeviceStats, conf: &AllocatorConfig) -> std::collections::BTreeMap<String, i64> {
-    let mut m: std::collections::BTreeMap<String, i64> = s.flat().into_iter().collect();
+pub(crate) fn stats_map(
+    s: &DeviceStats,
+    conf: &AllocatorConfig,
+    release: crate::alloc::Release,
+) -> std::collections::BTreeMap<String, i64> {
+    let mut m: std::collections::BTreeMap<String, i64> = s.flat_for(release).into_iter().collect();
     let mss = conf.max_split_size;
     m.insert("max_split_size".into(), if mss == crate::alloc::config::UNLIMITED { -1 } else { mss as i64 });
     m
@@ -489,10 +508,12 @@ fn not_in_trace(start: Start) -> Vec<&'static str> {
     match start {
         // An empty_cache() that frees nothing leaves no trace entry, nor does
         // a CUDA-graph capture's own empty_cache (docs/replay.md).
-        Start::ProcessStart => vec!["num_sync_all_streams"],
+        // A request throw_on_cudamalloc_oom refuses (2.12+) leaves none either.
+        Start::ProcessStart => vec!["num_sync_all_streams", "num_oom_rejections"],
         Start::Window | Start::StateOnly => {
             vec![
                 "num_sync_all_streams",
+                "num_oom_rejections",
                 "peaks",
                 "allocated/freed totals",
                 "num_alloc_retries",
@@ -555,6 +576,8 @@ fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: 
 pub struct ExportArgs {
     /// A PyTorch memory snapshot that replays exactly (.pickle, .pickle.gz).
     pub(crate) trace: PathBuf,
+    #[command(flatten)]
+    pub(crate) torch: TorchArg,
     #[arg(long, value_enum)]
     pub(crate) view: crate::export::picture::ViewKind,
     /// The moment shown: an event index, peak (default), oom or end.
@@ -628,7 +651,12 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let dev = pick_device(&trace, args.device)?;
     check_at(args.at, dev)?;
     let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let want = Want { config: conf, memory_limit: args.memory_limit, ..Want::recorded(&trace, DEFAULT_DEVICE_TOTAL) };
+    let want = Want {
+        config: conf,
+        memory_limit: args.memory_limit,
+        release: crate::replay::session::ReleaseAsk::of(&trace, args.torch.release),
+        ..Want::recorded(&trace, DEFAULT_DEVICE_TOTAL)
+    };
     let session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     if !session.fidelity.is_faithful() {

@@ -69,6 +69,7 @@ pub(crate) fn replay_trace(
             Some(At::Event(i)) => Some(i.saturating_add(1)),
             _ => None,
         },
+        release: crate::replay::session::ReleaseAsk::of(trace, args.torch.release),
         ..Want::recorded(trace, args.device_total)
     };
     let mut session = Session::open(dev, &trace.stacks, &want)
@@ -318,6 +319,11 @@ impl Replayed<'_> {
             start: session.start,
             memory_limit_bytes: self.limit,
             fidelity: session.fidelity.name(),
+            torch_release: report::TorchReleaseReport {
+                rules: session.release.to_string(),
+                why: session.release_note.clone(),
+                unknown_actions: self.trace.release.unknown_actions.iter().cloned().collect(),
+            },
             stats_cover: report::covers(session.start),
             first_divergence: session.divergence().as_ref().map(|d| report::DivergenceReport {
                 event: d.event,
@@ -329,6 +335,7 @@ impl Replayed<'_> {
             recorded_ooms: self.recorded_ooms.clone(),
             inferred_empty_cache_calls: if self.exact_ok { session.exact.empty_cache_at.len() } else { 0 },
             directed_releases: session.exact.directed,
+            retries_or_empty_cache: if self.exact_ok { session.exact.burst_retries } else { 0 },
             placed_allocs: session.exact.placed,
             recorded_totals: session.recorded,
             call_stacks: dev.call_stacks(&self.trace.stacks),
@@ -337,7 +344,7 @@ impl Replayed<'_> {
             not_in_trace: not_in_trace(session.start),
             // A snapshot without history has no peaks or totals: none are
             // given (only what its state holds).
-            stats: stats_map(&self.stats, &self.conf)
+            stats: stats_map(&self.stats, &self.conf, session.release)
                 .into_iter()
                 .filter(|(k, _)| {
                     !state_only || !(k.ends_with(".peak") || k.ends_with(".allocated") || k.ends_with(".freed"))
@@ -462,6 +469,17 @@ impl Replayed<'_> {
                 "call stacks: the snapshot's blocks only (history recorded with context=\"state\"): events carry none\n",
             ),
             _ => o.push_str("call stacks: none recorded (context=None, or a format without them): no call sites\n"),
+        }
+        o.push_str(&format!("PyTorch release: {}\n", session.release_note));
+        if !trace.release.unknown_actions.is_empty() {
+            let list: Vec<String> = trace.release.unknown_actions.iter().map(|(a, n)| format!("{n} {:?}", a)).collect();
+            o.push_str(&format!(
+                "skipped: trace entries with actions this release of gpumem-top does not know: {}\n",
+                list.join(", ")
+            ));
+        }
+        if trace.release.host_memory {
+            o.push_str("host memory: the snapshot's pinned host segments and traces (torch 2.14+) are not replayed: this is device memory only\n");
         }
         o.push_str(&fidelity_line(session));
         let private: Vec<&SegmentInfo> = self.segments.iter().filter(|s| s.private).collect();

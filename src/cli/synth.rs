@@ -47,6 +47,8 @@ pub struct SynthArgs {
     /// Where segment memory comes from.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub(crate) backend: Backend,
+    #[command(flatten)]
+    pub(crate) torch: super::TorchArg,
     /// CUDA device index.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) device: usize,
@@ -337,7 +339,7 @@ fn run<D: Backed>(
     let backend = dev.backend();
     let is_cuda = dev.cuda().is_some();
     let index = dev.cuda().map(|c| (c.index(), c.uuid().map(str::to_string)));
-    let mut alloc = CachingAllocator::new(conf.clone(), dev);
+    let mut alloc = CachingAllocator::for_release(conf.clone(), dev, args.torch.release.unwrap_or_default());
     let limit = args.cap.limit(total);
     if let Some(f) = args.cap.memory_fraction {
         alloc.set_memory_fraction(f);
@@ -486,7 +488,7 @@ fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>,
         compare: Vec::new(),
         on_oom: args.on_oom,
         ooms,
-        stats: stats_map(&stats, &conf),
+        stats: stats_map(&stats, &conf, args.torch.release.unwrap_or_default()),
         peak,
         categories: crate::workload::report::SynthCategories {
             evidence: "model",

@@ -21,6 +21,8 @@ pub struct TuneArgs {
     pub(crate) trace: PathBuf,
     #[command(flatten)]
     pub(crate) cap: MemoryCap,
+    #[command(flatten)]
+    pub(crate) torch: super::TorchArg,
     /// Print one JSON object (docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
@@ -105,7 +107,11 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     }
     let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
-    let want = Want { memory_limit: limit, ..Want::recorded(&trace, args.device_total) };
+    let want = Want {
+        memory_limit: limit,
+        release: crate::replay::session::ReleaseAsk::of(&trace, args.torch.release),
+        ..Want::recorded(&trace, args.device_total)
+    };
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     match session.fidelity {

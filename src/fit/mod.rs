@@ -53,6 +53,7 @@ impl Sample {
         stacks: &[Vec<Frame>],
         annotations: &[crate::trace::Annotation],
         config: &AllocatorConfig,
+        release: &crate::replay::session::ReleaseAsk,
     ) -> Result<Sample, String> {
         if batch == 0 {
             return Err("a batch of 0".into());
@@ -66,6 +67,7 @@ impl Sample {
             stop_at: None,
             context_bytes: 0,
             recorded_state: true,
+            release: release.clone(),
         };
         let s = Session::open(dev, stacks, &want)?;
         // Requests from process start are what a prediction replays: a
@@ -791,8 +793,16 @@ mod without_stacks {
         let t = crate::trace::load(&path).unwrap();
         let none: Vec<Vec<Frame>> = Vec::new();
         let d = &t.devices[0];
-        Sample::new(batch, d, if stacks { &t.stacks } else { &none }, &t.annotations, &AllocatorConfig::default())
-            .unwrap()
+        let release = crate::replay::session::ReleaseAsk::of(&t, None);
+        Sample::new(
+            batch,
+            d,
+            if stacks { &t.stacks } else { &none },
+            &t.annotations,
+            &AllocatorConfig::default(),
+            &release,
+        )
+        .unwrap()
     }
 
     #[test]

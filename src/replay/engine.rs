@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
-use crate::alloc::{Device, Action, AllocatorConfig, BlockId, CachingAllocator, Event, PoolSlot, SeedSegment};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, PoolSlot, Release, SeedSegment};
 use crate::device::Oracle;
 use crate::trace::pickle::FastHash;
 
@@ -81,6 +81,10 @@ pub struct ReplayOptions {
     /// The settings changed during the run: from this recorded event on,
     /// these (`config` before it).
     pub(crate) switch: Option<(usize, AllocatorConfig)>,
+    /// Whose rules to replay under (docs/pytorch-allocator.md, "Releases").
+    pub(crate) release: Release,
+    /// Events of exact-address allocations (2.13+), ascending.
+    pub(crate) exact: Arc<[usize]>,
 }
 
 impl ReplayOptions {
@@ -94,6 +98,8 @@ impl ReplayOptions {
             stacks: Arc::from([]),
             pools: Arc::new(PoolPlan::default()),
             switch: None,
+            release: Release::V2_11,
+            exact: Arc::from([]),
         }
     }
 }
@@ -138,6 +144,10 @@ pub struct ReplayResult<'a> {
     pub(crate) directed: usize,
     /// Allocations placed as a graph tree's checkpoint restore put them.
     pub(crate) placed: usize,
+    /// OOM retries inferred from a release burst before a segment that
+    /// could not have fitted without it: an `empty_cache()` called just then
+    /// emits the same events and counts none (docs/replay.md).
+    pub(crate) burst_retries: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub(crate) events: Vec<Event>,
     /// Allocated bytes right after each recorded event reproduced: an
@@ -180,16 +190,22 @@ pub struct Stepper<'a> {
     directed: usize,
     /// Allocations placed where a graph tree's checkpoint put them.
     placed: usize,
+    burst_retries: usize,
     /// Device memory held outside the allocator (context, other
     /// processes), as the recording's OOM entries show it; None before one.
     outside: Option<u64>,
+    /// At most what is held outside: the device had room for every segment
+    /// it gave.
+    outside_cap: u64,
+    exact: Arc<[usize]>,
 }
 
 impl<'a> Stepper<'a> {
     /// A replay of `rec` starting from `seed` (empty for a trace recorded
     /// from process start).
     pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
-        let mut alloc = CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total));
+        let mut alloc =
+            CachingAllocator::for_release(opts.config.clone(), Oracle::new(rec, opts.device_total), opts.release);
         if opts.memory_limit.is_some() {
             alloc.set_memory_limit(opts.memory_limit);
         }
@@ -220,7 +236,10 @@ impl<'a> Stepper<'a> {
             segs,
             directed: 0,
             placed: 0,
+            burst_retries: 0,
             outside: None,
+            outside_cap: u64::MAX,
+            exact: opts.exact.clone(),
         })
     }
 
@@ -365,7 +384,8 @@ impl<'a> Stepper<'a> {
     /// retry follows a failed cudaMalloc, so the segment it took must not
     /// have fitted before the release (`before` is the state then), under
     /// the memory limit or on the device beside what is held outside the
-    /// allocator (what OOM entries showed, else a 64th of the device). A
+    /// allocator (what OOM entries showed, else a 64th of the device, but no
+    /// more than the room the device had when it last gave a segment). A
     /// burst of `segment_free`s before a segment that fitted anyway was an
     /// `empty_cache()`, which emits the same events and counts no retry.
     fn retry_possible(&self, before: &CachingAllocator<Oracle<'a>>) -> bool {
@@ -382,7 +402,7 @@ impl<'a> Stepper<'a> {
         if before.memory_limit().is_some_and(|l| want > l) {
             return true;
         }
-        want.saturating_add(self.outside.unwrap_or(total / 64)) > total
+        want.saturating_add(self.outside.unwrap_or(total / 64).min(self.outside_cap)) > total
     }
 
     /// A release burst from `i` that no malloc explains: `empty_cache()` or
@@ -488,6 +508,9 @@ impl<'a> Stepper<'a> {
                     let saved = (self.alloc.clone(), self.segs.clone());
                     let got = self.request(i, k);
                     if self.check(i).is_ok() && self.position() == k + 1 && self.retry_possible(&saved.0) {
+                        if self.alloc.stats().num_alloc_retries > saved.0.stats().num_alloc_retries {
+                            self.burst_retries += 1;
+                        }
                         self.note_live(got);
                         explained = true;
                     } else {
@@ -519,14 +542,46 @@ impl<'a> Stepper<'a> {
                     self.note_live(got);
                 }
             }
-            Action::Alloc | Action::Oom => {
+            // An exact-address allocation (2.13+): its prefix's `alloc`,
+            // when there is one, then its own, made by one call.
+            Action::Alloc if self.exact.binary_search(&i).is_ok() => {
+                let next = rec.get(i + 1).filter(|n| {
+                    n.action == Action::Alloc
+                        && self.exact.binary_search(&(i + 1)).is_ok()
+                        && n.addr == ev.addr.saturating_add(ev.size)
+                });
+                let target = next.copied().unwrap_or(ev);
+                match self.alloc.malloc_at(target.size, target.addr, target.stream) {
+                    Some(b) => self.note_live(Some(b)),
+                    None => {
+                        return Err(fail(format!(
+                            "an exact-address allocation of {} B at {:#x} found no free block holding it",
+                            target.size, target.addr
+                        )))
+                    }
+                }
+            }
+            Action::Oom => {
+                // An OOM with no release before it where our allocator would
+                // release and retry: the request was made under a capture,
+                // or (before 2.13) inside any private pool's scope, which a
+                // trace does not mark (docs/replay.md, "Which release").
+                let saved = (self.alloc.clone(), self.segs.clone());
+                let mut got = self.request(i, i);
+                if self.check(i).is_err() {
+                    (self.alloc, self.segs) = saved;
+                    self.alloc.set_assume_capture(true);
+                    got = self.request(i, i);
+                    self.alloc.set_assume_capture(false);
+                }
+                self.note_live(got);
+                let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
+                let outside = self.alloc.device().total_memory().saturating_sub(held);
+                self.outside = Some(self.outside.map_or(outside, |o| o.max(outside)));
+            }
+            Action::Alloc => {
                 let got = self.request(i, i);
                 self.note_live(got);
-                if ev.action == Action::Oom {
-                    let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
-                    let outside = self.alloc.device().total_memory().saturating_sub(held);
-                    self.outside = Some(self.outside.map_or(outside, |o| o.max(outside)));
-                }
             }
             Action::FreeRequested => match self.live.get(&ev.addr) {
                 Some(&b) => self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?,
@@ -542,6 +597,10 @@ impl<'a> Stepper<'a> {
         self.check(i)?;
         if self.position() == i {
             return Err(fail("nothing was emitted for this event".into()));
+        }
+        if self.alloc.events().iter().any(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)) {
+            let room = self.alloc.device().total_memory().saturating_sub(self.alloc.total_allocated_memory());
+            self.outside_cap = self.outside_cap.min(room);
         }
         Ok(())
     }
@@ -568,7 +627,11 @@ pub fn replay_events_from<'a>(
         Err(d) => {
             // The seed did not fit: nothing was replayed.
             return ReplayResult {
-                allocator: CachingAllocator::new(opts.config.clone(), Oracle::new(rec, opts.device_total)),
+                allocator: CachingAllocator::for_release(
+                    opts.config.clone(),
+                    Oracle::new(rec, opts.device_total),
+                    opts.release,
+                ),
                 divergence: Some(d),
                 inferred_empty_cache: 0,
                 reproduced: 0,
@@ -576,6 +639,7 @@ pub fn replay_events_from<'a>(
                 peak,
                 directed: 0,
                 placed: 0,
+                burst_retries: 0,
                 events: kept_events,
                 allocated: Vec::new(),
             };
@@ -615,6 +679,7 @@ pub fn replay_events_from<'a>(
         reproduced,
         directed: st.directed,
         placed: st.placed,
+        burst_retries: st.burst_retries,
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,

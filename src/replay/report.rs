@@ -9,6 +9,15 @@ use crate::alloc::Event;
 use crate::analysis::{round4, Fragmentation, PoolUsage};
 
 #[derive(Debug, Clone, Serialize)]
+pub(crate) struct TorchReleaseReport {
+    /// The release whose rules were followed, e.g. "2.15.0".
+    pub(crate) rules: String,
+    pub(crate) why: String,
+    /// Trace entries with actions this reader does not know, skipped.
+    pub(crate) unknown_actions: std::collections::BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct ReplayReport {
     pub(crate) trace: String,
     /// "pytorch-snapshot", "jsonl" or "rmm-csv".
@@ -21,6 +30,8 @@ pub(crate) struct ReplayReport {
     pub(crate) memory_limit_bytes: Option<u64>,
     /// "exact", "exact-window", "state-only", "what-if" or "diverged".
     pub(crate) fidelity: &'static str,
+    /// Whose allocator rules were followed, and why (docs/replay.md, "Which release").
+    pub(crate) torch_release: TorchReleaseReport,
     /// What `stats` covers: "process", "window" or "state".
     pub(crate) stats_cover: &'static str,
     pub(crate) first_divergence: Option<DivergenceReport>,
@@ -30,6 +41,10 @@ pub(crate) struct ReplayReport {
     pub(crate) recorded_ooms: Vec<RecordedOomReport>,
     pub(crate) inferred_empty_cache_calls: usize,
     pub(crate) directed_releases: usize,
+    /// Of `num_alloc_retries`, those inferred from a release burst before a
+    /// segment that could not have fitted without it: each could as well
+    /// have been an `empty_cache()` called just then (docs/replay.md).
+    pub(crate) retries_or_empty_cache: usize,
     pub(crate) placed_allocs: usize,
     /// What the snapshot's own segments sum to.
     pub(crate) recorded_totals: Totals,

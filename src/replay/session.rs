@@ -21,7 +21,7 @@ use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
 use super::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
-use crate::alloc::{Action, AllocatorConfig, BlockState, Event, SeedBlock, SeedSegment, SegmentInfo};
+use crate::alloc::{Action, AllocatorConfig, BlockState, Event, Release, SeedBlock, SeedSegment, SegmentInfo};
 use crate::trace::{DeviceTrace, Frame};
 
 /// Where the recording starts.
@@ -86,6 +86,52 @@ pub struct Want {
     /// PyTorch snapshot does; our JSON lines and RMM logs do not): only then
     /// is the end state checked, and a window rebuilt.
     pub recorded_state: bool,
+    /// Whose allocator rules to replay under.
+    pub release: ReleaseAsk,
+}
+
+/// The PyTorch releases a replay may follow, most likely first, and why
+/// (docs/replay.md, "Which release").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseAsk {
+    pub(crate) candidates: Vec<Release>,
+    pub(crate) why: String,
+    /// Named by the user (`--torch`): not second-guessed.
+    pub(crate) forced: bool,
+}
+
+impl Default for ReleaseAsk {
+    fn default() -> Self {
+        ReleaseAsk::forced(Release::V2_11, "")
+    }
+}
+
+impl ReleaseAsk {
+    pub fn forced(r: Release, why: &str) -> ReleaseAsk {
+        ReleaseAsk { candidates: vec![r], why: why.into(), forced: true }
+    }
+
+    /// What the trace's own fields allow, or `torch` where the user named it:
+    /// one release per rule set in the range (2.11, 2.12, 2.13+; the newest
+    /// allowed for the last, so its settings are known).
+    pub fn of(trace: &crate::trace::Trace, torch: Option<Release>) -> ReleaseAsk {
+        if let Some(r) = torch {
+            return ReleaseAsk::forced(r, "--torch");
+        }
+        let (lo, hi, why) = trace.release.bounds();
+        let [v11, v12, v13] = Release::DISTINCT;
+        let mut candidates = Vec::new();
+        if lo.minor <= 11 {
+            candidates.push(v11);
+        }
+        if lo.minor <= 12 && hi.minor >= 12 {
+            candidates.push(v12);
+        }
+        if hi.minor >= 13 {
+            candidates.push(hi.max(v13));
+        }
+        ReleaseAsk { candidates, why, forced: false }
+    }
 }
 
 impl Want {
@@ -103,6 +149,7 @@ impl Want {
             stop_at: None,
             context_bytes: crate::device::CUDA_CONTEXT_BYTES,
             recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
+            release: ReleaseAsk::of(trace, None),
         }
     }
 
@@ -120,6 +167,7 @@ impl Want {
             // of a snapshot is never one.
             context_bytes: 0,
             recorded_state: true,
+            release: ReleaseAsk::default(),
         }
     }
 }
@@ -181,6 +229,9 @@ pub struct Session<'a> {
     /// Where the run's allocator settings changed, when its segment events
     /// show it and the replay followed the change.
     pub(crate) settings_changed: Option<SettingsChange>,
+    /// Whose rules the replay followed, and why.
+    pub release: Release,
+    pub(crate) release_note: String,
 }
 
 /// A change of the allocator's settings during the run.
@@ -253,6 +304,34 @@ fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
         .collect()
 }
 
+/// Says which release's rules a replay followed and why.
+fn release_note(ask: &ReleaseAsk, chosen: Release, tried: &[Release], reproduced: bool) -> String {
+    let rules = |r: Release| if r.minor >= 13 { format!("{r} (2.13+ rules)") } else { format!("{r}") };
+    if ask.forced {
+        return format!("{}, as --torch says", rules(chosen));
+    }
+    if ask.candidates.len() == 1 {
+        return format!("{}: {}", rules(chosen), ask.why);
+    }
+    let list: Vec<String> = ask.candidates.iter().map(|r| r.to_string()).collect();
+    let why = if ask.why.is_empty() { String::new() } else { format!(" ({})", ask.why) };
+    if reproduced {
+        format!(
+            "{}: the file cannot tell {}{why}; {} reproduces the trace{}",
+            rules(chosen),
+            list.join(", "),
+            chosen,
+            if tried.len() > 1 { format!(" ({} tried)", tried.len()) } else { String::new() }
+        )
+    } else {
+        format!(
+            "{}: the file cannot tell {}{why}, and none reproduces the trace; shown under the first",
+            rules(chosen),
+            list.join(", ")
+        )
+    }
+}
+
 impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
@@ -263,6 +342,7 @@ impl<'a> Session<'a> {
         opts.keep_events = req.keep_events;
         opts.stop_at = req.stop_at;
         opts.pools = Arc::new(pools::plan(dev, stacks));
+        opts.exact = Arc::from(dev.exact.as_slice());
         let start = if !has_trace(dev) {
             if dev.segments.is_empty() {
                 return Err("the snapshot has no trace and no segments".into());
@@ -273,18 +353,39 @@ impl<'a> Session<'a> {
         } else {
             Start::Window
         };
-        let (seed, mut exact) = match start {
-            Start::ProcessStart => (Vec::new(), replay_events(rec, &opts, ())),
-            Start::StateOnly => {
-                let seed = state_seed(dev);
-                let r = replay_events_from(rec, &opts, &seed, ());
-                (seed, r)
-            }
-            Start::Window => {
-                let (r, seed) = replay_wrapped(rec, &opts, dev, 256)?;
-                (seed, r)
-            }
+        let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), String> {
+            Ok(match start {
+                Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
+                Start::StateOnly => {
+                    let seed = state_seed(dev);
+                    let r = replay_events_from(rec, opts, &seed, ());
+                    (seed, r)
+                }
+                Start::Window => {
+                    let (r, seed) = replay_wrapped(rec, opts, dev, 256)?;
+                    (seed, r)
+                }
+            })
         };
+        // Each release the file allows, until one reproduces the trace.
+        let ask = &req.release;
+        opts.release = ask.candidates[0];
+        let (mut seed, mut exact) = run(&opts)?;
+        let mut tried = vec![opts.release];
+        for &r in ask.candidates.iter().skip(1) {
+            if exact.divergence.is_none() {
+                break;
+            }
+            let mut o = opts.clone();
+            o.release = r;
+            let (s2, e2) = run(&o)?;
+            tried.push(r);
+            if e2.divergence.is_none() {
+                (seed, exact, opts) = (s2, e2, o);
+            }
+        }
+        let chosen = opts.release;
+        let release_note = release_note(ask, chosen, &tried, exact.divergence.is_none());
         // The snapshot's settings are the run's last: a run whose library
         // changed them (`_set_allocator_settings`) shows it in its segment
         // events. Replayed with the earlier setting up to the first event
@@ -359,6 +460,8 @@ impl<'a> Session<'a> {
             replayed,
             reqs: None,
             settings_changed,
+            release: chosen,
+            release_note,
         };
         if fidelity == Fidelity::WhatIf {
             let w =

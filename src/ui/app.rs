@@ -323,6 +323,7 @@ impl History {
             stop_at: None,
             context_bytes: 0,
             recorded_state: true,
+            release: crate::replay::session::ReleaseAsk::forced(a.release(), "the simulated run's"),
         };
         let label = (a.device().describe(), format!("paused: the last {n} events run"));
         let data = HistoryData { trace, stacks, iterations };

@@ -230,6 +230,7 @@ pub fn replay_app_with(
         stop_at: None,
         context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
         recorded_state: t.format == gpumem_top::trace::TraceFormat::PytorchSnapshot,
+        release: gpumem_top::replay::session::ReleaseAsk::of(t, None),
     };
     let session = gpumem_top::replay::session::Session::open(d, &t.stacks, &want).unwrap();
     assert!(session.fidelity.is_faithful(), "{rel}: {:?}", session.fidelity);
