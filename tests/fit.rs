@@ -243,25 +243,26 @@ fn json_shape_and_self_check() {
 }
 
 /// A stand-in `torch` in `d/fake` for `fit --batches`: PyTorch 2.11's
-/// version, the optimizer-step hook registry (as torch.optim hides it), and
-/// a `_dump_snapshot` that copies the recorded GPT-2 sample of
-/// `_state["batch"]`, after checking history was on and saying with which
-/// settings (on stderr).
+/// version (or $FAKE_TORCH_VERSION), the optimizer-step hook registry (as
+/// torch.optim hides it), and a `_snapshot` that gives the recorded GPT-2
+/// sample of `_state["batch"]`, after checking history was on and saying
+/// with which settings (on stderr).
 fn fake_torch(d: &std::path::Path) {
     std::fs::create_dir_all(d.join("fake/torch")).unwrap();
     std::fs::write(
         d.join("fake/torch/__init__.py"),
         format!(
             r#"
-import json, os, shutil, sys
-__version__ = "2.11.0+cu130"
+import gzip, json, os, pickle, sys
+__version__ = os.environ.get("FAKE_TORCH_VERSION", "2.11.0+cu130")
 _state = {{"hooks": []}}
 class _Memory:
     def _record_memory_history(self, **kw): _state["recording"] = kw
-    def _dump_snapshot(self, path):
+    def _snapshot(self):
         assert _state.get("recording"), "history was not recorded"
         sys.stderr.write("history settings: %s\n" % json.dumps(_state["recording"], sort_keys=True))
-        shutil.copy(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"]), path)
+        with gzip.open(os.path.join({fixtures:?}, "gpt2_b%d.pickle.gz" % _state["batch"])) as f:
+            return pickle.load(f)
 class _Cuda:
     memory = _Memory()
     def is_available(self): return True
@@ -349,6 +350,15 @@ sys.exit(3)
     ]);
     assert_eq!(j["predictions"], direct["predictions"]);
     assert!(d.join("rec/batch2.pickle").exists() && d.join("rec/batch4.pickle").exists());
+    // The recording says which release made it, and replay follows it.
+    let rep = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .args(["replay", d.join("rec/batch2.pickle").to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let rep: Value = serde_json::from_slice(&rep.stdout).unwrap();
+    assert_eq!(rep["torch_release"]["rules"], "2.11.0");
+    assert_eq!(rep["torch_release"]["why"], "2.11.0: torch.__version__ 2.11.0 recorded with the trace");
+    assert_eq!(rep["fidelity"], "exact");
     // Without `{batch}` in the command: bad usage.
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
         .args(["fit", "--batches", "2,4", "--", "python3", "train.py"])

@@ -144,6 +144,11 @@ fn history_settings_follow_the_pytorch_release() {
         ("2.10.1+cu128", "", "all", false),
         ("2.11.0+cu130", "", "alloc", true),
         ("2.12.0a0+git1234", "", "alloc", true),
+        // The checkpointing crash is not known fixed in any later release:
+        // the safe setting stays (docs/live.md).
+        ("2.13.0+cu130", "", "alloc", true),
+        ("2.14.1", "", "alloc", true),
+        ("2.15.0+cu132", "", "alloc", true),
         ("2.11.0", "state", "state", true),
         ("2.11.0", "all", "all", true),
         ("2.10.0", "none", "none", true),
@@ -162,6 +167,31 @@ fn history_settings_follow_the_pytorch_release() {
         assert_eq!(p["history"]["note"].is_string(), warns, "torch {version}, override {over:?}: {p}");
         assert_eq!(err.contains("gpumem_top_publish: "), warns, "{err}");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+/// The snapshots the publisher takes (the live monitor's `S`, `gpumem-top
+/// snapshot`) carry `torch.__version__`, so a replay follows that release's
+/// allocator (docs/replay.md, "Which release").
+#[test]
+fn published_snapshots_carry_the_torch_version() {
+    if !have_python() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for version in ["2.11.0+cu130", "2.12.1", "2.13.0+cu130", "2.15.0+cu132"] {
+        let out = Command::new("python3")
+            .args(["-c", "import torch, gpumem_top_publish as g; s = g.snapshot_with_version(torch); print(s['torch_version'], sorted(s))"])
+            .env("PYTHONPATH", format!("{}:{}", root.join("assets/python").display(), root.join("tests/fake_torch").display()))
+            .env("FAKE_TORCH_VERSION", version)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{version} ['device_traces', 'history', 'segments', 'torch_version']"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

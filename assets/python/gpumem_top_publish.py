@@ -773,14 +773,23 @@ def _serve_snapshot_request(torch, directory):
     except OSError:
         return
     try:
-        snap = torch.cuda.memory._snapshot()
-        data = pickle.dumps(snap, protocol=4)
+        data = pickle.dumps(snapshot_with_version(torch), protocol=4)
         _write_atomic(directory, "%s.snapshot.pickle" % key, data)
     except Exception as e:
         try:
             _write_atomic(directory, "%s.snapshot.error" % key, repr(e).encode())
         except Exception:
             pass
+
+
+def snapshot_with_version(torch):
+    """``torch.cuda.memory._snapshot()`` with ``torch_version`` added: the
+    allocator's rules changed in 2.12 and 2.13, and a replay follows the
+    release that wrote the file (docs/replay.md, "Which release")."""
+    snap = torch.cuda.memory._snapshot()
+    if isinstance(snap, dict):
+        snap["torch_version"] = str(getattr(torch, "__version__", ""))
+    return snap
 
 
 def _devices(torch, fixed):

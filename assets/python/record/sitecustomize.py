@@ -12,6 +12,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import pickle
 import sys
 
 _OUT = os.environ.get("GPUMEM_TOP_RECORD_OUT")
@@ -33,7 +34,13 @@ def _dump(torch):
             # the first to finish takes $GPUMEM_TOP_RECORD_OUT (a link
             # fails on a name that exists), each other keeps OUT.PID.
             tmp = "%s.%d.tmp" % (_OUT, os.getpid())
-            torch.cuda.memory._dump_snapshot(tmp)
+            # As _dump_snapshot writes it, with torch.__version__ added: a
+            # replay follows the release that wrote the file.
+            snap = torch.cuda.memory._snapshot()
+            if isinstance(snap, dict):
+                snap["torch_version"] = str(getattr(torch, "__version__", ""))
+            with open(tmp, "wb") as f:
+                pickle.dump(snap, f, protocol=4)
             try:
                 os.link(tmp, _OUT)
                 os.unlink(tmp)
