@@ -128,7 +128,7 @@ fn processes(o: &mut Out, snap: &Snapshot) {
 /// figures derived from it, and its categories.
 fn torch(o: &mut Out, snap: &Snapshot) {
     let pl = process_labels;
-    let torch: [(&str, &str, &str, &str); 12] = [
+    let torch: [(&str, &str, &str, &str); 13] = [
         ("gpumem_torch_allocated_bytes", "gauge", "allocated_bytes.all.current", "Bytes in live tensors."),
         ("gpumem_torch_allocated_peak_bytes", "gauge", "allocated_bytes.all.peak", "Peak of allocated bytes."),
         ("gpumem_torch_reserved_bytes", "gauge", "reserved_bytes.all.current", "Bytes the caching allocator holds."),
@@ -156,6 +156,12 @@ fn torch(o: &mut Out, snap: &Snapshot) {
             "cudaMalloc calls (or page-range maps).",
         ),
         ("gpumem_torch_num_device_free_total", "counter", "num_device_free", "cudaFree calls (or unmaps)."),
+        (
+            "gpumem_torch_num_oom_rejections_total",
+            "counter",
+            "num_oom_rejections",
+            "Allocations throw_on_cudamalloc_oom refused before any retry (PyTorch 2.12+).",
+        ),
     ];
     for (name, kind, key, help) in torch {
         o.family(name, kind, &format!("{help} (torch.cuda.memory_stats {key})"));
@@ -172,6 +178,7 @@ fn torch(o: &mut Out, snap: &Snapshot) {
             }
         }
     }
+    private_pools(o, snap);
     type Derived = fn(&crate::analysis::Fragmentation, &crate::monitor::Published) -> f64;
     let derived: [(&str, &str, Derived); 4] = [
         ("gpumem_torch_reserved_unallocated_bytes", "Reserved minus allocated, now.", |f, _| {
@@ -219,6 +226,36 @@ fn torch(o: &mut Out, snap: &Snapshot) {
                 let mut l = pl(p);
                 l.push(("category", cat.to_string()));
                 o.sample("gpumem_torch_category_bytes", &l, v as f64);
+            }
+        }
+    }
+}
+
+/// PyTorch 2.13's `reserved_bytes_by_private_pools.<a>_<b>.all.*`: a
+/// series per process and private pool (a CUDA graph's, a `MemPool`'s).
+fn private_pools(o: &mut Out, snap: &Snapshot) {
+    for (name, field, help) in [
+        ("gpumem_torch_private_pool_reserved_bytes", "current", "Bytes a private pool holds"),
+        ("gpumem_torch_private_pool_reserved_peak_bytes", "peak", "Peak of the bytes a private pool held"),
+    ] {
+        o.family(
+            name,
+            "gauge",
+            &format!(
+                "{help} (torch.cuda.memory_stats reserved_bytes_by_private_pools.<pool>.all.{field}, PyTorch 2.13+)."
+            ),
+        );
+        for p in &snap.publishers {
+            for (k, &v) in &p.stats {
+                let Some(pool) = k
+                    .strip_prefix("reserved_bytes_by_private_pools.")
+                    .and_then(|r| r.strip_suffix(&format!(".all.{field}") as &str))
+                else {
+                    continue;
+                };
+                let mut l = process_labels(p);
+                l.push(("pool", pool.to_string()));
+                o.sample(name, &l, v as f64);
             }
         }
     }
@@ -278,6 +315,35 @@ fn alerted(o: &mut Out, snap: &Snapshot, alerts: &[Alert]) {
 
 #[cfg(test)]
 mod tests {
+    /// The statistics 2.12 and 2.13 added are exposed under their
+    /// PyTorch names; a process on an older release just has no series.
+    #[test]
+    fn later_releases_statistics_are_exposed() {
+        let file = r#"{"version":1,"pid":7,"device":0,"time":1.0,"interval":0.5,"stats":{
+            "num_oom_rejections":3,
+            "reserved_bytes_by_private_pools.1_0.all.current":20971520,
+            "reserved_bytes_by_private_pools.1_0.all.peak":41943040,
+            "reserved_bytes_by_private_pools.0_2.all.current":0,
+            "reserved_bytes_by_private_pools.0_2.all.peak":2097152}}"#;
+        let p = crate::monitor::publisher::parse_bytes(file.as_bytes(), std::path::Path::new("7-0.json")).unwrap();
+        let snap = crate::monitor::Snapshot { time: 1.0, publishers: vec![p], ..Default::default() };
+        let text = super::exposition(&snap, &[]);
+        let line = |prefix: &str| {
+            text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{prefix}\n{text}")).to_string()
+        };
+        assert!(line("gpumem_torch_num_oom_rejections_total{").ends_with(" 3"));
+        assert!(text.contains("# TYPE gpumem_torch_private_pool_reserved_bytes gauge"));
+        assert!(line("gpumem_torch_private_pool_reserved_bytes{").contains("pool=\"0_2\""));
+        let s = |pool: &str, name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("pool=\"{pool}\"")))
+                .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        };
+        assert_eq!(s("1_0", "gpumem_torch_private_pool_reserved_bytes").as_deref(), Some("20971520"));
+        assert_eq!(s("1_0", "gpumem_torch_private_pool_reserved_peak_bytes").as_deref(), Some("41943040"));
+        assert_eq!(s("0_2", "gpumem_torch_private_pool_reserved_peak_bytes").as_deref(), Some("2097152"));
+    }
+
     #[test]
     fn label_values_carry_no_control_characters() {
         assert_eq!(super::esc("a\u{1b}]0;x\u{7}\"q\"\\\nb\u{9b}"), "a]0;x\\\"q\\\"\\\\\\nb");
