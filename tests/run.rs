@@ -195,6 +195,51 @@ fn published_snapshots_carry_the_torch_version() {
     }
 }
 
+/// Against a real PyTorch (`$GPUMEM_TOP_TORCH_PYTHON`, a python with torch:
+/// .ci/run installs PyPI's 2.15, which runs on a CPU): every torch API the
+/// publisher and the hooks use is where they look for it, and `run` over a
+/// CPU training leaves it training. Without the variable there is nothing
+/// to run against (the GPU machine has 2.11 only: tests/gpu.rs).
+#[test]
+fn the_python_side_works_against_a_real_torch() {
+    let Some(py) = std::env::var_os("GPUMEM_TOP_TORCH_PYTHON") else {
+        return;
+    };
+    let root = common::root();
+    let out = Command::new(&py)
+        .arg(root.join("tests/scripts/torch_api.py"))
+        .env("PYTHONPATH", root.join("assets/python"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.trim_end().ends_with("\nok"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = tmpdir("realtorch");
+    std::fs::write(
+        d.join("train.py"),
+        "import torch\nm = torch.nn.Linear(8, 8)\no = torch.optim.AdamW(m.parameters())\nfor i in range(5):\n    m(torch.randn(4, 8)).sum().backward()\n    o.step()\n    o.zero_grad()\nprint('trained', torch.__version__)\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run", "-o"])
+        .arg(d.join("rec.jsonl"))
+        .arg("--publish-dir")
+        .arg(d.join("pub"))
+        .arg("--")
+        .arg(&py)
+        .arg(d.join("train.py"))
+        .output()
+        .unwrap();
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("trained 2."), "{all}");
+    assert!(all.contains("exit status: 0"), "{all}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
 /// With --no-step-peaks nothing is reset: the steps are logged at their
 /// ends with no peaks of their own, and the script reads PyTorch's own
 /// counters untouched. The script's own reset (fake_train.py resets the
