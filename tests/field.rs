@@ -106,7 +106,7 @@ fn without_pool_inference_the_private_pool_traces_diverge() {
         let mut opts = ReplayOptions::new(conf, H200);
         let r = replay_events(&dev.events, &opts, ());
         assert_eq!(r.divergence.as_ref().map(|d| d.event), Some(first_bad), "{name}");
-        opts.pools = Arc::new(pools::plan(dev, &t.stacks));
+        opts.pools = Arc::new(pools::plan(dev, &t.stacks, gpumem_top::alloc::Release::V2_11));
         let r = replay_events(&dev.events, &opts, ());
         assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
         r.allocator.check_invariants().unwrap();
@@ -118,7 +118,7 @@ fn without_pool_inference_the_private_pool_traces_diverge() {
 fn the_plan_of_an_ordinary_trace_has_no_private_pool() {
     for name in ["gpt2_train", "llama_pressure", "multistream_pipeline"] {
         let t = trace::load(&fixture(&format!("traces/{name}.pickle.gz"))).unwrap();
-        let p: PoolPlan = pools::plan(t.main_device().unwrap(), &t.stacks);
+        let p: PoolPlan = pools::plan(t.main_device().unwrap(), &t.stacks, gpumem_top::alloc::Release::V2_11);
         assert!(!p.any_private, "{name}");
     }
 }

@@ -148,6 +148,9 @@ pub struct ReplayResult<'a> {
     /// could not have fitted without it: an `empty_cache()` called just then
     /// emits the same events and counts none (docs/replay.md).
     pub(crate) burst_retries: usize,
+    /// A window's replay: ties between pre-window segments whose order (their
+    /// age, 2.12+) the window's allocations showed.
+    pub(crate) ties_resolved: usize,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub(crate) events: Vec<Event>,
     /// Allocated bytes right after each recorded event reproduced: an
@@ -529,6 +532,27 @@ impl<'a> Stepper<'a> {
                 }
                 None => return Err(fail(format!("{} with no allocation request after it", ev.action))),
             },
+            // An exact-address allocation (2.13+): its prefix's `alloc`,
+            // when there is one, then its own, made by one call.
+            Action::Alloc if self.exact.binary_search(&i).is_ok() => {
+                // A prefix is allocated, then the target, then the prefix
+                // freed: its `free_requested` is two entries on.
+                let next = rec.get(i + 1).filter(|n| {
+                    n.action == Action::Alloc
+                        && self.exact.binary_search(&(i + 1)).is_ok()
+                        && rec.get(i + 2).is_some_and(|f| f.action == Action::FreeRequested && f.addr == ev.addr)
+                });
+                let target = next.copied().unwrap_or(ev);
+                match self.alloc.malloc_at(target.size, target.addr, target.stream) {
+                    Some(b) => self.note_live(Some(b)),
+                    None => {
+                        return Err(fail(format!(
+                            "an exact-address allocation of {} B at {:#x} found no free block holding it",
+                            target.size, target.addr
+                        )))
+                    }
+                }
+            }
             // Only a block of a private pool can have been placed by a
             // checkpoint restore: keep the state to retry there, and only there.
             Action::Alloc if self.segment_of(ev.addr).is_some_and(|s| !s.is_default()) => {
@@ -542,37 +566,33 @@ impl<'a> Stepper<'a> {
                     self.note_live(got);
                 }
             }
-            // An exact-address allocation (2.13+): its prefix's `alloc`,
-            // when there is one, then its own, made by one call.
-            Action::Alloc if self.exact.binary_search(&i).is_ok() => {
-                let next = rec.get(i + 1).filter(|n| {
-                    n.action == Action::Alloc
-                        && self.exact.binary_search(&(i + 1)).is_ok()
-                        && n.addr == ev.addr.saturating_add(ev.size)
-                });
-                let target = next.copied().unwrap_or(ev);
-                match self.alloc.malloc_at(target.size, target.addr, target.stream) {
-                    Some(b) => self.note_live(Some(b)),
-                    None => {
-                        return Err(fail(format!(
-                            "an exact-address allocation of {} B at {:#x} found no free block holding it",
-                            target.size, target.addr
-                        )))
-                    }
-                }
-            }
             Action::Oom => {
                 // An OOM with no release before it where our allocator would
                 // release and retry: the request was made under a capture,
                 // or (before 2.13) inside any private pool's scope, which a
                 // trace does not mark (docs/replay.md, "Which release").
+                // The pool a request went to is not in a 2.11 trace either:
+                // one whose free blocks could not serve it.
                 let saved = (self.alloc.clone(), self.segs.clone());
                 let mut got = self.request(i, i);
-                if self.check(i).is_err() {
-                    (self.alloc, self.segs) = saved;
-                    self.alloc.set_assume_capture(true);
-                    got = self.request(i, i);
+                let mut tries = vec![(PoolSlot::DEFAULT, true)];
+                tries.extend(
+                    self.alloc
+                        .pools()
+                        .iter()
+                        .filter(|p| !p.slot.is_default())
+                        .flat_map(|p| [(p.slot, true), (p.slot, false)]),
+                );
+                for (slot, captured) in tries {
+                    if self.check(i).is_ok() {
+                        break;
+                    }
+                    (self.alloc, self.segs) = saved.clone();
+                    self.alloc.set_assume_capture(captured);
+                    let tag = self.stacks.get(i).copied().unwrap_or(0);
+                    got = self.alloc.malloc_in(slot, ev.size, ev.stream, tag).ok();
                     self.alloc.set_assume_capture(false);
+                    self.track(slot);
                 }
                 self.note_live(got);
                 let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
@@ -640,6 +660,7 @@ pub fn replay_events_from<'a>(
                 directed: 0,
                 placed: 0,
                 burst_retries: 0,
+                ties_resolved: 0,
                 events: kept_events,
                 allocated: Vec::new(),
             };
@@ -680,6 +701,7 @@ pub fn replay_events_from<'a>(
         directed: st.directed,
         placed: st.placed,
         burst_retries: st.burst_retries,
+        ties_resolved: 0,
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,

@@ -85,7 +85,11 @@ fn is_empty_cache(stack: &[Frame]) -> bool {
 }
 
 /// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).
-pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
+pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Release) -> PoolPlan {
+    // Equal-size segments of a pass go in address order up to 2.11, in
+    // the order they were made from 2.12 (docs/pytorch-allocator.md,
+    // "Releases"); one made before the trace ranks before all made in it.
+    let by_age = release.tie_break() != crate::alloc::TieBreak::Address;
     let ev = &dev.events;
     let mut out = PoolPlan::default();
     // Segment lifetimes: (index of segment_alloc, size, stream), by address.
@@ -148,15 +152,20 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
             out.framed.insert(start);
         }
         let global = run.clone().any(|k| is_empty_cache(stack_of(k))) || !framed;
-        // Passes: a new one where the kind changes or (stream, size, addr)
+        // Passes: a new one where the kind changes or (stream, size, tie)
         // stops increasing.
         let mut passes: Vec<(bool, Vec<usize>)> = Vec::new();
+        let key = |k: usize| {
+            let e = ev[k];
+            let age = if by_age { freed_at.get(&k).map_or(0, |&s| s + 1) } else { 0 };
+            (e.stream, e.size, age, e.addr)
+        };
         for k in run {
             let e = ev[k];
             let small = e.size == K_SMALL_BUFFER;
             let continues = passes.last().is_some_and(|(s, ks)| {
-                let p = ev[*ks.last().unwrap_or(&k)];
-                *s == small && (p.stream, p.size, p.addr) < (e.stream, e.size, e.addr)
+                let p = *ks.last().unwrap_or(&k);
+                *s == small && key(p) < key(k)
             });
             match passes.last_mut() {
                 Some((_, ks)) if continues => ks.push(k),
@@ -170,7 +179,17 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> PoolPlan {
                 }
             }
         };
-        if global {
+        // Expandable segments release page ranges in the order of their
+        // free blocks, whose sizes the unmaps do not show: their order says
+        // nothing of pools. Without a private pool in the snapshot, such a
+        // burst is the default pools'.
+        let unmaps = ev[start..i].iter().any(|e| e.action == Action::SegmentUnmap);
+        if global && unmaps && !dev.segments.iter().any(|s| s.pool != (0, 0)) {
+            for (_, ks) in &passes {
+                label_pass(&mut out, ks, PoolLabel::DEFAULT);
+            }
+            out.bursts.insert(start, BurstKind::EmptyCache(Vec::new()));
+        } else if global {
             let mut p = 0;
             if passes.first().is_some_and(|(small, _)| !small) {
                 label_pass(&mut out, &passes[0].1, PoolLabel::DEFAULT);

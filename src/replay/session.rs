@@ -341,7 +341,7 @@ impl<'a> Session<'a> {
         opts.memory_limit = req.memory_limit;
         opts.keep_events = req.keep_events;
         opts.stop_at = req.stop_at;
-        opts.pools = Arc::new(pools::plan(dev, stacks));
+        opts.pools = Arc::new(pools::plan(dev, stacks, req.release.candidates[0]));
         opts.exact = Arc::from(dev.exact.as_slice());
         let start = if !has_trace(dev) {
             if dev.segments.is_empty() {
@@ -378,6 +378,7 @@ impl<'a> Session<'a> {
             }
             let mut o = opts.clone();
             o.release = r;
+            o.pools = Arc::new(pools::plan(dev, stacks, r));
             let (s2, e2) = run(&o)?;
             tried.push(r);
             if e2.divergence.is_none() {
@@ -385,7 +386,17 @@ impl<'a> Session<'a> {
             }
         }
         let chosen = opts.release;
-        let release_note = release_note(ask, chosen, &tried, exact.divergence.is_none());
+        let mut release_note = release_note(ask, chosen, &tried, exact.divergence.is_none());
+        if start == Start::Window && chosen.tie_break() != crate::alloc::TieBreak::Address && seed.len() > 1 {
+            // The age of segments made before the window decides ties from
+            // 2.12 and is not in the recording.
+            release_note.push_str(&format!(
+                "; the {} segments made before the window are ranked by age from {} tie{} the window resolved, the rest by address (their age is not in the recording)",
+                seed.len(),
+                exact.ties_resolved,
+                if exact.ties_resolved == 1 { "" } else { "s" }
+            ));
+        }
         // The snapshot's settings are the run's last: a run whose library
         // changed them (`_set_allocator_settings`) shows it in its segment
         // events. Replayed with the earlier setting up to the first event

@@ -388,15 +388,49 @@ pub fn replay_wrapped<'a>(
     max_tries: usize,
 ) -> Result<(super::ReplayResult<'a>, Vec<SeedSegment>), String> {
     let (mut seed, guesses) = reconstruct(dev, &opts.config, opts.device_total)?;
-    let mut best = super::replay_events_from(rec, opts, &seed, ());
-    let mut best_seed = seed.clone();
+    // The order segments are seeded in is their age (2.12+ break ties by
+    // it; docs/pytorch-allocator.md, "Releases"), which the recording does
+    // not hold for segments made before the window: address order first,
+    // then what the window's ties show.
+    let mut order: Vec<usize> = (0..seed.len()).collect();
+    let ordered = |seed: &[SeedSegment], order: &[usize]| -> Vec<SeedSegment> {
+        order.iter().map(|&i| seed[i].clone()).collect()
+    };
+    let mut best = super::replay_events_from(rec, opts, &ordered(&seed, &order), ());
+    let mut best_seed = ordered(&seed, &order);
     let mut tries = 0;
+    let mut ties = 0;
     while let Some(d) = best.divergence.clone() {
         let target = d.expected.map(|e| e.addr).unwrap_or(0);
-        let mut order: Vec<&Guess> = guesses.iter().collect();
-        order.sort_by_key(|g| seed[g.segment].blocks[g.block].address.abs_diff(target));
+        // A tie between equal free blocks of two pre-window segments,
+        // resolved the other way: the one the run took is the older.
+        if opts.release.tie_break() != crate::alloc::TieBreak::Address && tries < max_tries {
+            let at = |a: u64| order.iter().position(|&i| a >= seed[i].address && a - seed[i].address < seed[i].size);
+            if let (Some(e), Some(g)) = (d.expected, d.got) {
+                if let (Action::Alloc, Action::Alloc, Some(want), Some(took)) =
+                    (e.action, g.action, at(e.addr), at(g.addr))
+                {
+                    if want > took {
+                        tries += 1;
+                        let mut o = order.clone();
+                        let moved = o.remove(want);
+                        o.insert(took, moved);
+                        let r = super::replay_events_from(rec, opts, &ordered(&seed, &o), ());
+                        if r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event {
+                            order = o;
+                            best = r;
+                            best_seed = ordered(&seed, &order);
+                            ties += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+        let mut nearest: Vec<&Guess> = guesses.iter().collect();
+        nearest.sort_by_key(|g| seed[g.segment].blocks[g.block].address.abs_diff(target));
         let mut improved = false;
-        'search: for g in order {
+        'search: for g in nearest {
             // The diverging allocation landed where a larger block would
             // have ended: that size is a candidate too.
             let b = seed[g.segment].blocks[g.block];
@@ -414,11 +448,11 @@ pub fn replay_wrapped<'a>(
                     continue;
                 }
                 seed[g.segment].blocks[g.block].size = size;
-                let r = super::replay_events_from(rec, opts, &seed, ());
+                let r = super::replay_events_from(rec, opts, &ordered(&seed, &order), ());
                 let further = r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event;
                 if further {
                     best = r;
-                    best_seed = seed.clone();
+                    best_seed = ordered(&seed, &order);
                     improved = true;
                     break 'search;
                 }
@@ -429,5 +463,6 @@ pub fn replay_wrapped<'a>(
             break;
         }
     }
+    best.ties_resolved = ties;
     Ok((best, best_seed))
 }

@@ -31,6 +31,7 @@ MODES = {
     "exact": (80 * GIB, "", "exact ties"),
     "annotate": (80 * GIB, "", "annotate ties"),
     "poolcap": (4 * GIB, "", "pool rec ties"),
+    "window": (80 * GIB, "", "window"),
 }
 
 
@@ -44,6 +45,9 @@ def main():
         out.append("conf " + conf)
     if "frac" in feats:
         out.append(f"fraction {r.choice([0.5, 0.25, 0.3333333333333333, 0.7])}")
+    if "window" in feats:
+        window(r, out)
+        return
     out.append("history")
     out.append("stream s1")
     out.append("stream s2")
@@ -134,6 +138,46 @@ def main():
             out.append("capture_end")
     if pending:
         out.append("pending 0")
+    out.append("snapt")
+    out.append("stats")
+    print("\n".join(out))
+
+
+def window(r, out):
+    """A trace whose ring buffer wrapped, over cached segments of one size
+    whose ages disagree with their addresses: some are released and made
+    again at the low addresses cudaMalloc hands back, so the youngest sit
+    lowest. The window holds none of their segment_alloc entries; the
+    allocations of that size in it show which the allocator took."""
+    size = r.choice([30, 64, 100, 150]) << 20
+    k = r.randint(3, 6)
+    out.append("history %d" % r.randint(40, 90))
+    out.append("stream s1")
+    names = ["w%d" % i for i in range(k)]
+    for n in names:
+        out.append("alloc %s %d" % (n, size))
+    gone = r.sample(names, r.randint(1, k - 1))
+    for n in gone:
+        out.append("free " + n)
+    out.append("empty")
+    for n in gone:
+        out.append("alloc %s %d" % (n, size))
+    for n in r.sample(names, k):
+        out.append("free " + n)
+    live = []
+    for i in range(r.randint(60, 120)):
+        if r.random() < 0.55 or not live:
+            nid = "f%d" % i
+            out.append("alloc %s %d %s" % (nid, r.randint(1, 1 << 20), r.choice(["s0", "s1"])))
+            live.append(nid)
+        else:
+            out.append("free " + live.pop(r.randrange(len(live))))
+    held = []
+    for i in range(r.randint(2, k)):
+        out.append("alloc t%d %d" % (i, size))
+        held.append("t%d" % i)
+        if r.random() < 0.3:
+            out.append("free " + held.pop(0))
     out.append("snapt")
     out.append("stats")
     print("\n".join(out))
