@@ -836,6 +836,15 @@ fn snapshots_say_their_release() {
         assert!(text.contains("PyTorch release: 2.12.1, as --torch says"), "{name}: {text}");
         assert!(text.contains("skipped: trace entries with actions this release of gpumem-top does not know: 1 \"some_future_action\""), "{name}");
         assert_eq!(text.contains("host memory: the snapshot's pinned host segments"), name >= "torch214", "{name}");
+        assert_eq!(
+            text.contains(
+                "annotations (torch.cuda.memory._annotate_tensor): 1; the first \"activations of block 3\" on the block at 0x7f0000300000"
+            ),
+            name >= "torch214",
+            "{name}: {text}"
+        );
+        let notes = j["torch_release"]["annotations"].as_array().unwrap();
+        assert_eq!(notes.len(), usize::from(name >= "torch214"), "{name}");
     }
     let bad =
         std::process::Command::new(common::bin()).args(["replay", "x.pickle", "--torch", "1.13"]).output().unwrap();

@@ -323,6 +323,10 @@ impl Replayed<'_> {
                 rules: session.release.to_string(),
                 why: session.release_note.clone(),
                 unknown_actions: self.trace.release.unknown_actions.iter().cloned().collect(),
+                annotations: annotate_notes(self.trace, dev.device)
+                    .take(100)
+                    .map(|(t, addr, text)| serde_json::json!({"time_us": t, "addr": addr, "text": text}))
+                    .collect(),
             },
             stats_cover: report::covers(session.start),
             first_divergence: session.divergence().as_ref().map(|d| report::DivergenceReport {
@@ -478,6 +482,14 @@ impl Replayed<'_> {
                 list.join(", ")
             ));
         }
+        let notes: Vec<_> = annotate_notes(trace, dev.device).collect();
+        if let Some((_, addr, text)) = notes.first() {
+            o.push_str(&format!(
+                "annotations (torch.cuda.memory._annotate_tensor): {}; the first {:?} on the block at {addr}\n",
+                notes.len(),
+                text
+            ));
+        }
         if trace.release.host_memory {
             o.push_str("host memory: the snapshot's pinned host segments and traces (torch 2.14+) are not replayed: this is device memory only\n");
         }
@@ -598,6 +610,14 @@ impl Replayed<'_> {
         }
         o
     }
+}
+
+/// The `annotate` entries of `device`: (time_us, block address, text).
+fn annotate_notes(trace: &Trace, device: i32) -> impl Iterator<Item = (i64, &str, &str)> + '_ {
+    trace.annotations.iter().filter(move |a| a.device == device).filter_map(|a| {
+        let f = |k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        (f("action") == Some("annotate")).then(|| (a.time_us, f("addr").unwrap_or(""), f("name").unwrap_or("")))
+    })
 }
 
 /// "fidelity: exact, all N events reproduced …"

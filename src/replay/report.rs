@@ -15,6 +15,9 @@ pub(crate) struct TorchReleaseReport {
     pub(crate) why: String,
     /// Trace entries with actions this reader does not know, skipped.
     pub(crate) unknown_actions: std::collections::BTreeMap<String, usize>,
+    /// `annotate` entries (`torch.cuda.memory._annotate_tensor`, 2.14+):
+    /// `{time_us, addr, text}` each, the first 100.
+    pub(crate) annotations: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -345,6 +345,8 @@ pub struct EntryFields {
     pub(crate) exact: bool,
     /// `internal_metadata` present (2.15+).
     pub(crate) internal: bool,
+    /// An `annotate` entry's text (its `user_metadata`, 2.14+).
+    pub(crate) note: Option<Rc<String>>,
 }
 
 impl Compactor for () {
@@ -890,6 +892,9 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
                     _ => return None,
                 };
                 f.exact |= text.ends_with(b"mallocWithAddress");
+                if field == 9 && f.action.as_ref().is_some_and(|a| a.as_str() == "annotate") {
+                    f.note = Some(Rc::new(String::from_utf8_lossy(text).into_owned()));
+                }
             }
             _ => skip_entry_value(&mut c, op, &mut e.puts)?,
         }

@@ -48,6 +48,8 @@ struct EntryColumns {
     user_defined: Vec<(u32, String)>,
     /// Entries of exact-address allocations (`mallocWithAddress`, 2.13+).
     exact: Vec<u32>,
+    /// `annotate` entries' texts (2.14+), by entry.
+    notes: Vec<(u32, String)>,
     /// Entries with an action this reader does not know, by action: skipped.
     unknown: std::collections::BTreeMap<String, usize>,
     /// Any entry carried `pool_id` (2.12+) / `internal_metadata` (2.15+).
@@ -91,7 +93,7 @@ impl Compactor for EntryColumns {
         // One pass over the keys; most dicts (frames, blocks) have no action.
         let (mut action, mut addr, mut device_free, mut size, mut stream, mut time, mut frames) =
             (None, None, None, None, None, None, None);
-        let (mut pool, mut exact, mut internal) = (None, false, false);
+        let (mut pool, mut exact, mut internal, mut note) = (None, false, false, None);
         for pair in kv.chunks_exact(2) {
             let (k, v) = (&pair[0], &pair[1]);
             let Value::Str(ks) = k else { continue };
@@ -123,6 +125,9 @@ impl Compactor for EntryColumns {
                 _ => {
                     internal |= field == 9;
                     exact |= v.as_str().is_some_and(|t| t.ends_with("mallocWithAddress"));
+                    if field == 8 {
+                        note = v.as_str().map(|t| Rc::new(t.to_string()));
+                    }
                 }
             }
         }
@@ -134,7 +139,8 @@ impl Compactor for EntryColumns {
         };
         let label = || kv.chunks_exact(2).find(|p| p[0].as_str() == Some("name")).and_then(|p| p[1].as_str());
         let label = label().map(str::to_string);
-        let tags = EntryFields { pool, exact, internal, ..Default::default() };
+        let note = note.filter(|_| action == Some("annotate"));
+        let tags = EntryFields { pool, exact, internal, note, ..Default::default() };
         self.push_entry(name, addr, device_free, size, stream, time, stack, label, &tags).map(Some)
     }
 
@@ -193,6 +199,10 @@ impl EntryColumns {
         };
         if tags.exact {
             self.exact.push(id);
+        }
+        if let (Kind::Action(Action::Annotate), Some(n)) = (kind, &tags.note) {
+            // Bounded by the file: one string per entry that carries one.
+            self.notes.push((id, n.chars().take(1024).collect()));
         }
         if kind == Kind::UserDefined {
             self.user_defined.push((id, label.unwrap_or_else(|| "user_defined".into())));
@@ -493,6 +503,20 @@ pub fn read_snapshot_limited<R: Read>(
     read_snapshot_with(r, unpacked_bytes, false, limits).map(|(t, _)| t)
 }
 
+/// An `annotate` entry (`torch.cuda.memory._annotate_tensor`, 2.14+) as an
+/// annotation: its text, on the block it names.
+fn annotate_note(device: i32, time_us: i64, addr: u64, text: &str) -> Annotation {
+    Annotation {
+        device,
+        time_us,
+        fields: vec![
+            ("name".into(), text.to_string()),
+            ("action".into(), "annotate".into()),
+            ("addr".into(), format!("{addr:#x}")),
+        ],
+    }
+}
+
 /// The per-device traces of `device_traces` (`tv`), entries taken from
 /// `cols`; `user_defined` entries become `annotations`.
 fn device_traces(
@@ -545,6 +569,10 @@ fn device_traces(
                 dt.time_us = std::mem::take(&mut cols.time_us);
                 dt.stacks = std::mem::take(&mut cols.stack);
                 dt.exact = cols.exact.iter().map(|&x| x as usize).collect();
+                for (id, text) in &cols.notes {
+                    let k = *id as usize;
+                    annotations.push(annotate_note(d as i32, dt.time_us[k], dt.events[k].addr, text));
+                }
                 devices.push(dt);
                 continue;
             }
@@ -555,6 +583,9 @@ fn device_traces(
                     None => {
                         if cols.exact.binary_search(&(id as u32)).is_ok() {
                             dt.exact.push(dt.events.len());
+                        }
+                        if let Ok(n) = cols.notes.binary_search_by_key(&(id as u32), |n| n.0) {
+                            annotations.push(annotate_note(d as i32, t, e.addr, &cols.notes[n].1));
                         }
                         dt.push(e, t, st)
                     }
@@ -743,6 +774,16 @@ mod tests {
             let annotate = t.devices[0].events.iter().filter(|e| e.action == Action::Annotate).count();
             assert_eq!(annotate, usize::from(lo >= r("2.14")), "{name}");
             assert_eq!(t.release.host_memory, lo >= r("2.14"), "{name}");
+            let notes: Vec<&Annotation> = t
+                .annotations
+                .iter()
+                .filter(|a| a.fields.iter().any(|(k, v)| k == "action" && v == "annotate"))
+                .collect();
+            assert_eq!(notes.len(), annotate, "{name}");
+            if let Some(a) = notes.first() {
+                assert_eq!(a.fields[0], ("name".to_string(), "activations of block 3".to_string()), "{name}");
+                assert_eq!(a.fields[2], ("addr".to_string(), "0x7f0000300000".to_string()), "{name}");
+            }
         }
     }
 }
