@@ -851,3 +851,38 @@ fn snapshots_say_their_release() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a PyTorch release: \"1.13\""));
 }
+
+/// PyTorch's OOM message as each release words it: 2.14 stops advising
+/// expandable segments when they are on, 2.15 names the reserve a request
+/// exceeded (text from its own allocator, tools/allocator-oracle), 2.12's
+/// throw_on_cudamalloc_oom refuses without a retry.
+#[test]
+fn oom_messages_follow_the_release() {
+    let r = |s: &str| Release::parse(s).unwrap();
+    let oom = |rel: &str, conf: &str, size: u64| {
+        let c = AllocatorConfig::parse_for(conf, r(rel)).unwrap();
+        let mut a = CachingAllocator::for_release(c, FirstFit::new(8 << 30), r(rel));
+        a.malloc(size, 0).unwrap_err().to_string()
+    };
+    let advice = "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    assert!(oom("2.11.0", "expandable_segments:True", 9 << 30).contains(advice));
+    assert!(!oom("2.14.1", "expandable_segments:True", 9 << 30).contains(advice));
+    assert!(oom("2.14.1", "", 9 << 30).contains(advice));
+    let m = oom("2.15.0", "expandable_segments_reserve:0.1,expandable_segments:True", 1_439_123_553);
+    assert!(m.starts_with("CUDA out of memory. Tried to allocate 1.34 GiB. GPU 0 has a total capacity of 8.00 GiB of which 8.00 GiB is free."), "{m}");
+    assert!(
+        m.ends_with("This allocation exceeds the expandable-segment reserve of 819.20 MiB for this stream, and a single allocation cannot span expandable segments. Raise PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve or expandable_segments_reserve_by_class (or unset it) so that a segment is at least 1.34 GiB."),
+        "{m}"
+    );
+    // A fraction applied at start-up refuses first, through the usual path.
+    let conf = "throw_on_cudamalloc_oom:True,per_process_memory_fraction:0.1";
+    assert!(oom("2.12.1", conf, 1 << 30).contains("819.20 MiB allowed;"));
+    // Set at run time, only the rejection reads it: no retry, no oom entry.
+    let mut a = CachingAllocator::for_release(AllocatorConfig::default(), FirstFit::new(8 << 30), r("2.12.1"));
+    a.set_config(AllocatorConfig::parse_for(conf, r("2.12.1")).unwrap());
+    let m = a.malloc(1 << 30, 0).unwrap_err().to_string();
+    assert_eq!(m, "CUDA out of memory. Allocation was preemptively rejected because it would exceed per_process_memory_fraction limit. Requested size: 1024.00 MiB");
+    let st = a.stats();
+    assert_eq!((st.num_oom_rejections, st.num_ooms, st.num_alloc_retries), (1, 0, 0));
+    assert!(a.events().iter().all(|e| e.action != Action::Oom));
+}

@@ -65,7 +65,7 @@ pub struct OutOfMemory {
     pub(crate) device_free: u64,
     /// What the message says of the device and the process then; None for
     /// a request of an exabyte or more, refused before anything is asked.
-    state: Option<OomState>,
+    state: Option<Box<OomState>>,
     /// Refused by `throw_on_cudamalloc_oom` (2.12+) before any retry: no
     /// `oom` entry, `num_ooms` unchanged, `num_oom_rejections` counts it.
     pub(crate) rejected: bool,
@@ -79,6 +79,10 @@ struct OomState {
     allowed: Option<u64>,
     allocated: u64,
     reserved: u64,
+    /// 2.14+ drops the advice to turn expandable segments on when they are.
+    expandable_on: bool,
+    /// 2.15's `expandable_segments_reserve` the request was larger than.
+    over_reserve: Option<u64>,
 }
 
 impl std::fmt::Display for OutOfMemory {
@@ -109,10 +113,22 @@ impl std::fmt::Display for OutOfMemory {
         }
         write!(
             f,
-            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+            "Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.",
             format_size(s.allocated),
             format_size(s.reserved.saturating_sub(s.allocated)),
-        )
+        )?;
+        if let Some(r) = s.over_reserve {
+            return write!(
+                f,
+                " This allocation exceeds the expandable-segment reserve of {} for this stream, and a single allocation cannot span expandable segments. Raise PYTORCH_CUDA_ALLOC_CONF expandable_segments_reserve or expandable_segments_reserve_by_class (or unset it) so that a segment is at least {}.",
+                format_size(r),
+                format_size(self.alloc_size)
+            );
+        }
+        if !s.expandable_on {
+            f.write_str(" If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")?;
+        }
+        f.write_str("  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
     }
 }
 
@@ -345,6 +361,9 @@ pub struct CachingAllocator<D> {
     captures: Vec<(PoolSlot, Route)>,
     /// Set by `alloc_block` when `throw_on_cudamalloc_oom` refuses a segment.
     rejected: bool,
+    /// The expandable-segment reserve (unrounded, as PyTorch's message says
+    /// it) that the last request was larger than.
+    over_reserve: Option<u64>,
     /// Behave as under a capture whatever the scopes say: a replay whose
     /// recording shows an OOM without the retry a capture skips.
     assume_capture: bool,
@@ -401,6 +420,7 @@ impl<D: Device> CachingAllocator<D> {
             captures: Vec::new(),
             active_captures: 0,
             rejected: false,
+            over_reserve: None,
             assume_capture: false,
             events_pending: false,
             release: Release::V2_11,
@@ -775,6 +795,7 @@ impl<D: Device> CachingAllocator<D> {
         let size = self.config.round_size(orig_size);
         let pool = pool_index(slot, size);
         let alloc_size = self.config.allocation_size(size);
+        self.over_reserve = None;
         let es_active = self.config.expandable_segments;
 
         let mut found = self.get_free_block(pool, size, stream, es_active);
@@ -1065,6 +1086,8 @@ impl<D: Device> CachingAllocator<D> {
             allowed: self.allowed_memory_maximum,
             allocated: self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64,
             reserved: self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64,
+            expandable_on: self.config.expandable_segments && self.release.at_least_minor(14),
+            over_reserve: self.over_reserve,
         };
         OutOfMemory {
             requested: orig_size,
@@ -1072,7 +1095,7 @@ impl<D: Device> CachingAllocator<D> {
             alloc_size,
             stream,
             device_free,
-            state: Some(state),
+            state: Some(Box::new(state)),
             rejected,
         }
     }
@@ -1724,6 +1747,7 @@ impl<D: Device> CachingAllocator<D> {
         if let Some(r) = self.config.expandable_segments_reserve.filter(|_| self.release.has_expandable_reserve()) {
             va = r.bytes(total).div_ceil(page).max(1).saturating_mul(page);
             if size > va {
+                self.over_reserve = Some(r.bytes(total));
                 // PyTorch reserves the new segment's range, finds the request
                 // larger, and drops it unmapped.
                 if let Ok(base) = self.device.reserve(va, page, self.emitted) {

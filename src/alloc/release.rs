@@ -72,6 +72,11 @@ impl Release {
         (self.major, self.minor) >= (2, minor)
     }
 
+    /// Whether this is 2.`minor` or later.
+    pub(crate) fn at_least_minor(self, minor: u16) -> bool {
+        self.at_least(minor)
+    }
+
     pub fn tie_break(self) -> TieBreak {
         if self.at_least(13) {
             TieBreak::SegmentAge

@@ -362,6 +362,11 @@ impl History {
 
 /// "tried to allocate 20.00 MiB" out of PyTorch's OOM message.
 fn tried_to_allocate(message: &str) -> Option<String> {
+    // throw_on_cudamalloc_oom's refusal (2.12+) names the request at its end.
+    if let Some(at) = message.find("preemptively rejected") {
+        let size = message[at..].rsplit("Requested size: ").next().filter(|_| message.contains("Requested size: "))?;
+        return Some(format!("was refused before any retry (throw_on_cudamalloc_oom) for {size}"));
+    }
     let at = message.find("Tried to allocate ")?;
     let rest = &message[at..];
     let end = rest.find(". ").unwrap_or(rest.len());
@@ -662,5 +667,9 @@ mod oom_tests {
             Some("tried to allocate 1.50 GiB")
         );
         assert_eq!(super::tried_to_allocate("out of memory"), None);
+        assert_eq!(
+            super::tried_to_allocate("CUDA out of memory. Allocation was preemptively rejected because it would exceed per_process_memory_fraction limit. Requested size: 1.00 GiB").as_deref(),
+            Some("was refused before any retry (throw_on_cudamalloc_oom) for 1.00 GiB")
+        );
     }
 }
