@@ -135,6 +135,31 @@ fn tune_refuses_what_it_cannot_speak_for_and_says_what_a_window_covers() {
     assert!(j["recorded"]["reserved_peak_bytes"].as_u64().unwrap() > 0);
 }
 
+/// `tune --memory-limit L` below what a run reserved ranks every setting
+/// under L with what-if replays of the run's requests, the recorded one
+/// included (ranked by its OOMs and retries, not refused); a run recorded
+/// under a limit replays exactly under that limit first.
+#[test]
+fn tune_under_a_smaller_limit_ranks_instead_of_refusing() {
+    let snap = fixture("tune/gpt2_varying.pickle.gz").display().to_string();
+    let j = tune(&[&snap, "--memory-limit", "5GiB"]);
+    assert_eq!(j["memory_limit_bytes"], 5u64 << 30);
+    assert_eq!(j["recorded_is_the_run"], false);
+    let rec = &j["recorded"];
+    assert!(rec["num_ooms"].as_u64().unwrap() >= 1, "{rec}");
+    let best = &j["recommended"];
+    assert_eq!(best["num_ooms"], 0, "{best}");
+    assert!(best["reserved_peak_bytes"].as_u64().unwrap() <= 5 << 30, "{best}");
+    // Every candidate was run under the limit: none reserved past it.
+    for c in j["candidates"].as_array().unwrap() {
+        assert!(c["reserved_peak_bytes"].as_u64().unwrap() <= 5 << 30, "{c}");
+    }
+    let llama = fixture("traces/llama_pressure.pickle.gz").display().to_string();
+    let j = tune(&[&llama, "--memory-limit", "9006592819"]);
+    assert_eq!(j["recorded_is_the_run"], true, "exact under the run's own limit");
+    assert_eq!(j["recorded"]["num_ooms"], 1);
+}
+
 /// A run that ran out of memory: `replay` names the setting that avoids it
 /// in the summary and `--json` (`oom_advice`), as tune's replays found it;
 /// a run without an OOM gets no advice.

@@ -107,13 +107,27 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     }
     let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
-    let want = Want {
-        memory_limit: limit,
-        release: crate::replay::session::ReleaseAsk::of(&trace, args.torch.release),
-        ..Want::recorded(&trace, args.device_total)
+    // The run's requests come from its exact replay, under the conditions it
+    // had: without a limit, or under the one asked for where the run had it
+    // (a run that OOMed under its limit replays only under it). Every
+    // setting, the recorded one included, then runs under the limit asked
+    // for (docs/tune.md).
+    let open = |memory_limit: Option<u64>| {
+        let want = Want {
+            memory_limit,
+            release: crate::replay::session::ReleaseAsk::of(&trace, args.torch.release),
+            ..Want::recorded(&trace, args.device_total)
+        };
+        Session::open(dev, &trace.stacks, &want)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))
     };
-    let mut session = Session::open(dev, &trace.stacks, &want)
-        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
+    let mut session = open(None)?;
+    if session.fidelity == Fidelity::Diverged && limit.is_some() {
+        let under = open(limit)?;
+        if under.fidelity != Fidelity::Diverged {
+            session = under;
+        }
+    }
     match session.fidelity {
         Fidelity::StateOnly => {
             return Err(anyhow!(InputError(format!(
