@@ -20,6 +20,11 @@ OUT_DIR/NAME.pickle.gz and OUT_DIR/NAME.truth.json.
     python3 benches/tune/workloads.py --menu OUT_DIR
 runs every workload under every setting of the menu (six at a time) and
 writes OUT_DIR/real.jsonl.
+
+    GPUMEM_TUNE_LIMIT_BYTES=N python3 benches/tune/workloads.py --menu OUT_DIR gpt2_varying
+runs one workload's menu under set_per_process_memory_fraction(N / total)
+(a step that runs out of memory is skipped, as in mlp_limit): the real
+runs `tune --memory-limit N` is checked against (tests/tune.rs).
 """
 
 import gzip
@@ -57,9 +62,10 @@ def run(name, out, record):
     import torch
 
     torch.cuda.init()
-    if name == "mlp_limit":
+    limit = int(os.environ.get("GPUMEM_TUNE_LIMIT_BYTES") or (LIMIT_BYTES if name == "mlp_limit" else 0))
+    if limit:
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(LIMIT_BYTES / total)
+        torch.cuda.set_per_process_memory_fraction(limit / total)
     if record:
         torch.cuda.memory._record_memory_history(context="alloc", stacks="python", max_entries=2_000_000)
     rng = random.Random(1234)
@@ -72,9 +78,12 @@ def run(name, out, record):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         for _ in range(10):
             seq = rng.choice([128, 256, 384, 512, 640, 768, 896, 1024])
-            ids = torch.randint(0, 50257, (4, seq), device=dev)
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
+            try:
+                ids = torch.randint(0, 50257, (4, seq), device=dev)
+                model(input_ids=ids, labels=ids).loss.backward()
+                opt.step()
+            except torch.OutOfMemoryError:
+                pass  # under a limit: counted in num_ooms, the step skipped
             opt.zero_grad(set_to_none=True)
     elif name == "vit_infer":
         import torchvision
@@ -116,6 +125,7 @@ def run(name, out, record):
         "num_alloc_retries": s["num_alloc_retries"],
         "num_ooms": s["num_ooms"],
         "num_device_alloc": s.get("num_device_alloc", 0),
+        "memory_limit_bytes": limit or None,
     }
     if record:
         snap = torch.cuda.memory._snapshot()
@@ -129,9 +139,10 @@ def run(name, out, record):
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def menu(out):
+def menu(out, only=None):
     os.makedirs(out, exist_ok=True)
-    jobs = [(w, c, False) for w in WORKLOADS for c in MENU] + [(w, "", True) for w in WORKLOADS]
+    workloads = [only] if only else WORKLOADS
+    jobs = [(w, c, False) for w in workloads for c in MENU] + ([] if only else [(w, "", True) for w in WORKLOADS])
     procs, rows = [], []
 
     def reap(p):
@@ -160,6 +171,6 @@ def menu(out):
 
 if __name__ == "__main__":
     if sys.argv[1] == "--menu":
-        menu(sys.argv[2])
+        menu(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:
         run(sys.argv[1], sys.argv[2], "--record" in sys.argv)
