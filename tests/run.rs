@@ -206,9 +206,12 @@ fn the_python_side_works_against_a_real_torch() {
         return;
     };
     let root = common::root();
+    // torch writes caches (torchinductor_$USER) under $TMPDIR: ours, removed.
+    let d = tmpdir("realtorch");
     let out = Command::new(&py)
         .arg(root.join("tests/scripts/torch_api.py"))
         .env("PYTHONPATH", root.join("assets/python"))
+        .env("TMPDIR", &d)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -217,7 +220,6 @@ fn the_python_side_works_against_a_real_torch() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let d = tmpdir("realtorch");
     std::fs::write(
         d.join("train.py"),
         "import torch\nm = torch.nn.Linear(8, 8)\no = torch.optim.AdamW(m.parameters())\nfor i in range(5):\n    m(torch.randn(4, 8)).sum().backward()\n    o.step()\n    o.zero_grad()\nprint('trained', torch.__version__)\n",
@@ -231,6 +233,7 @@ fn the_python_side_works_against_a_real_torch() {
         .arg("--")
         .arg(&py)
         .arg(d.join("train.py"))
+        .env("TMPDIR", &d)
         .output()
         .unwrap();
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
