@@ -365,9 +365,29 @@ pub struct Limits {
     /// Open MARKs at once.
     pub max_marks: usize,
     /// The bytes of the file read so far, when the pickle comes through a
-    /// decompressor: the allowance grows with these, not with the unpacked
-    /// bytes, so memory is bounded by the file (docs/input.md).
+    /// decompressor: the allowance grows with the unpacked bytes read, but
+    /// counting at most `UNPACKED_PER_FILE_BYTE` of them per byte of the
+    /// file, so memory stays bounded by the file (docs/input.md).
     pub consumed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+/// Unpacked bytes a compressed input's allowance counts per byte of the
+/// file: real snapshots unpack 10 to 50 times (a re-pickled one whose
+/// strings are no longer shared, more), while a bomb's ratio is what it
+/// would need; 16 keeps a 52 KB file under 84 MiB of decoded values.
+pub(crate) const UNPACKED_PER_FILE_BYTE: u64 = 16;
+
+impl Limits {
+    /// What the allowance grows with: the unpacked bytes read, at most
+    /// `UNPACKED_PER_FILE_BYTE` per byte of the file read.
+    fn counted(&self, unpacked: u64) -> u64 {
+        match &self.consumed {
+            Some(c) => {
+                unpacked.min(c.load(std::sync::atomic::Ordering::Relaxed).saturating_mul(UNPACKED_PER_FILE_BYTE))
+            }
+            None => unpacked,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -940,10 +960,7 @@ pub fn decode_charged<R: Read, C: Compactor>(
         compactor,
     };
     let out = vm.run();
-    let read = match &vm.limits.consumed {
-        Some(c) => c.load(std::sync::atomic::Ordering::Relaxed),
-        None => vm.src.offset(),
-    };
+    let read = vm.limits.counted(vm.src.offset());
     let charged = Charged {
         charged: vm.charged,
         allowance: read.saturating_mul(vm.limits.bytes_per_input_byte).saturating_add(vm.limits.slack),
@@ -967,15 +984,12 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         self.charged += bytes;
         if self.charged > self.allowance {
             // The allowance grows with the input read; recompute it only when passed.
-            let read = match &self.limits.consumed {
-                Some(c) => c.load(std::sync::atomic::Ordering::Relaxed),
-                None => self.src.offset(),
-            };
+            let read = self.limits.counted(self.src.offset());
             self.allowance = read.saturating_mul(self.limits.bytes_per_input_byte) + self.limits.slack;
             if self.charged > self.allowance {
                 return Err(PickleError::Limit {
                     offset,
-                    what: "memory for decoded values (24 times the file read plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times its unpacked bytes)",
+                    what: "memory for decoded values (24 times the unpacked bytes read, at most 16 per byte of a compressed file, plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times all its unpacked bytes)",
                     limit: self.allowance,
                 });
             }

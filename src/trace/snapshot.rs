@@ -299,7 +299,7 @@ impl Walker {
         let items = v.and_then(|f| f.items()).unwrap_or_default();
         let cost = (items.len() as u64 + 1) * std::mem::size_of::<Frame>() as u64;
         self.budget = self.budget.checked_sub(cost).ok_or_else(|| {
-            schema(path, "its call stack's frames exceed the decoder's limit (24 times the file read plus 64 MiB)")
+            schema(path, "its call stack's frames exceed the decoder's limit (24 times the unpacked bytes read, at most 16 per byte of a compressed file, plus 64 MiB)")
         })?;
         let frames = items
             .iter()
@@ -641,7 +641,7 @@ fn read_snapshot_with<R: Read>(
     if charged.charged.saturating_add(cost) > charged.allowance {
         return Err(TraceError::Corrupt(format!(
             "the call stacks' {refs} frame references need {cost} bytes, past the decoder's limit of {} \
-             (24 times the file read plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times its unpacked bytes)",
+             (24 times the unpacked bytes read, at most 16 per byte of a compressed file, plus 64 MiB; --max-unpacked BYTES lets a compressed file use 24 times all its unpacked bytes)",
             charged.allowance
         )));
     }
