@@ -1069,3 +1069,47 @@ fn a_closed_pipe_ends_quietly() {
         assert!(err.is_empty(), "{cmd}: {err}");
     }
 }
+
+/// A snapshot a script re-pickled (each frame's strings its own objects,
+/// not shared: the pickle spells every one out) unpacks to many times its
+/// compressed size and decodes to several times that: it opens, as
+/// docs/input.md's bound in unpacked bytes allows, where the allowance used
+/// to follow the compressed bytes and refused it.
+#[test]
+fn a_snapshot_re_pickled_without_shared_strings_opens() {
+    use common::pickler::{entry, frame, segment, snapshot};
+    const BASE: u64 = 0x7f00_0000_0000;
+    let n = 60_000;
+    let raw = snapshot(
+        "",
+        |p| segment(p, BASE, 20 << 20, false, &[(20 << 20, "inactive")]),
+        |p| {
+            entry(p, "segment_alloc", BASE, 20 << 20, 0, |_| {});
+            for i in 0..n {
+                let f = |p: &mut common::pickler::Pickler| {
+                    for d in 0..4 {
+                        frame(
+                            p,
+                            &format!("forward_{i}"),
+                            &format!("/home/user/project/models/layer_{d}/block_{}.py", i % 997),
+                            100 + (i * 7 + d) % 5000,
+                        );
+                    }
+                };
+                entry(p, "alloc", BASE, 2 << 20, 0, f);
+                entry(p, "free_requested", BASE, 2 << 20, 0, f);
+                entry(p, "free_completed", BASE, 2 << 20, 0, f);
+            }
+        },
+    );
+    let gz = gzip(std::iter::once(raw.clone()));
+    // About 39 times: decoding takes several bytes per unpacked byte, past
+    // 24 times the compressed bytes plus 64 MiB (the old allowance, 127 MB).
+    assert!(raw.len() > 30 * gz.len() && raw.len() < 50 * gz.len(), "{} {}", raw.len(), gz.len());
+    let path = scratch("repickled.pickle.gz", &gz);
+    let (code, out, err, _) = capped(&format!("exec '{}' replay '{}' --json", bin().display(), path.display()));
+    assert_eq!(code, Some(0), "{} B packed, {} B unpacked: {err}", gz.len(), raw.len());
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["fidelity"], "exact");
+    assert_eq!(j["events"], 3 * n + 1);
+}
