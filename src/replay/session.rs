@@ -372,7 +372,10 @@ impl<'a> Session<'a> {
         opts.release = ask.candidates[0];
         let (mut seed, mut exact) = run(&opts)?;
         let mut tried = vec![opts.release];
-        for &r in ask.candidates.iter().skip(1) {
+        // Requests alone (no segment events, no state) are a what-if on a
+        // simulated device whatever the release: nothing to tell them apart.
+        let tell_apart = req.recorded_state || dev.has_segment_events();
+        for &r in ask.candidates.iter().skip(1).filter(|_| tell_apart) {
             if exact.divergence.is_none() {
                 break;
             }
