@@ -571,55 +571,28 @@ fn snapshot_of(out: &[String], release: Release, conf: &str) -> Vec<u8> {
                         i += 1;
                     }
                     let words: Vec<&str> = l.split_whitespace().collect();
-                    let addr = u64::from_str_radix(words[1], 16).unwrap();
-                    let (a, b) = pool(&l);
-                    p.dict(|p| {
-                        p.kv("device", |p| {
-                            p.int(0);
+                    let seg = common::pickler::Segment {
+                        addr: u64::from_str_radix(words[1], 16).unwrap(),
+                        total: field(&l, "total").parse().unwrap(),
+                        stream: stream_id(&field(&l, "stream")),
+                        small: l.contains(" small"),
+                        pool: pool(&l),
+                        expandable: l.contains(" expandable"),
+                    };
+                    let blocks: Vec<(u64, u64, &str)> = blocks
+                        .iter()
+                        .map(|bl| {
+                            let state = if bl.ends_with(" allocated") {
+                                "active_allocated"
+                            } else if bl.ends_with(" active_pending_free") {
+                                "active_pending_free"
+                            } else {
+                                "inactive"
+                            };
+                            (field(bl, "size").parse().unwrap(), field(bl, "req").parse().unwrap(), state)
                         })
-                        .kv("address", |p| {
-                            p.int(addr);
-                        })
-                        .kv("total_size", |p| {
-                            p.int(field(&l, "total").parse().unwrap());
-                        })
-                        .kv("stream", |p| {
-                            p.int(stream_id(&field(&l, "stream")));
-                        })
-                        .kv("segment_type", |p| {
-                            p.str(if l.contains(" small") { "small" } else { "large" });
-                        })
-                        .kv("segment_pool_id", |p| {
-                            p.tuple2(a, b);
-                        })
-                        .kv("is_expandable", |p| {
-                            p.bool(l.contains(" expandable"));
-                        })
-                        .kv("blocks", |p| {
-                            p.list(|p| {
-                                for bl in &blocks {
-                                    let state = if bl.ends_with(" allocated") {
-                                        "active_allocated"
-                                    } else if bl.ends_with(" active_pending_free") {
-                                        "active_pending_free"
-                                    } else {
-                                        "inactive"
-                                    };
-                                    p.dict(|p| {
-                                        p.kv("size", |p| {
-                                            p.int(field(bl, "size").parse().unwrap());
-                                        })
-                                        .kv("requested_size", |p| {
-                                            p.int(field(bl, "req").parse().unwrap());
-                                        })
-                                        .kv("state", |p| {
-                                            p.str(state);
-                                        });
-                                    });
-                                }
-                            });
-                        });
-                    });
+                        .collect();
+                    common::pickler::segment_of(p, seg, &blocks);
                 }
             });
         })

@@ -165,31 +165,54 @@ pub fn snapshot(conf: &str, segments: impl FnOnce(&mut Pickler), entries: impl F
 /// A segment dict of the snapshot's `segments` with `blocks` as
 /// `(size, state)`, tiling it from its address.
 pub fn segment(p: &mut Pickler, addr: u64, total: u64, small: bool, blocks: &[(u64, &str)]) {
+    let blocks: Vec<(u64, u64, &str)> = blocks.iter().map(|&(size, state)| (size, size, state)).collect();
+    segment_of(p, Segment { addr, total, stream: 0, small, pool: (0, 0), expandable: false }, &blocks);
+}
+
+/// What a segment dict says of its segment.
+pub struct Segment {
+    pub addr: u64,
+    pub total: u64,
+    pub stream: u64,
+    pub small: bool,
+    pub pool: (u64, u64),
+    pub expandable: bool,
+}
+
+/// A segment dict with every field a replay reads, `blocks` as
+/// `(size, requested_size, state)` tiling it from its address.
+pub fn segment_of(p: &mut Pickler, s: Segment, blocks: &[(u64, u64, &str)]) {
     p.dict(|p| {
         p.kv("device", |p| {
             p.int(0);
         })
         .kv("address", |p| {
-            p.int(addr);
+            p.int(s.addr);
         })
         .kv("total_size", |p| {
-            p.int(total);
+            p.int(s.total);
         })
         .kv("stream", |p| {
-            p.int(0);
+            p.int(s.stream);
         })
         .kv("segment_type", |p| {
-            p.str(if small { "small" } else { "large" });
+            p.str(if s.small { "small" } else { "large" });
+        })
+        .kv("segment_pool_id", |p| {
+            p.tuple2(s.pool.0, s.pool.1);
+        })
+        .kv("is_expandable", |p| {
+            p.bool(s.expandable);
         })
         .kv("blocks", |p| {
             p.list(|p| {
-                for &(size, state) in blocks {
+                for &(size, requested, state) in blocks {
                     p.dict(|p| {
                         p.kv("size", |p| {
                             p.int(size);
                         })
                         .kv("requested_size", |p| {
-                            p.int(size);
+                            p.int(requested);
                         })
                         .kv("state", |p| {
                             p.str(state);
