@@ -1086,7 +1086,7 @@ impl<D: Device> CachingAllocator<D> {
             allowed: self.allowed_memory_maximum,
             allocated: self.stats.get(Kind::AllocatedBytes, 0).current.max(0) as u64,
             reserved: self.stats.get(Kind::ReservedBytes, 0).current.max(0) as u64,
-            expandable_on: self.config.expandable_segments && self.release.at_least_minor(14),
+            expandable_on: self.config.expandable_segments && self.release.omits_expandable_advice(),
             over_reserve: self.over_reserve,
         };
         OutOfMemory {

@@ -72,11 +72,6 @@ impl Release {
         (self.major, self.minor) >= (2, minor)
     }
 
-    /// Whether this is 2.`minor` or later.
-    pub(crate) fn at_least_minor(self, minor: u16) -> bool {
-        self.at_least(minor)
-    }
-
     pub fn tie_break(self) -> TieBreak {
         if self.at_least(13) {
             TieBreak::SegmentAge
@@ -115,6 +110,12 @@ impl Release {
     /// `allocateWithAddress` (2.13+).
     pub fn has_exact_address(self) -> bool {
         self.at_least(13)
+    }
+
+    /// Whether the OOM message leaves out the advice to turn expandable
+    /// segments on when they are (2.14+).
+    pub fn omits_expandable_advice(self) -> bool {
+        self.at_least(14)
     }
 
     /// The `annotate` trace action (2.14+).
