@@ -39,7 +39,9 @@ def _dump(torch):
             snap = torch.cuda.memory._snapshot()
             if isinstance(snap, dict):
                 snap["torch_version"] = str(getattr(torch, "__version__", ""))
-            with open(tmp, "wb") as f:
+            # A fresh private file, never through a link someone left there.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
                 pickle.dump(snap, f, protocol=4)
             try:
                 os.link(tmp, _OUT)
