@@ -346,8 +346,9 @@ fn rounding(o: &Outcome, recorded: &Outcome) -> String {
 }
 
 /// `search` over a replay session's requests, recorded under `recorded`:
-/// from process start the exact replay's figures stand for the recorded
-/// setting; a window starts from the blocks live at its first event.
+/// from process start or over a window, the exact replay's figures stand
+/// for the recorded setting; a window's others start from the blocks live
+/// at its first event.
 pub(crate) fn search_session(
     session: &mut crate::replay::session::Session,
     recorded: &str,
@@ -361,8 +362,14 @@ pub(crate) fn search_session(
     // about; else (requests without segment events, a smaller device) the
     // recorded setting is replayed as every other is.
     let cap = limit.unwrap_or(device_total.saturating_sub(context));
-    let exact = (session.fidelity == crate::replay::session::Fidelity::Exact)
-        .then(|| session.exact.allocator.stats().clone())
+    // A window's exact replay too: its figures are PyTorch's own over the
+    // window (docs/tune.md), which the recorded row must state.
+    let exact = session
+        .fidelity
+        .is_faithful()
+        .then_some(())
+        .filter(|_| session.start != crate::replay::session::Start::StateOnly)
+        .map(|_| session.exact.allocator.stats().clone())
         .filter(|st| st.get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64 <= cap);
     search(&reqs, recorded, device_total, context, limit, exact.as_ref())
 }
