@@ -75,6 +75,8 @@ pub(crate) fn replay_trace(
     let mut session = Session::open(dev, &trace.stacks, &want)
         .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
     let fidelity = session.fidelity;
+    // The run's own limit, where the trace shows it, unless one was asked.
+    let limit = limit.or(session.memory_limit());
     if session.start == Start::StateOnly && (!compare_confs.is_empty() || what_if_conf.is_some()) {
         return Err(anyhow!(InputError(format!(
             "{}: --compare and --alloc-conf replay a run's requests, and a snapshot without memory history has none: they need a trace with history (torch.cuda.memory._record_memory_history before the run)",
@@ -173,6 +175,19 @@ pub(crate) fn replay_trace(
     // A what-if that runs out of memory where the recording did not: the
     // run it stands for fails (docs/json.md, exit codes).
     Ok(if fidelity == Fidelity::Diverged || r.new_oom.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// What the replay found of the run's own limit.
+pub(crate) fn limit_found_line(l: &crate::replay::conditions::LimitFound) -> String {
+    format!(
+        "memory limit: the run's own, found from the trace ({}): it replays exactly under any per-process limit from {} to {} ({} to {} B); replayed under {}. Pass --memory-limit or --memory-fraction to set another",
+        l.evidence,
+        human_bytes(l.lo_bytes),
+        human_bytes(l.hi_bytes),
+        l.lo_bytes,
+        l.hi_bytes,
+        human_bytes(l.used_bytes)
+    )
 }
 
 /// A run that ran out of memory: what to set, only as a replay of this run
@@ -318,6 +333,8 @@ impl Replayed<'_> {
             alloc_conf: self.conf.source.clone(),
             start: session.start,
             memory_limit_bytes: self.limit,
+            memory_limit_found: session.limit_found.clone(),
+            conditions_note: session.conditions_note.clone(),
             fidelity: session.fidelity.name(),
             torch_release: report::TorchReleaseReport {
                 rules: session.release.to_string(),
@@ -457,7 +474,24 @@ impl Replayed<'_> {
             if conf.source.is_empty() { "default".to_string() } else { format!("{:?}", conf.source) },
             self.limit.map(|l| format!(", memory limit {}", human_bytes(l))).unwrap_or_default()
         ));
-        if let Some(c) = &session.settings_changed {
+        if let Some(l) = &session.limit_found {
+            o.push_str(&format!("{}\n", limit_found_line(l)));
+        }
+        if let Some(n) = &session.conditions_note {
+            o.push_str(&format!("note: {n}\n"));
+        }
+        if let Some(c) = session.settings_changed.as_ref().filter(|c| c.event >= dev.events.len()) {
+            let from = if c.from.is_empty() { "PyTorch's defaults".to_string() } else { format!("{:?}", c.from) };
+            let place = if c.earliest < dev.events.len() {
+                format!("came at event {} or later (nothing after it tells them apart)", c.earliest)
+            } else {
+                "is not placed by anything the trace records".to_string()
+            };
+            o.push_str(&format!(
+                "allocator settings changed during the run (torch.cuda.memory._set_allocator_settings): {from} explain every event, so the change to {:?} {place}; replayed under the earlier settings\n",
+                conf.source
+            ));
+        } else if let Some(c) = &session.settings_changed {
             o.push_str(&format!(
                 "allocator settings changed during the run (torch.cuda.memory._set_allocator_settings): {} until between events {} and {}, {:?} after; replayed with the change at event {} (the first only the later settings explain). Reserved bytes and segments are exact; allocated, active and inactive_split totals and peaks depend on where in that range it happened\n",
                 if c.from.is_empty() { "PyTorch's defaults".to_string() } else { format!("{:?}", c.from) },
@@ -643,7 +677,7 @@ fn fidelity_line(session: &Session) -> String {
         ),
         Fidelity::Diverged => match session.divergence() {
             Some(d) => format!(
-                "fidelity: DIVERGED at {d}\n  to try: a run under a memory limit (set_per_process_memory_fraction) replays exactly with --memory-limit BYTES or --memory-fraction F; see docs/replay.md for runs that changed settings mid-run\n"
+                "fidelity: DIVERGED at {d}\n  to try: a run under a memory limit (set_per_process_memory_fraction) the trace does not bound replays exactly with --memory-limit BYTES or --memory-fraction F; a change of settings mid-run is followed where the trace places it (docs/replay.md, \"Conditions\")\n"
             ),
             None => String::new(),
         },

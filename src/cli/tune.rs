@@ -63,6 +63,8 @@ struct Report<'a> {
     /// limit smaller than the run used).
     recorded_is_the_run: bool,
     memory_limit_bytes: Option<u64>,
+    /// The run's own limit, found from its trace (none was asked).
+    memory_limit_found: Option<crate::replay::conditions::LimitFound>,
     device_total_bytes: u64,
     recorded: Row<'a>,
     recommended: Row<'a>,
@@ -122,6 +124,9 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))
     };
     let mut session = open(None)?;
+    // The run's own limit, found from its trace, unless one was asked.
+    let found = session.limit_found.clone();
+    let limit = limit.or(found.as_ref().map(|l| l.used_bytes));
     if session.fidelity == Fidelity::Diverged && limit.is_some() {
         let under = open(limit)?;
         if under.fidelity != Fidelity::Diverged {
@@ -158,6 +163,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             covers: if window { "window" } else { "process" },
             recorded_is_the_run: s.recorded_is_the_run,
             memory_limit_bytes: limit,
+            memory_limit_found: found.clone().filter(|_| args.cap.limit(args.device_total).is_none()),
             device_total_bytes: args.device_total,
             recorded: rec_row,
             recommended: best_row,
@@ -174,7 +180,12 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let text = summary(args, &name, (dev.events.len(), dev.has_segment_events()), window, limit, &s, started);
+    let mut text = summary(args, &name, (dev.events.len(), dev.has_segment_events()), window, limit, &s, started);
+    if let (Some(l), None) = (&found, args.cap.limit(args.device_total)) {
+        // Said under the heading: every figure is under the run's own limit.
+        let at = text.find('\n').map_or(text.len(), |i| i + 1);
+        text.insert_str(at, &format!("{}\n", super::replay::limit_found_line(l)));
+    }
     super::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

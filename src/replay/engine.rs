@@ -20,19 +20,70 @@ pub struct Divergence {
     pub(crate) reason: String,
 }
 
+/// Which side of a divergence answered memory pressure: what the search
+/// for a run's memory limit reads (docs/replay.md, "Conditions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Pressure {
+    /// Neither, or both: not a question of the limit.
+    #[default]
+    Neither,
+    /// We released, retried or ran out where the run did not: the limit
+    /// replayed under is lower than the run's.
+    Ours,
+    /// The run released or ran out where we would not (or only as an
+    /// `empty_cache()` that then did not match): the run's limit is lower.
+    Recorded,
+}
+
+impl Pressure {
+    /// Of a divergence met at a step that began at a recorded release no
+    /// malloc of ours explained when `inferred`.
+    fn of(d: &Divergence, inferred: bool) -> Pressure {
+        let relief = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap | Action::Oom);
+        if inferred {
+            return Pressure::Recorded;
+        }
+        match (d.expected, d.got) {
+            (Some(w), Some(g)) if relief(g.action) && !relief(w.action) => Pressure::Ours,
+            (Some(w), Some(g)) if relief(w.action) && !relief(g.action) => Pressure::Recorded,
+            (Some(w), None) if relief(w.action) => Pressure::Recorded,
+            _ => Pressure::Neither,
+        }
+    }
+}
+
 /// One sentence a user reads: the event, what PyTorch did, what we would
 /// have done instead, in words and sizes (docs/replay.md).
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.expected, &self.got) {
             (Some(want), Some(got)) => {
-                write!(f, "event {}: PyTorch {} where we would have {}", self.event, did(want), did(got))
+                if got.action == Action::Oom && want.action == Action::SegmentAlloc && got.addr >= want.size {
+                    // The device had room: the oracle refused a cudaMalloc
+                    // of another size than the run's, which the settings
+                    // decide.
+                    return write!(
+                        f,
+                        "event {}: PyTorch {} where we would have asked cudaMalloc for another size (for a request of {}, with {} free): the allocator settings differ from the run's",
+                        self.event,
+                        did(want, false),
+                        crate::analysis::human_bytes(got.size),
+                        crate::analysis::human_bytes(got.addr)
+                    );
+                }
+                write!(f, "event {}: PyTorch {} where we would have {}", self.event, did(want, false), did(got, true))
             }
             (Some(want), None) => {
-                write!(f, "event {}: PyTorch {}, which we cannot explain: {}", self.event, did(want), self.reason)
+                write!(
+                    f,
+                    "event {}: PyTorch {}, which we cannot explain: {}",
+                    self.event,
+                    did(want, false),
+                    self.reason
+                )
             }
             (None, Some(got)) => {
-                write!(f, "event {}: we would have {} after the recording's last event", self.event, did(got))
+                write!(f, "event {}: we would have {} after the recording's last event", self.event, did(got, true))
             }
             (None, None) => write!(f, "event {}: {}", self.event, self.reason),
         }
@@ -40,19 +91,20 @@ impl std::fmt::Display for Divergence {
 }
 
 /// What an event did, as a clause ("released the 22.00 MiB segment at
-/// 0x7fa0…").
-fn did(e: &Event) -> String {
+/// 0x7fa0…"); `after_have`: the form that follows "would have".
+fn did(e: &Event, after_have: bool) -> String {
     let size = crate::analysis::human_bytes(e.size);
+    let (took, ran) = if after_have { ("taken", "run") } else { ("took", "ran") };
     match e.action {
         Action::Alloc => format!("allocated {size} at {:#x}", e.addr),
         Action::FreeRequested => format!("freed the {size} block at {:#x} (waiting on its streams)", e.addr),
         Action::FreeCompleted => format!("freed the {size} block at {:#x}", e.addr),
-        Action::SegmentAlloc => format!("took a new {size} segment at {:#x} (cudaMalloc)", e.addr),
+        Action::SegmentAlloc => format!("{took} a new {size} segment at {:#x} (cudaMalloc)", e.addr),
         Action::SegmentFree => format!("released the {size} segment at {:#x} (cudaFree)", e.addr),
         Action::SegmentMap => format!("mapped {size} of an expandable segment at {:#x}", e.addr),
         Action::SegmentUnmap => format!("unmapped {size} of an expandable segment at {:#x}", e.addr),
         Action::Oom => format!(
-            "ran out of memory on a request of {size} with {} free on the device",
+            "{ran} out of memory on a request of {size} with {} free on the device",
             crate::analysis::human_bytes(e.addr)
         ),
         Action::Snapshot => "took a snapshot".into(),
@@ -151,6 +203,9 @@ pub struct ReplayResult<'a> {
     /// A window's replay: ties between pre-window segments whose order (their
     /// age, 2.12+) the window's allocations showed.
     pub(crate) ties_resolved: usize,
+    /// Of the divergence, if any: whether a lower or higher memory limit
+    /// could explain it.
+    pub(crate) pressure: Pressure,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub(crate) events: Vec<Event>,
     /// Allocated bytes right after each recorded event reproduced: an
@@ -201,6 +256,9 @@ pub struct Stepper<'a> {
     /// it gave.
     outside_cap: u64,
     exact: Arc<[usize]>,
+    /// The step under way began at a recorded release that no malloc of
+    /// ours explained (replayed as an `empty_cache()`).
+    inferred_now: bool,
 }
 
 impl<'a> Stepper<'a> {
@@ -243,6 +301,7 @@ impl<'a> Stepper<'a> {
             outside: None,
             outside_cap: u64::MAX,
             exact: opts.exact.clone(),
+            inferred_now: false,
         })
     }
 
@@ -500,6 +559,7 @@ impl<'a> Stepper<'a> {
         let i = self.position();
         let ev = rec[i];
         self.alloc.clear_events();
+        self.inferred_now = false;
         let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
         match ev.action {
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -521,6 +581,7 @@ impl<'a> Stepper<'a> {
                     }
                 }
                 if !explained {
+                    self.inferred_now = true;
                     self.alloc.clear_events();
                     self.release_burst(i);
                 }
@@ -661,12 +722,14 @@ pub fn replay_events_from<'a>(
                 placed: 0,
                 burst_retries: 0,
                 ties_resolved: 0,
+                pressure: Pressure::Neither,
                 events: kept_events,
                 allocated: Vec::new(),
             };
         }
     };
     let mut divergence = None;
+    let mut pressure = Pressure::Neither;
     let mut allocated = Vec::with_capacity(end);
     let mut switch = opts.switch.clone();
     while st.position() < end {
@@ -675,6 +738,7 @@ pub fn replay_events_from<'a>(
             st.alloc.set_config(conf);
         }
         if let Err(d) = st.step() {
+            pressure = Pressure::of(&d, st.inferred_now);
             divergence = Some(d);
             break;
         }
@@ -702,9 +766,48 @@ pub fn replay_events_from<'a>(
         placed: st.placed,
         burst_retries: st.burst_retries,
         ties_resolved: 0,
+        pressure,
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,
         allocated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(action: Action, addr: u64, size: u64) -> Event {
+        Event::new(action, addr, size, 0)
+    }
+
+    #[test]
+    fn a_divergence_reads_as_one_sentence() {
+        let d = |want, got| Divergence { event: 7, expected: Some(want), got: Some(got), reason: String::new() };
+        let s = d(
+            ev(Action::SegmentAlloc, 0x7f00_0000_0000, 64 << 20),
+            ev(Action::SegmentFree, 0x7f00_0200_0000, 22 << 20),
+        );
+        assert_eq!(
+            s.to_string(),
+            "event 7: PyTorch took a new 64.00 MiB segment at 0x7f0000000000 (cudaMalloc) where we would have released the 22.00 MiB segment at 0x7f0002000000 (cudaFree)"
+        );
+        let s =
+            d(ev(Action::SegmentFree, 0x7f00_0000_0000, 22 << 20), ev(Action::SegmentAlloc, 0x7f00_0200_0000, 2 << 20));
+        assert!(s
+            .to_string()
+            .ends_with("where we would have taken a new 2.00 MiB segment at 0x7f0002000000 (cudaMalloc)"));
+        // The oracle refusing another size than the run's, with the device
+        // free: the settings differ, not the memory.
+        let s = d(ev(Action::SegmentAlloc, 0x7f00_0000_0000, 148 << 20), ev(Action::Oom, 100 << 30, 160 << 20));
+        assert_eq!(
+            s.to_string(),
+            "event 7: PyTorch took a new 148.00 MiB segment at 0x7f0000000000 (cudaMalloc) where we would have asked cudaMalloc for another size (for a request of 160.00 MiB, with 100.00 GiB free): the allocator settings differ from the run's"
+        );
+        let s = d(ev(Action::Alloc, 0x10, 512), ev(Action::Oom, 1 << 20, 64 << 20));
+        assert!(s.to_string().ends_with(
+            "where we would have run out of memory on a request of 64.00 MiB with 1.00 MiB free on the device"
+        ));
     }
 }

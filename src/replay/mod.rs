@@ -2,6 +2,7 @@
 //! every event our allocator emits must equal the recorded one. What-if runs
 //! replay the same requests under another config.
 
+pub(crate) mod conditions;
 mod engine;
 pub mod model;
 pub mod pools;
@@ -11,6 +12,7 @@ pub mod session;
 pub mod whatif;
 pub mod wrapped;
 
+pub(crate) use engine::Pressure;
 pub use engine::{
     replay_events, replay_events_from, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult, Stepper,
 };

@@ -31,6 +31,10 @@ pub(crate) struct ReplayReport {
     pub(crate) alloc_conf: String,
     pub(crate) start: Start,
     pub(crate) memory_limit_bytes: Option<u64>,
+    /// The run's own limit, found from the trace (docs/replay.md, "Conditions").
+    pub(crate) memory_limit_found: Option<crate::replay::conditions::LimitFound>,
+    /// What the search for the run's conditions could not settle.
+    pub(crate) conditions_note: Option<String>,
     /// "exact", "exact-window", "state-only", "what-if" or "diverged".
     pub(crate) fidelity: &'static str,
     /// Whose allocator rules were followed, and why (docs/replay.md, "Which release").

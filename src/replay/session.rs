@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::conditions::{self, LimitFound};
 use super::pools;
 use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
@@ -232,6 +233,10 @@ pub struct Session<'a> {
     /// Whose rules the replay followed, and why.
     pub release: Release,
     pub(crate) release_note: String,
+    /// The per-process limit the run had, found from the trace (none asked).
+    pub(crate) limit_found: Option<LimitFound>,
+    /// What the search for the run's conditions could not settle.
+    pub(crate) conditions_note: Option<String>,
 }
 
 /// A change of the allocator's settings during the run.
@@ -302,6 +307,99 @@ fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
                 .collect(),
         })
         .collect()
+}
+
+/// The conditions the run had that the snapshot does not state: a
+/// per-process limit, settings changed mid-run (docs/replay.md,
+/// "Conditions"). Searched only where the trace shows their marks: a
+/// divergence, releases left to `empty_cache()`, an OOM with the device's
+/// memory free, or a GC threshold. `exact`: the replay under the recorded
+/// settings (stopped early when `stopped`).
+fn find_conditions<'a>(
+    search: &conditions::Search<'_, 'a>,
+    dev: &'a DeviceTrace,
+    opts: &ReplayOptions,
+    seed: &[SeedSegment],
+    exact: &ReplayResult<'a>,
+    stopped: bool,
+    start: Start,
+) -> Result<(Option<conditions::Found>, conditions::Recorded), String> {
+    let rec = &dev.events;
+    let mut so = opts.clone();
+    so.stop_at = None;
+    let base = if stopped { search.reach(&so).ok_or("the replay failed")? } else { conditions::Reach::of(exact) };
+    let seed_reserved: u64 =
+        seed.iter().map(|s| if s.mapped.is_empty() { s.size } else { s.mapped.iter().map(|m| m.1).sum() }).sum();
+    let recd = conditions::Recorded::of(rec, seed_reserved, &opts.config);
+    let gc = opts.config.garbage_collection_threshold > 0.0;
+    if base.exact && base.inferred == 0 && recd.process_limit_ooms == 0 && !gc {
+        return Ok((None, recd));
+    }
+    if let Some((l, r)) = search.limit(&so, &base, &recd) {
+        if r.exact {
+            so.memory_limit = Some(l.used_bytes);
+            return Ok((Some(conditions::Found { limit: Some(l), switch: None, opts: so }), recd));
+        }
+    }
+    // An exact replay is searched for a change only where a GC threshold
+    // (which acts under a limit) may have come mid-run, and kept only if it
+    // leaves fewer releases to `empty_cache()`.
+    if (base.exact && !(gc && base.inferred > 0)) || start != Start::ProcessStart {
+        return Ok((None, recd));
+    }
+    // Expandable segments leave `segment_map` events, whole ones
+    // `segment_alloc`: with one kind only, the earlier settings made that kind.
+    let kinds = settings_change(rec, &opts.config);
+    let es = match &kinds {
+        Some(k) => k.before.expandable_segments,
+        None => dev.has_map_events(),
+    };
+    let befores = conditions::befores(&opts.config, es, opts.release);
+    let at = kinds.as_ref().map(|k| k.candidates.clone()).unwrap_or_default();
+    Ok((
+        search
+            .switch(rec, &so, &befores, &at, &recd)
+            .filter(|(_, _, r)| !base.exact || r.inferred < base.inferred)
+            .map(|(limit, sw, _)| {
+                let mut o = so.clone();
+                o.config = sw.before.clone();
+                o.switch = Some((sw.event, opts.config.clone()));
+                o.memory_limit = limit.as_ref().map(|l| l.used_bytes);
+                conditions::Found { limit, switch: Some(sw), opts: o }
+            }),
+        recd,
+    ))
+}
+
+/// What a search that found nothing says: that it ran out of budget, that
+/// the settings changed where the replay could not place it (in the
+/// divergence's reason), or that a GC threshold means an unbounded limit.
+fn unsettled(
+    search: &conditions::Search<'_, '_>,
+    rec: &[Event],
+    conf: &AllocatorConfig,
+    exact: &mut ReplayResult<'_>,
+    recd: &conditions::Recorded,
+) -> Option<String> {
+    if search.ran_out() {
+        return Some(format!(
+            "the search for a memory limit or a change of settings the run had stopped: {} events are too many to replay under every candidate; pass --memory-limit or --alloc-conf to set them",
+            rec.len()
+        ));
+    }
+    if let (Some(change), Some(d)) = (settings_change(rec, conf), exact.divergence.as_mut()) {
+        d.reason = format!(
+            "{}; the allocator settings changed during the run (its segment events are {} before event {}, while the snapshot's final settings say {:?}: torch.cuda.memory._set_allocator_settings), and the replay could not place the change",
+            d.reason,
+            if change.before.expandable_segments { "expandable segments'" } else { "whole segments'" },
+            change.candidates.first().copied().unwrap_or(0),
+            conf.source
+        );
+    }
+    (conf.garbage_collection_threshold > 0.0 && exact.divergence.is_none()).then(|| format!(
+        "garbage_collection_threshold acts only under a per-process memory limit, so the run had one: at least {} (its peak reserved), and nothing in the trace bounds it above; pass --memory-limit or --memory-fraction to set it",
+        crate::analysis::human_bytes(recd.peak_reserved)
+    ))
 }
 
 /// Says which release's rules a replay followed and why.
@@ -400,39 +498,29 @@ impl<'a> Session<'a> {
                 if exact.ties_resolved == 1 { "" } else { "s" }
             ));
         }
-        // The snapshot's settings are the run's last: a run whose library
-        // changed them (`_set_allocator_settings`) shows it in its segment
-        // events. Replayed with the earlier setting up to the first event
-        // only the later one explains; said either way.
+        // The conditions the run had that the snapshot does not state: a
+        // per-process limit, settings changed mid-run (docs/replay.md,
+        // "Conditions"). Searched only where the trace shows their marks.
         let mut settings_changed = None;
-        if let (Some(d), Start::ProcessStart, false) = (exact.divergence.clone(), start, req.changed) {
-            if let Some(change) = settings_change(rec, &opts.config) {
-                let mut tries = change.candidates.clone();
-                tries.dedup();
-                for at in tries {
-                    let mut o = opts.clone();
-                    o.config = change.before.clone();
-                    o.switch = Some((at, opts.config.clone()));
-                    let r = replay_events(rec, &o, ());
-                    if r.divergence.is_none() {
-                        let earliest = change.candidates.iter().copied().min().unwrap_or(at);
-                        settings_changed =
-                            Some(SettingsChange { event: at, earliest, from: change.before.source.clone() });
-                        exact = r;
-                        break;
-                    }
+        let mut limit_found = None;
+        let mut conditions_note = None;
+        if req.memory_limit.is_none() && !req.changed && req.recorded_state && start != Start::StateOnly {
+            let search = conditions::Search::new(&run, rec.len(), req.device_total);
+            let (found, recd) = find_conditions(&search, dev, &opts, &seed, &exact, req.stop_at.is_some(), start)?;
+            match found {
+                Some(f) => {
+                    let mut o = f.opts;
+                    o.stop_at = req.stop_at;
+                    (seed, exact) = run(&o)?;
+                    opts = o;
+                    settings_changed = f.switch.map(|s| SettingsChange {
+                        event: s.event,
+                        earliest: s.earliest,
+                        from: s.before.source,
+                    });
+                    limit_found = f.limit;
                 }
-                if settings_changed.is_none() {
-                    let mut d = d;
-                    d.reason = format!(
-                        "{}; the allocator settings changed during the run (its segment events are {} before event {}, while the snapshot's final settings say {:?}: torch.cuda.memory._set_allocator_settings), and the replay could not place the change",
-                        d.reason,
-                        if change.before.expandable_segments { "expandable segments'" } else { "whole segments'" },
-                        change.candidates.first().copied().unwrap_or(0),
-                        opts.config.source
-                    );
-                    exact.divergence = Some(d);
-                }
+                None => conditions_note = unsettled(&search, rec, &opts.config, &mut exact, &recd),
             }
         }
         let recorded = Totals::of_recorded(dev);
@@ -476,6 +564,8 @@ impl<'a> Session<'a> {
             settings_changed,
             release: chosen,
             release_note,
+            limit_found,
+            conditions_note,
         };
         if fidelity == Fidelity::WhatIf {
             let w =
@@ -483,6 +573,12 @@ impl<'a> Session<'a> {
             s.what_if = Some(w);
         }
         Ok(s)
+    }
+
+    /// The limit replayed under: the one asked for, or the run's own as
+    /// found from the trace.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.opts.memory_limit
     }
 
     /// The trace's requests, with the inferred `empty_cache()` calls.

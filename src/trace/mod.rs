@@ -127,6 +127,13 @@ impl DeviceTrace {
     pub(crate) fn has_segment_events(&self) -> bool {
         self.events.iter().any(|e| e.action.is_segment())
     }
+
+    /// Whether any event maps or unmaps expandable-segment pages.
+    pub(crate) fn has_map_events(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e.action, crate::alloc::Action::SegmentMap | crate::alloc::Action::SegmentUnmap))
+    }
 }
 
 /// `allocator_settings` as recorded (torch 2.3+).
