@@ -102,7 +102,26 @@ fn checkpointing_and_amp_shrink_and_pass_the_gate() {
     let d = json("base", "ckpt");
     assert_own_figures(&d, "base", "ckpt");
     let cats = d["at_peak"]["by_category"].as_array().unwrap();
-    assert_eq!(cats.last().unwrap()["category"], "activation", "the largest shrink: {d}");
+    // Every table is ordered by the size of the change, either sign: the
+    // largest shrink leads, not a small growth.
+    assert_eq!(cats[0]["category"], "activation", "the largest change first: {d}");
+    assert!(cats[0]["delta_bytes"].as_i64().unwrap() < -900 << 20, "{}", cats[0]);
+    for at in ["at_peak", "at_end"] {
+        for table in ["by_category", "by_call_site"] {
+            let sizes: Vec<u64> = d[at][table]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["delta_bytes"].as_i64().unwrap().unsigned_abs())
+                .collect();
+            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{at}.{table}: {sizes:?}");
+        }
+    }
+    assert!(
+        d["at_peak"]["by_call_site"][0]["delta_bytes"].as_i64().unwrap() < -500 << 20,
+        "{}",
+        d["at_peak"]["by_call_site"][0]
+    );
     assert!(d["peak"]["allocated"]["delta"].as_i64().unwrap() < -1_000_000_000);
     let d = json("base", "amp");
     assert_own_figures(&d, "base", "amp");

@@ -128,8 +128,9 @@ pub(crate) struct GrowthRow {
     pub(crate) base_blocks: usize,
 }
 
-/// Every key of either map, largest growth first (then largest shrink);
-/// keys that did not change are left out.
+/// Every key of either map, the largest change of either sign first (a
+/// run that fell shows where first, not a small growth); keys that did not
+/// change are left out.
 fn rows<K: Ord + Clone>(
     base: &BTreeMap<K, (u64, usize)>,
     new: &BTreeMap<K, (u64, usize)>,
@@ -155,7 +156,9 @@ fn rows<K: Ord + Clone>(
         })
         .filter(|r| r.delta_bytes != 0 || r.blocks != r.base_blocks)
         .collect();
-    out.sort_by_key(|r| (std::cmp::Reverse(r.delta_bytes), r.call_site.clone()));
+    out.sort_by_key(|r| {
+        (std::cmp::Reverse(r.delta_bytes.unsigned_abs()), std::cmp::Reverse(r.delta_bytes), r.call_site.clone())
+    });
     out
 }
 
