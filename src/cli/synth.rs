@@ -251,7 +251,11 @@ impl SynthArgs {
         };
         s.accum = self.accum;
         if let Some(o) = self.optimizer {
-            s.optimizer = if o == OptimizerArg::Sgd { Optimizer::Sgd } else { Optimizer::Adam };
+            s.optimizer = match o {
+                OptimizerArg::Sgd => Optimizer::Sgd,
+                OptimizerArg::Adam => Optimizer::Adam,
+                OptimizerArg::Adamw => Optimizer::AdamW,
+            };
         }
         s.inference = self.inference;
         s.varlen = self.varlen;
@@ -540,7 +544,11 @@ pub(crate) fn describe_training(s: &SynthSpec) -> String {
     if s.inference {
         out += ", inference";
     } else {
-        out += if s.optimizer == Optimizer::Sgd { ", SGD" } else { ", AdamW" };
+        out += match s.optimizer {
+            Optimizer::Sgd => ", SGD",
+            Optimizer::Adam => ", Adam",
+            Optimizer::AdamW => ", AdamW",
+        };
     }
     for (on, what) in [(s.amp, "amp"), (s.varlen, "varlen")] {
         if on {
