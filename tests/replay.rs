@@ -245,6 +245,22 @@ fn the_human_summary_names_fidelity_peak_and_fragmentation() {
     assert!(s.lines().filter(|l| l.starts_with('|')).all(|l| l.chars().count() == 83), "{s}");
     assert!(s.contains("OOMs: 1"), "{s}");
     assert!(s.contains("peak: event 3815"), "{s}");
+    // The reserved at the allocated peak is said as that, and the reserved
+    // peak beside it, equal to the table's.
+    let table_peak = s
+        .lines()
+        .find(|l| l.starts_with("| GPU reserved memory"))
+        .unwrap()
+        .split('|')
+        .nth(3)
+        .unwrap()
+        .trim()
+        .to_string();
+    let peak = s.lines().find(|l| l.starts_with("peak: event")).unwrap();
+    assert!(
+        peak.contains(" then, reserved but unallocated ") && peak.ends_with(&format!("; peak reserved {table_peak}")),
+        "{peak}"
+    );
     assert!(s.contains("peak_ratio 0.0552"), "{s}");
 }
 

@@ -605,13 +605,17 @@ impl Replayed<'_> {
         if r.divergence.is_none() && session.start != Start::StateOnly {
             let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
             let t0 = dev.time_us.first().copied().unwrap_or(0);
+            // Reserved at the allocated peak is not the reserved peak: both
+            // are said, as synth says them.
+            let reserved_peak = r.allocator.stats().get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64;
             o.push_str(&format!(
-                "peak: event {} ({:.3} s in), allocated {}, reserved {}, reserved but unallocated {}\n",
+                "peak: event {} ({:.3} s in), allocated {}, reserved {} then, reserved but unallocated {}; peak reserved {}\n",
                 r.peak.event,
                 (t - t0) as f64 / 1e6,
                 human_bytes(r.peak.allocated),
                 human_bytes(r.peak.reserved),
-                human_bytes(r.peak.reserved - r.peak.allocated)
+                human_bytes(r.peak.reserved - r.peak.allocated),
+                human_bytes(reserved_peak)
             ));
         }
         let f = fragmentation(s, &self.segments);
