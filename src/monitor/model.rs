@@ -96,6 +96,11 @@ pub struct LiveModel {
     pub(crate) gpu_series: BTreeMap<u32, std::sync::Arc<Series>>,
     pub procs: BTreeMap<(u32, u32), ProcHistory>,
     pub alerts: Vec<Alert>,
+    /// Each alert the first time it was raised (by kind, GPU and process),
+    /// with the sample it came at: what a recording replayed would have
+    /// shown (docs/live.md, "Alerts").
+    pub(crate) raised: Vec<(usize, Alert)>,
+    samples: usize,
     pub(crate) thresholds: Thresholds,
     /// Why publisher files were ignored in the latest sample, if any.
     pub(crate) ignored: Option<String>,
@@ -115,6 +120,8 @@ impl LiveModel {
             gpu_series: BTreeMap::new(),
             procs: BTreeMap::new(),
             alerts: Vec::new(),
+            raised: Vec::new(),
+            samples: 0,
             thresholds,
             ignored: None,
             series_cap: DAY_AT_1HZ,
@@ -124,6 +131,12 @@ impl LiveModel {
     pub fn ingest(&mut self, mut snap: Snapshot) {
         let t = snap.time;
         self.alerts = alerts(&snap, &self.thresholds);
+        for a in &self.alerts {
+            if !self.raised.iter().any(|(_, r)| (r.kind, r.gpu, r.pid) == (a.kind, a.gpu, a.pid)) {
+                self.raised.push((self.samples, a.clone()));
+            }
+        }
+        self.samples += 1;
         for g in &snap.gpus {
             let (a, r) = snap
                 .publishers
@@ -241,6 +254,8 @@ impl LiveModel {
         latest.publishers.clear();
         LiveModel {
             alerts: alerts(now, &self.thresholds),
+            raised: self.raised.iter().filter(|(i, _)| *i <= at).cloned().collect(),
+            samples: at + 1,
             gpu_series: self.gpu_series.clone(),
             procs,
             thresholds: self.thresholds,

@@ -142,6 +142,9 @@ pub(crate) struct RecordingReport {
     pub(crate) processes: Vec<ProcessSummary>,
     /// The last sample, as `--json` reports one.
     pub(crate) last: Option<LiveReport>,
+    /// Every alert the recording raised, the first time it did (by kind,
+    /// GPU and process): `{sample, kind, gpu, pid, message}`.
+    pub(crate) alerts_raised: Vec<serde_json::Value>,
     /// Every distributed job recorded, each rank at its last state (a rank
     /// that died with the state it died in).
     pub(crate) jobs: Vec<super::job::Job>,
@@ -191,6 +194,13 @@ impl RecordingReport {
             samples,
             processes,
             last: model.latest_full().map(|s| LiveReport::of(&s, &model.alerts, "recording")),
+            alerts_raised: model
+                .raised
+                .iter()
+                .map(|(i, a)| {
+                    serde_json::json!({"sample": i, "kind": a.kind, "gpu": a.gpu, "pid": a.pid, "message": a.message})
+                })
+                .collect(),
             jobs: super::job::jobs(model),
         }
     }
