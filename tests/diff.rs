@@ -398,3 +398,41 @@ fn a_bare_growth_of_one_or_more_is_refused() {
     assert_eq!(a.stdout, b.stdout);
     assert!(diff("base", "batch16", &["--fail-on-growth", "150%"]).status.code().is_some_and(|c| c <= 1));
 }
+
+/// One training script edited between two runs on the H200
+/// (benches/diff/edited.py): 21 lines added near the top of its training
+/// function move every call site below them, and one new line keeps the
+/// last logits each step. Matched across the edit by file, function and
+/// library frames, the only change left is that line.
+#[test]
+fn an_edited_script_is_compared_line_for_line_across_the_edit() {
+    let d = json("edit_a", "edit_b");
+    assert_own_figures(&d, "edit_a", "edit_b");
+    assert!(d["aligned_share"].as_f64().unwrap() > 0.99, "{}", d["aligned_share"]);
+    let line = |l: &str| -> i64 { l.split(':').nth(1).unwrap().split(' ').next().unwrap().parse().unwrap() };
+    let moved = d["moved_call_sites"].as_array().unwrap();
+    assert!(moved.len() >= 20, "{moved:?}");
+    for m in moved {
+        let (b, n) = (m["base"].as_str().unwrap(), m["new"].as_str().unwrap());
+        // Lines above the new one moved by 21, those below it by 22.
+        assert!([21, 22].contains(&(line(n) - line(b))), "{b} → {n}");
+        assert_eq!(b.split_once(' ').unwrap().1, n.split_once(' ').unwrap().1, "the same function and library frames");
+    }
+    let reqs = d["requests"].as_array().unwrap();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert_eq!(
+        (reqs[0]["call_site"].as_str().unwrap(), reqs[0]["change"].as_str().unwrap()),
+        ("train.py:38 train", "new")
+    );
+    let end = d["at_end"]["by_call_site"].as_array().unwrap();
+    assert_eq!(end.len(), 1, "{end:?}");
+    assert_eq!(end[0]["call_site"], "train.py:38 train");
+    assert_eq!(end[0]["delta_bytes"], d["peak"]["end_allocated"]["delta"]);
+    let o = diff("edit_a", "edit_b", &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("the script was edited between the runs: ") && text.contains("train.py:14 train now at line 35"),
+        "{text}"
+    );
+    assert!(!text.contains("two different programs"), "{text}");
+}

@@ -4,7 +4,7 @@
 //! site, so that "this line allocates 1.5× as much" and "this line is new"
 //! are told apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -79,6 +79,112 @@ pub(crate) fn site_label(frames: &[Frame]) -> String {
         Some(s) => s,
         None => lib,
     }
+}
+
+/// A call site of the base run matched to the new run's across an edit of
+/// the script: the same file, function and library frames, another line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Moved {
+    pub(crate) base: String,
+    pub(crate) new: String,
+}
+
+/// A call-site label with its line numbers set aside ("train.py:# train →
+/// modeling_gpt2.py:# forward"), and the numbers in order.
+fn shape(label: &str) -> (String, Vec<u64>) {
+    let (mut out, mut nums) = (String::with_capacity(label.len()), Vec::new());
+    let mut chars = label.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == ':' && chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+            let mut n = 0u64;
+            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                n = n.saturating_mul(10).saturating_add(u64::from(d));
+                chars.next();
+            }
+            out.push('#');
+            nums.push(n);
+        }
+    }
+    (out, nums)
+}
+
+/// The call sites that moved when the script was edited between the runs:
+/// each label only one run has, paired with one only the other has that is
+/// the same with line numbers set aside. Within a shape, pairs are taken
+/// best first by how alike their requests are (`profile`: allocations and
+/// bytes over the run), then by how near their line's move is to the move
+/// the identical ones share; where both runs have as many of a shape every
+/// label pairs, else only pairs within a factor of two of each other
+/// (a line the edit added is new, not a moved one).
+pub(crate) fn moved_sites<'a>(
+    base: &BTreeSet<&'a str>,
+    new: &BTreeSet<&'a str>,
+    profile: impl Fn(bool, &str) -> (u64, u64),
+) -> Vec<Moved> {
+    let (bs, ns) = (only_shapes(base, new), only_shapes(new, base));
+    let far = |b: (u64, u64), n: (u64, u64)| {
+        let l = |x: u64| ((x + 1) as f64).ln();
+        (l(b.0) - l(n.0)).abs() + (l(b.1) - l(n.1)).abs()
+    };
+    let groups: Vec<(&Sites<'a>, &Sites<'a>)> = bs.iter().filter_map(|(s, b)| ns.get(s).map(|n| (b, n))).collect();
+    // The move the identical call sites share.
+    let mut shifts: BTreeMap<i64, usize> = BTreeMap::new();
+    for (b, n) in &groups {
+        for (bn, bl) in b.iter() {
+            for (nn, nl) in n.iter() {
+                if far(profile(false, bl), profile(true, nl)) == 0.0 {
+                    *shifts.entry(nn[0] as i64 - bn[0] as i64).or_default() += 1;
+                }
+            }
+        }
+    }
+    let shift = shifts.iter().max_by_key(|(_, &c)| c).map_or(0, |(&s, _)| s);
+    let mut out = Vec::new();
+    for (b, n) in groups {
+        let mut pairs: Vec<(f64, usize, usize)> = Vec::new();
+        for (x, (bn, bl)) in b.iter().enumerate() {
+            for (y, (nn, nl)) in n.iter().enumerate() {
+                let moved = (nn[0] as i64 - bn[0] as i64 - shift).unsigned_abs() as f64;
+                pairs.push((far(profile(false, bl), profile(true, nl)) + moved / 1000.0, x, y));
+            }
+        }
+        pairs.sort_by(|p, q| p.0.total_cmp(&q.0));
+        let even = b.len() == n.len();
+        let (mut bt, mut nt) = (vec![false; b.len()], vec![false; n.len()]);
+        for (cost, x, y) in pairs {
+            if bt[x] || nt[y] || (!even && cost > 2.0 * std::f64::consts::LN_2) {
+                continue;
+            }
+            (bt[x], nt[y]) = (true, true);
+            out.push(Moved { base: b[x].1.to_string(), new: n[y].1.to_string() });
+        }
+    }
+    out.sort_by(|a, b| a.base.cmp(&b.base));
+    out
+}
+
+/// Call-site labels of one shape, each with its line numbers.
+type Sites<'a> = Vec<(Vec<u64>, &'a str)>;
+
+/// The labels of `a` that `b` lacks, by shape, each with its line numbers,
+/// in line order.
+fn only_shapes<'a>(a: &BTreeSet<&'a str>, b: &BTreeSet<&'a str>) -> BTreeMap<String, Sites<'a>> {
+    let mut m: BTreeMap<String, Sites<'a>> = BTreeMap::new();
+    for &l in a.iter().filter(|l| !b.contains(*l)) {
+        let (s, nums) = shape(l);
+        if !nums.is_empty() {
+            m.entry(s).or_default().push((nums, l));
+        }
+    }
+    m.values_mut().for_each(|v| v.sort());
+    m
+}
+
+/// `map` with the base run's labels of `moved` renamed to the new run's.
+pub(crate) fn relabel<V>(map: BTreeMap<String, V>, moved: &[Moved]) -> BTreeMap<String, V> {
+    let to: BTreeMap<&str, &str> = moved.iter().map(|m| (m.base.as_str(), m.new.as_str())).collect();
+    map.into_iter().map(|(k, v)| (to.get(k.as_str()).map_or(k, |n| n.to_string()), v)).collect()
 }
 
 /// Per call site over a whole trace: allocations made and bytes requested.
@@ -354,6 +460,8 @@ pub(crate) struct DiffReport {
     pub(crate) requests: Vec<RequestRow>,
     /// Share of the requested bytes whose call site both runs have.
     pub(crate) aligned_share: f64,
+    /// Call sites matched across an edit of the script (compared as one).
+    pub(crate) moved_call_sites: Vec<Moved>,
     /// What the comparison covers, and its limits.
     pub(crate) notes: Vec<String>,
     /// With `--fail-on-growth`: what grew past it (empty: the gate passes).

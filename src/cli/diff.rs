@@ -312,12 +312,51 @@ fn compare(
             ))))
         }
     };
+    // An edit of the script moves its lines: the call sites that moved are
+    // compared as one (docs/diff.md, "Edited scripts").
+    let (mut b, n) = (b, n);
+    let labels = |r: &Replayed| -> std::collections::BTreeSet<String> {
+        r.requests.keys().chain(r.at_peak.by_call_site.keys()).chain(r.at_end.by_call_site.keys()).cloned().collect()
+    };
+    let (bl, nl) = (labels(&b), labels(&n));
+    let moved = crate::analysis::diff::moved_sites(
+        &bl.iter().map(String::as_str).collect(),
+        &nl.iter().map(String::as_str).collect(),
+        |in_new, l| {
+            let r = if in_new { &n.requests } else { &b.requests };
+            r.get(l).copied().unwrap_or_default()
+        },
+    );
+    if !moved.is_empty() {
+        use crate::analysis::diff::relabel;
+        b.requests = relabel(std::mem::take(&mut b.requests), &moved);
+        b.at_peak.by_call_site = relabel(std::mem::take(&mut b.at_peak.by_call_site), &moved);
+        b.at_end.by_call_site = relabel(std::mem::take(&mut b.at_end.by_call_site), &moved);
+    }
     let (requests, aligned_share) = align(&b.requests, &n.requests);
     let mut notes = Vec::new();
     for r in [&b, &n].into_iter().filter(|r| r.state_only) {
         notes.push(format!(
             "{} is a snapshot without memory history: its figures are its state when taken (no peaks, requests, retries or OOMs), so \"peak\" compares that state, and its categories come from its blocks' own stacks",
             r.report.trace
+        ));
+    }
+    if !moved.is_empty() {
+        let first: Vec<String> = moved
+            .iter()
+            .take(3)
+            .map(|m| {
+                let line = m.new.split(':').nth(1).and_then(|t| t.split(' ').next()).unwrap_or("?");
+                format!("{} now at line {line}", m.base)
+            })
+            .collect();
+        notes.push(format!(
+            "the script was edited between the runs: {} call site{} moved and {} compared as one (the same file, function and library frames; {}{})",
+            moved.len(),
+            if moved.len() == 1 { "" } else { "s" },
+            if moved.len() == 1 { "is" } else { "are" },
+            first.join("; "),
+            if moved.len() > 3 { "; …" } else { "" }
         ));
     }
     if recordings {
@@ -375,6 +414,7 @@ fn compare(
         peak,
         requests: if unrelated { Vec::new() } else { requests },
         aligned_share,
+        moved_call_sites: moved,
         notes,
         regressions,
     };
