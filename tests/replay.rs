@@ -427,3 +427,44 @@ fn a_divergence_is_one_readable_sentence_everywhere() {
     let o = std::process::Command::new(common::bin()).args(["replay", f]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("to try: a run under a memory limit"));
 }
+
+/// A what-if replay (`--alloc-conf`) states its own peak, as the table
+/// does: the `peak (what-if):` line, and `peak` and `categories.at_peak` in
+/// `--json`, at the request that first reached the table's allocated peak;
+/// the categories there are the tensors then alive.
+#[test]
+fn a_what_if_states_its_peak_and_what_the_memory_is_there() {
+    let args = ["replay", &trace_path("gpt2_train"), "--alloc-conf", "expandable_segments:True"];
+    let out = run(&[&args[..], &["--json"]].concat());
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "what-if");
+    let peak = &j["peak"];
+    assert_eq!(peak["allocated_bytes"], j["stats"]["allocated_bytes.all.peak"], "{peak}");
+    assert_eq!(j["categories"]["at_peak"]["event"], peak["event"]);
+    let sum: u64 = j["categories"]["at_peak"]["bytes"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    let allocated = peak["allocated_bytes"].as_u64().unwrap();
+    // Requested bytes against blocks: within the 512 B rounding of each.
+    assert!(sum <= allocated && allocated - sum < 1 << 20, "{sum} vs {allocated}");
+    let text = String::from_utf8(run(&args).stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("peak (what-if): at the request of event ")).expect("a peak line");
+    assert!(line.contains(&format!("event {} (", peak["event"])), "{line}");
+    assert!(text.contains("what the memory is at the peak: activations"), "{text}");
+}
+
+/// A what-if that runs out of memory where the run did not says which
+/// setting avoids it, checked as tune checks it: GPT-2 with varying
+/// lengths under 5 GiB OOMs with PyTorch's defaults, and not with
+/// expandable segments, as the real runs under that limit did
+/// (tests/fixtures/tune/limit_5gib.jsonl: 1 OOM, then 0 at 4.84 GiB).
+#[test]
+fn a_what_if_that_runs_out_names_the_setting_that_avoids_it() {
+    let f = common::fixture("tune/gpt2_varying.pickle.gz");
+    let out = run(&["replay", f.to_str().unwrap(), "--memory-limit", "5GiB", "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["fidelity"], "what-if");
+    assert_eq!(j["stats"]["num_ooms"], 1);
+    assert_eq!(
+        j["oom_advice"],
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it (peak reserved 4.84 GiB; checked by replaying this run under 49 settings: gpumem-top tune)"
+    );
+}

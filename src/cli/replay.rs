@@ -83,7 +83,14 @@ pub(crate) fn replay_trace(
             args.trace.display()
         ))));
     }
-    let advice = if what_if_conf.is_none() { oom_advice(&mut session, dev, &recorded_conf, args, limit) } else { None };
+    let advice = match &session.what_if {
+        // A what-if that runs out: which setting avoids it under the same
+        // config's limit, checked as tune checks it.
+        Some(w) if w.new_ooms > 0 => what_if_advice(&mut session, &exact_conf.source, args, limit),
+        Some(_) => None,
+        None if what_if_conf.is_none() => oom_advice(&mut session, dev, &recorded_conf, args, limit),
+        None => None,
+    };
 
     // On a terminal, the interactive view; scripts and pipes get the summary.
     let interactive = !args.json
@@ -221,6 +228,15 @@ fn oom_advice(
     crate::tune::oom_advice(&s, overshoot)
 }
 
+/// A what-if that ran out of memory where the run did not: the settings
+/// that avoid it under the same device and limit, each a replay of the
+/// run's requests (docs/tune.md).
+fn what_if_advice(session: &mut Session, conf: &str, args: &ReplayArgs, limit: Option<u64>) -> Option<String> {
+    AllocatorConfig::parse(conf).ok()?;
+    let s = crate::tune::search(session.requests(), conf, args.device_total, CUDA_CONTEXT_BYTES, limit, None);
+    crate::tune::oom_advice(&s, None)
+}
+
 /// The interactive view of a faithful replay, at `--at` (else its peak).
 fn open_view(
     args: &ReplayArgs,
@@ -317,8 +333,12 @@ struct Replayed<'t> {
 }
 
 impl Replayed<'_> {
+    /// The run's peak, or a what-if's under the config and limit asked.
     fn peak(&self) -> Option<crate::replay::Peak> {
-        self.exact_ok.then_some(self.session.exact.peak)
+        match &self.session.what_if {
+            Some(_) => self.session.what_if_peak(),
+            None => self.exact_ok.then_some(self.session.exact.peak),
+        }
     }
 
     /// `--json` (docs/json.md).
@@ -602,7 +622,20 @@ impl Replayed<'_> {
         let (s, session, dev) = (&self.stats, &self.session, self.dev);
         let mut o = String::new();
         let r = &session.exact;
-        if r.divergence.is_none() && session.start != Start::StateOnly {
+        if let (Some(p), Some(w)) = (self.peak().filter(|_| session.what_if.is_some()), &session.what_if) {
+            let t = dev.time_us.get(p.event).copied().unwrap_or(0);
+            let t0 = dev.time_us.first().copied().unwrap_or(0);
+            let reserved_peak = w.allocator.stats().get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64;
+            o.push_str(&format!(
+                "peak (what-if): at the request of event {} ({:.3} s in), allocated {}, reserved {} then, reserved but unallocated {}; peak reserved {}\n",
+                p.event,
+                (t - t0) as f64 / 1e6,
+                human_bytes(p.allocated),
+                human_bytes(p.reserved),
+                human_bytes(p.reserved.saturating_sub(p.allocated)),
+                human_bytes(reserved_peak)
+            ));
+        } else if r.divergence.is_none() && session.start != Start::StateOnly {
             let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
             let t0 = dev.time_us.first().copied().unwrap_or(0);
             // Reserved at the allocated peak is not the reserved peak: both

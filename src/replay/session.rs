@@ -599,6 +599,15 @@ impl<'a> Session<'a> {
         Some((events.get(w.first_new_oom?).copied()?, w.new_ooms))
     }
 
+    /// A what-if's peak: the recorded event whose request first reached the
+    /// highest allocated bytes under the asked config, and the reserved
+    /// bytes then.
+    pub(crate) fn what_if_peak(&self) -> Option<super::Peak> {
+        let (i, allocated, reserved) = self.what_if.as_ref()?.peak?;
+        let (_, events) = self.reqs.as_ref()?;
+        Some(super::Peak { event: *events.get(i)?, allocated, reserved })
+    }
+
     /// The divergence to report: the first event not reproduced, or the
     /// end state that is not the snapshot's.
     pub(crate) fn divergence(&self) -> Option<Divergence> {

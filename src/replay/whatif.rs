@@ -71,6 +71,9 @@ pub(crate) struct WhatIf {
     /// The first request that failed in this run but not when recorded
     /// (its index in the requests).
     pub(crate) first_new_oom: Option<usize>,
+    /// The highest allocated bytes, the request that first reached them
+    /// (its index), and the reserved bytes then.
+    pub(crate) peak: Option<(usize, u64, u64)>,
 }
 
 /// Runs `reqs` on a fresh allocator with `config` over a simulated device of
@@ -95,11 +98,17 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
     let mut live: HashMap<u64, BlockId> = HashMap::new();
     let (mut new_ooms, mut avoided_ooms) = (0, 0);
     let mut first_new_oom = None;
+    let mut peak: Option<(usize, u64, u64)> = None;
     for (i, r) in reqs.iter().enumerate() {
         match *r {
             Request::Alloc { key, size, stream } => match a.malloc(size, stream) {
                 Ok(b) => {
                     live.insert(key, b);
+                    let now = a.stats().get(crate::alloc::Kind::AllocatedBytes, 0).current.max(0) as u64;
+                    if peak.is_none_or(|p| now > p.1) {
+                        let reserved = a.stats().get(crate::alloc::Kind::ReservedBytes, 0).current.max(0) as u64;
+                        peak = Some((i, now, reserved));
+                    }
                 }
                 Err(_) => {
                     new_ooms += 1;
@@ -128,7 +137,7 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
             }
         }
     }
-    WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom }
+    WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom, peak }
 }
 
 #[cfg(test)]
