@@ -605,3 +605,43 @@ fn predictions_say_what_grows_with_the_batch() {
         assert!((sum as f64 / peak - 1.0).abs() < 0.05, "batch {}: categories {sum} vs peak {peak}", pred["batch"]);
     }
 }
+
+/// Samples that cannot be a fit's are refused in one line (exit 2): one
+/// snapshot given at two batches, or a copy of it, and a sample that ran
+/// out of memory while recorded (its peak is what it held when it failed,
+/// which is no batch's need and was blamed on swapped labels). A batch
+/// over the device shows what it needs, as on a device it fits.
+#[test]
+fn one_run_twice_or_one_that_ran_out_is_refused_and_a_batch_over_the_device_shows_its_need() {
+    let run = |args: &[String]| Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("fit").args(args).output().unwrap();
+    let b2 = fixture("fit/gpt2_b2.pickle.gz");
+    let copy = std::env::temp_dir().join(format!("gpumem-fit-copy-{}.pickle.gz", std::process::id()));
+    std::fs::copy(&b2, &copy).unwrap();
+    for second in [&b2, &copy] {
+        let o = run(&[format!("{}@2", b2.display()), format!("{}@4", second.display())]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("(batch 2) are the same snapshot: the samples must be runs at their own batches"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let _ = std::fs::remove_file(&copy);
+    let oom = fixture("categories/gpt2_oom_first_step.pickle.gz");
+    let o = run(&[format!("{}@2", b2.display()), format!("{}@8", oom.display())]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("(batch 8) ran out of memory while it was recorded (1 OOM): its peak, 2.54 GiB, is what it held when it failed"), "{err}");
+    assert!(!err.contains("swapped"), "{err}");
+    let samples = [format!("{}@2", b2.display()), format!("{}@4", fixture("fit/gpt2_b4.pickle.gz").display())];
+    let at = |extra: &[&str]| {
+        let args: Vec<String> =
+            samples.iter().cloned().chain(["--batch", "64"].iter().chain(extra).map(|s| s.to_string())).collect();
+        fit(&args)["predictions"][0].clone()
+    };
+    let (small, whole) = (at(&["--device-total", "24GiB"]), at(&[]));
+    assert_eq!(small["fits"], false);
+    assert!(small["allocated_peak_bytes"].as_u64().unwrap() > 24 << 30, "{small}");
+    assert_eq!(small["allocated_peak_bytes"], whole["allocated_peak_bytes"], "the need does not depend on the device");
+}

@@ -42,6 +42,9 @@ pub struct Sample {
     pub(crate) recorded_reserved_peak: u64,
     /// What the memory was at its peak (docs/categories.md).
     pub(crate) categories_at_peak: CategoryBytes,
+    /// Requests that ran out of memory while it was recorded: its peak is
+    /// then what it held when it failed, not what its batch needs.
+    pub(crate) recorded_ooms: usize,
 }
 
 impl Sample {
@@ -134,6 +137,7 @@ impl Sample {
             recorded_allocated_peak: ap,
             recorded_reserved_peak: rp,
             categories_at_peak,
+            recorded_ooms: dev.events.iter().filter(|e| e.action == crate::alloc::Action::Oom).count(),
         })
     }
 
@@ -265,6 +269,18 @@ pub(crate) const WARN_SELF_CHECK: (f64, f64) = (0.01, 0.05);
 /// peak allocated is more than 1% below a smaller batch's (the labels
 /// swapped, most likely). `names`: each sample's file, in `samples`' order.
 pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), String> {
+    // A sample that ran out of memory peaked at what it held when it
+    // failed: said as that, before any order it breaks is blamed on labels.
+    if let Some((s, n)) = samples.iter().zip(names).find(|(s, _)| s.recorded_ooms > 0) {
+        return Err(format!(
+            "{n} (batch {}) ran out of memory while it was recorded ({} OOM{}): its peak, {}, is what it held when it failed, not what batch {} needs; record the samples at batches that fit the device (smaller ones: fit predicts the larger)",
+            s.batch,
+            s.recorded_ooms,
+            if s.recorded_ooms == 1 { "" } else { "s" },
+            crate::analysis::human_bytes(s.recorded_allocated_peak),
+            s.batch
+        ));
+    }
     let mut by_batch: Vec<(&Sample, &String)> = samples.iter().zip(names).collect();
     by_batch.sort_by_key(|(s, _)| s.batch);
     for w in by_batch.windows(2) {
@@ -439,6 +455,10 @@ impl Prediction {
         }
     }
 }
+
+/// A device with room for any batch's peaks (4 PiB): where a prediction
+/// measures what a batch needs.
+const NEED_DEVICE: u64 = 1 << 52;
 
 /// The device a prediction runs on.
 #[derive(Debug, Clone)]
@@ -633,9 +653,12 @@ impl Fit {
     /// whole device (so a batch that does not fit still gets its peaks), and
     /// whether it fits under the target's limit.
     pub(crate) fn predict(&self, batch: u64, config: &AllocatorConfig, target: &Target) -> Prediction {
-        let st = self.run(batch, config, target, None);
-        let limited = target.limit.map(|l| self.run(batch, config, target, Some(l)));
-        Prediction::of(batch, &st, limited.as_ref().unwrap_or(&st))
+        // The peaks a batch needs, on a device with room for any of them
+        // (one that does not fit still gets its need, not what it held
+        // when it ran out), and whether it fits the target's device and limit.
+        let need = self.run(batch, config, &Target { device_total: NEED_DEVICE, limit: None, ..target.clone() }, None);
+        let fits = self.run(batch, config, target, target.limit);
+        Prediction::of(batch, &need, &fits)
     }
 
     /// The largest batch that runs without an OOM (0: not even batch 1),
@@ -739,6 +762,7 @@ mod tests {
             recorded_allocated_peak: 0,
             recorded_reserved_peak: 0,
             categories_at_peak: CategoryBytes::default(),
+            recorded_ooms: 0,
         }
     }
 
