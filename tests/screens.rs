@@ -321,7 +321,10 @@ fn the_oom_screen_names_the_request_and_the_programs_frame() {
         "{s}"
     );
     assert!(s.contains("│ functional.py:2397 silu"), "{s}");
-    assert!(s.contains("│ … 18 frames"), "{s}");
+    assert!(
+        s.contains("│ … 19 frames") && s.contains("│ … 2 frames"),
+        "what is left out is counted on both sides: {s}"
+    );
     // What held the memory when the request failed (docs/categories.md).
     assert!(s.contains("│ held: activations 5.21 GiB (66%), optimizer state 1.31 GiB"), "{s}");
     assert!(s.contains("│ train_workloads.py:67 workload"), "{s}");
@@ -750,4 +753,30 @@ fn a_recording_stepped_back_120x40() {
     let s = common::render_live(&mut app, 120, 40);
     assert!(s.contains("sample 28 of 31"), "{s}");
     insta::assert_snapshot!(s);
+}
+
+/// The OOM box ends with the checked advice at any size: the `held:` row
+/// and the frames give way to it (it was pushed out by `held:`).
+#[test]
+fn the_oom_box_ends_with_its_advice_at_any_size() {
+    let advice = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it";
+    for (w, h) in [(100, 30), (120, 32), (160, 40), (200, 60)] {
+        let (mut app, d) = replay_app_with("traces/llama_pressure.pickle.gz", Some(9_006_592_819));
+        app.set_oom_advice(Some(advice.into()));
+        app.go(first_oom(d));
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| app.draw(f)).unwrap();
+        let s = term.backend().to_string();
+        let lines: Vec<&str> = s.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains(" ⇒ PYTORCH_CUDA_ALLOC_CONF=expandable_segments"))
+            .unwrap_or_else(|| panic!("{w}x{h}: no advice\n{s}"));
+        // The row below it is the box's bottom edge.
+        let col = lines[at].find(" ⇒").unwrap();
+        let below: String =
+            lines[at + 1].chars().skip(lines[at][..col].chars().count().saturating_sub(1)).take(2).collect();
+        assert!(below.contains('└') || below.contains('─'), "{w}x{h}: {:?}\n{s}", lines[at + 1]);
+        assert!(s.contains(" held: "), "{w}x{h}: the held row stays where it fits\n{s}");
+    }
 }

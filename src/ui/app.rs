@@ -21,6 +21,12 @@ pub struct ReplayApp<'a> {
 }
 
 impl<'a> ReplayApp<'a> {
+    /// The checked advice for the trace's OOM (`tune::oom_advice`), shown
+    /// as the OOM box's last row.
+    pub fn set_oom_advice(&mut self, advice: Option<String>) {
+        self.model.oom_advice = advice;
+    }
+
     /// Opens at the peak.
     pub fn new(mut model: ReplayModel<'a>, color: bool) -> Self {
         model.go(model.peak_at.unwrap_or(0));

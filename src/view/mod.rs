@@ -512,10 +512,13 @@ fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>,
     let title = longest_fitting(title, room).unwrap_or_default();
     let title = Line::from(Span::styled(title, theme.fg(Color::Red).add_modifier(Modifier::BOLD)));
     let inner = boxed(buf, area, title, None);
-    // The checked advice takes the last row when there is room for a frame
-    // or two besides.
-    let advice = o.advice.as_deref().filter(|_| inner.height >= 3);
-    let rows = inner.height as usize - usize::from(advice.is_some());
+    // The checked advice is the last row at any size; what held the memory
+    // when the request failed is the first where a frame fits besides.
+    let advice = o.advice.as_deref().filter(|_| inner.height >= 1);
+    let held = meaning
+        .filter(|m| m.cats.evidence != Evidence::None)
+        .filter(|_| inner.height as usize >= 2 + usize::from(advice.is_some()));
+    let rows = (inner.height as usize).saturating_sub(usize::from(advice.is_some()) + usize::from(held.is_some()));
     let mut lines: Vec<Line> = oom_stack_rows(o.frames, rows)
         .into_iter()
         .map(|r| match r {
@@ -527,13 +530,12 @@ fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>,
             StackRow::None => Line::from(Span::styled(" no Python frames recorded for it", theme.fg(Color::DarkGray))),
         })
         .collect();
-    if let Some(a) = advice {
-        lines.push(Line::from(Span::styled(format!(" ⇒ {a}"), theme.fg(Color::Green).add_modifier(Modifier::BOLD))));
-    }
-    // What held the memory when the request failed, on the first row.
-    if let Some(m) = meaning.filter(|m| m.cats.evidence != Evidence::None && inner.height >= 3) {
+    if let Some(m) = held {
         lines.insert(0, Line::from(format!(" held: {}", m.cats.bytes_after(m.at).describe())));
-        lines.truncate(inner.height as usize);
+    }
+    if let Some(a) = advice {
+        lines.resize(inner.height as usize - 1, Line::default());
+        lines.push(Line::from(Span::styled(format!(" ⇒ {a}"), theme.fg(Color::Green).add_modifier(Modifier::BOLD))));
     }
     put_rows(buf, inner, lines);
 }
