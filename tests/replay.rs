@@ -468,3 +468,27 @@ fn a_what_if_that_runs_out_names_the_setting_that_avoids_it() {
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True avoids it (peak reserved 4.84 GiB; checked by replaying this run under 49 settings: gpumem-top tune)"
     );
 }
+
+/// One numbering for a stop inside a malloc: event 0 of resnet50_train is
+/// the segment_alloc its first allocation (event 1) makes in the same
+/// malloc, so `replay --at 0`, its `--json` and `export --at 0` all show
+/// and name the state after event 1, and say why; `there:` is never empty.
+#[test]
+fn a_stop_inside_a_malloc_names_the_event_it_shows() {
+    let t = trace_path("resnet50_train");
+    let text = String::from_utf8(run(&["replay", &t, "--at", "0"]).stdout).unwrap();
+    assert!(
+        text.contains("stopped after event 1: event 0 (segment_alloc) is made by the same malloc as event 1"),
+        "{text}"
+    );
+    assert!(text.contains("  there: parameters 36.75 KiB (100%)"), "{text}");
+    let j: serde_json::Value = serde_json::from_slice(&run(&["replay", &t, "--at", "0", "--json"]).stdout).unwrap();
+    assert_eq!(j["categories"]["at"]["event"], 1);
+    let pic =
+        String::from_utf8(run(&["export", &t, "--at", "0", "--view", "fragmap", "--format", "txt", "-o", "-"]).stdout)
+            .unwrap();
+    assert!(pic.lines().next().unwrap().contains("event 1/9789"), "{pic}");
+    // A stop on an allocation is that event.
+    let text = String::from_utf8(run(&["replay", &t, "--at", "2"]).stdout).unwrap();
+    assert!(text.contains("stopped after event 2: the table above is the state there"), "{text}");
+}

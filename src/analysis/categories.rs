@@ -124,6 +124,9 @@ impl CategoryBytes {
     /// "activations 2.9 GiB (54%), temporaries …": the non-empty
     /// categories, largest first.
     pub fn describe(&self) -> String {
+        if self.total() == 0 {
+            return "no tensors allocated".into();
+        }
         let total = self.total().max(1);
         self.largest_first()
             .iter()

@@ -548,7 +548,16 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
             dev.events.len().saturating_sub(1),
             dev.events.len()
         ),
-        At::Event(i) => format!("stopped after event {i}: the table above is the state there"),
+        // One malloc makes a request's segment events and its allocation
+        // together: the allocator never rests between them, so a stop on
+        // such a segment event shows the state after its request, and says so.
+        At::Event(i) => match r.reproduced.checked_sub(1).filter(|&last| last > i) {
+            Some(last) => format!(
+                "stopped after event {last}: event {i} ({}) is made by the same malloc as event {last}, and the allocator rests only after both; the table above is the state there",
+                dev.events.get(i).map_or("", |e| e.action.name())
+            ),
+            None => format!("stopped after event {i}: the table above is the state there"),
+        },
     }
 }
 

@@ -147,7 +147,12 @@ pub(crate) fn replay_trace(
     let last = dev.events.len().checked_sub(1);
     // The event whose state `--at` shows (none: a snapshot's own state).
     let at_event = args.at.map(|at| match at {
-        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| i.min(last.unwrap_or(0))),
+        // Where the replay stopped: a request's segment events and its
+        // allocation are one malloc (see `at_text`).
+        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| {
+            let rested = if exact_ok { session.exact.reproduced.saturating_sub(1).max(i) } else { i };
+            rested.min(last.unwrap_or(0))
+        }),
         At::Peak => peak.map(|p| p.event).or(last),
         At::Oom => oom_index(&dev.events).or(last),
         At::End => last,
