@@ -1113,3 +1113,21 @@ fn a_snapshot_re_pickled_without_shared_strings_opens() {
     assert_eq!(j["fidelity"], "exact");
     assert_eq!(j["events"], 3 * n + 1);
 }
+
+/// A truncated gzip is said as that (the offset the decoder reached is in
+/// the unpacked data, which the user never sees), and the tool's own
+/// `--json` report fed back to it is named as a report, not a trace
+/// missing "action".
+#[test]
+fn a_truncated_gzip_and_our_own_report_are_said_as_what_they_are() {
+    let bytes = std::fs::read(fixture("traces/gpt2_train.pickle.gz")).unwrap();
+    let cut = scratch("cut.pickle.gz", &bytes[..bytes.len() / 2]);
+    let err = rejects(&cut, &["the compressed data ends early or is damaged", "the file is truncated or corrupt"]);
+    assert!(!err.contains("byte 1"), "{err}");
+    let report = Command::new(bin())
+        .args(["replay", fixture("traces/resnet50_train.pickle.gz").to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let own = scratch("own.json", &report.stdout);
+    rejects(&own, &["line 1: this is a gpumem-top --json report (it has \"fidelity\"), not a trace"]);
+}

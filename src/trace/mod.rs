@@ -603,7 +603,16 @@ fn read_jsonl_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, Tr
         }
         let err = |msg: String| TraceError::Line { line: n + 1, msg };
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not JSON: {e}")))?;
-        let action = v["action"].as_str().ok_or_else(|| err("missing \"action\"".into()))?;
+        let action = v["action"].as_str().ok_or_else(|| {
+            // gpumem-top's own reports are JSON too: said as that.
+            let report = ["fidelity", "candidates", "predictions", "at_peak", "recommended"];
+            match report.iter().find(|k| v.get(**k).is_some()) {
+                Some(k) => err(format!(
+                    "this is a gpumem-top --json report (it has {k:?}), not a trace: give the snapshot or recording it was made from"
+                )),
+                None => err("missing \"action\"".into()),
+            }
+        })?;
         let action = Action::from_name(action).ok_or_else(|| err(format!("unknown action {action:?}")))?;
         let num = |k: &str| -> Result<u64, TraceError> {
             v[k].as_u64()

@@ -31,11 +31,24 @@ pub enum PickleError {
     MemoMissing { offset: u64, index: u64 },
     #[error("byte {offset}: {what} exceeds the decoder's limit of {limit}")]
     Limit { offset: u64, what: &'static str, limit: u64 },
-    #[error("byte {offset}: read error: {source}")]
+    /// `offset` counts the unpacked bytes read: of a compressed file, not
+    /// a position in the file itself.
+    #[error("{}", io_message(*offset, source))]
     Io { offset: u64, source: std::io::Error },
 }
 
 impl PickleError {}
+
+/// A read error, said in the file's terms: a compressed stream that ends
+/// early is a truncated file, wherever its unpacked data stopped.
+fn io_message(offset: u64, e: &std::io::Error) -> String {
+    let text = e.to_string();
+    if e.kind() == std::io::ErrorKind::UnexpectedEof || text.contains("deflate") || text.contains("corrupt") {
+        format!("the compressed data ends early or is damaged ({text}) after {offset} bytes of unpacked pickle: the file is truncated or corrupt")
+    } else {
+        format!("unpacked byte {offset}: read error: {text}")
+    }
+}
 
 pub(crate) type Shared<T> = Rc<RefCell<T>>;
 
