@@ -397,16 +397,7 @@ fn watch<D: Backed>(args: &SynthArgs, spec: &SynthSpec, driver: Driver<D>, backe
     // What ran, once the screen is gone: the figures a user came for.
     let d = &app.driver;
     let peak = d.peak_at().map(|i| (d.points[i], d.iterations.iter().filter(|&&m| m <= i).count() + 1));
-    eprintln!(
-        "gpumem-top synth {}: {} run{}",
-        describe(&d.workload.spec),
-        crate::analysis::count(d.iterations.len(), "iteration"),
-        peak.map_or(String::new(), |(p, it)| format!(
-            "; peak allocated {}, reserved {} (iteration {it})",
-            crate::analysis::human_bytes(p.allocated),
-            crate::analysis::human_bytes(p.reserved)
-        ))
-    );
+    eprintln!("gpumem-top synth {}: {}", describe(&d.workload.spec), ran_line(d.iterations.len(), peak));
     app.driver.release_all();
     r.map_err(|e| anyhow!("terminal: {e}"))?;
     if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
@@ -415,6 +406,22 @@ fn watch<D: Backed>(args: &SynthArgs, spec: &SynthSpec, driver: Driver<D>, backe
     } else {
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// What an interactive run did, once its screen is gone: the iterations
+/// finished (and the one under way when it was quit), and the peak with
+/// the iteration it came in, unfinished if it had not ended.
+fn ran_line(done: usize, peak: Option<(crate::alloc::StatePoint, usize)>) -> String {
+    let mut o = format!("{} finished", crate::analysis::count(done, "iteration"));
+    if let Some((p, it)) = peak {
+        o.push_str(&format!(
+            "; peak allocated {}, reserved {} then (iteration {it}{})",
+            crate::analysis::human_bytes(p.allocated),
+            crate::analysis::human_bytes(p.reserved),
+            if it > done { ", not finished when quit" } else { "" }
+        ));
+    }
+    o
 }
 
 /// What a headless run's report says beside the driver's own figures.
@@ -602,4 +609,24 @@ fn summary(r: &crate::workload::report::SynthReport) -> String {
         out += &format!("what the memory is at the peak: {}\n", r.categories.at_peak.describe());
     }
     out
+}
+
+#[cfg(test)]
+mod ran_tests {
+    use super::ran_line;
+    use crate::alloc::StatePoint;
+
+    #[test]
+    fn the_exit_line_counts_finished_iterations_and_says_an_unfinished_peak() {
+        let p = StatePoint { allocated: 1 << 30, reserved: 2 << 30 };
+        assert_eq!(
+            ran_line(1, Some((p, 2))),
+            "1 iteration finished; peak allocated 1.00 GiB, reserved 2.00 GiB then (iteration 2, not finished when quit)"
+        );
+        assert_eq!(
+            ran_line(3, Some((p, 2))),
+            "3 iterations finished; peak allocated 1.00 GiB, reserved 2.00 GiB then (iteration 2)"
+        );
+        assert_eq!(ran_line(0, None), "0 iterations finished");
+    }
 }
