@@ -186,6 +186,7 @@ pub(crate) const KEYS: &[Binding] = &[
     b("b", &[C('b')], Command::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Command::Focus, "focus map / timeline", "tab focus", ALL),
     b("s", &[C('s')], Command::Screenshot, "write the focused view as SVG here", "s screenshot", ALL),
+    b("s", &[C('s')], Command::Screenshot, "write both runs' timelines as SVG here", "s screenshot", &[Mode::Diff]),
     b("←/→", &[KeyCode::Left], Command::Left, "move the cursor along both runs", "←/→ move", &[Mode::Diff]),
     b("", &[KeyCode::Right], Command::Right, "", "", &[Mode::Diff]),
     b("PgUp/PgDn", &[KeyCode::PageUp], Command::PageUp, "jump a tenth of an iteration", "", &[Mode::Diff]),

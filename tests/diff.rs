@@ -216,6 +216,20 @@ fn the_diff_screen_shows_both_runs_on_one_axis() {
     // A key of another screen says where it belongs.
     app.dispatch(Command::Compact);
     assert!(draw(&mut app).contains("is for replay"), "the status line names the screens `c` is for");
+    // `s` writes both timelines as SVG here, as in every other screen.
+    app.dispatch(Command::Screenshot);
+    let s = draw(&mut app);
+    let name = s
+        .lines()
+        .find_map(|l| l.split(" wrote ").nth(1))
+        .and_then(|r| r.split(|c: char| c.is_whitespace() || c == '│').next())
+        .unwrap_or_else(|| panic!("{s}"))
+        .to_string();
+    let svg = std::fs::read_to_string(&name).unwrap();
+    let _ = std::fs::remove_file(&name);
+    assert!(name.starts_with("gpumem-top-base-vs-batch16-timeline-diff-"), "{name}");
+    assert_eq!(svg.matches("<polyline").count(), 2);
+    assert!(svg.contains("peak allocated 3.61 GiB → 6.23 GiB"));
 }
 
 /// `--export` writes both timelines on one axis for reports: SVG (or PNG by

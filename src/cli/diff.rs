@@ -252,19 +252,7 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     let regressions = model.report.regressions.clone();
     if let Some(path) = &args.export {
-        let svg = crate::export::picture::overlay_svg(
-            &format!("{} → {}", model.report.base.trace, model.report.new.trace),
-            &format!(
-                "peak allocated {} → {}, peak reserved {} → {} (gpumem-top diff; docs/diff.md)",
-                human_bytes(model.report.peak.allocated.base),
-                human_bytes(model.report.peak.allocated.new),
-                human_bytes(model.report.peak.reserved.base),
-                human_bytes(model.report.peak.reserved.new)
-            ),
-            &model.base,
-            &model.new,
-            1600,
-        );
+        let svg = crate::export::picture::diff_svg(&model, 1600);
         let bytes = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
             crate::export::picture::png(&svg).map_err(|e| anyhow!("{}: {e}", path.display()))?
         } else {

@@ -658,6 +658,26 @@ pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
 
 /// `diff --export`: both runs' allocated bytes on one axis, iterations
 /// aligned (docs/diff.md), `width` pixels wide.
+/// The diff's overlay of two runs, titled with both and their peaks: what
+/// `diff --export` writes and `s` on the diff screen saves.
+pub(crate) fn diff_svg(model: &crate::analysis::diff::DiffModel, width: u32) -> String {
+    let h = crate::analysis::human_bytes;
+    let r = &model.report;
+    overlay_svg(
+        &format!("{} → {}", r.base.trace, r.new.trace),
+        &format!(
+            "peak allocated {} → {}, peak reserved {} → {} (gpumem-top diff; docs/diff.md)",
+            h(r.peak.allocated.base),
+            h(r.peak.allocated.new),
+            h(r.peak.reserved.base),
+            h(r.peak.reserved.new)
+        ),
+        &model.base,
+        &model.new,
+        width,
+    )
+}
+
 pub(crate) fn overlay_svg(
     title: &str,
     subtitle: &str,

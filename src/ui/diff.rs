@@ -53,6 +53,18 @@ impl super::event::Interactive for DiffApp {
             Command::End => self.cursor = span,
             Command::Peak => self.cursor = self.model.base.peak.map_or(self.cursor, |p| self.model.base.x_of(p)),
             Command::NewPeak => self.cursor = self.model.new.peak.map_or(self.cursor, |p| self.model.new.x_of(p)),
+            Command::Screenshot => {
+                let stem = |t: &str| t.split('.').next().unwrap_or("run").to_string();
+                let (b, n) = (stem(&self.model.report.base.trace), stem(&self.model.report.new.trace));
+                let name = super::app::screenshot_name(
+                    &format!("{b}-vs-{n}"),
+                    crate::export::picture::ViewKind::Timeline,
+                    "diff",
+                );
+                let svg = crate::export::picture::diff_svg(&self.model, 1600);
+                // After the cursor clamp below, which a status does not touch.
+                self.status = super::app::save(&name, svg.as_bytes());
+            }
             _ => {}
         }
         self.cursor = self.cursor.clamp(0.0, span);
