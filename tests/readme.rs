@@ -243,3 +243,37 @@ fn every_screen_in_the_readme_is_checked() {
         }
     }
 }
+
+/// The guide's figure for what `max_split_size_mb` (the setting PyTorch's
+/// OOM message suggests) costs is the example's own: the range of its
+/// max_split_size_mb rows in `tune --json` on the run shown under it.
+#[test]
+fn the_guides_max_split_figure_is_its_examples() {
+    let guide = std::fs::read_to_string(common::root().join("docs/guide.md")).unwrap();
+    let at = guide.find("it makes the peak reserved ").expect("the figure");
+    let said: String = guide[at + 27..].chars().take_while(|c| *c != '%').collect();
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "tune",
+            common::fixture("tune/mlp_limit.pickle.gz").to_str().unwrap(),
+            "--memory-limit",
+            "5368709120",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let base = j["recorded"]["reserved_peak_bytes"].as_f64().unwrap();
+    let worse: Vec<f64> = j["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["alloc_conf"].as_str().unwrap().starts_with("max_split_size_mb:")
+                && !c["alloc_conf"].as_str().unwrap().contains(',')
+        })
+        .map(|c| (c["reserved_peak_bytes"].as_f64().unwrap() / base - 1.0) * 100.0)
+        .collect();
+    let (lo, hi) = worse.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert_eq!(said.replace('–', "-"), format!("{lo:.1}-{hi:.1}"), "{worse:?}");
+}
