@@ -209,6 +209,14 @@ fn the_diff_screen_shows_both_runs_on_one_axis() {
     app.dispatch(Command::Peak);
     let s = draw(&mut app);
     assert!(cursor(&s).contains("base 3.61 GiB"), "{s}");
+    // Home and End are the axis's ends, numbered as the title counts.
+    app.dispatch(Command::Home);
+    assert!(cursor(&draw(&mut app)).contains("cursor: iteration 1 of 5, 0% through"));
+    app.dispatch(Command::End);
+    assert!(cursor(&draw(&mut app)).contains("cursor: iteration 5 of 5, 100% through"));
+    // Without colour (this app is drawn without), the base is dotted and
+    // the key says which stroke is which.
+    assert!(s.contains("┄ base ━ new"), "{s}");
     app.dispatch(Command::Help);
     assert!(draw(&mut app).contains("iteration k of one is over iteration k of the other"));
     app.dispatch(Command::Back);

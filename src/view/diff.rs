@@ -8,7 +8,7 @@ use ratatui_core::style::{Color, Modifier, Style};
 use ratatui_core::symbols::Marker;
 use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
+use ratatui_widgets::canvas::{Canvas, Line as CanvasLine, Points};
 
 use super::{boxed, put_rows};
 use crate::analysis::diff::{signed, DiffModel, GrowthRow, Series};
@@ -106,7 +106,11 @@ impl DiffView<'_> {
         let top = [&m.base, &m.new].iter().flat_map(|s| s.points.iter().map(|p| p.allocated)).max().unwrap_or(0).max(1);
         let key = Line::from(vec![
             Span::raw(format!(" 0–{} ─", short_bytes(top))),
-            Span::styled(" ━ base", Style::default().fg(if self.color { BASE } else { Color::Reset })),
+            // Without colour the base is dotted, the new run solid.
+            Span::styled(
+                if self.color { " ━ base" } else { " ┄ base" },
+                Style::default().fg(if self.color { BASE } else { Color::Reset }),
+            ),
             Span::styled(" ━ new ", Style::default().fg(if self.color { NEW } else { Color::Reset })),
         ]);
         let title = format!(" Allocated ─ both runs, iterations aligned ({} on the axis) ", span);
@@ -144,9 +148,16 @@ impl DiffView<'_> {
             .x_bounds([0.0, cols as f64])
             .y_bounds([0.0, top as f64])
             .paint(|ctx| {
-                for (pts, c) in [(&b, BASE), (&n, NEW)] {
+                for (pts, c, dotted) in [(&b, BASE, !color), (&n, NEW, false)] {
+                    let c = if color { c } else { Color::Reset };
+                    if dotted {
+                        // Every third column, so the two runs are told apart
+                        // by their stroke where they cannot be by colour.
+                        let dots: Vec<(f64, f64)> = pts.iter().step_by(3).copied().collect();
+                        ctx.draw(&Points { coords: &dots, color: c });
+                        continue;
+                    }
                     for w in pts.windows(2) {
-                        let c = if color { c } else { Color::Reset };
                         ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, c));
                     }
                 }
@@ -158,9 +169,13 @@ impl DiffView<'_> {
             .render(plot, buf);
         let (bi, ni) = (m.base.at_x(self.cursor), m.new.at_x(self.cursor));
         let a = |s: &Series, i: usize| s.points.get(i).map_or(0, |p| p.allocated);
+        // The iteration the cursor is in, numbered as the title counts them
+        // (End is the last one's end, not one past it).
+        let k = (self.cursor.floor() as usize + 1).min(span.ceil().max(1.0) as usize);
+        let through = ((self.cursor - (k - 1) as f64).clamp(0.0, 1.0) * 100.0).round();
         let footer = format!(
-            " cursor: iteration {:.2} ─ base {} (event {bi}) ─ new {} (event {ni}) ─ ╵ iteration ends",
-            self.cursor + 1.0,
+            " cursor: iteration {k} of {}, {through:.0}% through ─ base {} (event {bi}) ─ new {} (event {ni}) ─ ╵ iteration ends",
+            span.ceil().max(1.0) as usize,
             human_bytes(a(&m.base, bi)),
             human_bytes(a(&m.new, ni)),
         );
