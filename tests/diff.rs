@@ -458,3 +458,23 @@ fn an_edited_script_is_compared_line_for_line_across_the_edit() {
     );
     assert!(!text.contains("two different programs"), "{text}");
 }
+
+/// At 80x24 the diff screen is read as it is at 140x40: category rows keep
+/// their names and call sites their lines (the bytes on both sides give
+/// way), the title gives way to the key, and figures are never cut.
+#[test]
+fn the_diff_screen_reads_at_80x24() {
+    use gpumem_top::ui::event::Interactive;
+    use ratatui_core::backend::TestBackend;
+    use ratatui_core::terminal::Terminal;
+    let app =
+        gpumem_top::cli::diff_app(&fixture("diff/base.pickle.gz"), &fixture("diff/batch16.pickle.gz"), false).unwrap();
+    let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    t.draw(|f| app.draw(f)).unwrap();
+    let s = t.backend().to_string();
+    assert!(s.contains("│   +1.4G activations") && s.contains("│   +1.2G temporaries"), "{s}");
+    assert!(s.contains("+576M pairs.py:49 run → activations.py:66 f"), "{s}");
+    assert!(s.contains("┌ Allocated, 5 iterations aligned ─") && s.contains("0–6.2G ─ ┄ base ━ new ┐"), "{s}");
+    assert!(s.contains("─ new 6.23 GiB "), "the cursor's figures whole: {s}");
+    assert!(s.contains("│ retries / OOMs           0 / 0       0 / 0"), "{s}");
+}

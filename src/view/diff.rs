@@ -65,9 +65,12 @@ impl Widget for &DiffView<'_> {
             row("alive at the end", &r.peak.end_allocated),
         ];
         let note = r.notes.first().cloned().unwrap_or_else(|| {
+            // In the figures' columns.
             format!(
-                " retries / OOMs {} / {} → {} / {}",
-                r.peak.num_alloc_retries[0], r.peak.num_ooms[0], r.peak.num_alloc_retries[1], r.peak.num_ooms[1]
+                " {:<18}{:>12}{:>12}",
+                "retries / OOMs",
+                format!("{} / {}", r.peak.num_alloc_retries[0], r.peak.num_ooms[0]),
+                format!("{} / {}", r.peak.num_alloc_retries[1], r.peak.num_ooms[1])
             )
         });
         lines.push(Line::from(note));
@@ -113,7 +116,17 @@ impl DiffView<'_> {
             ),
             Span::styled(" ━ new ", Style::default().fg(if self.color { NEW } else { Color::Reset })),
         ]);
-        let title = format!(" Allocated ─ both runs, iterations aligned ({} on the axis) ", span);
+        // The longest title that leaves the key its room on the top edge.
+        let room = (area.width as usize).saturating_sub(key.width() + 4);
+        let title = super::longest_fitting(
+            [
+                format!(" Allocated ─ both runs, iterations aligned ({span} on the axis) "),
+                format!(" Allocated, {span} iterations aligned "),
+                " Allocated ".to_string(),
+            ],
+            room,
+        )
+        .unwrap_or_default();
         let inner = boxed(buf, area, Line::from(title), Some(key));
         if inner.height < 3 || inner.width < 8 {
             return;
@@ -173,45 +186,59 @@ impl DiffView<'_> {
         // (End is the last one's end, not one past it).
         let k = (self.cursor.floor() as usize + 1).min(span.ceil().max(1.0) as usize);
         let through = ((self.cursor - (k - 1) as f64).clamp(0.0, 1.0) * 100.0).round();
-        let footer = format!(
-            " cursor: iteration {k} of {}, {through:.0}% through ─ base {} (event {bi}) ─ new {} (event {ni}) ─ ╵ iteration ends",
-            span.ceil().max(1.0) as usize,
-            human_bytes(a(&m.base, bi)),
-            human_bytes(a(&m.new, ni)),
-        );
+        let (n, bb, nb) = (span.ceil().max(1.0) as usize, human_bytes(a(&m.base, bi)), human_bytes(a(&m.new, ni)));
+        // The longest that fits: figures are never cut.
+        let footer = super::longest_fitting(
+            [
+                format!(" cursor: iteration {k} of {n}, {through:.0}% through ─ base {bb} (event {bi}) ─ new {nb} (event {ni}) ─ ╵ iteration ends"),
+                format!(" cursor: iteration {k} of {n}, {through:.0}% through ─ base {bb} (event {bi}) ─ new {nb} (event {ni})"),
+                format!(" cursor: iteration {k} of {n}, {through:.0}% through ─ base {bb} ─ new {nb}"),
+                format!(" iteration {k}/{n} ─ base {bb} ─ new {nb}"),
+            ],
+            inner.width as usize,
+        )
+        .unwrap_or_default();
         buf.set_stringn(inner.x, inner.y + inner.height - 1, footer, inner.width as usize, Style::default());
     }
 
     fn table(&self, area: Rect, buf: &mut Buffer) {
         let r = &self.model.report;
         let [left, right] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).areas(area);
-        let rows = |g: &[GrowthRow], label: &dyn Fn(&GrowthRow) -> String, h: usize| -> Vec<Line<'static>> {
+        // Each row: the change, both runs' bytes, and what it is; where the
+        // pane is too narrow for a readable name beside them, the change and
+        // the name alone (the name is what a reader needs first).
+        let rows = |g: &[GrowthRow], label: &dyn Fn(&GrowthRow) -> String, h: usize, w: u16| -> Vec<Line<'static>> {
             if g.is_empty() {
                 return vec![Line::from(" no change")];
             }
+            let full = (w as usize).saturating_sub(32) >= 16;
             g.iter()
                 .take(h)
                 .map(|x| {
-                    Line::from(format!(
-                        " {:>9}  {:>8} → {:<8} {}",
-                        signed(x.delta_bytes, short_bytes),
-                        short_bytes(x.base_bytes),
-                        short_bytes(x.new_bytes),
-                        label(x)
-                    ))
+                    let d = signed(x.delta_bytes, short_bytes);
+                    Line::from(if full {
+                        format!(
+                            " {d:>9}  {:>8} → {:<8} {}",
+                            short_bytes(x.base_bytes),
+                            short_bytes(x.new_bytes),
+                            label(x)
+                        )
+                    } else {
+                        format!(" {d:>7} {}", label(x))
+                    })
                 })
                 .collect()
         };
         let h = area.height.saturating_sub(2) as usize;
         let inner = boxed(buf, left, Line::from(" At the peaks, by category "), None);
         let cat = |x: &GrowthRow| x.category.map_or(String::new(), |c| c.plural().to_string());
-        put_rows(buf, inner, rows(&r.at_peak.by_category, &cat, h));
+        put_rows(buf, inner, rows(&r.at_peak.by_category, &cat, h, inner.width));
         let inner = boxed(buf, right, Line::from(" At the peaks, by call site "), None);
         let site = |x: &GrowthRow| x.call_site.clone().unwrap_or_default();
         let lines = if r.at_peak.by_call_site.is_empty() && r.aligned_share < 0.5 {
             vec![Line::from(" two different programs: call sites not compared")]
         } else {
-            rows(&r.at_peak.by_call_site, &site, h)
+            rows(&r.at_peak.by_call_site, &site, h, inner.width)
         };
         put_rows(buf, inner, lines);
     }
