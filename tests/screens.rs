@@ -326,7 +326,8 @@ fn the_oom_screen_names_the_request_and_the_programs_frame() {
         "what is left out is counted on both sides: {s}"
     );
     // What held the memory when the request failed (docs/categories.md).
-    assert!(s.contains("│ held: activations 5.21 GiB (66%), optimizer state 1.31 GiB"), "{s}");
+    // In the bars' letters where two whole categories do not fit the box.
+    assert!(s.contains("│ held: A 5.2G O 1.3G T 714M P 668M"), "{s}");
     assert!(s.contains("│ train_workloads.py:67 workload"), "{s}");
     // Away from the OOM, no box.
     let s = screen("llama_pressure", Some(9_006_592_819), PEAK, 100, 30);
@@ -779,4 +780,20 @@ fn the_oom_box_ends_with_its_advice_at_any_size() {
         assert!(below.contains('└') || below.contains('─'), "{w}x{h}: {:?}\n{s}", lines[at + 1]);
         assert!(s.contains(" held: "), "{w}x{h}: the held row stays where it fits\n{s}");
     }
+}
+
+/// At 80x24 the replay screen at an OOM keeps the legend of the bars'
+/// letters (the sentence on what the bars are scaled to shrinks beside the
+/// unallocated figure), and the OOM box's held: row says what held the
+/// memory in the bars' letters rather than cut mid-word.
+#[test]
+fn at_80x24_the_oom_screen_keeps_its_legend_and_a_whole_held_row() {
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 80, 24);
+    assert!(s.contains("│ what it is A activ 5.2G  O optim 1.3G  T temp 714M  P params 668M"), "{s}");
+    assert!(s.contains("│ unallocated 423.02 MiB (5.0%)   peak_ratio 0.0552   bars: limit 8.39 GiB"), "{s}");
+    assert!(s.contains("│ held: A 5.2G O 1.3G T 714M P 668M"), "{s}");
+    // With room, the long forms, as many whole categories as fit.
+    let s = screen("llama_pressure", Some(9_006_592_819), Some(first_oom), 200, 60);
+    assert!(s.contains("limit     8.39 GiB: the per-process memory limit, the bars' full width"), "{s}");
+    assert!(s.contains("│ held: activations 5.21 GiB (66%), optimizer state 1.31 GiB (17%), temporaries"), "{s}");
 }

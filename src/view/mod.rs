@@ -531,13 +531,41 @@ fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>,
         })
         .collect();
     if let Some(m) = held {
-        lines.insert(0, Line::from(format!(" held: {}", m.cats.bytes_after(m.at).describe())));
+        lines.insert(0, Line::from(held_text(&m.cats.bytes_after(m.at), inner.width as usize)));
     }
     if let Some(a) = advice {
         lines.resize(inner.height as usize - 1, Line::default());
         lines.push(Line::from(Span::styled(format!(" ⇒ {a}"), theme.fg(Color::Green).add_modifier(Modifier::BOLD))));
     }
     put_rows(buf, inner, lines);
+}
+
+/// " held: activations 5.21 GiB (66%), …": as many whole categories as fit
+/// (two at least), else the bars' letters ("held: A 5.2G O 1.3G …"):
+/// nothing is cut mid-word.
+fn held_text(bytes: &CategoryBytes, width: usize) -> String {
+    let full = format!(" held: {}", bytes.describe());
+    if full.chars().count() <= width {
+        return full;
+    }
+    // As many whole categories as fit with "…" after them, the largest
+    // first; else the letters.
+    let parts: Vec<&str> = full.split(", ").collect();
+    for k in (2..parts.len()).rev() {
+        let cut = format!("{}, …", parts[..k].join(", "));
+        if cut.chars().count() <= width {
+            return cut;
+        }
+    }
+    let mut o = " held:".to_string();
+    for (c, b) in bytes.largest_first() {
+        let part = format!(" {} {}", category_letter(c), short_bytes(b));
+        if o.chars().count() + part.chars().count() > width {
+            break;
+        }
+        o.push_str(&part);
+    }
+    o
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -680,14 +708,36 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         human_bytes(gap),
         pct(gap, view.totals.reserved),
     )));
-    if area.height >= 5 {
-        if let Some(m) = view.marks.meaning {
-            lines.push(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, area.width as usize));
-        } else if let Some(b) = view.marks.known {
-            lines.push(category_line(&b, Evidence::Stacks, theme, area.width as usize));
-        } else if let Some((b, step)) = view.totals.step_categories {
-            lines.push(step_category_line(&b, step, theme, area.width as usize));
+    let w = area.width as usize;
+    let what = if let Some(m) = view.marks.meaning {
+        Some(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, w))
+    } else if let Some(b) = view.marks.known {
+        Some(category_line(&b, Evidence::Stacks, theme, w))
+    } else {
+        view.totals.step_categories.map(|(b, step)| step_category_line(&b, step, theme, w))
+    };
+    // Four rows where the third is a sentence (no device bar): the legend
+    // of the bars' letters takes its place.
+    let fold = area.height < 5 && view.totals.device_memory.is_none();
+    if let Some(what) = what.filter(|_| area.height >= 5 || fold) {
+        if area.height < 5 {
+            // Four rows: the legend of the bars' letters matters more than
+            // the sentence on what they are scaled to, which shrinks into
+            // the row above where it fits.
+            let scale = lines.remove(2).to_string();
+            let scale = scale.split(':').next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
+            let short = format!(
+                " unallocated {} ({:.1}%)   peak_ratio {ratio}   bars: {scale}",
+                human_bytes(gap),
+                pct(gap, view.totals.reserved)
+            );
+            if short.chars().count() <= w {
+                if let Some(last) = lines.last_mut() {
+                    *last = Line::from(short);
+                }
+            }
         }
+        lines.push(what);
     }
     put_rows(buf, area, lines);
 }
