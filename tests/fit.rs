@@ -645,3 +645,39 @@ fn one_run_twice_or_one_that_ran_out_is_refused_and_a_batch_over_the_device_show
     assert!(small["allocated_peak_bytes"].as_u64().unwrap() > 24 << 30, "{small}");
     assert_eq!(small["allocated_peak_bytes"], whole["allocated_peak_bytes"], "the need does not depend on the device");
 }
+
+/// The table of what the peak is, by category, never contradicts the
+/// prediction above it: where the lines through each category add up to
+/// the predicted peaks (GPT-2, within 5% at every batch) it is shown, and
+/// where the samples peak in different phases (ViT at 4 and 8: the lines
+/// sum to 2.88 GiB at 16 beside a predicted 2.24 GiB) it is left out,
+/// saying why, in the summary and in --json.
+#[test]
+fn the_category_table_adds_up_to_the_prediction_or_is_left_out() {
+    let pair = |a: &str, b: &str| {
+        vec![
+            format!("{}", fixture(&format!("fit/{a}")).display()),
+            format!("{}", fixture(&format!("fit/{b}")).display()),
+        ]
+    };
+    let j = fit(&pair("gpt2_b2.pickle.gz@2", "gpt2_b4.pickle.gz@4"));
+    assert!(j["categories_note"].is_null());
+    let cats = j["categories"].as_array().unwrap();
+    for (i, p) in j["predictions"].as_array().unwrap().iter().enumerate() {
+        let sum: u64 = cats.iter().map(|c| c["predicted_bytes"][i].as_u64().unwrap()).sum();
+        let want = p["allocated_peak_bytes"].as_u64().unwrap() as f64;
+        assert!((sum as f64 / want - 1.0).abs() <= 0.05, "batch {}: {sum} vs {want}", p["batch"]);
+    }
+    let j = fit(&pair("more/vit_b4.pickle.gz@4", "more/vit_b8.pickle.gz@8"));
+    assert!(j["categories"].as_array().unwrap().is_empty());
+    let note = j["categories_note"].as_str().unwrap();
+    assert!(note.contains("sums to 2.88 GiB at batch 16, not the predicted 2.24 GiB"), "{note}");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
+        .arg("fit")
+        .args(pair("more/vit_b4.pickle.gz@4", "more/vit_b8.pickle.gz@8"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("what the peak is, by category: not shown: a line through each category's bytes"), "{text}");
+    assert!(!text.contains("0 B per batch item"), "{text}");
+}

@@ -375,6 +375,26 @@ struct Outcome<'a> {
     recommended: &'a str,
 }
 
+/// Whether the lines through each category's bytes at the samples' peaks
+/// add up to the predicted peak at every predicted batch (within 5%). They
+/// do not where the samples peak in different phases (a larger batch's
+/// peak in the forward, a smaller one's at the optimizer step), and a table
+/// that contradicts the prediction above it is left out, saying why.
+fn categories_disagree(fits: &[crate::fit::CategoryFit], predictions: &[Prediction]) -> Option<String> {
+    predictions.iter().find_map(|p| {
+        let sum: u64 = fits.iter().map(|f| f.at(p.batch)).sum();
+        let want = p.allocated_peak_bytes.max(1);
+        ((sum as f64 / want as f64 - 1.0).abs() > 0.05).then(|| {
+            format!(
+                "a line through each category's bytes at the samples' peaks sums to {} at batch {}, not the predicted {}: the samples peak in different phases of a step, so per-category lines do not describe the predicted peak",
+                human_bytes(sum),
+                p.batch,
+                human_bytes(p.allocated_peak_bytes)
+            )
+        })
+    })
+}
+
 /// `fit --json`: one object, `predictions` and `max_batch` first (docs/json.md).
 fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
     let Outcome {
@@ -411,8 +431,11 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         /// Why the predictions are less certain than docs/fit.md
         /// measures (a self-check off by more than it should be).
         warnings: &'a [String],
-        /// Per category at the samples' peaks, and its line.
+        /// Per category at the samples' peaks, and its line; empty, with
+        /// `categories_note` saying why, where the lines do not add up to
+        /// the predicted peaks.
         categories: Vec<CategoryOut<'a>>,
+        categories_note: Option<String>,
     }
     #[derive(serde::Serialize)]
     struct CategoryOut<'a> {
@@ -426,6 +449,7 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         snapshot: &'a str,
         batch: u64,
     }
+    let note = categories_disagree(category_fits, predictions);
     let out = Out {
         recommended_alloc_conf: recommended,
         predictions,
@@ -439,10 +463,14 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         context_bytes: args.context,
         alignment: &fitted.report,
         warnings,
-        categories: category_fits
-            .iter()
-            .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
-            .collect(),
+        categories: match &note {
+            Some(_) => Vec::new(),
+            None => category_fits
+                .iter()
+                .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
+                .collect(),
+        },
+        categories_note: note,
     };
     serde_json::to_writer(&mut *so, &out)?;
     writeln!(so)?;
@@ -548,7 +576,9 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
             crate::fit::WORKSPACE_SPREAD * 100.0
         )?;
     }
-    if !category_fits.is_empty() {
+    if let (false, Some(why)) = (category_fits.is_empty(), categories_disagree(category_fits, predictions)) {
+        writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/fit.md, \"Categories\")")?;
+    } else if !category_fits.is_empty() {
         // What the memory is at the peaks, and which of it grows with the
         // batch (a line through the samples, per category).
         let last = batches.last().copied().unwrap_or(1);
@@ -558,8 +588,10 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
                 f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();
             let growth = if f.bytes_per_batch_item.abs() * (last as f64) < 0.01 * f.fixed_bytes.abs().max(1.0) {
                 "fixed".to_string()
+            } else if f.bytes_per_batch_item < 0.0 {
+                format!("−{} per batch item", human_bytes((-f.bytes_per_batch_item) as u64))
             } else {
-                format!("{} per batch item", human_bytes(f.bytes_per_batch_item.max(0.0) as u64))
+                format!("{} per batch item", human_bytes(f.bytes_per_batch_item as u64))
             };
             writeln!(
                 so,
