@@ -541,3 +541,19 @@ fn processes_claiming_one_rank_of_one_job_are_jobs_of_their_own() {
         ]
     );
 }
+
+/// A message on the ranks screen wraps rather than lose its end, at 120
+/// and 200 columns alike.
+#[test]
+fn a_long_message_on_the_ranks_screen_wraps() {
+    use gpumem_top::ui::event::Interactive;
+    let msg = "rank2.pickle.gz: the replay diverged at event 1234: PyTorch released the 22.00 MiB segment at 0x7fa000000000 (cudaFree) where we would have kept it cached; try --torch 2.13 or see docs/replay.md, \"Conditions\", for runs under a limit";
+    for w in [120u16, 200] {
+        let mut app = gpumem_top::cli::ranks_app(&rank_files(), false).unwrap();
+        app.say(msg.to_string());
+        let s = common::render_app(&mut app, w, 40);
+        let flat: String = s.lines().map(|l| l.trim_matches('"').trim()).collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("for runs under a limit"), "{w} columns: the end of the message is lost\n{s}");
+        assert!(flat.contains("rank2.pickle.gz: the replay diverged at event 1234"), "{s}");
+    }
+}

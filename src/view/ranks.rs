@@ -94,11 +94,19 @@ impl Widget for &RanksView<'_> {
         let m = self.model;
         let rows = self.table();
         let table_h = (rows.len() as u16 + 2).min(area.height / 2);
+        // A message wraps (up to three rows) rather than lose its end.
+        let said: Vec<String> = if self.status.trim().is_empty() {
+            Vec::new()
+        } else {
+            let mut w = super::wrap(self.status.trim_end(), area.width as usize, 1);
+            w.truncate(3);
+            w
+        };
         let [top, maps, legend, status] = Layout::vertical([
             Constraint::Length(table_h),
             Constraint::Min(4),
             Constraint::Length(1),
-            Constraint::Length(1),
+            Constraint::Length(said.len().max(1) as u16),
         ])
         .areas(area);
         let bold = Style::default().add_modifier(Modifier::BOLD);
@@ -127,12 +135,13 @@ impl Widget for &RanksView<'_> {
             key.push(Span::raw(format!(" {label}")));
         }
         put_rows(buf, legend, vec![Line::from(key)]);
-        let hints = if self.status.trim().is_empty() {
-            crate::keys::hints_within(crate::keys::Mode::Ranks, status.width as usize)
+        let lines: Vec<Line> = if said.is_empty() {
+            let hints = crate::keys::hints_within(crate::keys::Mode::Ranks, status.width as usize);
+            vec![Line::from(Span::styled(hints, Style::default().fg(Color::DarkGray)))]
         } else {
-            self.status.clone()
+            said.into_iter().map(Line::from).collect()
         };
-        put_rows(buf, status, vec![Line::from(Span::styled(hints, Style::default().fg(Color::DarkGray)))]);
+        put_rows(buf, status, lines);
         if self.help {
             let lines = vec![
                 Line::from(Span::styled("ranks side by side: one snapshot per rank of a job", bold)),
