@@ -797,3 +797,16 @@ fn at_80x24_the_oom_screen_keeps_its_legend_and_a_whole_held_row() {
     assert!(s.contains("limit     8.39 GiB: the per-process memory limit, the bars' full width"), "{s}");
     assert!(s.contains("│ held: activations 5.21 GiB (66%), optimizer state 1.31 GiB (17%), temporaries"), "{s}");
 }
+
+/// At 80x24 a segment's block list keeps each block's state and what it
+/// is: the requested size gives way and the figures shorten, and the
+/// heading keeps the segment's address and size.
+#[test]
+fn at_80x24_the_block_list_keeps_each_blocks_state() {
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 80, 24, Some(0), &[]);
+    assert!(s.contains("│0x7fc71c000000: 126.00 MiB large"), "{s}");
+    assert!(s.contains("│█ +0B      42.6M allocated activ   modeling_llam"), "{s}");
+    // With room, the full row.
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40, Some(0), &[]);
+    assert!(s.contains("allocated    activ   modeling_llama.py:381 forward") && s.contains(" req "), "{s}");
+}

@@ -1054,18 +1054,35 @@ pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> 
 }
 
 fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {
-    let mut lines = vec![Line::from(Span::styled(
-        format!(
-            "segment {:#x}: {} {} pool{}, stream {}{} ─ ↑/↓ block  Enter/Esc back",
-            seg.address,
-            human_bytes(seg.total_size),
-            seg.segment_type,
-            pool_name(seg),
-            seg.stream,
-            if seg.is_expandable { ", expandable" } else { "" }
-        ),
-        theme.bold(),
-    ))];
+    let es = if seg.is_expandable { ", expandable" } else { "" };
+    // The longest heading that fits: the segment's address and size first.
+    let heading = longest_fitting(
+        [
+            format!(
+                "segment {:#x}: {} {} pool{}, stream {}{es} ─ ↑/↓ block  Enter/Esc back",
+                seg.address,
+                human_bytes(seg.total_size),
+                seg.segment_type,
+                pool_name(seg),
+                seg.stream
+            ),
+            format!(
+                "segment {:#x}: {} {} pool{}, stream {}{es}",
+                seg.address,
+                human_bytes(seg.total_size),
+                seg.segment_type,
+                pool_name(seg),
+                seg.stream
+            ),
+            format!("{:#x}: {} {}{es}", seg.address, human_bytes(seg.total_size), seg.segment_type),
+        ],
+        area.width as usize,
+    )
+    .unwrap_or_else(|| format!("{:#x}", seg.address));
+    let mut lines = vec![Line::from(Span::styled(heading, theme.bold()))];
+    // Narrow panes drop the requested size and shorten the figures, so that
+    // the state and what the block is stay.
+    let narrow = (area.width as usize) < 64;
     let stack_of = |b: &crate::alloc::BlockInfo| -> Option<&Vec<Frame>> {
         if b.tag > 0 && b.state != BlockState::Inactive {
             view.chrome.stacks.get(b.tag as usize - 1)
@@ -1099,18 +1116,25 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
             Some(_) => " ".repeat(8),
             None => String::new(),
         };
+        let row = if narrow {
+            format!(
+                " +{:<6} {:>6} {:<9} {what}{site}",
+                short_bytes(b.address - seg.address),
+                short_bytes(b.size),
+                state
+            )
+        } else {
+            format!(
+                " +{:<10} {:>10} {:<15} {:<12} {what}{site}",
+                short_bytes(b.address - seg.address),
+                human_bytes(b.size),
+                requested,
+                state
+            )
+        };
         lines.push(Line::from(vec![
             Span::styled(cell.glyph().to_string(), theme.fg(cell.color())),
-            Span::styled(
-                format!(
-                    " +{:<10} {:>10} {:<15} {:<12} {what}{site}",
-                    short_bytes(b.address - seg.address),
-                    human_bytes(b.size),
-                    requested,
-                    state
-                ),
-                style,
-            ),
+            Span::styled(row, style),
         ]));
     }
     if stack_rows > 0 {
