@@ -127,6 +127,12 @@ impl CategoryBytes {
         if self.total() == 0 {
             return "no tensors allocated".into();
         }
+        self.parts().join(", ")
+    }
+
+    /// `describe`'s parts: "activations 2.9 GiB (54%)", one per non-empty
+    /// category, largest first.
+    pub(crate) fn parts(&self) -> Vec<String> {
         let total = self.total().max(1);
         self.largest_first()
             .iter()
@@ -134,8 +140,7 @@ impl CategoryBytes {
                 let pct = (u128::from(b) * 100 + u128::from(total) / 2) / u128::from(total);
                 format!("{} {} ({pct}%)", c.plural(), crate::analysis::human_bytes(b))
             })
-            .collect::<Vec<_>>()
-            .join(", ")
+            .collect()
     }
 
     /// The categories holding bytes, largest first (ties in `ALL` order).

@@ -550,9 +550,9 @@ fn held_text(bytes: &CategoryBytes, width: usize) -> String {
     }
     // As many whole categories as fit with "…" after them, the largest
     // first; else the letters.
-    let parts: Vec<&str> = full.split(", ").collect();
+    let parts = bytes.parts();
     for k in (2..parts.len()).rev() {
-        let cut = format!("{}, …", parts[..k].join(", "));
+        let cut = format!(" held: {}, …", parts[..k].join(", "));
         if cut.chars().count() <= width {
             return cut;
         }
@@ -673,73 +673,83 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             theme.fg(Color::Blue),
         ),
     ];
-    match view.totals.device_memory {
-        Some((used, total, by)) => lines.push(bar_line(
-            "device",
-            used,
-            scale,
-            width,
-            format!(" {:>11} / {} ({by})", human_bytes(used), human_bytes(total)),
-            theme.fg(Color::Cyan),
-        )),
-        None => lines.push(Line::from(match view.totals.capacity {
-            Some((bytes, "limit")) => {
-                format!(" limit     {}: the per-process memory limit, the bars' full width", human_bytes(bytes))
-            }
-            Some((bytes, "snapshot")) => {
-                format!(" scale     {}: the snapshot's reserved, the bars' full width", human_bytes(bytes))
-            }
-            Some((bytes, "peak")) => {
-                format!(" scale     {}: the trace's peak reserved, the bars' full width", human_bytes(bytes))
-            }
-            Some((bytes, what)) => {
-                format!(" {what:<10}{}: its memory, the bars' full width (no NVML reading here)", human_bytes(bytes))
-            }
-            None => " device     (no NVML reading for this source)".to_string(),
-        })),
-    }
     let ratio = if !view.peaks_known {
         "n/a (no peaks in the snapshot)".to_string()
     } else {
         format!("{:.4}", crate::analysis::peak_ratio_of(view.totals.allocated_peak, view.totals.reserved_peak))
     };
-    lines.push(Line::from(format!(
+    let unallocated = format!(
         " reserved but unallocated {} ({:.1}% of reserved)   peak_ratio {ratio}",
         human_bytes(gap),
         pct(gap, view.totals.reserved),
-    )));
+    );
     let w = area.width as usize;
-    let what = if let Some(m) = view.marks.meaning {
-        Some(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, w))
-    } else if let Some(b) = view.marks.known {
-        Some(category_line(&b, Evidence::Stacks, theme, w))
-    } else {
-        view.totals.step_categories.map(|(b, step)| step_category_line(&b, step, theme, w))
-    };
     // Four rows where the third is a sentence (no device bar): the legend
-    // of the bars' letters takes its place.
+    // of the bars' letters takes its place, and what the bars are scaled
+    // to shrinks into the unallocated row where it fits.
     let fold = area.height < 5 && view.totals.device_memory.is_none();
-    if let Some(what) = what.filter(|_| area.height >= 5 || fold) {
-        if area.height < 5 {
-            // Four rows: the legend of the bars' letters matters more than
-            // the sentence on what they are scaled to, which shrinks into
-            // the row above where it fits.
-            let scale = lines.remove(2).to_string();
-            let scale = scale.split(':').next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
+    let what = if area.height >= 5 || fold {
+        if let Some(m) = view.marks.meaning {
+            Some(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, w))
+        } else if let Some(b) = view.marks.known {
+            Some(category_line(&b, Evidence::Stacks, theme, w))
+        } else {
+            view.totals.step_categories.map(|(b, step)| step_category_line(&b, step, theme, w))
+        }
+    } else {
+        None
+    };
+    match view.totals.device_memory {
+        Some((used, total, by)) => {
+            lines.push(bar_line(
+                "device",
+                used,
+                scale,
+                width,
+                format!(" {:>11} / {} ({by})", human_bytes(used), human_bytes(total)),
+                theme.fg(Color::Cyan),
+            ));
+            lines.push(Line::from(unallocated));
+        }
+        None => {
+            let (words, sentence) = capacity_text(view.totals.capacity);
             let short = format!(
-                " unallocated {} ({:.1}%)   peak_ratio {ratio}   bars: {scale}",
+                " unallocated {} ({:.1}%)   peak_ratio {ratio}   bars: {words}",
                 human_bytes(gap),
                 pct(gap, view.totals.reserved)
             );
-            if short.chars().count() <= w {
-                if let Some(last) = lines.last_mut() {
-                    *last = Line::from(short);
-                }
+            if fold && what.is_some() {
+                lines.push(Line::from(if short.chars().count() <= w { short } else { unallocated }));
+            } else {
+                lines.push(Line::from(sentence));
+                lines.push(Line::from(unallocated));
             }
         }
-        lines.push(what);
     }
+    lines.extend(what);
     put_rows(buf, area, lines);
+}
+
+/// What the bars are scaled to where no device bar says it: a few words
+/// ("limit 8.39 GiB") and the sentence of a header row.
+fn capacity_text(capacity: Option<(u64, &str)>) -> (String, String) {
+    let Some((bytes, what)) = capacity else {
+        return (
+            "device (no NVML reading for this source)".into(),
+            " device     (no NVML reading for this source)".into(),
+        );
+    };
+    let b = human_bytes(bytes);
+    match what {
+        "limit" => {
+            (format!("limit {b}"), format!(" limit     {b}: the per-process memory limit, the bars' full width"))
+        }
+        "snapshot" => (format!("scale {b}"), format!(" scale     {b}: the snapshot's reserved, the bars' full width")),
+        "peak" => (format!("scale {b}"), format!(" scale     {b}: the trace's peak reserved, the bars' full width")),
+        _ => {
+            (format!("{what} {b}"), format!(" {what:<10}{b}: its memory, the bars' full width (no NVML reading here)"))
+        }
+    }
 }
 
 /// Live: " at step 12's end  P params 313M  G grads 313M  O optim 626M  ░ rest 2.1G":
