@@ -159,7 +159,6 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
     out
 }
 
-/// "pid 606 (ddp.py rank 1/2)" in a job, else "pid 606".
 /// The least growth a leak alert takes: step-end allocated moves by a few
 /// MiB with the shapes of each step (the optimizer's temporaries, the last
 /// batch's leftovers: +6 MiB on 2.6 GB over five steps of varying-shape
@@ -186,6 +185,7 @@ pub(crate) fn leak(ends: &[u64], n: usize) -> Option<(usize, u64)> {
     (grew > LEAK_FLOOR.max(spread.saturating_mul(2))).then_some((rises, grew))
 }
 
+/// "pid 606 (ddp.py rank 1/2)" in a job, else "pid 606".
 fn who(p: &super::Published) -> String {
     match &p.job {
         Some(_) => format!("pid {} ({})", p.pid, p.name()),

@@ -100,6 +100,7 @@ pub struct LiveModel {
     /// with the sample it came at: what a recording replayed would have
     /// shown (docs/live.md, "Alerts").
     pub(crate) raised: Vec<(usize, Alert)>,
+    raised_keys: std::collections::BTreeSet<(&'static str, u32, Option<u32>)>,
     samples: usize,
     pub(crate) thresholds: Thresholds,
     /// Why publisher files were ignored in the latest sample, if any.
@@ -121,6 +122,7 @@ impl LiveModel {
             procs: BTreeMap::new(),
             alerts: Vec::new(),
             raised: Vec::new(),
+            raised_keys: Default::default(),
             samples: 0,
             thresholds,
             ignored: None,
@@ -132,7 +134,9 @@ impl LiveModel {
         let t = snap.time;
         self.alerts = alerts(&snap, &self.thresholds);
         for a in &self.alerts {
-            if !self.raised.iter().any(|(_, r)| (r.kind, r.gpu, r.pid) == (a.kind, a.gpu, a.pid)) {
+            // An index of what was raised: as many processes as a recording
+            // holds cost a lookup each, not a scan of every earlier alert.
+            if self.raised_keys.insert((a.kind, a.gpu, a.pid)) {
                 self.raised.push((self.samples, a.clone()));
             }
         }
@@ -255,6 +259,7 @@ impl LiveModel {
         LiveModel {
             alerts: alerts(now, &self.thresholds),
             raised: self.raised.iter().filter(|(i, _)| *i <= at).cloned().collect(),
+            raised_keys: self.raised.iter().filter(|(i, _)| *i <= at).map(|(_, a)| (a.kind, a.gpu, a.pid)).collect(),
             samples: at + 1,
             gpu_series: self.gpu_series.clone(),
             procs,
