@@ -248,26 +248,8 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let mut samples = Vec::new();
     let mut recorded_conf: Option<AllocatorConfig> = None;
     let mut names = Vec::new();
-    let mut seen: Vec<(u64, u64, PathBuf)> = Vec::new();
     for spec in specs {
         let (path, batch) = sample_of(spec)?;
-        // One run given at two batches fits a line through one point.
-        let digest = std::fs::read(&path).map(|b| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            b.hash(&mut h);
-            h.finish()
-        });
-        if let Ok(d) = digest {
-            if let Some((_, b0, p0)) = seen.iter().find(|(x, b0, _)| *x == d && *b0 != batch) {
-                return Err(anyhow!(InputError(format!(
-                    "{} (batch {batch}) and {} (batch {b0}) are the same snapshot: the samples must be runs at their own batches",
-                    path.display(),
-                    p0.display()
-                ))));
-            }
-            seen.push((d, batch, path.clone()));
-        }
         let trace = load_with_progress(&path)?;
         let dev = pick_device(&trace, None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();

@@ -269,6 +269,17 @@ pub(crate) const WARN_SELF_CHECK: (f64, f64) = (0.01, 0.05);
 /// peak allocated is more than 1% below a smaller batch's (the labels
 /// swapped, most likely). `names`: each sample's file, in `samples`' order.
 pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), String> {
+    // One run given at two batches (the same file, or a copy of it: the
+    // same requests) fits a line through one point.
+    for (j, (s, n)) in samples.iter().zip(names).enumerate() {
+        let same = samples[..j].iter().zip(names).find(|(o, _)| o.batch != s.batch && o.reqs == s.reqs);
+        if let Some((o, on)) = same {
+            return Err(format!(
+                "{n} (batch {}) and {on} (batch {}) are the same snapshot: the samples must be runs at their own batches",
+                s.batch, o.batch
+            ));
+        }
+    }
     // A sample that ran out of memory peaked at what it held when it
     // failed: said as that, before any order it breaks is blamed on labels.
     if let Some((s, n)) = samples.iter().zip(names).find(|(s, _)| s.recorded_ooms > 0) {
