@@ -128,9 +128,13 @@ pub(crate) fn moved_sites<'a>(
         (l(b.0) - l(n.0)).abs() + (l(b.1) - l(n.1)).abs()
     };
     let groups: Vec<(&Sites<'a>, &Sites<'a>)> = bs.iter().filter_map(|(s, b)| ns.get(s).map(|n| (b, n))).collect();
+    // Pairs are weighed within a shape only where there are not too many of
+    // them (an input's count of call sites must not cost its square); a
+    // larger shape with as many sites in both runs pairs in line order.
+    let weighed = |b: &Sites<'_>, n: &Sites<'_>| b.len().saturating_mul(n.len()) <= MAX_WEIGHED_PAIRS;
     // The move the identical call sites share.
     let mut shifts: BTreeMap<i64, usize> = BTreeMap::new();
-    for (b, n) in &groups {
+    for (b, n) in groups.iter().filter(|(b, n)| weighed(b, n)) {
         for (bn, bl) in b.iter() {
             for (nn, nl) in n.iter() {
                 if far(profile(false, bl), profile(true, nl)) == 0.0 {
@@ -142,6 +146,12 @@ pub(crate) fn moved_sites<'a>(
     let shift = shifts.iter().max_by_key(|(_, &c)| c).map_or(0, |(&s, _)| s);
     let mut out = Vec::new();
     for (b, n) in groups {
+        if !weighed(b, n) {
+            if b.len() == n.len() {
+                out.extend(b.iter().zip(n).map(|(x, y)| Moved { base: x.1.to_string(), new: y.1.to_string() }));
+            }
+            continue;
+        }
         let mut pairs: Vec<(f64, usize, usize)> = Vec::new();
         for (x, (bn, bl)) in b.iter().enumerate() {
             for (y, (nn, nl)) in n.iter().enumerate() {
@@ -163,6 +173,9 @@ pub(crate) fn moved_sites<'a>(
     out.sort_by(|a, b| a.base.cmp(&b.base));
     out
 }
+
+/// The most pairs of call sites of one shape weighed against each other.
+const MAX_WEIGHED_PAIRS: usize = 1 << 16;
 
 /// Call-site labels of one shape, each with its line numbers.
 type Sites<'a> = Vec<(Vec<u64>, &'a str)>;
@@ -479,5 +492,25 @@ impl DiffModel {
     /// The shared axis's length: the longer run's iterations.
     pub(crate) fn span(&self) -> f64 {
         self.base.span().max(self.new.span())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thousand_moved_lines_of_one_shape_pair_in_line_order_without_weighing_a_million_pairs() {
+        let base: Vec<String> = (0..1000).map(|k| format!("train.py:{k} step")).collect();
+        let new: Vec<String> = (0..1000).map(|k| format!("train.py:{} step", k + 2000)).collect();
+        let (b, n) = (base.iter().map(String::as_str).collect(), new.iter().map(String::as_str).collect());
+        let t = std::time::Instant::now();
+        let moved = moved_sites(&b, &n, |_, _| (1, 512));
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(moved.len(), 1000);
+        for m in &moved {
+            let line = |l: &str| -> u64 { shape(l).1[0] };
+            assert_eq!(line(&m.new), line(&m.base) + 2000, "{m:?}");
+        }
     }
 }

@@ -303,18 +303,14 @@ fn compare(
     // An edit of the script moves its lines: the call sites that moved are
     // compared as one (docs/diff.md, "Edited scripts").
     let (mut b, n) = (b, n);
-    let labels = |r: &Replayed| -> std::collections::BTreeSet<String> {
-        r.requests.keys().chain(r.at_peak.by_call_site.keys()).chain(r.at_end.by_call_site.keys()).cloned().collect()
-    };
-    let (bl, nl) = (labels(&b), labels(&n));
-    let moved = crate::analysis::diff::moved_sites(
-        &bl.iter().map(String::as_str).collect(),
-        &nl.iter().map(String::as_str).collect(),
-        |in_new, l| {
-            let r = if in_new { &n.requests } else { &b.requests };
-            r.get(l).copied().unwrap_or_default()
-        },
-    );
+    fn labels(r: &Replayed) -> std::collections::BTreeSet<&str> {
+        let all = r.requests.keys().chain(r.at_peak.by_call_site.keys()).chain(r.at_end.by_call_site.keys());
+        all.map(String::as_str).collect()
+    }
+    let moved = crate::analysis::diff::moved_sites(&labels(&b), &labels(&n), |in_new, l| {
+        let r = if in_new { &n.requests } else { &b.requests };
+        r.get(l).copied().unwrap_or_default()
+    });
     if !moved.is_empty() {
         use crate::analysis::diff::relabel;
         b.requests = relabel(std::mem::take(&mut b.requests), &moved);
