@@ -157,11 +157,7 @@ impl<'r, 'a> Search<'r, 'a> {
     }
 
     /// One replay under `o`, as far as the budget allows.
-    pub(crate) fn reach(&self, o: &ReplayOptions) -> Option<Reach> {
-        self.eval(o)
-    }
-
-    fn eval(&self, o: &ReplayOptions) -> Option<Reach> {
+    pub(crate) fn eval(&self, o: &ReplayOptions) -> Option<Reach> {
         if !self.can() {
             return None;
         }

@@ -327,7 +327,7 @@ fn find_conditions<'a>(
     let rec = &dev.events;
     let mut so = opts.clone();
     so.stop_at = None;
-    let base = if stopped { search.reach(&so).ok_or("the replay failed")? } else { conditions::Reach::of(exact) };
+    let base = if stopped { search.eval(&so).ok_or("the replay failed")? } else { conditions::Reach::of(exact) };
     let seed_reserved: u64 =
         seed.iter().map(|s| if s.mapped.is_empty() { s.size } else { s.mapped.iter().map(|m| m.1).sum() }).sum();
     let recd = conditions::Recorded::of(rec, seed_reserved, &opts.config);

@@ -364,12 +364,8 @@ pub(crate) fn search_session(
     let cap = limit.unwrap_or(device_total.saturating_sub(context));
     // A window's exact replay too: its figures are PyTorch's own over the
     // window (docs/tune.md), which the recorded row must state.
-    let exact = session
-        .fidelity
-        .is_faithful()
-        .then_some(())
-        .filter(|_| session.start != crate::replay::session::Start::StateOnly)
-        .map(|_| session.exact.allocator.stats().clone())
+    let exact = (session.fidelity.is_faithful() && session.start != crate::replay::session::Start::StateOnly)
+        .then(|| session.exact.allocator.stats().clone())
         .filter(|st| st.get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64 <= cap);
     search(&reqs, recorded, device_total, context, limit, exact.as_ref())
 }
