@@ -733,8 +733,15 @@ fn without_age(s: &str) -> String {
     s.lines()
         .map(|l| match l.find(" s ago") {
             Some(i) => {
+                // The age's width varies with how slow the run was: keep the
+                // title's rule as long as it would be with one digit.
                 let start = l[..i].rfind(' ').map_or(0, |j| j + 1);
-                format!("{}N{}", &l[..start], &l[i..])
+                let extra = "─".repeat(l[start..i].chars().count().saturating_sub(1));
+                let rest = &l[i + " s ago".len()..];
+                match rest.strip_prefix(" ─") {
+                    Some(r) => format!("{}N s ago ─{extra}{r}", &l[..start]),
+                    None => format!("{}N{}", &l[..start], &l[i..]),
+                }
             }
             None => l.to_string(),
         })
