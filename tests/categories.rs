@@ -254,9 +254,11 @@ fn the_replay_screen_says_what_the_memory_is() {
     use gpumem_top::ui::event::Command;
     // At the peak of GPT-2 under AdamW (5.46 GiB allocated): the allocated
     // bar in category letters, and the line naming the categories, largest
-    // first, in the figures `replay --json` gives.
+    // first, in the figures `replay --json` gives. The input is the batch
+    // alone (32 KiB): the scalar the script divides the loss into after the
+    // forward is a temporary, as the recording's notes say.
     let s = screen("gpt2_adamw_fp32", 160, 40, &[]);
-    assert!(s.contains(" what it is A activ 2.9G  T temp 1.6G  O optim 634M  P params 313M  I input 32.5K"), "{s}");
+    assert!(s.contains(" what it is A activ 2.9G  T temp 1.6G  O optim 634M  P params 313M  I input 32.0K"), "{s}");
     // To the trace's peak reserved: the bar is mostly activations.
     assert!(s.contains("│ allocated PPPPPOOOOOOOOOOOAAAAAAAA"), "{s}");
     // `w`: the map by category, with its key; each category's letter.

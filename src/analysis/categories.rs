@@ -487,6 +487,10 @@ struct Rules {
     /// Where setting up ends: the first backward or optimizer step, or in a
     /// trace without training, the model's first forward.
     setup_end: usize,
+    /// With stacks, the model's first forward: the first allocation inside
+    /// the model that is not building it. A tensor the script makes after
+    /// it and keeps (a leak, a log) is not a parameter.
+    first_forward: usize,
     /// Per event: model allocations of the program's thread before it, so
     /// "does the model run between i and the next backward" is a subtraction.
     model_allocs: Vec<u32>,
@@ -504,15 +508,18 @@ impl Trace<'_> {
 
     fn rules(&self) -> Rules {
         let (dev, n) = (self.dev, self.dev.events.len());
-        let setup_end =
-            self.runs.runs.get(self.runs.first_training).map(|r| r.0).unwrap_or_else(|| match self.evidence {
-                Evidence::Stacks => (0..n)
-                    .find(|&i| {
-                        self.phases[i] == Some(Phase::Main) && self.fact(i).in_model && !self.fact(i).builds_model
-                    })
-                    .unwrap_or(n),
-                _ => n,
-            });
+        let first_forward = match self.evidence {
+            Evidence::Stacks => (0..n)
+                .find(|&i| {
+                    dev.events[i].action == Action::Alloc
+                        && self.phases[i] == Some(Phase::Main)
+                        && self.fact(i).in_model
+                        && !self.fact(i).builds_model
+                })
+                .unwrap_or(n),
+            _ => n,
+        };
+        let setup_end = self.runs.runs.get(self.runs.first_training).map_or(first_forward, |r| r.0);
         let mut model_allocs = Vec::with_capacity(n + 1);
         let mut c = 0u32;
         for (i, (e, p)) in dev.events.iter().zip(&self.phases).enumerate() {
@@ -523,6 +530,7 @@ impl Trace<'_> {
         let mut r = Rules {
             first_activation: self.runs.first_activation(&dev.events, &self.end),
             setup_end,
+            first_forward,
             model_allocs,
             param_sizes: HashSet::default(),
             first_oom: dev.events.iter().position(|e| e.action == Action::Oom),
@@ -552,25 +560,24 @@ impl Trace<'_> {
         let outside_forward = match self.evidence {
             Evidence::Stacks => {
                 let f = self.fact(i);
-                f.builds_model || (i < r.setup_end && !f.in_model)
+                f.builds_model || (i < r.setup_end.min(r.first_forward) && !f.in_model)
             }
             _ => i < r.setup_end && self.before_forward(i, r),
         };
         self.phases[i] == Some(Phase::Main) && kept && outside_forward
     }
 
-    /// The batch of an iteration: made after the previous one's optimizer
-    /// step (no backward since), or fed to the model before any backward or
-    /// step comes (the next micro-batch).
+    /// The batch of an iteration: fed to the model before any backward or
+    /// step comes. A tensor made after the forward (a copy of its output
+    /// the script keeps) is not, although no backward has run since.
     fn forward_follows(&self, i: usize, r: &Rules) -> bool {
         let run = self.runs.at(i);
-        let fresh = self.runs.last_before(run, Phase::Optimizer) >= self.runs.last_before(run, Phase::Backward);
         let to = [Phase::Backward, Phase::Optimizer]
             .into_iter()
             .filter_map(|p| self.runs.next_start(run, p))
             .min()
             .unwrap_or(self.dev.events.len());
-        fresh || (to > i && r.model_allocs[to] > r.model_allocs[i + 1])
+        to > i && r.model_allocs[to] > r.model_allocs[i + 1]
     }
 
     /// A gradient has its parameter's size (a cuBLAS workspace made in
@@ -940,11 +947,6 @@ impl Runs {
     /// The first event of the first run of `p` after run `r`.
     fn next_start(&self, r: usize, p: Phase) -> Option<usize> {
         self.runs.iter().skip(r + 1).find(|x| x.1 == p).map(|x| x.0)
-    }
-
-    /// The last run of `p` before run `r` (None, which sorts first: none).
-    fn last_before(&self, r: usize, p: Phase) -> Option<usize> {
-        self.runs[..r.min(self.runs.len())].iter().rposition(|x| x.1 == p)
     }
 
     /// Whether a backward run comes after run `r`.
