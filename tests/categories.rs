@@ -114,11 +114,15 @@ fn replay_json(path: &std::path::Path, at: &str) -> serde_json::Value {
 /// the category replay gives it, against the truth of the allocation that
 /// made it.
 fn score(name: &str) -> Score {
-    let path = fixture(&format!("categories/{name}.pickle.gz"));
-    let t = trace::load(&path).unwrap();
+    score_file(name, &fixture(&format!("categories/{name}.pickle.gz")))
+}
+
+/// `score` of the recording at `path`, against `name`'s notes.
+fn score_file(name: &str, path: &std::path::Path) -> Score {
+    let t = trace::load(path).unwrap();
     let dev = t.main_device().unwrap();
     let (truth, unmatched) = truth(dev, &notes(name));
-    let r = replay_json(&path, "peak");
+    let r = replay_json(path, "peak");
     let at = r["peak"]["event"].as_u64().unwrap() as usize;
     let peak_bytes = r["peak"]["allocated_bytes"].as_u64().unwrap();
     let recorded: serde_json::Value =
@@ -195,6 +199,35 @@ const HELD_OUT: [&str; 9] = [
     "mobilenet_adamw_accum3_nostacks",
 ];
 
+/// Recorded later still (benches/categories/record.py --llama-family):
+/// Llama-family models (GQA, SwiGLU, RMSNorm) without stacks, and a script
+/// that keeps a copy of each step's logits made between forward and
+/// backward, with stacks and without.
+const LLAMA_FAMILY_AND_LEAK: [&str; 5] = [
+    "mistral_adamw_bf16_nostacks",
+    "llama_sgd_fp32_nostacks",
+    "qwen2_adamw_bf16_accum2_nostacks",
+    "gpt2_leak_fp32",
+    "gpt2_leak_fp32_nostacks",
+];
+
+/// The recordings with stacks above, their stacks removed
+/// (benches/categories/remove_stacks.py): the rules without stacks scored
+/// on the same models, with the same notes.
+const STACKS_REMOVED: [&str; 11] = [
+    "gpt2_adamw_fp32",
+    "gpt2_adamw_bf16_accum2",
+    "bert_adamw_fp16",
+    "llama_adamw_fused_bf16",
+    "resnet50_sgd_fp16",
+    "convnext_adamw_fp32",
+    "t5_adafactor_fp32",
+    "efficientnet_rmsprop_bf16",
+    "gpt2_ckpt_adam_fp32",
+    "distilbert_nesterov_keepgrads",
+    "gpt2_leak_fp32",
+];
+
 #[test]
 fn categories_at_the_peak_match_the_truth() {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -202,8 +235,11 @@ fn categories_at_the_peak_match_the_truth() {
         "| workload | evidence | peak allocated | right | truth (param/grad/optim/activ/input/temp) MiB | ours MiB |"
     );
     let mut failures = Vec::new();
-    for w in WORKLOADS.iter().chain(&HELD_OUT) {
-        let s = score(w);
+    let removed: Vec<String> = STACKS_REMOVED.iter().map(|w| format!("{w} (stacks removed)")).collect();
+    let all = WORKLOADS.iter().chain(&HELD_OUT).chain(&LLAMA_FAMILY_AND_LEAK).copied();
+    for (w, s) in all.map(|w| (w, score(w))).chain(STACKS_REMOVED.iter().zip(&removed).map(|(w, label)| {
+        (label.as_str(), score_file(w, &fixture(&format!("categories/stacks_removed/{w}.pickle.gz"))))
+    })) {
         let share = s.right as f64 / s.peak_bytes as f64;
         let f = |a: [u64; 7]| a.iter().take(6).map(|&b| format!("{:.0}", mib(b))).collect::<Vec<_>>().join("/");
         println!(

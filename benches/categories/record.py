@@ -20,6 +20,8 @@ blocks no note falls in are temporaries.
 
     python3 benches/categories/record.py --all OUT_DIR       every workload
     python3 benches/categories/record.py --held-out OUT_DIR  the held-out ones
+    python3 benches/categories/record.py --llama-family OUT_DIR  Llama-family
+                              models without stacks, and the leaking script
 """
 
 import gzip
@@ -55,9 +57,18 @@ WORKLOADS = {
     # second step's forward, and in the first.
     "gpt2_oom_second_step": ("gpt2", "adamw", "fp32", "python", 1, 8),
     "gpt2_oom_first_step": ("gpt2", "adamw", "fp32", "python", 1, 8),
+    # Llama-family models (GQA, SwiGLU, RMSNorm) recorded without stacks,
+    # and a script that keeps a tensor from each step between forward and
+    # backward (a leak: a temporary, not a parameter or the batch).
+    "mistral_adamw_bf16_nostacks": ("mistral", "adamw", "bf16", None, 1, 8),
+    "llama_sgd_fp32_nostacks": ("llama", "sgd", "fp32", None, 1, 8),
+    "qwen2_adamw_bf16_accum2_nostacks": ("qwen2", "adamw", "bf16", None, 2, 4),
+    "gpt2_leak_fp32": ("gpt2", "adamw", "fp32", "python", 1, 8),
+    "gpt2_leak_fp32_nostacks": ("gpt2", "adamw", "fp32", None, 1, 8),
 }
 HELD_OUT = [k for k in WORKLOADS][9:16]
 OOM = ["gpt2_oom_second_step", "gpt2_oom_first_step"]
+LLAMA_FAMILY = [k for k in WORKLOADS][18:]
 LIMIT_BYTES = {"gpt2_oom_second_step": 5_300_000_000, "gpt2_oom_first_step": 3_000_000_000}
 STEPS = 3
 
@@ -95,6 +106,16 @@ def build(model_name, dev):
                           num_key_value_heads=4, vocab_size=32000)
         model = LlamaForCausalLM(cfg).to(dev)
         kind = "lm"
+    elif model_name in ("mistral", "qwen2"):
+        import transformers as T
+
+        shape = dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12,
+                     num_key_value_heads=4, vocab_size=32000)
+        if model_name == "mistral":
+            model = T.MistralForCausalLM(T.MistralConfig(sliding_window=None, **shape)).to(dev)
+        else:
+            model = T.Qwen2ForCausalLM(T.Qwen2Config(**shape)).to(dev)
+        kind = "lm"
     elif model_name == "mlp":
         model = torch.nn.Sequential(
             torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096), torch.nn.GELU(),
@@ -123,10 +144,13 @@ def batch(kind, n, dev, model):
     return {"x": torch.randn(n, 3, 224, 224, device=dev), "y": torch.randint(0, 1000, (n,), device=dev)}
 
 
-def steps(torch, model, kind, opt, scaler, dtype, accum, n, dev, note, pack):
+def steps(torch, model, kind, opt, scaler, dtype, accum, n, dev, note, pack, leak=False):
     """STEPS optimizer steps of `accum` micro-batches each, noting the batch,
-    what autograd saves, the gradients and the optimizer's state."""
+    what autograd saves, the gradients and the optimizer's state. With
+    `leak`, each micro-batch keeps a copy of its last position's logits,
+    made between forward and backward, to the end (no note: a temporary)."""
     opt_name = getattr(opt, "_record_name", "")
+    kept = []
     for _ in range(STEPS):
         for _ in range(accum):
             b = batch(kind, n, dev, model)
@@ -135,7 +159,11 @@ def steps(torch, model, kind, opt, scaler, dtype, accum, n, dev, note, pack):
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
                     if kind in ("lm", "cls"):
-                        loss = model(**b).loss
+                        out = model(**b)
+                        loss = out.loss
+                        if leak:
+                            kept.append(out.logits[:, -1].detach().clone())
+                        del out
                     else:
                         loss = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
                 loss = loss / accum
@@ -207,7 +235,7 @@ def run(name, out):
 
     model.train()
     try:
-        steps(torch, model, kind, opt, scaler, dtype, accum, n, dev, note, pack)
+        steps(torch, model, kind, opt, scaler, dtype, accum, n, dev, note, pack, leak="_leak" in name)
     except torch.OutOfMemoryError as e:
         print("OOM %s: %s" % (name, str(e).splitlines()[0]), flush=True)
     torch.cuda.synchronize()
@@ -236,9 +264,9 @@ def run(name, out):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] in ("--all", "--held-out", "--oom"):
+    if sys.argv[1] in ("--all", "--held-out", "--oom", "--llama-family"):
         out = sys.argv[2]
-        names = {"--held-out": HELD_OUT, "--oom": OOM}.get(sys.argv[1], list(WORKLOADS))
+        names = {"--held-out": HELD_OUT, "--oom": OOM, "--llama-family": LLAMA_FAMILY}.get(sys.argv[1], list(WORKLOADS))
         procs = [subprocess.Popen([sys.executable, __file__, w, out]) for w in names]
         sys.exit(max(p.wait() for p in procs))
     run(sys.argv[1], sys.argv[2])

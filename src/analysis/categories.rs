@@ -829,22 +829,12 @@ fn window_mask(w: &[(usize, usize)], n: usize) -> Vec<bool> {
     m
 }
 
-/// Without stacks: the optimizer's steps from its markers; between them, an
-/// iteration's forward up to its most allocated point and backward after
+/// Without stacks: the optimizer's steps from its markers; between them,
+/// each micro-batch's forward up to where it ends and backward after
 /// (docs/categories.md §Evidence).
 fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
     let n = events.len();
     let mut out = vec![None; n];
-    let mut allocated: i128 = 0;
-    let mut level = vec![0i128; n];
-    for (i, e) in events.iter().enumerate() {
-        match e.action {
-            Action::Alloc => allocated += e.size as i128,
-            Action::FreeRequested => allocated -= e.size as i128,
-            _ => {}
-        }
-        level[i] = allocated;
-    }
     let mut gaps = Vec::new();
     let mut from = 0;
     for &(s, e) in windows {
@@ -855,13 +845,13 @@ fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Opti
         from = e;
     }
     gaps.push((from, n));
+    let levels = Levels::of(events, &gaps);
     for (s, e) in gaps {
-        if e <= s {
-            continue;
-        }
-        let top = (s..e).max_by_key(|&i| (level[i], std::cmp::Reverse(i))).unwrap_or(s);
-        for (i, p) in out.iter_mut().enumerate().take(e).skip(s) {
-            *p = Some(if i <= top { Phase::Main } else { Phase::Backward });
+        for (a, b) in levels.micro_batches(s, e) {
+            let end = levels.forward_end(a, b);
+            for (i, p) in out.iter_mut().enumerate().take(b).skip(a) {
+                *p = Some(if i <= end { Phase::Main } else { Phase::Backward });
+            }
         }
     }
     for (i, e) in events.iter().enumerate() {
@@ -870,6 +860,105 @@ fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Opti
         }
     }
     out
+}
+
+/// Per event, what is alive after it: the bytes allocated, and how many
+/// blocks made between two optimizer steps are freed before the next (the
+/// forward's activations and temporaries, backward's temporaries; not the
+/// gradients, parameters or optimizer state, which outlive the step).
+struct Levels {
+    bytes: Vec<i128>,
+    inner: Vec<i64>,
+}
+
+impl Levels {
+    fn of(events: &[Event], gaps: &[(usize, usize)]) -> Levels {
+        let mut gap_of = vec![usize::MAX; events.len()];
+        for (g, &(s, e)) in gaps.iter().enumerate() {
+            for x in gap_of.iter_mut().take(e).skip(s) {
+                *x = g;
+            }
+        }
+        let mut made: HashMap<u64, usize> = HashMap::new();
+        let mut inner_step = vec![0i64; events.len() + 1];
+        for (i, e) in events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    made.insert(e.addr, i);
+                }
+                Action::FreeRequested => {
+                    if let Some(a) = made.remove(&e.addr) {
+                        if gap_of[a] == gap_of[i] && gap_of[a] != usize::MAX {
+                            inner_step[a] += 1;
+                            inner_step[i] -= 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let (mut bytes, mut inner) = (Vec::with_capacity(events.len()), Vec::with_capacity(events.len()));
+        let (mut b, mut c) = (0i128, 0i64);
+        for (i, e) in events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => b += e.size as i128,
+                Action::FreeRequested => b -= e.size as i128,
+                _ => {}
+            }
+            c += inner_step[i];
+            bytes.push(b);
+            inner.push(c);
+        }
+        Levels { bytes, inner }
+    }
+
+    /// The micro-batches between two optimizer steps: under gradient
+    /// accumulation each forward and backward frees what it made before the
+    /// next forward starts, so the blocks made and freed within the span
+    /// fall to (almost) none between them.
+    fn micro_batches(&self, s: usize, e: usize) -> Vec<(usize, usize)> {
+        let top = (s..e).map(|i| self.inner[i]).max().unwrap_or(0);
+        if top <= 0 {
+            return vec![(s, e)];
+        }
+        let (low, high) = (top / 10, top / 2);
+        let mut cuts = Vec::new();
+        // After a micro-batch has risen: the latest fewest blocks alive
+        // since it fell low (its backward's last gradients come after its
+        // last activation is freed).
+        let (mut risen, mut bottom): (bool, Option<(i64, usize)>) = (false, None);
+        for i in s..e {
+            let c = self.inner[i];
+            if c >= high {
+                if let (true, Some((_, at))) = (risen, bottom) {
+                    cuts.push(at + 1);
+                }
+                risen = true;
+                bottom = None;
+            } else if risen && (bottom.is_some() || c <= low) && bottom.is_none_or(|(m, _)| c <= m) {
+                bottom = Some((c, i));
+            }
+        }
+        let mut spans = Vec::with_capacity(cuts.len() + 1);
+        let mut a = s;
+        for c in cuts {
+            spans.push((a, c));
+            a = c;
+        }
+        spans.push((a, e));
+        spans
+    }
+
+    /// Where a micro-batch's forward ends in `s..e`: at its most allocated
+    /// point, unless backward's first gradients climb above the forward's
+    /// own top (a large vocabulary's logits: the loss's gradient is as large
+    /// as what the forward kept). So: the most blocks alive between the
+    /// forward's highest point and the span's, the forward's last
+    /// allocations before it releases what the loss no longer needs.
+    fn forward_end(&self, s: usize, e: usize) -> usize {
+        let Some(top) = (s..e).max_by_key(|&i| (self.bytes[i], std::cmp::Reverse(i))) else { return s };
+        (s..=top).max_by_key(|&i| (self.inner[i], std::cmp::Reverse(i))).unwrap_or(top)
+    }
 }
 
 /// Consecutive allocations of one phase, and the frees between them.
