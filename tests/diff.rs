@@ -77,6 +77,33 @@ fn a_leak_is_named_by_its_line() {
     assert_eq!(diff("base", "leak", &["--fail-on-growth", "0.01"]).status.code(), Some(0));
 }
 
+/// A copy of the logits made between forward and backward and kept (the
+/// pairs.py script edited to add it, so every line below it moved): the
+/// growth is temporaries alone at the peak and at the end (before, the
+/// first copy was a parameter and the rest the batch), and the one line
+/// named is the new one, though the optimizer's line moved onto its number.
+#[test]
+fn a_leak_between_forward_and_backward_is_a_temporary_at_its_line() {
+    let d = json("base", "leak_fwd");
+    assert_own_figures(&d, "base", "leak_fwd");
+    for at in ["at_peak", "at_end"] {
+        let cats = d[at]["by_category"].as_array().unwrap();
+        assert_eq!(cats.len(), 1, "{at}: {d}");
+        assert_eq!((cats[0]["category"].as_str(), cats[0]["delta_bytes"].as_u64()), (Some("temporary"), Some(8 << 20)));
+        let sites = d[at]["by_call_site"].as_array().unwrap();
+        assert_eq!(sites.len(), 1, "{at}: {d}");
+        assert_eq!(sites[0]["call_site"], "pairs.py:53 run");
+        assert_eq!((sites[0]["base_blocks"].as_u64(), sites[0]["blocks"].as_u64()), (Some(0), Some(4)));
+    }
+    let reqs = d["requests"].as_array().unwrap();
+    assert_eq!(reqs.len(), 1, "{d}");
+    assert_eq!((reqs[0]["change"].as_str(), reqs[0]["new_allocations"].as_u64()), (Some("new"), Some(4)));
+    // The optimizer's line (53 in the base run) is paired with its new
+    // number, not with the copy now at 53.
+    let moved = d["moved_call_sites"].as_array().unwrap();
+    assert!(moved.iter().any(|m| m["base"] == "pairs.py:53 run" && m["new"] == "pairs.py:57 run"), "{moved:?}");
+}
+
 /// Batch 8 → 16: the peak grows by activations first, then temporaries,
 /// what the model's forward makes; the weights and Adam state do not
 /// change; every line's requests double but none is new.

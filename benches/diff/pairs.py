@@ -10,6 +10,8 @@ history on and writes OUT_DIR/NAME.pickle.gz and OUT_DIR/NAME.truth.json.
     same      base again (the unchanged pair: base/same)
     leak      base, and each step keeps the last position's logits alive
               (`kept.append(...)`, LEAK_LINE below): 1.6 MB more per step
+    leak_fwd  base, and each step keeps a copy of the last position's logits
+              made between forward and backward (LEAK_FWD_LINE below)
     ckpt      base with gradient checkpointing
     batch16   base at batch 16
     amp       base under bf16 autocast
@@ -25,7 +27,7 @@ import pickle
 import subprocess
 import sys
 
-PAIRS = ["base", "same", "leak", "ckpt", "batch16", "amp", "vocab"]
+PAIRS = ["base", "same", "leak", "leak_fwd", "ckpt", "batch16", "amp", "vocab"]
 
 
 def run(name, out):
@@ -47,6 +49,8 @@ def run(name, out):
         ids = torch.randint(0, cfg.vocab_size, (n, 256), device=dev)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=name == "amp"):
             out_ = model(input_ids=ids, labels=ids)
+        if name == "leak_fwd":
+            kept.append(out_.logits[:, -1].detach().clone())  # LEAK_FWD_LINE
         out_.loss.backward()
         if name == "leak":
             kept.append(out_.logits[:, -1].detach().clone())  # LEAK_LINE

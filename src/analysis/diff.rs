@@ -122,19 +122,28 @@ pub(crate) fn moved_sites<'a>(
     new: &BTreeSet<&'a str>,
     profile: impl Fn(bool, &str) -> (u64, u64),
 ) -> Vec<Moved> {
-    let (bs, ns) = (only_shapes(base, new), only_shapes(new, base));
+    if base == new {
+        return Vec::new();
+    }
+    // A line the edit left in place may now hold another call (a line
+    // inserted above one that moved lands on its old number), so every
+    // label takes part in the pairing, not only those one run lacks; the
+    // shared move is weighed on those alone.
+    let (bs, ns) = (shapes(base, None), shapes(new, None));
+    let (bo, no) = (shapes(base, Some(new)), shapes(new, Some(base)));
     let far = |b: (u64, u64), n: (u64, u64)| {
         let l = |x: u64| ((x + 1) as f64).ln();
         (l(b.0) - l(n.0)).abs() + (l(b.1) - l(n.1)).abs()
     };
     let groups: Vec<(&Sites<'a>, &Sites<'a>)> = bs.iter().filter_map(|(s, b)| ns.get(s).map(|n| (b, n))).collect();
+    let only: Vec<(&Sites<'a>, &Sites<'a>)> = bo.iter().filter_map(|(s, b)| no.get(s).map(|n| (b, n))).collect();
     // Pairs are weighed within a shape only where there are not too many of
     // them (an input's count of call sites must not cost its square); a
     // larger shape with as many sites in both runs pairs in line order.
     let weighed = |b: &Sites<'_>, n: &Sites<'_>| b.len().saturating_mul(n.len()) <= MAX_WEIGHED_PAIRS;
     // The move the identical call sites share.
     let mut shifts: BTreeMap<i64, usize> = BTreeMap::new();
-    for (b, n) in groups.iter().filter(|(b, n)| weighed(b, n)) {
+    for (b, n) in only.iter().filter(|(b, n)| weighed(b, n)) {
         for (bn, bl) in b.iter() {
             for (nn, nl) in n.iter() {
                 if far(profile(false, bl), profile(true, nl)) == 0.0 {
@@ -148,7 +157,12 @@ pub(crate) fn moved_sites<'a>(
     for (b, n) in groups {
         if !weighed(b, n) {
             if b.len() == n.len() {
-                out.extend(b.iter().zip(n).map(|(x, y)| Moved { base: x.1.to_string(), new: y.1.to_string() }));
+                out.extend(
+                    b.iter()
+                        .zip(n)
+                        .filter(|(x, y)| x.1 != y.1)
+                        .map(|(x, y)| Moved { base: x.1.to_string(), new: y.1.to_string() }),
+                );
             }
             continue;
         }
@@ -167,7 +181,9 @@ pub(crate) fn moved_sites<'a>(
                 continue;
             }
             (bt[x], nt[y]) = (true, true);
-            out.push(Moved { base: b[x].1.to_string(), new: n[y].1.to_string() });
+            if b[x].1 != n[y].1 {
+                out.push(Moved { base: b[x].1.to_string(), new: n[y].1.to_string() });
+            }
         }
     }
     out.sort_by(|a, b| a.base.cmp(&b.base));
@@ -180,11 +196,11 @@ const MAX_WEIGHED_PAIRS: usize = 1 << 16;
 /// Call-site labels of one shape, each with its line numbers.
 type Sites<'a> = Vec<(Vec<u64>, &'a str)>;
 
-/// The labels of `a` that `b` lacks, by shape, each with its line numbers,
-/// in line order.
-fn only_shapes<'a>(a: &BTreeSet<&'a str>, b: &BTreeSet<&'a str>) -> BTreeMap<String, Sites<'a>> {
+/// The labels of `a` (those `b` lacks, given `b`), by shape, each with its
+/// line numbers, in line order.
+fn shapes<'a>(a: &BTreeSet<&'a str>, b: Option<&BTreeSet<&'a str>>) -> BTreeMap<String, Sites<'a>> {
     let mut m: BTreeMap<String, Sites<'a>> = BTreeMap::new();
-    for &l in a.iter().filter(|l| !b.contains(*l)) {
+    for &l in a.iter().filter(|l| b.is_none_or(|b| !b.contains(*l))) {
         let (s, nums) = shape(l);
         if !nums.is_empty() {
             m.entry(s).or_default().push((nums, l));
