@@ -189,7 +189,9 @@ fn iterations_peaks_and_call_sites_at_the_resnet_peak() {
 #[test]
 fn compact_map_fits_every_segment_at_a_fixed_scale() {
     let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 100, 30, None, &[Command::Compact]);
-    assert!(s.contains("compact: 1 cell = 16.0M ─ segments back to back by address"), "{s}");
+    // The long form ("compact: 1 cell = … ─ segments back to back by
+    // address ─ selected …") does not fit the pane's 60 columns.
+    assert!(s.contains("│1 cell = 16.0M ─ by address ─ sel 0x7fc57c000000 118M       │"), "{s}");
     assert!(!s.contains("not shown"), "{s}");
     // The segments at the OOM, counted independently of the renderer.
     let t = trace::load(&fixture("traces/llama_pressure.pickle.gz")).unwrap();
@@ -207,6 +209,16 @@ fn compact_map_fits_every_segment_at_a_fixed_scale() {
         s.lines().skip(7).take(13).map(|l| l.chars().skip(2).take(60).filter(|c| "█▓▒░·".contains(*c)).count()).sum();
     assert_eq!(map_cells as u64, expected, "{s}");
     insta::assert_snapshot!(s);
+}
+
+/// At 80x24 the compact map's footer keeps what matters in shorter words
+/// (the scale, how many segments are hidden, the selection) instead of
+/// cutting the long form mid-word.
+#[test]
+fn compact_map_footer_reads_at_80x24() {
+    let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 80, 24, None, &[Command::Compact]);
+    // The pane's 48 columns hold the scale and the selection, whole.
+    assert!(s.contains("│1 cell = 64.0M ─ 0x7fc57c000000 118M            ││"), "{s}");
 }
 
 /// The demo app drawn through its own `draw_into` at `w`x`h`.

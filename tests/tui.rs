@@ -119,7 +119,7 @@ fn keys_drive_the_replay_and_the_terminal_is_restored() {
     p.wait_gone("call stack of the block");
     p.wait_for("202 segments ─ by size");
     p.keys(&["c"]);
-    p.wait_for("compact: 1 cell = ");
+    p.wait_for("1 cell = ");
     p.keys(&["c"]);
     // A screenshot of the fragmentation map, written where the program runs.
     p.keys(&["s"]);

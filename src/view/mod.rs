@@ -1011,17 +1011,30 @@ fn render_compact(view: &View, theme: Theme, segs: &[&SegmentInfo], area: Rect, 
         shown += 1;
     }
     let hidden = segs.len() - shown;
-    let mut footer = format!(
-        "compact: 1 cell = {} ─ segments back to back by {}",
-        short_bytes(per_cell),
-        if view.sel.order == SegmentOrder::Size { "size" } else { "address" }
-    );
-    if hidden > 0 {
-        footer.push_str(&format!(" ─ {hidden} not shown"));
-    }
-    if let Some(sel) = segs.get(view.sel.selected) {
-        footer.push_str(&format!(" ─ selected {:#x} {}", sel.address, short_bytes(sel.total_size)));
-    }
+    let order = if view.sel.order == SegmentOrder::Size { "size" } else { "address" };
+    let cell = short_bytes(per_cell);
+    let sel = segs.get(view.sel.selected).map(|g| (format!("{:#x}", g.address), short_bytes(g.total_size)));
+    // The longest form that fits: the scale first, then what is hidden,
+    // then the selection, then the order.
+    let forms = [
+        [
+            format!("compact: 1 cell = {cell} ─ segments back to back by {order}"),
+            format!(" ─ {hidden} not shown"),
+            sel.as_ref().map(|(a, b)| format!(" ─ selected {a} {b}")).unwrap_or_default(),
+        ],
+        [
+            format!("1 cell = {cell} ─ by {order}"),
+            format!(" ─ {hidden} not shown"),
+            sel.as_ref().map(|(a, b)| format!(" ─ sel {a} {b}")).unwrap_or_default(),
+        ],
+        [
+            format!("1 cell = {cell}"),
+            format!(" ─ {hidden} hidden"),
+            sel.as_ref().map(|(a, b)| format!(" ─ {a} {b}")).unwrap_or_default(),
+        ],
+    ];
+    let join = |f: &[String; 3]| format!("{}{}{}", f[0], if hidden > 0 { f[1].as_str() } else { "" }, f[2]);
+    let footer = forms.iter().map(join).find(|t| t.chars().count() <= width).unwrap_or_else(|| forms[2][0].clone());
     buf.set_stringn(area.x, area.y + area.height - 1, footer, width, theme.fg(Color::DarkGray));
 }
 
