@@ -76,7 +76,7 @@ fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {
 /// the module it asks which history settings cannot crash the training
 /// (docs/live.md, "Memory history and PyTorch 2.11").
 const SITECUSTOMIZE: &str = include_str!("../../assets/python/record/sitecustomize.py");
-const PUBLISHER: &str = include_str!("../../assets/python/gpumem_top_publish.py");
+const PUBLISHER: &str = include_str!("../../python/gpumem_top/_publish.py");
 
 /// History entries the hook keeps at most: three steps of the models we
 /// recorded take 5,000–40,000; a run past this wraps, and `fit` refuses a

@@ -83,7 +83,7 @@ impl crate::monitor::GpuQuery for NoGpus {
 
 /// The hook Python loads first, and the publisher it starts.
 const SITECUSTOMIZE: &str = include_str!("../../assets/python/run/sitecustomize.py");
-const PUBLISHER: &str = include_str!("../../assets/python/gpumem_top_publish.py");
+const PUBLISHER: &str = include_str!("../../python/gpumem_top/_publish.py");
 
 /// The hook's directory: fresh (a random name made now) inside the
 /// publish directory, which is ours and private, so that nobody else can
@@ -350,7 +350,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
 #[derive(Args, Debug, Clone)]
 pub struct SnapshotArgs {
     /// The process to ask: one that publishes its allocator state
-    /// (started with `gpumem-top run`, or calling gpumem_top_publish.start()).
+    /// (started with `gpumem-top run`, or calling gpumem_top.publish()).
     #[arg(value_name = "PID")]
     pub(crate) pid: u32,
     /// Where to write it (default: gpumem-top-snapshot-PID-TIME.pickle here);
@@ -430,7 +430,7 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     }
     let Some(p) = scan.published.iter().find(|p| p.pid == args.pid) else {
         return Err(anyhow!(InputError(format!(
-            "pid {} does not publish its allocator state in {} (start it with `gpumem-top run -- CMD`, or call gpumem_top_publish.start() in it)",
+            "pid {} does not publish its allocator state in {} (start it with `gpumem-top run -- CMD`, or call gpumem_top.publish() in it)",
             args.pid,
             dir.display()
         ))));
@@ -573,7 +573,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let pid = args.pid;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map_err(|e| anyhow!(InputError(format!("pid {pid}: {e} (no such process, or not ours)"))))?;
-    let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top_publish.start() in it";
+    let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top.publish() in it";
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     match process_uid(pid) {

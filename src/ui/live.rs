@@ -388,8 +388,8 @@ impl LiveApp {
                 msg.push(Line::from(
                     " Start training under gpumem-top (no code change):  gpumem-top run -- python3 train.py",
                 ));
-                msg.push(Line::from(" or in the script (assets/python/gpumem_top_publish.py on PYTHONPATH):"));
-                msg.push(Line::from("     import gpumem_top_publish; gpumem_top_publish.start()"));
+                msg.push(Line::from(" or in the script (pip install gpumem-top, or a clone's pip install .):"));
+                msg.push(Line::from("     import gpumem_top; gpumem_top.publish()"));
             }
         }
         let [body, foot] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);

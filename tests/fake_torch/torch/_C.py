@@ -43,3 +43,20 @@ def _free(n, device=0):
     s = _d(device)
     s["cur"] -= n
     s["nfree"] += 1
+
+
+_oom_observers = []
+
+
+def _cuda_attach_out_of_memory_observer(f):
+    _oom_observers.append(f)
+
+
+def _oom(n, device=0):
+    """A request the caching allocator cannot meet: as PyTorch, the
+    out-of-memory observers are called, then the error is raised."""
+    import torch
+
+    for f in list(_oom_observers):
+        f(device, n, _d(device)["res"], 0)
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes." % n)

@@ -8,6 +8,10 @@ from . import cuda
 from . import optim
 
 
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
 class _Device:
     def __init__(self, index):
         self.index = index
