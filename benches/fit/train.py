@@ -14,6 +14,8 @@ model on the GPU (no download: random weights), as users' scripts run.
     --model resnet18   torchvision ResNet-18, 224x224, fp32, SGD momentum
     --model swin_t     torchvision Swin-T (windowed attention), 224x224, bf16 autocast, AdamW
     --model convnext_t torchvision ConvNeXt-Tiny (depthwise 7x7), 224x224, bf16 autocast, AdamW
+    --model mobilenet  torchvision MobileNetV3-Large, 224x224, bf16 autocast, SGD momentum
+    --model densenet   torchvision DenseNet-121, 224x224, fp32, AdamW
 """
 
 import argparse
@@ -62,17 +64,18 @@ if a.model == "resnet50":
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-elif a.model in ("efficientnet", "vit", "resnet18", "swin_t", "convnext_t"):
+elif a.model in ("efficientnet", "vit", "resnet18", "swin_t", "convnext_t", "mobilenet", "densenet"):
     import torchvision
 
     ctor = {"efficientnet": torchvision.models.efficientnet_b0, "vit": torchvision.models.vit_b_16,
             "resnet18": torchvision.models.resnet18, "swin_t": torchvision.models.swin_t,
-            "convnext_t": torchvision.models.convnext_tiny}[a.model]
+            "convnext_t": torchvision.models.convnext_tiny, "mobilenet": torchvision.models.mobilenet_v3_large,
+            "densenet": torchvision.models.densenet121}[a.model]
     model = ctor().to(dev)
-    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.model == "resnet18"
+    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.model in ("resnet18", "mobilenet")
            else torch.optim.AdamW(model.parameters(), lr=1e-4))
     dtype = {"efficientnet": torch.float16, "vit": torch.bfloat16, "swin_t": torch.bfloat16,
-             "convnext_t": torch.bfloat16}.get(a.model)
+             "convnext_t": torch.bfloat16, "mobilenet": torch.bfloat16}.get(a.model)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(a.steps):

@@ -418,6 +418,10 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         /// the predicted peaks.
         categories: Vec<CategoryOut<'a>>,
         categories_note: Option<String>,
+        /// How far the farthest batch is beyond the samples, what real runs
+        /// measured at that reach, and the third sample that settles it;
+        /// null within 4 times the largest sample.
+        reach: Option<crate::fit::Reach>,
     }
     #[derive(serde::Serialize)]
     struct CategoryOut<'a> {
@@ -453,9 +457,33 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
                 .collect(),
         },
         categories_note: note,
+        reach: crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces),
     };
     serde_json::to_writer(&mut *so, &out)?;
     writeln!(so)?;
+    Ok(())
+}
+
+/// Below the predictions: what the spread of the draws is, and how far the
+/// farthest batch reaches beyond the samples.
+fn write_table_notes(
+    so: &mut impl Write,
+    ranged: bool,
+    reach: Option<&crate::fit::Reach>,
+    samples: &[u64],
+) -> Result<()> {
+    if ranged {
+        // What the range is, and is not (docs/fit.md "Workspaces").
+        writeln!(
+            so,
+            "spread of the draws: the lowest and highest peak reserved of the {} replays, each with the workspaces' sizes drawn within ±{}% of their fit; how far the workspaces alone move the peak, not a bound on the real one (docs/fit.md \"Measured\" gives the real runs' errors)",
+            crate::fit::WORKSPACE_RUNS,
+            crate::fit::WORKSPACE_SPREAD * 100.0
+        )?;
+    }
+    if let Some(r) = reach {
+        writeln!(so, "{}", r.describe(samples))?;
+    }
     Ok(())
 }
 
@@ -472,6 +500,7 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
         predictions,
         category_fits,
         by_config,
+        max_batch,
         base,
         recommended,
         ..
@@ -549,15 +578,8 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
             }
         )?;
     }
-    if ranged {
-        // What the range is, and is not (#37 item 6, docs/fit.md "Workspaces").
-        writeln!(
-            so,
-            "spread of the draws: the lowest and highest peak reserved of the {} replays, each with the workspaces' sizes drawn within ±{}% of their fit; how far the workspaces alone move the peak, not a bound on the real one (docs/fit.md \"Measured\" gives the real runs' errors)",
-            crate::fit::WORKSPACE_RUNS,
-            crate::fit::WORKSPACE_SPREAD * 100.0
-        )?;
-    }
+    let reach = crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces);
+    write_table_notes(so, ranged, reach.as_ref(), &fitted.samples)?;
     if let (false, Some(why)) = (category_fits.is_empty(), categories_disagree(category_fits, predictions)) {
         writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/fit.md, \"Categories\")")?;
     } else if !category_fits.is_empty() {
