@@ -2,14 +2,15 @@
 `gpumem-top run` (docs/live.md, "The Python package"), on the GPU:
 
     PYTHONPATH=python python3 benches/package/hf_trainer.py --out steps.json
-        [--steps 40] [--oom-at K] [--callback default|stacks|nohistory|none]
+        [--steps 40] [--oom-at K] [--callback history|history_nostacks|publish|none]
 
 GPT-2 (124M, random weights, no download), batch 8 x 512, AdamW, the
 Trainer's own loop. A second callback reads max_memory_allocated() and
 max_memory_reserved() at each step's end (never resetting: with step peaks
 the publisher keeps Python's view of them as if it did not, so these are the
-running maxima) and the step's wall time (--callback: the callback as it
-comes, with Python stacks in the history, without history, or none); written to --out as
+running maxima) and the step's wall time (--callback: with memory history
+of 100,000 entries and Python stacks, the same without stacks, as the
+callback comes (publishing alone), or none); written to --out as
 {"pid", "rows": [{"step", "max_allocated", "max_reserved", "seconds"}]}
 for benches/live/compare_steps.py --running-max. --oom-at K asks for 1 TiB
 at step K's start: the callback's OOM snapshot must then replay exactly.
@@ -28,7 +29,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--steps", type=int, default=40)
 ap.add_argument("--oom-at", type=int, default=-1)
-ap.add_argument("--callback", default="default", choices=["default", "stacks", "nohistory", "none"])
+ap.add_argument("--callback", default="history", choices=["history", "history_nostacks", "publish", "none"])
 a = ap.parse_args()
 
 torch.manual_seed(0)
@@ -67,8 +68,8 @@ callbacks = [Reader()]
 if a.callback != "none":
     from gpumem_top.integrations.huggingface import GpumemTopCallback
 
-    callbacks.insert(0, GpumemTopCallback(history=0 if a.callback == "nohistory" else 100_000,
-                                          history_stacks=a.callback == "stacks",
+    callbacks.insert(0, GpumemTopCallback(history=0 if a.callback == "publish" else 100_000,
+                                          history_stacks=a.callback == "history",
                                           oom_snapshot=os.path.join(os.path.dirname(os.path.abspath(a.out)),
                                                                     "oom-{pid}-{n}.pickle")))
 model = GPT2LMHeadModel(GPT2Config())

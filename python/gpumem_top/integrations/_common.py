@@ -5,8 +5,9 @@ import gpumem_top
 
 class Publishing:
     """Publishes once (``gpumem_top.publish``) with each step's true peaks
-    and the memory history a snapshot needs to replay the run; writes a
-    snapshot at every CUDA out-of-memory error and, if asked, at the end."""
+    (and, when asked, the memory history a snapshot needs to replay the
+    run); writes a snapshot at every CUDA out-of-memory error and, if asked,
+    at the end."""
 
     def __init__(self, interval, step_peaks, history, history_stacks, oom_snapshot, snapshot_at_end):
         self.interval = interval

@@ -4,11 +4,13 @@
     trainer = lightning.Trainer(..., callbacks=[GpumemTopCallback()])
 
 It publishes from ``setup`` (``gpumem-top`` shows the process live, each
-optimizer step's true peaks), records PyTorch's memory history without call stacks (``history``
-entries; 0: none; ``history_stacks=True`` adds Python stacks, at
-PyTorch's cost: +1.6% of a GPT-2 step on the H200), writes a snapshot at every CUDA out-of-memory error
-(``oom_snapshot``, ``{pid}`` and ``{n}`` filled in) and, with
-``snapshot_at_end``, one when training ends. Works with ``lightning`` or
+optimizer step's true peaks) and writes a snapshot at every CUDA
+out-of-memory error (``oom_snapshot``, ``{pid}`` and ``{n}`` filled in) and,
+with ``snapshot_at_end``, one when training ends: the allocator's state at
+the OOM. ``history=100_000`` has PyTorch record its memory history too, so
+the snapshot replays the run up to the failed request, at about 2% of a
+step (benches/package; ``history_stacks=False``: without call stacks).
+Works with ``lightning`` or
 ``pytorch_lightning``; importable without either, creating the callback
 then raises ImportError.
 """
@@ -36,8 +38,8 @@ class GpumemTopCallback(_Base):
         self,
         interval=0.5,
         step_peaks=True,
-        history=100_000,
-        history_stacks=False,
+        history=0,
+        history_stacks=True,
         oom_snapshot="gpumem-top-oom-{pid}-{n}.pickle",
         snapshot_at_end=None,
     ):
