@@ -23,10 +23,14 @@ struct Real {
 
 /// The calibration tables: the first (16 runs) and a second recorded
 /// 2026-12-01 with configurations the first lacks (other batches, HF
-/// checkpointing, gradient accumulation, a smaller Llama, large MLP batches).
+/// checkpointing, gradient accumulation, a smaller Llama, large MLP batches);
+/// the fourth (2026-12-02): GPT-2 under `torch.optim.Adam` with
+/// accumulation at short sequences, and the same loop with the loss taken
+/// from the model's `labels` and with Adam's L2 weight decay, which synth
+/// does not model apart and which came out the same to the byte in reserved.
 fn table() -> Vec<Real> {
     let mut out = Vec::new();
-    for file in ["h200.jsonl", "h200-set2.jsonl", "h200-set3.jsonl"] {
+    for file in ["h200.jsonl", "h200-set2.jsonl", "h200-set3.jsonl", "h200-set4.jsonl"] {
         let path = format!("{}/tests/fixtures/calibration/{file}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).expect("calibration table");
         for line in text.lines() {
@@ -83,7 +87,7 @@ fn table() -> Vec<Real> {
 fn every_recorded_configuration_is_within_five_percent_allocated_and_reserved() {
     let (mut worst_a, mut worst_r) = (0.0f64, 0.0f64);
     let rows = table();
-    assert_eq!(rows.len(), 41);
+    assert_eq!(rows.len(), 51);
     for r in rows {
         let (a, res, _) = run(r.spec.clone());
         let ea = a as f64 / r.peak_allocated as f64 - 1.0;

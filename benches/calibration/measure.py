@@ -7,7 +7,9 @@ recorded (zero_grad(set_to_none) after step, foreach optimizers), and prints
 one JSON line with torch.cuda.memory_stats()'s peaks. With SNAP=1 it also
 dumps the memory snapshot to OUTDIR/NAME.pickle.
 
-EXTRA adds what `synth` flags add: `accum` K (K micro-batches per optimizer
+EXTRA adds what `synth` flags add (and two loops it does not model:
+`hf_loss`, the loss computed by the model from `labels`; `weight_decay`,
+Adam's L2 decay): `accum` K (K micro-batches per optimizer
 step, each `loss / K` then backward, the loop's `out`/`loss` rebound by the
 next micro-batch), `ckpt` (Hugging Face's `gradient_checkpointing_enable()`:
 every layer checkpointed), and a Llama shape (`synth --layers --hidden
@@ -71,6 +73,19 @@ CONFIGS = {
     "gpt2_b4_s512_adam_accum3": ("gpt2", 4, 512, False, "adam"),
     "gpt2_b2_s1024_adam_accum3": ("gpt2", 2, 1024, False, "adam"),
     "gpt2_b8_s512_adamw_accum3": ("gpt2", 8, 512, False, "adamw"),
+    # Adam (not AdamW) under accumulation at short sequences (2026-12-02).
+    "gpt2_b16_s128_adam_accum3": ("gpt2", 16, 128, False, "adam"),
+    "gpt2_b32_s128_adam_accum3": ("gpt2", 32, 128, False, "adam"),
+    "gpt2_b8_s256_adam_accum3": ("gpt2", 8, 256, False, "adam"),
+    "gpt2_b16_s128_adam_accum2": ("gpt2", 16, 128, False, "adam"),
+    "gpt2_b16_s128_adam": ("gpt2", 16, 128, False, "adam"),
+    "gpt2_b16_s128_adamw_accum3": ("gpt2", 16, 128, False, "adamw"),
+    "gpt2_b64_s64_adam_accum4": ("gpt2", 64, 64, False, "adam"),
+    # The same under other loops: the loss computed by the model from
+    # `labels` (Hugging Face's way), and Adam with L2 weight decay.
+    "gpt2_b16_s128_adam_accum3_hfloss": ("gpt2", 16, 128, False, "adam"),
+    "gpt2_b16_s128_adam_accum3_wd": ("gpt2", 16, 128, False, "adam"),
+    "gpt2_b16_s128_adamw_accum3_hfloss": ("gpt2", 16, 128, False, "adamw"),
 }
 
 LLAMA_SMALL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=4,
@@ -88,6 +103,15 @@ EXTRA = {
     "gpt2_b4_s512_adam_accum3": {"accum": 3},
     "gpt2_b2_s1024_adam_accum3": {"accum": 3},
     "gpt2_b8_s512_adamw_accum3": {"accum": 3},
+    "gpt2_b16_s128_adam_accum3": {"accum": 3},
+    "gpt2_b32_s128_adam_accum3": {"accum": 3},
+    "gpt2_b8_s256_adam_accum3": {"accum": 3},
+    "gpt2_b16_s128_adam_accum2": {"accum": 2},
+    "gpt2_b16_s128_adamw_accum3": {"accum": 3},
+    "gpt2_b64_s64_adam_accum4": {"accum": 4},
+    "gpt2_b16_s128_adam_accum3_hfloss": {"accum": 3, "hf_loss": True},
+    "gpt2_b16_s128_adam_accum3_wd": {"accum": 3, "weight_decay": 0.01},
+    "gpt2_b16_s128_adamw_accum3_hfloss": {"accum": 3, "hf_loss": True},
 }
 
 
@@ -160,7 +184,7 @@ def child(name):
         if optim == "sgd":
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         elif optim == "adam":
-            opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-4, weight_decay=extra.get("weight_decay", 0))
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         for _ in range(3):
@@ -170,8 +194,12 @@ def child(name):
                 # through backward (`out = model(x); loss = lf(out, y)`),
                 # and until the next micro-batch rebinds it.
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                    out = model(x)
-                    loss = lf(out, y)
+                    if extra.get("hf_loss"):
+                        out = model(input_ids=x, labels=y)
+                        loss = out.loss
+                    else:
+                        out = model(x)
+                        loss = lf(out, y)
                     if accum > 1:
                         loss = loss / accum
                 loss.backward()
