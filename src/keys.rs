@@ -181,7 +181,7 @@ pub(crate) const KEYS: &[Binding] = &[
         Command::ByCategory,
         "what the memory is: map and timeline by category / by block state",
         "w what",
-        &[Mode::Replay, Mode::Snapshot],
+        &[Mode::Replay, Mode::Snapshot, Mode::Synth],
     ),
     b("b", &[C('b')], Command::HistogramBytes, "block sizes: count blocks / sum their bytes", "", ALL),
     b("tab", &[KeyCode::Tab], Command::Focus, "focus map / timeline", "tab focus", ALL),
@@ -323,7 +323,7 @@ mod tests {
         );
         assert_eq!(
             hints_within(Mode::Synth, usize::MAX),
-            " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  tab focus  s screenshot  ? help "
+            " q quit  space pause  +/- speed  ↑/↓ Enter segment  c compact  w what  tab focus  s screenshot  ? help "
         );
         assert_eq!(
             hints_within(Mode::Recording, usize::MAX),

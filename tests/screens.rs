@@ -829,3 +829,33 @@ fn at_80x24_the_block_list_keeps_each_blocks_state() {
     let s = screen_with("llama_pressure", Some(9_006_592_819), Some(first_oom), 160, 40, Some(0), &[]);
     assert!(s.contains("allocated    activ   modeling_llama.py:381 forward") && s.contains(" req "), "{s}");
 }
+
+/// `w` in the demo (and synth): the map by category while the run runs,
+/// from the synthetic model's own knowledge of each request, with the key;
+/// its letters' bytes are the header's, which the bars always showed.
+#[test]
+fn w_in_the_demo_shows_the_map_by_category() {
+    use crossterm::event::{KeyCode, KeyEvent};
+    let mut app = gpumem_top::ui::app::DemoApp::demo(42, "demo".into(), false);
+    app.advance(3000);
+    let before = draw_demo(&mut app, 160, 40);
+    app.handle_key(KeyEvent::from(KeyCode::Char('w')));
+    let s = draw_demo(&mut app, 160, 40);
+    assert!(s.contains("P params G grads O optim A activ I input T temp"), "{s}");
+    assert!(!s.contains("not in this screen") && !s.contains("not here"), "{s}");
+    // The map's rows: by state before (█), in category letters after.
+    let map_rows = |s: &str| -> String {
+        s.lines().filter(|l| l.contains("│0x")).map(|l| l.chars().skip(24).take(60).collect::<String>()).collect()
+    };
+    let (was, now) = (map_rows(&before), map_rows(&s));
+    assert!(was.contains('█') && !was.contains('P'), "{before}");
+    for c in ['P', 'O', 'A'] {
+        assert!(now.contains(c), "{c} in the map: {s}");
+    }
+    // The parameters' segment comes first by address: weights alone.
+    let first = s.lines().find(|l| l.contains("│0x")).unwrap_or_default();
+    assert!(first.contains("PPPPPPPPPP"), "{s}");
+    // `w` again: back to block states.
+    app.handle_key(KeyEvent::from(KeyCode::Char('w')));
+    assert_eq!(map_rows(&draw_demo(&mut app, 160, 40)), was);
+}

@@ -339,7 +339,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
             Some(m) => {
                 s.rect(x0, y, seg.total_size as f64 * scale, row - 1.0, FREE_BY_CATEGORY, "none");
                 for b in seg.blocks.iter().filter(|b| b.state != crate::alloc::BlockState::Inactive) {
-                    let fill = category_fill(m.cats.of_block(b.address, m.at));
+                    let fill = category_fill(m.of_block(b.address));
                     s.rect(
                         x0 + (b.address - seg.address) as f64 * scale,
                         y,
@@ -378,14 +378,14 @@ fn fragmap(scene: &Scene, width: f64) -> String {
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
     let y = match scene.marks.meaning.filter(|_| scene.by_category) {
         Some(m) => {
-            let b = m.cats.bytes_after(m.at);
+            let b = m.bytes();
             let y = s.category_legend(y + 62.0, Some(&b));
             s.text(
                 24.0,
                 y + 6.0,
                 12.0,
                 "start",
-                &format!("categories {}", m.cats.evidence.describe()),
+                &format!("categories {}", m.evidence().describe()),
                 r##" fill="#4a5568""##,
             );
             y + 18.0
@@ -515,7 +515,7 @@ fn bars(scene: &Scene, width: f64) -> String {
         ("reserved", scene.totals.reserved, scene.totals.reserved_peak),
     ];
     let mut y = top + 20.0;
-    let split = scene.marks.meaning.map(|m| m.cats.bytes_after(m.at));
+    let split = scene.marks.meaning.map(|m| m.bytes());
     for (i, (name, now, peak)) in rows.iter().enumerate() {
         s.text(x0 - 12.0, y + 22.0, 15.0, "end", name, "");
         match (&split, i) {

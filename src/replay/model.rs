@@ -3,7 +3,7 @@
 //! and keys (`ui`); `export` draws one moment of it; neither owns it.
 
 use crate::alloc::{Action, CachingAllocator, StatePoint};
-use crate::analysis::categories::{start_blocks, Categories};
+use crate::analysis::categories::{start_blocks, Categories, Category, CategoryBytes, Evidence};
 use crate::device::Oracle;
 use crate::timeline::Step;
 use crate::trace::{Annotation, DeviceTrace, Frame};
@@ -25,12 +25,50 @@ pub(crate) struct OomNote<'s> {
     pub(crate) advice: Option<String>,
 }
 
-/// The categories of a replay at the moment shown (docs/categories.md).
+/// What the blocks shown are (docs/categories.md): a replay's categories at
+/// the moment shown, or a synthetic run's, which knows each request's.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Meaning<'m> {
-    pub(crate) cats: &'m crate::analysis::categories::Categories,
-    /// The event whose state is shown; none for a snapshot's own state.
-    pub(crate) at: Option<usize>,
+pub(crate) enum Meaning<'m> {
+    /// `at`: the event whose state is shown; none for a snapshot's own state.
+    Replay { cats: &'m Categories, at: Option<usize> },
+    /// Each live block's category by address, and the bytes of each.
+    Known { blocks: &'m std::collections::HashMap<u64, Category>, now: CategoryBytes },
+}
+
+impl Meaning<'_> {
+    /// What the categories rest on; a synthetic run's are as certain as
+    /// call stacks make a replay's.
+    pub(crate) fn evidence(&self) -> Evidence {
+        match self {
+            Meaning::Replay { cats, .. } => cats.evidence,
+            Meaning::Known { .. } => Evidence::Stacks,
+        }
+    }
+
+    /// The category of the live block at `address`.
+    pub(crate) fn of_block(&self, address: u64) -> Category {
+        match self {
+            Meaning::Replay { cats, at } => cats.of_block(address, *at),
+            Meaning::Known { blocks, .. } => blocks.get(&address).copied().unwrap_or(Category::Unknown),
+        }
+    }
+
+    /// Bytes per category at the moment shown.
+    pub(crate) fn bytes(&self) -> CategoryBytes {
+        match self {
+            Meaning::Replay { cats, at } => cats.bytes_after(*at),
+            Meaning::Known { now, .. } => *now,
+        }
+    }
+
+    /// Bytes per category after event `i`, where the history is kept (a
+    /// running synthetic run keeps none).
+    pub(crate) fn bytes_after(&self, i: usize) -> Option<CategoryBytes> {
+        match self {
+            Meaning::Replay { cats, .. } => Some(cats.bytes_after(Some(i))),
+            Meaning::Known { .. } => None,
+        }
+    }
 }
 
 pub struct ReplayModel<'a> {
@@ -217,7 +255,7 @@ impl<'a> ReplayModel<'a> {
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,
             iterations: &self.iterations,
-            meaning: self.categories.as_ref().map(|cats| Meaning { cats, at: shown }),
+            meaning: self.categories.as_ref().map(|cats| Meaning::Replay { cats, at: shown }),
         }
     }
 

@@ -392,7 +392,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         clock: None,
         first_event: d.dropped,
         unit: "request",
-        meaning: None,
+        meaning: Some(crate::view::parts::Meaning::Known { blocks: &d.block_categories, now: d.categories }),
         known: Some(d.categories),
     }
 }

@@ -303,7 +303,7 @@ fn map_cells(view: &View, theme: Theme, seg: &SegmentInfo, n: usize) -> Vec<(cha
     let cells = segment_cells(seg, n);
     match view.marks.meaning.filter(|_| view.sel.by_category) {
         Some(m) => {
-            let cats = segment_categories(seg, n, |a| m.cats.of_block(a, m.at));
+            let cats = segment_categories(seg, n, |a| m.of_block(a));
             cells
                 .into_iter()
                 .zip(cats)
@@ -516,7 +516,7 @@ fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>,
     // when the request failed is the first where a frame fits besides.
     let advice = o.advice.as_deref().filter(|_| inner.height >= 1);
     let held = meaning
-        .filter(|m| m.cats.evidence != Evidence::None)
+        .filter(|m| m.evidence() != Evidence::None)
         .filter(|_| inner.height as usize >= 2 + usize::from(advice.is_some()));
     let rows = (inner.height as usize).saturating_sub(usize::from(advice.is_some()) + usize::from(held.is_some()));
     let mut lines: Vec<Line> = oom_stack_rows(o.frames, rows)
@@ -531,7 +531,7 @@ fn render_oom(theme: Theme, o: &parts::OomNote, meaning: Option<parts::Meaning>,
         })
         .collect();
     if let Some(m) = held {
-        lines.insert(0, Line::from(held_text(&m.cats.bytes_after(m.at), inner.width as usize)));
+        lines.insert(0, Line::from(held_text(&m.bytes(), inner.width as usize)));
     }
     if let Some(a) = advice {
         lines.resize(inner.height as usize - 1, Line::default());
@@ -641,8 +641,8 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let width = (area.width as usize).saturating_sub(56).max(10);
     let gap = view.totals.reserved.saturating_sub(view.totals.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
-    let split = match view.marks.meaning.filter(|m| m.cats.evidence != Evidence::None) {
-        Some(m) => Some(m.cats.bytes_after(m.at)),
+    let split = match view.marks.meaning.filter(|m| m.evidence() != Evidence::None) {
+        Some(m) => Some(m.bytes()),
         None => view.marks.known,
     };
     let allocated_bar = match split {
@@ -690,7 +690,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let fold = area.height < 5 && view.totals.device_memory.is_none();
     let what = if area.height >= 5 || fold {
         if let Some(m) = view.marks.meaning {
-            Some(category_line(&m.cats.bytes_after(m.at), m.cats.evidence, theme, w))
+            Some(category_line(&m.bytes(), m.evidence(), theme, w))
         } else if let Some(b) = view.marks.known {
             Some(category_line(&b, Evidence::Stacks, theme, w))
         } else {
@@ -875,7 +875,7 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
         render_rows(view, theme, &segs, scaled, inner, buf);
     }
     if let Some(m) = view.marks.meaning.filter(|_| view.sel.by_category) {
-        let legend = category_legend(theme, m.cats.evidence, inner.width as usize);
+        let legend = category_legend(theme, m.evidence(), inner.width as usize);
         put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, legend);
         return;
     }
@@ -1135,7 +1135,7 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
         let style = if i == sel { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
         // What the block is, where the screen knows.
         let what = match view.marks.meaning {
-            Some(m) if b.state != BlockState::Inactive => format!("{:<8}", m.cats.of_block(b.address, m.at).label()),
+            Some(m) if b.state != BlockState::Inactive => format!("{:<8}", m.of_block(b.address).label()),
             Some(_) => " ".repeat(8),
             None => String::new(),
         };
@@ -1428,7 +1428,7 @@ fn timeline_key(view: &View, theme: Theme, room: usize, limit: Option<u64>, top:
     // the scale and the limit, the scale, or nothing.
     let key = match n {
         0 => None,
-        _ if view.sel.by_category && view.marks.meaning.is_some() && scale_w + 36 <= room => Some(Line::from(vec![
+        _ if stacked_meaning(view).is_some() && scale_w + 36 <= room => Some(Line::from(vec![
             Span::raw(format!("{}─", scale)),
             Span::raw(" allocated stacked by category "),
             Span::styled("━ reserved ", theme.fg(Color::Blue)),
@@ -1506,36 +1506,40 @@ fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
     (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts))
 }
 
+/// The categories the timeline stacks, where `w` asks for them and their
+/// history is kept (a running synthetic run keeps none: its map alone).
+fn stacked_meaning<'v>(view: &View<'v>) -> Option<parts::Meaning<'v>> {
+    view.marks.meaning.filter(|m| view.sel.by_category && m.bytes_after(0).is_some())
+}
+
 /// By category: each column's most allocated point, stacked in
 /// `Category::ALL` order (the top line is allocated); none unless asked.
 fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f64)>)> {
     let (n, cols, times) = (c.n, c.cols, c.times);
-    let stacked: Vec<(Color, Vec<(f64, f64)>)> =
-        match view.marks.meaning.filter(|_| view.sel.by_category && times.is_none()) {
-            Some(m) => {
-                let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
-                for c in 0..cols {
-                    let lo = c * n / cols;
-                    let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-                    let top = (lo..hi)
-                        .max_by_key(|&i| (view.marks.timeline[i].allocated, std::cmp::Reverse(i)))
-                        .unwrap_or(lo);
-                    let b = m.cats.bytes_after(Some(top + view.marks.first_event));
-                    let mut sum = 0u64;
-                    for (k, cat) in Category::ALL.into_iter().enumerate() {
-                        sum += b.get(cat);
-                        lines[k].push((c as f64, sum as f64));
-                    }
+    let stacked: Vec<(Color, Vec<(f64, f64)>)> = match stacked_meaning(view).filter(|_| times.is_none()) {
+        Some(m) => {
+            let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
+            for c in 0..cols {
+                let lo = c * n / cols;
+                let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+                let top =
+                    (lo..hi).max_by_key(|&i| (view.marks.timeline[i].allocated, std::cmp::Reverse(i))).unwrap_or(lo);
+                let b = m.bytes_after(top + view.marks.first_event).unwrap_or_default();
+                let mut sum = 0u64;
+                for (k, cat) in Category::ALL.into_iter().enumerate() {
+                    sum += b.get(cat);
+                    lines[k].push((c as f64, sum as f64));
                 }
-                Category::ALL
-                    .into_iter()
-                    .zip(lines)
-                    .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
-                    .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
-                    .collect()
             }
-            None => Vec::new(),
-        };
+            Category::ALL
+                .into_iter()
+                .zip(lines)
+                .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
+                .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
+                .collect()
+        }
+        None => Vec::new(),
+    };
     stacked
 }
 

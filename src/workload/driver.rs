@@ -58,6 +58,9 @@ pub struct Driver<D: Device> {
     on_oom: OnOom,
     /// Each live request: its block, what it is and the bytes it holds.
     live: HashMap<u64, (BlockId, Category, u64)>,
+    /// Each live block's category by its address: what the map shows by
+    /// category (`w`) while the run runs.
+    pub(crate) block_categories: HashMap<u64, Category>,
     /// Allocated bytes per category now, at the allocated peak, and at the
     /// end of the latest iteration (docs/categories.md).
     pub(crate) categories: CategoryBytes,
@@ -114,6 +117,7 @@ impl<D: Device> Driver<D> {
             workload,
             on_oom,
             live: HashMap::new(),
+            block_categories: HashMap::new(),
             categories: CategoryBytes::default(),
             peak_categories: CategoryBytes::default(),
             step_categories: None,
@@ -227,8 +231,9 @@ impl<D: Device> Driver<D> {
             Op::Alloc { key, size, site, cat } => match self.alloc.malloc_tagged(size, 0, site) {
                 Ok(b) => {
                     // The block's bytes, as allocated_bytes counts them.
-                    let held = self.alloc.block(b).map_or(0, |v| v.size);
+                    let (held, at) = self.alloc.block(b).map_or((0, 0), |v| (v.size, v.ptr));
                     self.categories.add(cat, held);
+                    self.block_categories.insert(at, cat);
                     self.live.insert(key, (b, cat, held));
                 }
                 Err(oom) => {
@@ -336,6 +341,9 @@ impl<D: Device> Driver<D> {
     fn free_key(&mut self, key: u64) {
         if let Some((b, cat, held)) = self.live.remove(&key) {
             self.categories.sub(cat, held);
+            if let Ok(v) = self.alloc.block(b) {
+                self.block_categories.remove(&v.ptr);
+            }
             // Handles come from our own map: a refusal is a bug in the plan.
             let r = self.alloc.free(b);
             debug_assert!(r.is_ok(), "{r:?}");
