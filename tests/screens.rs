@@ -859,3 +859,80 @@ fn w_in_the_demo_shows_the_map_by_category() {
     app.handle_key(KeyEvent::from(KeyCode::Char('w')));
     assert_eq!(map_rows(&draw_demo(&mut app, 160, 40)), was);
 }
+
+/// A recording of `n` iterations, each one 2 MiB request (every 1000th
+/// asks 4 MiB), each ended by an optimizer step marker.
+fn long_run(n: u64) -> Vec<u8> {
+    use common::pickler::{entry_at, segment, Pickler};
+    let base = 0x7f00_0000_0000u64;
+    let mut p = Pickler::default();
+    p.dict(|p| {
+        p.kv("segments", |p| {
+            p.list(|p| segment(p, base, 20 << 20, false, &[(20 << 20, "inactive")]));
+        })
+        .kv("device_traces", |p| {
+            p.list(|p| {
+                p.list(|p| {
+                    entry_at(p, 0, "segment_alloc", base, 20 << 20, 0, |_| {});
+                    for i in 0..n {
+                        let (t, size) = (10 * i + 1, if i % 1000 == 500 { 4 << 20 } else { 2 << 20 });
+                        entry_at(p, t, "alloc", base, size, 0, |_| {});
+                        entry_at(p, t + 1, "free_requested", base, size, 0, |_| {});
+                        entry_at(p, t + 2, "free_completed", base, size, 0, |_| {});
+                    }
+                });
+            });
+        })
+        .kv("external_annotations", |p| {
+            p.list(|p| {
+                for i in 0..n {
+                    p.dict(|p| {
+                        p.kv("device", |p| {
+                            p.int(0);
+                        })
+                        .kv("time_us", |p| {
+                            p.int(10 * i + 5);
+                        })
+                        .kv("stage", |p| {
+                            p.str("END");
+                        })
+                        .kv("name", |p| {
+                            p.str("Optimizer.step#SGD.step");
+                        });
+                    });
+                }
+            });
+        });
+    });
+    p.finish()
+}
+
+/// 10,000 iterations on a 200-column timeline: the three highest peaks
+/// labelled, then one label per value not labelled yet (the 2 MiB ones; it
+/// drew a row of identical ones), and iteration ticks at least three cells apart instead of a
+/// comb, while the title still counts all 10,000.
+#[test]
+fn the_timeline_of_ten_thousand_iterations_reads() {
+    let d = common::TmpDir::new("longrun");
+    let path = d.0.join("long.pickle");
+    std::fs::write(&path, long_run(10_000)).unwrap();
+    let (mut app, _) = replay_app(path.to_str().unwrap());
+    app.dispatch(Command::Peak);
+    let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+    term.draw(|f| app.draw(f)).unwrap();
+    let s = term.backend().to_string();
+    let plot: Vec<&str> =
+        s.lines().skip_while(|l| !l.contains("┌ Timeline")).skip(1).take_while(|l| !l.contains('└')).collect();
+    let text = plot.join("\n");
+    // The top three, then only what differs.
+    assert_eq!(text.matches("▲4.0M").count(), 3, "{s}");
+    assert_eq!(text.matches("▲2.0M").count(), 1, "{s}");
+    let ticks = text.matches('╵').count();
+    assert!((10..=66).contains(&ticks), "{ticks} ticks: {s}");
+    assert!(ticks < 9999, "thinned");
+    let row = plot.iter().find(|l| l.contains('╵')).unwrap();
+    let at: Vec<usize> = row.chars().enumerate().filter(|(_, c)| *c == '╵').map(|(i, _)| i).collect();
+    assert!(at.windows(2).all(|w| w[1] - w[0] >= 3), "{row}");
+    // The trace's last marker comes after its last event: 9,999 end in it.
+    assert!(s.contains("╵ 9999 iterations"), "{s}");
+}

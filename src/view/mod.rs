@@ -1552,11 +1552,19 @@ fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> 
         let mut peaks = crate::analysis::iteration_peaks(view.marks.timeline, view.marks.iterations);
         peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut taken: Vec<(usize, usize)> = Vec::new();
+        let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
         for (i, v) in peaks {
             let text = format!("▲{}", short_bytes(v));
+            // Past the top few, a peak the same as one labelled already says
+            // nothing new: a long run of equal iterations gets a few labels,
+            // not a row of them.
+            if labels.len() >= TOP_LABELS && said.contains(&text) {
+                continue;
+            }
             let w = text.chars().count();
             let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
             if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
+                said.insert(text.clone());
                 taken.push((cell, cell + w));
                 labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text));
             }
@@ -1564,6 +1572,15 @@ fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> 
     }
     labels
 }
+
+/// Iteration peaks labelled whatever their value; past them, only values
+/// not labelled yet.
+const TOP_LABELS: usize = 3;
+
+/// The least distance between two iteration ticks drawn, in the canvas's
+/// units (two a cell): four cells, so that the canvas's rounding of where
+/// text lands never leaves fewer than three.
+const TICK_SPACING: f64 = 8.0;
 
 /// What the timeline's plot draws.
 struct Plotted {
@@ -1587,7 +1604,14 @@ impl Plotted {
         let cursor_x = c.col(view.marks.cursor);
         let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| c.col(o)).collect();
         let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| c.col(e)).collect();
-        let iters: Vec<f64> = view.marks.iterations.iter().map(|&e| c.col(e)).collect();
+        // Iteration ends at least three cells apart: denser, they are a comb
+        // (the title counts them all).
+        let mut iters: Vec<f64> = Vec::new();
+        for x in view.marks.iterations.iter().map(|&e| c.col(e)) {
+            if iters.last().is_none_or(|&l| x - l >= TICK_SPACING) {
+                iters.push(x);
+            }
+        }
         let (ymax, limit) = (self.ymax, self.limit);
         let (resv_pts, alloc_pts, stacked, labels) = (&self.reserved, &self.alloc, &self.stacked, &self.labels);
         Canvas::default().marker(Marker::Braille).x_bounds([0.0, cols as f64]).y_bounds([0.0, ymax]).paint(move |ctx| {
