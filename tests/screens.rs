@@ -858,6 +858,12 @@ fn w_in_the_demo_shows_the_map_by_category() {
     // `w` again: back to block states.
     app.handle_key(KeyEvent::from(KeyCode::Char('w')));
     assert_eq!(map_rows(&draw_demo(&mut app, 160, 40)), was);
+    // Paused, the screen replays the latest events, which carry none: `w`
+    // says so.
+    app.handle_key(KeyEvent::from(KeyCode::Char(' ')));
+    app.handle_key(KeyEvent::from(KeyCode::Char('w')));
+    let s = draw_demo(&mut app, 160, 40);
+    assert!(s.contains("w: the map shows categories while the run runs (space)"), "{s}");
 }
 
 /// A recording of `n` iterations, each one 2 MiB request (every 1000th

@@ -560,6 +560,12 @@ impl<D: Device> Interactive for SynthApp<D> {
     fn apply(&mut self, a: Command) {
         if self.screen.apply(a) {
             self.screen.sel = self.screen.sel.clamped(&self.driver.alloc.snapshot());
+            // Paused, the screen replays the latest events, which carry no
+            // categories: say so rather than change nothing.
+            if a == Command::ByCategory && self.history.is_some() && self.screen.sel.by_category {
+                self.status =
+                    " w: the map shows categories while the run runs (space); the paused events carry none".into();
+            }
             return;
         }
         match a {
