@@ -5,7 +5,6 @@
 
 use serde::Serialize;
 
-use super::model::LiveModel;
 use super::{Published, Snapshot};
 
 /// One rank as the job screen shows it.
@@ -38,7 +37,7 @@ pub struct RankRow {
 }
 
 impl RankRow {
-    fn of(p: &Published, nvml_used: Option<u64>, gone: bool) -> Option<RankRow> {
+    pub(crate) fn of(p: &Published, nvml_used: Option<u64>, gone: bool) -> Option<RankRow> {
         let j = p.job.as_ref()?;
         Some(RankRow {
             rank: j.rank,
@@ -171,16 +170,9 @@ pub(crate) fn jobs_in(s: &Snapshot) -> Vec<Job> {
     group(rows)
 }
 
-/// The jobs among the model's histories: every rank seen, a gone one with
-/// its last state.
-pub fn jobs(m: &LiveModel) -> Vec<Job> {
-    let rows = m
-        .procs
-        .values()
-        .filter_map(|h| {
-            let j = h.last.job.as_ref()?;
-            Some((j.job.clone(), j.world_size, RankRow::of(&h.last, h.nvml_used, h.gone)?))
-        })
-        .collect();
-    group(rows)
+/// The jobs of rows (job, world size, rank row), each rank seen once:
+/// what `jobs_in` reads from one snapshot and `LiveModel::jobs` from the
+/// model's histories.
+pub(crate) fn jobs_of(rows: impl IntoIterator<Item = (String, u32, Option<RankRow>)>) -> Vec<Job> {
+    group(rows.into_iter().filter_map(|(j, w, r)| Some((j, w, r?))).collect())
 }

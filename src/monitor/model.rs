@@ -115,6 +115,16 @@ impl Default for LiveModel {
 }
 
 impl LiveModel {
+    /// The jobs among the model's histories: every rank seen, a gone one
+    /// with its last state (docs/ranks.md). Here, not in `job`, so that
+    /// `job` (which `alerts` reads) does not import the model that runs
+    /// the alerts.
+    pub fn jobs(&self) -> Vec<super::job::Job> {
+        super::job::jobs_of(self.procs.values().filter_map(|h| {
+            let j = h.last.job.as_ref()?;
+            Some((j.job.clone(), j.world_size, super::job::RankRow::of(&h.last, h.nvml_used, h.gone)))
+        }))
+    }
     pub fn new(thresholds: Thresholds) -> Self {
         LiveModel {
             latest: None,

@@ -201,7 +201,7 @@ impl RecordingReport {
                     serde_json::json!({"sample": i, "kind": a.kind, "gpu": a.gpu, "pid": a.pid, "message": a.message})
                 })
                 .collect(),
-            jobs: super::job::jobs(model),
+            jobs: model.jobs(),
         }
     }
 }

@@ -412,7 +412,7 @@ impl LiveApp {
 
     /// The job of the selected process, else the first job seen.
     fn job_of_selected(&self) -> Option<crate::monitor::job::Job> {
-        let jobs = crate::monitor::job::jobs(&self.model);
+        let jobs = self.model.jobs();
         let want = self.selected().and_then(|h| h.last.job.as_ref()).map(|j| j.job.clone());
         let at = want.and_then(|w| jobs.iter().position(|j| j.job == w)).unwrap_or(0);
         jobs.into_iter().nth(at)
