@@ -9,7 +9,8 @@ use crate::alloc::{CachingAllocator, SegmentInfo};
 use crate::analysis::fragmentation;
 use crate::device::Device;
 use crate::replay::model::ReplayModel;
-use crate::view::parts::{Marks, ReplayScreen, Selection, Totals};
+use crate::view::parts::{Marks, Selection, Totals};
+use crate::view::screen::ReplayScreen;
 use crate::view::{Focus, Panel};
 use ratatui_core::widgets::Widget;
 

@@ -7,6 +7,9 @@
 pub(crate) mod diff;
 pub(crate) mod job;
 pub mod parts;
+pub(crate) mod screen;
+
+pub(crate) use parts::{ordered_indices, Focus, Panel, SegmentOrder};
 pub(crate) mod ranks;
 
 use ratatui_core::buffer::Buffer;
@@ -45,20 +48,6 @@ pub(crate) fn too_small(area: Rect, buf: &mut Buffer) -> bool {
     );
     Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
     true
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum SegmentOrder {
-    #[default]
-    Address,
-    Size,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Focus {
-    #[default]
-    Map,
-    Timeline,
 }
 
 /// Everything one frame shows: the parts a screen is drawn from, as the
@@ -361,16 +350,6 @@ pub fn segment_cells(seg: &SegmentInfo, width: usize) -> Vec<Cell> {
         lo = next;
     }
     out
-}
-
-/// One panel of the screen, as `export --format txt --view` writes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Panel {
-    /// The header with the allocated / reserved / device bars.
-    Bars,
-    /// The fragmentation map with the block-size histogram.
-    Map,
-    Timeline,
 }
 
 /// `panel` alone in `area`; the map and the timeline under a line saying
@@ -1061,19 +1040,6 @@ fn peak_text(now: u64, peak: u64, known: bool) -> String {
 /// The segments in the view's order.
 pub(crate) fn ordered<'v>(view: &View<'v>) -> Vec<&'v SegmentInfo> {
     ordered_indices(view.segments, view.sel.order).into_iter().map(|i| &view.segments[i]).collect()
-}
-
-/// Indices into `segments` in `order` (size order: largest first, then by
-/// address).
-pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..segments.len()).collect();
-    if order == SegmentOrder::Size {
-        idx.sort_by(|&a, &b| {
-            let (a, b) = (&segments[a], &segments[b]);
-            b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address))
-        });
-    }
-    idx
 }
 
 fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &mut Buffer) {

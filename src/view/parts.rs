@@ -4,14 +4,8 @@
 //! reads them.
 
 pub(crate) use crate::replay::model::{Meaning, OomNote};
-use ratatui_core::buffer::Buffer;
-use ratatui_core::layout::Rect;
-use ratatui_core::widgets::Widget;
 
-use super::{Focus, SegmentOrder, View};
-use crate::alloc::{CachingAllocator, Kind, SegmentInfo, StatePoint};
-use crate::analysis::{fragmentation, size_histogram, Fragmentation};
-use crate::device::Device;
+use crate::alloc::{Kind, SegmentInfo, StatePoint};
 use crate::trace::Frame;
 
 /// What the keys shared by every screen select. Drawing reads a clamped
@@ -38,7 +32,7 @@ pub(crate) struct Selection {
     /// each stretched to the width; `rows_to_scale` picks the default).
     pub(crate) flip_scale: bool,
     /// One panel only (a text export of one view); None: the whole screen.
-    pub(crate) panel: Option<super::Panel>,
+    pub(crate) panel: Option<Panel>,
     /// The map and the timeline by category (what the memory is) instead
     /// of by block state.
     pub(crate) by_category: bool,
@@ -49,7 +43,7 @@ impl Selection {
     pub(crate) fn clamped(mut self, segs: &[SegmentInfo]) -> Selection {
         self.scroll = self.scroll.min(segs.len().saturating_sub(1));
         self.selected = self.selected.min(segs.len().saturating_sub(1));
-        let in_order = super::ordered_indices(segs, self.order);
+        let in_order = ordered_indices(segs, self.order);
         let blocks = in_order.get(self.selected).map_or(0, |&i| segs[i].blocks.len());
         self.block = self.block.min(blocks.saturating_sub(1));
         self
@@ -185,101 +179,39 @@ pub(crate) struct Chrome<'s> {
     pub(crate) oom: Option<OomNote<'s>>,
 }
 
-impl<'a> View<'a> {
-    /// The screen of an allocator's parts (ours, or what a PyTorch process
-    /// published), the selection clamped to `segments`.
-    pub(crate) fn new(
-        chrome: Chrome<'a>,
-        totals: Totals,
-        segments: &'a [SegmentInfo],
-        fragmentation: Fragmentation,
-        marks: Marks<'a>,
-        sel: Selection,
-    ) -> Self {
-        // A replay with no events is a snapshot without a trace: no peaks.
-        let peaks_known = !(marks.timeline.is_empty() && chrome.source.starts_with("replay "));
-        View {
-            chrome,
-            totals,
-            peaks_known,
-            segments,
-            fragmentation,
-            histogram: size_histogram(segments),
-            marks,
-            sel: sel.clamped(segments),
-        }
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum SegmentOrder {
+    #[default]
+    Address,
+    Size,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Focus {
+    #[default]
+    Map,
+    Timeline,
+}
+
+/// One panel of the screen, as `export --format txt --view` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Panel {
+    /// The header with the allocated / reserved / device bars.
+    Bars,
+    /// The fragmentation map with the block-size histogram.
+    Map,
+    Timeline,
+}
+
+/// Indices into `segments` in `order` (size order: largest first, then by
+/// address).
+pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..segments.len()).collect();
+    if order == SegmentOrder::Size {
+        idx.sort_by(|&a, &b| {
+            let (a, b) = (&segments[a], &segments[b]);
+            b.total_size.cmp(&a.total_size).then(a.address.cmp(&b.address))
+        });
     }
-}
-
-/// The screen of one of our allocators' state: a running workload's, or a
-/// replay's at its cursor.
-pub(crate) struct StateScreen<'a, D: Device> {
-    pub(crate) alloc: &'a CachingAllocator<D>,
-    /// A replay of a trace, whose device is assumed: its bars are to the
-    /// trace's own peak reserved (over all of it, not up to the cursor;
-    /// "peak") or a state-only snapshot's reserved ("snapshot"), and say
-    /// so; none: the device the run is on.
-    pub(crate) recorded_scale: Option<(u64, &'static str)>,
-    pub(crate) chrome: Chrome<'a>,
-    pub(crate) marks: Marks<'a>,
-    pub(crate) sel: Selection,
-}
-
-impl<D: Device> Widget for StateScreen<'_, D> {
-    fn render(self, area: Rect, buf: &mut Buffer) {
-        let a = self.alloc;
-        let segs = a.snapshot();
-        let stats = a.stats();
-        // Bars to the scale of what can run out: the limit the run had; else a
-        // replay's own peak (the device it ran on is not in the trace: an
-        // assumed 140 GiB made a 541 MiB trace's bars empty, #37 item 2), a
-        // running workload's device.
-        let capacity = match a.memory_limit() {
-            Some(l) => (l, "limit"),
-            None => match self.recorded_scale {
-                Some(p) => p,
-                None => (a.device().total_memory(), "device"),
-            },
-        };
-        let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
-        let frag = fragmentation(stats, &segs);
-        View::new(self.chrome, totals, &segs, frag, self.marks, self.sel).render(area, buf);
-    }
-}
-
-/// The replay screen of `model` where it stands (`ReplayModel::go`).
-pub(crate) struct ReplayScreen<'m, 'a> {
-    pub(crate) model: &'m crate::replay::model::ReplayModel<'a>,
-    pub(crate) sel: Selection,
-    pub(crate) color: bool,
-    pub(crate) status: String,
-    /// The keys' mode (none in exports).
-    pub(crate) mode: Option<crate::keys::Mode>,
-}
-
-impl Widget for ReplayScreen<'_, '_> {
-    fn render(self, area: Rect, buf: &mut Buffer) {
-        let model = self.model;
-        // The event whose state is drawn, so that the header, the bars and the
-        // timeline's footer all speak of one moment.
-        let cursor = model.cursor();
-        let (device, source) =
-            model.label.clone().unwrap_or_else(|| ("recorded device".into(), format!("replay {}", model.name)));
-        let chrome = Chrome {
-            stacks: model.stacks,
-            device,
-            source,
-            position: model.position(cursor),
-            banner: None,
-            color: self.color,
-            status: self.status,
-            mode: self.mode,
-            oom: model.oom_at(cursor),
-        };
-        // A state-only snapshot has no peak: its bars are to its reserved.
-        let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
-        let at = model.now();
-        let marks = Marks::of(&at, cursor, model.peak_at);
-        StateScreen { alloc: at.state, recorded_scale: Some(scale), chrome, marks, sel: self.sel }.render(area, buf);
-    }
+    idx
 }
