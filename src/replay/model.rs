@@ -61,8 +61,13 @@ impl Meaning<'_> {
         }
     }
 
-    /// Bytes per category after event `i`, where the history is kept (a
-    /// running synthetic run keeps none).
+    /// Whether the bytes per category are known at every event shown (a
+    /// running synthetic run knows them now only).
+    pub(crate) fn keeps_history(&self) -> bool {
+        matches!(self, Meaning::Replay { .. })
+    }
+
+    /// Bytes per category after event `i`, where the history is kept.
     pub(crate) fn bytes_after(&self, i: usize) -> Option<CategoryBytes> {
         match self {
             Meaning::Replay { cats, .. } => Some(cats.bytes_after(Some(i))),

@@ -394,7 +394,6 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         first_event: d.dropped,
         unit: "request",
         meaning: Some(crate::view::parts::Meaning::Known { blocks: &d.block_categories, now: d.categories }),
-        known: Some(d.categories),
     }
 }
 

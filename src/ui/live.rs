@@ -670,7 +670,6 @@ impl Interactive for LiveApp {
             first_event: 0,
             unit: "event",
             meaning: None,
-            known: None,
         };
         View::new(chrome, totals, segs, frag, marks, self.screen.sel).render(rest, buf);
     }

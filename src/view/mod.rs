@@ -620,10 +620,7 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let width = (area.width as usize).saturating_sub(56).max(10);
     let gap = view.totals.reserved.saturating_sub(view.totals.allocated);
     let pct = |a: u64, b: u64| if b == 0 { 0.0 } else { 100.0 * a as f64 / b as f64 };
-    let split = match view.marks.meaning.filter(|m| m.evidence() != Evidence::None) {
-        Some(m) => Some(m.bytes()),
-        None => view.marks.known,
-    };
+    let split = view.marks.meaning.filter(|m| m.evidence() != Evidence::None).map(|m| m.bytes());
     let allocated_bar = match split {
         Some(b) => category_bar(
             &b,
@@ -670,8 +667,6 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let what = if area.height >= 5 || fold {
         if let Some(m) = view.marks.meaning {
             Some(category_line(&m.bytes(), m.evidence(), theme, w))
-        } else if let Some(b) = view.marks.known {
-            Some(category_line(&b, Evidence::Stacks, theme, w))
         } else {
             view.totals.step_categories.map(|(b, step)| step_category_line(&b, step, theme, w))
         }
@@ -758,8 +753,7 @@ fn step_category_line(bytes: &CategoryBytes, step: u64, theme: Theme, width: usi
 /// Whether the bars' box has the line saying what the memory is: with
 /// categories, on a screen taller than the smallest.
 fn what_line(view: &View, height: u16) -> bool {
-    (view.marks.meaning.is_some() || view.marks.known.is_some() || view.totals.step_categories.is_some())
-        && height > MIN_HEIGHT
+    (view.marks.meaning.is_some() || view.totals.step_categories.is_some()) && height > MIN_HEIGHT
 }
 
 /// The allocated bar in one colour per category, in `Category::ALL` order.
@@ -1475,7 +1469,7 @@ fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
 /// The categories the timeline stacks, where `w` asks for them and their
 /// history is kept (a running synthetic run keeps none: its map alone).
 fn stacked_meaning<'v>(view: &View<'v>) -> Option<parts::Meaning<'v>> {
-    view.marks.meaning.filter(|m| view.sel.by_category && m.bytes_after(0).is_some())
+    view.marks.meaning.filter(|m| view.sel.by_category && m.keeps_history())
 }
 
 /// By category: each column's most allocated point, stacked in

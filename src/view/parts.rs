@@ -126,11 +126,9 @@ pub(crate) struct Marks<'m> {
     /// What a point is: an allocator `event` (a replay), or a workload's
     /// `request` (a running synth, a point per malloc or free it made).
     pub(crate) unit: &'static str,
-    /// What each block is, where the screen knows (a replay).
+    /// What each block is, where the screen knows (a replay, or the
+    /// synthetic model's own).
     pub(crate) meaning: Option<Meaning<'m>>,
-    /// Allocated bytes per category now, where the source knows them
-    /// without a trace (the synthetic model).
-    pub(crate) known: Option<crate::analysis::categories::CategoryBytes>,
 }
 
 /// The x axis of a live timeline: each point's time (seconds since the
@@ -157,7 +155,6 @@ impl<'m> Marks<'m> {
             first_event: 0,
             unit: "event",
             meaning: at.meaning,
-            known: None,
         }
     }
 }
