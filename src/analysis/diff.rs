@@ -129,23 +129,26 @@ pub(crate) fn moved_sites<'a>(
     // inserted above one that moved lands on its old number), so every
     // label takes part in the pairing, not only those one run lacks; the
     // shared move is weighed on those alone.
-    let (bs, ns) = (shapes(base, None), shapes(new, None));
-    let (bo, no) = (shapes(base, Some(new)), shapes(new, Some(base)));
+    let (bs, ns) = (shapes(base), shapes(new));
     let far = |b: (u64, u64), n: (u64, u64)| {
         let l = |x: u64| ((x + 1) as f64).ln();
         (l(b.0) - l(n.0)).abs() + (l(b.1) - l(n.1)).abs()
     };
     let groups: Vec<(&Sites<'a>, &Sites<'a>)> = bs.iter().filter_map(|(s, b)| ns.get(s).map(|n| (b, n))).collect();
-    let only: Vec<(&Sites<'a>, &Sites<'a>)> = bo.iter().filter_map(|(s, b)| no.get(s).map(|n| (b, n))).collect();
     // Pairs are weighed within a shape only where there are not too many of
     // them (an input's count of call sites must not cost its square); a
     // larger shape with as many sites in both runs pairs in line order.
-    let weighed = |b: &Sites<'_>, n: &Sites<'_>| b.len().saturating_mul(n.len()) <= MAX_WEIGHED_PAIRS;
-    // The move the identical call sites share.
+    let weighed = |b: usize, n: usize| b.saturating_mul(n) <= MAX_WEIGHED_PAIRS;
+    // The move the identical call sites share, among the labels one run lacks.
     let mut shifts: BTreeMap<i64, usize> = BTreeMap::new();
-    for (b, n) in only.iter().filter(|(b, n)| weighed(b, n)) {
-        for (bn, bl) in b.iter() {
-            for (nn, nl) in n.iter() {
+    for (b, n) in &groups {
+        let b: Vec<_> = b.iter().filter(|(_, l)| !new.contains(l)).collect();
+        let n: Vec<_> = n.iter().filter(|(_, l)| !base.contains(l)).collect();
+        if b.is_empty() || n.is_empty() || !weighed(b.len(), n.len()) {
+            continue;
+        }
+        for (bn, bl) in b {
+            for (nn, nl) in &n {
                 if far(profile(false, bl), profile(true, nl)) == 0.0 {
                     *shifts.entry(nn[0] as i64 - bn[0] as i64).or_default() += 1;
                 }
@@ -155,7 +158,7 @@ pub(crate) fn moved_sites<'a>(
     let shift = shifts.iter().max_by_key(|(_, &c)| c).map_or(0, |(&s, _)| s);
     let mut out = Vec::new();
     for (b, n) in groups {
-        if !weighed(b, n) {
+        if !weighed(b.len(), n.len()) {
             if b.len() == n.len() {
                 out.extend(
                     b.iter()
@@ -196,11 +199,10 @@ const MAX_WEIGHED_PAIRS: usize = 1 << 16;
 /// Call-site labels of one shape, each with its line numbers.
 type Sites<'a> = Vec<(Vec<u64>, &'a str)>;
 
-/// The labels of `a` (those `b` lacks, given `b`), by shape, each with its
-/// line numbers, in line order.
-fn shapes<'a>(a: &BTreeSet<&'a str>, b: Option<&BTreeSet<&'a str>>) -> BTreeMap<String, Sites<'a>> {
+/// The labels of `a` by shape, each with its line numbers, in line order.
+fn shapes<'a>(a: &BTreeSet<&'a str>) -> BTreeMap<String, Sites<'a>> {
     let mut m: BTreeMap<String, Sites<'a>> = BTreeMap::new();
-    for &l in a.iter().filter(|l| b.is_none_or(|b| !b.contains(*l))) {
+    for &l in a {
         let (s, nums) = shape(l);
         if !nums.is_empty() {
             m.entry(s).or_default().push((nums, l));
