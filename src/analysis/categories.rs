@@ -879,8 +879,10 @@ impl Levels {
                 *x = g;
             }
         }
+        // Each block made and freed within one span: +1 where it is made,
+        // -1 where it is freed; then summed in place into the count alive.
         let mut made: HashMap<u64, usize> = HashMap::new();
-        let mut inner_step = vec![0i64; events.len() + 1];
+        let mut inner = vec![0i64; events.len()];
         for (i, e) in events.iter().enumerate() {
             match e.action {
                 Action::Alloc => {
@@ -889,25 +891,28 @@ impl Levels {
                 Action::FreeRequested => {
                     if let Some(a) = made.remove(&e.addr) {
                         if gap_of[a] == gap_of[i] && gap_of[a] != usize::MAX {
-                            inner_step[a] += 1;
-                            inner_step[i] -= 1;
+                            inner[a] += 1;
+                            inner[i] -= 1;
                         }
                     }
                 }
                 _ => {}
             }
         }
-        let (mut bytes, mut inner) = (Vec::with_capacity(events.len()), Vec::with_capacity(events.len()));
-        let (mut b, mut c) = (0i128, 0i64);
-        for (i, e) in events.iter().enumerate() {
-            match e.action {
-                Action::Alloc => b += e.size as i128,
-                Action::FreeRequested => b -= e.size as i128,
-                _ => {}
-            }
-            c += inner_step[i];
-            bytes.push(b);
-            inner.push(c);
+        let mut b = 0i128;
+        let bytes = events
+            .iter()
+            .map(|e| {
+                match e.action {
+                    Action::Alloc => b += e.size as i128,
+                    Action::FreeRequested => b -= e.size as i128,
+                    _ => {}
+                }
+                b
+            })
+            .collect();
+        for i in 1..inner.len() {
+            inner[i] += inner[i - 1];
         }
         Levels { bytes, inner }
     }
@@ -952,9 +957,10 @@ impl Levels {
     /// Where a micro-batch's forward ends in `s..e`: at its most allocated
     /// point, unless backward's first gradients climb above the forward's
     /// own top (a large vocabulary's logits: the loss's gradient is as large
-    /// as what the forward kept). So: the most blocks alive between the
-    /// forward's highest point and the span's, the forward's last
-    /// allocations before it releases what the loss no longer needs.
+    /// as what the forward kept). So: where the most blocks made within the
+    /// span are alive, up to its most allocated point (the earliest such
+    /// point: the forward's last allocations, before it releases what the
+    /// loss no longer needs).
     fn forward_end(&self, s: usize, e: usize) -> usize {
         let Some(top) = (s..e).max_by_key(|&i| (self.bytes[i], std::cmp::Reverse(i))) else { return s };
         (s..=top).max_by_key(|&i| (self.inner[i], std::cmp::Reverse(i))).unwrap_or(top)
