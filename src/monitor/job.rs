@@ -159,15 +159,10 @@ pub(crate) fn job_ids(places: &[(&str, u32, u32, u32)]) -> Vec<String> {
 
 /// The jobs among one snapshot's publishers (those that publish a place in one).
 pub(crate) fn jobs_in(s: &Snapshot) -> Vec<Job> {
-    let rows = s
-        .publishers
-        .iter()
-        .filter_map(|p| {
-            let j = p.job.as_ref()?;
-            Some((j.job.clone(), j.world_size, RankRow::of(p, s.nvml_used_of(p), false)?))
-        })
-        .collect();
-    group(rows)
+    jobs_of(s.publishers.iter().filter_map(|p| {
+        let j = p.job.as_ref()?;
+        Some((j.job.clone(), j.world_size, RankRow::of(p, s.nvml_used_of(p), false)))
+    }))
 }
 
 /// The jobs of rows (job, world size, rank row), each rank seen once:
