@@ -343,53 +343,6 @@ fn a_snapshot_without_history_is_compared_by_its_state() {
     assert!(!notes.iter().any(|n| n.contains("two different programs")), "{notes:?}");
 }
 
-/// A run of `n` iterations (one 2 MiB tensor each, an `Optimizer.step`
-/// marker at each end), as a snapshot made by the test.
-fn iterations_snapshot(n: u64) -> Vec<u8> {
-    use common::pickler::{entry_at, segment, Pickler};
-    let base = 0x7f00_0000_0000u64;
-    let mut p = Pickler::default();
-    p.dict(|p| {
-        p.kv("segments", |p| {
-            p.list(|p| segment(p, base, 20 << 20, false, &[(20 << 20, "inactive")]));
-        })
-        .kv("device_traces", |p| {
-            p.list(|p| {
-                p.list(|p| {
-                    entry_at(p, 0, "segment_alloc", base, 20 << 20, 0, |_| {});
-                    for i in 0..n {
-                        let t = 10 * i + 1;
-                        entry_at(p, t, "alloc", base, 2 << 20, 0, |_| {});
-                        entry_at(p, t + 1, "free_requested", base, 2 << 20, 0, |_| {});
-                        entry_at(p, t + 2, "free_completed", base, 2 << 20, 0, |_| {});
-                    }
-                });
-            });
-        })
-        .kv("external_annotations", |p| {
-            p.list(|p| {
-                for i in 0..n {
-                    p.dict(|p| {
-                        p.kv("device", |p| {
-                            p.int(0);
-                        })
-                        .kv("time_us", |p| {
-                            p.int(10 * i + 5);
-                        })
-                        .kv("stage", |p| {
-                            p.str("END");
-                        })
-                        .kv("name", |p| {
-                            p.str("Optimizer.step#SGD.step");
-                        });
-                    });
-                }
-            });
-        });
-    });
-    p.finish()
-}
-
 /// The overlay of two runs of 100,000 iterations draws what its width can
 /// show: iteration lines and labels thinned to one every 60 px (it drew
 /// every one: a 16.8 MB SVG; a PNG of 300,000 took 64 s and 2.9 GB).
@@ -398,7 +351,7 @@ fn the_overlay_of_long_runs_is_thinned_to_its_width() {
     let d = common::TmpDir::new("diffexport");
     std::fs::create_dir_all(&d).unwrap();
     let a = d.join("a.pickle");
-    std::fs::write(&a, iterations_snapshot(100_000)).unwrap();
+    std::fs::write(&a, common::pickler::iterations_snapshot(100_000, |_| 2 << 20)).unwrap();
     let (svg, png) = (d.join("o.svg"), d.join("o.png"));
     let t = std::time::Instant::now();
     let o = Command::new(common::bin())

@@ -866,53 +866,6 @@ fn w_in_the_demo_shows_the_map_by_category() {
     assert!(s.contains("w: the map shows categories while the run runs (space)"), "{s}");
 }
 
-/// A recording of `n` iterations, each one 2 MiB request (every 1000th
-/// asks 4 MiB), each ended by an optimizer step marker.
-fn long_run(n: u64) -> Vec<u8> {
-    use common::pickler::{entry_at, segment, Pickler};
-    let base = 0x7f00_0000_0000u64;
-    let mut p = Pickler::default();
-    p.dict(|p| {
-        p.kv("segments", |p| {
-            p.list(|p| segment(p, base, 20 << 20, false, &[(20 << 20, "inactive")]));
-        })
-        .kv("device_traces", |p| {
-            p.list(|p| {
-                p.list(|p| {
-                    entry_at(p, 0, "segment_alloc", base, 20 << 20, 0, |_| {});
-                    for i in 0..n {
-                        let (t, size) = (10 * i + 1, if i % 1000 == 500 { 4 << 20 } else { 2 << 20 });
-                        entry_at(p, t, "alloc", base, size, 0, |_| {});
-                        entry_at(p, t + 1, "free_requested", base, size, 0, |_| {});
-                        entry_at(p, t + 2, "free_completed", base, size, 0, |_| {});
-                    }
-                });
-            });
-        })
-        .kv("external_annotations", |p| {
-            p.list(|p| {
-                for i in 0..n {
-                    p.dict(|p| {
-                        p.kv("device", |p| {
-                            p.int(0);
-                        })
-                        .kv("time_us", |p| {
-                            p.int(10 * i + 5);
-                        })
-                        .kv("stage", |p| {
-                            p.str("END");
-                        })
-                        .kv("name", |p| {
-                            p.str("Optimizer.step#SGD.step");
-                        });
-                    });
-                }
-            });
-        });
-    });
-    p.finish()
-}
-
 /// 10,000 iterations on a 200-column timeline: the three highest peaks
 /// labelled, then one label per value not labelled yet (the 2 MiB ones; it
 /// drew a row of identical ones), and iteration ticks at least three cells apart instead of a
@@ -921,7 +874,12 @@ fn long_run(n: u64) -> Vec<u8> {
 fn the_timeline_of_ten_thousand_iterations_reads() {
     let d = common::TmpDir::new("longrun");
     let path = d.0.join("long.pickle");
-    std::fs::write(&path, long_run(10_000)).unwrap();
+    // Every 1000th iteration asks 4 MiB, the rest 2 MiB.
+    std::fs::write(
+        &path,
+        common::pickler::iterations_snapshot(10_000, |i| if i % 1000 == 500 { 4 << 20 } else { 2 << 20 }),
+    )
+    .unwrap();
     let (mut app, _) = replay_app(path.to_str().unwrap());
     app.dispatch(Command::Peak);
     let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();

@@ -223,3 +223,49 @@ pub fn segment_of(p: &mut Pickler, s: Segment, blocks: &[(u64, u64, &str)]) {
         });
     });
 }
+
+/// A recording of `n` iterations on one 20 MiB segment: iteration `i` asks
+/// `size(i)` bytes and frees them, then an `Optimizer.step` marker ends it.
+pub fn iterations_snapshot(n: u64, size: impl Fn(u64) -> u64) -> Vec<u8> {
+    let base = 0x7f00_0000_0000u64;
+    let mut p = Pickler::default();
+    p.dict(|p| {
+        p.kv("segments", |p| {
+            p.list(|p| segment(p, base, 20 << 20, false, &[(20 << 20, "inactive")]));
+        })
+        .kv("device_traces", |p| {
+            p.list(|p| {
+                p.list(|p| {
+                    entry_at(p, 0, "segment_alloc", base, 20 << 20, 0, |_| {});
+                    for i in 0..n {
+                        let (t, s) = (10 * i + 1, size(i));
+                        entry_at(p, t, "alloc", base, s, 0, |_| {});
+                        entry_at(p, t + 1, "free_requested", base, s, 0, |_| {});
+                        entry_at(p, t + 2, "free_completed", base, s, 0, |_| {});
+                    }
+                });
+            });
+        })
+        .kv("external_annotations", |p| {
+            p.list(|p| {
+                for i in 0..n {
+                    p.dict(|p| {
+                        p.kv("device", |p| {
+                            p.int(0);
+                        })
+                        .kv("time_us", |p| {
+                            p.int(10 * i + 5);
+                        })
+                        .kv("stage", |p| {
+                            p.str("END");
+                        })
+                        .kv("name", |p| {
+                            p.str("Optimizer.step#SGD.step");
+                        });
+                    });
+                }
+            });
+        });
+    });
+    p.finish()
+}
