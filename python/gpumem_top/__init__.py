@@ -62,8 +62,8 @@ def step():
 
 def snapshot(path):
     """Writes what gpumem-top's ``S`` asks a process for (the memory
-    history when recording, else the allocator's state) to ``path``; returns
-    the path, or None if it could not."""
+    history when recording, else the allocator's state) to ``path``, which
+    must not exist yet; returns the path, or None if it could not."""
     return _publish.write_snapshot(path)
 
 

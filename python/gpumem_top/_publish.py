@@ -805,8 +805,10 @@ def mark_step():
 def write_snapshot(path):
     """Writes what gpumem-top's ``S`` asks for (``snapshot_with_version``:
     the whole history when recording, else the state) to ``path``, through a
-    temporary name. Returns the path, or None (with one warning) if it
-    could not; never raises."""
+    fresh private temporary file linked to its name, so an existing file
+    (or a link someone planted there) is refused, never overwritten.
+    Returns the path, or None (with one warning) if it could not; never
+    raises."""
     try:
         import torch
 
@@ -816,13 +818,12 @@ def write_snapshot(path):
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
+            os.link(tmp, path)
+        finally:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise
         return path
     except Exception as e:
         _warn("no snapshot written to %s: %s" % (path, e))

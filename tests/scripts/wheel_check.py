@@ -60,6 +60,10 @@ def scenario(name, directory):
         with open(snap, "rb") as f:
             s = pickle.load(f)
         assert s["torch_version"] == torch.__version__, s
+        # An existing file is refused, not overwritten.
+        assert gpumem_top.snapshot(snap) is None
+        with open(snap, "rb") as f:
+            assert pickle.load(f) == s
         assert gpumem_top.snapshot(os.path.join(directory, "no", "such", "dir.pickle")) is None
         oom = os.path.join(directory, "oom-{n}.pickle")
         assert gpumem_top.snapshot_on_oom(oom) is True
