@@ -135,25 +135,11 @@ fn bench_scrub(c: &mut Criterion) {
 }
 
 fn bench_frame(c: &mut Criterion) {
-    use gpumem_top::replay::model::ReplayModel;
-    use gpumem_top::replay::session::{Session, Want};
     use gpumem_top::ui::app::ReplayApp;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
     let t = gpumem_top::trace::load(&path).unwrap();
-    let d = &t.devices[0];
-    let want = Want {
-        config: t.settings.as_ref().unwrap().config(),
-        changed: false,
-        device_total: 150_109_880_320,
-        memory_limit: None,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
-        recorded_state: true,
-        release: gpumem_top::replay::session::ReleaseAsk::of(&t, None),
-    };
-    let session = Session::open(d, &t.stacks, &want).unwrap();
-    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, "gpt2_train.pickle.gz".into()).unwrap();
+    let opened = gpumem_top::replay::open(&t, "gpt2_train.pickle.gz", &Default::default()).unwrap();
+    let model = opened.model("gpt2_train.pickle.gz".into()).unwrap();
     // The app's own path, as `replay` draws a frame: seek, snapshot,
     // histogram, figures, View, ratatui widgets.
     let mut app = ReplayApp::new(model, true);
@@ -192,19 +178,19 @@ fn bench_frame(c: &mut Criterion) {
 }
 
 /// What categorizing adds to a replay (docs/benchmarks.md, "Categories"):
-/// `Categories::of` beside the exact replay (`Session::open`) of the same
+/// `Categories::of` beside the exact replay (`replay::open`) of the same
 /// trace, the repository's longest with stacks.
 fn bench_categories(c: &mut Criterion) {
     use gpumem_top::analysis::categories::Categories;
-    use gpumem_top::replay::session::{Session, Want};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/categories/gpt2_adamw_bf16_accum2.pickle.gz");
     let t = gpumem_top::trace::load(&path).unwrap();
     let d = t.main_device().unwrap();
-    let want = Want::exact(t.settings.as_ref().unwrap().config(), 150_109_880_320);
     let mut g = c.benchmark_group("categories");
     g.throughput(Throughput::Elements(d.events.len() as u64));
-    g.bench_function("replay_gpt2_accum2", |b| b.iter(|| black_box(Session::open(d, &t.stacks, &want).unwrap())));
+    g.bench_function("replay_gpt2_accum2", |b| {
+        b.iter(|| black_box(gpumem_top::replay::open(&t, "gpt2", &Default::default()).unwrap()))
+    });
     g.bench_function("categorize_gpt2_accum2", |b| {
         b.iter(|| black_box(Categories::of(d, &t.stacks, &t.annotations, &[], None)))
     });

@@ -264,19 +264,14 @@ fn categories_at_the_peak_match_the_truth() {
 /// The replay app on a categories fixture at its peak, driven by `actions`,
 /// drawn through its own `Interactive::draw` without colour.
 fn screen(name: &str, w: u16, h: u16, actions: &[gpumem_top::ui::event::Command]) -> String {
-    use gpumem_top::replay::model::ReplayModel;
-    use gpumem_top::replay::session::{Session, Want};
     use gpumem_top::ui::app::ReplayApp;
     use gpumem_top::ui::event::Interactive;
     use ratatui_core::backend::TestBackend;
     use ratatui_core::terminal::Terminal;
     let t: &'static trace::Trace =
         Box::leak(Box::new(trace::load(&fixture(&format!("categories/{name}.pickle.gz"))).unwrap()));
-    let d = t.main_device().unwrap();
-    let want = Want::exact(t.settings.as_ref().unwrap().config(), gpumem_top::cli::DEFAULT_DEVICE_TOTAL);
-    let session = Session::open(d, &t.stacks, &want).unwrap();
-    let model = ReplayModel::open(&session, d, &t.stacks, &t.annotations, format!("{name}.pickle.gz")).unwrap();
-    let mut app = ReplayApp::new(model, false);
+    let opened = gpumem_top::replay::open(t, name, &Default::default()).unwrap();
+    let mut app = ReplayApp::new(opened.model(format!("{name}.pickle.gz")).unwrap(), false);
     for &a in actions {
         app.dispatch(a);
     }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use common::fixture;
 use gpumem_top::replay::pools::{self, PoolPlan};
-use gpumem_top::replay::session::{Fidelity, Session, Want};
-use gpumem_top::replay::{replay_events, ReplayOptions};
+use gpumem_top::replay::session::Fidelity;
+use gpumem_top::replay::{replay_events, OpenOptions, ReplayOptions};
 use gpumem_top::trace;
 use serde_json::Value;
 
@@ -183,19 +183,9 @@ fn sessions_classify_each_kind_and_end_in_the_snapshots_state() {
         ("history_less_gpt2", Fidelity::StateOnly),
     ] {
         let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
-        let dev = t.main_device().unwrap();
-        let w = Want {
-            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-            changed: false,
-            device_total: H200,
-            memory_limit: None,
-            keep_events: false,
-            stop_at: None,
-            context_bytes: 0,
-            recorded_state: true,
-            release: gpumem_top::replay::session::ReleaseAsk::of(&t, None),
-        };
-        let s = Session::open(dev, &t.stacks, &w).unwrap();
+        let opened =
+            gpumem_top::replay::open(&t, name, &OpenOptions { device_total: H200, ..Default::default() }).unwrap();
+        let (dev, s) = (opened.dev, &opened.session);
         assert_eq!(s.fidelity, want, "{name}");
         // Recorded with torch 2.11: no pool_id on the entries says so.
         if name != "history_less_gpt2" {

@@ -20,8 +20,6 @@ use std::time::{Duration, Instant};
 use common::fixture;
 use gpumem_top::export::picture::{Format, ViewKind};
 use gpumem_top::export::replay::picture;
-use gpumem_top::replay::model::ReplayModel;
-use gpumem_top::replay::session::{Session, Want};
 use gpumem_top::trace;
 
 fn gunzip(path: &str) -> Vec<u8> {
@@ -129,25 +127,16 @@ fn execute(input: &[u8], export: bool) {
         if dev.events.len() > 100_000 {
             continue;
         }
-        let want = Want {
-            config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-            changed: false,
-            device_total: 150_109_880_320,
-            memory_limit: None,
-            keep_events: false,
-            stop_at: None,
-            context_bytes: 0,
-            recorded_state: t.format == trace::TraceFormat::PytorchSnapshot,
-            release: gpumem_top::replay::session::ReleaseAsk::of(&t, None),
-        };
-        if let Ok(s) = Session::open(dev, &t.stacks, &want) {
+        let opts = gpumem_top::replay::OpenOptions { device: Some(dev.device()), ..Default::default() };
+        if let Ok(opened) = gpumem_top::replay::open(&t, "fuzz", &opts) {
+            let s = &opened.session;
             let _ = s.exact.allocator.snapshot();
             if s.fidelity.is_faithful() {
                 if let Ok(mut sc) = s.scrubber(64) {
                     let _ = sc.seek(dev.events.len() / 2).memory_stats();
                 }
                 if export {
-                    if let Ok(mut m) = ReplayModel::open(&s, dev, &t.stacks, &t.annotations, "fuzz".into()) {
+                    if let Ok(mut m) = opened.model("fuzz".into()) {
                         let at = dev.events.len().saturating_sub(1);
                         for (view, format) in [
                             (ViewKind::Fragmap, Format::Svg),

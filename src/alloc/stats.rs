@@ -148,6 +148,15 @@ impl DeviceStats {
         }
     }
 
+    /// `torch.cuda.memory_stats()` as a map: `flat_for(release)` and, as
+    /// PyTorch 2.11 adds, the config's `max_split_size` (-1 when unlimited).
+    pub(crate) fn memory_stats(&self, conf: &super::AllocatorConfig, release: Release) -> BTreeMap<String, i64> {
+        let mut m: BTreeMap<String, i64> = self.flat_for(release).into_iter().collect();
+        let mss = conf.max_split_size;
+        m.insert("max_split_size".into(), if mss == super::config::UNLIMITED { -1 } else { mss as i64 });
+        m
+    }
+
     /// `torch.cuda.memory_stats()` as `release` returns it, sorted by key:
     /// 2.11's 121 entries, `num_oom_rejections` from 2.12 and the private
     /// pools' reserved bytes from 2.13.

@@ -8,14 +8,15 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
-use super::{load_input, pick_device, trace_name, Input, InputError, DEFAULT_DEVICE_TOTAL};
+use super::args::InputError;
+use super::io::{load_input, trace_name};
 use crate::alloc::Kind;
-use crate::analysis::categories::{start_blocks, Categories};
 use crate::analysis::diff::{
     align, growth, requests_by_site, signed, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
 };
 use crate::analysis::human_bytes;
-use crate::replay::session::{Session, Start, Want};
+use crate::replay::session::Start;
+use crate::trace::input::{Input, InputKind};
 use crate::trace::Trace;
 
 #[derive(Args, Debug, Clone)]
@@ -28,7 +29,7 @@ pub struct DiffArgs {
     /// The run after it.
     pub(crate) new: PathBuf,
     #[command(flatten)]
-    pub(crate) torch: super::TorchArg,
+    pub(crate) torch: super::args::TorchArg,
     /// Print one JSON object (docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
@@ -48,7 +49,7 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub(crate) top: usize,
     /// Most bytes a compressed input may unpack to.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
 }
 
@@ -86,17 +87,12 @@ struct Replayed {
 }
 
 fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc::Release>) -> Result<Replayed> {
-    let bad = |e: String| anyhow!(InputError(format!("{}: {e}", path.display())));
-    let dev = pick_device(trace, None)?;
-    let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let want = Want {
-        release: crate::replay::session::ReleaseAsk::of(trace, torch),
-        ..Want::exact(conf, DEFAULT_DEVICE_TOTAL)
-    };
-    let session = Session::open(dev, &trace.stacks, &want).map_err(bad)?;
+    let opts = crate::replay::OpenOptions { torch, ..Default::default() };
+    let opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
+    let (dev, session) = (opened.dev, &opened.session);
     if session.start == Start::StateOnly {
         // No history: the state when it was taken stands for peak and end.
-        let cats = Categories::of(dev, &trace.stacks, &trace.annotations, &start_blocks(dev, &session.seed), None);
+        let cats = opened.categories();
         let held = Holdings::of_recorded(&dev.segments, &trace.stacks, &cats);
         let t = session.recorded;
         let point = crate::alloc::StatePoint { allocated: t.allocated_bytes, reserved: t.reserved_bytes };
@@ -120,23 +116,11 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
             series: Series::new(vec![point], &[]),
         });
     }
-    if !session.fidelity.is_faithful() {
-        let why = session.divergence().map(|d| format!(" at {d}")).unwrap_or_default();
-        return Err(bad(format!(
-            "its replay is {}{why}; diff compares runs that replay exactly",
-            session.fidelity.name()
-        )));
-    }
-    let cats = Categories::of(
-        dev,
-        &trace.stacks,
-        &trace.annotations,
-        &start_blocks(dev, &session.seed),
-        Some(session.exact.allocated.as_slice()),
-    );
+    opened.require_exact("diff compares runs that replay exactly")?;
+    let cats = opened.categories();
     let peak = session.exact.peak;
     let last = dev.events.len().checked_sub(1);
-    let mut scrub = session.scrubber(1024).map_err(|d| bad(d.reason))?;
+    let mut scrub = session.scrubber(1024).map_err(|d| opened.diverged(&d))?;
     let peak_segments = scrub.seek(peak.event).snapshot();
     let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
     let st = session.exact.allocator.stats();
@@ -172,7 +156,7 @@ enum Loaded {
 
 fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Loaded> {
     let input = Input::open(path)?;
-    if input.is_recording() {
+    if input.kind() == InputKind::Recording {
         let name = input.name().to_string();
         return Ok(Loaded::Recording(super::live::read_recording(input.lines(max_unpacked)?, &name)?));
     }
@@ -263,12 +247,12 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
         eprintln!("gpumem-top: wrote {} ({} bytes)", path.display(), bytes.len());
     }
     if interactive {
-        let color = super::color(args.no_color);
+        let color = super::io::color(args.no_color);
         let mut app = crate::ui::diff::DiffApp::new(model, color);
         crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).context("terminal")?;
         return Ok(gate(&regressions));
     }
-    let mut so = super::text_out();
+    let mut so = super::io::text_out();
     if args.json {
         serde_json::to_writer(&mut so, &model.report)?;
         writeln!(so)?;

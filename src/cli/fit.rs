@@ -10,11 +10,11 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use std::collections::BTreeMap;
 
-use super::{
-    load_with_progress, parse_conf, pick_device, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL,
-};
+use super::args::{parse_conf, InputError, MemoryCap};
+use super::io::load_with_progress;
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
+use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 use crate::fit::{Fit, Prediction, Sample, Target, MAX_BATCH};
 
 #[derive(Args, Debug, Clone)]
@@ -24,7 +24,7 @@ pub struct FitArgs {
     #[arg(value_name = "SNAPSHOT@BATCH")]
     pub(crate) samples: Vec<String>,
     #[command(flatten)]
-    pub(crate) torch: super::TorchArg,
+    pub(crate) torch: super::args::TorchArg,
     /// Record the samples instead: run the command after `--` once per batch
     /// (`{batch}` in it replaced), recording PyTorch's memory history.
     #[arg(long = "batches", value_name = "B1,B2,...", value_delimiter = ',')]
@@ -51,10 +51,10 @@ pub struct FitArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// totalGlobalMem of the device to predict for.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Bytes on the device that are not PyTorch's (the CUDA context).
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size, default_value_t = CUDA_CONTEXT_BYTES)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_size, default_value_t = CUDA_CONTEXT_BYTES)]
     pub(crate) context: u64,
     /// The largest batch the search tries.
     #[arg(long, value_name = "N", default_value_t = 1 << 16)]
@@ -251,7 +251,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     for spec in specs {
         let (path, batch) = sample_of(spec)?;
         let trace = load_with_progress(&path)?;
-        let dev = pick_device(&trace, None)?;
+        let dev = crate::replay::open::device(&trace, None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
         let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
@@ -331,7 +331,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         base: &base,
         recommended: &recommended,
     };
-    let mut so = super::text_out();
+    let mut so = super::io::text_out();
     if args.json {
         write_json(&mut so, &o)?;
     } else {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
 
-use super::InputError;
+use super::args::InputError;
 use crate::monitor::alerts::{alerts, Thresholds};
 use crate::monitor::sampler::{DemoSource, LiveSource, Sampler, Source};
 use crate::monitor::{publisher, GpuQuery, NvmlQuery, Snapshot};
@@ -146,7 +146,7 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         let (mut src, name) = source_for(args.source, args)?;
         let snap = src.snapshot();
         let a = alerts(&snap, &thresholds);
-        let mut so = super::text_out();
+        let mut so = super::io::text_out();
         serde_json::to_writer(&mut so, &crate::monitor::report::LiveReport::of(&snap, &a, name))?;
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
@@ -160,7 +160,7 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
             "the interactive view needs a terminal (for scripts: `gpumem-top --json`, `record`, `serve`)".into()
         )));
     }
-    let color = super::color(watch.no_color);
+    let color = super::io::color(watch.no_color);
     use crate::ui::event::{run_app, Events};
     let Some(src) = source else {
         let mut app = crate::ui::app::DemoApp::demo(42, no_gpu_banner.to_string(), color);
@@ -190,7 +190,7 @@ pub(crate) fn live_loop(
 ) -> Result<()> {
     let _sampler = sample_into(src, interval, &events);
     let color = app.color;
-    crate::ui::event::run_screens(app, events, &mut |o| super::open_screen(o, color))
+    crate::ui::event::run_screens(app, events, &mut |o| super::screen::open_screen(o, color))
         .map_err(|e| anyhow!("terminal: {e}"))
 }
 
@@ -495,7 +495,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
 /// `replay RECORDING.jsonl`: the live view over what was recorded, or with
 /// `--json` a summary per publishing process.
 pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: bool) -> Result<ExitCode> {
-    let name = super::trace_name(path);
+    let name = super::io::trace_name(path);
     let n = snaps.len();
     let interactive = !json_out && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if !interactive {
@@ -504,7 +504,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
             model.ingest(s);
         }
         let report = crate::monitor::report::RecordingReport::of(&model, name, RECORD_FORMAT, n);
-        let mut so = super::text_out();
+        let mut so = super::io::text_out();
         if json_out {
             serde_json::to_writer(&mut so, &report)?;
             writeln!(so)?;

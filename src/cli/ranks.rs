@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 
-use super::ReplayArgs;
+use super::replay::ReplayArgs;
 use crate::analysis::human_bytes;
 use crate::analysis::ranks::{Imbalance, RankReplay, RanksModel};
 use crate::trace::Trace;
@@ -69,7 +69,7 @@ fn measure_of(reports: &[(Value, ExitCode)]) -> (&'static str, Vec<u64>) {
 
 pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     if args.dump_events.is_some() {
-        return Err(anyhow!(super::InputError(
+        return Err(anyhow!(super::args::InputError(
             "--dump-events writes one trace's events: give it one input, not several".into()
         )));
     }
@@ -78,14 +78,14 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     // told from a recording, then loaded, then replayed from memory.
     let mut traces = Vec::with_capacity(paths.len());
     for p in &paths {
-        let input = super::Input::open(p)?;
-        if input.is_recording() {
-            return Err(anyhow!(super::InputError(format!(
+        let input = crate::trace::input::Input::open(p)?;
+        if input.kind() == crate::trace::input::InputKind::Recording {
+            return Err(anyhow!(super::args::InputError(format!(
                 "{}: a recording holds every rank already; replay it alone (its job screen, key j, shows them side by side)",
                 p.display()
             ))));
         }
-        traces.push(super::load_input(input, args.max_unpacked)?);
+        traces.push(super::io::load_input(input, args.max_unpacked)?);
     }
     let ranks = ranks_of(&paths);
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
@@ -98,7 +98,7 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     let imbalance = Imbalance::of(&by_rank, measure);
     // The worst exit of the ranks': 1 where one diverged or would run out.
     let code = if reports.iter().any(|(_, c)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
-    let mut so = super::text_out();
+    let mut so = super::io::text_out();
     if args.json {
         let ranks_json: Vec<Value> = reports
             .into_iter()
@@ -144,7 +144,7 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
         let vs = if m > 0 { format!("{:+.1}%", (figure as f64 / m as f64 - 1.0) * 100.0) } else { "n/a".into() };
         out.push_str(&row([
             &rank.to_string(),
-            &crate::view::ellipsis(super::trace_name(p), 24),
+            &crate::view::ellipsis(super::io::trace_name(p), 24),
             &human_bytes(now),
             &peak.map_or("no history".into(), human_bytes),
             &peak.and(r["stats"]["reserved_bytes.all.peak"].as_u64()).map_or("no history".into(), human_bytes),
@@ -170,10 +170,10 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
 /// The interactive view: the ranks' table and their maps side by side;
 /// Enter opens a rank in the replay view, q there comes back.
 fn tui(args: &ReplayArgs, paths: &[PathBuf], traces: Vec<Trace>, ranks: &[u32]) -> Result<ExitCode> {
-    let color = super::color(args.no_color);
+    let color = super::io::color(args.no_color);
     let mut app = ranks_screen(paths, traces, ranks, args.device, args.device_total, color)?;
     let events = crate::ui::event::Events::new();
-    crate::ui::event::run_screens(&mut app, events, &mut |o| super::open_screen(o, color))
+    crate::ui::event::run_screens(&mut app, events, &mut |o| super::screen::open_screen(o, color))
         .map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -196,18 +196,19 @@ fn ranks_screen(
 /// The screen of `replay PATHS…` on a terminal, as it opens (tests drive it
 /// through its own code).
 pub fn ranks_app(paths: &[PathBuf], color: bool) -> Result<crate::ui::ranks::RanksApp> {
-    let traces = paths.iter().map(|p| super::load_input(super::Input::open(p)?, None)).collect::<Result<Vec<_>>>()?;
-    ranks_screen(paths, traces, &ranks_of(paths), None, super::DEFAULT_DEVICE_TOTAL, color)
+    let traces = paths
+        .iter()
+        .map(|p| super::io::load_input(crate::trace::input::Input::open(p)?, None))
+        .collect::<Result<Vec<_>>>()?;
+    ranks_screen(paths, traces, &ranks_of(paths), None, crate::device::DEFAULT_DEVICE_TOTAL, color)
 }
 
 /// One rank's exact replay, as the side-by-side view shows it: its peak,
 /// and its segments there (a snapshot without history: its state).
 fn open_rank(path: &Path, trace: &Trace, rank: u32, device: Option<i32>, device_total: u64) -> Result<RankReplay> {
-    use crate::replay::session::{Session, Start, Want};
-    let dev = super::pick_device(trace, device)?;
-    let want = Want::recorded(trace, device_total);
-    let session = Session::open(dev, &trace.stacks, &want)
-        .map_err(|e| anyhow!(super::InputError(format!("{}: {e}", path.display()))))?;
+    use crate::replay::session::Start;
+    let opts = crate::replay::OpenOptions { device, device_total, ..Default::default() };
+    let crate::replay::Opened { dev, session, .. } = crate::replay::open(trace, &path.display().to_string(), &opts)?;
     let exact = session.exact.divergence.is_none() && session.start != Start::StateOnly;
     let peak = exact.then_some(session.exact.peak);
     let stats = session.exact.allocator.stats();
@@ -221,7 +222,7 @@ fn open_rank(path: &Path, trace: &Trace, rank: u32, device: Option<i32>, device_
     let get = |k| stats.get(k, 0);
     Ok(RankReplay {
         rank,
-        name: super::trace_name(path),
+        name: super::io::trace_name(path),
         path: path.to_path_buf(),
         fidelity: session.fidelity.name(),
         peak_allocated: peak.map(|p| p.allocated),

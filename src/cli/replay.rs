@@ -3,23 +3,27 @@
 //! report (docs/json.md), all from one `Replayed`.
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 
-use super::{
-    at_text, check_at, color, load_input, new_oom_text, not_in_trace, oom_index, parse_conf, pick_device,
-    read_recording, replay_recording, stat_line, stats_map, trace_name, At, Input, InputError, ReplayArgs,
-    CUDA_CONTEXT_BYTES,
-};
-use crate::alloc::{AllocatorConfig, DeviceStats, Kind, SegmentInfo};
+use clap::Args;
+
+use super::args::{parse_capacity, parse_conf, At, InputError, MemoryCap, TorchArg};
+use super::io::{color, load_input, trace_name};
+use super::live::{read_recording, replay_recording};
+use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind, SegmentInfo};
 use crate::analysis::categories::{start_blocks, Categories};
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
+use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 use crate::replay::model::ReplayModel;
 use crate::replay::report::{self, CompareRow, ReplayReport};
-use crate::replay::session::{Fidelity, Session, Start, Want};
+use crate::replay::session::{Fidelity, Session, Start};
 use crate::replay::whatif::run_requests;
+use crate::replay::{OpenError, OpenOptions, Opened, ReplayResult};
+use crate::trace::input::{Input, InputKind};
 use crate::trace::{self, DeviceTrace, Trace};
 
 /// `replay` of one input, its report written to `so`; `terminal`: the
@@ -27,7 +31,7 @@ use crate::trace::{self, DeviceTrace, Trace};
 pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -> Result<ExitCode> {
     let started = Instant::now();
     let input = Input::open(&args.trace)?;
-    if input.is_recording() {
+    if input.kind() == InputKind::Recording {
         let name = input.name().to_string();
         let snaps = read_recording(input.lines(args.max_unpacked)?, &name)?;
         return replay_recording(&args.trace, snaps, args.json);
@@ -52,28 +56,27 @@ pub(crate) fn replay_trace(
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
-    let dev = pick_device(trace, args.device)?;
-    check_at(args.at, dev)?;
+    check_at(args.at, crate::replay::open::device(trace, args.device)?)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
 
     // One replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
-    let exact_conf = what_if_conf.clone().unwrap_or_else(|| recorded_conf.clone());
-    let want = Want {
-        config: exact_conf.clone(),
-        changed: what_if_conf.is_some() || limit.is_some(),
+    let opts = OpenOptions {
+        device: args.device,
+        device_total: args.device_total,
+        config: what_if_conf.clone(),
         memory_limit: limit,
+        torch: args.torch.release,
         keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
         stop_at: match args.at {
             Some(At::Event(i)) => Some(i.saturating_add(1)),
             _ => None,
         },
-        release: crate::replay::session::ReleaseAsk::of(trace, args.torch.release),
-        ..Want::recorded(trace, args.device_total)
     };
-    let mut session = Session::open(dev, &trace.stacks, &want)
-        .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))?;
+    let Opened { dev, session, want, .. } = crate::replay::open(trace, &args.trace.display().to_string(), &opts)?;
+    let mut session = session;
+    let exact_conf = want.config;
     let fidelity = session.fidelity;
     // The run's own limit, where the trace shows it, unless one was asked.
     let limit = limit.or(session.memory_limit());
@@ -252,7 +255,7 @@ fn open_view(
 ) -> Result<ExitCode> {
     let name = trace_name(&args.trace);
     let mut model = ReplayModel::open(session, dev, &trace.stacks, &trace.annotations, name)
-        .map_err(|d| anyhow!("{}: replay diverged at {d}", args.trace.display()))?;
+        .map_err(|d| OpenError::diverged(&args.trace.display().to_string(), &d))?;
     model.oom_advice = advice;
     let mut app = crate::ui::app::ReplayApp::new(model, color(args.no_color));
     if let Some(at) = args.at {
@@ -285,7 +288,7 @@ fn state_shown(
         (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
         (None, Some(i)) => {
             let mut sc =
-                session.scrubber(1024).map_err(|d| anyhow!("{}: replay diverged at {d}", args.trace.display()))?;
+                session.scrubber(1024).map_err(|d| OpenError::diverged(&args.trace.display().to_string(), &d))?;
             let st = sc.seek(i);
             (st.stats().clone(), st.snapshot())
         }
@@ -390,7 +393,9 @@ impl Replayed<'_> {
             not_in_trace: not_in_trace(session.start),
             // A snapshot without history has no peaks or totals: none are
             // given (only what its state holds).
-            stats: stats_map(&self.stats, &self.conf, session.release)
+            stats: self
+                .stats
+                .memory_stats(&self.conf, session.release)
                 .into_iter()
                 .filter(|(k, _)| {
                     !state_only || !(k.ends_with(".peak") || k.ends_with(".allocated") || k.ends_with(".freed"))
@@ -724,5 +729,172 @@ fn fidelity_line(session: &Session) -> String {
             None => String::new(),
         },
         Fidelity::WhatIf => "fidelity: what-if (the trace's requests under this config, simulated addresses)\n".into(),
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
+    pub(crate) trace: PathBuf,
+    /// More snapshots, one per rank of a job (`snapshot --job` writes
+    /// them): each replayed alone, reported side by side (docs/ranks.md).
+    #[arg(value_name = "MORE")]
+    pub(crate) more: Vec<PathBuf>,
+    /// Replay under this allocator config instead of the recorded one (PyTorch's
+    /// PYTORCH_CUDA_ALLOC_CONF syntax, e.g. expandable_segments:True).
+    #[arg(long, value_name = "CONF")]
+    pub(crate) alloc_conf: Option<String>,
+    #[command(flatten)]
+    pub(crate) cap: MemoryCap,
+    #[command(flatten)]
+    pub(crate) torch: TorchArg,
+    /// Also run the trace's requests under this config (repeatable) and compare.
+    #[arg(long = "compare", value_name = "CONF")]
+    pub(crate) compare: Vec<String>,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write the replayed events as JSON lines to PATH (a new file; see
+    /// --force).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) dump_events: Option<PathBuf>,
+    /// With --dump-events: replace an existing file (the path itself: a
+    /// link there is removed, never followed).
+    #[arg(long, requires = "dump_events")]
+    pub(crate) force: bool,
+    /// Report the state at this point: an event index, peak, oom or end.
+    #[arg(long, value_name = "EVENT|peak|oom|end")]
+    pub(crate) at: Option<At>,
+    /// totalGlobalMem of the recorded device (sizes expandable-segment
+    /// reservations and memory fractions).
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    pub(crate) device_total: u64,
+    /// Which device of a multi-GPU snapshot to replay (default: the busiest).
+    #[arg(long, value_name = "N")]
+    pub(crate) device: Option<i32>,
+    /// Most bytes a compressed input may unpack to (default: 64 times the
+    /// file plus 256 MiB).
+    #[arg(long, value_name = "BYTES", value_parser = parse_capacity)]
+    pub(crate) max_unpacked: Option<u64>,
+    /// Draw without colour (also when NO_COLOR is set).
+    #[arg(long)]
+    pub(crate) no_color: bool,
+}
+
+/// `--at EVENT` must name an event of the trace: the same rule for `replay`
+/// and `export`.
+pub(super) fn check_at(at: Option<At>, dev: &DeviceTrace) -> Result<()> {
+    match at {
+        Some(At::Event(i)) if i >= dev.events.len() && !dev.events.is_empty() => Err(anyhow!(InputError(format!(
+            "--at {i}: the trace has {} events (0 to {})",
+            dev.events.len(),
+            dev.events.len() - 1
+        )))),
+        _ => Ok(()),
+    }
+}
+
+/// The index of the first `oom` event.
+pub(super) fn oom_index(events: &[Event]) -> Option<usize> {
+    events.iter().position(|e| e.action == crate::alloc::Action::Oom)
+}
+
+/// "would run out of memory at event N (request X at file:line)".
+fn new_oom_text(o: &report::NewOomReport, dev: &DeviceTrace) -> String {
+    let t0 = dev.time_us.first().copied().unwrap_or(0);
+    let when = dev.time_us.get(o.event).map(|t| format!(", {:.3} s in", (t - t0) as f64 / 1e6)).unwrap_or_default();
+    let site = match (&o.call_site, &o.script_site) {
+        (c, _) if c.is_empty() => "a place no Python frame was recorded for".to_string(),
+        (c, Some(s)) => format!("{c}, called from {s}"),
+        (c, None) => c.clone(),
+    };
+    let more = match o.failing_allocations {
+        0 | 1 => String::new(),
+        n => format!("; {} more allocations after it would fail too, if the program went on", n - 1),
+    };
+    format!(
+        "would run out of memory at event {} of {}{when}: a request of {} on stream {} at {site}{more}",
+        o.event,
+        dev.events.len(),
+        human_bytes(o.requested_bytes),
+        o.stream
+    )
+}
+
+/// Counters a replay cannot know from the trace alone, by kind of start.
+fn not_in_trace(start: Start) -> Vec<&'static str> {
+    match start {
+        // An empty_cache() that frees nothing leaves no trace entry, nor does
+        // a CUDA-graph capture's own empty_cache (docs/replay.md).
+        // A request throw_on_cudamalloc_oom refuses (2.12+) leaves none either.
+        Start::ProcessStart => vec!["num_sync_all_streams", "num_oom_rejections"],
+        Start::Window | Start::StateOnly => {
+            vec![
+                "num_sync_all_streams",
+                "num_oom_rejections",
+                "peaks",
+                "allocated/freed totals",
+                "num_alloc_retries",
+                "num_ooms",
+                "num_device_alloc",
+                "num_device_free",
+            ]
+        }
+    }
+}
+
+fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
+    let Some(r) = exact else { return "--at needs a trace with segment events".into() };
+    match at {
+        At::Peak => format!(
+            "at the peak: event {} of {}, allocated {}, reserved {}: the table above is the state there",
+            r.peak.event,
+            dev.events.len(),
+            human_bytes(r.peak.allocated),
+            human_bytes(r.peak.reserved)
+        ),
+        At::Oom => match oom_index(&r.events) {
+            Some(i) => format!(
+                "first OOM: event {i}, request of {} (rounded): the table above is the state there",
+                human_bytes(r.events[i].size)
+            ),
+            None => "the trace has no OOM".into(),
+        },
+        // Events are numbered from 0, as everywhere (the screen, --json, --at N).
+        At::End => format!(
+            "at the end: event {} (the last of {} events, numbered from 0)",
+            dev.events.len().saturating_sub(1),
+            dev.events.len()
+        ),
+        // One malloc makes a request's segment events and its allocation
+        // together: the allocator never rests between them, so a stop on
+        // such a segment event shows the state after its request, and says so.
+        At::Event(i) => match r.reproduced.checked_sub(1).filter(|&last| last > i) {
+            Some(last) => format!(
+                "stopped after event {last}: event {i} ({}) is made by the same malloc as event {last}, and the allocator rests only after both; the table above is the state there",
+                dev.events.get(i).map_or("", |e| e.action.name())
+            ),
+            None => format!("stopped after event {i}: the table above is the state there"),
+        },
+    }
+}
+
+/// One row per pool; `state_only`: a snapshot without history has no peaks
+/// or totals, and shows none ("-").
+fn stat_line(out: &mut String, label: &str, s: &DeviceStats, kind: Kind, bytes: bool, state_only: bool) {
+    let f = |v: i64| if bytes { human_bytes(v.max(0) as u64) } else { v.to_string() };
+    let h = |v: i64| if state_only { "-".to_string() } else { f(v) };
+    for (pool, name) in
+        [(0, label.to_string()), (2, "      from large pool".into()), (1, "      from small pool".into())]
+    {
+        let st = s.get(kind, pool);
+        out.push_str(&format!(
+            "| {:<24}| {:>11} | {:>11} | {:>11} | {:>11} |\n",
+            name,
+            f(st.current),
+            h(st.peak),
+            h(st.allocated),
+            h(st.freed)
+        ));
     }
 }

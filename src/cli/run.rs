@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
+use super::args::InputError;
 use super::live::{LiveArgs, SourceKind};
-use super::InputError;
 use crate::monitor::publisher;
 
 /// What `run` and `attach` start in the process, and how they watch it.
@@ -318,7 +318,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             }
         })?;
     }
-    let color = super::color(args.publish.no_color);
+    let color = super::io::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;
@@ -640,7 +640,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
         ))));
     }
-    let color = super::color(args.publish.no_color);
+    let color = super::io::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
     app.model.thresholds = thresholds;
     app.snapshots = true;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 
-use super::{parse_conf, stats_map, InputError, MemoryCap};
+use super::args::{parse_conf, InputError, MemoryCap};
 use crate::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use crate::analysis::{fragmentation, peak_ratio};
 use crate::device::{Cuda, Device, Sim};
@@ -48,7 +48,7 @@ pub struct SynthArgs {
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub(crate) backend: Backend,
     #[command(flatten)]
-    pub(crate) torch: super::TorchArg,
+    pub(crate) torch: super::args::TorchArg,
     /// CUDA device index.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) device: usize,
@@ -108,7 +108,7 @@ pub struct SynthArgs {
     #[arg(long)]
     pub(crate) varlen: bool,
     /// Bytes leaked (allocated and never freed) per iteration.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_size)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_size)]
     pub(crate) leak: Option<u64>,
     #[arg(long, value_enum, default_value_t = OnOom::Stop)]
     pub(crate) on_oom: OnOom,
@@ -388,7 +388,7 @@ fn run<D: Backed>(
 
 /// The synth screen of `driver`'s run until the user quits; then what ran.
 fn watch<D: Backed>(args: &SynthArgs, spec: &SynthSpec, driver: Driver<D>, backend: &str) -> Result<ExitCode> {
-    let color = super::color(args.no_color);
+    let color = super::io::color(args.no_color);
     let source = format!("synth {}", describe_training(spec));
     let banner = (backend == "sim").then(|| "simulated device: no GPU memory is used".to_string());
     let mut app = crate::ui::app::SynthApp::new(driver, source, banner, color);
@@ -499,7 +499,7 @@ fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>,
         compare: Vec::new(),
         on_oom: args.on_oom,
         ooms,
-        stats: stats_map(&stats, &conf, args.torch.release.unwrap_or_default()),
+        stats: stats.memory_stats(&conf, args.torch.release.unwrap_or_default()),
         peak,
         categories: crate::workload::report::SynthCategories {
             evidence: "model",
@@ -516,7 +516,7 @@ fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>,
         effects,
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
     };
-    let mut so = super::text_out();
+    let mut so = super::io::text_out();
     if args.json {
         serde_json::to_writer(&mut so, &out)?;
         writeln!(so)?;

@@ -10,9 +10,13 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use serde::Serialize;
 
-use super::{load_input, pick_device, Input, InputError, MemoryCap, CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use super::args::{InputError, MemoryCap};
+use super::io::load_input;
 use crate::analysis::human_bytes;
-use crate::replay::session::{Fidelity, Session, Start, Want};
+use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::replay::session::{Fidelity, Start};
+use crate::replay::OpenOptions;
+use crate::trace::input::{Input, InputKind};
 use crate::tune::{search_session, why, Outcome};
 
 #[derive(Args, Debug, Clone)]
@@ -22,7 +26,7 @@ pub struct TuneArgs {
     #[command(flatten)]
     pub(crate) cap: MemoryCap,
     #[command(flatten)]
-    pub(crate) torch: super::TorchArg,
+    pub(crate) torch: super::args::TorchArg,
     /// Print one JSON object (docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
@@ -30,13 +34,13 @@ pub struct TuneArgs {
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub(crate) top: usize,
     /// totalGlobalMem of the device the run is for.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_capacity, default_value_t = DEFAULT_DEVICE_TOTAL)]
     pub(crate) device_total: u64,
     /// Which device of a multi-GPU snapshot (default: the busiest).
     #[arg(long, value_name = "N")]
     pub(crate) device: Option<i32>,
     /// Most bytes a compressed input may unpack to.
-    #[arg(long, value_name = "BYTES", value_parser = super::parse_capacity)]
+    #[arg(long, value_name = "BYTES", value_parser = super::args::parse_capacity)]
     pub(crate) max_unpacked: Option<u64>,
 }
 
@@ -92,14 +96,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     let started = Instant::now();
     args.cap.check()?;
     let input = Input::open(&args.trace)?;
-    if input.is_recording() {
+    if input.kind() == InputKind::Recording {
         return Err(anyhow!(InputError(format!(
             "{}: a recording of samples has no allocation requests to replay; tune a snapshot taken with memory history (`S` in the live view, or `gpumem-top snapshot PID`)",
             args.trace.display()
         ))));
     }
     let trace = load_input(input, args.max_unpacked)?;
-    let dev = pick_device(&trace, args.device)?;
     if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
         return Err(anyhow!(InputError(format!(
             "{}: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}): tune replays the run under its own setting and each change of it, so it has nothing to compare with",
@@ -114,25 +117,23 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     // (a run that OOMed under its limit replays only under it). Every
     // setting, the recorded one included, then runs under the limit asked
     // for (docs/tune.md).
-    let open = |memory_limit: Option<u64>| {
-        let want = Want {
-            memory_limit,
-            release: crate::replay::session::ReleaseAsk::of(&trace, args.torch.release),
-            ..Want::recorded(&trace, args.device_total)
-        };
-        Session::open(dev, &trace.stacks, &want)
-            .map_err(|e| anyhow!(InputError(format!("{}: {e}", args.trace.display()))))
+    let opts = OpenOptions {
+        device: args.device,
+        device_total: args.device_total,
+        torch: args.torch.release,
+        ..OpenOptions::default()
     };
-    let mut session = open(None)?;
+    let mut opened = crate::replay::open(&trace, &args.trace.display().to_string(), &opts)?;
     // The run's own limit, found from its trace, unless one was asked.
-    let found = session.limit_found.clone();
+    let found = opened.session.limit_found.clone();
     let limit = limit.or(found.as_ref().map(|l| l.used_bytes));
-    if session.fidelity == Fidelity::Diverged && limit.is_some() {
-        let under = open(limit)?;
-        if under.fidelity != Fidelity::Diverged {
-            session = under;
+    if opened.session.fidelity == Fidelity::Diverged && limit.is_some() {
+        let under = opened.reopened_under(limit)?;
+        if under.session.fidelity != Fidelity::Diverged {
+            opened = under;
         }
     }
+    let (dev, mut session) = (opened.dev, opened.session);
     match session.fidelity {
         Fidelity::StateOnly => {
             return Err(anyhow!(InputError(format!(
@@ -155,7 +156,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         why: why(&s.recorded, &s.recorded, limit),
     };
     let best_row = Row { outcome: best, export: export_line(&best.alloc_conf), why: why(best, &s.recorded, limit) };
-    let name = super::trace_name(&args.trace);
+    let name = super::io::trace_name(&args.trace);
     if args.json {
         let report = Report {
             trace: name,
@@ -175,7 +176,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             replays: s.replays,
             elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
-        let mut so = super::text_out();
+        let mut so = super::io::text_out();
         serde_json::to_writer(&mut so, &report)?;
         writeln!(so)?;
         return Ok(ExitCode::SUCCESS);
@@ -186,7 +187,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         let at = text.find('\n').map_or(text.len(), |i| i + 1);
         text.insert_str(at, &format!("{}\n", super::replay::limit_found_line(l)));
     }
-    super::text_out().write_all(text.as_bytes())?;
+    super::io::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

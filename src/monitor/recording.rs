@@ -11,8 +11,7 @@ use super::model::LiveModel;
 use super::{publisher, GpuSample, Snapshot};
 use crate::timeline::Step;
 
-/// The first line's `format` of a recording.
-pub(crate) const RECORD_FORMAT: &str = "gpumem-top-record";
+pub(crate) use crate::trace::input::RECORD_FORMAT;
 
 /// A recording's first line.
 #[derive(Debug, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 pub(crate) mod conditions;
 mod engine;
 pub mod model;
+pub mod open;
 pub mod pools;
 pub mod report;
 pub mod scrub;
@@ -16,3 +17,4 @@ pub(crate) use engine::Pressure;
 pub use engine::{
     replay_events, replay_events_from, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult, Stepper,
 };
+pub use open::{open, OpenError, OpenOptions, Opened};

@@ -8,9 +8,9 @@ use crate::device::Oracle;
 use crate::timeline::Step;
 use crate::trace::{Annotation, DeviceTrace, Frame};
 
+use super::engine::Divergence;
 use super::scrub::Scrubber;
 use super::session::{Session, Start};
-use super::Divergence;
 
 /// An allocation PyTorch could not make: what was asked, and who asked.
 #[derive(Debug, Clone)]

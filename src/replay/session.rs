@@ -17,11 +17,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::conditions::{self, LimitFound};
+use super::engine::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
 use super::pools;
 use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
-use super::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
 use crate::alloc::{Action, AllocatorConfig, BlockState, Event, Release, SeedBlock, SeedSegment, SegmentInfo};
 use crate::trace::{DeviceTrace, Frame};
 
@@ -602,10 +602,10 @@ impl<'a> Session<'a> {
     /// A what-if's peak: the recorded event whose request first reached the
     /// highest allocated bytes under the asked config, and the reserved
     /// bytes then.
-    pub(crate) fn what_if_peak(&self) -> Option<super::Peak> {
+    pub(crate) fn what_if_peak(&self) -> Option<super::engine::Peak> {
         let (i, allocated, reserved) = self.what_if.as_ref()?.peak?;
         let (_, events) = self.reqs.as_ref()?;
-        Some(super::Peak { event: *events.get(i)?, allocated, reserved })
+        Some(super::engine::Peak { event: *events.get(i)?, allocated, reserved })
     }
 
     /// The divergence to report: the first event not reproduced, or the

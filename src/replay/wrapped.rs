@@ -383,10 +383,10 @@ fn expandable_at_start(dev: &DeviceTrace, config: &AllocatorConfig, device_total
 /// replay gets further.
 pub fn replay_wrapped<'a>(
     rec: &'a [crate::alloc::Event],
-    opts: &super::ReplayOptions,
+    opts: &super::engine::ReplayOptions,
     dev: &DeviceTrace,
     max_tries: usize,
-) -> Result<(super::ReplayResult<'a>, Vec<SeedSegment>), String> {
+) -> Result<(super::engine::ReplayResult<'a>, Vec<SeedSegment>), String> {
     let (mut seed, guesses) = reconstruct(dev, &opts.config, opts.device_total)?;
     // The order segments are seeded in is their age (2.12+ break ties by
     // it; docs/pytorch-allocator.md, "Releases"), which the recording does
@@ -396,7 +396,7 @@ pub fn replay_wrapped<'a>(
     let ordered = |seed: &[SeedSegment], order: &[usize]| -> Vec<SeedSegment> {
         order.iter().map(|&i| seed[i].clone()).collect()
     };
-    let mut best = super::replay_events_from(rec, opts, &ordered(&seed, &order), ());
+    let mut best = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order), ());
     let mut best_seed = ordered(&seed, &order);
     let mut tries = 0;
     let mut ties = 0;
@@ -415,7 +415,7 @@ pub fn replay_wrapped<'a>(
                         let mut o = order.clone();
                         let moved = o.remove(want);
                         o.insert(took, moved);
-                        let r = super::replay_events_from(rec, opts, &ordered(&seed, &o), ());
+                        let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &o), ());
                         if r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event {
                             order = o;
                             best = r;
@@ -448,7 +448,7 @@ pub fn replay_wrapped<'a>(
                     continue;
                 }
                 seed[g.segment].blocks[g.block].size = size;
-                let r = super::replay_events_from(rec, opts, &ordered(&seed, &order), ());
+                let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order), ());
                 let further = r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event;
                 if further {
                     best = r;

@@ -2,6 +2,7 @@
 //! decoder), our JSON-lines traces and RAPIDS RMM log CSVs. The format is
 //! recognised from the content, gzip by its magic bytes.
 
+pub mod input;
 pub mod pickle;
 pub mod printable;
 mod snapshot;
@@ -105,6 +106,11 @@ impl DeviceTrace {
         self.events.push(e);
         self.time_us.push(time_us);
         self.stacks.push(stack);
+    }
+
+    /// The CUDA device index it was recorded on.
+    pub fn device(&self) -> i32 {
+        self.device
     }
 
     /// Which call stacks it carries: "per_event" (allocations have frames:

@@ -220,21 +220,13 @@ pub fn replay_app_with(
     limit: Option<u64>,
 ) -> (gpumem_top::ui::app::ReplayApp<'static>, &'static gpumem_top::trace::DeviceTrace) {
     let t: &'static gpumem_top::trace::Trace = Box::leak(Box::new(gpumem_top::trace::load(&fixture(rel)).unwrap()));
-    let d = &t.devices[0];
-    let want = gpumem_top::replay::session::Want {
-        config: t.settings.as_ref().map(|s| s.config()).unwrap_or_default(),
-        changed: limit.is_some(),
-        device_total: gpumem_top::cli::DEFAULT_DEVICE_TOTAL,
+    let opts = gpumem_top::replay::OpenOptions {
+        device: Some(t.devices[0].device()),
         memory_limit: limit,
-        keep_events: false,
-        stop_at: None,
-        context_bytes: gpumem_top::cli::CUDA_CONTEXT_BYTES,
-        recorded_state: t.format == gpumem_top::trace::TraceFormat::PytorchSnapshot,
-        release: gpumem_top::replay::session::ReleaseAsk::of(t, None),
+        ..Default::default()
     };
-    let session = gpumem_top::replay::session::Session::open(d, &t.stacks, &want).unwrap();
-    assert!(session.fidelity.is_faithful(), "{rel}: {:?}", session.fidelity);
+    let opened = gpumem_top::replay::open(t, rel, &opts).unwrap();
+    assert!(opened.is_exact(), "{rel}: {:?}", opened.session.fidelity);
     let name = rel.rsplit('/').next().unwrap_or(rel).to_string();
-    let model = gpumem_top::replay::model::ReplayModel::open(&session, d, &t.stacks, &t.annotations, name).unwrap();
-    (gpumem_top::ui::app::ReplayApp::new(model, false), d)
+    (gpumem_top::ui::app::ReplayApp::new(opened.model(name).unwrap(), false), opened.dev)
 }

@@ -1,0 +1,174 @@
+//! The one way a command, a screen or a test opens a trace's replay: pick
+//! the device, replay it under the conditions asked for (the recorded ones
+//! by default), and build the stepping model or the categories from that
+//! one replay (docs/architecture.md, "Opening a trace").
+
+use thiserror::Error;
+
+use super::model::ReplayModel;
+use super::session::{ReleaseAsk, Session, Start, Want};
+use crate::alloc::{AllocatorConfig, Release};
+use crate::analysis::categories::{start_blocks, Categories};
+use crate::trace::{DeviceTrace, Trace};
+
+/// The conditions to replay under; the default is the run as recorded, on
+/// the default device.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Which device of a multi-GPU trace (default: the busiest).
+    pub device: Option<i32>,
+    /// totalGlobalMem of the recorded device.
+    pub device_total: u64,
+    /// A what-if config instead of the recorded one.
+    pub config: Option<AllocatorConfig>,
+    /// A per-process memory limit to replay under.
+    pub memory_limit: Option<u64>,
+    /// Whose allocator to follow (`--torch`); by default what the trace says.
+    pub torch: Option<Release>,
+    /// Keep the replayed events (`--dump-events`, `--at oom`).
+    pub keep_events: bool,
+    /// Stop after this many events (`--at EVENT`).
+    pub stop_at: Option<usize>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            device: None,
+            device_total: crate::device::DEFAULT_DEVICE_TOTAL,
+            config: None,
+            memory_limit: None,
+            torch: None,
+            keep_events: false,
+            stop_at: None,
+        }
+    }
+}
+
+/// Why a trace could not be opened for replay.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    #[error("the trace has no device {0}")]
+    NoDevice(i32),
+    #[error("the trace has no events and no segments")]
+    Empty,
+    /// The trace contradicts itself (its history cannot start anywhere).
+    #[error("{name}: {reason}")]
+    Unreadable { name: String, reason: String },
+    /// Replayed, but not exactly, where the caller needs an exact replay.
+    #[error("{name}: the replay is {fidelity}{at}; {need}")]
+    NotExact { name: String, fidelity: &'static str, at: String, need: &'static str },
+    /// The replay parted from the recording while a model stepped through it.
+    #[error("{name}: replay diverged at {at}")]
+    Diverged { name: String, at: String },
+}
+
+impl OpenError {
+    /// A model's or scrubber's divergence from the recording of `name`.
+    pub fn diverged(name: &str, d: &super::engine::Divergence) -> OpenError {
+        OpenError::Diverged { name: name.to_string(), at: d.to_string() }
+    }
+
+    /// A file we cannot read is the user's (2); one we read but do not
+    /// reproduce is ours (1).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            OpenError::NoDevice(_) | OpenError::Empty | OpenError::Unreadable { .. } => 2,
+            OpenError::NotExact { .. } | OpenError::Diverged { .. } => 1,
+        }
+    }
+}
+
+/// A trace's device, replayed once under the conditions asked for.
+pub struct Opened<'t> {
+    pub trace: &'t Trace,
+    pub dev: &'t DeviceTrace,
+    /// What the replay was asked for (its config, limit and release).
+    pub want: Want,
+    pub session: Session<'t>,
+    /// The input as errors name it (its path).
+    pub name: String,
+}
+
+/// The device `want` names, or the busiest.
+pub fn device(trace: &Trace, want: Option<i32>) -> Result<&DeviceTrace, OpenError> {
+    match want {
+        Some(d) => trace.devices.iter().find(|x| x.device == d).ok_or(OpenError::NoDevice(d)),
+        None => trace.main_device().ok_or(OpenError::Empty),
+    }
+}
+
+/// Replays `trace` (read from the input `name`) as `opts` asks.
+pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Opened<'t>, OpenError> {
+    let dev = device(trace, opts.device)?;
+    let want = Want {
+        changed: opts.config.is_some() || opts.memory_limit.is_some(),
+        config: opts.config.clone().unwrap_or_else(|| trace.settings.as_ref().map(|s| s.config()).unwrap_or_default()),
+        memory_limit: opts.memory_limit,
+        keep_events: opts.keep_events,
+        stop_at: opts.stop_at,
+        release: ReleaseAsk::of(trace, opts.torch),
+        ..Want::recorded(trace, opts.device_total)
+    };
+    let session = Session::open(dev, &trace.stacks, &want)
+        .map_err(|reason| OpenError::Unreadable { name: name.to_string(), reason })?;
+    Ok(Opened { trace, dev, want, session, name: name.to_string() })
+}
+
+impl<'t> Opened<'t> {
+    /// The same trace replayed again under `memory_limit` (tune's retry
+    /// under the limit the run had).
+    pub fn reopened_under(&self, memory_limit: Option<u64>) -> Result<Opened<'t>, OpenError> {
+        // The limit is the run's own, a condition it had rather than a change.
+        let want = Want { memory_limit, ..self.want.clone() };
+        let session = Session::open(self.dev, &self.trace.stacks, &want)
+            .map_err(|reason| OpenError::Unreadable { name: self.name.clone(), reason })?;
+        Ok(Opened { trace: self.trace, dev: self.dev, want, session, name: self.name.clone() })
+    }
+
+    /// Whether the replay reproduced every recorded event (a snapshot
+    /// without history has none to reproduce and counts as exact).
+    pub fn is_exact(&self) -> bool {
+        self.session.fidelity.is_faithful()
+    }
+
+    /// `Ok` when the replay is exact; else why not, with what the caller
+    /// (`need`: "diff compares runs that replay exactly") needs it for.
+    pub fn require_exact(&self, need: &'static str) -> Result<(), OpenError> {
+        if self.is_exact() {
+            return Ok(());
+        }
+        let at = self.session.divergence().map(|d| format!(" at {d}")).unwrap_or_default();
+        Err(OpenError::NotExact { name: self.name.clone(), fidelity: self.session.fidelity.name(), at, need })
+    }
+
+    /// The model a screen or an export steps through, titled `title`.
+    pub fn model(&self, title: String) -> Result<ReplayModel<'t>, OpenError> {
+        ReplayModel::open(&self.session, self.dev, &self.trace.stacks, &self.trace.annotations, title)
+            .map_err(|d| self.diverged(&d))
+    }
+
+    /// The error a model or scrubber's divergence becomes.
+    pub fn diverged(&self, d: &super::engine::Divergence) -> OpenError {
+        OpenError::diverged(&self.name, d)
+    }
+
+    /// Whether the replay ran the recorded history to its end exactly (a
+    /// snapshot without history has none).
+    pub fn replayed_history(&self) -> bool {
+        self.session.exact.divergence.is_none() && self.session.start != Start::StateOnly
+    }
+
+    /// What each block of the recorded run is (docs/categories.md), from
+    /// the replay's own allocation order where it reproduced the run.
+    pub fn categories(&self) -> Categories {
+        let order = self.replayed_history().then_some(self.session.exact.allocated.as_slice());
+        Categories::of(
+            self.dev,
+            &self.trace.stacks,
+            &self.trace.annotations,
+            &start_blocks(self.dev, &self.session.seed),
+            order,
+        )
+    }
+}
