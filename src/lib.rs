@@ -31,6 +31,7 @@ pub mod device;
 pub mod export;
 pub mod fit;
 pub mod keys;
+pub mod launch;
 pub mod monitor;
 pub mod private;
 pub mod replay;

@@ -72,12 +72,6 @@ fn sample_of(spec: &str) -> Result<(PathBuf, u64)> {
     Ok((PathBuf::from(path), batch))
 }
 
-/// The hook Python loads first when `fit --batches` runs a command, and
-/// the module it asks which history settings cannot crash the training
-/// (docs/live.md, "Memory history and PyTorch 2.11").
-const SITECUSTOMIZE: &str = include_str!("../../assets/python/record/sitecustomize.py");
-const PUBLISHER: &str = include_str!("../../python/gpumem_top/_publish.py");
-
 /// History entries the hook keeps at most: three steps of the models we
 /// recorded take 5,000–40,000; a run past this wraps, and `fit` refuses a
 /// wrapped window rather than predict from part of a step.
@@ -150,17 +144,9 @@ fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::
     // `work` is fresh and private: a fixed name inside it is safe.
     let hook = work.join("hook");
     std::fs::DirBuilder::new().mode(0o700).create(&hook)?;
-    create_new(&hook.join("sitecustomize.py"))?.write_all(SITECUSTOMIZE.as_bytes())?;
-    create_new(&hook.join("gpumem_top_publish.py"))?.write_all(PUBLISHER.as_bytes())?;
-    let path = match std::env::var_os("PYTHONPATH") {
-        Some(p) if !p.is_empty() => {
-            let mut v = hook.clone().into_os_string();
-            v.push(":");
-            v.push(p);
-            v
-        }
-        _ => hook.clone().into_os_string(),
-    };
+    create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::RECORD_SITECUSTOMIZE.as_bytes())?;
+    create_new(&hook.join("gpumem_top_publish.py"))?.write_all(crate::launch::PUBLISHER.as_bytes())?;
+    let path = crate::launch::python_path(&hook);
     let mut out = Vec::new();
     for &b in &args.record_batches {
         let snap = work.join(format!("batch{b}.pickle"));

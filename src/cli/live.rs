@@ -1,7 +1,7 @@
 //! The live modes: the TUI beside training (`gpumem-top`), `--json`,
 //! `record` and `serve`.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 
 use super::args::InputError;
 use crate::monitor::alerts::{alerts, Thresholds};
+use crate::monitor::recorder;
 use crate::monitor::sampler::{DemoSource, LiveSource, Sampler, Source};
 use crate::monitor::{publisher, GpuQuery, NvmlQuery, Snapshot};
 
@@ -253,177 +254,31 @@ pub struct RecordArgs {
     pub(crate) append: bool,
 }
 
-/// Opens `record`'s output: a new file, never through a symbolic link;
-/// an existing path only with `--force` (replaced) or `--append` (a
-/// recording, added to). Returns the file and whether it needs a header.
-fn open_recording(args: &RecordArgs) -> Result<(std::fs::File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = &args.output;
-    let bad = |e: std::io::Error| anyhow!(InputError(format!("{}: {e}", path.display())));
-    if args.append {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(bad)?;
-        if !f.metadata().map_err(bad)?.is_file() {
-            return Err(anyhow!(InputError(format!("{}: not a regular file", path.display()))));
-        }
-        // A recording starts with its header line: one JSON object whose
-        // `format` is ours (any file merely containing the word is not).
-        let len = f.metadata().map_err(bad)?.len();
-        if len == 0 {
-            return Ok((f, true));
-        }
-        let mut head = Vec::new();
-        std::io::BufRead::read_until(&mut std::io::BufReader::new((&f).take(64 << 10)), b'\n', &mut head)
-            .map_err(bad)?;
-        let header: Option<crate::monitor::recording::RecordHeader> =
-            serde_json::from_slice(head.trim_ascii_end()).ok();
-        if !head.ends_with(b"\n") || header.is_none_or(|h| h.format != RECORD_FORMAT) {
-            return Err(anyhow!(InputError(format!(
-                "{}: not a gpumem-top recording (its first line is not a recording's header); --append adds only to one",
-                path.display()
-            ))));
-        }
-        // A last line cut short (a kill, a full disk) is dropped before we
-        // add to it: written after, it would make the whole file unreadable.
-        let mut last = [0u8; 1];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut last, len - 1).map_err(bad)?;
-        if last[0] != b'\n' {
-            let keep = last_newline(&f, len).map_err(bad)?;
-            f.set_len(keep).map_err(bad)?;
-            eprintln!(
-                "gpumem-top: {}: its last line was cut short ({} bytes): dropped before appending",
-                path.display(),
-                len - keep
-            );
-        }
-        return Ok((f, false));
-    }
-    if args.force {
-        // Only a file or a link is replaced: never a directory, a device
-        // (`-o /dev/null --force` as root), a FIFO or a socket.
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_file() || m.file_type().is_symlink() => std::fs::remove_file(path).map_err(bad)?,
-            Ok(_) => {
-                return Err(anyhow!(InputError(format!(
-                    "{}: not a regular file; --force replaces only files and links",
-                    path.display()
-                ))))
-            }
-            Err(_) => {}
-        }
-    }
-    // O_CREAT|O_EXCL: fails on any existing path, a symbolic link included.
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(f) => Ok((f, true)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(anyhow!(InputError(format!(
-            "{}: already exists; --force replaces it, --append adds to a recording",
-            path.display()
-        )))),
-        Err(e) => Err(bad(e)),
-    }
-}
-
-/// The length of `f` up to and including its last newline (of `len` bytes).
-fn last_newline(f: &std::fs::File, len: u64) -> std::io::Result<u64> {
-    let mut end = len;
-    let mut buf = vec![0u8; 64 << 10];
-    while end > 0 {
-        let start = end.saturating_sub(buf.len() as u64);
-        let chunk = &mut buf[..(end - start) as usize];
-        std::os::unix::fs::FileExt::read_exact_at(f, chunk, start)?;
-        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
-            return Ok(start + i as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
-}
-
 /// `record`: headless sampling into JSON lines that `replay` shows later.
 pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let thresholds = args.live.thresholds()?;
     let interval = args.live.interval()?;
     let (src, name) = source_for(args.live.source, &args.live)?;
-    let (file, header) = open_recording(args)?;
+    let mode = match (args.force, args.append) {
+        (_, true) => recorder::Mode::Append,
+        (true, false) => recorder::Mode::Replace,
+        (false, false) => recorder::Mode::New,
+    };
+    let output = recorder::open(&args.output, mode)?;
+    if let Some(n) = output.dropped {
+        eprintln!(
+            "gpumem-top: {}: its last line was cut short ({n} bytes): dropped before appending",
+            args.output.display()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    let rec = Recorder { file, header, out: &args.output, source: name, interval_ms: args.live.interval };
+    let rec = recorder::Recorder { output, path: &args.output, source: name, interval_ms: args.live.interval };
     let n = rec.run(src, thresholds, interval, &stop, args.count)?;
     eprintln!("gpumem-top: recorded {} to {}", crate::analysis::count(n as usize, "sample"), args.output.display());
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes samples to a recording until `stop` is set or `count` are written.
-pub(crate) struct Recorder<'a> {
-    pub(crate) file: std::fs::File,
-    /// The file is new: it needs the header line.
-    pub(crate) header: bool,
-    pub(crate) out: &'a std::path::Path,
-    pub(crate) source: &'a str,
-    pub(crate) interval_ms: u64,
-}
-
-impl Recorder<'_> {
-    pub(crate) fn run(
-        mut self,
-        src: Box<dyn Source>,
-        thresholds: Thresholds,
-        interval: Duration,
-        stop: &AtomicBool,
-        count: Option<u64>,
-    ) -> Result<u64> {
-        let out = self.out.display().to_string();
-        // Each line goes out in one write, so a kill leaves whole lines (and a
-        // full disk at most one cut line, which `replay` drops with a warning).
-        fn put(file: &mut std::fs::File, out: &str, v: &impl serde::Serialize) -> Result<()> {
-            let mut line = serde_json::to_vec(v)?;
-            line.push(b'\n');
-            file.write_all(&line).with_context(|| format!("writing {out}"))
-        }
-        if self.header {
-            let h = crate::monitor::recording::RecordHeader {
-                format: RECORD_FORMAT.into(),
-                version: 1,
-                source: self.source.into(),
-                interval_ms: self.interval_ms,
-            };
-            put(&mut self.file, &out, &h)?;
-        }
-        // The sampler runs until it is dropped at the end of this function.
-        let (sampler, rx) = Sampler::spawn(src, interval);
-        let mut n = 0u64;
-        let write = |file: &mut std::fs::File, snap: &Snapshot| -> Result<()> {
-            put(file, &out, &crate::monitor::recording::RecordLine::of(snap, &alerts(snap, &thresholds)))
-        };
-        while !stop.load(Ordering::Relaxed) && count.is_none_or(|c| n < c) {
-            let Ok(snap) = rx.recv_timeout(Duration::from_millis(100)) else { continue };
-            write(&mut self.file, &snap)?;
-            n += 1;
-        }
-        if count.is_some_and(|c| n >= c) {
-            return Ok(n);
-        }
-        // Stopped (the command exited, or a signal): one last sample taken
-        // now, so that what a process wrote at its exit (its last steps, the
-        // OOM that ended it) is in, at once rather than an interval later.
-        let since = crate::monitor::now();
-        sampler.sample_now();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while let Ok(snap) = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
-            write(&mut self.file, &snap)?;
-            n += 1;
-            if snap.time >= since {
-                break;
-            }
-        }
-        Ok(n)
-    }
 }
 
 pub(crate) use crate::monitor::recording::RECORD_FORMAT;

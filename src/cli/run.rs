@@ -15,6 +15,7 @@ use clap::Args;
 
 use super::args::InputError;
 use super::live::{LiveArgs, SourceKind};
+use crate::launch::{self, forward_signals, shown_command, Hook, PUBLISHER, RUN_SITECUSTOMIZE};
 use crate::monitor::publisher;
 
 /// What `run` and `attach` start in the process, and how they watch it.
@@ -50,6 +51,16 @@ impl PublishArgs {
     pub(crate) fn step_peaks(&self) -> bool {
         !self.no_step_peaks
     }
+
+    /// The publisher's settings, writing into `directory`.
+    fn settings<'a>(&self, directory: &'a Path) -> launch::PublisherSettings<'a> {
+        launch::PublisherSettings {
+            directory,
+            interval_ms: self.live.interval,
+            step_peaks: self.step_peaks(),
+            history: self.history,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -78,40 +89,6 @@ impl crate::monitor::GpuQuery for NoGpus {
     }
     fn sample(&mut self, index: u32) -> crate::monitor::GpuSample {
         crate::monitor::GpuSample { index, ..Default::default() }
-    }
-}
-
-/// The hook Python loads first, and the publisher it starts.
-const SITECUSTOMIZE: &str = include_str!("../../assets/python/run/sitecustomize.py");
-const PUBLISHER: &str = include_str!("../../python/gpumem_top/_publish.py");
-
-/// The hook's directory: fresh (a random name made now) inside the
-/// publish directory, which is ours and private, so that nobody else can
-/// create it again after we remove it while the command's descendants
-/// (DataLoader workers, compile workers, relaunched ranks) still start
-/// Python with it on their PYTHONPATH (docs/security.md). Removed when
-/// dropped.
-struct Hook(PathBuf);
-
-impl Hook {
-    /// A fresh `PREFIX-…` directory in `publish_dir` holding `files`
-    /// (name, text), each created new: `run`'s sitecustomize and publisher,
-    /// or for `attach` the publisher alone (the target imports it itself).
-    fn new(publish_dir: &Path, prefix: &str, files: &[(&str, &str)]) -> Result<Hook> {
-        use std::io::Write;
-        let dir = crate::private::fresh_dir(publish_dir, prefix)
-            .with_context(|| format!("cannot create the hook's directory in {}", publish_dir.display()))?;
-        let hook = Hook(dir);
-        for (name, text) in files {
-            crate::private::create_new(&hook.0.join(name))?.write_all(text.as_bytes())?;
-        }
-        Ok(hook)
-    }
-}
-
-impl Drop for Hook {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -144,75 +121,6 @@ fn logf_guard(log: &Path) {
     }
 }
 
-/// Passes SIGTERM, SIGHUP and SIGQUIT sent to us (`docker stop`, a
-/// scheduler, systemd), and a SIGINT sent by `kill`, on to the command
-/// while it runs; a terminal's Ctrl-C already reaches its process group.
-/// We keep recording until it exits.
-fn forward_signals(pid: u32, done: Arc<AtomicBool>) -> Result<signal_hook::iterator::Handle> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-    use signal_hook::iterator::exfiltrator::WithOrigin;
-    use signal_hook::iterator::SignalsInfo;
-    use signal_hook::low_level::siginfo::Cause;
-    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])?;
-    let handle = signals.handle();
-    std::thread::Builder::new().name("gpumem-signals".into()).spawn(move || {
-        for info in signals.forever() {
-            if info.signal == SIGINT && !matches!(info.cause, Cause::Sent(_)) {
-                continue;
-            }
-            if done.load(Ordering::Relaxed) {
-                continue;
-            }
-            // SAFETY: kill(2) touches no memory of ours. The pid is the
-            // command we started; `done` is set the moment it is reaped,
-            // so a signal racing that instant is the only way to reach a
-            // reused pid, which the kernel does not hand out that soon.
-            unsafe { libc::kill(pid as libc::pid_t, info.signal) };
-        }
-    })?;
-    Ok(handle)
-}
-
-/// The command with the hook first on its PYTHONPATH and the publisher's
-/// settings in its environment.
-fn command(args: &RunArgs, hook: &Path, dir: &Path) -> std::process::Command {
-    let mut path = hook.as_os_str().to_owned();
-    if let Some(p) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-        path.push(":");
-        path.push(p);
-    }
-    let mut c = std::process::Command::new(&args.command[0]);
-    c.args(&args.command[1..])
-        .env("PYTHONPATH", path)
-        .env("GPUMEM_TOP_RUN", "1")
-        .env("GPUMEM_TOP_DIR", dir)
-        .env("GPUMEM_TOP_INTERVAL", format!("{}", args.publish.live.interval as f64 / 1000.0))
-        .env("GPUMEM_TOP_STEP_PEAKS", if args.publish.step_peaks() { "1" } else { "0" })
-        .env("GPUMEM_TOP_HISTORY", args.publish.history.unwrap_or(0).to_string());
-    c
-}
-
-/// The command as the status line names it: its first two words without
-/// their directories ("python3 train.py …").
-fn shown_command(argv: &[String]) -> String {
-    let base = |a: &String| Path::new(a).file_name().map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned());
-    let mut s = argv.iter().take(2).map(base).collect::<Vec<_>>().join(" ");
-    if argv.len() > 2 {
-        s.push_str(" …");
-    }
-    s
-}
-
-/// The exit code that passes the command's on: its own, or 128 + the signal.
-fn exit_code_of(st: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
-        _ => ExitCode::from(1),
-    }
-}
-
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if args.publish.live.source != SourceKind::Live {
         return Err(anyhow!(InputError("run watches the command it starts: --source demo does not apply".into())));
@@ -239,8 +147,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 as Box<dyn crate::monitor::sampler::Source>
         }
     };
-    let hook = Hook::new(&dir, "run", &[("sitecustomize.py", SITECUSTOMIZE), ("gpumem_top_publish.py", PUBLISHER)])?;
-    let mut cmd = command(args, &hook.0, &dir);
+    let hook =
+        Hook::new(&dir, "run", &[("sitecustomize.py", RUN_SITECUSTOMIZE), ("gpumem_top_publish.py", PUBLISHER)])?;
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("PYTHONPATH", launch::python_path(hook.path()))
+        .envs(args.publish.settings(&dir).environment());
     let shown = shown_command(&args.command);
     if !interactive {
         // Headless: the command keeps the terminal (and gets Ctrl-C as it
@@ -248,6 +160,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         let out = args.output.clone().unwrap_or_default();
         let file =
             crate::private::create_new(&out).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
+        let output = crate::monitor::recorder::Output { file, header: true, dropped: None };
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -268,10 +181,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                 st
             })
         };
-        let rec = super::live::Recorder {
-            file,
-            header: true,
-            out: &out,
+        let rec = crate::monitor::recorder::Recorder {
+            output,
+            path: &out,
             source: "nvml",
             interval_ms: args.publish.live.interval,
         };
@@ -283,7 +195,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             crate::analysis::count(n as usize, "sample"),
             out.display()
         );
-        return Ok(exit_code_of(st));
+        return Ok(ExitCode::from(launch::exit_code_of(st)));
     }
     // The view owns the terminal: the command's output goes to a log, and
     // it runs in its own process group so that it outlives us if the user
@@ -335,7 +247,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     match st {
         Some(st) => {
             eprintln!("gpumem-top: `{shown}` {st}; its output is in {}", log.display());
-            Ok(exit_code_of(st))
+            Ok(ExitCode::from(launch::exit_code_of(st)))
         }
         None => {
             eprintln!(
@@ -536,35 +448,6 @@ pub struct AttachArgs {
     pub(crate) publish: PublishArgs,
 }
 
-/// The Python version a process runs, as (major, minor), read from what it
-/// mapped (`libpythonX.Y`) or its executable's name (`pythonX.Y`): never by
-/// running its binary, which another user may have written.
-fn target_python(pid: u32, exe: &Path) -> Option<(u32, u32)> {
-    fn version_in(s: &str, word: &str) -> Option<(u32, u32)> {
-        let rest = &s[s.find(word)? + word.len()..];
-        let (major, rest) = rest.split_once('.')?;
-        let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        Some((major.parse().ok()?, minor.parse().ok()?))
-    }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    maps.lines()
-        .find_map(|l| version_in(l.rsplit('/').next().unwrap_or(""), "libpython"))
-        .or_else(|| version_in(&exe.file_name()?.to_string_lossy(), "python"))
-}
-
-/// The uid a process runs as (its real uid, from /proc/PID/status).
-fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|l| l.split_whitespace().next()?.parse().ok())
-}
-
-/// `pythonX.Y` on our own PATH: the interpreter that asks the target to
-/// run the publisher (sys.remote_exec needs the target's version).
-fn our_python(version: (u32, u32)) -> Option<PathBuf> {
-    let name = format!("python{}.{}", version.0, version.1);
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(&name)).find(|p| p.is_file())
-}
-
 /// `gpumem-top attach PID`: injects the publisher into a running Python
 /// 3.14+ process of our own through `sys.remote_exec` (PEP 768) and watches
 /// it. It never runs the target's binary, and refuses another user's
@@ -576,7 +459,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top.publish() in it";
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    match process_uid(pid) {
+    match launch::process_uid(pid) {
         Some(uid) if uid == me => {}
         Some(uid) => {
             return Err(anyhow!(InputError(format!(
@@ -587,7 +470,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     }
     // Where the hook will go: ours and private, or nothing happens.
     let dir = publish_dir(&args.publish.live)?;
-    let Some((major, minor)) = target_python(pid, &exe) else {
+    let Some((major, minor)) = launch::target_python(pid, &exe) else {
         return Err(anyhow!(InputError(format!("pid {pid} ({}) is not a Python we can ask; {how}", exe.display()))));
     };
     if (major, minor) < (3, 14) {
@@ -596,7 +479,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
             exe.display()
         ))));
     }
-    let Some(python) = our_python((major, minor)) else {
+    let Some(python) = launch::our_python((major, minor)) else {
         return Err(anyhow!(InputError(format!(
             "pid {pid} runs Python {major}.{minor}: attaching needs python{major}.{minor} on our PATH (the target's own binary is never run); {how}"
         ))));
@@ -615,21 +498,11 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     // files created by us now (none planted can be there), removed when
     // we leave.
     let hook = Hook::new(&dir, "attach", &[("gpumem_top_publish.py", PUBLISHER)])?;
-    let script = hook.0.join("start.py");
+    let script = hook.path().join("start.py");
     {
         use std::io::Write;
-        crate::private::create_new(&script)?.write_all(
-            format!(
-                "import sys\nsys.path.insert(0, {hook:?})\nimport gpumem_top_publish as g, torch\n\
-                 torch.cuda._lazy_call(lambda: g.start(interval={interval}, directory={dir:?}, step_peaks={peaks}, history={history}))\n",
-                hook = hook.0.display().to_string(),
-                interval = args.publish.live.interval as f64 / 1000.0,
-                dir = dir.display().to_string(),
-                peaks = if args.publish.step_peaks() { "True" } else { "False" },
-                history = args.publish.history.map_or("None".to_string(), |h| h.to_string()),
-            )
-            .as_bytes(),
-        )?;
+        let text = args.publish.settings(&dir).attach_script(hook.path());
+        crate::private::create_new(&script)?.write_all(text.as_bytes())?;
     }
     let st = std::process::Command::new(&python)
         .args(["-I", "-c", &format!("import sys; sys.remote_exec({pid}, {:?})", script.display().to_string())])

@@ -8,6 +8,7 @@ pub mod model;
 pub mod nvml;
 pub mod procfs;
 pub mod publisher;
+pub mod recorder;
 pub mod recording;
 pub mod report;
 pub mod sampler;
