@@ -7,12 +7,31 @@ use serde::Serialize;
 use super::{human_bytes, median};
 use crate::alloc::SegmentInfo;
 
-/// What the ranks are compared on: their peaks, or (snapshots without
-/// history have none) what each snapshot holds allocated.
+/// What the ranks are compared on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Measure {
+    /// Their peaks allocated.
+    PeakAllocated,
+    /// What each snapshot holds allocated (snapshots without history have
+    /// no peaks).
+    AllocatedInSnapshot,
+}
+
+impl Measure {
+    /// How a summary names it.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Measure::PeakAllocated => "peak allocated",
+            Measure::AllocatedInSnapshot => "allocated (no history: no peaks)",
+        }
+    }
+}
+
+/// How the ranks compare: the median and the worst on their measure.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Imbalance {
-    /// "peak_allocated", or "allocated_in_snapshot" when a snapshot has no history.
-    pub(crate) measure: &'static str,
+    pub(crate) measure: Measure,
     pub(crate) worst_rank: u32,
     pub(crate) median_peak_bytes: u64,
     pub(crate) worst_peak_bytes: u64,
@@ -22,7 +41,7 @@ pub(crate) struct Imbalance {
 
 impl Imbalance {
     /// Over (rank, bytes) pairs; none for no ranks.
-    pub(crate) fn of(ranks: &[(u32, u64)], measure: &'static str) -> Option<Imbalance> {
+    pub(crate) fn of(ranks: &[(u32, u64)], measure: Measure) -> Option<Imbalance> {
         let v: Vec<u64> = ranks.iter().map(|r| r.1).collect();
         let m = median(&v);
         // The highest, the lowest rank among equals.
@@ -33,7 +52,7 @@ impl Imbalance {
 
     /// "median peak allocated X; worst rank r at Y (+Z%)".
     pub(crate) fn describe(&self) -> String {
-        let what = if self.measure == "peak_allocated" { "peak allocated" } else { "allocated (no history: no peaks)" };
+        let what = self.measure.describe();
         format!(
             "median {what} {}; worst rank {} at {} ({:+.1}%)",
             human_bytes(self.median_peak_bytes),
@@ -68,6 +87,14 @@ impl RankReplay {
     pub(crate) fn figure(&self) -> u64 {
         self.peak_allocated.unwrap_or(self.allocated)
     }
+
+    /// Its figure on `measure`.
+    pub(crate) fn figure_on(&self, measure: Measure) -> u64 {
+        match measure {
+            Measure::PeakAllocated => self.figure(),
+            Measure::AllocatedInSnapshot => self.allocated,
+        }
+    }
 }
 
 /// The ranks, by rank, and how they compare.
@@ -80,12 +107,12 @@ pub(crate) struct RanksModel {
 impl RanksModel {
     pub(crate) fn new(mut ranks: Vec<RankReplay>) -> Self {
         ranks.sort_by_key(|r| r.rank);
-        let measure =
-            if ranks.iter().all(|r| r.peak_allocated.is_some()) { "peak_allocated" } else { "allocated_in_snapshot" };
-        let pairs: Vec<(u32, u64)> = ranks
-            .iter()
-            .map(|r| (r.rank, if measure == "peak_allocated" { r.figure() } else { r.allocated }))
-            .collect();
+        let measure = if ranks.iter().all(|r| r.peak_allocated.is_some()) {
+            Measure::PeakAllocated
+        } else {
+            Measure::AllocatedInSnapshot
+        };
+        let pairs: Vec<(u32, u64)> = ranks.iter().map(|r| (r.rank, r.figure_on(measure))).collect();
         RanksModel { imbalance: Imbalance::of(&pairs, measure), ranks }
     }
 }
@@ -96,11 +123,11 @@ mod tests {
 
     #[test]
     fn the_worst_rank_is_judged_against_the_median() {
-        let i = Imbalance::of(&[(0, 100), (1, 300), (2, 200)], "peak_allocated").unwrap();
+        let i = Imbalance::of(&[(0, 100), (1, 300), (2, 200)], Measure::PeakAllocated).unwrap();
         assert_eq!((i.worst_rank, i.median_peak_bytes, i.worst_peak_bytes), (1, 200, 300));
         assert!((i.over_median - 0.5).abs() < 1e-12);
         // Equal peaks: the lowest rank.
-        assert_eq!(Imbalance::of(&[(0, 5), (1, 5)], "peak_allocated").unwrap().worst_rank, 0);
-        assert!(Imbalance::of(&[], "peak_allocated").is_none());
+        assert_eq!(Imbalance::of(&[(0, 5), (1, 5)], Measure::PeakAllocated).unwrap().worst_rank, 0);
+        assert!(Imbalance::of(&[], Measure::PeakAllocated).is_none());
     }
 }

@@ -8,13 +8,13 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
 use clap::Args;
-use std::collections::BTreeMap;
 
 use super::args::{parse_conf, InputError, MemoryCap};
 use super::io::load_with_progress;
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::fit::report::{CategoryLine, FitJson, SampleRef};
 use crate::fit::{Fit, Prediction, Sample, Target, MAX_BATCH};
 
 #[derive(Args, Debug, Clone)]
@@ -380,49 +380,8 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         base,
         recommended,
     } = *o;
-    // Fields in this order: `predictions` and `max_batch` first.
-    #[derive(serde::Serialize)]
-    struct Out<'a> {
-        predictions: &'a [Prediction],
-        max_batch: u64,
-        max_batch_by_config: BTreeMap<&'a str, u64>,
-        peak_at_max_batch_by_config: BTreeMap<&'a str, Option<Prediction>>,
-        /// What `tune` recommends at the largest batch (a key of the
-        /// maps above when it differs from the recorded setting).
-        recommended_alloc_conf: &'a str,
-        samples: Vec<SampleRef<'a>>,
-        alloc_conf: &'a str,
-        memory_limit_bytes: Option<u64>,
-        device_total_bytes: u64,
-        context_bytes: u64,
-        alignment: &'a crate::fit::FitReport,
-        /// Why the predictions are less certain than docs/fit.md
-        /// measures (a self-check off by more than it should be).
-        warnings: &'a [String],
-        /// Per category at the samples' peaks, and its line; empty, with
-        /// `categories_note` saying why, where the lines do not add up to
-        /// the predicted peaks.
-        categories: Vec<CategoryOut<'a>>,
-        categories_note: Option<String>,
-        /// How far the farthest batch is beyond the samples, what real runs
-        /// measured at that reach, and the third sample that settles it;
-        /// null within 4 times the largest sample.
-        reach: Option<crate::fit::Reach>,
-    }
-    #[derive(serde::Serialize)]
-    struct CategoryOut<'a> {
-        #[serde(flatten)]
-        fit: &'a crate::fit::CategoryFit,
-        /// The line at each predicted batch, in `predictions`' order.
-        predicted_bytes: Vec<u64>,
-    }
-    #[derive(serde::Serialize)]
-    struct SampleRef<'a> {
-        snapshot: &'a str,
-        batch: u64,
-    }
     let note = categories_disagree(category_fits, predictions);
-    let out = Out {
+    let out = FitJson {
         recommended_alloc_conf: recommended,
         predictions,
         max_batch,
@@ -439,7 +398,7 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
             Some(_) => Vec::new(),
             None => category_fits
                 .iter()
-                .map(|f| CategoryOut { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
+                .map(|f| CategoryLine { fit: f, predicted_bytes: batches.iter().map(|&b| f.at(b)).collect() })
                 .collect(),
         },
         categories_note: note,

@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
-use serde_json::Value;
 
 use super::replay::ReplayArgs;
 use crate::analysis::human_bytes;
-use crate::analysis::ranks::{Imbalance, RankReplay, RanksModel};
+use crate::analysis::ranks::{Imbalance, Measure, RankReplay, RanksModel};
+use crate::replay::report::{RankReport, RanksReport, ReplayReport};
 use crate::trace::Trace;
 
 /// Each input's rank: the number after "rank" in every file's name when
@@ -41,29 +41,19 @@ fn alone(args: &ReplayArgs, path: &Path) -> ReplayArgs {
 }
 
 /// Each rank's `replay --json` report (exactly as alone), and its exit code.
-fn reports(args: &ReplayArgs, paths: &[PathBuf], traces: &[Trace]) -> Result<Vec<(Value, ExitCode)>> {
-    let json = ReplayArgs { json: true, ..args.clone() };
-    paths
-        .iter()
-        .zip(traces)
-        .map(|(p, t)| {
-            let mut buf = Vec::new();
-            let code = super::replay::replay_trace(&alone(&json, p), t, &mut buf, false, Instant::now())?;
-            let v: Value = serde_json::from_slice(&buf).map_err(|e| anyhow!("{}: report: {e}", p.display()))?;
-            Ok((v, code))
-        })
-        .collect()
+fn reports(args: &ReplayArgs, paths: &[PathBuf], traces: &[Trace]) -> Result<Vec<(ReplayReport, ExitCode)>> {
+    paths.iter().zip(traces).map(|(p, t)| super::replay::replay_report(&alone(args, p), t)).collect()
 }
 
-/// The figure each rank is compared on, from its report.
-fn measure_of(reports: &[(Value, ExitCode)]) -> (&'static str, Vec<u64>) {
-    let peaks: Option<Vec<u64>> = reports.iter().map(|(r, _)| r["peak"]["allocated_bytes"].as_u64()).collect();
+/// The figure each rank is compared on, from its report: its peak where
+/// every rank has one, else what its snapshot holds allocated.
+fn measure_of(reports: &[(ReplayReport, ExitCode)]) -> (Measure, Vec<u64>) {
+    let peaks: Option<Vec<u64>> = reports.iter().map(|(r, _)| r.peak.as_ref().map(|p| p.allocated_bytes)).collect();
     match peaks {
-        Some(p) => ("peak_allocated", p),
-        None => (
-            "allocated_in_snapshot",
-            reports.iter().map(|(r, _)| r["stats"]["allocated_bytes.all.current"].as_u64().unwrap_or(0)).collect(),
-        ),
+        Some(p) => (Measure::PeakAllocated, p),
+        None => {
+            (Measure::AllocatedInSnapshot, reports.iter().map(|(r, _)| r.stat("allocated_bytes.all.current")).collect())
+        }
     }
 }
 
@@ -100,20 +90,13 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     let code = if reports.iter().any(|(_, c)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
     let mut so = super::io::text_out();
     if args.json {
-        let ranks_json: Vec<Value> = reports
+        let ranks = reports
             .into_iter()
             .zip(&ranks)
             .zip(&paths)
-            .map(|(((mut r, _), rank), p)| {
-                if let Value::Object(m) = &mut r {
-                    m.insert("rank".into(), (*rank).into());
-                    m.insert("path".into(), p.display().to_string().into());
-                }
-                r
-            })
+            .map(|(((report, _), &rank), p)| RankReport { rank, path: p.display().to_string(), report })
             .collect();
-        let out = serde_json::json!({ "ranks": ranks_json, "imbalance": imbalance });
-        serde_json::to_writer(&mut so, &out)?;
+        serde_json::to_writer(&mut so, &RanksReport { ranks, imbalance })?;
         writeln!(so)?;
         return Ok(code);
     }
@@ -126,7 +109,12 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
 }
 
 /// The table at the top of the summary: one row per rank.
-fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf], imb: Option<&Imbalance>) -> String {
+fn side_by_side(
+    reports: &[(ReplayReport, ExitCode)],
+    ranks: &[u32],
+    paths: &[PathBuf],
+    imb: Option<&Imbalance>,
+) -> String {
     let mut out = format!("{} ranks side by side, each replayed alone:\n", ranks.len());
     let row = |c: [&str; 8]| {
         format!(
@@ -136,10 +124,10 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
     };
     out.push_str(&row(["rank", "file", "allocated", "peak allocated", "peak reserved", "vs median", "OOMs", "replay"]));
     let m = imb.map_or(0, |i| i.median_peak_bytes);
-    let by_peak = imb.is_some_and(|i| i.measure == "peak_allocated");
+    let by_peak = imb.is_some_and(|i| i.measure == Measure::PeakAllocated);
     for (((r, _), rank), p) in reports.iter().zip(ranks).zip(paths) {
-        let peak = r["peak"]["allocated_bytes"].as_u64();
-        let now = r["stats"]["allocated_bytes.all.current"].as_u64().unwrap_or(0);
+        let peak = r.peak.as_ref().map(|p| p.allocated_bytes);
+        let now = r.stat("allocated_bytes.all.current");
         let figure = if by_peak { peak.unwrap_or(0) } else { now };
         let vs = if m > 0 { format!("{:+.1}%", (figure as f64 / m as f64 - 1.0) * 100.0) } else { "n/a".into() };
         out.push_str(&row([
@@ -147,10 +135,10 @@ fn side_by_side(reports: &[(Value, ExitCode)], ranks: &[u32], paths: &[PathBuf],
             &crate::view::ellipsis(super::io::trace_name(p), 24),
             &human_bytes(now),
             &peak.map_or("no history".into(), human_bytes),
-            &peak.and(r["stats"]["reserved_bytes.all.peak"].as_u64()).map_or("no history".into(), human_bytes),
+            &peak.map(|_| r.stat("reserved_bytes.all.peak")).map_or("no history".into(), human_bytes),
             &vs,
-            &r["stats"]["num_ooms"].as_u64().unwrap_or(0).to_string(),
-            r["fidelity"].as_str().unwrap_or("?"),
+            &r.stat("num_ooms").to_string(),
+            r.fidelity,
         ]));
     }
     if let Some(i) = imb {

@@ -52,6 +52,38 @@ pub(crate) fn replay_trace(
     terminal: bool,
     started: Instant,
 ) -> Result<ExitCode> {
+    let r = match replayed(args, trace, terminal, started)? {
+        Outcome::Viewed(code) => return Ok(code),
+        Outcome::Replayed(r) => r,
+    };
+    if args.json {
+        serde_json::to_writer(&mut *so, &r.report())?;
+        writeln!(so)?;
+    } else {
+        r.write_text(so, args.at)?;
+    }
+    Ok(r.exit_code())
+}
+
+/// `replay --json` of a trace already read, as a typed report, and the
+/// exit code `replay` would give (several ranks' reports side by side).
+pub(crate) fn replay_report(args: &ReplayArgs, trace: &Trace) -> Result<(ReplayReport, ExitCode)> {
+    match replayed(args, trace, false, Instant::now())? {
+        Outcome::Replayed(r) => Ok((r.report(), r.exit_code())),
+        Outcome::Viewed(code) => {
+            Err(anyhow!("{}: replayed on a screen ({code:?}), not into a report", args.trace.display()))
+        }
+    }
+}
+
+/// A replay shown on a screen (its exit code), or ready to be reported.
+enum Outcome<'t> {
+    Viewed(ExitCode),
+    Replayed(Box<Replayed<'t>>),
+}
+
+/// The replay of `trace` as `args` ask; on a terminal the interactive view.
+fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: Instant) -> Result<Outcome<'t>> {
     args.cap.check()?;
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
@@ -111,7 +143,7 @@ pub(crate) fn replay_trace(
         );
     }
     if interactive && fidelity.is_faithful() {
-        return open_view(args, &session, trace, dev, advice);
+        return open_view(args, &session, trace, dev, advice).map(Outcome::Viewed);
     }
 
     if let Some(path) = &args.dump_events {
@@ -181,15 +213,7 @@ pub(crate) fn replay_trace(
         advice,
         elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
     };
-    if args.json {
-        serde_json::to_writer(&mut *so, &r.report())?;
-        writeln!(so)?;
-    } else {
-        r.write_text(so, args.at)?;
-    }
-    // A what-if that runs out of memory where the recording did not: the
-    // run it stands for fails (docs/json.md, exit codes).
-    Ok(if fidelity == Fidelity::Diverged || r.new_oom.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(Outcome::Replayed(Box::new(r)))
 }
 
 /// What the replay found of the run's own limit.
@@ -341,6 +365,17 @@ struct Replayed<'t> {
 }
 
 impl Replayed<'_> {
+    /// 1 where the replay diverged, or a what-if runs out of memory where
+    /// the recording did not: the run it stands for fails (docs/json.md,
+    /// exit codes).
+    fn exit_code(&self) -> ExitCode {
+        if self.session.fidelity == Fidelity::Diverged || self.new_oom.is_some() {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    }
+
     /// The run's peak, or a what-if's under the config and limit asked.
     fn peak(&self) -> Option<crate::replay::Peak> {
         match &self.session.what_if {
@@ -370,7 +405,11 @@ impl Replayed<'_> {
                 unknown_actions: self.trace.release.unknown_actions.iter().cloned().collect(),
                 annotations: annotate_notes(self.trace, dev.device)
                     .take(100)
-                    .map(|(t, addr, text)| serde_json::json!({"time_us": t, "addr": addr, "text": text}))
+                    .map(|(time_us, addr, text)| report::AnnotationReport {
+                        time_us,
+                        addr: addr.into(),
+                        text: text.into(),
+                    })
                     .collect(),
             },
             stats_cover: report::covers(session.start),

@@ -13,6 +13,7 @@
 //! PyTorch's retry, free-the-cache and OOM behaviour, under the limit.
 
 mod align;
+pub(crate) mod report;
 
 use std::collections::{HashMap, HashSet};
 

@@ -94,7 +94,7 @@ impl Job {
         let world_size = ranks.iter().map(|r| r.rank + 1).max().unwrap_or(0);
         // The rule `replay RANK0 RANK1 …` judges snapshots by, on peaks.
         let peaks: Vec<(u32, u64)> = ranks.iter().map(|r| (r.rank, r.peak_allocated_bytes)).collect();
-        let i = crate::analysis::ranks::Imbalance::of(&peaks, "peak_allocated");
+        let i = crate::analysis::ranks::Imbalance::of(&peaks, crate::analysis::ranks::Measure::PeakAllocated);
         Job {
             job,
             world_size,

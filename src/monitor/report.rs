@@ -134,6 +134,16 @@ pub(crate) struct StepReport {
 }
 
 /// `replay RECORDING --json`.
+/// An alert a recording raised, at the sample (0-based) it first did.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RaisedAlert {
+    pub(crate) sample: usize,
+    pub(crate) kind: &'static str,
+    pub(crate) gpu: u32,
+    pub(crate) pid: Option<u32>,
+    pub(crate) message: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RecordingReport {
     pub(crate) trace: String,
@@ -143,8 +153,8 @@ pub(crate) struct RecordingReport {
     /// The last sample, as `--json` reports one.
     pub(crate) last: Option<LiveReport>,
     /// Every alert the recording raised, the first time it did (by kind,
-    /// GPU and process): `{sample, kind, gpu, pid, message}`.
-    pub(crate) alerts_raised: Vec<serde_json::Value>,
+    /// GPU and process).
+    pub(crate) alerts_raised: Vec<RaisedAlert>,
     /// Every distributed job recorded, each rank at its last state (a rank
     /// that died with the state it died in).
     pub(crate) jobs: Vec<super::job::Job>,
@@ -197,8 +207,12 @@ impl RecordingReport {
             alerts_raised: model
                 .raised
                 .iter()
-                .map(|(i, a)| {
-                    serde_json::json!({"sample": i, "kind": a.kind, "gpu": a.gpu, "pid": a.pid, "message": a.message})
+                .map(|(i, a)| RaisedAlert {
+                    sample: *i,
+                    kind: a.kind,
+                    gpu: a.gpu,
+                    pid: a.pid,
+                    message: a.message.clone(),
                 })
                 .collect(),
             jobs: model.jobs(),

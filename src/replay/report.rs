@@ -15,9 +15,41 @@ pub(crate) struct TorchReleaseReport {
     pub(crate) why: String,
     /// Trace entries with actions this reader does not know, skipped.
     pub(crate) unknown_actions: std::collections::BTreeMap<String, usize>,
-    /// `annotate` entries (`torch.cuda.memory._annotate_tensor`, 2.14+):
-    /// `{time_us, addr, text}` each, the first 100.
-    pub(crate) annotations: Vec<serde_json::Value>,
+    /// `annotate` entries (`torch.cuda.memory._annotate_tensor`, 2.14+),
+    /// the first 100.
+    pub(crate) annotations: Vec<AnnotationReport>,
+}
+
+/// One `annotate` entry of the trace.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AnnotationReport {
+    pub(crate) time_us: i64,
+    pub(crate) addr: String,
+    pub(crate) text: String,
+}
+
+/// One rank of `replay RANK0 RANK1 … --json`: its replay's report as alone,
+/// with its rank and path (docs/ranks.md).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RankReport {
+    pub(crate) rank: u32,
+    pub(crate) path: String,
+    #[serde(flatten)]
+    pub(crate) report: ReplayReport,
+}
+
+/// `replay RANK0 RANK1 … --json`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RanksReport {
+    pub(crate) ranks: Vec<RankReport>,
+    pub(crate) imbalance: Option<crate::analysis::ranks::Imbalance>,
+}
+
+impl ReplayReport {
+    /// `memory_stats()`'s counter `key` (0 where the report has none).
+    pub(crate) fn stat(&self, key: &str) -> u64 {
+        self.stats.get(key).map_or(0, |&v| v.max(0) as u64)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]

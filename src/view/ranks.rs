@@ -29,11 +29,7 @@ impl RanksView<'_> {
             Style::default().add_modifier(Modifier::BOLD),
         ))];
         for (i, r) in self.model.ranks.iter().enumerate() {
-            let fig = if self.model.imbalance.as_ref().is_some_and(|x| x.measure == "peak_allocated") {
-                r.figure()
-            } else {
-                r.allocated
-            };
+            let fig = self.model.imbalance.as_ref().map_or(r.allocated, |x| r.figure_on(x.measure));
             let vs = if m > 0 { format!("{:+.1}%", (fig as f64 / m as f64 - 1.0) * 100.0) } else { "n/a".into() };
             let s = format!(
                 "{}{:>5}  {:<28} {:>11} {:>14} {:>10} {:>5}  {}",
