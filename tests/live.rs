@@ -170,7 +170,7 @@ fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_fail
     assert!(s.contains(&format!("pid {me} python train.py")), "{s}");
     assert!(s.contains("1 segments") || s.contains("1 segment"), "{s}");
     // Alerts: GPU 2 is 99% full; pid me leaked 5 steps in a row.
-    let kinds: Vec<&str> = app.model.alerts.iter().map(|a| a.kind).collect();
+    let kinds: Vec<&str> = app.model.alerts.iter().map(|a| a.kind.name()).collect();
     assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.model.alerts);
     assert!(s.contains("GPU 2 is 99.3% full"), "{s}");
     // Key 2 picks GPU 1: nobody publishes there.
@@ -233,7 +233,7 @@ fn fragmentation_alert_is_judged_at_the_peaks_with_a_gib_reserved() {
     let t = Thresholds { fragmentation_min_reserved: 1 << 20, ..Default::default() };
     let a = alerts(&snap, &t);
     assert_eq!(a.len(), 1);
-    assert_eq!(a[0].kind, "fragmentation");
+    assert_eq!(a[0].kind.name(), "fragmentation");
     assert!((a[0].value - 0.6).abs() < 1e-9);
     // Between steps: 1 GiB allocated of 10 GiB reserved, but at the peaks
     // 9.5 GiB of 10 GiB held tensors: a cache doing its job, no alert.
@@ -251,7 +251,7 @@ fn fragmentation_alert_is_judged_at_the_peaks_with_a_gib_reserved() {
     let a = alerts(&snap, &Thresholds::default());
     assert_eq!(a.len(), 1, "{a:?}");
     assert_eq!(
-        a[0].message,
+        a[0].message(),
         format!("pid {me}: at the peaks 40% of reserved never held tensors (peak reserved 10.00 GiB, peak allocated 6.00 GiB); press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)")
     );
     std::fs::remove_dir_all(&d).unwrap();
@@ -279,9 +279,9 @@ fn retries_and_ooms_raise_alerts_that_say_what_to_try() {
     v["stats"]["num_alloc_retries"] = json!(3);
     let a = check(&v);
     assert_eq!(a.len(), 1, "{a:?}");
-    assert_eq!((a[0].kind, a[0].value), ("retries", 3.0));
+    assert_eq!((a[0].kind.name(), a[0].value), ("retries", 3.0));
     assert_eq!(
-        a[0].message,
+        a[0].message(),
         format!("pid {me}: 3 allocation retries (cudaMalloc failed until the cache was freed, a device synchronisation each); the peaks themselves do not fit (9.50 GiB allocated of 10.00 GiB reserved): a smaller batch, activation checkpointing or mixed precision")
     );
     // An OOM with 4 GiB reserved that never held tensors at the peak: the
@@ -289,10 +289,10 @@ fn retries_and_ooms_raise_alerts_that_say_what_to_try() {
     v["stats"]["num_ooms"] = json!(1);
     v["stats"]["allocated_bytes.all.peak"] = json!(6 * GIB);
     let a = check(&v);
-    let kinds: Vec<&str> = a.iter().map(|a| a.kind).collect();
+    let kinds: Vec<&str> = a.iter().map(|a| a.kind.name()).collect();
     assert_eq!(kinds, ["fragmentation", "oom"]);
     assert_eq!(
-        a[1].message,
+        a[1].message(),
         format!("pid {me}: CUDA out of memory (1 time); 4.00 GiB reserved at the peak never held tensors; press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)")
     );
     std::fs::remove_dir_all(&d).unwrap();

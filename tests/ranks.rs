@@ -249,14 +249,14 @@ fn a_job_of_eight_ranks_fits_80x24_with_its_median_worst_and_gone_rank() {
     let rank5 = s.lines().find(|l| l.contains(" 5    1005")).unwrap();
     assert!(rank5.contains("+50.0%"), "{rank5}");
     // The alert, once, naming the worst rank.
-    let imb: Vec<_> = app.model.alerts.iter().filter(|a| a.kind == "imbalance").collect();
+    let imb: Vec<_> = app.model.alerts.iter().filter(|a| a.kind.name() == "imbalance").collect();
     assert_eq!(imb.len(), 1);
     assert!(
-        imb[0].message.starts_with(
+        imb[0].message().starts_with(
             "job job-7f3a: rank 5 (pid 1005) peaks at 15.00 GiB, 50% over the median rank's 10.00 GiB (threshold 20%)"
         ),
         "{}",
-        imb[0].message
+        imb[0].message()
     );
     // Enter on rank 3: its own map and timeline.
     for _ in 0..3 {
@@ -279,7 +279,7 @@ fn a_job_of_eight_ranks_fits_80x24_with_its_median_worst_and_gone_rank() {
     assert_eq!(rep["jobs"][0]["ranks"].as_array().unwrap().len(), 7, "the dead rank has no file in this sample");
     // A looser threshold: no alert.
     let t = gpumem_top::monitor::alerts::Thresholds { imbalance: 0.6, ..Default::default() };
-    assert!(gpumem_top::monitor::alerts::alerts(&snap, &t).iter().all(|a| a.kind != "imbalance"));
+    assert!(gpumem_top::monitor::alerts::alerts(&snap, &t).iter().all(|a| a.kind.name() != "imbalance"));
 
     // Prometheus: one label set per process in every family.
     let text = gpumem_top::export::prometheus::exposition(&snap, &alerts);
@@ -521,7 +521,7 @@ fn processes_claiming_one_rank_of_one_job_are_jobs_of_their_own() {
         gone: vec![],
     };
     let alerts = gpumem_top::monitor::alerts::alerts(&snap, &Default::default());
-    assert!(alerts.iter().all(|a| a.kind != "imbalance"), "{alerts:?}");
+    assert!(alerts.iter().all(|a| a.kind.name() != "imbalance"), "{alerts:?}");
     let rep: Value = serde_json::to_value(gpumem_top::monitor::report::LiveReport::of(&snap, &alerts, "nvml")).unwrap();
     let jobs: Vec<(String, Vec<u64>)> = rep["jobs"]
         .as_array()

@@ -211,7 +211,7 @@ fn shrink_retries_smaller_and_continue_skips() {
     };
     let d = mk(OnOom::Shrink);
     assert_eq!(d.progress(), &Progress::Finished);
-    let batches: Vec<(u64, u64, &str)> = d.oom_log.iter().map(|o| (o.iteration, o.batch, o.action)).collect();
+    let batches: Vec<(u64, u64, &str)> = d.oom_log.iter().map(|o| (o.iteration, o.batch, o.action.name())).collect();
     assert_eq!(
         batches,
         [(1, 8, "retry"), (1, 7, "retry"), (1, 6, "retry"), (2, 8, "retry"), (2, 7, "retry"), (2, 6, "retry")]
@@ -222,7 +222,9 @@ fn shrink_retries_smaller_and_continue_skips() {
     assert_eq!(d.alloc.stats().value("num_ooms"), Some(6));
     let d = mk(OnOom::Continue);
     assert_eq!(d.progress(), &Progress::Finished);
-    assert!(d.oom_log.iter().all(|o| o.action == "skip") && d.oom_log.len() == 2);
+    assert!(
+        d.oom_log.iter().all(|o| o.action == gpumem_top::workload::driver::OomAction::Skip) && d.oom_log.len() == 2
+    );
     let d = mk(OnOom::Stop);
     assert_eq!(d.progress(), &Progress::Stopped);
     assert_eq!(d.oom_log.len(), 1);

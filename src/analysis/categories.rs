@@ -254,7 +254,7 @@ impl Categories {
     ) -> Categories {
         let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
-        let evidence = if dev.call_stacks(stacks) == "per_event" {
+        let evidence = if dev.call_stacks(stacks) == crate::trace::CallStacks::PerEvent {
             Evidence::Stacks
         } else if !windows.is_empty() {
             Evidence::Markers

@@ -325,8 +325,32 @@ pub(crate) struct RequestRow {
     pub(crate) new_bytes: u64,
     /// new / base bytes (null for a new line).
     pub(crate) ratio: Option<f64>,
-    /// "new", "gone", "grew", "shrank" or "same".
-    pub(crate) change: &'static str,
+    pub(crate) change: Change,
+}
+
+/// What became of a call site's requests (JSON: "new", "gone", "grew",
+/// "shrank", "same").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Change {
+    New,
+    Gone,
+    Grew,
+    Shrank,
+    /// Within 1% either way.
+    Same,
+}
+
+impl Change {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Change::New => "new",
+            Change::Gone => "gone",
+            Change::Grew => "grew",
+            Change::Shrank => "shrank",
+            Change::Same => "same",
+        }
+    }
 }
 
 /// The requests of both runs aligned by call site: what is new, gone, or
@@ -352,11 +376,11 @@ pub(crate) fn align(base: &BTreeMap<String, (u64, u64)>, new: &BTreeMap<String, 
             }
             let ratio = (bb > 0).then(|| nb as f64 / bb as f64);
             let change = match (b, n, ratio) {
-                (None, _, _) => "new",
-                (_, None, _) => "gone",
-                (_, _, Some(r)) if r > 1.01 => "grew",
-                (_, _, Some(r)) if r < 0.99 => "shrank",
-                _ => "same",
+                (None, _, _) => Change::New,
+                (_, None, _) => Change::Gone,
+                (_, _, Some(r)) if r > 1.01 => Change::Grew,
+                (_, _, Some(r)) if r < 0.99 => Change::Shrank,
+                _ => Change::Same,
             };
             RequestRow {
                 call_site: k.clone(),
@@ -368,7 +392,7 @@ pub(crate) fn align(base: &BTreeMap<String, (u64, u64)>, new: &BTreeMap<String, 
                 change,
             }
         })
-        .filter(|r| r.change != "same")
+        .filter(|r| r.change != Change::Same)
         .collect();
     out.sort_by_key(|r| (std::cmp::Reverse(r.new_bytes.abs_diff(r.base_bytes)), r.call_site.clone()));
     let share = if all == 0 { 1.0 } else { shared as f64 / all as f64 };

@@ -98,10 +98,20 @@ pub(crate) struct PoolUsage {
     /// `segment_pool_id`; `None` for a private pool whose id the
     /// recording does not carry.
     pub(crate) segment_pool_id: Option<[u64; 2]>,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: PoolKind,
     pub(crate) segments: usize,
     pub(crate) reserved_bytes: u64,
     pub(crate) allocated_bytes: u64,
+}
+
+/// Whose pool (JSON: "default", "private").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PoolKind {
+    /// The allocator's own large and small pools.
+    Default,
+    /// A private pool: a CUDA graph's, graph trees', a `MemPool`.
+    Private,
 }
 
 /// Segments and bytes per pool: the default pools first, then private
@@ -110,7 +120,7 @@ pub(crate) fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
     let mut out: Vec<PoolUsage> = Vec::new();
     for s in segments {
         let id = s.pool.map(|p| [p.0, p.1]);
-        let kind = if s.private { "private" } else { "default" };
+        let kind = if s.private { PoolKind::Private } else { PoolKind::Default };
         match out.iter_mut().find(|p| p.segment_pool_id == id && p.kind == kind) {
             Some(p) => {
                 p.segments += 1;
@@ -126,7 +136,7 @@ pub(crate) fn pool_usage(segments: &[SegmentInfo]) -> Vec<PoolUsage> {
             }),
         }
     }
-    out.sort_by_key(|p| (p.kind == "private", p.segment_pool_id));
+    out.sort_by_key(|p| (p.kind == PoolKind::Private, p.segment_pool_id));
     out
 }
 

@@ -12,7 +12,7 @@ use super::args::InputError;
 use super::io::{load_input, trace_name};
 use crate::alloc::Kind;
 use crate::analysis::diff::{
-    align, growth, requests_by_site, signed, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
+    align, growth, requests_by_site, signed, Change, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
 };
 use crate::analysis::human_bytes;
 use crate::replay::session::Start;
@@ -459,11 +459,13 @@ fn summary(r: &DiffReport, top: usize) -> String {
         o.push_str("\nrequests by call site (whole runs):\n");
         for q in r.requests.iter().take(top) {
             let what = match (q.change, q.ratio) {
-                ("new", _) => format!("new: {} in {} allocations", human_bytes(q.new_bytes), q.new_allocations),
-                ("gone", _) => format!("gone: was {} in {} allocations", human_bytes(q.base_bytes), q.base_allocations),
+                (Change::New, _) => format!("new: {} in {} allocations", human_bytes(q.new_bytes), q.new_allocations),
+                (Change::Gone, _) => {
+                    format!("gone: was {} in {} allocations", human_bytes(q.base_bytes), q.base_allocations)
+                }
                 (_, Some(x)) => format!(
                     "{} {:.2}×: {} → {} ({} → {} allocations)",
-                    q.change,
+                    q.change.name(),
                     x,
                     human_bytes(q.base_bytes),
                     human_bytes(q.new_bytes),

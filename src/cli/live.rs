@@ -401,7 +401,7 @@ fn recording_summary(r: &crate::monitor::report::RecordingReport) -> String {
     }
     if let Some(l) = &r.last {
         for a in &l.alerts {
-            out.push_str(&format!("  alert at the last sample: {}\n", a.message));
+            out.push_str(&format!("  alert at the last sample: {}\n", a.message()));
         }
     }
     out

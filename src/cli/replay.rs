@@ -24,7 +24,7 @@ use crate::replay::session::{Fidelity, Session, Start};
 use crate::replay::whatif::run_requests;
 use crate::replay::{OpenError, OpenOptions, Opened, ReplayResult};
 use crate::trace::input::{Input, InputKind};
-use crate::trace::{self, DeviceTrace, Trace};
+use crate::trace::{self, CallStacks, DeviceTrace, Trace};
 
 /// `replay` of one input, its report written to `so`; `terminal`: the
 /// interactive view may open (stdout and stdin are terminals).
@@ -571,11 +571,11 @@ impl Replayed<'_> {
             ));
         }
         match dev.call_stacks(&trace.stacks) {
-            "per_event" => {}
-            "blocks_only" => o.push_str(
+            CallStacks::PerEvent => {}
+            CallStacks::BlocksOnly => o.push_str(
                 "call stacks: the snapshot's blocks only (history recorded with context=\"state\"): events carry none\n",
             ),
-            _ => o.push_str("call stacks: none recorded (context=None, or a format without them): no call sites\n"),
+            CallStacks::None => o.push_str("call stacks: none recorded (context=None, or a format without them): no call sites\n"),
         }
         o.push_str(&format!("PyTorch release: {}\n", session.release_note));
         if !trace.release.unknown_actions.is_empty() {

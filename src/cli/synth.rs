@@ -400,7 +400,7 @@ fn watch<D: Backed>(args: &SynthArgs, spec: &SynthSpec, driver: Driver<D>, backe
     eprintln!("gpumem-top synth {}: {}", describe(&d.workload.spec), ran_line(d.iterations.len(), peak));
     app.driver.release_all();
     r.map_err(|e| anyhow!("terminal: {e}"))?;
-    if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == "stop") {
+    if let Some(o) = app.driver.oom_log.iter().find(|o| o.action == crate::workload::driver::OomAction::Stop) {
         eprintln!("torch.OutOfMemoryError: {}", o.message);
         Ok(ExitCode::from(1))
     } else {
@@ -473,7 +473,8 @@ fn headless<D: Backed>(args: &SynthArgs, spec: SynthSpec, mut driver: Driver<D>,
         Progress::Stopped => "stopped by OOM",
         Progress::Running => "interrupted",
     };
-    let oom_stop = driver.oom_log.iter().find(|o| o.action == "stop").map(|o| o.message.clone());
+    let oom_stop =
+        driver.oom_log.iter().find(|o| o.action == crate::workload::driver::OomAction::Stop).map(|o| o.message.clone());
     let ooms = driver.oom_log.clone();
     let iterations_done = driver.iterations.len();
     // What was live at the end, before it is all returned.

@@ -288,18 +288,21 @@ fn alerted(o: &mut Out, snap: &Snapshot, alerts: &[Alert]) {
     // One series per kind, 0 when quiet, so dashboards and rules see a
     // steady series rather than one that appears and vanishes.
     o.family("gpumem_alerts_active", "gauge", "Alerts raised now, per kind (0 when none).");
-    for kind in crate::monitor::alerts::KINDS {
+    for kind in crate::monitor::alerts::AlertKind::ALL {
         let n = alerts.iter().filter(|a| a.kind == kind).count();
-        o.sample("gpumem_alerts_active", &[("kind", kind.to_string())], n as f64);
+        o.sample("gpumem_alerts_active", &[("kind", kind.name().to_string())], n as f64);
     }
     o.family(
         "gpumem_alert",
         "gauge",
-        &format!("1 for each alert raised now (kind: {}).", crate::monitor::alerts::KINDS.join(", ")),
+        &format!(
+            "1 for each alert raised now (kind: {}).",
+            crate::monitor::alerts::AlertKind::ALL.map(|k| k.name()).join(", ")
+        ),
     );
     for a in alerts {
         let l = [
-            ("kind", a.kind.to_string()),
+            ("kind", a.kind.name().to_string()),
             ("gpu", a.gpu.to_string()),
             ("pid", a.pid.map_or(String::new(), |p| p.to_string())),
         ];

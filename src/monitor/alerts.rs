@@ -37,22 +37,92 @@ impl Default for Thresholds {
     }
 }
 
-/// Every kind an alert can have.
-pub(crate) const KINDS: [&str; 6] = ["device_usage", "leak", "fragmentation", "retries", "oom", "imbalance"];
+/// What an alert is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    DeviceUsage,
+    Leak,
+    Fragmentation,
+    Retries,
+    Oom,
+    Imbalance,
+}
+
+impl AlertKind {
+    /// Every kind, in the order metrics list them.
+    pub const ALL: [AlertKind; 6] = [
+        AlertKind::DeviceUsage,
+        AlertKind::Leak,
+        AlertKind::Fragmentation,
+        AlertKind::Retries,
+        AlertKind::Oom,
+        AlertKind::Imbalance,
+    ];
+
+    /// As JSON and Prometheus name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlertKind::DeviceUsage => "device_usage",
+            AlertKind::Leak => "leak",
+            AlertKind::Fragmentation => "fragmentation",
+            AlertKind::Retries => "retries",
+            AlertKind::Oom => "oom",
+            AlertKind::Imbalance => "imbalance",
+        }
+    }
+
+    /// Whether the allocator's settings may be what runs out, so that what
+    /// tuning a snapshot found is the hint (docs/tune.md).
+    pub fn settings_may_help(self) -> bool {
+        matches!(self, AlertKind::Fragmentation | AlertKind::Retries | AlertKind::Oom)
+    }
+}
 
 /// What to do when the allocator's settings may be what runs out: no
 /// setting is named until a replay of this run checked it (the live view
 /// quotes what tuning the snapshot found, once it was taken: docs/tune.md).
 const TRY_TUNE: &str = "press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)";
 
+/// An alert: what was seen (`fact`) and what to do about it (`hint`).
+/// JSON carries both, and `message`, the two as one line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(into = "AlertJson")]
 pub struct Alert {
-    /// One of `KINDS`.
-    pub kind: &'static str,
+    pub kind: AlertKind,
     pub(crate) gpu: u32,
     pub(crate) pid: Option<u32>,
     pub value: f64,
-    pub message: String,
+    pub fact: String,
+    pub hint: Option<String>,
+}
+
+impl Alert {
+    /// The fact and the hint, as the status line shows them.
+    pub fn message(&self) -> String {
+        match &self.hint {
+            Some(h) => format!("{}; {h}", self.fact),
+            None => self.fact.clone(),
+        }
+    }
+}
+
+/// An alert as JSON writes it (docs/json.md).
+#[derive(Serialize)]
+struct AlertJson {
+    kind: AlertKind,
+    gpu: u32,
+    pid: Option<u32>,
+    value: f64,
+    message: String,
+    hint: Option<String>,
+}
+
+impl From<Alert> for AlertJson {
+    fn from(a: Alert) -> AlertJson {
+        let message = a.message();
+        AlertJson { kind: a.kind, gpu: a.gpu, pid: a.pid, value: a.value, message, hint: a.hint }
+    }
 }
 
 pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
@@ -62,16 +132,17 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
             let r = used as f64 / total.max(1) as f64;
             if r > t.device_usage {
                 out.push(Alert {
-                    kind: "device_usage",
+                    kind: AlertKind::DeviceUsage,
                     gpu: g.index,
                     pid: None,
                     value: r,
-                    message: format!(
+                    fact: format!(
                         "GPU {} is {:.1}% full (threshold {:.0}%)",
                         g.index,
                         r * 100.0,
                         t.device_usage * 100.0
                     ),
+                    hint: None,
                 });
             }
         }
@@ -79,16 +150,17 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
     for p in &s.publishers {
         if let Some((steps, grew)) = leak(&p.steps, t.leak_steps) {
             out.push(Alert {
-                kind: "leak",
+                kind: AlertKind::Leak,
                 gpu: p.device,
                 pid: Some(p.pid),
                 value: grew as f64,
-                message: format!(
+                fact: format!(
                     "{}: allocated at step end grew {} steps in a row (+{}), beyond the run's own variation",
                     who(p),
                     steps,
                     crate::analysis::human_bytes(grew)
                 ),
+                hint: None,
             });
         }
         // Judged at the peaks, not now: between steps a caching allocator
@@ -100,17 +172,18 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
             let share = crate::analysis::peak_ratio_of(a, r);
             if share > t.fragmentation {
                 out.push(Alert {
-                    kind: "fragmentation",
+                    kind: AlertKind::Fragmentation,
                     gpu: p.device,
                     pid: Some(p.pid),
                     value: share,
-                    message: format!(
-                        "{}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {}); {TRY_TUNE}",
+                    fact: format!(
+                        "{}: at the peaks {:.0}% of reserved never held tensors (peak reserved {}, peak allocated {})",
                         who(p),
                         share * 100.0,
                         crate::analysis::human_bytes(r),
                         crate::analysis::human_bytes(a)
                     ),
+                    hint: Some(TRY_TUNE.into()),
                 });
             }
         }
@@ -131,27 +204,25 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
         };
         if ooms > 0 {
             out.push(Alert {
-                kind: "oom",
+                kind: AlertKind::Oom,
                 gpu: p.device,
                 pid: Some(p.pid),
                 value: ooms as f64,
-                message: format!(
-                    "{}: CUDA out of memory ({}); {advice}",
-                    who(p),
-                    crate::analysis::count(ooms as usize, "time")
-                ),
+                fact: format!("{}: CUDA out of memory ({})", who(p), crate::analysis::count(ooms as usize, "time")),
+                hint: Some(advice),
             });
         } else if retries > 0 {
             out.push(Alert {
-                kind: "retries",
+                kind: AlertKind::Retries,
                 gpu: p.device,
                 pid: Some(p.pid),
                 value: retries as f64,
-                message: format!(
-                    "{}: {retries} allocation {} (cudaMalloc failed until the cache was freed, a device synchronisation each); {advice}",
+                fact: format!(
+                    "{}: {retries} allocation {} (cudaMalloc failed until the cache was freed, a device synchronisation each)",
                     who(p),
                     if retries == 1 { "retry" } else { "retries" }
                 ),
+                hint: Some(advice),
             });
         }
     }
@@ -204,12 +275,13 @@ fn imbalance(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
             continue;
         }
         out.push(Alert {
-            kind: "imbalance",
+            kind: AlertKind::Imbalance,
             gpu: w.gpu,
             pid: Some(w.pid),
             value: j.imbalance,
-            message: format!(
-                "job {}: rank {} (pid {}) peaks at {}, {:.0}% over the median rank's {} (threshold {:.0}%): it runs out first; give it less work or more memory",
+            hint: Some("give it less work or more memory".into()),
+            fact: format!(
+                "job {}: rank {} (pid {}) peaks at {}, {:.0}% over the median rank's {} (threshold {:.0}%): it runs out first",
                 j.job,
                 w.rank,
                 w.pid,

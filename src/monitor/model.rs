@@ -100,7 +100,7 @@ pub struct LiveModel {
     /// with the sample it came at: what a recording replayed would have
     /// shown (docs/live.md, "Alerts").
     pub(crate) raised: Vec<(usize, Alert)>,
-    raised_keys: std::collections::BTreeSet<(&'static str, u32, Option<u32>)>,
+    raised_keys: std::collections::BTreeSet<(super::alerts::AlertKind, u32, Option<u32>)>,
     samples: usize,
     pub(crate) thresholds: Thresholds,
     /// Why publisher files were ignored in the latest sample, if any.

@@ -138,7 +138,7 @@ pub(crate) struct StepReport {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RaisedAlert {
     pub(crate) sample: usize,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: super::alerts::AlertKind,
     pub(crate) gpu: u32,
     pub(crate) pid: Option<u32>,
     pub(crate) message: String,
@@ -207,13 +207,7 @@ impl RecordingReport {
             alerts_raised: model
                 .raised
                 .iter()
-                .map(|(i, a)| RaisedAlert {
-                    sample: *i,
-                    kind: a.kind,
-                    gpu: a.gpu,
-                    pid: a.pid,
-                    message: a.message.clone(),
-                })
+                .map(|(i, a)| RaisedAlert { sample: *i, kind: a.kind, gpu: a.gpu, pid: a.pid, message: a.message() })
                 .collect(),
             jobs: model.jobs(),
         }

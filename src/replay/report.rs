@@ -89,7 +89,7 @@ pub(crate) struct ReplayReport {
     pub(crate) recorded_totals: Totals,
     /// Which call stacks the trace carries: "per_event", "blocks_only" or
     /// "none" (`DeviceTrace::call_stacks`).
-    pub(crate) call_stacks: &'static str,
+    pub(crate) call_stacks: crate::trace::CallStacks,
     /// When the run ran out of memory: the setting that avoids it, or that
     /// none does, as replays of the run under every setting found
     /// (`tune::oom_advice`); null otherwise.
@@ -115,6 +115,16 @@ pub(crate) struct ReplayReport {
 
 /// An out-of-memory error the trace recorded: the request PyTorch could not
 /// serve, what the device had free then, and the call stack that asked.
+/// Why a recorded OOM happened (JSON: "device_full", "process_limit").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OomCause {
+    /// The device had less free than the request.
+    DeviceFull,
+    /// The device had room: a per-process memory limit refused it.
+    ProcessLimit,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RecordedOomReport {
     pub(crate) event: usize,
@@ -136,7 +146,7 @@ pub(crate) struct RecordedOomReport {
     /// `device_full` when the device had less free than the request, else
     /// `process_limit`: a per-process limit (`set_per_process_memory_fraction`)
     /// refused it while the device had room.
-    pub(crate) cause: &'static str,
+    pub(crate) cause: OomCause,
 }
 
 impl RecordedOomReport {
@@ -151,7 +161,7 @@ impl RecordedOomReport {
                 let frames = dev.stacks.get(i).and_then(|&sid| stacks.get((sid as usize).wrapping_sub(1)));
                 let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
                 RecordedOomReport {
-                    cause: if e.addr >= e.size { "process_limit" } else { "device_full" },
+                    cause: if e.addr >= e.size { OomCause::ProcessLimit } else { OomCause::DeviceFull },
                     event: i,
                     time_us: dev.time_us.get(i).zip(t0).map(|(t, t0)| t - t0),
                     size_bytes: e.size,
@@ -176,7 +186,11 @@ impl RecordedOomReport {
             crate::analysis::human_bytes(self.size_bytes),
             self.stream,
             crate::analysis::human_bytes(self.device_free_bytes),
-            if self.cause == "process_limit" { " (room enough: a per-process memory limit refused it)" } else { "" },
+            if self.cause == OomCause::ProcessLimit {
+                " (room enough: a per-process memory limit refused it)"
+            } else {
+                ""
+            },
             if self.call_site.is_empty() {
                 " (no call stack recorded)".to_string()
             } else {

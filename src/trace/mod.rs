@@ -34,6 +34,19 @@ pub enum TraceError {
     Corrupt(String),
 }
 
+/// Which call stacks a trace carries (JSON: "per_event", "blocks_only",
+/// "none").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStacks {
+    /// Allocations have frames: `context="alloc"` or `"all"`.
+    PerEvent,
+    /// Only the snapshot's blocks: `context="state"`.
+    BlocksOnly,
+    /// `context=None`, or a format without stacks.
+    None,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TraceFormat {
     #[default]
@@ -113,18 +126,15 @@ impl DeviceTrace {
         self.device
     }
 
-    /// Which call stacks it carries: "per_event" (allocations have frames:
-    /// `context="alloc"` or `"all"`), "blocks_only" (only the snapshot's
-    /// blocks: `context="state"`), or "none" (`context=None`, or a format
-    /// without stacks). Said in replay's output (docs/live.md).
-    pub fn call_stacks(&self, stacks: &[Vec<crate::trace::Frame>]) -> &'static str {
+    /// Which call stacks it carries. Said in replay's output (docs/live.md).
+    pub fn call_stacks(&self, stacks: &[Vec<crate::trace::Frame>]) -> CallStacks {
         let has = |sid: u32| sid != 0 && stacks.get(sid as usize - 1).is_some_and(|f| !f.is_empty());
         if self.events.iter().zip(&self.stacks).any(|(e, &s)| e.action == crate::alloc::Action::Alloc && has(s)) {
-            "per_event"
+            CallStacks::PerEvent
         } else if self.segments.iter().flat_map(|g| &g.blocks).any(|b| has(b.stack)) {
-            "blocks_only"
+            CallStacks::BlocksOnly
         } else {
-            "none"
+            CallStacks::None
         }
     }
 

@@ -267,11 +267,11 @@ impl LiveApp {
     /// An alert as the status line shows it: for a process whose snapshot
     /// was tuned, what the replays found replaces the generic hint.
     fn alert_text(&self, a: &crate::monitor::alerts::Alert) -> String {
-        let tuned =
-            a.pid.and_then(|p| self.tuned.get(&p)).filter(|_| matches!(a.kind, "fragmentation" | "retries" | "oom"));
-        match tuned {
-            Some(t) => format!("{}; {t}", a.message.split("; ").next().unwrap_or(&a.message)),
-            None => a.message.clone(),
+        // What tuning this process's snapshot found replaces the hint to
+        // take one, where the settings may be what runs out.
+        match a.pid.and_then(|p| self.tuned.get(&p)).filter(|_| a.kind.settings_may_help()) {
+            Some(t) => format!("{}; {t}", a.fact),
+            None => a.message(),
         }
     }
 
@@ -467,8 +467,13 @@ impl LiveApp {
             .iter()
             .map(|r| self.model.procs.get(&(r.gpu, r.pid)).map_or(&[][..], |h| h.series.points()))
             .collect();
-        let alerts: Vec<String> =
-            self.model.alerts.iter().filter(|a| a.kind != "imbalance").map(|a| self.alert_text(a)).collect();
+        let alerts: Vec<String> = self
+            .model
+            .alerts
+            .iter()
+            .filter(|a| a.kind != crate::monitor::alerts::AlertKind::Imbalance)
+            .map(|a| self.alert_text(a))
+            .collect();
         let mut status = format!("{}{}", self.notes(), self.status);
         if !alerts.is_empty() {
             status = format!("{} ⚠ {}", status.trim_end(), alerts.join("; "));
@@ -859,18 +864,20 @@ mod tests {
         app.opened_pid = Some(5);
         app.back(super::super::event::Closed { note: note.clone(), tuned: Some(tuned.clone()) });
         let alert = |pid: u32| Alert {
-            kind: "fragmentation",
+            kind: crate::monitor::alerts::AlertKind::Fragmentation,
             gpu: 0,
             pid: Some(pid),
             value: 0.4,
-            message: format!(
-                "pid {pid}: at the peaks 40% of reserved never held tensors; press S to snapshot it and tune"
-            ),
+            fact: format!("pid {pid}: at the peaks 40% of reserved never held tensors"),
+            hint: Some("press S to snapshot it and tune".into()),
         };
         assert_eq!(
             app.alert_text(&alert(5)),
             format!("pid 5: at the peaks 40% of reserved never held tensors; {tuned}")
         );
-        assert_eq!(app.alert_text(&alert(6)), alert(6).message);
+        assert_eq!(
+            app.alert_text(&alert(6)),
+            "pid 6: at the peaks 40% of reserved never held tensors; press S to snapshot it and tune"
+        );
     }
 }

@@ -706,7 +706,8 @@ fn render_bars(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
 
 /// What the bars are scaled to where no device bar says it: a few words
 /// ("limit 8.39 GiB") and the sentence of a header row.
-fn capacity_text(capacity: Option<(u64, &str)>) -> (String, String) {
+fn capacity_text(capacity: Option<(u64, parts::ScaleBy)>) -> (String, String) {
+    use parts::ScaleBy;
     let Some((bytes, what)) = capacity else {
         return (
             "device (no NVML reading for this source)".into(),
@@ -715,13 +716,17 @@ fn capacity_text(capacity: Option<(u64, &str)>) -> (String, String) {
     };
     let b = human_bytes(bytes);
     match what {
-        "limit" => {
+        ScaleBy::Limit => {
             (format!("limit {b}"), format!(" limit     {b}: the per-process memory limit, the bars' full width"))
         }
-        "snapshot" => (format!("scale {b}"), format!(" scale     {b}: the snapshot's reserved, the bars' full width")),
-        "peak" => (format!("scale {b}"), format!(" scale     {b}: the trace's peak reserved, the bars' full width")),
-        _ => {
-            (format!("{what} {b}"), format!(" {what:<10}{b}: its memory, the bars' full width (no NVML reading here)"))
+        ScaleBy::Snapshot => {
+            (format!("scale {b}"), format!(" scale     {b}: the snapshot's reserved, the bars' full width"))
+        }
+        ScaleBy::Peak => {
+            (format!("scale {b}"), format!(" scale     {b}: the trace's peak reserved, the bars' full width"))
+        }
+        ScaleBy::Device => {
+            (format!("device {b}"), format!(" device    {b}: its memory, the bars' full width (no NVML reading here)"))
         }
     }
 }
@@ -1301,7 +1306,7 @@ fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let focus = if view.sel.focus == Focus::Timeline { theme.bold() } else { Style::default() };
     let title = timeline_title(view);
     // A per-process limit is drawn as a line, so the scale reaches it.
-    let limit = view.totals.capacity.filter(|c| c.1 == "limit").map(|c| c.0);
+    let limit = view.totals.capacity.filter(|c| c.1 == parts::ScaleBy::Limit).map(|c| c.0);
     let top =
         view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
     let room = (area.width as usize).saturating_sub(title.chars().count() + 4);

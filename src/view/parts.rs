@@ -71,9 +71,8 @@ pub struct Totals {
     /// The device's (used, total), where known, and who says so ("NVML",
     /// or "simulated" for the demo's device).
     pub(crate) device_memory: Option<(u64, u64, &'static str)>,
-    /// Without NVML: what the bars are scaled to, and what it is (the
-    /// per-process memory limit, or the device's memory).
-    pub(crate) capacity: Option<(u64, &'static str)>,
+    /// Without NVML: what the bars are scaled to, and what it is.
+    pub(crate) capacity: Option<(u64, ScaleBy)>,
     /// Live: what the optimizer held at a step's end (parameters,
     /// gradients, optimizer state, the rest as `Unknown`) and that step.
     pub(crate) step_categories: Option<(crate::analysis::categories::CategoryBytes, u64)>,
@@ -211,4 +210,17 @@ pub(crate) fn ordered_indices(segments: &[SegmentInfo], order: SegmentOrder) -> 
         });
     }
     idx
+}
+
+/// What a screen's bars are scaled to where no device bar says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScaleBy {
+    /// The per-process memory limit the run had.
+    Limit,
+    /// A state-only snapshot's reserved.
+    Snapshot,
+    /// A trace's peak reserved (the device it ran on is not in the trace).
+    Peak,
+    /// The device a running workload is on.
+    Device,
 }

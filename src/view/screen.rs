@@ -6,7 +6,7 @@ use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::Rect;
 use ratatui_core::widgets::Widget;
 
-use super::parts::{Chrome, Marks, Selection, Totals};
+use super::parts::{Chrome, Marks, ScaleBy, Selection, Totals};
 use super::View;
 use crate::alloc::{CachingAllocator, SegmentInfo};
 use crate::analysis::{fragmentation, size_histogram, Fragmentation};
@@ -46,7 +46,7 @@ pub(crate) struct StateScreen<'a, D: Device> {
     /// trace's own peak reserved (over all of it, not up to the cursor;
     /// "peak") or a state-only snapshot's reserved ("snapshot"), and say
     /// so; none: the device the run is on.
-    pub(crate) recorded_scale: Option<(u64, &'static str)>,
+    pub(crate) recorded_scale: Option<(u64, ScaleBy)>,
     pub(crate) chrome: Chrome<'a>,
     pub(crate) marks: Marks<'a>,
     pub(crate) sel: Selection,
@@ -62,10 +62,10 @@ impl<D: Device> Widget for StateScreen<'_, D> {
         // assumed 140 GiB made a 541 MiB trace's bars empty, #37 item 2), a
         // running workload's device.
         let capacity = match a.memory_limit() {
-            Some(l) => (l, "limit"),
+            Some(l) => (l, ScaleBy::Limit),
             None => match self.recorded_scale {
                 Some(p) => p,
-                None => (a.device().total_memory(), "device"),
+                None => (a.device().total_memory(), ScaleBy::Device),
             },
         };
         let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
@@ -104,7 +104,8 @@ impl Widget for ReplayScreen<'_, '_> {
             oom: model.oom_at(cursor),
         };
         // A state-only snapshot has no peak: its bars are to its reserved.
-        let scale = (model.peak_reserved().max(1), if model.points().is_empty() { "snapshot" } else { "peak" });
+        let scale =
+            (model.peak_reserved().max(1), if model.points().is_empty() { ScaleBy::Snapshot } else { ScaleBy::Peak });
         let at = model.now();
         let marks = Marks::of(&at, cursor, model.peak_at);
         StateScreen { alloc: at.state, recorded_scale: Some(scale), chrome, marks, sel: self.sel }.render(area, buf);

@@ -35,8 +35,34 @@ pub struct OomRecord {
     pub iteration: u64,
     pub batch: u64,
     pub message: String,
-    /// What the run did about it: "stop", "retry", "skip".
-    pub action: &'static str,
+    /// What the run did about it.
+    pub action: OomAction,
+}
+
+/// What a synthetic run did about an OOM (JSON: "stop", "retry", "skip").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomAction {
+    Stop,
+    Retry,
+    Skip,
+}
+
+impl OomAction {
+    /// As JSON and the screens name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OomAction::Stop => "stop",
+            OomAction::Retry => "retry",
+            OomAction::Skip => "skip",
+        }
+    }
+}
+
+impl std::fmt::Display for OomAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What one call to `Driver::advance` ended with.
@@ -299,27 +325,27 @@ impl<D: Device> Driver<D> {
         self.ooms.push(at);
         let iteration = self.workload.iteration();
         let action = match self.on_oom {
-            OnOom::Stop => "stop",
-            OnOom::Shrink if self.retries < SHRINK_RETRIES => "retry",
-            OnOom::Shrink => "stop",
-            OnOom::Continue => "skip",
+            OnOom::Stop => OomAction::Stop,
+            OnOom::Shrink if self.retries < SHRINK_RETRIES => OomAction::Retry,
+            OnOom::Shrink => OomAction::Stop,
+            OnOom::Continue => OomAction::Skip,
         };
         self.oom_log.push(OomRecord { at, iteration, batch: self.batch, message: oom.to_string(), action });
         self.unwind();
         match action {
-            "retry" => {
+            OomAction::Retry => {
                 self.retries += 1;
                 self.scale *= 0.9;
                 self.alloc.empty_cache();
                 self.empty_caches.push(self.points.len());
                 self.point();
             }
-            "skip" => {
+            OomAction::Skip => {
                 // The step is lost; the next one starts at full size.
                 self.workload.skip();
                 self.point();
             }
-            _ => {
+            OomAction::Stop => {
                 self.point();
                 self.state = Progress::Stopped;
             }
