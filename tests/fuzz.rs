@@ -143,7 +143,15 @@ fn execute(input: &[u8], export: bool) {
                             (ViewKind::Timeline, Format::Svg),
                             (ViewKind::Fragmap, Format::Txt),
                         ] {
-                            let _ = picture(&mut m, at, view, format, 800, true, true);
+                            let _ = picture(
+                                &mut m,
+                                at,
+                                view,
+                                format,
+                                800,
+                                true,
+                                gpumem_top::view::parts::ColorBy::Category,
+                            );
                         }
                     }
                 }

@@ -42,7 +42,7 @@ pub struct ExportArgs {
     /// memory is (docs/categories.md); the allocated bar is split by
     /// category either way.
     #[arg(long, value_enum, default_value = "state")]
-    pub(crate) by: ColorBy,
+    pub(crate) by: crate::view::parts::ColorBy,
     /// Replace an existing file at the output path (the path itself: a link
     /// there is removed, never followed); without it an existing path is
     /// refused.
@@ -63,15 +63,6 @@ pub struct ExportArgs {
     /// the first).
     #[arg(long, value_name = "PID")]
     pub(crate) pid: Option<u32>,
-}
-
-/// What the map's colours say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ColorBy {
-    /// Allocated, rounding, pending free, free.
-    State,
-    /// Parameter, gradient, optimizer state, activation, input, temporary.
-    Category,
 }
 
 /// `export`: one view of a trace at one moment, as SVG, PNG or text.
@@ -120,16 +111,9 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
             .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,
         At::Peak => model.peak_at.unwrap_or(0),
     };
-    let bytes = crate::export::replay::picture(
-        &mut model,
-        cursor,
-        args.view,
-        args.format,
-        args.width,
-        args.plain,
-        args.by == ColorBy::Category,
-    )
-    .map_err(|e| anyhow!(e))?;
+    let bytes =
+        crate::export::replay::picture(&mut model, cursor, args.view, args.format, args.width, args.plain, args.by)
+            .map_err(|e| anyhow!(e))?;
     write_export(args, &bytes, &format!("{cursor}"), &format!("event {cursor}"))
 }
 

@@ -33,7 +33,7 @@ pub(crate) fn process_svg(h: &ProcHistory, p: &Published, view: ViewKind, width:
         },
         // memory_stats() does not carry set_per_process_memory_fraction.
         memory_limit: None,
-        by_category: false,
+        color_by: crate::view::parts::ColorBy::State,
     };
     super::picture::svg(&scene, view, width)
 }

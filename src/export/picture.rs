@@ -9,6 +9,7 @@ use std::fmt::Write;
 use crate::alloc::{SegmentInfo, StatePoint};
 use crate::analysis::categories::Category;
 use crate::analysis::{human_bytes, Fragmentation};
+use crate::view::theme;
 
 /// Which view to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,24 +40,16 @@ pub(crate) struct Scene<'a> {
     pub(crate) fragmentation: Fragmentation,
     /// The timeline and its marks (the terminal's); with `meaning`, what
     /// each block is (a replay): the allocated bar is split by it, and with
-    /// `by_category` the map is coloured by it.
+    /// `color_by` the map is coloured by it.
     pub(crate) marks: crate::view::parts::Marks<'a>,
     /// The per-process memory limit the run had, drawn where it is.
     pub(crate) memory_limit: Option<u64>,
-    pub(crate) by_category: bool,
+    pub(crate) color_by: crate::view::parts::ColorBy,
 }
 
-/// A category's fill: the terminal's colour for it (`view::category_color`).
+/// A category's fill: the terminal's colour for it (`view::theme`).
 fn category_fill(c: Category) -> &'static str {
-    match c {
-        Category::Parameter => "#3182ce",
-        Category::Gradient => "#b83280",
-        Category::OptimizerState => "#00a3c4",
-        Category::Activation => "#38a169",
-        Category::Input => "#d69e2e",
-        Category::Temporary => "#e53e3e",
-        Category::Unknown => "#a0aec0",
-    }
+    theme::category(c).hex
 }
 
 /// Free space in a map coloured by category: grey, so only the categories
@@ -113,11 +106,17 @@ fn fill(state: usize) -> &'static str {
 /// (`view::Cell`), green, yellow, magenta, red and blue, so a picture pasted
 /// in a report reads like the screen it came from.
 #[cfg(test)]
-const BASE: [&str; 5] = ["#38a169", "#ecc94b", "#ed64a6", "#fc8181", "#bee3f8"];
+const BASE: [&str; 5] = [
+    theme::block(crate::analysis::BlockClass::Allocated).hex,
+    theme::block(crate::analysis::BlockClass::RoundingWaste).hex,
+    theme::block(crate::analysis::BlockClass::PendingFree).hex,
+    theme::block(crate::analysis::BlockClass::FreeInUsedSegment).hex,
+    theme::block(crate::analysis::BlockClass::FreeSegment).hex,
+];
 
 /// The series colours: the terminal's allocated green and reserved blue.
-const ALLOCATED: &str = "#2f855a";
-const RESERVED: &str = "#2b6cb0";
+const ALLOCATED: &str = theme::ALLOCATED.hex;
+const RESERVED: &str = theme::RESERVED.hex;
 const LEGEND: [&str; 5] =
     ["allocated", "rounding waste", "pending free", "free in a used segment", "free segment (releasable)"];
 
@@ -334,7 +333,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
                 "",
             );
         }
-        match scene.marks.meaning.filter(|_| scene.by_category) {
+        match scene.color_by.meaning(scene.marks.meaning) {
             // Live blocks in their category's colour, the rest grey.
             Some(m) => {
                 s.rect(x0, y, seg.total_size as f64 * scale, row - 1.0, FREE_BY_CATEGORY, "none");
@@ -376,7 +375,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
     }
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
-    let y = match scene.marks.meaning.filter(|_| scene.by_category) {
+    let y = match scene.color_by.meaning(scene.marks.meaning) {
         Some(m) => {
             let b = m.bytes();
             let y = s.category_legend(y + 62.0, Some(&b));
@@ -713,7 +712,7 @@ pub(crate) fn overlay_svg(
     s.text((x0 + x1) / 2.0, y1 + 42.0, 13.0, "middle", "iteration (each run's Optimizer.step markers aligned)", "");
     // Each run downsampled to the most allocated per pixel column.
     let cols = (x1 - x0).max(1.0) as usize;
-    for (run, color, name) in [(base, "#2b6cb0", "base"), (new, "#e53e3e", "new")] {
+    for (run, color, name) in [(base, theme::RUN_BASE.hex, "base"), (new, theme::RUN_NEW.hex, "new")] {
         let mut col: Vec<Option<u64>> = vec![None; cols + 1];
         for (i, p) in run.points.iter().enumerate() {
             let c = ((run.x_of(i) / span) * cols as f64) as usize;
@@ -740,7 +739,7 @@ pub(crate) fn overlay_svg(
         }
     }
     let y = y1 + 70.0;
-    for (i, (color, name)) in [("#2b6cb0", "base"), ("#e53e3e", "new")].iter().enumerate() {
+    for (i, (color, name)) in [(theme::RUN_BASE.hex, "base"), (theme::RUN_NEW.hex, "new")].iter().enumerate() {
         let x = 24.0 + i as f64 * 160.0;
         s.rect(x, y - 11.0, 22.0, 14.0, color, "#1a202c");
         s.text(x + 28.0, y, 13.0, "start", &format!("{name} allocated"), "");

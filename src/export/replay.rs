@@ -9,7 +9,7 @@ use crate::alloc::{CachingAllocator, SegmentInfo};
 use crate::analysis::fragmentation;
 use crate::device::Device;
 use crate::replay::model::ReplayModel;
-use crate::view::parts::{Marks, Selection, Totals};
+use crate::view::parts::{ColorBy, Marks, Selection, Totals};
 use crate::view::screen::ReplayScreen;
 use crate::view::{Focus, Panel};
 use ratatui_core::widgets::Widget;
@@ -38,7 +38,7 @@ pub(crate) fn scene_of<'a, D: Device>(
         totals: Totals::of(stats),
         fragmentation: fragmentation(stats, segs),
         marks: m,
-        by_category: false,
+        color_by: ColorBy::State,
     }
 }
 
@@ -52,7 +52,7 @@ pub fn picture(
     format: Format,
     width: u32,
     plain: bool,
-    by_category: bool,
+    color_by: ColorBy,
 ) -> Result<Vec<u8>, String> {
     // The state after `cursor`; the title and marks name `cursor` as asked.
     model.go(cursor);
@@ -66,7 +66,7 @@ pub fn picture(
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
-        let sel = Selection { focus, panel: Some(panel), by_category, ..Selection::default() };
+        let sel = Selection { focus, panel: Some(panel), color_by, ..Selection::default() };
         let area = buf.area;
         ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None }.render(area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
@@ -90,7 +90,7 @@ pub fn picture(
     };
     let title = format!("{name} · event {cursor} of {n}{mark}");
     let note = "replayed by gpumem-top through its model of PyTorch's caching allocator";
-    let scene = Scene { by_category, ..scene_of(a, &segs, title, note, marks) };
+    let scene = Scene { color_by, ..scene_of(a, &segs, title, note, marks) };
     let svg = super::picture::svg(&scene, view, width);
     match format {
         Format::Svg => Ok(svg.into_bytes()),

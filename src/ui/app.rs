@@ -7,7 +7,7 @@ use crate::device::{Device, Sim};
 use crate::export::picture::{Format, ViewKind};
 use crate::replay::model::ReplayModel;
 use crate::timeline::Step;
-use crate::view::parts::{Chrome, Marks};
+use crate::view::parts::{Chrome, ColorBy, Marks};
 use crate::view::screen::{ReplayScreen, StateScreen};
 use crate::view::Focus;
 use crate::workload::driver::{Driver, Progress};
@@ -64,7 +64,7 @@ impl<'a> ReplayApp<'a> {
             Format::Svg,
             1600,
             true,
-            self.screen.sel.by_category,
+            self.screen.sel.color_by,
         ) {
             Ok(b) => save(&name, &b),
             Err(e) => format!(" screenshot failed: {e}"),
@@ -467,9 +467,9 @@ impl<D: Device> SynthApp<D> {
             let spec = &self.driver.workload.spec;
             let cursor = h.cursor();
             let fmt = crate::export::picture::Format::Svg;
-            let svg = h
-                .cell
-                .with_dependent_mut(|_, m| crate::export::replay::picture(m, cursor, view, fmt, 1600, false, false));
+            let svg = h.cell.with_dependent_mut(|_, m| {
+                crate::export::replay::picture(m, cursor, view, fmt, 1600, false, ColorBy::State)
+            });
             return match svg {
                 Ok(svg) => save(&screenshot_name(spec.model.name(), view, &format!("event{cursor}")), &svg),
                 Err(e) => format!(" screenshot: {e}"),
@@ -562,7 +562,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             self.screen.sel = self.screen.sel.clamped(&self.driver.alloc.snapshot());
             // Paused, the screen replays the latest events, which carry no
             // categories: say so rather than change nothing.
-            if a == Command::ByCategory && self.history.is_some() && self.screen.sel.by_category {
+            if a == Command::ByCategory && self.history.is_some() && self.screen.sel.color_by == ColorBy::Category {
                 self.status =
                     " w: the map shows categories while the run runs (space); the paused events carry none".into();
             }

@@ -87,7 +87,7 @@ impl Screen {
             Command::Compact => s.compact = !s.compact,
             Command::HistogramBytes => s.hist_bytes = !s.hist_bytes,
             Command::RowScale => s.flip_scale = !s.flip_scale,
-            Command::ByCategory => s.by_category = !s.by_category,
+            Command::ByCategory => s.color_by = s.color_by.toggled(),
             Command::Order => {
                 s.order = if s.order == SegmentOrder::Address { SegmentOrder::Size } else { SegmentOrder::Address };
             }

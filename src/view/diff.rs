@@ -23,8 +23,8 @@ pub(crate) struct DiffView<'m> {
     pub(crate) help: bool,
 }
 
-const BASE: Color = Color::Blue;
-const NEW: Color = Color::LightRed;
+const BASE: Color = super::theme::RUN_BASE.term;
+const NEW: Color = super::theme::RUN_NEW.term;
 
 impl Widget for &DiffView<'_> {
     fn render(self, area: Rect, buf: &mut Buffer) {

@@ -8,6 +8,7 @@ pub(crate) mod diff;
 pub(crate) mod job;
 pub mod parts;
 pub(crate) mod screen;
+pub(crate) mod theme;
 
 pub(crate) use parts::{ordered_indices, Focus, Panel, SegmentOrder};
 pub(crate) mod ranks;
@@ -210,13 +211,7 @@ impl Cell {
         }
     }
     pub(crate) fn color(self) -> Color {
-        match self {
-            Cell::Allocated => Color::Green,
-            Cell::RoundingWaste => Color::Yellow,
-            Cell::PendingFree => Color::Magenta,
-            Cell::FreeInUsedSegment => Color::Red,
-            Cell::FreeSegment => Color::Blue,
-        }
+        theme::block(self).term
     }
     pub(crate) const LEGEND: [(Cell, &'static str); 5] = [
         (Cell::Allocated, "allocated"),
@@ -230,15 +225,7 @@ impl Cell {
 /// A category's colour on screens and in pictures, and its letter where
 /// there is no colour (docs/categories.md).
 pub(crate) fn category_color(c: Category) -> Color {
-    match c {
-        Category::Parameter => Color::Blue,
-        Category::Gradient => Color::Magenta,
-        Category::OptimizerState => Color::Cyan,
-        Category::Activation => Color::Green,
-        Category::Input => Color::Yellow,
-        Category::Temporary => Color::LightRed,
-        Category::Unknown => Color::Gray,
-    }
+    theme::category(c).term
 }
 
 pub(crate) fn category_letter(c: Category) -> char {
@@ -290,7 +277,7 @@ pub fn segment_categories(seg: &SegmentInfo, width: usize, of: impl Fn(u64) -> C
 /// by category where the view shows categories.
 fn map_cells(view: &View, theme: Theme, seg: &SegmentInfo, n: usize) -> Vec<(char, Style)> {
     let cells = segment_cells(seg, n);
-    match view.marks.meaning.filter(|_| view.sel.by_category) {
+    match view.sel.color_by.meaning(view.marks.meaning) {
         Some(m) => {
             let cats = segment_categories(seg, n, |a| m.of_block(a));
             cells
@@ -852,7 +839,7 @@ fn render_map(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     } else {
         render_rows(view, theme, &segs, scaled, inner, buf);
     }
-    if let Some(m) = view.marks.meaning.filter(|_| view.sel.by_category) {
+    if let Some(m) = view.sel.color_by.meaning(view.marks.meaning) {
         let legend = category_legend(theme, m.evidence(), inner.width as usize);
         put_row(buf, inner.x, inner.y + inner.height - 1, inner.width, legend);
         return;
@@ -1474,7 +1461,7 @@ fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
 /// The categories the timeline stacks, where `w` asks for them and their
 /// history is kept (a running synthetic run keeps none: its map alone).
 fn stacked_meaning<'v>(view: &View<'v>) -> Option<parts::Meaning<'v>> {
-    view.marks.meaning.filter(|m| view.sel.by_category && m.keeps_history())
+    view.sel.color_by.meaning(view.marks.meaning).filter(|m| m.keeps_history())
 }
 
 /// By category: each column's most allocated point, stacked in

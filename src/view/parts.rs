@@ -33,9 +33,39 @@ pub(crate) struct Selection {
     pub(crate) flip_scale: bool,
     /// One panel only (a text export of one view); None: the whole screen.
     pub(crate) panel: Option<Panel>,
-    /// The map and the timeline by category (what the memory is) instead
-    /// of by block state.
-    pub(crate) by_category: bool,
+    /// What the map's and the timeline's colours say.
+    pub(crate) color_by: ColorBy,
+}
+
+/// What a drawing's colours say (`--by`, the key `w`): one choice carried
+/// from the command line to every layer that colours blocks, the
+/// terminal's and the pictures'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorBy {
+    /// Allocated, rounding, pending free, free.
+    #[default]
+    State,
+    /// Parameter, gradient, optimizer state, activation, input, temporary.
+    Category,
+}
+
+impl ColorBy {
+    /// The other colouring (the key `w`).
+    pub(crate) fn toggled(self) -> ColorBy {
+        match self {
+            ColorBy::State => ColorBy::Category,
+            ColorBy::Category => ColorBy::State,
+        }
+    }
+
+    /// What each block is, where the drawing colours by it; none where it
+    /// colours by block state.
+    pub(crate) fn meaning<'m>(self, m: Option<Meaning<'m>>) -> Option<Meaning<'m>> {
+        match self {
+            ColorBy::State => None,
+            ColorBy::Category => m,
+        }
+    }
 }
 
 impl Selection {
