@@ -24,7 +24,7 @@ writes OUT_DIR/real.jsonl.
     GPUMEM_TUNE_LIMIT_BYTES=N python3 benches/tune/workloads.py --menu OUT_DIR gpt2_varying
 runs one workload's menu under set_per_process_memory_fraction(N / total)
 (a step that runs out of memory is skipped, as in mlp_limit): the real
-runs `tune --memory-limit N` is checked against (tests/tune.rs).
+runs `tune --memory-limit N` is checked against (tests/it/tune.rs).
 """
 
 import gzip

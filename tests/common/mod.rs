@@ -1,5 +1,4 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
 
 use std::io::Read;
 use std::path::PathBuf;

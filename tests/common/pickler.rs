@@ -31,15 +31,6 @@ impl Pickler {
         }
         self
     }
-    pub fn float(&mut self, x: f64) -> &mut Self {
-        self.out.push(b'G');
-        self.out.extend(x.to_be_bytes());
-        self
-    }
-    pub fn none(&mut self) -> &mut Self {
-        self.out.push(b'N');
-        self
-    }
     pub fn bool(&mut self, b: bool) -> &mut Self {
         self.out.push(if b { 0x88 } else { 0x89 });
         self

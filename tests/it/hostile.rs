@@ -3,7 +3,7 @@
 //! and bounded memory. Plus fuzzing of the decoder over random bytes and
 //! mutated real snapshots.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! autograd saved, each .grad, each optimizer state tensor), matched to the
 //! trace's blocks by address and time.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

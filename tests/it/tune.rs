@@ -4,7 +4,7 @@
 //! under the ones `tune` ranked first and second that those missed
 //! (benches/tune; tests/fixtures/tune/real.jsonl and validate.jsonl).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

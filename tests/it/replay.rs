@@ -2,7 +2,7 @@
 //! through the `gpumem-top` binary: fidelity, stats against what PyTorch
 //! reported, the event stream, the JSON contract and the other input formats.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

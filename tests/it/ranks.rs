@@ -5,7 +5,7 @@
 //! the imbalance alert, Prometheus labels, and a job of real processes
 //! over the stand-in torch under `gpumem-top run`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

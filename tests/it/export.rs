@@ -1,7 +1,7 @@
 //! Golden files for every view and format of `export`, byte-identical
 //! repeats, and a PNG whose text was drawn with the bundled font.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -10,9 +10,9 @@
 //!
 //! CI runs it for `GPUMEM_FUZZ_SECS` (default 15) seconds; a longer run:
 //!
-//!     GPUMEM_FUZZ_EXECS=1000000 cargo test --release --test fuzz -- --nocapture
+//!     GPUMEM_FUZZ_EXECS=1000000 cargo test --release --test e2e fuzz:: -- --nocapture
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ fn gunzip(path: &str) -> Vec<u8> {
 }
 
 /// A real recording (`run` beside GPT-2 on the H200).
-const RECORDING: &str = include_str!("fixtures/live/reset_peaks_gpt2.jsonl");
+const RECORDING: &str = include_str!("../fixtures/live/reset_peaks_gpt2.jsonl");
 
 fn seeds() -> Vec<Vec<u8>> {
     let mut jsonl = String::new();

@@ -2,7 +2,7 @@
 //! with the screen read back after each one, and the terminal checked after
 //! it exits.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! `_set_allocator_settings` mid-run, and both. The replay finds them
 //! (docs/replay.md, "Conditions"), and its figures are PyTorch's.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

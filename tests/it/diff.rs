@@ -1,7 +1,7 @@
 //! `diff BASE NEW` over pairs of GPT-2 runs recorded on an H200 whose
 //! difference is known (benches/diff/pairs.py; docs/diff.md).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

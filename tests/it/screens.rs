@@ -1,7 +1,7 @@
 //! Screen snapshots (insta) of the views, drawn from real traces at fixed
 //! positions into ratatui's test backend.
 
-mod common;
+use crate::common;
 
 use common::{fixture, replay_app, replay_app_with};
 use gpumem_top::alloc::Action;

@@ -1,7 +1,7 @@
 //! GPU-only checks of the synthetic mode's CUDA backend (run on the device
 //! machine through tools/gpu-bundle.sh; `cargo test` skips them).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

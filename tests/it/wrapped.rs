@@ -3,7 +3,7 @@
 //! the final segments; the replay must then reproduce every remaining event
 //! and end in PyTorch's current values.
 
-mod common;
+use crate::common;
 
 use common::fixture;
 use gpumem_top::replay::wrapped::{replay_wrapped, starts_empty};

@@ -2,7 +2,7 @@
 //! publisher injected into CPython over the stand-in torch of
 //! tests/fake_torch, recorded headless, and read back.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -199,7 +199,7 @@ fn published_snapshots_carry_the_torch_version() {
 /// .ci/run installs PyPI's 2.15, which runs on a CPU): every torch API the
 /// publisher and the hooks use is where they look for it, and `run` over a
 /// CPU training leaves it training. Without the variable there is nothing
-/// to run against (the GPU machine has 2.11 only: tests/gpu.rs).
+/// to run against (the GPU machine has 2.11 only: tests/e2e/gpu.rs).
 #[test]
 fn the_python_side_works_against_a_real_torch() {
     let Some(py) = std::env::var_os("GPUMEM_TOP_TORCH_PYTHON") else {

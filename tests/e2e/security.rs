@@ -3,7 +3,7 @@
 //! account when they run as root (CI does) and say they are skipped
 //! otherwise; what needs no second account is tested either way.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

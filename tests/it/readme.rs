@@ -6,11 +6,11 @@
 //! `<!-- screen NAME: … -->`, `<!-- output: … -->` or `<!-- commands: … -->`
 //! above a fenced `text` block.
 //!
-//! `GPUMEM_TOP_UPDATE_README=1 cargo test --release --test readme`
+//! `GPUMEM_TOP_UPDATE_README=1 cargo test --release --test it readme::`
 //! regenerates the screens and outputs in README.md and docs/guide.md (the
 //! manual, which holds most of them) from the binary.
 
-mod common;
+use crate::common;
 
 use common::{fixture, render_app, replay_app, replay_app_with, root, TmpDir};
 use crossterm::event::{KeyCode, KeyEvent};

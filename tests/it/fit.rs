@@ -3,7 +3,7 @@
 //! predicted at 2–16 times those batches, and the largest batch that ran
 //! under a 16 GiB `set_per_process_memory_fraction` cap.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -7,7 +7,7 @@
 //! `GPUMEM_TOP_REQUIRE_PROMETHEUS=1`, which turns a missing binary into a
 //! failure instead of a skip.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

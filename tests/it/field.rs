@@ -3,7 +3,7 @@
 //! torch.compile's graph trees and MemPools (private pools), a wrapped ring
 //! buffer with no segment events, and a snapshot taken without history.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;

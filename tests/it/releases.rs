@@ -6,7 +6,7 @@
 //! entry and statistic, `num_alloc_retries` and the keys later releases
 //! added included.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;

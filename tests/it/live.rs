@@ -2,7 +2,7 @@
 //! Prometheus endpoint over real HTTP, `--json`, `record` and its replay, and
 //! the Python publisher against a stand-in `torch`.
 
-mod common;
+use crate::common;
 
 use common::{bin, http_get, start_serve};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -3,7 +3,7 @@
 //! operation all 121 `memory_stats()` values must equal PyTorch's, every
 //! address and every trace event must match, and so must the final segments.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,14 @@
+//! The slow end-to-end tests, one binary: a terminal in tmux, a real
+//! Prometheus, a second account, training commands under `run`, the
+//! fuzzer, and the tests that need an NVIDIA GPU (ignored without one).
+
+#[path = "../common/mod.rs"]
+#[allow(dead_code, reason = "the end-to-end tests use a few of the helpers the integration tests share")]
+mod common;
+
+mod cluster;
+mod fuzz;
+mod gpu;
+mod run;
+mod security;
+mod tui;
