@@ -5,7 +5,7 @@
 //!   allocations live so the free-block maps are not trivially small.
 //! - `pair/system_malloc_mixed`: the same sizes through the system allocator
 //!   (glibc malloc+free), a peer measured in the same run.
-//! - `replay/vector_d`: trace-driven replay of a recorded vector (4,563 events),
+//! - `replay/vector_default`: trace-driven replay of a recorded vector (4,563 events),
 //!   reported per event.
 //! - `scrub/gpt2_step_back_and_forth`: at GPT-2's peak (event 4,400 of 14,327),
 //!   one step back and one step forward, as the TUI's arrow keys do.
@@ -100,12 +100,12 @@ fn vector_trace(name: &str) -> (Vec<Event>, AllocatorConfig, u64) {
 }
 
 fn bench_replay(c: &mut Criterion) {
-    let (rec, config, total) = vector_trace("d");
+    let (rec, config, total) = vector_trace("default");
     let n = rec.len();
     let opts = ReplayOptions::new(config, total);
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(n as u64));
-    g.bench_function("vector_d", |b| {
+    g.bench_function("vector_default", |b| {
         b.iter(|| {
             let r = replay_events(&rec, &opts, ());
             assert!(r.divergence.is_none());

@@ -1,6 +1,6 @@
 //! The floor for a monitor's cost: a bare loop making the NVML calls a
 //! sample needs (memory info, utilization, processes) every 500 ms, drawing
-//! nothing. `benches/live/monitor_cost.py` runs it beside the monitors.
+//! nothing. `measurements/live/monitor_cost.py` runs it beside the monitors.
 //! Without NVML it says so and exits 0 (so `cargo bench` passes anywhere).
 
 fn main() {

@@ -57,7 +57,7 @@ pub struct SynthArgs {
     /// torchvision builds it (docs/synth.md).
     #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
     pub(crate) model: ModelKind,
-    /// Batch size (default: the calibration runs recorded on an H200 (benches/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
+    /// Batch size (default: the calibration runs recorded on an H200 (measurements/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).
     #[arg(long, value_name = "B")]
     pub(crate) batch: Option<u64>,
     /// Sequence length of the transformer models (default 1024; bert 512).

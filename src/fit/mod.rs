@@ -197,7 +197,7 @@ impl Size {
 
 /// The most bytes PyTorch's reduction kernel takes for its partial sums on
 /// the GPUs the samples come from (an H100 or H200: 132 SMs × 2^18 fp32
-/// values; measured by benches/calibration/linear_backward.py, and what
+/// values; measured by measurements/calibration/linear_backward.py, and what
 /// `workload`'s bias gradients use). A Linear's bias gradient sums its
 /// output's gradient over the rows into such a buffer, freed at once: in
 /// proportion to the batch in small samples, and no larger than this at a

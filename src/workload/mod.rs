@@ -94,7 +94,7 @@ impl SynthSpec {
         self
     }
 
-    /// The shapes of the calibration runs recorded on an H200 (benches/calibration), 4 iterations.
+    /// The shapes of the calibration runs recorded on an H200 (measurements/calibration), 4 iterations.
     pub fn new(model: ModelKind) -> Self {
         let (batch, seq) = model.default_batch_seq();
         SynthSpec {

@@ -1,7 +1,7 @@
 //! Layer tables of the models the synthetic mode knows, written as the ops
 //! PyTorch runs for them (torchvision's ResNet-50, Hugging Face's GPT-2,
 //! BERT and Llama with SDPA attention), with the tensors each op allocates
-//! and saves. The op lists follow recorded H200 runs (benches/calibration):
+//! and saves. The op lists follow recorded H200 runs (measurements/calibration):
 //! e.g. GPT-2's tanh GELU runs as five Python-level ops saving four
 //! 4h-wide tensors, and its SDPA path keeps a key/value cache copy.
 //!
@@ -58,7 +58,7 @@ impl ModelKind {
         }
     }
 
-    /// (batch, sequence) of the calibration runs recorded on an H200 (benches/calibration).
+    /// (batch, sequence) of the calibration runs recorded on an H200 (measurements/calibration).
     pub(crate) fn default_batch_seq(self) -> (u64, u64) {
         match self {
             ModelKind::Gpt2 => (8, 1024),
@@ -449,7 +449,7 @@ pub(crate) struct StepShape {
 /// gradient over its rows (a Linear's bias gradient) on an H200: none up
 /// to 512 rows, then fp32 partial sums for 2 × `rows` row blocks, at most
 /// about 132 SMs × 2^18 values. Measured for 2-D and 3-D inputs, fp32 and
-/// bf16 alike (benches/calibration/linear_backward.py; docs/synth.md).
+/// bf16 alike (measurements/calibration/linear_backward.py; docs/synth.md).
 fn bias_reduction(rows: u64, out: u64) -> u64 {
     const MOST: u64 = 132 << 18;
     if rows <= 512 || out == 0 {

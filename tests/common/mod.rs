@@ -27,7 +27,18 @@ pub fn read_gz_json(path: &std::path::Path) -> Value {
     serde_json::from_str(&s).unwrap()
 }
 
-pub const VECTORS: [&str; 10] = ["d", "d2", "es", "fd", "fes", "fgc", "fms", "ms", "r4", "rl"];
+pub const VECTORS: [&str; 10] = [
+    "default",
+    "fraction_0999",
+    "expandable",
+    "fraction_default",
+    "fraction_expandable",
+    "fraction_gc_threshold",
+    "fraction_max_split",
+    "max_split",
+    "roundup_divisions_4",
+    "roundup_list",
+];
 
 pub fn vector(name: &str) -> Value {
     read_gz_json(&fixture(&format!("vectors/{name}.json.gz")))

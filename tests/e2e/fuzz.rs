@@ -50,8 +50,8 @@ fn seeds() -> Vec<Vec<u8>> {
     let rec: Vec<&str> = RECORDING.lines().take(6).collect();
     vec![
         (rec.join("\n") + "\n").into_bytes(),
-        gunzip("field/mempools.pickle.gz"),
-        gunzip("field/mempools_protocol0.pickle.gz"),
+        gunzip("snapshot_kinds/mempools.pickle.gz"),
+        gunzip("snapshot_kinds/mempools_protocol0.pickle.gz"),
         gunzip("traces/multistream_pipeline.pickle.gz"),
         std::fs::read(fixture("traces/small_snapshot.pickle")).unwrap(),
         jsonl.into_bytes(),

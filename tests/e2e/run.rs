@@ -457,7 +457,7 @@ fn a_relative_publish_dir_survives_a_change_of_directory() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-/// Recorded on the H200 (benches/never_crash/h200.sh): `run` beside GPT-2
+/// Recorded on the H200 (measurements/never_crash/h200.sh): `run` beside GPT-2
 /// training whose script logs `max_memory_allocated()` and calls
 /// `reset_peak_memory_stats()` after every step. Every peak the recording
 /// shows is the true one, 8,690,289,664 B as the script itself printed at

@@ -274,7 +274,7 @@ fn a_resized_terminal_is_redrawn_at_its_new_size() {
 #[test]
 fn field_snapshots_open_in_the_tui() {
     let bin = env!("CARGO_BIN_EXE_gpumem-top");
-    let trace = fixture("field/history_less_gpt2.pickle.gz");
+    let trace = fixture("snapshot_kinds/history_less_gpt2.pickle.gz");
     let cmd = format!("'{bin}' replay '{}'; echo EXITED rc=$?; sleep 60", trace.display());
     let p = Pane::start(&cmd, 160, 50);
     // The last text drawn, so that the capture is not of a half-drawn frame.
@@ -286,7 +286,7 @@ fn field_snapshots_open_in_the_tui() {
     p.keys(&["q"]);
     p.wait_for("EXITED rc=0");
 
-    let trace = fixture("field/cudagraph_infer_gpt2.pickle.gz");
+    let trace = fixture("snapshot_kinds/cudagraph_infer_gpt2.pickle.gz");
     let cmd = format!("'{bin}' replay '{}' --at end; echo EXITED rc=$?; sleep 60", trace.display());
     let p = Pane::start(&cmd, 160, 50);
     let s = p.wait_for("Fragmentation map ─ 25 segments ─ by address ─ to scale ─ 2 in private pools (*)");
@@ -319,7 +319,7 @@ impl Pane {
 #[test]
 fn every_way_out_restores_the_terminal() {
     let bin = env!("CARGO_BIN_EXE_gpumem-top");
-    let trace = fixture("field/mempools.pickle.gz");
+    let trace = fixture("snapshot_kinds/mempools.pickle.gz");
     for (i, how) in ["q", "INT", "QUIT", "TERM"].into_iter().enumerate() {
         let pidfile = std::env::temp_dir().join(format!("gpumem-top-tui-pid-{}-{i}", std::process::id()));
         let _ = std::fs::remove_file(&pidfile);

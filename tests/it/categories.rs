@@ -1,5 +1,5 @@
 //! Memory categories against ground truth recorded on an H200
-//! (benches/categories/record.py; docs/categories.md): each tensor noted as
+//! (measurements/categories/record.py; docs/categories.md): each tensor noted as
 //! it became known (parameters and buffers, the batch, every tensor
 //! autograd saved, each .grad, each optimizer state tensor), matched to the
 //! trace's blocks by address and time.
@@ -185,7 +185,7 @@ const WORKLOADS: [&str; 9] = [
     "mlp_sgd_fp32_nostacks",
 ];
 
-/// Recorded after the rules were fixed (benches/categories/record.py
+/// Recorded after the rules were fixed (measurements/categories/record.py
 /// --held-out) and scored without changing them.
 const HELD_OUT: [&str; 9] = [
     "t5_adafactor_fp32",
@@ -199,7 +199,7 @@ const HELD_OUT: [&str; 9] = [
     "mobilenet_adamw_accum3_nostacks",
 ];
 
-/// Recorded later still (benches/categories/record.py --llama-family):
+/// Recorded later still (measurements/categories/record.py --llama-family):
 /// Llama-family models (GQA, SwiGLU, RMSNorm) without stacks, and a script
 /// that keeps a copy of each step's logits made between forward and
 /// backward, with stacks and without.
@@ -212,7 +212,7 @@ const LLAMA_FAMILY_AND_LEAK: [&str; 5] = [
 ];
 
 /// The recordings with stacks above, their stacks removed
-/// (benches/categories/remove_stacks.py): the rules without stacks scored
+/// (measurements/categories/remove_stacks.py): the rules without stacks scored
 /// on the same models, with the same notes.
 const STACKS_REMOVED: [&str; 11] = [
     "gpt2_adamw_fp32",
@@ -357,7 +357,7 @@ fn synth_and_replay_compare_category_by_category() {
 
 /// A snapshot without history (`enabled="state"`, `context="state"`): only
 /// the live blocks' own stacks. Taken on the H200 at a step's forward end
-/// (benches/categories/record_state.py), with every parameter, optimizer
+/// (measurements/categories/record_state.py), with every parameter, optimizer
 /// state tensor, and that step's batch and saved tensors noted: a block
 /// takes the category of the first note inside it, else temporary.
 #[test]

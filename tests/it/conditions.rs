@@ -1,5 +1,5 @@
 //! Snapshots recorded on the H200 under conditions the file does not state
-//! (benches/conditions/record.py, torch 2.11, each with the
+//! (measurements/conditions/record.py, torch 2.11, each with the
 //! `memory_stats()` PyTorch reported at the end, the limit it ran under and
 //! the trace entry at which it changed its settings): a per-process limit,
 //! `_set_allocator_settings` mid-run, and both. The replay finds them

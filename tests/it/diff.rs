@@ -1,5 +1,5 @@
 //! `diff BASE NEW` over pairs of GPT-2 runs recorded on an H200 whose
-//! difference is known (benches/diff/pairs.py; docs/diff.md).
+//! difference is known (measurements/diff/pairs.py; docs/diff.md).
 
 use crate::common;
 
@@ -320,7 +320,7 @@ fn two_recordings_compare_their_processes() {
 /// for both, and a note says so; the figures are still the snapshot's own.
 #[test]
 fn a_snapshot_without_history_is_compared_by_its_state() {
-    let state = fixture("field/history_less_gpt2.pickle.gz");
+    let state = fixture("snapshot_kinds/history_less_gpt2.pickle.gz");
     let o = Command::new(common::bin())
         .arg("diff")
         .arg(fixture("diff/base.pickle.gz"))
@@ -402,7 +402,7 @@ fn a_bare_growth_of_one_or_more_is_refused() {
 }
 
 /// One training script edited between two runs on the H200
-/// (benches/diff/edited.py): 21 lines added near the top of its training
+/// (measurements/diff/edited.py): 21 lines added near the top of its training
 /// function move every call site below them, and one new line keeps the
 /// last logits each step. Matched across the edit by file, function and
 /// library frames, the only change left is that line.

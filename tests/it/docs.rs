@@ -111,7 +111,7 @@ fn nothing_points_outside_the_repository() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap()
         + &std::fs::read_to_string(root.join("docs/guide.md")).unwrap();
     let mut named = 0;
-    for prefix in ["docs/", "tests/fixtures/", "benches/", "assets/"] {
+    for prefix in ["docs/", "tests/fixtures/", "benches/", "measurements/", "assets/"] {
         for (i, _) in readme.match_indices(prefix) {
             // Part of a longer path ("x/docs/") is not a path of ours.
             if readme[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '/' || c == '_') {

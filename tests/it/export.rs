@@ -278,7 +278,7 @@ fn a_snapshot_without_history_has_no_timeline_to_export() {
     let _ = std::fs::remove_file(&out);
     let o = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
         .arg("export")
-        .arg(fixture("field/history_less_gpt2.pickle.gz"))
+        .arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz"))
         .args(["--view", "timeline", "--format", "svg", "-o"])
         .arg(&out)
         .output()
@@ -292,7 +292,7 @@ fn a_snapshot_without_history_has_no_timeline_to_export() {
     let _ = std::fs::remove_file(&map);
     let o = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
         .arg("export")
-        .arg(fixture("field/history_less_gpt2.pickle.gz"))
+        .arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz"))
         .args(["--view", "fragmap", "--format", "svg", "-o"])
         .arg(&map)
         .output()
@@ -395,7 +395,7 @@ fn pictures_are_shared_files_named_by_their_format() {
     use std::os::unix::fs::PermissionsExt;
     let d = common::TmpDir::new("exportmode");
     std::fs::create_dir_all(&d).unwrap();
-    let t = common::fixture("field/mempools.pickle.gz");
+    let t = common::fixture("snapshot_kinds/mempools.pickle.gz");
     let svg = d.join("map.svg");
     let cmd = format!(
         "umask 022; exec '{}' export '{}' --view fragmap --format svg -o '{}'",

@@ -19,14 +19,14 @@ const H200: u64 = 150_109_880_320;
 
 fn truth(name: &str) -> Value {
     let t: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("field/{name}.truth.json"))).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("snapshot_kinds/{name}.truth.json"))).unwrap()).unwrap();
     t["stats"].clone()
 }
 
 fn replay_json(file: &str, extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
         .arg("replay")
-        .arg(fixture(&format!("field/{file}")))
+        .arg(fixture(&format!("snapshot_kinds/{file}")))
         .arg("--json")
         .args(extra)
         .output()
@@ -85,7 +85,7 @@ fn the_json_says_which_pool_each_segment_belongs_to() {
     assert_eq!(pools_of("mempools"), vec![(id(0, 2), 10)]);
     // Per segment, as the snapshot's segment_pool_id says.
     let j = replay_json("cudagraph_infer_gpt2.pickle.gz", &[]);
-    let t = trace::load(&fixture("field/cudagraph_infer_gpt2.pickle.gz")).unwrap();
+    let t = trace::load(&fixture("snapshot_kinds/cudagraph_infer_gpt2.pickle.gz")).unwrap();
     for s in &t.devices[0].segments {
         let ours = j["segments"].as_array().unwrap().iter().find(|x| x["address"] == s.address).unwrap();
         assert_eq!(ours["segment_pool_id"], id(s.pool.0, s.pool.1), "segment {:#x}", s.address);
@@ -100,7 +100,7 @@ fn without_pool_inference_the_private_pool_traces_diverge() {
     for (name, first_bad) in
         [("mempools", 2usize), ("cudagraph_infer_gpt2", 1915), ("compile_reduce_overhead_train", 160)]
     {
-        let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
+        let t = trace::load(&fixture(&format!("snapshot_kinds/{name}.pickle.gz"))).unwrap();
         let dev = t.main_device().unwrap();
         let conf = t.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         let mut opts = ReplayOptions::new(conf, H200);
@@ -182,7 +182,7 @@ fn sessions_classify_each_kind_and_end_in_the_snapshots_state() {
         ("wrapped_steady_resnet50", Fidelity::ExactWindow),
         ("history_less_gpt2", Fidelity::StateOnly),
     ] {
-        let t = trace::load(&fixture(&format!("field/{name}.pickle.gz"))).unwrap();
+        let t = trace::load(&fixture(&format!("snapshot_kinds/{name}.pickle.gz"))).unwrap();
         let opened =
             gpumem_top::replay::open(&t, name, &OpenOptions { device_total: H200, ..Default::default() }).unwrap();
         let (dev, s) = (opened.dev, &opened.session);
@@ -210,7 +210,7 @@ fn export_draws_every_field_snapshot() {
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
             .arg("export")
-            .arg(fixture(&format!("field/{name}.pickle.gz")))
+            .arg(fixture(&format!("snapshot_kinds/{name}.pickle.gz")))
             .args(["--view", "fragmap", "--format", "txt", "--plain", "--at", "end", "-o", "-"])
             .output()
             .unwrap();
@@ -221,7 +221,7 @@ fn export_draws_every_field_snapshot() {
 }
 
 /// Every recorded snapshot beside its truth (the five above and those
-/// `benches/field/record_field.py` recorded on the H200: graphs sharing a
+/// `measurements/snapshot_kinds/record_field.py` recorded on the H200: graphs sharing a
 /// pool, make_graphed_callables, graph trees with checkpointed pools,
 /// MemPools destroyed, expandable segments under graphs, a wrapped window of
 /// graph replays, no history): faithful, ending in PyTorch's current state;
@@ -229,7 +229,7 @@ fn export_draws_every_field_snapshot() {
 /// cannot show.
 #[test]
 fn every_field_snapshot_reaches_pytorchs_numbers() {
-    let dir = fixture("field");
+    let dir = fixture("snapshot_kinds");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -267,19 +267,19 @@ fn checkpointed_graph_tree_pools_are_restored_in_place() {
     assert_eq!(replay_json("compile_reduce_overhead_mlp.pickle.gz", &[])["placed_allocs"], 0);
 }
 
-/// Recorded on the H200 for the field round 4 (benches/field/record_round4.py):
+/// Recorded on the H200 for the field round 4 (measurements/snapshot_kinds/record_round4.py):
 /// a snapshot without history of GPT-2 training under expandable segments.
 /// PyTorch counts its expandable segments in no `segment` statistic and no
 /// `inactive_split` one: every current statistic is PyTorch's, and a
 /// state-only replay gives no peaks or totals anywhere (JSON, summary).
 #[test]
 fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
-    let snap = fixture("field4/history_less_expandable.pickle.gz");
+    let snap = fixture("expandable_and_switches/history_less_expandable.pickle.gz");
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).arg("--json").output().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["fidelity"], "state-only");
     let truth: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("field4/history_less_expandable.truth.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(fixture("expandable_and_switches/history_less_expandable.truth.json")).unwrap())
             .unwrap();
     let mut n = 0;
     for (k, v) in truth["stats"].as_object().unwrap() {
@@ -299,7 +299,7 @@ fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
     assert!(row.ends_with("|           - |           - |           - |"), "{row}");
 }
 
-/// Recorded on the H200 (benches/field/record_round4.py): training under
+/// Recorded on the H200 (measurements/snapshot_kinds/record_round4.py): training under
 /// PyTorch's defaults, then `torch.cuda.memory._set_allocator_settings(
 /// "expandable_segments:True")` and more steps. The snapshot's settings are
 /// the final ones; replaying from the start with them ran out of memory at
@@ -309,13 +309,13 @@ fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
 /// said, since totals that depend on splitting do.
 #[test]
 fn settings_changed_during_the_run_are_found_and_followed() {
-    let snap = fixture("field4/settings_changed.pickle.gz");
+    let snap = fixture("expandable_and_switches/settings_changed.pickle.gz");
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).arg("--json").output().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["fidelity"], "exact", "{}", j["first_divergence"]);
     assert_eq!(j["settings_changed"], serde_json::json!({"event": 3779, "earliest": 1551, "from": ""}));
     let truth: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("field4/settings_changed.truth.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture("expandable_and_switches/settings_changed.truth.json")).unwrap()).unwrap();
     for (k, v) in truth["stats"].as_object().unwrap() {
         if k.starts_with("reserved_bytes")
             || k.starts_with("segment.")
@@ -336,7 +336,7 @@ fn compare_on_a_history_less_snapshot_says_it_needs_history() {
     for flag in ["--compare", "--alloc-conf"] {
         let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top"))
             .arg("replay")
-            .arg(fixture("field/history_less_gpt2.pickle.gz"))
+            .arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz"))
             .args([flag, "expandable_segments:True"])
             .output()
             .unwrap();

@@ -462,8 +462,8 @@ fn impossible_batches_and_samples_are_refused() {
     assert!(j["predictions"][0]["ooms"].as_u64().unwrap() > 0);
     assert!(start.elapsed().as_secs() < 10);
     for (snap, says) in [
-        ("field/history_less_gpt2.pickle.gz", "a snapshot without memory history"),
-        ("field/wrapped_steady_resnet50.pickle.gz", "a window of a longer run"),
+        ("snapshot_kinds/history_less_gpt2.pickle.gz", "a snapshot without memory history"),
+        ("snapshot_kinds/wrapped_steady_resnet50.pickle.gz", "a window of a longer run"),
     ] {
         let o = Command::new(bin).arg("fit").arg(s(2)).arg(format!("{}@4", fixture(snap).display())).output().unwrap();
         assert_eq!(o.status.code(), Some(2));
@@ -682,7 +682,7 @@ fn the_category_table_adds_up_to_the_prediction_or_is_left_out() {
     assert!(!text.contains("0 B per batch item"), "{text}");
 }
 
-/// Far beyond the samples (benches/fit/reach.sh, H200): three vision
+/// Far beyond the samples (measurements/fit/reach.sh, H200): three vision
 /// models fitted from batches 8 and 16. The largest batch under 16 GiB
 /// within 1% of bisection over real runs; peak allocated within 2% at 4,
 /// 8 and 16 times the samples; peak reserved within what `reach` says real

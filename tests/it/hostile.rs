@@ -302,7 +302,7 @@ fn a_huge_jsonl_line_is_an_error() {
 fn a_gzip_checksum_mismatch_is_bad_input() {
     let raw = {
         let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(fixture("field/mempools.pickle.gz")).unwrap())
+        flate2::read::GzDecoder::new(std::fs::File::open(fixture("snapshot_kinds/mempools.pickle.gz")).unwrap())
             .read_to_end(&mut raw)
             .unwrap();
         raw
@@ -324,7 +324,7 @@ fn a_gzip_checksum_mismatch_is_bad_input() {
 /// A FIFO, a process substitution and stdin (`-`) are read once, whole.
 #[test]
 fn pipes_fifos_and_stdin_are_read_once() {
-    let f = fixture("field/mempools.pickle.gz");
+    let f = fixture("snapshot_kinds/mempools.pickle.gz");
     let b = bin();
     let dir = common::TmpDir::new("fifo");
     let fifo = dir.join("fifo");
@@ -506,7 +506,7 @@ fn a_torn_recording_replays_its_complete_lines() {
 /// The mempools snapshot with its allocator config replaced by `conf`.
 fn with_conf(conf: &str) -> Vec<u8> {
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(fixture("field/mempools.pickle.gz")).unwrap())
+    flate2::read::GzDecoder::new(std::fs::File::open(fixture("snapshot_kinds/mempools.pickle.gz")).unwrap())
         .read_to_end(&mut raw)
         .unwrap();
     let key = b"PYTORCH_CUDA_ALLOC_CONF\x94";
@@ -833,7 +833,7 @@ fn counts_of_one_are_singular() {
     assert!(first.ends_with(": 1 sample (gpumem-top-record), 1 process"), "{first}");
     assert!(text.lines().nth(1).unwrap().contains(": 1 sample, peak allocated"), "{text}");
     assert!(text.lines().nth(1).unwrap().ends_with(", 0 OOMs"), "{text}");
-    let s = Command::new(bin()).arg("replay").arg(fixture("field/history_less_gpt2.pickle.gz")).output().unwrap();
+    let s = Command::new(bin()).arg("replay").arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz")).output().unwrap();
     assert!(
         String::from_utf8_lossy(&s.stdout).contains("fidelity: state-only, 139 segments as the snapshot holds them")
     );

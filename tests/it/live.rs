@@ -1000,7 +1000,7 @@ time.sleep(60)
 }
 
 /// GPT-2 training with the sequence length drawn every step, recorded on
-/// the H200 under `run -o` (benches/live/h200_round.sh): step-end allocated
+/// the H200 under `run -o` (measurements/live/h200_round.sh): step-end allocated
 /// moves by a few MiB with the shapes, and a sequence-length warmup too;
 /// neither is a leak. The same run keeping 32 MiB a step is, and is said.
 #[test]

@@ -432,7 +432,7 @@ fn an_impossible_place_in_a_job_is_not_trusted() {
     }
 }
 
-/// The jobs recorded on the H200 under `gpumem-top run` (benches/ranks/
+/// The jobs recorded on the H200 under `gpumem-top run` (measurements/ranks/
 /// h200.sh: 3-rank DDP and 2-rank FSDP2 with gloo on one GPU, batch
 /// 4 × (rank + 1)): each rank's recorded peaks are the ones it printed
 /// from `torch.cuda.max_memory_allocated()`/`max_memory_reserved()`, to

@@ -48,14 +48,14 @@ fn screen(name: &str) -> String {
         // `replay … --at end`, 120×40.
         "cudagraph-end" => (
             |w, h| {
-                let (mut app, d) = replay_app("field/cudagraph_infer_gpt2.pickle.gz");
+                let (mut app, d) = replay_app("snapshot_kinds/cudagraph_infer_gpt2.pickle.gz");
                 app.go(d.events.len() - 1);
                 render_app(&mut app, w, h)
             },
             120,
             40,
         ),
-        "history-less" => (|w, h| render_app(&mut replay_app("field/history_less_gpt2.pickle.gz").0, w, h), 120, 30),
+        "history-less" => (|w, h| render_app(&mut replay_app("snapshot_kinds/history_less_gpt2.pickle.gz").0, w, h), 120, 30),
         // `replay … --memory-limit 9006592819`, then `o`.
         "llama-oom" => (
             |w, h| {

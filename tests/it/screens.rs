@@ -628,7 +628,7 @@ fn a_paused_demo_names_itself_jumps_to_its_peak_and_screenshots_what_it_shows() 
 /// (#37 item 12).
 #[test]
 fn a_snapshot_without_history_offers_no_keys_that_step() {
-    let (mut app, _) = replay_app("field/history_less_gpt2.pickle.gz");
+    let (mut app, _) = replay_app("snapshot_kinds/history_less_gpt2.pickle.gz");
     let draw = |app: &mut ReplayApp| {
         let mut term = Terminal::new(TestBackend::new(120, 30)).unwrap();
         term.draw(|f| app.draw(f)).unwrap();

@@ -1,5 +1,5 @@
 //! The synthetic workloads against real PyTorch runs on an H200
-//! (benches/calibration/measure.py; the table is tests/fixtures/calibration).
+//! (measurements/calibration/measure.py; the table is tests/fixtures/calibration).
 
 use gpumem_top::alloc::{AllocatorConfig, CachingAllocator, Kind};
 use gpumem_top::device::Sim;

@@ -2,7 +2,7 @@
 //! training at varying sequence lengths, ViT inference at varying batches,
 //! an MLP under a 5 GiB limit), then run for real under 17 settings and
 //! under the ones `tune` ranked first and second that those missed
-//! (benches/tune; tests/fixtures/tune/real.jsonl and validate.jsonl).
+//! (measurements/tune; tests/fixtures/tune/real.jsonl and validate.jsonl).
 
 use crate::common;
 
@@ -122,7 +122,7 @@ fn tune_says_what_to_set_and_why() {
 #[test]
 fn tune_refuses_what_it_cannot_speak_for_and_says_what_a_window_covers() {
     for (f, says) in [
-        ("field/history_less_gpt2.pickle.gz", "cannot be tuned"),
+        ("snapshot_kinds/history_less_gpt2.pickle.gz", "cannot be tuned"),
         ("live/reset_peaks_gpt2.jsonl", "has no allocation requests to replay"),
     ] {
         let out = Command::new(bin()).arg("tune").arg(fixture(f)).output().unwrap();
@@ -130,7 +130,7 @@ fn tune_refuses_what_it_cannot_speak_for_and_says_what_a_window_covers() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says) && err.lines().count() == 1, "{f}: {err}");
     }
-    let j = tune(&[fixture("field/wrapped_steady_resnet50.pickle.gz").to_str().unwrap()]);
+    let j = tune(&[fixture("snapshot_kinds/wrapped_steady_resnet50.pickle.gz").to_str().unwrap()]);
     assert_eq!(j["covers"], "window");
     assert!(j["recorded"]["reserved_peak_bytes"].as_u64().unwrap() > 0);
 }
@@ -162,7 +162,7 @@ fn tune_under_a_smaller_limit_ranks_instead_of_refusing() {
 
 /// Held against the real runs: GPT-2 with varying lengths run on the H200
 /// under `set_per_process_memory_fraction` for 5 GiB with each setting of
-/// the menu (tests/fixtures/tune/limit_5gib.jsonl; benches/tune/workloads.py,
+/// the menu (tests/fixtures/tune/limit_5gib.jsonl; measurements/tune/workloads.py,
 /// a step that runs out of memory skipped). Every setting that ran through
 /// has its retries and peak reserved to the byte, and no OOM; every one
 /// that ran out does so here too (after the first OOM the real step was

@@ -108,43 +108,43 @@ fn check_vector(name: &str) {
 
 #[test]
 fn vector_d_default() {
-    check_vector("d");
+    check_vector("default");
 }
 #[test]
 fn vector_d2_fraction_0_999() {
-    check_vector("d2");
+    check_vector("fraction_0999");
 }
 #[test]
 fn vector_es_expandable_segments() {
-    check_vector("es");
+    check_vector("expandable");
 }
 #[test]
 fn vector_fd_fraction_default() {
-    check_vector("fd");
+    check_vector("fraction_default");
 }
 #[test]
 fn vector_fes_fraction_expandable() {
-    check_vector("fes");
+    check_vector("fraction_expandable");
 }
 #[test]
 fn vector_fgc_fraction_gc_threshold() {
-    check_vector("fgc");
+    check_vector("fraction_gc_threshold");
 }
 #[test]
 fn vector_fms_fraction_max_split() {
-    check_vector("fms");
+    check_vector("fraction_max_split");
 }
 #[test]
 fn vector_ms_max_split() {
-    check_vector("ms");
+    check_vector("max_split");
 }
 #[test]
 fn vector_r4_roundup_power2() {
-    check_vector("r4");
+    check_vector("roundup_divisions_4");
 }
 #[test]
 fn vector_rl_roundup_power2_list() {
-    check_vector("rl");
+    check_vector("roundup_list");
 }
 
 /// Trace-only replay (what `replay` does with a snapshot): the recorded event

@@ -9,7 +9,7 @@ out-of-memory error (``oom_snapshot``, ``{pid}`` and ``{n}`` filled in) and,
 with ``snapshot_at_end``, one when training ends: the allocator's state at
 the OOM. ``history=100_000`` has PyTorch record its memory history too, so
 the snapshot replays the run up to the failed request, at about 2% of a
-step (benches/package; ``history_stacks=False``: without call stacks).
+step (measurements/package; ``history_stacks=False``: without call stacks).
 Works with ``lightning`` or
 ``pytorch_lightning``; importable without either, creating the callback
 then raises ImportError.
