@@ -166,7 +166,7 @@ fn bench_frame(c: &mut Criterion) {
         })
     });
     // By category (`w`): the map's cells and the stacked timeline read the
-    // categories (docs/categories.md).
+    // categories (docs/user/categories.md).
     app.apply(Command::ByCategory);
     c.bench_function("frame/gpt2_step_200x60_by_category", |b| {
         b.iter(|| {
@@ -177,7 +177,7 @@ fn bench_frame(c: &mut Criterion) {
     });
 }
 
-/// What categorizing adds to a replay (docs/benchmarks.md, "Categories"):
+/// What categorizing adds to a replay (docs/measurements/benchmarks.md, "Categories"):
 /// `Categories::of` beside the exact replay (`replay::open`) of the same
 /// trace, the repository's longest with stacks.
 fn bench_categories(c: &mut Criterion) {

@@ -290,7 +290,7 @@ pub(crate) fn hints_within(mode: Mode, width: usize) -> String {
     s
 }
 
-/// What the screens' figures mean, for the help (docs/json.md defines
+/// What the screens' figures mean, for the help (docs/user/json.md defines
 /// them with the JSON's names).
 pub(crate) const FIGURES: &[(&str, &str)] = &[
     ("reserved but unallocated", "reserved − allocated now: the cache"),

@@ -1,7 +1,7 @@
 //! Starting the user's Python with our publisher in it: the hook directory
 //! Python loads first (`run`, `fit --batches`), injection into a running
 //! process (`attach`, PEP 768), and passing signals on to the command
-//! (docs/live.md "run", docs/security.md).
+//! (docs/user/live.md "run", docs/design/security.md).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ pub(crate) const RECORD_SITECUSTOMIZE: &str = include_str!("../assets/python/rec
 /// directory, so that nobody else can create it again after we remove it
 /// while the command's descendants (DataLoader workers, compile workers,
 /// relaunched ranks) still start Python with it on their PYTHONPATH
-/// (docs/security.md). Removed when dropped.
+/// (docs/design/security.md). Removed when dropped.
 pub(crate) struct Hook(PathBuf);
 
 impl Hook {

@@ -1,6 +1,6 @@
 //! Directories no other local user can plant files in or swap: where the
 //! hooks a training command imports, and the snapshots it writes, live
-//! (docs/security.md).
+//! (docs/design/security.md).
 //!
 //! A directory is private when it is a real directory (not a link), owned
 //! by our effective uid, and writable by nobody else. A fresh one is made

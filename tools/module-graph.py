@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Who imports whom among the crate's top-level modules, from the code:
 every `crate::MODULE` (and `super::MODULE` from a top-level file) outside
-`#[cfg(test)]` modules. Prints one line per module, as docs/architecture.md
+`#[cfg(test)]` modules. Prints one line per module, as docs/design/architecture.md
 shows it, and the cycles if any.
 
     tools/module-graph.py [SRC_DIR]
-    tools/module-graph.py --write docs/architecture.md   # rewrite from the code
-    tools/module-graph.py --check docs/architecture.md   # exit 1 if it differs
+    tools/module-graph.py --write docs/design/architecture.md   # rewrite from the code
+    tools/module-graph.py --check docs/design/architecture.md   # exit 1 if it differs
 
 With --write/--check the document's module graph (the code block after
 "### The module graph") and the "knows of" column of its module table are

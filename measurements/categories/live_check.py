@@ -1,5 +1,5 @@
 """Live categories against the training script's own count
-(docs/categories.md "Live"):
+(docs/user/categories.md "Live"):
 
     gpumem-top run -o rec.jsonl -- python3 measurements/categories/live_check.py OUT.json
     python3 measurements/categories/live_check.py --compare OUT.json rec.jsonl

@@ -1,4 +1,4 @@
-"""Ground truth for memory categories (docs/categories.md):
+"""Ground truth for memory categories (docs/user/categories.md):
 
     python3 measurements/categories/record.py NAME OUT_DIR
 

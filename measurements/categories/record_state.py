@@ -1,5 +1,5 @@
 """A snapshot without history (state only, block stacks), with ground truth
-for its categories (docs/categories.md "Evidence"):
+for its categories (docs/user/categories.md "Evidence"):
 
     python3 measurements/categories/record_state.py OUT_DIR
 

@@ -1,5 +1,5 @@
 """A recording with stacks, as if recorded without
-(docs/categories.md §Evidence): every event's and block's frames emptied,
+(docs/user/categories.md §Evidence): every event's and block's frames emptied,
 nothing else changed.
 
     python3 measurements/categories/remove_stacks.py IN.pickle.gz OUT.pickle.gz

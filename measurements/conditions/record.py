@@ -1,4 +1,4 @@
-"""Snapshots recorded under the conditions a run really had (docs/replay.md,
+"""Snapshots recorded under the conditions a run really had (docs/user/replay.md,
 "Conditions"): a per-process memory limit, settings changed mid-run by
 `torch.cuda.memory._set_allocator_settings`, or both. One fresh process per
 case, history recorded from process start:

@@ -1,5 +1,5 @@
 """Two runs of one training script, edited between them, for checking that
-`gpumem-top diff` matches call sites across an edit (docs/diff.md):
+`gpumem-top diff` matches call sites across an edit (docs/user/diff.md):
 
     python3 measurements/diff/edited.py OUT_DIR
 

@@ -1,5 +1,5 @@
 """Pairs of runs whose difference is known, for checking `gpumem-top diff`
-(docs/diff.md):
+(docs/user/diff.md):
 
     python3 measurements/diff/pairs.py NAME OUT_DIR
 

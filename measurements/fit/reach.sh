@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How far from its samples a fit prediction stays right (docs/fit.md
+# How far from its samples a fit prediction stays right (docs/user/fit.md
 # "Reach"): per model, samples at two small batches recorded through
 # `gpumem-top fit --batches`, the real peaks at batches far beyond them, and
 # the real largest batch under a 16 GiB per-process limit found by bisection

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `gpumem-top run` beside GPT-2 training on a GPU machine (docs/live.md has
+# `gpumem-top run` beside GPT-2 training on a GPU machine (docs/user/live.md has
 # what it measured). From the repository root, with the release binary at
 # $BIN (default target/release/gpumem-top) and $OUT for the results:
 #

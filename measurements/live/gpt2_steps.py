@@ -1,5 +1,5 @@
 """GPT-2 (124M, random weights, no download) training steps on the GPU, for
-checking `gpumem-top run` beside a real run (docs/live.md):
+checking `gpumem-top run` beside a real run (docs/user/live.md):
 
   python3 gpt2_steps.py --steps 200 --out steps.json [--varying] [--reset]
                         [--history N] [--snapshot-at STEP]

@@ -3,7 +3,7 @@
 # namespace (unshare --pid, as a pod's trainer is), twice, both publishing
 # into one shared directory with the publisher imported in the script
 # (no `run`), and gpumem-top recording from the host's namespace
-# (docs/cluster.md, "Several containers, one directory"). From the
+# (docs/user/cluster.md, "Several containers, one directory"). From the
 # repository root, as root, with $BIN (default target/release/gpumem-top):
 #
 #   bash measurements/live/pods.sh

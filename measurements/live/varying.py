@@ -1,5 +1,5 @@
 """Ordinary varying-shape training for the live view's leak alert
-(docs/live.md, "Alerts"), run under `gpumem-top run -o REC -- python3
+(docs/user/live.md, "Alerts"), run under `gpumem-top run -o REC -- python3
 measurements/live/varying.py`: Hugging Face GPT-2 (6 layers, AdamW), batch 4,
 the sequence length drawn every step (seeded), 40 steps. Step-end
 allocated moves by a few MiB with the shapes (the optimizer's temporaries,

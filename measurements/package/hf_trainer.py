@@ -1,5 +1,5 @@
 """A real transformers.Trainer run with gpumem-top's callback and no
-`gpumem-top run` (docs/live.md, "The Python package"), on the GPU:
+`gpumem-top run` (docs/user/live.md, "The Python package"), on the GPU:
 
     PYTHONPATH=python python3 measurements/package/hf_trainer.py --out steps.json
         [--steps 40] [--oom-at K] [--callback history|history_nostacks|publish|none]

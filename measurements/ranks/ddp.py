@@ -1,4 +1,4 @@
-"""A DDP job whose ranks differ, for checking multi-rank views (docs/ranks.md):
+"""A DDP job whose ranks differ, for checking multi-rank views (docs/user/ranks.md):
 
     python3 -m torch.distributed.run --nproc_per_node 3 measurements/ranks/ddp.py OUT_DIR [BACKEND]
 

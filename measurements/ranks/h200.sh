@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, with the release binary in
-# .gpu/ (docs/ranks.md): jobs under `gpumem-top run`, each rank's own peaks
+# .gpu/ (docs/user/ranks.md): jobs under `gpumem-top run`, each rank's own peaks
 # beside what gpumem-top recorded, packed into $OUT/ranks.tar.gz.
 set -u
 B=$PWD/.gpu/gpumem-top

@@ -1,4 +1,4 @@
-"""A job to watch live (docs/ranks.md): every rank trains Hugging Face GPT-2
+"""A job to watch live (docs/user/ranks.md): every rank trains Hugging Face GPT-2
 (4 layers, AdamW) with batch 4 x (rank + 1), so the last rank peaks
 highest, under torchrun and `gpumem-top run`:
 

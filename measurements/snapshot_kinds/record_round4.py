@@ -1,4 +1,4 @@
-"""Field snapshots of round 4 (docs/replay.md), one fresh process each:
+"""Field snapshots of round 4 (docs/user/replay.md), one fresh process each:
 
     python3 measurements/snapshot_kinds/record_round4.py OUT_DIR
 

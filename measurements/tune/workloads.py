@@ -1,5 +1,5 @@
 """Workloads whose best PYTORCH_CUDA_ALLOC_CONF is not obvious, for checking
-`gpumem-top tune` against real runs (docs/tune.md):
+`gpumem-top tune` against real runs (docs/user/tune.md):
 
     python3 measurements/tune/workloads.py NAME OUT_DIR [--record]
 

@@ -13,7 +13,7 @@ Trainers: ``gpumem_top.integrations.huggingface`` and
 ``gpumem_top.integrations.lightning``.
 
 Nothing here raises into training: a failure is one line on stderr and a
-False/None result (docs/live.md in the repository says what it costs).
+False/None result (docs/user/live.md in the repository says what it costs).
 """
 
 from . import _publish

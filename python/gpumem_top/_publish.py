@@ -21,7 +21,7 @@ another process of the same pid. ``<dir>`` is ``$GPUMEM_TOP_DIR``, else
 ``$XDG_RUNTIME_DIR/gpumem-top``, else ``/tmp/gpumem-top-<uid>``; it is created
 with mode 0700 and must belong to this user.
 
-What it costs the training (docs/live.md in gpumem-top's repository):
+What it costs the training (docs/user/live.md in gpumem-top's repository):
 
 * per sample, one ``memory_stats()`` call per device and one small file;
 * the layout comes from ``torch.cuda.memory_snapshot()``, which also copies
@@ -95,7 +95,7 @@ _LAYOUT_BUDGET = 200
 # without setting an exception" (pytorch #179536, a regression from 2.10,
 # open). On the H200 with 2.11, context="alloc" (stacks gathered at
 # allocations only) finished the same Hugging Face training
-# (docs/live.md, "Memory history and PyTorch 2.11").
+# (docs/user/live.md, "Memory history and PyTorch 2.11").
 _FREE_STACKS_BREAK_FROM = (2, 11)
 _CONTEXTS = ("all", "alloc", "state", "none")
 
@@ -281,7 +281,7 @@ def job_info(environ=None, ppid=None):
     "world_size", "job"}``, or None outside a job (no ``WORLD_SIZE``/
     ``RANK``). ``job`` is torchrun's ``TORCHELASTIC_RUN_ID``, else a
     Slurm job and step, else the launching parent's pid: the ranks one
-    launcher started share it (docs/ranks.md)."""
+    launcher started share it (docs/user/ranks.md)."""
     env = os.environ if environ is None else environ
     rank, world = _int_env(env, "RANK"), _int_env(env, "WORLD_SIZE")
     if rank is None or world is None or world < 1:
@@ -428,7 +428,7 @@ def _install_reset_watch(torch):
     """Wraps PyTorch's peak resets so that the peaks a reset is about to
     clear (a script's per-step ``reset_peak_memory_stats()``) are kept as
     the process's true peaks, which every peak gpumem-top shows and judges
-    is (docs/live.md). The script reads what it would have read. A torch
+    is (docs/user/live.md). The script reads what it would have read. A torch
     without these functions has nothing to watch."""
     C = getattr(torch, "_C", None)
     for _, get, reset_name, reset in _stat_functions(C):
@@ -452,7 +452,7 @@ def _install_reset_watch(torch):
 
 def _install_peak_shadow(torch):
     """Wraps PyTorch's stats getters and peak resets so that Python readers
-    see the peaks they would have seen without our resets (docs/live.md)."""
+    see the peaks they would have seen without our resets (docs/user/live.md)."""
     C = torch._C
     pairs = _stat_functions(C)
     if not pairs:
@@ -533,7 +533,7 @@ def _optimizer_bytes(torch, optimizer, dev):
     """Bytes on device ``dev`` of the optimizer's parameters, their
     gradients and its state (each storage counted once, rounded up to the
     allocator's 512 bytes), as [parameters, gradients, optimizer state]
-    (docs/categories.md, "Live")."""
+    (docs/user/categories.md, "Live")."""
     seen = set()
     out = [0, 0, 0]
 
@@ -746,7 +746,7 @@ def _snapshots_safe_here():
     thread imports torch._dynamo (an optimizer's constructor does), the two
     imports deadlock and Python hands the training thread a half-initialised
     module: an ImportError that killed a training script on the H200
-    (docs/live.md). So our thread takes layouts and snapshots only once
+    (docs/user/live.md). So our thread takes layouts and snapshots only once
     ``torch._inductor`` is fully imported; until then the training thread
     takes them at its optimizer steps, and between steps (a program without
     any, a paused run) our thread does once neither a step nor an import
@@ -866,7 +866,7 @@ def snapshot_on_oom(path):
 def snapshot_with_version(torch):
     """``torch.cuda.memory._snapshot()`` with ``torch_version`` added: the
     allocator's rules changed in 2.12 and 2.13, and a replay follows the
-    release that wrote the file (docs/replay.md, "Which release")."""
+    release that wrote the file (docs/user/replay.md, "Which release")."""
     snap = torch.cuda.memory._snapshot()
     if isinstance(snap, dict):
         snap["torch_version"] = str(getattr(torch, "__version__", ""))

@@ -1,4 +1,4 @@
-//! PyTorch's `DeviceCachingAllocator` for one device (docs/pytorch-allocator.md §5–§11), as
+//! PyTorch's `DeviceCachingAllocator` for one device (docs/design/pytorch-allocator.md §5–§11), as
 //! the `Release` it is given behaves ("Releases" there).
 //!
 //! Blocks live in an arena and are linked to their segment neighbours by
@@ -148,7 +148,7 @@ struct Block {
     gen: u32,
     gc_count_base: i64,
     /// Pool index: `2 * slot + kind` (kind 0 = small, 1 = large; slot 0 is
-    /// the default pools, others private pools, docs/allocator.md §Private pools).
+    /// the default pools, others private pools, docs/design/allocator.md §Private pools).
     pool: u16,
     /// Outstanding stream events (record_stream) before the free completes.
     event_count: u8,
@@ -175,7 +175,7 @@ struct StreamBlocks {
 #[derive(Debug, Clone, Default)]
 struct Pool {
     /// By stream, as PyTorch's comparator orders streams first. A map: a
-    /// trace may use a stream per allocation (docs/input.md, "Bounds").
+    /// trace may use a stream per allocation (docs/user/input.md, "Bounds").
     streams: BTreeMap<u64, StreamBlocks>,
     get_free_blocks_call_count: i64,
 }
@@ -245,7 +245,7 @@ fn pool_index(slot: PoolSlot, size: u64) -> u16 {
 
 /// A pool slot of one allocator: `PoolSlot::DEFAULT` is the default pools
 /// (PyTorch's `large_blocks`/`small_blocks`), every other slot a private pool
-/// (CUDA graphs, graph trees, `MemPool`; docs/allocator.md "Private pools").
+/// (CUDA graphs, graph trees, `MemPool`; docs/design/allocator.md "Private pools").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct PoolSlot(pub(crate) u16);
 
@@ -319,7 +319,7 @@ pub struct SeedSegment {
     /// An expandable segment's mapped part (a snapshot without history):
     /// PyTorch counts it in no `segment` and no `inactive_split` statistic.
     pub(crate) expandable: bool,
-    /// A whole expandable segment (a window's start, docs/replay.md
+    /// A whole expandable segment (a window's start, docs/user/replay.md
     /// "Windows of expandable segments"): `address` and `size` are its
     /// reserved address range, these its mapped ranges (page-aligned, in
     /// order, apart); the rest is reserved but unmapped. Empty otherwise.
@@ -717,7 +717,7 @@ impl<D: Device> CachingAllocator<D> {
         self.allowed_memory_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
     }
 
-    /// `malloc` (docs/pytorch-allocator.md §6). `tag` is kept with the block until its free completes.
+    /// `malloc` (docs/design/pytorch-allocator.md §6). `tag` is kept with the block until its free completes.
     pub fn malloc(&mut self, orig_size: u64, stream: u64) -> Result<BlockId, OutOfMemory> {
         self.malloc_tagged(orig_size, stream, 0)
     }
@@ -774,7 +774,7 @@ impl<D: Device> CachingAllocator<D> {
     }
 
     /// `malloc` into pool slot `slot` whatever the routing says: replay uses
-    /// it with the pool the recording shows (docs/allocator.md "Private pools").
+    /// it with the pool the recording shows (docs/design/allocator.md "Private pools").
     pub fn malloc_in(&mut self, slot: PoolSlot, orig_size: u64, stream: u64, tag: u32) -> Result<BlockId, OutOfMemory> {
         if orig_size >= ONE_EXA_BYTES {
             return Err(OutOfMemory {
@@ -849,7 +849,7 @@ impl<D: Device> CachingAllocator<D> {
         None
     }
 
-    // ---- private pools (docs/allocator.md "Private pools")
+    // ---- private pools (docs/design/allocator.md "Private pools")
 
     /// `create_or_incref_pool`: a pool with `id` that is alive gains a
     /// reference; otherwise a new pool starts with one. `None` makes a
@@ -1100,7 +1100,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// Best fit (docs/pytorch-allocator.md §6.1).
+    /// Best fit (docs/design/pytorch-allocator.md §6.1).
     #[inline]
     fn get_free_block(&mut self, pool: u16, size: u64, stream: u64, es_active: bool) -> Option<u32> {
         if self.gc_active() {
@@ -1108,7 +1108,7 @@ impl<D: Device> CachingAllocator<D> {
         }
         let mss = self.config.max_split_size;
         let max_non_split = self.config.max_non_split_rounding_size;
-        // PyTorch's two oversize rules (docs/pytorch-allocator.md §6.1).
+        // PyTorch's two oversize rules (docs/design/pytorch-allocator.md §6.1).
         let accept = |bsize: u64| {
             let oversize_for_normal = size < mss && bsize >= mss;
             let too_loose_for_oversize = size >= mss && bsize >= size.saturating_add(max_non_split);
@@ -1180,7 +1180,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// docs/pytorch-allocator.md §6.3: carve `size` from the front of block `i` when splitting.
+    /// docs/design/pytorch-allocator.md §6.3: carve `size` from the front of block `i` when splitting.
     #[inline]
     fn alloc_found_block(&mut self, i: u32, pool: u16, size: u64, orig_size: u64, split: bool, tag: u32) -> u32 {
         let sp = stat_pool(pool);
@@ -1240,7 +1240,7 @@ impl<D: Device> CachingAllocator<D> {
         b
     }
 
-    /// docs/pytorch-allocator.md §6.4: a new segment from the device.
+    /// docs/design/pytorch-allocator.md §6.4: a new segment from the device.
     fn alloc_block(
         &mut self,
         pool: u16,
@@ -1297,7 +1297,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// cudaFree of a whole free segment (docs/pytorch-allocator.md §6.6).
+    /// cudaFree of a whole free segment (docs/design/pytorch-allocator.md §6.6).
     fn release_block(&mut self, i: u32) {
         let (ptr, size, stream, pool) = {
             let b = &self.blocks[i as usize];
@@ -1318,7 +1318,7 @@ impl<D: Device> CachingAllocator<D> {
         self.delete_block(i);
     }
 
-    /// docs/pytorch-allocator.md §6.5: free oversize cached blocks until the request could fit.
+    /// docs/design/pytorch-allocator.md §6.5: free oversize cached blocks until the request could fit.
     fn release_available_cached_blocks(&mut self, pool: u16, size: u64, stream: u64) -> bool {
         let mss = self.config.max_split_size;
         if mss == UNLIMITED {
@@ -1364,7 +1364,7 @@ impl<D: Device> CachingAllocator<D> {
         self.release_cached_blocks(None);
     }
 
-    /// `release_cached_blocks(mempool_id)` (docs/pytorch-allocator.md §6.6; docs/allocator.md
+    /// `release_cached_blocks(mempool_id)` (docs/design/pytorch-allocator.md §6.6; docs/design/allocator.md
     /// "Private pools"): with no pool, the default pools (large first; not
     /// while a capture is underway), then every freeable private pool's small
     /// and large segments; with a pool, only that one if it is freeable.
@@ -1429,7 +1429,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// docs/pytorch-allocator.md §6.7: release old unsplit large-pool segments while reserved is
+    /// docs/design/pytorch-allocator.md §6.7: release old unsplit large-pool segments while reserved is
     /// above `garbage_collection_threshold` of the memory limit.
     fn garbage_collect_cached_blocks(&mut self) {
         let Some(allowed) = self.allowed_memory_maximum else {
@@ -1474,7 +1474,7 @@ impl<D: Device> CachingAllocator<D> {
         }
     }
 
-    /// PyTorch's `free` (docs/pytorch-allocator.md §7): allocated stats drop now; the block becomes
+    /// PyTorch's `free` (docs/design/pytorch-allocator.md §7): allocated stats drop now; the block becomes
     /// reusable now, or once the streams it was used on are done.
     #[inline]
     pub fn free(&mut self, id: BlockId) -> Result<(), AllocError> {
@@ -1606,7 +1606,7 @@ impl<D: Device> CachingAllocator<D> {
     /// slot order of a `ska::flat_hash_map` keyed by stream, each stream's
     /// queue first in, first out; the order of the frees decides which
     /// merges happen and so the `inactive_split` counts. The model takes
-    /// that slot order for the streams' ids (docs/allocator.md, "Stream
+    /// that slot order for the streams' ids (docs/design/allocator.md, "Stream
     /// events"); a replay follows the trace's own order.
     fn complete(&mut self, events: VecDeque<(u64, u32)>) {
         let mut events: Vec<(u64, u32)> = events.into();
@@ -1651,7 +1651,7 @@ impl<D: Device> CachingAllocator<D> {
         Ok(i)
     }
 
-    /// `free_block` (docs/pytorch-allocator.md §7): merge with free neighbours and return to the pool.
+    /// `free_block` (docs/design/pytorch-allocator.md §7): merge with free neighbours and return to the pool.
     #[inline]
     fn free_block(&mut self, i: u32) {
         let (ptr, orig_size, req, stream, pool, es) = {
@@ -1726,7 +1726,7 @@ impl<D: Device> CachingAllocator<D> {
         ssize
     }
 
-    // ---- expandable segments (docs/pytorch-allocator.md §9)
+    // ---- expandable segments (docs/design/pytorch-allocator.md §9)
 
     fn allocatable(&self, i: u32) -> bool {
         if i == NIL {
@@ -1759,7 +1759,7 @@ impl<D: Device> CachingAllocator<D> {
         // Every segment spans `va`: a request larger than that fits none, so
         // PyTorch's scan of them all finds nothing. Skipping it keeps a run
         // of such OOMs (each leaves a reservation behind, as PyTorch's do)
-        // linear (docs/allocator.md, "Expandable segments").
+        // linear (docs/design/allocator.md, "Expandable segments").
         if let Some(s) = p.find(stream).filter(|_| size <= va) {
             for &u in s.unmapped.values() {
                 let prev = self.blocks[u as usize].prev;
@@ -2019,7 +2019,7 @@ impl<D: Device> CachingAllocator<D> {
         }
         self.total_allocated_memory += seg.size;
         // Expandable segments are mapped page by page: PyTorch counts them
-        // in no segment statistic (docs/allocator.md), only in reserved bytes.
+        // in no segment statistic (docs/design/allocator.md), only in reserved bytes.
         if !seg.expandable {
             self.stats.increase(Kind::Segment, sp, 1);
             if seg.size >= self.config.max_split_size {
@@ -2045,7 +2045,7 @@ impl<D: Device> CachingAllocator<D> {
         let mut out = Vec::new();
         for (addr, size, live) in pieces {
             // Seeded segments rank in the order they are seeded; their real
-            // age is not in the recording (docs/replay.md, "Releases").
+            // age is not in the recording (docs/user/replay.md, "Releases").
             let tie = if prev == NIL { self.segment_tie() } else { self.piece_tie(prev) };
             let i = self.new_block(seg.stream, size, addr, pool, NIL, tie);
             self.blocks[i as usize].prev = prev;

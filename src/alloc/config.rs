@@ -1,5 +1,5 @@
 //! Allocator constants, `PYTORCH_CUDA_ALLOC_CONF` parsing and size rounding
-//! (docs/pytorch-allocator.md §1–§4).
+//! (docs/design/pytorch-allocator.md §1–§4).
 
 use thiserror::Error;
 
@@ -363,7 +363,7 @@ impl AllocatorConfig {
         self.roundup_power2_divisions[idx as usize]
     }
 
-    /// `round_size` (docs/pytorch-allocator.md §3).
+    /// `round_size` (docs/design/pytorch-allocator.md §3).
     #[inline]
     pub(crate) fn round_size(&self, size: u64) -> u64 {
         if size < K_MIN_BLOCK_SIZE {
@@ -376,7 +376,7 @@ impl AllocatorConfig {
         K_MIN_BLOCK_SIZE * size.div_ceil(K_MIN_BLOCK_SIZE)
     }
 
-    /// `get_allocation_size` (docs/pytorch-allocator.md §4): bytes requested from the device for a new segment.
+    /// `get_allocation_size` (docs/design/pytorch-allocator.md §4): bytes requested from the device for a new segment.
     pub(crate) fn allocation_size(&self, rounded: u64) -> u64 {
         if rounded <= K_SMALL_SIZE {
             K_SMALL_BUFFER
@@ -448,7 +448,7 @@ fn parse_divisions(p: &mut Parser) -> Result<[u64; K_ROUNDUP_POWER2_INTERVALS], 
     Ok(out)
 }
 
-/// `roundup_power2_next_division` (docs/pytorch-allocator.md §3).
+/// `roundup_power2_next_division` (docs/design/pytorch-allocator.md §3).
 pub(crate) fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;

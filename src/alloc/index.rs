@@ -2,7 +2,7 @@
 //!
 //! `FreeBlocks` keeps free blocks in PyTorch's best-fit order, (size, tie,
 //! ptr), where `tie` is the release's tie-break between equal sizes (0 where
-//! the address alone decides, docs/pytorch-allocator.md "Releases"),
+//! the address alone decides, docs/design/pytorch-allocator.md "Releases"),
 //! in TLSF-style bins: 64 sub-bins per power of two, a bitmap of the
 //! non-empty ones, and inside each bin a sorted vector. Best fit is a bit
 //! scan plus a look at the few blocks of one bin instead of a tree descent;

@@ -1,5 +1,5 @@
 //! Which PyTorch release's caching allocator a model follows, and what that
-//! release's rules are (docs/pytorch-allocator.md, "Releases"). The model is
+//! release's rules are (docs/design/pytorch-allocator.md, "Releases"). The model is
 //! one allocator; the differences between releases are the data here.
 
 use std::fmt;

@@ -1,5 +1,5 @@
-//! `memory_stats()` counters with PyTorch's exact key names (docs/pytorch-allocator.md §10),
-//! with the keys each later release added (docs/pytorch-allocator.md, "Releases").
+//! `memory_stats()` counters with PyTorch's exact key names (docs/design/pytorch-allocator.md §10),
+//! with the keys each later release added (docs/design/pytorch-allocator.md, "Releases").
 
 use std::collections::BTreeMap;
 

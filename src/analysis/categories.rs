@@ -3,10 +3,10 @@
 //! unknown where the evidence is missing), from the trace alone: its call
 //! stacks, the lifetimes of its blocks and the iteration structure that
 //! stacks or the optimizer's markers show. The method and its measured
-//! accuracy: docs/categories.md.
+//! accuracy: docs/user/categories.md.
 
 // A fast hasher: the maps here are keyed by addresses and ids, one lookup
-// per event of traces of up to millions (docs/benchmarks.md "Categories").
+// per event of traces of up to millions (docs/measurements/benchmarks.md "Categories").
 use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::alloc::{Action, Event};
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
 
-/// What one allocated block holds (docs/categories.md §Categories).
+/// What one allocated block holds (docs/user/categories.md §Categories).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
@@ -159,7 +159,7 @@ impl CategoryBytes {
     }
 }
 
-/// What the categories were told from (docs/categories.md §Evidence).
+/// What the categories were told from (docs/user/categories.md §Evidence).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Evidence {
@@ -279,7 +279,7 @@ impl Categories {
         // kept them, else by when they are freed.
         let mut at_start = HashMap::with_capacity(start.len());
         // What a block's own stack says, read once per stack: many blocks
-        // share one (docs/input.md, "Bounds").
+        // share one (docs/user/input.md, "Bounds").
         let mut by_stack: HashMap<u32, Category> = HashMap::new();
         for b in start {
             let f = frames(b.stack).filter(|f| !f.is_empty());
@@ -831,7 +831,7 @@ fn window_mask(w: &[(usize, usize)], n: usize) -> Vec<bool> {
 
 /// Without stacks: the optimizer's steps from its markers; between them,
 /// each micro-batch's forward up to where it ends and backward after
-/// (docs/categories.md §Evidence).
+/// (docs/user/categories.md §Evidence).
 fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
     let n = events.len();
     let mut out = vec![None; n];

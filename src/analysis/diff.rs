@@ -1,4 +1,4 @@
-//! What changed between two runs of one program (docs/diff.md): their
+//! What changed between two runs of one program (docs/user/diff.md): their
 //! peaks and end states side by side, the growth at the peak and at the
 //! end by call site and by category, and their requests aligned by call
 //! site, so that "this line allocates 1.5× as much" and "this line is new"
@@ -39,7 +39,7 @@ impl Holdings {
 
     /// Live blocks as (stack id (index + 1, 0 for none), bytes, category).
     /// Blocks are summed by stack first, so each stack's frames are read
-    /// once however many blocks share it (docs/input.md, "Bounds").
+    /// once however many blocks share it (docs/user/input.md, "Bounds").
     fn of_blocks(blocks: impl Iterator<Item = (u32, u64, Category)>, stacks: &[Vec<Frame>]) -> Self {
         let mut h = Holdings::default();
         let mut by_stack: std::collections::HashMap<u32, (u64, usize)> = std::collections::HashMap::new();

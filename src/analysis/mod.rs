@@ -1,5 +1,5 @@
 //! Metrics derived from allocator state; nothing here mutates it. Names follow
-//! docs/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
+//! docs/design/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
 
 pub mod categories;
 pub(crate) mod diff;

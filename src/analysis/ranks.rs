@@ -1,5 +1,5 @@
 //! Several ranks of one job side by side: the median and the worst rank,
-//! for `replay rank0 rank1 …` (docs/ranks.md). The live job screen's rows
+//! for `replay rank0 rank1 …` (docs/user/ranks.md). The live job screen's rows
 //! are `monitor::job`'s; the rule (worst over median) is the same.
 
 use serde::Serialize;

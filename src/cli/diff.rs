@@ -1,5 +1,5 @@
 //! `diff BASE NEW`: two runs of one program on one axis, what grew and
-//! where, and a memory regression gate for CI (docs/diff.md).
+//! where, and a memory regression gate for CI (docs/user/diff.md).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ pub struct DiffArgs {
     pub(crate) new: PathBuf,
     #[command(flatten)]
     pub(crate) torch: super::args::TorchArg,
-    /// Print one JSON object (docs/json.md).
+    /// Print one JSON object (docs/user/json.md).
     #[arg(long)]
     pub(crate) json: bool,
     /// Exit 1 when the peak allocated, the peak reserved or what is alive at
@@ -166,7 +166,7 @@ fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Loaded> {
 /// A recording's training process (the one that allocated most) as a run:
 /// its true peaks, what it had allocated at the last sample, its retries
 /// and OOMs, what its optimizer held at its last step's end, and its
-/// samples as a timeline with its steps (docs/diff.md "Recordings").
+/// samples as a timeline with its steps (docs/user/diff.md "Recordings").
 fn recorded_run(path: &std::path::Path, snaps: &[crate::monitor::Snapshot]) -> Result<Replayed> {
     use crate::analysis::categories::Category;
     let pid = snaps.iter().flat_map(|s| &s.publishers).max_by_key(|p| p.peak_allocated()).map(|p| p.pid).ok_or_else(
@@ -285,7 +285,7 @@ fn compare(
         }
     };
     // An edit of the script moves its lines: the call sites that moved are
-    // compared as one (docs/diff.md, "Edited scripts").
+    // compared as one (docs/user/diff.md, "Edited scripts").
     let (mut b, n) = (b, n);
     fn labels(r: &Replayed) -> std::collections::BTreeSet<&str> {
         let all = r.requests.keys().chain(r.at_peak.by_call_site.keys()).chain(r.at_end.by_call_site.keys());

@@ -39,7 +39,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub(crate) plain: bool,
     /// Colour the map (and the text timeline) by block state, or by what the
-    /// memory is (docs/categories.md); the allocated bar is split by
+    /// memory is (docs/user/categories.md); the allocated bar is split by
     /// category either way.
     #[arg(long, value_enum, default_value = "state")]
     pub(crate) by: crate::view::parts::ColorBy,
@@ -160,7 +160,7 @@ fn write_export(args: &ExportArgs, bytes: &[u8], place: &str, said: &str) -> Res
 }
 
 /// `export RECORDING`: one process of a recording at one sample, drawn as
-/// the live view drew it (docs/live.md "Recordings").
+/// the live view drew it (docs/user/live.md "Recordings").
 fn export_recording(args: &ExportArgs, snaps: Vec<crate::monitor::Snapshot>) -> Result<ExitCode> {
     use crate::export::picture::Format;
     let bad = |m: String| anyhow!(InputError(format!("{}: {m}", args.trace.display())));

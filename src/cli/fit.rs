@@ -1,5 +1,5 @@
 //! `fit`: peaks at other batch sizes and the largest batch that fits, from
-//! snapshots of a few steps at two or more small batches (docs/fit.md).
+//! snapshots of a few steps at two or more small batches (docs/user/fit.md).
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -79,7 +79,7 @@ const RECORD_MAX_ENTRIES: u64 = 2_000_000;
 
 /// Runs the command once per batch with memory history recorded; returns
 /// the samples as SNAPSHOT@BATCH. The hook and the snapshots are written
-/// in a fresh private directory (docs/security.md): a name another user
+/// in a fresh private directory (docs/design/security.md): a name another user
 /// could guess is never reused, and nothing is written through a link.
 fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     if args.command.is_empty() {
@@ -274,7 +274,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     };
     let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
     // What grows with the batch: each category's line through the samples'
-    // peaks (docs/fit.md "Categories").
+    // peaks (docs/user/fit.md "Categories").
     let category_fits = crate::fit::CategoryFit::of(&samples);
     // Per config: the largest batch under it, and the peaks there.
     let largest = |conf: &AllocatorConfig| {
@@ -289,7 +289,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     let max_batch = by_config[0].1;
     // The setting tune recommends for the run at its largest batch (the
     // predicted requests there, replayed under every setting), and the
-    // largest batch under it beside the recorded one (docs/tune.md).
+    // largest batch under it beside the recorded one (docs/user/tune.md).
     let tuned_at = max_batch.max(fitted.samples.last().copied().unwrap_or(1));
     let search =
         crate::tune::search(&fitted.requests_at(tuned_at), &base.source, args.device_total, args.context, limit, None);
@@ -363,7 +363,7 @@ fn categories_disagree(fits: &[crate::fit::CategoryFit], predictions: &[Predicti
     })
 }
 
-/// `fit --json`: one object, `predictions` and `max_batch` first (docs/json.md).
+/// `fit --json`: one object, `predictions` and `max_batch` first (docs/user/json.md).
 fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
     let Outcome {
         args,
@@ -418,10 +418,10 @@ fn write_table_notes(
     samples: &[u64],
 ) -> Result<()> {
     if ranged {
-        // What the range is, and is not (docs/fit.md "Workspaces").
+        // What the range is, and is not (docs/user/fit.md "Workspaces").
         writeln!(
             so,
-            "spread of the draws: the lowest and highest peak reserved of the {} replays, each with the workspaces' sizes drawn within ±{}% of their fit; how far the workspaces alone move the peak, not a bound on the real one (docs/fit.md \"Measured\" gives the real runs' errors)",
+            "spread of the draws: the lowest and highest peak reserved of the {} replays, each with the workspaces' sizes drawn within ±{}% of their fit; how far the workspaces alone move the peak, not a bound on the real one (docs/user/fit.md \"Measured\" gives the real runs' errors)",
             crate::fit::WORKSPACE_RUNS,
             crate::fit::WORKSPACE_SPREAD * 100.0
         )?;
@@ -471,7 +471,7 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
     if r.workspaces > 0 {
         writeln!(
             so,
-            "{} of them are workspaces (freed at once, sizes not in proportion to the batch, as cuDNN's): between and beyond the samples their sizes are uncertain, so a prediction there is the mean of {} replays with each workspace's size drawn within ±{}% of its fit (docs/fit.md)",
+            "{} of them are workspaces (freed at once, sizes not in proportion to the batch, as cuDNN's): between and beyond the samples their sizes are uncertain, so a prediction there is the mean of {} replays with each workspace's size drawn within ±{}% of its fit (docs/user/fit.md)",
             r.workspaces,
             crate::fit::WORKSPACE_RUNS,
             crate::fit::WORKSPACE_SPREAD * 100.0
@@ -526,12 +526,12 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
     let reach = crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces);
     write_table_notes(so, ranged, reach.as_ref(), &fitted.samples)?;
     if let (false, Some(why)) = (category_fits.is_empty(), categories_disagree(category_fits, predictions)) {
-        writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/fit.md, \"Categories\")")?;
+        writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/user/fit.md, \"Categories\")")?;
     } else if !category_fits.is_empty() {
         // What the memory is at the peaks, and which of it grows with the
         // batch (a line through the samples, per category).
         let last = batches.last().copied().unwrap_or(1);
-        writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/categories.md):")?;
+        writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/user/categories.md):")?;
         for f in category_fits {
             let samples_txt: Vec<String> =
                 f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();

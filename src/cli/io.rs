@@ -15,7 +15,7 @@ use crate::trace::input::Input;
 use crate::trace::{self, Trace};
 
 /// Standard output for what a command prints as text or JSON: control
-/// characters an input brought are escaped (docs/security.md).
+/// characters an input brought are escaped (docs/design/security.md).
 pub(crate) fn text_out() -> trace::printable::Escaped<std::io::StdoutLock<'static>> {
     trace::printable::Escaped::new(std::io::stdout().lock())
 }
@@ -44,7 +44,7 @@ pub(crate) fn load_with_progress(path: &Path) -> Result<Trace> {
     load_input(Input::open(path)?, None)
 }
 
-/// Loads a trace from an input under the bounds of docs/input.md
+/// Loads a trace from an input under the bounds of docs/user/input.md
 /// (`max_unpacked`: `--max-unpacked`); when that takes over a second and
 /// stderr is a terminal, shows how much of the file has been read.
 pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {

@@ -45,7 +45,7 @@ pub struct LiveArgs {
     #[arg(long, value_name = "F", default_value_t = 0.25)]
     pub(crate) alert_fragmentation: f64,
     /// Alert when a job's worst rank peaks over its median rank by more
-    /// than this share (0.2 is 20%; `imbalance`, docs/ranks.md).
+    /// than this share (0.2 is 20%; `imbalance`, docs/user/ranks.md).
     #[arg(long, value_name = "F", default_value_t = 0.2)]
     pub(crate) alert_imbalance: f64,
 }

@@ -70,7 +70,7 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
     1
 }
 
-/// `replay`: one input, or several ranks' side by side (docs/ranks.md).
+/// `replay`: one input, or several ranks' side by side (docs/user/ranks.md).
 pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
     if !args.more.is_empty() {
         return ranks::replay_ranks(args);

@@ -1,6 +1,6 @@
 //! `replay rank0.pickle rank1.pickle …`: one snapshot per rank of a job,
 //! each replayed exactly as it would be alone, reported side by side with
-//! the median and the worst rank (docs/ranks.md).
+//! the median and the worst rank (docs/user/ranks.md).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! `replay` of one input: the replay, then the interactive view, the
 //! summary (as `torch.cuda.memory_summary()` lays it out) or the JSON
-//! report (docs/json.md), all from one `Replayed`.
+//! report (docs/user/json.md), all from one `Replayed`.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -230,7 +230,7 @@ pub(crate) fn limit_found_line(l: &crate::replay::conditions::LimitFound) -> Str
 }
 
 /// A run that ran out of memory: what to set, only as a replay of this run
-/// under every setting found it (docs/tune.md).
+/// under every setting found it (docs/user/tune.md).
 fn oom_advice(
     session: &mut Session,
     dev: &DeviceTrace,
@@ -262,7 +262,7 @@ fn oom_advice(
 
 /// A what-if that ran out of memory where the run did not: the settings
 /// that avoid it under the same device and limit, each a replay of the
-/// run's requests (docs/tune.md).
+/// run's requests (docs/user/tune.md).
 fn what_if_advice(session: &mut Session, conf: &str, args: &ReplayArgs, limit: Option<u64>) -> Option<String> {
     AllocatorConfig::parse(conf).ok()?;
     let s = crate::tune::search(session.requests(), conf, args.device_total, CUDA_CONTEXT_BYTES, limit, None);
@@ -366,7 +366,7 @@ struct Replayed<'t> {
 
 impl Replayed<'_> {
     /// 1 where the replay diverged, or a what-if runs out of memory where
-    /// the recording did not: the run it stands for fails (docs/json.md,
+    /// the recording did not: the run it stands for fails (docs/user/json.md,
     /// exit codes).
     fn exit_code(&self) -> ExitCode {
         if self.session.fidelity == Fidelity::Diverged || self.new_oom.is_some() {
@@ -384,7 +384,7 @@ impl Replayed<'_> {
         }
     }
 
-    /// `--json` (docs/json.md).
+    /// `--json` (docs/user/json.md).
     fn report(&self) -> ReplayReport {
         let (session, dev, peak, cats) = (&self.session, self.dev, self.peak(), &self.cats);
         let state_only = session.start == Start::StateOnly;
@@ -500,7 +500,7 @@ impl Replayed<'_> {
         if let Some((label, e)) = point {
             writeln!(
                 so,
-                "what the memory is {label}: {} (categories: {}; docs/categories.md)",
+                "what the memory is {label}: {} (categories: {}; docs/user/categories.md)",
                 cats.bytes_after(e).describe(),
                 cats.evidence.describe()
             )?;
@@ -763,7 +763,7 @@ fn fidelity_line(session: &Session) -> String {
         ),
         Fidelity::Diverged => match session.divergence() {
             Some(d) => format!(
-                "fidelity: DIVERGED at {d}\n  to try: a run under a memory limit (set_per_process_memory_fraction) the trace does not bound replays exactly with --memory-limit BYTES or --memory-fraction F; a change of settings mid-run is followed where the trace places it (docs/replay.md, \"Conditions\")\n"
+                "fidelity: DIVERGED at {d}\n  to try: a run under a memory limit (set_per_process_memory_fraction) the trace does not bound replays exactly with --memory-limit BYTES or --memory-fraction F; a change of settings mid-run is followed where the trace places it (docs/user/replay.md, \"Conditions\")\n"
             ),
             None => String::new(),
         },
@@ -776,7 +776,7 @@ pub struct ReplayArgs {
     /// A PyTorch memory snapshot (.pickle, .pickle.gz), our JSONL trace, or an RMM log CSV.
     pub(crate) trace: PathBuf,
     /// More snapshots, one per rank of a job (`snapshot --job` writes
-    /// them): each replayed alone, reported side by side (docs/ranks.md).
+    /// them): each replayed alone, reported side by side (docs/user/ranks.md).
     #[arg(value_name = "MORE")]
     pub(crate) more: Vec<PathBuf>,
     /// Replay under this allocator config instead of the recorded one (PyTorch's
@@ -864,7 +864,7 @@ fn new_oom_text(o: &report::NewOomReport, dev: &DeviceTrace) -> String {
 fn not_in_trace(start: Start) -> Vec<&'static str> {
     match start {
         // An empty_cache() that frees nothing leaves no trace entry, nor does
-        // a CUDA-graph capture's own empty_cache (docs/replay.md).
+        // a CUDA-graph capture's own empty_cache (docs/user/replay.md).
         // A request throw_on_cudamalloc_oom refuses (2.12+) leaves none either.
         Start::ProcessStart => vec!["num_sync_all_streams", "num_oom_rejections"],
         Start::Window | Start::StateOnly => {

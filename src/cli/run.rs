@@ -1,7 +1,7 @@
 //! `gpumem-top run -- CMD`: starts a training command with the publisher
 //! injected (no code change) and watches it; `gpumem-top snapshot PID`:
 //! a PyTorch memory snapshot of a publishing process, headless.
-//! docs/live.md says how the injection works and what it costs.
+//! docs/user/live.md says how the injection works and what it costs.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -47,7 +47,7 @@ pub struct PublishArgs {
 
 impl PublishArgs {
     /// Per-step peaks: on unless --no-step-peaks (measured at +0.2% of a
-    /// GPT-2 step on the H200, docs/live.md).
+    /// GPT-2 step on the H200, docs/user/live.md).
     pub(crate) fn step_peaks(&self) -> bool {
         !self.no_step_peaks
     }
@@ -270,7 +270,7 @@ pub struct SnapshotArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
     /// Ask every rank of PID's distributed job at once (the ranks that
-    /// publish the same job: docs/ranks.md), one file per rank.
+    /// publish the same job: docs/user/ranks.md), one file per rank.
     #[arg(long)]
     pub(crate) job: bool,
     /// Directory where it publishes (default: as the live view).
@@ -336,7 +336,7 @@ pub fn snapshot(args: &SnapshotArgs) -> Result<ExitCode> {
     let uid = publisher::current_uid();
     let mut scan = publisher::scan(&dir, uid, publisher::DEFAULT_CAP);
     // Each by its pid as we see it: a container's trainer is its pid 1,
-    // here the host's pid (docs/cluster.md).
+    // here the host's pid (docs/user/cluster.md).
     for p in &mut scan.published {
         p.pid = crate::monitor::sampler::resolve(p).0;
     }
@@ -451,7 +451,7 @@ pub struct AttachArgs {
 /// `gpumem-top attach PID`: injects the publisher into a running Python
 /// 3.14+ process of our own through `sys.remote_exec` (PEP 768) and watches
 /// it. It never runs the target's binary, and refuses another user's
-/// process, root's included (docs/security.md).
+/// process, root's included (docs/design/security.md).
 pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let pid = args.pid;
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))

@@ -41,7 +41,7 @@ fn open_replay<'t>(
     let fidelity = opened.session.fidelity;
     let dev = opened.dev;
     // What the live view's alerts quote from now on, instead of a hint no
-    // replay checked (docs/tune.md).
+    // replay checked (docs/user/tune.md).
     let tuned = (opened.session.start != Start::StateOnly).then(|| {
         let conf = opened.want.config.source.clone();
         crate::tune::verdict(&crate::tune::search_session(

@@ -54,7 +54,7 @@ pub struct SynthArgs {
     pub(crate) device: usize,
     /// The model trained: an MLP, ResNet-50, GPT-2, BERT or a Llama-style
     /// decoder (grouped-query attention), each as Hugging Face or
-    /// torchvision builds it (docs/synth.md).
+    /// torchvision builds it (docs/user/synth.md).
     #[arg(long, value_enum, default_value_t = ModelKind::Gpt2)]
     pub(crate) model: ModelKind,
     /// Batch size (default: the calibration runs recorded on an H200 (measurements/calibration): resnet50 64, gpt2 8, bert 16, llama 4, mlp 1024).

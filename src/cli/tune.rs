@@ -1,5 +1,5 @@
 //! `tune TRACE`: which `PYTORCH_CUDA_ALLOC_CONF` this run should use, from
-//! replays of its requests under each candidate (docs/tune.md).
+//! replays of its requests under each candidate (docs/user/tune.md).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ pub struct TuneArgs {
     pub(crate) cap: MemoryCap,
     #[command(flatten)]
     pub(crate) torch: super::args::TorchArg,
-    /// Print one JSON object (docs/json.md).
+    /// Print one JSON object (docs/user/json.md).
     #[arg(long)]
     pub(crate) json: bool,
     /// Settings shown (best first).
@@ -79,7 +79,7 @@ struct Report<'a> {
 
 /// The shell line that sets `conf`: a recorded setting is the file's text,
 /// so anything but the characters settings are made of is quoted for the
-/// shell, and control characters escaped (docs/security.md).
+/// shell, and control characters escaped (docs/design/security.md).
 fn export_line(conf: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_:.,+-".contains(c);
     if conf.is_empty() {
@@ -116,7 +116,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     // had: without a limit, or under the one asked for where the run had it
     // (a run that OOMed under its limit replays only under it). Every
     // setting, the recorded one included, then runs under the limit asked
-    // for (docs/tune.md).
+    // for (docs/user/tune.md).
     let opts = OpenOptions {
         device: args.device,
         device_total: args.device_total,
@@ -217,7 +217,7 @@ fn summary(
         }
     ));
     o.push_str(&format!(
-        "{} settings replayed in {:.1} s; each figure is the run's own requests under that setting (docs/tune.md)\n",
+        "{} settings replayed in {:.1} s; each figure is the run's own requests under that setting (docs/user/tune.md)\n",
         s.replays,
         started.elapsed().as_secs_f64()
     ));

@@ -12,7 +12,7 @@ pub use oracle::Oracle;
 pub use sim::{Sim, SimFault};
 
 // The allocator defines what it needs of a device (`alloc::backing`); the
-// devices here implement it (docs/architecture.md).
+// devices here implement it (docs/design/architecture.md).
 pub use crate::alloc::backing::{Device, DeviceError};
 
 /// totalGlobalMem of the H200 the calibration traces were recorded on.

@@ -97,7 +97,7 @@ impl Sim {
     /// New segments at ever lower addresses, as CUDA's driver hands them out
     /// on the H200 traces: best fit breaks ties between equal blocks by
     /// address, so a replay of recorded requests then reuses the blocks the
-    /// real run reused (docs/fit.md).
+    /// real run reused (docs/user/fit.md).
     pub(crate) fn with_descending_addresses(mut self) -> Self {
         self.descending = true;
         self.next_addr = TOP;

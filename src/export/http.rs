@@ -3,7 +3,7 @@
 //! non-blocking in one poll(2) set, has a total deadline from its accept,
 //! and a bounded request buffer; past `MAX_CONNECTIONS` the oldest is
 //! dropped. So idle, dripping or hostile clients cost each other nothing
-//! and `/metrics` stays prompt (docs/serve.md).
+//! and `/metrics` stays prompt (docs/user/serve.md).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

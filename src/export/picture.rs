@@ -60,7 +60,7 @@ const FREE_BY_CATEGORY: &str = "#edf2f7";
 /// section of its own, so the linker does not lay its 742 KB among the
 /// strings and tables every command reads: the kernel maps 64 KiB around
 /// each page read, and the live monitor carried the font's edges, about
-/// 100 KB, in its RSS (docs/benchmarks.md, "Smaller cells").
+/// 100 KB, in its RSS (docs/measurements/benchmarks.md, "Smaller cells").
 #[link_section = ".gpumem_font"]
 pub(crate) static FONT: [u8; include_bytes!("../../assets/fonts/DejaVuSans.ttf").len()] =
     *include_bytes!("../../assets/fonts/DejaVuSans.ttf");
@@ -153,7 +153,7 @@ fn count_step(span: u64, n: u64) -> u64 {
 }
 
 /// Marks at x positions, one per pixel column at most: a picture of
-/// 100,000 iterations draws what its width can show (docs/input.md).
+/// 100,000 iterations draws what its width can show (docs/user/input.md).
 fn thinned(xs: impl Iterator<Item = f64>) -> impl Iterator<Item = f64> {
     let mut last = f64::NEG_INFINITY;
     xs.filter(move |&x| {
@@ -295,7 +295,7 @@ fn fragmap(scene: &Scene, width: f64) -> String {
     // A bound on the picture as decoding has one on the input: past
     // MAX_ROWS segments the largest are drawn (in address order) and the
     // rest counted, so 100,000 segments make a 3,000 px picture, not a
-    // 300,000 px one (docs/input.md).
+    // 300,000 px one (docs/user/input.md).
     let shown = largest_in_order(scene.segments, MAX_ROWS);
     let n = shown.len().max(1) as f64;
     let row = (720.0 / n).clamp(3.0, 16.0);
@@ -656,7 +656,7 @@ pub(crate) fn png(svg: &str) -> Result<Vec<u8>, String> {
 }
 
 /// `diff --export`: both runs' allocated bytes on one axis, iterations
-/// aligned (docs/diff.md), `width` pixels wide.
+/// aligned (docs/user/diff.md), `width` pixels wide.
 /// The diff's overlay of two runs, titled with both and their peaks: what
 /// `diff --export` writes and `s` on the diff screen saves.
 pub(crate) fn diff_svg(model: &crate::analysis::diff::DiffModel, width: u32) -> String {
@@ -665,7 +665,7 @@ pub(crate) fn diff_svg(model: &crate::analysis::diff::DiffModel, width: u32) -> 
     overlay_svg(
         &format!("{} → {}", r.base.trace, r.new.trace),
         &format!(
-            "peak allocated {} → {}, peak reserved {} → {} (gpumem-top diff; docs/diff.md)",
+            "peak allocated {} → {}, peak reserved {} → {} (gpumem-top diff; docs/user/diff.md)",
             h(r.peak.allocated.base),
             h(r.peak.allocated.new),
             h(r.peak.reserved.base),

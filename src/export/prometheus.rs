@@ -8,7 +8,7 @@ use crate::monitor::Snapshot;
 
 /// Escapes a label value: backslash, double quote and newline, the three
 /// the format escapes; any other control character (a process's command
-/// line is another user's text) is dropped (docs/security.md).
+/// line is another user's text) is dropped (docs/design/security.md).
 fn esc(s: &str) -> String {
     s.chars()
         .filter(|&c| c == '\n' || !c.is_control())
@@ -52,7 +52,7 @@ pub fn exposition(snap: &Snapshot, alerts: &[Alert]) -> String {
 /// (its pid as it knows itself, its program, rank and job); another NVML's,
 /// rank and job empty (which Prometheus reads as absent). The job is
 /// `torch_job`: Prometheus's `job` is the scrape target's, and ours would
-/// arrive renamed `exported_job` (docs/ranks.md).
+/// arrive renamed `exported_job` (docs/user/ranks.md).
 fn process_labels(p: &crate::monitor::Published) -> Vec<(&'static str, String)> {
     vec![
         ("gpu", p.device.to_string()),
@@ -168,7 +168,7 @@ fn torch(o: &mut Out, snap: &Snapshot) {
         for p in &snap.publishers {
             if let Some(&v) = p.stats.get(key) {
                 // Peaks are the true ones, kept across resets of PyTorch's
-                // counters (docs/live.md).
+                // counters (docs/user/live.md).
                 let v = match key {
                     "allocated_bytes.all.peak" => p.peak_allocated() as f64,
                     "reserved_bytes.all.peak" => p.peak_reserved() as f64,
@@ -212,7 +212,7 @@ fn torch(o: &mut Out, snap: &Snapshot) {
     o.family(
         "gpumem_torch_category_bytes",
         "gauge",
-        "What the optimizer held at a recent step's end, by category: parameter, gradient, optimizer_state, and rest (allocated then, less those); docs/categories.md.",
+        "What the optimizer held at a recent step's end, by category: parameter, gradient, optimizer_state, and rest (allocated then, less those); docs/user/categories.md.",
     );
     for p in &snap.publishers {
         if let Some(c) = p.categories {
@@ -267,7 +267,7 @@ fn jobs(o: &mut Out, snap: &Snapshot) {
     o.family(
         "gpumem_job_median_peak_bytes",
         "gauge",
-        "The median of a distributed job's ranks' peak allocated bytes (docs/ranks.md).",
+        "The median of a distributed job's ranks' peak allocated bytes (docs/user/ranks.md).",
     );
     for j in &jobs {
         o.sample("gpumem_job_median_peak_bytes", &[("torch_job", j.job.clone())], j.median_peak_bytes as f64);

@@ -1,6 +1,6 @@
 //! Will it fit? A training run's peak allocated and reserved memory at any
 //! batch size, and the largest batch under a limit, from snapshots of a few
-//! steps at two (or more) small batches (docs/fit.md).
+//! steps at two (or more) small batches (docs/user/fit.md).
 //!
 //! The traces are aligned request by request (the same code path makes the
 //! same requests in the same order; call stacks and streams say which is
@@ -41,7 +41,7 @@ pub struct Sample {
     /// PyTorch's peaks in the recording (for the self-check).
     pub(crate) recorded_allocated_peak: u64,
     pub(crate) recorded_reserved_peak: u64,
-    /// What the memory was at its peak (docs/categories.md).
+    /// What the memory was at its peak (docs/user/categories.md).
     pub(crate) categories_at_peak: CategoryBytes,
     /// Requests that ran out of memory while it was recorded: its peak is
     /// then what it held when it failed, not what its batch needs.
@@ -201,14 +201,14 @@ impl Size {
 /// `workload`'s bias gradients use). A Linear's bias gradient sums its
 /// output's gradient over the rows into such a buffer, freed at once: in
 /// proportion to the batch in small samples, and no larger than this at a
-/// large batch (docs/fit.md "Reductions").
+/// large batch (docs/user/fit.md "Reductions").
 pub(crate) const REDUCTION_CAP: u64 = (132 << 18) * 4;
 
 /// A workspace's size at a batch that was not sampled is known only to
 /// within a few percent (cuDNN picks its algorithm by shape), while whether
 /// it reuses a cached segment turns on its size to the rounding unit; so a
 /// prediction away from the samples averages over sizes within this
-/// fraction of the fitted one (docs/fit.md, "Workspaces").
+/// fraction of the fitted one (docs/user/fit.md, "Workspaces").
 pub(crate) const WORKSPACE_SPREAD: f64 = 0.02;
 /// Replays averaged over when the run has workspaces.
 pub(crate) const WORKSPACE_RUNS: u64 = 16;
@@ -257,7 +257,7 @@ pub(crate) struct FitReport {
 }
 
 /// Below this share of the skeleton's requests aligned in every sample,
-/// the samples are not one program's steps (docs/fit.md "Samples that
+/// the samples are not one program's steps (docs/user/fit.md "Samples that
 /// cannot be right"): the same script at two batches aligns 93–100%.
 pub(crate) const MIN_ALIGNED: f64 = 0.8;
 /// A self-check off by more than this (allocated, reserved) refuses the
@@ -341,7 +341,7 @@ impl FitReport {
                 ));
             }
             if ea.abs() > WARN_SELF_CHECK.0 || er.abs() > WARN_SELF_CHECK.1 {
-                warnings.push(format!("{said}: the predictions are less certain than docs/fit.md measures"));
+                warnings.push(format!("{said}: the predictions are less certain than docs/user/fit.md measures"));
             }
         }
         Ok(warnings)
@@ -350,7 +350,7 @@ impl FitReport {
 
 /// One category's bytes at the samples' peaks, and the line through them
 /// (least squares over the batch): what grows with the batch and what does
-/// not (docs/fit.md "Categories").
+/// not (docs/user/fit.md "Categories").
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct CategoryFit {
     pub(crate) category: Category,
@@ -576,7 +576,7 @@ impl Fit {
                         Size::Capped { a, k, cap: if at_bound { largest } else { REDUCTION_CAP } }
                     }
                     // A workspace growing faster than the batch between the
-                    // samples grows in proportion to it beyond them (docs/fit.md
+                    // samples grows in proportion to it beyond them (docs/user/fit.md
                     // "Workspaces").
                     Size::Linear { a, .. } if workspace && a < 0.0 => {
                         Size::Linear { a: 0.0, k: largest as f64 / b_largest as f64 }
@@ -898,7 +898,7 @@ mod judging {
 }
 
 /// How far a prediction reaches beyond the samples, and what real runs at
-/// that reach measured (docs/fit.md "Reach"): from samples at batch 8 and
+/// that reach measured (docs/user/fit.md "Reach"): from samples at batch 8 and
 /// 16, EfficientNet-B0, MobileNetV3-L and DenseNet-121 on the H200 came out
 /// with peak reserved up to 3.3% low at 4 times the largest sample, 7.8% at
 /// 8 and 8.1% at 16 (cuDNN picks other algorithms, with other workspaces,
@@ -958,7 +958,7 @@ impl Reach {
         with.sort_unstable();
         with.dedup();
         format!(
-            "reach: batch {} is {:.0} times the largest sample ({}); from samples that far below, real runs' peak reserved came out up to {:.1}% above the prediction (cuDNN picks other workspaces at large batches), the largest batch within 1% (docs/fit.md \"Reach\"). A third sample at batch {} settles it: --batches {}",
+            "reach: batch {} is {:.0} times the largest sample ({}); from samples that far below, real runs' peak reserved came out up to {:.1}% above the prediction (cuDNN picks other workspaces at large batches), the largest batch within 1% (docs/user/fit.md \"Reach\"). A third sample at batch {} settles it: --batches {}",
             self.farthest,
             self.times,
             self.largest_sample,

@@ -1,4 +1,4 @@
-//! `fit --json` as types; docs/json.md is the schema.
+//! `fit --json` as types; docs/user/json.md is the schema.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::Prediction;
 
-/// `fit --json` (docs/json.md). Fields in this order: `predictions` and
+/// `fit --json` (docs/user/json.md). Fields in this order: `predictions` and
 /// `max_batch` first.
 #[derive(Serialize)]
 pub(crate) struct FitJson<'a> {
@@ -23,7 +23,7 @@ pub(crate) struct FitJson<'a> {
     pub(crate) device_total_bytes: u64,
     pub(crate) context_bytes: u64,
     pub(crate) alignment: &'a super::FitReport,
-    /// Why the predictions are less certain than docs/fit.md
+    /// Why the predictions are less certain than docs/user/fit.md
     /// measures (a self-check off by more than it should be).
     pub(crate) warnings: &'a [String],
     /// Per category at the samples' peaks, and its line; empty, with

@@ -2,7 +2,7 @@
 //! cache fragmented at its peaks, cudaMalloc retries, out-of-memory errors,
 //! a job whose worst rank peaks far over its median rank.
 //! Shown in the status line, in JSON and as Prometheus metrics; the rules
-//! are in docs/live.md.
+//! are in docs/user/live.md.
 
 use serde::Serialize;
 
@@ -21,7 +21,7 @@ pub struct Thresholds {
     /// ...once the reserved peak is at least this much.
     pub fragmentation_min_reserved: u64,
     /// A job's worst rank's peak allocated over its median rank's by more
-    /// than this share (docs/ranks.md).
+    /// than this share (docs/user/ranks.md).
     pub imbalance: f64,
 }
 
@@ -73,7 +73,7 @@ impl AlertKind {
     }
 
     /// Whether the allocator's settings may be what runs out, so that what
-    /// tuning a snapshot found is the hint (docs/tune.md).
+    /// tuning a snapshot found is the hint (docs/user/tune.md).
     pub fn settings_may_help(self) -> bool {
         matches!(self, AlertKind::Fragmentation | AlertKind::Retries | AlertKind::Oom)
     }
@@ -81,7 +81,7 @@ impl AlertKind {
 
 /// What to do when the allocator's settings may be what runs out: no
 /// setting is named until a replay of this run checked it (the live view
-/// quotes what tuning the snapshot found, once it was taken: docs/tune.md).
+/// quotes what tuning the snapshot found, once it was taken: docs/user/tune.md).
 const TRY_TUNE: &str = "press S to snapshot it and tune (gpumem-top tune SNAPSHOT replays it under every setting)";
 
 /// An alert: what was seen (`fact`) and what to do about it (`hint`).
@@ -107,7 +107,7 @@ impl Alert {
     }
 }
 
-/// An alert as JSON writes it (docs/json.md).
+/// An alert as JSON writes it (docs/user/json.md).
 #[derive(Serialize)]
 struct AlertJson {
     kind: AlertKind,
@@ -166,7 +166,7 @@ pub fn alerts(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
         // Judged at the peaks, not now: between steps a caching allocator
         // rightly holds most of what it reserved as cache. What runs out is
         // the reserved peak; what it holds beyond the allocated peak never
-        // held a tensor at once (docs/cluster.md, the same rule in Prometheus).
+        // held a tensor at once (docs/user/cluster.md, the same rule in Prometheus).
         let (a, r) = (p.peak_allocated(), p.peak_reserved());
         if r >= t.fragmentation_min_reserved {
             let share = crate::analysis::peak_ratio_of(a, r);
@@ -239,7 +239,7 @@ const LEAK_FLOOR: u64 = 64 << 20;
 /// A leak in step-end allocated bytes (oldest first): the longest run of
 /// rises ending now, at least `n` steps, that grew more than the floor and
 /// more than twice the spread of the steps before it (the run's own
-/// variation). Returns the steps it rose and by how much (docs/live.md,
+/// variation). Returns the steps it rose and by how much (docs/user/live.md,
 /// "Alerts").
 pub(crate) fn leak(ends: &[u64], n: usize) -> Option<(usize, u64)> {
     if n == 0 || ends.len() <= n {
@@ -266,7 +266,7 @@ fn who(p: &super::Published) -> String {
 
 /// A job whose worst rank's peak allocated is over its median rank's by
 /// more than `t.imbalance`: that rank runs out first, and the others' memory
-/// cannot help it (docs/ranks.md).
+/// cannot help it (docs/user/ranks.md).
 fn imbalance(s: &Snapshot, t: &Thresholds) -> Vec<Alert> {
     let mut out = Vec::new();
     for j in super::job::jobs_in(s) {

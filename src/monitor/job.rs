@@ -1,6 +1,6 @@
 //! The ranks of a distributed job side by side: each publishing process's
 //! place in a job (torchrun's `RANK`, `WORLD_SIZE`, …), grouped by job, with
-//! the median and the worst rank's peak (docs/ranks.md). The live view's
+//! the median and the worst rank's peak (docs/user/ranks.md). The live view's
 //! job screen, its `imbalance` alert, `--json` and Prometheus read this.
 
 use serde::Serialize;
@@ -66,7 +66,7 @@ pub(crate) fn outside_allocator(nvml_used: Option<u64>, reserved: u64) -> Option
 /// The ranks of one job that publish.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Job {
-    /// torchrun's run id, "slurm JOB.STEP" or "ppid N" (docs/ranks.md).
+    /// torchrun's run id, "slurm JOB.STEP" or "ppid N" (docs/user/ranks.md).
     pub job: String,
     pub world_size: u32,
     /// By rank; a rank that publishes on several devices once per device.
@@ -131,7 +131,7 @@ fn group(rows: Vec<(String, u32, RankRow)>) -> Vec<Job> {
 /// 2)"); where two processes claim one rank of a job (two unrelated
 /// `RANK=0 WORLD_SIZE=1` scripts of one parent), the k-th process of each
 /// rank, in pid order, is in the k-th job ("ppid 7 #2"), so no job has a
-/// rank twice (docs/ranks.md).
+/// rank twice (docs/user/ranks.md).
 pub(crate) fn job_ids(places: &[(&str, u32, u32, u32)]) -> Vec<String> {
     use std::collections::{BTreeMap, BTreeSet};
     let mut worlds: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();

@@ -83,7 +83,7 @@ impl ProcHistory {
 pub const MAX_HISTORIES: usize = 16;
 
 /// GPUs given a series at most (a node has 8 or 16; a recording claiming
-/// 400,000 indices gets no series past these: docs/input.md).
+/// 400,000 indices gets no series past these: docs/user/input.md).
 pub const MAX_GPU_SERIES: usize = 64;
 
 /// Publishers of one sample taken in at most, those holding the most
@@ -98,7 +98,7 @@ pub struct LiveModel {
     pub alerts: Vec<Alert>,
     /// Each alert the first time it was raised (by kind, GPU and process),
     /// with the sample it came at: what a recording replayed would have
-    /// shown (docs/live.md, "Alerts").
+    /// shown (docs/user/live.md, "Alerts").
     pub(crate) raised: Vec<(usize, Alert)>,
     raised_keys: std::collections::BTreeSet<(super::alerts::AlertKind, u32, Option<u32>)>,
     samples: usize,
@@ -116,7 +116,7 @@ impl Default for LiveModel {
 
 impl LiveModel {
     /// The jobs among the model's histories: every rank seen, a gone one
-    /// with its last state (docs/ranks.md). Here, not in `job`, so that
+    /// with its last state (docs/user/ranks.md). Here, not in `job`, so that
     /// `job` (which `alerts` reads) does not import the model that runs
     /// the alerts.
     pub fn jobs(&self) -> Vec<super::job::Job> {

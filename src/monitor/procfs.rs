@@ -137,7 +137,7 @@ pub(crate) fn command(pid: u32) -> Option<String> {
 }
 
 /// Another user's command line without the control characters a terminal
-/// or a scraper would act on (docs/security.md).
+/// or a scraper would act on (docs/design/security.md).
 fn printable(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).collect()
 }

@@ -38,7 +38,7 @@ pub fn current_uid() -> u32 {
 pub struct Published {
     /// Its pid as we see it: the one it published, or, for a process in
     /// another pid namespace (a container's pid 1), the one its start time
-    /// finds in ours (`Sampler`; docs/cluster.md).
+    /// finds in ours (`Sampler`; docs/user/cluster.md).
     pub pid: u32,
     /// The pid it knows itself by (its file's): snapshot requests name it.
     #[serde(skip)]
@@ -65,7 +65,7 @@ pub struct Published {
     /// `torch.cuda.memory_stats()` as published.
     pub stats: BTreeMap<String, i64>,
     /// Shared with the scanner's cache: a layout that did not change
-    /// between samples is parsed once (docs/benchmarks.md).
+    /// between samples is parsed once (docs/measurements/benchmarks.md).
     #[serde(skip)]
     pub segments: Arc<Vec<SegmentInfo>>,
     pub steps: Vec<u64>,
@@ -97,7 +97,7 @@ pub struct Published {
 }
 
 /// A process's place in a distributed job, as the launcher's environment
-/// gives it (docs/ranks.md): `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, and the
+/// gives it (docs/user/ranks.md): `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, and the
 /// job it belongs to (torchrun's `TORCHELASTIC_RUN_ID`, else a Slurm job
 /// step, else "ppid N", the launching parent).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -123,7 +123,7 @@ impl JobPlace {
 
 /// What memory history a publisher records: `context` as given to
 /// `_record_memory_history` ("all", "alloc", "state" or "none"), and why,
-/// when that is less than everything (docs/live.md, "Memory history and
+/// when that is less than everything (docs/user/live.md, "Memory history and
 /// PyTorch 2.11").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct HistoryInfo {
@@ -135,7 +135,7 @@ pub(crate) struct HistoryInfo {
 }
 
 /// What the optimizer held at a step's end (the publisher's
-/// `_note_categories`; docs/categories.md "Live"): its parameters, their
+/// `_note_categories`; docs/user/categories.md "Live"): its parameters, their
 /// gradients and its state, in bytes rounded up to the allocator's 512,
 /// beside allocated then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -230,7 +230,7 @@ impl Published {
     /// The true peak allocated bytes since it started publishing: PyTorch's
     /// counter, raised to what the publisher kept across every reset of it
     /// (its own at steps, the script's per-step `reset_peak_memory_stats()`).
-    /// Every peak shown or judged is this one (docs/live.md).
+    /// Every peak shown or judged is this one (docs/user/live.md).
     pub fn peak_allocated(&self) -> u64 {
         self.stat("allocated_bytes.all.peak").max(self.true_peaks.and_then(|t| t.0).unwrap_or(0))
     }
@@ -305,7 +305,7 @@ pub(crate) struct RawSegment {
 }
 
 /// A publisher file (`assets/python/gpumem_top_publish.py` writes it;
-/// docs/json.md has its schema). Read with its segments left as text
+/// docs/user/json.md has its schema). Read with its segments left as text
 /// (`S = &RawValue`), so that a layout seen before is not parsed again.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct RawFile<S = Vec<RawSegment>> {
@@ -357,7 +357,7 @@ pub(crate) struct RawFile<S = Vec<RawSegment>> {
     pub(crate) true_peaks: Option<(Option<u64>, Option<u64>)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) categories: Option<StepCategories>,
-    /// Its place in a distributed job (docs/ranks.md).
+    /// Its place in a distributed job (docs/user/ranks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) rank: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -653,7 +653,7 @@ impl Scanner {
     /// The publisher's fallback directories: `$TMPDIR/gpumem-top-<uid>-*`
     /// that are ours and private, the `MAX_FALLBACK_DIRS` newest. Anyone
     /// can create such names: another user's (20,000 of them, say) are
-    /// counted, never listed or read (docs/security.md).
+    /// counted, never listed or read (docs/design/security.md).
     fn fallback_dirs(&mut self) -> (Vec<PathBuf>, usize) {
         let tmp = &self.tmp;
         let Ok(mtime) = std::fs::metadata(tmp).and_then(|m| m.modified()) else { return (Vec::new(), 0) };

@@ -1,6 +1,6 @@
 //! Writing a recording (`record`, `run -o`): the file opened as asked (new,
 //! replaced, or appended to), then samples written one whole line at a time
-//! until told to stop. Its reader is `monitor::recording` (docs/live.md,
+//! until told to stop. Its reader is `monitor::recording` (docs/user/live.md,
 //! "Recordings").
 
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! A recording (`record`, `run -o`): its lines as typed records, written
 //! and read back, and the model `replay RECORDING.jsonl` steps through
-//! (docs/live.md). The file is a header line, then one line per sample:
-//! the live report with each publisher's file as it wrote it (docs/json.md).
+//! (docs/user/live.md). The file is a header line, then one line per sample:
+//! the live report with each publisher's file as it wrote it (docs/user/json.md).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

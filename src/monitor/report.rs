@@ -1,5 +1,5 @@
 //! The live JSON (`gpumem-top --json`, `record` lines' `last`, `replay
-//! RECORDING --json`) as types; docs/json.md is their schema.
+//! RECORDING --json`) as types; docs/user/json.md is their schema.
 
 use serde::Serialize;
 
@@ -22,7 +22,7 @@ pub struct LiveReport {
     pub(crate) gone: Vec<u32>,
     pub(crate) alerts: Vec<Alert>,
     /// The distributed jobs among the publishers, their ranks side by side
-    /// (docs/ranks.md).
+    /// (docs/user/ranks.md).
     pub(crate) jobs: Vec<super::job::Job>,
 }
 
@@ -52,7 +52,7 @@ pub(crate) struct PublisherReport {
     pub(crate) outside_allocator_bytes: Option<u64>,
     pub(crate) segments: usize,
     pub(crate) fragmentation: Fragmentation,
-    /// What the optimizer held at a recent step's end (docs/categories.md
+    /// What the optimizer held at a recent step's end (docs/user/categories.md
     /// "Live"); null before the first step or without an optimizer.
     pub(crate) categories: Option<crate::monitor::publisher::StepCategories>,
 }

@@ -81,7 +81,7 @@ pub(crate) fn resolve(p: &Published) -> (u32, bool) {
 }
 
 /// A file unchanged for longer than this (and ten of its intervals) is
-/// retired: its writer no longer publishes (docs/cluster.md).
+/// retired: its writer no longer publishes (docs/user/cluster.md).
 const STALE_S: f64 = 30.0;
 
 /// A final file older than this is from a run nobody watched: removed

@@ -1,6 +1,6 @@
 //! Snapshots on demand: asking a publishing process for
 //! `torch.cuda.memory._snapshot()` through its publish directory, and
-//! taking the answer to where the user is (docs/live.md).
+//! taking the answer to where the user is (docs/user/live.md).
 //!
 //! We create `<dir>/<who>.snapshot-request`; within one of its intervals the
 //! publisher writes `<dir>/<who>.snapshot.pickle` (atomically) or
@@ -29,7 +29,7 @@ fn name(who: &str, what: &str) -> String {
 /// Our mark that we wait for `who`'s answer: `<who>.snapshot-wait.<us>`.
 /// Several askers at once (two `snapshot` commands, a view and a script)
 /// each leave one; the answer is removed only by the last to take it, and
-/// a stale answer only when nobody waits (docs/live.md).
+/// a stale answer only when nobody waits (docs/user/live.md).
 fn mark(dir: &Path, who: &str) -> PathBuf {
     dir.join(format!("{}.{}", name(who, "-wait"), std::process::id()))
 }

@@ -2,7 +2,7 @@
 //! memory limit (`set_per_process_memory_fraction`) and allocator settings
 //! changed mid-run (`torch.cuda.memory._set_allocator_settings`), found by
 //! replaying under candidates until one reproduces the trace
-//! (docs/replay.md, "Conditions").
+//! (docs/user/replay.md, "Conditions").
 //!
 //! A limit leaves three marks: a retry (a release before a cudaMalloc that
 //! then fits), a `garbage_collection_threshold` release, and an OOM with the
@@ -80,7 +80,7 @@ impl Reach {
     }
 }
 
-/// The allocator's requests come in 2 MiB steps (docs/pytorch-allocator.md):
+/// The allocator's requests come in 2 MiB steps (docs/design/pytorch-allocator.md):
 /// limits closer than that are not told apart.
 const GRAIN: u64 = 2 << 20;
 

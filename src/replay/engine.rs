@@ -21,7 +21,7 @@ pub struct Divergence {
 }
 
 /// Which side of a divergence answered memory pressure: what the search
-/// for a run's memory limit reads (docs/replay.md, "Conditions").
+/// for a run's memory limit reads (docs/user/replay.md, "Conditions").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Pressure {
     /// Neither, or both: not a question of the limit.
@@ -53,7 +53,7 @@ impl Pressure {
 }
 
 /// One sentence a user reads: the event, what PyTorch did, what we would
-/// have done instead, in words and sizes (docs/replay.md).
+/// have done instead, in words and sizes (docs/user/replay.md).
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.expected, &self.got) {
@@ -133,7 +133,7 @@ pub struct ReplayOptions {
     /// The settings changed during the run: from this recorded event on,
     /// these (`config` before it).
     pub(crate) switch: Option<(usize, AllocatorConfig)>,
-    /// Whose rules to replay under (docs/pytorch-allocator.md, "Releases").
+    /// Whose rules to replay under (docs/design/pytorch-allocator.md, "Releases").
     pub(crate) release: Release,
     /// Events of exact-address allocations (2.13+), ascending.
     pub(crate) exact: Arc<[usize]>,
@@ -198,7 +198,7 @@ pub struct ReplayResult<'a> {
     pub(crate) placed: usize,
     /// OOM retries inferred from a release burst before a segment that
     /// could not have fitted without it: an `empty_cache()` called just then
-    /// emits the same events and counts none (docs/replay.md).
+    /// emits the same events and counts none (docs/user/replay.md).
     pub(crate) burst_retries: usize,
     /// A window's replay: ties between pre-window segments whose order (their
     /// age, 2.12+) the window's allocations showed.
@@ -422,7 +422,7 @@ impl<'a> Stepper<'a> {
     /// pointer, with the block's size), not by best fit: where a request
     /// recorded at `i` did not reproduce, and the recording puts it at the
     /// start of a free block of a private pool, it is placed there
-    /// (docs/replay.md). `saved` is the state before the request.
+    /// (docs/user/replay.md). `saved` is the state before the request.
     fn place(
         &mut self,
         i: usize,
@@ -631,7 +631,7 @@ impl<'a> Stepper<'a> {
                 // An OOM with no release before it where our allocator would
                 // release and retry: the request was made under a capture,
                 // or (before 2.13) inside any private pool's scope, which a
-                // trace does not mark (docs/replay.md, "Which release").
+                // trace does not mark (docs/user/replay.md, "Which release").
                 // The pool a request went to is not in a 2.11 trace either:
                 // one whose free blocks could not serve it.
                 let saved = (self.alloc.clone(), self.segs.clone());

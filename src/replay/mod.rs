@@ -1,4 +1,4 @@
-//! Drive the allocator with a recorded trace (docs/pytorch-allocator.md §15) and judge fidelity:
+//! Drive the allocator with a recorded trace (docs/design/pytorch-allocator.md §15) and judge fidelity:
 //! every event our allocator emits must equal the recorded one. What-if runs
 //! replay the same requests under another config.
 

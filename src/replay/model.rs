@@ -25,7 +25,7 @@ pub(crate) struct OomNote<'s> {
     pub(crate) advice: Option<String>,
 }
 
-/// What the blocks shown are (docs/categories.md): a replay's categories at
+/// What the blocks shown are (docs/user/categories.md): a replay's categories at
 /// the moment shown, or a synthetic run's, which knows each request's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Meaning<'m> {
@@ -94,7 +94,7 @@ pub struct ReplayModel<'a> {
     /// What to set about its OOMs, found by replaying it under every
     /// setting (`tune::oom_advice`).
     pub(crate) oom_advice: Option<String>,
-    /// What each block is (docs/categories.md); none where the screen
+    /// What each block is (docs/user/categories.md); none where the screen
     /// does not show it (a paused synth, whose trace has no evidence).
     pub(crate) categories: Option<Categories>,
     /// What the header calls the device and the source, when not a replay

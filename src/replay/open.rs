@@ -1,7 +1,7 @@
 //! The one way a command, a screen or a test opens a trace's replay: pick
 //! the device, replay it under the conditions asked for (the recorded ones
 //! by default), and build the stepping model or the categories from that
-//! one replay (docs/architecture.md, "Opening a trace").
+//! one replay (docs/design/architecture.md, "Opening a trace").
 
 use thiserror::Error;
 
@@ -159,7 +159,7 @@ impl<'t> Opened<'t> {
         self.session.exact.divergence.is_none() && self.session.start != Start::StateOnly
     }
 
-    /// What each block of the recorded run is (docs/categories.md), from
+    /// What each block of the recorded run is (docs/user/categories.md), from
     /// the replay's own allocation order where it reproduced the run.
     pub fn categories(&self) -> Categories {
         let order = self.replayed_history().then_some(self.session.exact.allocated.as_slice());

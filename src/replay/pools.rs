@@ -1,4 +1,4 @@
-//! Which pool each segment of a recording belonged to (docs/allocator.md,
+//! Which pool each segment of a recording belonged to (docs/design/allocator.md,
 //! "Inferring pools"). Snapshots of PyTorch 2.11 name the pool of the
 //! segments alive at the end (`segment_pool_id`) but not the pool of a
 //! trace entry. A block never leaves its segment's pool, so a request's pool
@@ -87,7 +87,7 @@ fn is_empty_cache(stack: &[Frame]) -> bool {
 /// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).
 pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Release) -> PoolPlan {
     // Equal-size segments of a pass go in address order up to 2.11, in
-    // the order they were made from 2.12 (docs/pytorch-allocator.md,
+    // the order they were made from 2.12 (docs/design/pytorch-allocator.md,
     // "Releases"); one made before the trace ranks before all made in it.
     let by_age = release.tie_break() != crate::alloc::TieBreak::Address;
     let ev = &dev.events;

@@ -1,4 +1,4 @@
-//! `replay --json` as types; docs/json.md is the schema.
+//! `replay --json` as types; docs/user/json.md is the schema.
 
 use std::collections::BTreeMap;
 
@@ -29,7 +29,7 @@ pub(crate) struct AnnotationReport {
 }
 
 /// One rank of `replay RANK0 RANK1 … --json`: its replay's report as alone,
-/// with its rank and path (docs/ranks.md).
+/// with its rank and path (docs/user/ranks.md).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RankReport {
     pub(crate) rank: u32,
@@ -63,13 +63,13 @@ pub(crate) struct ReplayReport {
     pub(crate) alloc_conf: String,
     pub(crate) start: Start,
     pub(crate) memory_limit_bytes: Option<u64>,
-    /// The run's own limit, found from the trace (docs/replay.md, "Conditions").
+    /// The run's own limit, found from the trace (docs/user/replay.md, "Conditions").
     pub(crate) memory_limit_found: Option<crate::replay::conditions::LimitFound>,
     /// What the search for the run's conditions could not settle.
     pub(crate) conditions_note: Option<String>,
     /// "exact", "exact-window", "state-only", "what-if" or "diverged".
     pub(crate) fidelity: &'static str,
-    /// Whose allocator rules were followed, and why (docs/replay.md, "Which release").
+    /// Whose allocator rules were followed, and why (docs/user/replay.md, "Which release").
     pub(crate) torch_release: TorchReleaseReport,
     /// What `stats` covers: "process", "window" or "state".
     pub(crate) stats_cover: &'static str,
@@ -82,7 +82,7 @@ pub(crate) struct ReplayReport {
     pub(crate) directed_releases: usize,
     /// Of `num_alloc_retries`, those inferred from a release burst before a
     /// segment that could not have fitted without it: each could as well
-    /// have been an `empty_cache()` called just then (docs/replay.md).
+    /// have been an `empty_cache()` called just then (docs/user/replay.md).
     pub(crate) retries_or_empty_cache: usize,
     pub(crate) placed_allocs: usize,
     /// What the snapshot's own segments sum to.
@@ -98,12 +98,12 @@ pub(crate) struct ReplayReport {
     /// `{event, from}`, the first event replayed under the final settings
     /// and the settings before it; null otherwise.
     pub(crate) settings_changed: Option<crate::replay::session::SettingsChange>,
-    /// Counters the trace cannot tell (docs/replay.md).
+    /// Counters the trace cannot tell (docs/user/replay.md).
     pub(crate) not_in_trace: Vec<&'static str>,
     /// `torch.cuda.memory_stats()`: the 121 keys and `max_split_size`.
     pub(crate) stats: BTreeMap<String, i64>,
     pub(crate) peak: Option<PeakReport>,
-    /// What the memory is (docs/categories.md).
+    /// What the memory is (docs/user/categories.md).
     pub(crate) categories: CategoriesReport,
     pub(crate) fragmentation: FragmentationReport,
     pub(crate) pools: Vec<PoolUsage>,
@@ -280,7 +280,7 @@ pub(crate) struct BlockReport {
     pub(crate) category: Option<crate::analysis::categories::Category>,
 }
 
-/// The figures of docs/architecture.md §Fragmentation figures, now and at the peak.
+/// The figures of docs/design/architecture.md §Fragmentation figures, now and at the peak.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct FragmentationReport {
     pub(crate) at_peak_reserved_minus_allocated_bytes: Option<u64>,

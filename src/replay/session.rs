@@ -1,6 +1,6 @@
 //! One recorded device, opened, classified and replayed once: what the
 //! `replay` summary, `--json`, the TUI and `export` all start from
-//! (docs/replay.md).
+//! (docs/user/replay.md).
 //!
 //! A recording is one of three kinds:
 //! - from process start: replayed from an empty allocator;
@@ -37,7 +37,7 @@ pub(crate) enum Start {
     StateOnly,
 }
 
-/// How far our numbers are PyTorch's (docs/replay.md "Fidelity").
+/// How far our numbers are PyTorch's (docs/user/replay.md "Fidelity").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fidelity {
@@ -92,7 +92,7 @@ pub struct Want {
 }
 
 /// The PyTorch releases a replay may follow, most likely first, and why
-/// (docs/replay.md, "Which release").
+/// (docs/user/replay.md, "Which release").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseAsk {
     pub(crate) candidates: Vec<Release>,
@@ -310,7 +310,7 @@ fn state_seed(dev: &DeviceTrace) -> Vec<SeedSegment> {
 }
 
 /// The conditions the run had that the snapshot does not state: a
-/// per-process limit, settings changed mid-run (docs/replay.md,
+/// per-process limit, settings changed mid-run (docs/user/replay.md,
 /// "Conditions"). Searched only where the trace shows their marks: a
 /// divergence, releases left to `empty_cache()`, an OOM with the device's
 /// memory free, or a GC threshold. `exact`: the replay under the recorded
@@ -499,7 +499,7 @@ impl<'a> Session<'a> {
             ));
         }
         // The conditions the run had that the snapshot does not state: a
-        // per-process limit, settings changed mid-run (docs/replay.md,
+        // per-process limit, settings changed mid-run (docs/user/replay.md,
         // "Conditions"). Searched only where the trace shows their marks.
         let mut settings_changed = None;
         let mut limit_found = None;

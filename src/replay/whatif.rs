@@ -1,7 +1,7 @@
 //! What-if runs: the recorded run's allocation requests, replayed under
 //! another allocator config or memory limit on the simulated device. Addresses
 //! are synthesised, so results are exact for that address model, not
-//! bit-identical to a real run (docs/pytorch-allocator.md §15.5).
+//! bit-identical to a real run (docs/design/pytorch-allocator.md §15.5).
 
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
 //! Traces whose ring buffer wrapped (`_record_memory_history(max_entries=…)`)
 //! start mid-run: their first events free addresses the trace never
 //! allocated. The state at the first event is rebuilt backwards from the
-//! snapshot's final segments (docs/pytorch-allocator.md §15.1): segments are the final ones with
+//! snapshot's final segments (docs/design/pytorch-allocator.md §15.1): segments are the final ones with
 //! the window's segment events undone; live blocks are those the window frees
 //! without allocating, and those alive at the end that the window never
 //! allocated. Peaks and counters then cover the window only.
@@ -184,7 +184,7 @@ fn place_blocks(
     // 1 MiB that must have been taken whole) show how this program's
     // allocator carved each requested size: offer them to the guesses too.
     // With expandable_segments every large block is split when 512 bytes
-    // or more would remain (docs/pytorch-allocator.md §6.2): none is handed
+    // or more would remain (docs/design/pytorch-allocator.md §6.2): none is handed
     // out whole with room to spare.
     let slack = if config.expandable_segments { K_MIN_BLOCK_SIZE - 1 } else { K_SMALL_SIZE };
     for seg in out.values().filter(|s| !s.small) {
@@ -289,7 +289,7 @@ fn remove_range(set: &mut BTreeMap<u64, u64>, a: u64, n: u64) {
     }
 }
 
-/// The expandable segments at the window's start (docs/replay.md "Windows of expandable
+/// The expandable segments at the window's start (docs/user/replay.md "Windows of expandable
 /// segments"). PyTorch keeps one reservation per pool, stream
 /// and block size class, and maps it page by page; the snapshot lists each
 /// run of mapped pages as a segment. A reservation's mapped pages at the
@@ -389,7 +389,7 @@ pub fn replay_wrapped<'a>(
 ) -> Result<(super::engine::ReplayResult<'a>, Vec<SeedSegment>), String> {
     let (mut seed, guesses) = reconstruct(dev, &opts.config, opts.device_total)?;
     // The order segments are seeded in is their age (2.12+ break ties by
-    // it; docs/pytorch-allocator.md, "Releases"), which the recording does
+    // it; docs/design/pytorch-allocator.md, "Releases"), which the recording does
     // not hold for segments made before the window: address order first,
     // then what the window's ties show.
     let mut order: Vec<usize> = (0..seed.len()).collect();

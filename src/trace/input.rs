@@ -1,6 +1,6 @@
 //! One input, as every command and screen opens it: a file, a FIFO,
 //! `<(…)` or `-` (stdin), read once from its first byte, its kind told from
-//! its first line (docs/input.md).
+//! its first line (docs/user/input.md).
 
 use std::io::Read;
 use std::path::Path;
@@ -121,7 +121,7 @@ impl Input {
         super::plain(self.reader(), limits).map_err(|error| InputError::Io { name, error })
     }
 
-    /// The trace the input holds, read under the bounds of docs/input.md
+    /// The trace the input holds, read under the bounds of docs/user/input.md
     /// (`max_unpacked`: `--max-unpacked`).
     pub fn read_trace(self, max_unpacked: Option<u64>) -> Result<Trace, InputError> {
         let (name, unpacked) = (self.name.clone(), self.unpacked);

@@ -67,7 +67,7 @@ impl TraceFormat {
 
 /// One frame of a call stack. Its strings are shared: a snapshot references
 /// a few frames from many stacks, and a stack of them costs a pointer pair
-/// a frame, not copies of the names (docs/input.md, "Bounds").
+/// a frame, not copies of the names (docs/user/input.md, "Bounds").
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Frame {
     pub name: Arc<str>,
@@ -126,7 +126,7 @@ impl DeviceTrace {
         self.device
     }
 
-    /// Which call stacks it carries. Said in replay's output (docs/live.md).
+    /// Which call stacks it carries. Said in replay's output (docs/user/live.md).
     pub fn call_stacks(&self, stacks: &[Vec<crate::trace::Frame>]) -> CallStacks {
         let has = |sid: u32| sid != 0 && stacks.get(sid as usize - 1).is_some_and(|f| !f.is_empty());
         if self.events.iter().zip(&self.stacks).any(|(e, &s)| e.action == crate::alloc::Action::Alloc && has(s)) {
@@ -165,7 +165,7 @@ pub struct Settings {
 impl Settings {
     /// The allocator configuration the recorded run used: the settings
     /// string, overridden by the already-parsed fields PyTorch stored
-    /// (docs/pytorch-allocator.md §15.2).
+    /// (docs/design/pytorch-allocator.md §15.2).
     pub fn config(&self) -> AllocatorConfig {
         let mut c = AllocatorConfig::parse(&self.conf)
             .unwrap_or_else(|_| AllocatorConfig { source: self.conf.clone(), ..Default::default() });
@@ -207,7 +207,7 @@ pub struct Trace {
 
 /// The fields each PyTorch release added to snapshots, as found in one
 /// file, and what they say of the release that wrote it
-/// (docs/pytorch-allocator.md, "Releases"; docs/replay.md, "Which release").
+/// (docs/design/pytorch-allocator.md, "Releases"; docs/user/replay.md, "Which release").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReleaseEvidence {
     /// Trace entries carry `pool_id` (every entry from 2.12).
@@ -279,13 +279,13 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// A compressed input may unpack to this many times the bytes of it read …
 pub(crate) const UNPACK_RATIO: u64 = 64;
-/// … plus this (docs/input.md).
+/// … plus this (docs/user/input.md).
 pub(crate) const UNPACK_SLACK: u64 = 256 << 20;
 /// The longest line of a JSON-lines or CSV input.
 pub(crate) const MAX_LINE: usize = 64 << 20;
 
 /// Bounds on reading one input, so that memory and time follow the file
-/// (docs/input.md "Bounds").
+/// (docs/user/input.md "Bounds").
 #[derive(Debug, Clone, Default)]
 pub struct ReadLimits {
     /// Bytes of the file read so far, counted by the caller's reader: the
@@ -589,7 +589,7 @@ fn read_any_sized<R: BufRead>(mut r: R, unpacked: u64, limits: &ReadLimits) -> R
 /// columns' growth.
 const EVENT_COST: u64 = 96;
 
-/// Whether `events` events fit the memory the limits allow (docs/input.md):
+/// Whether `events` events fit the memory the limits allow (docs/user/input.md):
 /// 24 times the bytes of the file read, plus 64 MiB.
 fn events_fit(events: u64, limits: &ReadLimits, read: u64) -> bool {
     let read = limits.consumed.as_ref().map(|c| c.load(Ordering::Relaxed)).unwrap_or(read);

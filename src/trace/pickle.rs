@@ -1,5 +1,5 @@
 //! A safe, streaming decoder for the data subset of Python's pickle format
-//! (protocols 0–5; docs/pytorch-allocator.md §13). It never constructs objects or calls code:
+//! (protocols 0–5; docs/design/pytorch-allocator.md §13). It never constructs objects or calls code:
 //! `GLOBAL`, `REDUCE`, `BUILD` and every other opcode that would are refused
 //! with their byte offset. Memo entries are shared (`Rc`), never copied.
 //! Containers are dropped iteratively, so deep nesting cannot overflow the
@@ -380,7 +380,7 @@ pub struct Limits {
     /// The bytes of the file read so far, when the pickle comes through a
     /// decompressor: the allowance grows with the unpacked bytes read, but
     /// counting at most `UNPACKED_PER_FILE_BYTE` of them per byte of the
-    /// file, so memory stays bounded by the file (docs/input.md).
+    /// file, so memory stays bounded by the file (docs/user/input.md).
     pub consumed: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
@@ -611,7 +611,7 @@ fn python_string_literal(b: &[u8]) -> Option<Vec<u8>> {
 /// What one container value costs in memory (the `Rc`, its `RefCell` and
 /// an empty `Vec`, with the allocator's rounding): charged for every
 /// container an opcode makes, so a pickle of empty tuples cannot outgrow its
-/// allowance (docs/input.md).
+/// allowance (docs/user/input.md).
 const CONTAINER: u64 = 128;
 
 fn refused_name(op: u8) -> Option<&'static str> {

@@ -4,7 +4,7 @@
 //! the clipboard through OSC 52, a cleared screen, a forged line). Every
 //! control character is shown as its JSON-style escape (`\u001b`), which
 //! reads the same in text and stays the same value in JSON
-//! (docs/security.md, "Text from inputs").
+//! (docs/design/security.md, "Text from inputs").
 
 use std::borrow::Cow;
 use std::io::Write;

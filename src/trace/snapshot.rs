@@ -1,4 +1,4 @@
-//! PyTorch's memory-snapshot schema (docs/pytorch-allocator.md §12) on top of the pickle decoder:
+//! PyTorch's memory-snapshot schema (docs/design/pytorch-allocator.md §12) on top of the pickle decoder:
 //! every version from the bare list of segments of 1.x to torch 2.15's
 //! `device_traces` with `allocator_settings`, `external_annotations`, `pool_id`,
 //! `annotate` entries and host memory; what each release added is kept as evidence
@@ -272,7 +272,7 @@ impl EntryColumns {
 }
 
 /// A frame as we keep it: its names with any control character escaped
-/// (they reach terminals, pictures and JSON: docs/security.md).
+/// (they reach terminals, pictures and JSON: docs/design/security.md).
 fn frame_of(v: &Value) -> Frame {
     let s = |k: &str| {
         v.get(k)
@@ -355,7 +355,7 @@ fn segment(v: &Value, path: &str, w: &mut Walker) -> Result<RecordedSegment, Tra
     let total_size = req_u64(v, "total_size", path)?;
     // A size no device holds (7·2^61 B, say) is a corrupt or hostile file:
     // every loop over sizes after this (the map's ticks, export) is bounded
-    // by this check (docs/input.md).
+    // by this check (docs/user/input.md).
     if total_size > MAX_SEGMENT_BYTES {
         return Err(schema(path, format!("'total_size' {total_size} is more than any device holds (256 TiB)")));
     }
@@ -635,7 +635,7 @@ fn read_snapshot_with<R: Read>(
     // Call stacks of trace entries, in the order they were first seen. Each
     // frame of each stack costs a `Frame` (its strings shared): a file that
     // references a few frames from many long stacks pays for them out of
-    // the decoder's allowance (docs/input.md, "Bounds").
+    // the decoder's allowance (docs/user/input.md, "Bounds").
     let refs: u64 = cols.stacks.iter().map(|s| s.len() as u64 + 1).sum();
     let cost = refs.saturating_mul(std::mem::size_of::<Frame>() as u64);
     if charged.charged.saturating_add(cost) > charged.allowance {

@@ -2,7 +2,7 @@
 //! settings for one recorded run: each candidate is the run's requests
 //! replayed under it on the simulated device (the what-if engine, which
 //! predicted 48 of 48 real H200 runs' peaks to the byte), ranked by what a
-//! user pays for (docs/tune.md).
+//! user pays for (docs/user/tune.md).
 //!
 //! The search is staged. Every setting alone first (each value of one key,
 //! the others as recorded); then the combinations of each key's values that
@@ -363,7 +363,7 @@ pub(crate) fn search_session(
     // recorded setting is replayed as every other is.
     let cap = limit.unwrap_or(device_total.saturating_sub(context));
     // A window's exact replay too: its figures are PyTorch's own over the
-    // window (docs/tune.md), which the recorded row must state.
+    // window (docs/user/tune.md), which the recorded row must state.
     let exact = (session.fidelity.is_faithful() && session.start != crate::replay::session::Start::StateOnly)
         .then(|| session.exact.allocator.stats().clone())
         .filter(|st| st.get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64 <= cap);

@@ -1,5 +1,5 @@
 //! The diff screen's app: a cursor along two runs' timelines
-//! (docs/diff.md). The model is built headless (`cli::diff`); this only
+//! (docs/user/diff.md). The model is built headless (`cli::diff`); this only
 //! moves the cursor and draws.
 
 use crate::analysis::diff::DiffModel;

@@ -250,7 +250,7 @@ fn spawn_ticker(tx: SyncSender<AppEvent>, every: Duration) -> std::io::Result<()
 /// answers by opening `/dev/tty` (open, ioctl, close): three system calls
 /// a frame, for a size that only SIGWINCH changes, and SIGWINCH reaches the
 /// loop as `AppEvent::Resize`. The one piece kept beside ratatui's own, for the
-/// live monitor's budget (docs/benchmarks.md).
+/// live monitor's budget (docs/measurements/benchmarks.md).
 pub struct CachedSize<B> {
     inner: B,
     size: std::cell::Cell<Option<ratatui_core::layout::Size>>,

@@ -296,7 +296,7 @@ impl LiveApp {
         }
         // Once a process records history with less than every stack (to
         // keep PyTorch 2.11 from crashing its training), say so while it
-        // is on screen: docs/live.md, "Memory history and PyTorch 2.11".
+        // is on screen: docs/user/live.md, "Memory history and PyTorch 2.11".
         if let Some(note) = self.selected().and_then(|h| h.last.history.as_ref()).and_then(|h| h.note.as_ref()) {
             out.push_str(&format!(" history: {note} "));
         }
@@ -542,7 +542,7 @@ impl LiveApp {
             for p in &g.processes {
                 let publ = self.publisher_of(g.index, p);
                 // What NVML counts beyond the allocator's reserve: the
-                // context, NCCL's and other libraries' buffers (docs/ranks.md).
+                // context, NCCL's and other libraries' buffers (docs/user/ranks.md).
                 let outside = publ.and_then(|x| crate::monitor::job::outside_allocator(p.used_bytes, x.reserved()));
                 let extra = match (publ, narrow) {
                     (Some(x), false) => format!(

@@ -1,5 +1,5 @@
 //! The diff screen: two runs' figures, both timelines on one axis
-//! (iterations aligned) and what grew at the peak (docs/diff.md). Drawn
+//! (iterations aligned) and what grew at the peak (docs/user/diff.md). Drawn
 //! from `&DiffModel` and the cursor; nothing here changes them.
 
 use ratatui_core::buffer::Buffer;
@@ -95,7 +95,7 @@ impl Widget for &DiffView<'_> {
                 Line::from("q / Esc         close the help, else quit"),
                 Line::from(""),
                 Line::from("the table: what grew at the peaks, by category and by call site"),
-                Line::from("(docs/diff.md, docs/categories.md)"),
+                Line::from("(docs/user/diff.md, docs/user/categories.md)"),
             ];
             super::help_box(lines, area, buf);
         }

@@ -1,7 +1,7 @@
 //! The job screen of the live view: one row per rank of a distributed job
 //! (allocated, reserved, peak, against the median, memory outside the
 //! allocator, OOMs, retries), the median and the worst rank, and every
-//! rank's allocated bytes on one time axis (docs/ranks.md). Drawn from
+//! rank's allocated bytes on one time axis (docs/user/ranks.md). Drawn from
 //! `&Job` and the ranks' series; nothing here changes them.
 
 use ratatui_core::buffer::Buffer;

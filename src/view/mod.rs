@@ -1,4 +1,4 @@
-//! The screens of docs/architecture.md §Screens, drawn from an immutable `View`
+//! The screens of docs/design/architecture.md §Screens, drawn from an immutable `View`
 //! (`impl Widget for &View`): a header, the
 //! allocated/reserved bars, the fragmentation map beside the block-size
 //! histogram, the timeline, and a status line. Nothing here computes metrics
@@ -77,7 +77,7 @@ pub(crate) struct View<'a> {
 /// The cells `Block::bordered()` draws, drawn by Blocks over the box's
 /// edges only: a Block first restyles every cell of its area, which for
 /// the default style changes nothing and was a twentieth of a live
-/// frame's cost (docs/benchmarks.md). The top row is the whole Block's
+/// frame's cost (docs/measurements/benchmarks.md). The top row is the whole Block's
 /// top row (its corners come from the side borders, its titles from the
 /// same Block); sides and bottom are Blocks one cell thick.
 pub(crate) fn boxed(buf: &mut Buffer, area: Rect, title: Line, right: Option<Line>) -> Rect {
@@ -115,7 +115,7 @@ pub(crate) fn help_box(lines: Vec<Line>, area: Rect, buf: &mut Buffer) {
 ///
 /// `Buffer::set_line` rather than `Paragraph`: the same cells for lines that
 /// fit, without a paragraph's style pass over its area and line composer,
-/// which made drawing a live frame twice as dear (docs/benchmarks.md).
+/// which made drawing a live frame twice as dear (docs/measurements/benchmarks.md).
 pub(crate) fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
     let area = area.intersection(buf.area);
     for (i, l) in lines.iter().take(area.height as usize).enumerate() {
@@ -127,7 +127,7 @@ pub(crate) fn put_rows(buf: &mut Buffer, area: Rect, lines: Vec<Line>) {
 /// one-cell characters (`one_cell`) written a character a cell: each such
 /// character is a grapheme of its own one cell wide, so the grapheme
 /// segmentation ratatui runs on every character, a tenth of a live
-/// frame's cost, has nothing to find (docs/benchmarks.md). Other spans go
+/// frame's cost, has nothing to find (docs/measurements/benchmarks.md). Other spans go
 /// through ratatui. Nothing is drawn from outside the buffer.
 pub(crate) fn set_line(buf: &mut Buffer, x: u16, y: u16, line: &Line, max_width: u16) {
     if !buf.area.contains(ratatui_core::layout::Position { x, y }) {
@@ -223,7 +223,7 @@ impl Cell {
 }
 
 /// A category's colour on screens and in pictures, and its letter where
-/// there is no colour (docs/categories.md).
+/// there is no colour (docs/user/categories.md).
 pub(crate) fn category_color(c: Category) -> Color {
     theme::category(c).term
 }

@@ -1,6 +1,6 @@
 //! `replay rank0 rank1 …` on a terminal: the ranks' figures in a table
 //! and their fragmentation maps side by side, every map at the same bytes
-//! per cell so that a rank holding more fills more (docs/ranks.md). Drawn
+//! per cell so that a rank holding more fills more (docs/user/ranks.md). Drawn
 //! from `&RanksModel`; nothing here changes it.
 
 use ratatui_core::buffer::Buffer;
@@ -142,7 +142,7 @@ impl Widget for &RanksView<'_> {
             let lines = vec![
                 Line::from(Span::styled("ranks side by side: one snapshot per rank of a job", bold)),
                 Line::from("each replayed alone, exactly as `gpumem-top replay FILE` would; the maps"),
-                Line::from("show each rank's segments at its peak, at one scale for all (docs/ranks.md)"),
+                Line::from("show each rank's segments at its peak, at one scale for all (docs/user/ranks.md)"),
                 Line::from(""),
                 Line::from("↑/↓      select a rank"),
                 Line::from("Enter    open it in the replay view; q there comes back here"),

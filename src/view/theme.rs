@@ -32,7 +32,7 @@ pub(crate) const fn block(c: BlockClass) -> Swatch {
     }
 }
 
-/// What the memory is (docs/categories.md).
+/// What the memory is (docs/user/categories.md).
 pub(crate) const fn category(c: Category) -> Swatch {
     match c {
         Category::Parameter => swatch(Color::Blue, "#3182ce"),

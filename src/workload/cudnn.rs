@@ -5,7 +5,7 @@
 //! formula we can write down (they change with the algorithm picked), so
 //! they come from a table recorded on an H200 for every convolution of
 //! ResNet-50 at batches 1–512 (`cudnn_h200.json`, made by
-//! `measurements/calibration/cudnn_workspaces.py`); docs/synth.md.
+//! `measurements/calibration/cudnn_workspaces.py`); docs/user/synth.md.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -88,7 +88,7 @@ pub struct Driver<D: Device> {
     /// category (`w`) while the run runs.
     pub(crate) block_categories: HashMap<u64, Category>,
     /// Allocated bytes per category now, at the allocated peak, and at the
-    /// end of the latest iteration (docs/categories.md).
+    /// end of the latest iteration (docs/user/categories.md).
     pub(crate) categories: CategoryBytes,
     pub(crate) peak_categories: CategoryBytes,
     pub(crate) step_categories: Option<(u64, CategoryBytes)>,

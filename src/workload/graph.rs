@@ -142,7 +142,7 @@ impl Persistent {
 /// micro-batch rebinds its name (`x, y = batch()` once the new batch is
 /// made, `out = model(x)` once the new forward returned, `loss = …` once
 /// the new loss is made), the last one's after the optimizer step and
-/// `zero_grad` (`del loss, out, x, y`). docs/synth.md.
+/// `zero_grad` (`del loss, out, x, y`). docs/user/synth.md.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     batch: Vec<u64>,
@@ -181,7 +181,7 @@ pub(crate) struct Executor<'a> {
     /// Per tensor (root): whether a backward node frees it (an activation).
     saved: Vec<bool>,
     /// Recomputing a checkpointed segment in backward: what it makes is
-    /// temporary (docs/categories.md).
+    /// temporary (docs/user/categories.md).
     recomputing: bool,
 }
 

@@ -16,7 +16,7 @@ use crate::analysis::categories::Category;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     /// `site` indexes the workload's call-site table (0: none); `cat` is
-    /// what the tensor is (docs/categories.md): the model knows.
+    /// what the tensor is (docs/user/categories.md): the model knows.
     Alloc {
         key: u64,
         size: u64,
@@ -47,7 +47,7 @@ pub enum Optimizer {
 }
 
 /// Activation checkpointing: which layers are recomputed in backward
-/// (docs/synth.md).
+/// (docs/user/synth.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Checkpoint {

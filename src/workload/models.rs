@@ -148,7 +148,7 @@ impl Builder {
         self.g.nodes.push(n);
     }
     /// `refs` in eval mode only: a module's locals that outlive their last
-    /// use (docs/synth.md "Module variables"). Measured exact for BERT
+    /// use (docs/user/synth.md "Module variables"). Measured exact for BERT
     /// inference; training steps free them at their last use, as the
     /// calibration was fitted (their activations are mostly saved anyway).
     fn eval_refs(&mut self, ts: &[Tid]) {
@@ -227,7 +227,7 @@ impl Builder {
                     },
                 );
                 // Autocast casts inside the op: its fp32 argument stays
-                // referenced until the op returns (docs/synth.md).
+                // referenced until the op returns (docs/user/synth.md).
                 if xc != x {
                     self.eval_refs(&[x]);
                 }
@@ -449,7 +449,7 @@ pub(crate) struct StepShape {
 /// gradient over its rows (a Linear's bias gradient) on an H200: none up
 /// to 512 rows, then fp32 partial sums for 2 × `rows` row blocks, at most
 /// about 132 SMs × 2^18 values. Measured for 2-D and 3-D inputs, fp32 and
-/// bf16 alike (measurements/calibration/linear_backward.py; docs/synth.md).
+/// bf16 alike (measurements/calibration/linear_backward.py; docs/user/synth.md).
 fn bias_reduction(rows: u64, out: u64) -> u64 {
     const MOST: u64 = 132 << 18;
     if rows <= 512 || out == 0 {
@@ -542,7 +542,7 @@ fn gpt2(m: &ModelShape, st: StepShape) -> Graph {
         let attn_out = y;
         let r2 = k.add("residual", y, r);
         // GPT2Block.forward's `hidden_states` holds ln_1's output until this
-        // addition rebinds it (docs/synth.md).
+        // addition rebinds it (docs/user/synth.md).
         k.refs(&[ln]);
         let ln2 = k.layer_norm("ln_2", r2, rows, h);
         let (w, bi) = (k.param(h * m.ffn), k.param(m.ffn));
@@ -621,7 +621,7 @@ fn bert(m: &ModelShape, st: StepShape) -> Graph {
     );
     let x = k.layer_norm("LayerNorm", p, rows, h);
     // `BertEmbeddings.forward`'s locals (`inputs_embeds`,
-    // `token_type_embeddings`) live until it returns (docs/synth.md).
+    // `token_type_embeddings`) live until it returns (docs/user/synth.md).
     k.eval_refs(&[e1, e2, pl]);
     let mut r = k.dropout("dropout", x);
     let embedding_output = r;

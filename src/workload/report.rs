@@ -1,4 +1,4 @@
-//! `synth --json` as types; docs/json.md is the schema. The keys a replay
+//! `synth --json` as types; docs/user/json.md is the schema. The keys a replay
 //! report shares (`stats`, `peak`, `fragmentation`, …) mean the same here.
 
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ pub(crate) struct SynthReport {
     pub(crate) stats: BTreeMap<String, i64>,
     pub(crate) peak: Option<SynthPeak>,
     /// What the memory is, as the synthetic model knows each tensor
-    /// (docs/categories.md): bytes per category at the peak and at the end.
+    /// (docs/user/categories.md): bytes per category at the peak and at the end.
     pub(crate) categories: SynthCategories,
     pub(crate) fragmentation: SynthFragmentation,
     pub(crate) nvml_device: Option<NvmlDevice>,
@@ -58,7 +58,7 @@ pub(crate) struct Effect {
     pub(crate) how: &'static str,
 }
 
-/// The effects that bear on `spec`'s peaks (docs/synth.md).
+/// The effects that bear on `spec`'s peaks (docs/user/synth.md).
 pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
     use super::{Checkpoint, ModelKind};
     let e = |effect, modelled, how| Effect { effect, modelled, how };
@@ -72,7 +72,7 @@ pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
         if matches!(spec.model, ModelKind::Gpt2 | ModelKind::Llama | ModelKind::Resnet50)
             || spec.inference && spec.model == ModelKind::Bert
         {
-            e("module_variables", true, "a block's local variables keep its tensors as its code does (docs/synth.md)")
+            e("module_variables", true, "a block's local variables keep its tensors as its code does (docs/user/synth.md)")
         } else {
             e(
                 "module_variables",

@@ -145,7 +145,7 @@ fn history_settings_follow_the_pytorch_release() {
         ("2.11.0+cu130", "", "alloc", true),
         ("2.12.0a0+git1234", "", "alloc", true),
         // The checkpointing crash is not known fixed in any later release:
-        // the safe setting stays (docs/live.md).
+        // the safe setting stays (docs/user/live.md).
         ("2.13.0+cu130", "", "alloc", true),
         ("2.14.1", "", "alloc", true),
         ("2.15.0+cu132", "", "alloc", true),
@@ -172,7 +172,7 @@ fn history_settings_follow_the_pytorch_release() {
 
 /// The snapshots the publisher takes (the live monitor's `S`, `gpumem-top
 /// snapshot`) carry `torch.__version__`, so a replay follows that release's
-/// allocator (docs/replay.md, "Which release").
+/// allocator (docs/user/replay.md, "Which release").
 #[test]
 fn published_snapshots_carry_the_torch_version() {
     if !have_python() {
@@ -532,7 +532,7 @@ fn snapshot_checks_the_destination_first_and_notices_a_dead_process() {
 }
 
 /// What the publisher counts of an optimizer at a step's end
-/// (docs/categories.md "Live"): its parameters, their gradients and its
+/// (docs/user/categories.md "Live"): its parameters, their gradients and its
 /// state on the device, each storage once (a view of a parameter is not
 /// counted twice), rounded up to the allocator's 512 bytes; tensors on
 /// another device, on the CPU and plain numbers are not counted.

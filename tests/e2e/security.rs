@@ -1,5 +1,5 @@
 //! Another local user must not get code run as us through `fit --batches`,
-//! `run` or `attach` (docs/security.md). These tests create a second
+//! `run` or `attach` (docs/design/security.md). These tests create a second
 //! account when they run as root (CI does) and say they are skipped
 //! otherwise; what needs no second account is tested either way.
 

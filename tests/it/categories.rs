@@ -1,5 +1,5 @@
 //! Memory categories against ground truth recorded on an H200
-//! (measurements/categories/record.py; docs/categories.md): each tensor noted as
+//! (measurements/categories/record.py; docs/user/categories.md): each tensor noted as
 //! it became known (parameters and buffers, the batch, every tensor
 //! autograd saved, each .grad, each optimizer state tensor), matched to the
 //! trace's blocks by address and time.

@@ -3,7 +3,7 @@
 //! `memory_stats()` PyTorch reported at the end, the limit it ran under and
 //! the trace entry at which it changed its settings): a per-process limit,
 //! `_set_allocator_settings` mid-run, and both. The replay finds them
-//! (docs/replay.md, "Conditions"), and its figures are PyTorch's.
+//! (docs/user/replay.md, "Conditions"), and its figures are PyTorch's.
 
 use crate::common;
 

@@ -1,5 +1,5 @@
 //! `diff BASE NEW` over pairs of GPT-2 runs recorded on an H200 whose
-//! difference is known (measurements/diff/pairs.py; docs/diff.md).
+//! difference is known (measurements/diff/pairs.py; docs/user/diff.md).
 
 use crate::common;
 

@@ -130,7 +130,7 @@ fn the_largest_batch_of_efficientnet_and_vit_within_five_percent() {
 /// recorded on the H200 for the fourth field round (#31 item 6): at 4× and
 /// 8× the larger sample, peak allocated within 3% of the real runs' and
 /// peak reserved −1.0% to +1.5% (13–18% before reductions' buffers were
-/// bounded and workspaces kept from outgrowing the batch: docs/fit.md
+/// bounded and workspaces kept from outgrowing the batch: docs/user/fit.md
 /// "Reductions", "Workspaces"), held here within 3% and 5%; the
 /// largest batch under 16 GiB within 5% of what real runs found (233 and
 /// 264).
@@ -368,7 +368,7 @@ sys.exit(3)
 }
 
 /// A 10-batch search over a pair of ~10,000-event snapshots takes well
-/// under a second (docs/fit.md has the measured figure).
+/// under a second (docs/user/fit.md has the measured figure).
 #[test]
 fn a_fit_and_its_search_are_fast() {
     let t = truth();
@@ -571,7 +571,7 @@ fn fit_reports_the_largest_batch_under_tunes_pick() {
     assert!(j["peak_at_max_batch_by_config"][pick]["fits"].as_bool().unwrap());
 }
 
-/// What grows with the batch (docs/fit.md "Categories"): per category, the
+/// What grows with the batch (docs/user/fit.md "Categories"): per category, the
 /// bytes at each sample's peak as `replay --json` gives them, weights and
 /// optimizer state fixed at the largest sample's, activations and
 /// temporaries on a line; at each predicted batch the categories add up to

@@ -1073,7 +1073,7 @@ fn a_closed_pipe_ends_quietly() {
 /// A snapshot a script re-pickled (each frame's strings its own objects,
 /// not shared: the pickle spells every one out) unpacks to many times its
 /// compressed size and decodes to several times that: it opens, as
-/// docs/input.md's bound in unpacked bytes allows, where the allowance used
+/// docs/user/input.md's bound in unpacked bytes allows, where the allowance used
 /// to follow the compressed bytes and refused it.
 #[test]
 fn a_snapshot_re_pickled_without_shared_strings_opens() {

@@ -336,7 +336,7 @@ fn serve_demo_exposes_prometheus_metrics_over_http() {
     assert_eq!(values["gpumem_torch_reserved_unallocated_bytes"], r - a);
     assert!(values["gpumem_gpu_memory_used_bytes"] >= r, "NVML-side used covers reserved");
     assert!((0.0..=1.0).contains(&values["gpumem_torch_external_fragmentation_ratio"]));
-    // What the optimizer held at the latest step's end (docs/categories.md
+    // What the optimizer held at the latest step's end (docs/user/categories.md
     // "Live"): the synthetic GPT-2's own parameters, gradients and Adam
     // state, and the rest, summing to allocated at that step's end.
     // (Published at the first step's end: asked again until it has run.)
@@ -919,7 +919,7 @@ fn the_demo_source_names_itself_and_its_lines_fit_80_columns() {
 }
 
 /// Two containers' trainers, each pid 1 of its own pid namespace, publish
-/// into one shared directory (the DaemonSet of docs/cluster.md): two files,
+/// into one shared directory (the DaemonSet of docs/user/cluster.md): two files,
 /// two processes told apart by their start times and shown under their
 /// pids here, each with its own figures; one killed is gone at the next
 /// sample although pid 1 here lives on. They collided in `1-0.json`: one

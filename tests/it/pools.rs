@@ -1,4 +1,4 @@
-//! Private pools as PyTorch 2.11 has them (docs/allocator.md "Private
+//! Private pools as PyTorch 2.11 has them (docs/design/allocator.md "Private
 //! pools"): CUDA-graph captures, `MemPool` + `use_mem_pool`, freeable pools
 //! released by `empty_cache`, `~MemPool`'s `emptyCache(id)`, `use_on_oom`
 //! and `no_split`, and frees deferred while a capture is underway. Each

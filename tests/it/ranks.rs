@@ -1,4 +1,4 @@
-//! All ranks of a job (docs/ranks.md): one snapshot per rank replayed side
+//! All ranks of a job (docs/user/ranks.md): one snapshot per rank replayed side
 //! by side (H200 ground truth: a 3-rank gloo DDP GPT-2 job on one GPU,
 //! each rank's `torch.cuda.max_memory_allocated()`), the live job screen
 //! over eight published ranks with one gone, memory outside the allocator,
@@ -547,7 +547,7 @@ fn processes_claiming_one_rank_of_one_job_are_jobs_of_their_own() {
 #[test]
 fn a_long_message_on_the_ranks_screen_wraps() {
     use gpumem_top::ui::event::Interactive;
-    let msg = "rank2.pickle.gz: the replay diverged at event 1234: PyTorch released the 22.00 MiB segment at 0x7fa000000000 (cudaFree) where we would have kept it cached; try --torch 2.13 or see docs/replay.md, \"Conditions\", for runs under a limit";
+    let msg = "rank2.pickle.gz: the replay diverged at event 1234: PyTorch released the 22.00 MiB segment at 0x7fa000000000 (cudaFree) where we would have kept it cached; try --torch 2.13 or see docs/user/replay.md, \"Conditions\", for runs under a limit";
     for w in [120u16, 200] {
         let mut app = gpumem_top::cli::ranks_app(&rank_files(), false).unwrap();
         app.say(msg.to_string());

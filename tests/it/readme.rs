@@ -7,7 +7,7 @@
 //! above a fenced `text` block.
 //!
 //! `GPUMEM_TOP_UPDATE_README=1 cargo test --release --test it readme::`
-//! regenerates the screens and outputs in README.md and docs/guide.md (the
+//! regenerates the screens and outputs in README.md and docs/user/guide.md (the
 //! manual, which holds most of them) from the binary.
 
 use crate::common;
@@ -152,7 +152,7 @@ fn command(body: &[&str]) -> (String, usize) {
 
 /// The files whose examples and screens are the binary's: the README and
 /// the manual.
-const DOCS: [&str; 2] = ["README.md", "docs/guide.md"];
+const DOCS: [&str; 2] = ["README.md", "docs/user/guide.md"];
 
 #[test]
 fn the_readmes_screens_and_examples_are_what_the_binary_prints() {
@@ -249,7 +249,7 @@ fn every_screen_in_the_readme_is_checked() {
 /// max_split_size_mb rows in `tune --json` on the run shown under it.
 #[test]
 fn the_guides_max_split_figure_is_its_examples() {
-    let guide = std::fs::read_to_string(common::root().join("docs/guide.md")).unwrap();
+    let guide = std::fs::read_to_string(common::root().join("docs/user/guide.md")).unwrap();
     let at = guide.find("it makes the peak reserved ").expect("the figure");
     let said: String = guide[at + 27..].chars().take_while(|c| *c != '%').collect();
     let out = std::process::Command::new(common::bin())

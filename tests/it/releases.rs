@@ -465,7 +465,7 @@ fn run(stream: &[String], release: Release) -> Vec<String> {
 
 /// `lines` with each run of `free_completed` entries sorted: PyTorch frees
 /// the blocks of one pass in an order that can follow heap addresses
-/// (docs/pytorch-allocator.md, "Stream events"); the fixtures keep the
+/// (docs/design/pytorch-allocator.md, "Stream events"); the fixtures keep the
 /// order the oracle printed, for replays of its traces.
 fn sorted_runs(lines: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(lines.len());

@@ -337,7 +337,7 @@ fn the_oom_screen_names_the_request_and_the_programs_frame() {
         s.contains("│ … 19 frames") && s.contains("│ … 2 frames"),
         "what is left out is counted on both sides: {s}"
     );
-    // What held the memory when the request failed (docs/categories.md).
+    // What held the memory when the request failed (docs/user/categories.md).
     // In the bars' letters where two whole categories do not fit the box.
     assert!(s.contains("│ held: A 5.2G O 1.3G T 714M P 668M"), "{s}");
     assert!(s.contains("│ train_workloads.py:67 workload"), "{s}");

@@ -181,7 +181,7 @@ fn trace_replay_reproduces_every_vector() {
         let diffs = check_trace_replay(name);
         // A trace cannot tell an empty_cache() that freed nothing, nor whether a
         // burst of segment frees came from empty_cache() or an OOM retry: only
-        // these two counters may differ (docs/pytorch-allocator.md §15.4). Everything else is exact.
+        // these two counters may differ (docs/design/pytorch-allocator.md §15.4). Everything else is exact.
         for (k, got, want) in &diffs {
             assert!(k == "num_sync_all_streams" || k == "num_alloc_retries", "{name}: {k}: got {got}, recorded {want}");
         }

@@ -2,7 +2,7 @@
 
     python3 gen.py SEED OPS MODE      prints one stream; the first line says the device's total bytes
 
-Modes stress what differs between PyTorch releases (docs/pytorch-allocator.md, "Releases"):
+Modes stress what differs between PyTorch releases (docs/design/pytorch-allocator.md, "Releases"):
 equal-size free blocks (tie-breaks), record_stream with pending events, private pools inside and
 outside a capture, memory fractions at and around the limit, garbage collection, OOMs, oversize
 segments, expandable segments and their 2.15 reserve, throw_on_cudamalloc_oom, exact-address
