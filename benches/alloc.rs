@@ -11,6 +11,7 @@
 //!   one step back and one step forward, as the TUI's arrow keys do.
 //! - `frame/gpt2_peak_200x60`: the whole screen at GPT-2's peak drawn into a
 //!   200x60 buffer (view built from the allocator state, then rendered).
+#![allow(clippy::unwrap_used, reason = "a benchmark fails loudly on a fixture it cannot read")]
 
 use std::hint::black_box;
 use std::io::Read;

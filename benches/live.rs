@@ -1,5 +1,6 @@
 //! Per-sample cost of the live view: parsing a publisher's file, taking a
 //! snapshot, ingesting it and drawing a 200x50 frame (GPT-2 at its peak).
+#![allow(clippy::unwrap_used, reason = "a benchmark fails loudly on a fixture it cannot read")]
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use gpumem_top::alloc::BlockState;

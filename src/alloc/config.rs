@@ -235,6 +235,7 @@ impl AllocatorConfig {
 
     /// Parses the settings as `release`'s parser does: a key added after it
     /// is an error there, as PyTorch's own parser refuses it.
+    #[allow(clippy::too_many_lines, reason = "the allocator port: PyTorch's parser, one arm per key as it has them")]
     pub fn parse_for(conf: &str, release: Release) -> Result<Self, ConfigError> {
         let mut c = AllocatorConfig { source: conf.to_string(), ..Default::default() };
         let mut p = Parser { conf, toks: tokenize(conf), i: 0 };

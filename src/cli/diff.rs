@@ -263,6 +263,49 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
     Ok(gate(&regressions))
 }
 
+/// The note of an edited script: how many call sites moved, the first three.
+fn moved_note(moved: &[crate::analysis::diff::Moved]) -> String {
+    let first: Vec<String> = moved
+        .iter()
+        .take(3)
+        .map(|m| {
+            let line = m.new.split(':').nth(1).and_then(|t| t.split(' ').next()).unwrap_or("?");
+            format!("{} now at line {line}", m.base)
+        })
+        .collect();
+    format!(
+        "the script was edited between the runs: {} call site{} moved and {} compared as one (the same file, function and library frames; {}{})",
+        moved.len(),
+        if moved.len() == 1 { "" } else { "s" },
+        if moved.len() == 1 { "is" } else { "are" },
+        first.join("; "),
+        if moved.len() > 3 { "; …" } else { "" }
+    )
+}
+
+/// What grew more than `limit` (a fraction) between the runs' peaks and
+/// ends, said as `--fail-on-growth` reports it.
+fn regressions(peak: &Peaks, limit: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    for (what, p) in [
+        ("peak allocated", peak.allocated),
+        ("peak reserved", peak.reserved),
+        ("allocated at the end", peak.end_allocated),
+    ] {
+        let g = growth(p.base, p.new);
+        if g > limit {
+            out.push(format!(
+                "{what} grew {} ({} → {}), more than {:.1}%",
+                if g.is_finite() { format!("{:+.1}%", g * 100.0) } else { "from nothing".into() },
+                human_bytes(p.base),
+                human_bytes(p.new),
+                limit * 100.0
+            ));
+        }
+    }
+    out
+}
+
 /// Both runs replayed and compared.
 fn compare(
     base: &std::path::Path,
@@ -310,22 +353,7 @@ fn compare(
         ));
     }
     if !moved.is_empty() {
-        let first: Vec<String> = moved
-            .iter()
-            .take(3)
-            .map(|m| {
-                let line = m.new.split(':').nth(1).and_then(|t| t.split(' ').next()).unwrap_or("?");
-                format!("{} now at line {line}", m.base)
-            })
-            .collect();
-        notes.push(format!(
-            "the script was edited between the runs: {} call site{} moved and {} compared as one (the same file, function and library frames; {}{})",
-            moved.len(),
-            if moved.len() == 1 { "" } else { "s" },
-            if moved.len() == 1 { "is" } else { "are" },
-            first.join("; "),
-            if moved.len() > 3 { "; …" } else { "" }
-        ));
+        notes.push(moved_note(&moved));
     }
     if recordings {
         notes.push("two recordings: peaks are each training process's true peaks, the end its last sample; a recording carries no call sites, and its categories are what the optimizer held at its last step's end (parameters, gradients, optimizer state, the rest)".to_string());
@@ -355,25 +383,7 @@ fn compare(
         num_alloc_retries: [b.report.num_alloc_retries, n.report.num_alloc_retries],
         num_ooms: [b.report.num_ooms, n.report.num_ooms],
     };
-    let mut regressions = Vec::new();
-    if let Some(limit) = fail_on_growth {
-        for (what, p) in [
-            ("peak allocated", peak.allocated),
-            ("peak reserved", peak.reserved),
-            ("allocated at the end", peak.end_allocated),
-        ] {
-            let g = growth(p.base, p.new);
-            if g > limit {
-                regressions.push(format!(
-                    "{what} grew {} ({} → {}), more than {:.1}%",
-                    if g.is_finite() { format!("{:+.1}%", g * 100.0) } else { "from nothing".into() },
-                    human_bytes(p.base),
-                    human_bytes(p.new),
-                    limit * 100.0
-                ));
-            }
-        }
-    }
+    let regressions = fail_on_growth.map(|limit| regressions(&peak, limit)).unwrap_or_default();
     let mut report = DiffReport {
         at_peak: Growth::between(&b.at_peak, &n.at_peak),
         at_end: Growth::between(&b.at_end, &n.at_end),

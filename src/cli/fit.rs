@@ -212,6 +212,29 @@ fn check_batches(args: &FitArgs) -> Result<()> {
     Ok(())
 }
 
+/// Each SNAPSHOT@BATCH read and replayed as a sample; their names, and the
+/// first one's recorded allocator config. Samples that cannot be right are
+/// refused, not fitted.
+fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<String>, AllocatorConfig)> {
+    let mut samples = Vec::new();
+    let mut recorded_conf: Option<AllocatorConfig> = None;
+    let mut names = Vec::new();
+    for spec in specs {
+        let (path, batch) = sample_of(spec)?;
+        let trace = load_with_progress(&path)?;
+        let dev = crate::replay::open::device(&trace, None)?;
+        let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+        recorded_conf.get_or_insert(conf.clone());
+        let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
+        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release)
+            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+        names.push(path.display().to_string());
+        samples.push(s);
+    }
+    crate::fit::check_order(&samples, &names).map_err(|e| anyhow!(InputError(e)))?;
+    Ok((samples, names, recorded_conf.unwrap_or_default()))
+}
+
 pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     args.cap.check()?;
     check_batches(args)?;
@@ -231,24 +254,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     for c in &args.alloc_confs {
         confs.push((c.clone(), parse_conf(c)?));
     }
-    let mut samples = Vec::new();
-    let mut recorded_conf: Option<AllocatorConfig> = None;
-    let mut names = Vec::new();
-    for spec in specs {
-        let (path, batch) = sample_of(spec)?;
-        let trace = load_with_progress(&path)?;
-        let dev = crate::replay::open::device(&trace, None)?;
-        let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-        recorded_conf.get_or_insert(conf.clone());
-        let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
-        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release)
-            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
-        names.push(path.display().to_string());
-        samples.push(s);
-    }
-    // Samples that cannot be right are refused, not fitted (#37 item 5).
-    crate::fit::check_order(&samples, &names).map_err(|e| anyhow!(InputError(e)))?;
-    let base = recorded_conf.unwrap_or_default();
+    let (samples, names, base) = read_samples(specs, args)?;
     let limit = args.cap.limit(args.device_total);
     let target = Target { device_total: args.device_total, context: args.context, limit };
     // The replay of each sample's own requests, against PyTorch's peaks.
@@ -432,6 +438,78 @@ fn write_table_notes(
     Ok(())
 }
 
+/// The predictions' table; whether it has the spread of the draws.
+fn write_predictions(so: &mut impl Write, predictions: &[Prediction], lim: &str) -> Result<bool> {
+    let ranged = predictions.iter().any(|p| p.runs > 1);
+    let range_head = if ranged { format!("  {:>21}", "spread of the draws") } else { String::new() };
+    writeln!(so, "\n{:>8}  {:>15}  {:>15}{range_head}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
+    for p in predictions {
+        let range = match (ranged, p.runs > 1) {
+            (false, _) => String::new(),
+            (true, false) => format!("  {:>21}", "(sampled)"),
+            (true, true) => format!(
+                "  {:>21}",
+                format!(
+                    "{}–{}",
+                    human_bytes(p.reserved_peak_range_bytes[0]),
+                    human_bytes(p.reserved_peak_range_bytes[1])
+                )
+            ),
+        };
+        writeln!(
+            so,
+            "{:>8}  {:>15}  {:>15}{range}  {}",
+            p.batch,
+            human_bytes(p.allocated_peak_bytes),
+            human_bytes(p.reserved_peak_bytes),
+            if p.fits {
+                "yes".to_string()
+            } else if p.runs > 1 {
+                format!("no (out of memory in {} of {} replays)", p.runs_out_of_memory, p.runs)
+            } else {
+                format!("no ({} OOMs)", p.ooms)
+            }
+        )?;
+    }
+    Ok(ranged)
+}
+
+/// What the peak is by category, and which of it grows with the batch (a
+/// line through the samples' peaks, per category); why not, where the
+/// lines do not add up to the predictions.
+fn write_categories(
+    so: &mut impl Write,
+    category_fits: &[crate::fit::CategoryFit],
+    predictions: &[Prediction],
+    batches: &[u64],
+) -> Result<()> {
+    if let (false, Some(why)) = (category_fits.is_empty(), categories_disagree(category_fits, predictions)) {
+        writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/user/fit.md, \"Categories\")")?;
+    } else if !category_fits.is_empty() {
+        let last = batches.last().copied().unwrap_or(1);
+        writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/user/categories.md):")?;
+        for f in category_fits {
+            let samples_txt: Vec<String> =
+                f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();
+            let growth = if f.bytes_per_batch_item.abs() * (last as f64) < 0.01 * f.fixed_bytes.abs().max(1.0) {
+                "fixed".to_string()
+            } else if f.bytes_per_batch_item < 0.0 {
+                format!("−{} per batch item", human_bytes((-f.bytes_per_batch_item) as u64))
+            } else {
+                format!("{} per batch item", human_bytes(f.bytes_per_batch_item as u64))
+            };
+            writeln!(
+                so,
+                "  {:<16} {:<40} {growth:<24} → {} at {last}",
+                f.category.plural(),
+                samples_txt.join(", "),
+                human_bytes(f.at(last))
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// `fit`'s summary: the alignment, the self-check, the predictions, what
 /// grows with the batch and the largest batch per allocator config.
 fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
@@ -492,65 +570,10 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
         Some(l) => format!("memory limit {}", human_bytes(l)),
         None => format!("device {} less {} of context", human_bytes(args.device_total), human_bytes(args.context)),
     };
-    let ranged = predictions.iter().any(|p| p.runs > 1);
-    let range_head = if ranged { format!("  {:>21}", "spread of the draws") } else { String::new() };
-    writeln!(so, "\n{:>8}  {:>15}  {:>15}{range_head}  fits ({lim})", "batch", "peak allocated", "peak reserved")?;
-    for p in predictions {
-        let range = match (ranged, p.runs > 1) {
-            (false, _) => String::new(),
-            (true, false) => format!("  {:>21}", "(sampled)"),
-            (true, true) => format!(
-                "  {:>21}",
-                format!(
-                    "{}–{}",
-                    human_bytes(p.reserved_peak_range_bytes[0]),
-                    human_bytes(p.reserved_peak_range_bytes[1])
-                )
-            ),
-        };
-        writeln!(
-            so,
-            "{:>8}  {:>15}  {:>15}{range}  {}",
-            p.batch,
-            human_bytes(p.allocated_peak_bytes),
-            human_bytes(p.reserved_peak_bytes),
-            if p.fits {
-                "yes".to_string()
-            } else if p.runs > 1 {
-                format!("no (out of memory in {} of {} replays)", p.runs_out_of_memory, p.runs)
-            } else {
-                format!("no ({} OOMs)", p.ooms)
-            }
-        )?;
-    }
+    let ranged = write_predictions(so, predictions, &lim)?;
     let reach = crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces);
     write_table_notes(so, ranged, reach.as_ref(), &fitted.samples)?;
-    if let (false, Some(why)) = (category_fits.is_empty(), categories_disagree(category_fits, predictions)) {
-        writeln!(so, "\nwhat the peak is, by category: not shown: {why} (docs/user/fit.md, \"Categories\")")?;
-    } else if !category_fits.is_empty() {
-        // What the memory is at the peaks, and which of it grows with the
-        // batch (a line through the samples, per category).
-        let last = batches.last().copied().unwrap_or(1);
-        writeln!(so, "\nwhat the peak is, by category (a line through the samples' peaks; docs/user/categories.md):")?;
-        for f in category_fits {
-            let samples_txt: Vec<String> =
-                f.at_samples.iter().map(|(b, v)| format!("{} at {b}", human_bytes(*v))).collect();
-            let growth = if f.bytes_per_batch_item.abs() * (last as f64) < 0.01 * f.fixed_bytes.abs().max(1.0) {
-                "fixed".to_string()
-            } else if f.bytes_per_batch_item < 0.0 {
-                format!("−{} per batch item", human_bytes((-f.bytes_per_batch_item) as u64))
-            } else {
-                format!("{} per batch item", human_bytes(f.bytes_per_batch_item as u64))
-            };
-            writeln!(
-                so,
-                "  {:<16} {:<40} {growth:<24} → {} at {last}",
-                f.category.plural(),
-                samples_txt.join(", "),
-                human_bytes(f.at(last))
-            )?;
-        }
-    }
+    write_categories(so, category_fits, predictions, batches)?;
     let names: Vec<String> = by_config
         .iter()
         .map(|(label, _, _)| {

@@ -82,6 +82,53 @@ enum Outcome<'t> {
     Replayed(Box<Replayed<'t>>),
 }
 
+/// The conditions `replay` asks for: a what-if config, a limit, `--torch`,
+/// and what `--at` and `--dump-events` need kept.
+fn open_options(args: &ReplayArgs, config: Option<AllocatorConfig>, limit: Option<u64>) -> OpenOptions {
+    OpenOptions {
+        device: args.device,
+        device_total: args.device_total,
+        config,
+        memory_limit: limit,
+        torch: args.torch.release,
+        keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
+        stop_at: match args.at {
+            Some(At::Event(i)) => Some(i.saturating_add(1)),
+            _ => None,
+        },
+    }
+}
+
+/// One `--compare` row: the run's requests under `conf`.
+fn compare_row(
+    reqs: &[crate::replay::whatif::Request],
+    label: &str,
+    conf: &AllocatorConfig,
+    args: &ReplayArgs,
+    limit: Option<u64>,
+) -> CompareRow {
+    let w = run_requests(reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
+    let mut row = CompareRow::from_stats(label.to_string(), limit, w.allocator.stats());
+    (row.new_ooms, row.avoided_ooms) = (Some(w.new_ooms), Some(w.avoided_ooms));
+    row
+}
+
+/// The event whose state `--at` shows (none: a snapshot's own state).
+fn at_event(at: At, session: &Session, dev: &DeviceTrace, exact_ok: bool) -> Option<usize> {
+    let last = dev.events.len().checked_sub(1);
+    match at {
+        // Where the replay stopped: a request's segment events and its
+        // allocation are one malloc (see `at_text`).
+        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| {
+            let rested = if exact_ok { session.exact.reproduced.saturating_sub(1).max(i) } else { i };
+            rested.min(last.unwrap_or(0))
+        }),
+        At::Peak => exact_ok.then_some(session.exact.peak.event).or(last),
+        At::Oom => oom_index(&dev.events).or(last),
+        At::End => last,
+    }
+}
+
 /// The replay of `trace` as `args` ask; on a terminal the interactive view.
 fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: Instant) -> Result<Outcome<'t>> {
     args.cap.check()?;
@@ -94,18 +141,7 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
 
     // One replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
-    let opts = OpenOptions {
-        device: args.device,
-        device_total: args.device_total,
-        config: what_if_conf.clone(),
-        memory_limit: limit,
-        torch: args.torch.release,
-        keep_events: args.dump_events.is_some() || matches!(args.at, Some(At::Oom)),
-        stop_at: match args.at {
-            Some(At::Event(i)) => Some(i.saturating_add(1)),
-            _ => None,
-        },
-    };
+    let opts = open_options(args, what_if_conf.clone(), limit);
     let Opened { dev, session, want, .. } = crate::replay::open(trace, &args.trace.display().to_string(), &opts)?;
     let mut session = session;
     let exact_conf = want.config;
@@ -164,12 +200,7 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
     )];
     if !compare_confs.is_empty() {
         let reqs = session.requests().to_vec();
-        for (label, conf) in &compare_confs {
-            let w = run_requests(&reqs, conf.clone(), args.device_total, CUDA_CONTEXT_BYTES, limit);
-            let mut row = CompareRow::from_stats(label.clone(), limit, w.allocator.stats());
-            (row.new_ooms, row.avoided_ooms) = (Some(w.new_ooms), Some(w.avoided_ooms));
-            rows.push(row);
-        }
+        rows.extend(compare_confs.iter().map(|(label, conf)| compare_row(&reqs, label, conf, args, limit)));
     }
     let cats = Categories::of(
         dev,
@@ -178,20 +209,8 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
         &start_blocks(dev, &session.seed),
         exact_ok.then_some(session.exact.allocated.as_slice()),
     );
-    let peak = exact_ok.then_some(session.exact.peak);
     let last = dev.events.len().checked_sub(1);
-    // The event whose state `--at` shows (none: a snapshot's own state).
-    let at_event = args.at.map(|at| match at {
-        // Where the replay stopped: a request's segment events and its
-        // allocation are one malloc (see `at_text`).
-        At::Event(i) => Some(i).filter(|_| last.is_some()).map(|i| {
-            let rested = if exact_ok { session.exact.reproduced.saturating_sub(1).max(i) } else { i };
-            rested.min(last.unwrap_or(0))
-        }),
-        At::Peak => peak.map(|p| p.event).or(last),
-        At::Oom => oom_index(&dev.events).or(last),
-        At::End => last,
-    });
+    let at_event = args.at.map(|at| at_event(at, &session, dev, exact_ok));
     let new_oom = new_oom_report(&session, trace, dev);
     let r = Replayed {
         name: trace_name(&args.trace),

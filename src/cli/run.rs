@@ -121,6 +121,56 @@ fn logf_guard(log: &Path) {
     }
 }
 
+/// `run -o FILE`: the command keeps the terminal (and gets Ctrl-C as it
+/// would alone); we record until it exits, and pass its exit code on.
+fn record_run(
+    args: &RunArgs,
+    mut cmd: std::process::Command,
+    src: Box<dyn crate::monitor::sampler::Source>,
+    thresholds: crate::monitor::alerts::Thresholds,
+    interval: Duration,
+    shown: &str,
+) -> Result<ExitCode> {
+    let out = args.output.clone().unwrap_or_default();
+    let file = crate::private::create_new(&out).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
+    let output = crate::monitor::recorder::Output { file, header: true, dropped: None };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&out);
+            return Ok(not_started(&args.command[0], &e));
+        }
+    };
+    let pid = child.id();
+    let stop = Arc::new(AtomicBool::new(false));
+    let forwarding = forward_signals(pid, stop.clone())?;
+    let waiter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let st = child.wait();
+            // The recorder takes its last sample now (the file the
+            // process wrote at exit), then returns.
+            stop.store(true, Ordering::Relaxed);
+            st
+        })
+    };
+    let rec = crate::monitor::recorder::Recorder {
+        output,
+        path: &out,
+        source: "nvml",
+        interval_ms: args.publish.live.interval,
+    };
+    let n = rec.run(src, thresholds, interval, &stop, None)?;
+    forwarding.close();
+    let st = waiter.join().map_err(|_| anyhow!("waiting for {shown}"))??;
+    eprintln!(
+        "gpumem-top: `{shown}` {st}; recorded {} to {}",
+        crate::analysis::count(n as usize, "sample"),
+        out.display()
+    );
+    Ok(ExitCode::from(launch::exit_code_of(st)))
+}
+
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if args.publish.live.source != SourceKind::Live {
         return Err(anyhow!(InputError("run watches the command it starts: --source demo does not apply".into())));
@@ -155,47 +205,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         .envs(args.publish.settings(&dir).environment());
     let shown = shown_command(&args.command);
     if !interactive {
-        // Headless: the command keeps the terminal (and gets Ctrl-C as it
-        // would alone); we record until it exits.
-        let out = args.output.clone().unwrap_or_default();
-        let file =
-            crate::private::create_new(&out).map_err(|e| anyhow!(InputError(format!("{}: {e}", out.display()))))?;
-        let output = crate::monitor::recorder::Output { file, header: true, dropped: None };
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = std::fs::remove_file(&out);
-                return Ok(not_started(&args.command[0], &e));
-            }
-        };
-        let pid = child.id();
-        let stop = Arc::new(AtomicBool::new(false));
-        let forwarding = forward_signals(pid, stop.clone())?;
-        let waiter = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let st = child.wait();
-                // The recorder takes its last sample now (the file the
-                // process wrote at exit), then returns.
-                stop.store(true, Ordering::Relaxed);
-                st
-            })
-        };
-        let rec = crate::monitor::recorder::Recorder {
-            output,
-            path: &out,
-            source: "nvml",
-            interval_ms: args.publish.live.interval,
-        };
-        let n = rec.run(src, thresholds, interval, &stop, None)?;
-        forwarding.close();
-        let st = waiter.join().map_err(|_| anyhow!("waiting for {shown}"))??;
-        eprintln!(
-            "gpumem-top: `{shown}` {st}; recorded {} to {}",
-            crate::analysis::count(n as usize, "sample"),
-            out.display()
-        );
-        return Ok(ExitCode::from(launch::exit_code_of(st)));
+        return record_run(args, cmd, src, thresholds, interval, &shown);
     }
     // The view owns the terminal: the command's output goes to a log, and
     // it runs in its own process group so that it outlives us if the user

@@ -130,6 +130,47 @@ pub struct SynthArgs {
 }
 
 impl SynthArgs {
+    /// Bounds that keep every tensor size far from u64 overflow (and any
+    /// real GPU): a model this large fails with an OOM, not with garbage.
+    fn check_bounds(&self, s: &SynthSpec) -> Result<()> {
+        let bad = |m: String| anyhow!(InputError(m));
+        let sh = &s.shape;
+        for (name, v, max) in [
+            ("--batch", s.batch, 1u64 << 20),
+            ("--seq", s.seq, 1 << 22),
+            ("--layers", sh.layers, 4096),
+            ("--hidden", sh.hidden, 1 << 17),
+            ("--ffn", sh.ffn, 1 << 19),
+            ("--vocab", sh.vocab, 1 << 22),
+            ("--heads", sh.heads, 1 << 12),
+            ("--accum", self.accum, 1 << 12),
+        ] {
+            if v > max {
+                return Err(bad(format!("{name} {v} is over the largest this models ({max})")));
+            }
+        }
+        if sh.vocab == 0 {
+            return Err(bad("--vocab must be at least 1".into()));
+        }
+        // The largest tensors (logits, the MLP, fp32 attention
+        // probabilities, the embedding) must fit u64 with room to spare.
+        let tokens = s.batch as f64 * s.seq.max(1) as f64;
+        let largest = [
+            tokens * sh.vocab as f64,
+            tokens * sh.ffn as f64,
+            tokens * sh.heads as f64 * s.seq as f64,
+            sh.vocab as f64 * sh.hidden as f64,
+            s.batch as f64 * 64.0 * 112.0 * 112.0,
+        ]
+        .into_iter()
+        .fold(0.0, f64::max)
+            * 8.0;
+        if largest > (1u64 << 56) as f64 {
+            return Err(bad(format!("that shape needs a tensor of {largest:.3e} bytes; nothing that large exists")));
+        }
+        Ok(())
+    }
+
     pub(crate) fn spec(&self) -> Result<SynthSpec> {
         let bad = |m: String| anyhow!(InputError(m));
         // A flag the model has no use for would be ignored silently: the
@@ -192,41 +233,7 @@ impl SynthArgs {
         if s.batch == 0 {
             return Err(bad("--batch must be at least 1".into()));
         }
-        // Bounds that keep every tensor size far from u64 overflow (and any
-        // real GPU): a model this large fails with an OOM, not with garbage.
-        for (name, v, max) in [
-            ("--batch", s.batch, 1u64 << 20),
-            ("--seq", s.seq, 1 << 22),
-            ("--layers", sh.layers, 4096),
-            ("--hidden", sh.hidden, 1 << 17),
-            ("--ffn", sh.ffn, 1 << 19),
-            ("--vocab", sh.vocab, 1 << 22),
-            ("--heads", sh.heads, 1 << 12),
-            ("--accum", self.accum, 1 << 12),
-        ] {
-            if v > max {
-                return Err(bad(format!("{name} {v} is over the largest this models ({max})")));
-            }
-        }
-        if sh.vocab == 0 {
-            return Err(bad("--vocab must be at least 1".into()));
-        }
-        // The largest tensors (logits, the MLP, fp32 attention
-        // probabilities, the embedding) must fit u64 with room to spare.
-        let tokens = s.batch as f64 * s.seq.max(1) as f64;
-        let largest = [
-            tokens * sh.vocab as f64,
-            tokens * sh.ffn as f64,
-            tokens * sh.heads as f64 * s.seq as f64,
-            sh.vocab as f64 * sh.hidden as f64,
-            s.batch as f64 * 64.0 * 112.0 * 112.0,
-        ]
-        .into_iter()
-        .fold(0.0, f64::max)
-            * 8.0;
-        if largest > (1u64 << 56) as f64 {
-            return Err(bad(format!("that shape needs a tensor of {largest:.3e} bytes; nothing that large exists")));
-        }
+        self.check_bounds(&s)?;
         if matches!(self.model, ModelKind::Gpt2 | ModelKind::Bert | ModelKind::Llama) && s.seq == 0 {
             return Err(bad("--seq must be at least 1".into()));
         }

@@ -375,23 +375,60 @@ fn fragmap(scene: &Scene, width: f64) -> String {
         s.text(x, y + 18.0, 11.0, "middle", &short(t), "");
     }
     s.text(x0 + plot_w / 2.0, y + 36.0, 12.0, "middle", "offset within the segment (all rows to one scale)", "");
-    let y = match scene.color_by.meaning(scene.marks.meaning) {
-        Some(m) => {
-            let b = m.bytes();
-            let y = s.category_legend(y + 62.0, Some(&b));
-            s.text(
-                24.0,
-                y + 6.0,
-                12.0,
-                "start",
-                &format!("categories {}", m.evidence().describe()),
-                r##" fill="#4a5568""##,
-            );
-            y + 18.0
-        }
-        None => s.legend(y + 62.0),
-    };
+    let y = s.map_legend(scene, y + 62.0);
     s.finish(y + 12.0)
+}
+
+impl Svg {
+    /// The map's legend at `y`: the categories (and how they were told)
+    /// where it is coloured by them, else the block states; returns the y
+    /// below it.
+    fn map_legend(&mut self, scene: &Scene, y: f64) -> f64 {
+        match scene.color_by.meaning(scene.marks.meaning) {
+            Some(m) => {
+                let b = m.bytes();
+                let y = self.category_legend(y, Some(&b));
+                self.text(
+                    24.0,
+                    y + 6.0,
+                    12.0,
+                    "start",
+                    &format!("categories {}", m.evidence().describe()),
+                    r##" fill="#4a5568""##,
+                );
+                y + 18.0
+            }
+            None => self.legend(y),
+        }
+    }
+
+    /// The bars' row of what is reserved but unallocated (the gap users
+    /// fight), at `y`, `xf` placing bytes; returns the y below it.
+    fn gap_row(&mut self, scene: &Scene, x0: f64, y: f64, xf: &dyn Fn(u64) -> f64) -> f64 {
+        let gap = scene.totals.reserved.saturating_sub(scene.totals.allocated);
+        self.text(x0 - 12.0, y + 22.0, 15.0, "end", "reserved but unallocated", "");
+        self.rect(
+            xf(scene.totals.allocated),
+            y,
+            xf(scene.totals.reserved) - xf(scene.totals.allocated),
+            32.0,
+            fill(3),
+            "#1a202c",
+        );
+        self.text(
+            xf(scene.totals.reserved) + 8.0,
+            y + 22.0,
+            14.0,
+            "start",
+            &format!(
+                "{} ({:.1}% of reserved)",
+                human_bytes(gap),
+                if scene.totals.reserved == 0 { 0.0 } else { gap as f64 * 100.0 / scene.totals.reserved as f64 }
+            ),
+            "",
+        );
+        y + 50.0
+    }
 }
 
 fn timeline(scene: &Scene, width: f64) -> String {
@@ -549,30 +586,7 @@ fn bars(scene: &Scene, width: f64) -> String {
         );
         y += 56.0;
     }
-    // The gap users fight: reserved but unallocated.
-    let gap = scene.totals.reserved.saturating_sub(scene.totals.allocated);
-    s.text(x0 - 12.0, y + 22.0, 15.0, "end", "reserved but unallocated", "");
-    s.rect(
-        xf(scene.totals.allocated),
-        y,
-        xf(scene.totals.reserved) - xf(scene.totals.allocated),
-        32.0,
-        fill(3),
-        "#1a202c",
-    );
-    s.text(
-        xf(scene.totals.reserved) + 8.0,
-        y + 22.0,
-        14.0,
-        "start",
-        &format!(
-            "{} ({:.1}% of reserved)",
-            human_bytes(gap),
-            if scene.totals.reserved == 0 { 0.0 } else { gap as f64 * 100.0 / scene.totals.reserved as f64 }
-        ),
-        "",
-    );
-    y += 50.0;
+    y = s.gap_row(scene, x0, y, &xf);
     if let Some(l) = scene.memory_limit {
         let _ = writeln!(
             s.out,

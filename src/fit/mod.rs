@@ -482,6 +482,37 @@ pub(crate) struct Target {
     pub(crate) limit: Option<u64>,
 }
 
+/// The requests (by index) that are scratch space of one op: allocations
+/// freed before the next one. A kernel's few bytes of its own (a
+/// reduction's 12-byte counter, taken and freed inside) do not count as a
+/// next allocation; scratch space with such a counter beside it is a
+/// reduction's partial sums (`REDUCTION_CAP`), the second set.
+fn scratch_space(reqs: &[Request]) -> (HashSet<usize>, HashSet<usize>) {
+    let mut transient = HashSet::new();
+    let mut reductions = HashSet::new();
+    let mut last_alloc: Option<(usize, u64)> = None;
+    let mut counter = false;
+    for (i, r) in reqs.iter().enumerate() {
+        match *r {
+            Request::Alloc { size, .. } if size < 512 => counter = last_alloc.is_some(),
+            Request::Alloc { key, .. } => {
+                last_alloc = Some((i, key));
+                counter = false;
+            }
+            Request::FreeRequested { key } if last_alloc.is_some_and(|(_, k)| k == key) => {
+                if let Some((j, _)) = last_alloc.take() {
+                    transient.insert(j);
+                    if counter {
+                        reductions.insert(j);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (transient, reductions)
+}
+
 impl Fit {
     /// Aligns the samples (at least two, different batches) and fits each
     /// request's size.
@@ -509,33 +540,7 @@ impl Fit {
                 }
             }
         }
-        // Allocations freed before the next one: scratch space of one op.
-        // A kernel's few bytes of its own (a reduction's 12-byte counter,
-        // taken and freed inside) do not count as a next allocation.
-        // Scratch space with such a counter beside it is a reduction's
-        // partial sums (`REDUCTION_CAP`).
-        let mut transient = HashSet::new();
-        let mut reductions = HashSet::new();
-        let mut last_alloc: Option<(usize, u64)> = None;
-        let mut counter = false;
-        for (i, r) in sk.reqs.iter().enumerate() {
-            match *r {
-                Request::Alloc { size, .. } if size < 512 => counter = last_alloc.is_some(),
-                Request::Alloc { key, .. } => {
-                    last_alloc = Some((i, key));
-                    counter = false;
-                }
-                Request::FreeRequested { key } if last_alloc.is_some_and(|(_, k)| k == key) => {
-                    if let Some((j, _)) = last_alloc.take() {
-                        transient.insert(j);
-                        if counter {
-                            reductions.insert(j);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
+        let (transient, reductions) = scratch_space(&sk.reqs);
         let mut sizes = HashMap::new();
         let mut workspaces = HashMap::new();
         let (mut aligned, mut scaling, mut nonlinear) = (0, 0, 0);

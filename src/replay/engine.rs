@@ -551,6 +551,67 @@ impl<'a> Stepper<'a> {
         Ok(())
     }
 
+    /// A segment released at event `i`: the release path of the next
+    /// malloc (OOM retry, max_split_size release, GC) when replaying that
+    /// malloc reproduces it, else an `empty_cache()` call.
+    fn step_release(&mut self, i: usize) {
+        let rec = self.rec;
+        // Either the release path of the next malloc (OOM retry,
+        // max_split_size release, GC) or an empty_cache() call.
+        let mut explained = false;
+        let framed = self.pools.framed.contains(&i);
+        if let Some(k) = next_request(rec, i).filter(|_| !framed) {
+            let saved = (self.alloc.clone(), self.segs.clone());
+            let got = self.request(i, k);
+            if self.check(i).is_ok() && self.position() == k + 1 && self.retry_possible(&saved.0) {
+                if self.alloc.stats().num_alloc_retries > saved.0.stats().num_alloc_retries {
+                    self.burst_retries += 1;
+                }
+                self.note_live(got);
+                explained = true;
+            } else {
+                (self.alloc, self.segs) = saved;
+            }
+        }
+        if !explained {
+            self.inferred_now = true;
+            self.alloc.clear_events();
+            self.release_burst(i);
+        }
+    }
+
+    /// An OOM at event `i`: the request retried in the pools and capture
+    /// states a trace does not mark until one reproduces it.
+    fn step_oom(&mut self, i: usize, ev: Event) {
+        // An OOM with no release before it where our allocator would
+        // release and retry: the request was made under a capture,
+        // or (before 2.13) inside any private pool's scope, which a
+        // trace does not mark (docs/user/replay.md, "Which release").
+        // The pool a request went to is not in a 2.11 trace either:
+        // one whose free blocks could not serve it.
+        let saved = (self.alloc.clone(), self.segs.clone());
+        let mut got = self.request(i, i);
+        let mut tries = vec![(PoolSlot::DEFAULT, true)];
+        tries.extend(
+            self.alloc.pools().iter().filter(|p| !p.slot.is_default()).flat_map(|p| [(p.slot, true), (p.slot, false)]),
+        );
+        for (slot, captured) in tries {
+            if self.check(i).is_ok() {
+                break;
+            }
+            (self.alloc, self.segs) = saved.clone();
+            self.alloc.set_assume_capture(captured);
+            let tag = self.stacks.get(i).copied().unwrap_or(0);
+            got = self.alloc.malloc_in(slot, ev.size, ev.stream, tag).ok();
+            self.alloc.set_assume_capture(false);
+            self.track(slot);
+        }
+        self.note_live(got);
+        let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
+        let outside = self.alloc.device().total_memory().saturating_sub(held);
+        self.outside = Some(self.outside.map_or(outside, |o| o.max(outside)));
+    }
+
     /// Reproduces the next recorded event(s). The events it emitted, and the
     /// state after each, are in `allocator().events()` / `points()` until the
     /// next step.
@@ -562,30 +623,7 @@ impl<'a> Stepper<'a> {
         self.inferred_now = false;
         let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
         match ev.action {
-            Action::SegmentFree | Action::SegmentUnmap => {
-                // Either the release path of the next malloc (OOM retry,
-                // max_split_size release, GC) or an empty_cache() call.
-                let mut explained = false;
-                let framed = self.pools.framed.contains(&i);
-                if let Some(k) = next_request(rec, i).filter(|_| !framed) {
-                    let saved = (self.alloc.clone(), self.segs.clone());
-                    let got = self.request(i, k);
-                    if self.check(i).is_ok() && self.position() == k + 1 && self.retry_possible(&saved.0) {
-                        if self.alloc.stats().num_alloc_retries > saved.0.stats().num_alloc_retries {
-                            self.burst_retries += 1;
-                        }
-                        self.note_live(got);
-                        explained = true;
-                    } else {
-                        (self.alloc, self.segs) = saved;
-                    }
-                }
-                if !explained {
-                    self.inferred_now = true;
-                    self.alloc.clear_events();
-                    self.release_burst(i);
-                }
-            }
+            Action::SegmentFree | Action::SegmentUnmap => self.step_release(i),
             Action::SegmentAlloc | Action::SegmentMap => match next_request(rec, i) {
                 Some(k) => {
                     let got = self.request(i, k);
@@ -627,39 +665,7 @@ impl<'a> Stepper<'a> {
                     self.note_live(got);
                 }
             }
-            Action::Oom => {
-                // An OOM with no release before it where our allocator would
-                // release and retry: the request was made under a capture,
-                // or (before 2.13) inside any private pool's scope, which a
-                // trace does not mark (docs/user/replay.md, "Which release").
-                // The pool a request went to is not in a 2.11 trace either:
-                // one whose free blocks could not serve it.
-                let saved = (self.alloc.clone(), self.segs.clone());
-                let mut got = self.request(i, i);
-                let mut tries = vec![(PoolSlot::DEFAULT, true)];
-                tries.extend(
-                    self.alloc
-                        .pools()
-                        .iter()
-                        .filter(|p| !p.slot.is_default())
-                        .flat_map(|p| [(p.slot, true), (p.slot, false)]),
-                );
-                for (slot, captured) in tries {
-                    if self.check(i).is_ok() {
-                        break;
-                    }
-                    (self.alloc, self.segs) = saved.clone();
-                    self.alloc.set_assume_capture(captured);
-                    let tag = self.stacks.get(i).copied().unwrap_or(0);
-                    got = self.alloc.malloc_in(slot, ev.size, ev.stream, tag).ok();
-                    self.alloc.set_assume_capture(false);
-                    self.track(slot);
-                }
-                self.note_live(got);
-                let held = self.alloc.total_allocated_memory().saturating_add(ev.addr);
-                let outside = self.alloc.device().total_memory().saturating_sub(held);
-                self.outside = Some(self.outside.map_or(outside, |o| o.max(outside)));
-            }
+            Action::Oom => self.step_oom(i, ev),
             Action::Alloc => {
                 let got = self.request(i, i);
                 self.note_live(got);

@@ -84,15 +84,9 @@ fn is_empty_cache(stack: &[Frame]) -> bool {
     stack.iter().any(|f| &*f.name == "empty_cache")
 }
 
-/// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).
-pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Release) -> PoolPlan {
-    // Equal-size segments of a pass go in address order up to 2.11, in
-    // the order they were made from 2.12 (docs/design/pytorch-allocator.md,
-    // "Releases"); one made before the trace ranks before all made in it.
-    let by_age = release.tie_break() != crate::alloc::TieBreak::Address;
-    let ev = &dev.events;
-    let mut out = PoolPlan::default();
-    // Segment lifetimes: (index of segment_alloc, size, stream), by address.
+/// Segment lifetimes: the live segments at the end (address → index of
+/// their `segment_alloc`), and each `segment_free`'s `segment_alloc`.
+fn segment_lifetimes(ev: &[crate::alloc::Event]) -> (HashMap<u64, usize>, HashMap<usize, usize>) {
     let mut live: HashMap<u64, usize> = HashMap::new();
     let mut freed_at: HashMap<usize, usize> = HashMap::new();
     for (i, e) in ev.iter().enumerate() {
@@ -108,6 +102,46 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
             _ => {}
         }
     }
+    (live, freed_at)
+}
+
+/// A release burst's passes (small or not, and their events): a new one
+/// where the kind changes or (stream, size, tie) stops increasing.
+fn passes(
+    run: std::ops::Range<usize>,
+    ev: &[crate::alloc::Event],
+    freed_at: &HashMap<usize, usize>,
+    by_age: bool,
+) -> Vec<(bool, Vec<usize>)> {
+    let mut passes: Vec<(bool, Vec<usize>)> = Vec::new();
+    let key = |k: usize| {
+        let e = ev[k];
+        let age = if by_age { freed_at.get(&k).map_or(0, |&s| s + 1) } else { 0 };
+        (e.stream, e.size, age, e.addr)
+    };
+    for k in run {
+        let small = ev[k].size == K_SMALL_BUFFER;
+        let continues = passes.last().is_some_and(|(s, ks)| {
+            let p = *ks.last().unwrap_or(&k);
+            *s == small && key(p) < key(k)
+        });
+        match passes.last_mut() {
+            Some((_, ks)) if continues => ks.push(k),
+            _ => passes.push((small, vec![k])),
+        }
+    }
+    passes
+}
+
+/// Builds the plan of `dev`, whose stacks index `stacks` (1-based, 0 = none).
+pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Release) -> PoolPlan {
+    // Equal-size segments of a pass go in address order up to 2.11, in
+    // the order they were made from 2.12 (docs/design/pytorch-allocator.md,
+    // "Releases"); one made before the trace ranks before all made in it.
+    let by_age = release.tie_break() != crate::alloc::TieBreak::Address;
+    let ev = &dev.events;
+    let mut out = PoolPlan::default();
+    let (live, freed_at) = segment_lifetimes(ev);
     // Alive at the end: the snapshot's pool id.
     for s in &dev.segments {
         if let Some(&start) = live.get(&s.address) {
@@ -152,26 +186,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
             out.framed.insert(start);
         }
         let global = run.clone().any(|k| is_empty_cache(stack_of(k))) || !framed;
-        // Passes: a new one where the kind changes or (stream, size, tie)
-        // stops increasing.
-        let mut passes: Vec<(bool, Vec<usize>)> = Vec::new();
-        let key = |k: usize| {
-            let e = ev[k];
-            let age = if by_age { freed_at.get(&k).map_or(0, |&s| s + 1) } else { 0 };
-            (e.stream, e.size, age, e.addr)
-        };
-        for k in run {
-            let e = ev[k];
-            let small = e.size == K_SMALL_BUFFER;
-            let continues = passes.last().is_some_and(|(s, ks)| {
-                let p = *ks.last().unwrap_or(&k);
-                *s == small && key(p) < key(k)
-            });
-            match passes.last_mut() {
-                Some((_, ks)) if continues => ks.push(k),
-                _ => passes.push((small, vec![k])),
-            }
-        }
+        let passes = passes(run, ev, &freed_at, by_age);
         let label_pass = |out: &mut PoolPlan, ks: &[usize], label: PoolLabel| {
             for k in ks {
                 if let Some(&s) = freed_at.get(k) {

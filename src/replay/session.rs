@@ -430,6 +430,55 @@ fn release_note(ask: &ReleaseAsk, chosen: Release, tried: &[Release], reproduced
     }
 }
 
+/// Where a recorded device's replay starts: its state alone (no trace),
+/// process start, or a window of a longer run (docs/user/replay.md).
+fn start_of(dev: &DeviceTrace, recorded_state: bool) -> Result<Start, String> {
+    Ok(if !has_trace(dev) {
+        if dev.segments.is_empty() {
+            return Err("the snapshot has no trace and no segments".into());
+        }
+        Start::StateOnly
+    } else if !recorded_state || starts_empty(dev) {
+        Start::ProcessStart
+    } else {
+        Start::Window
+    })
+}
+
+/// Every event reproduced, but not the snapshot's end state: said with both.
+fn end_mismatch(replayed: Totals, recorded: Totals) -> String {
+    format!(
+        "every event was reproduced, but the end state is not the snapshot's: ours {} B allocated, {} B reserved in {} segments; the snapshot's {} B, {} B in {}",
+        replayed.allocated_bytes,
+        replayed.reserved_bytes,
+        replayed.segments,
+        recorded.allocated_bytes,
+        recorded.reserved_bytes,
+        recorded.segments
+    )
+}
+
+/// The age of segments made before a window decides ties from 2.12 and is
+/// not in the recording: how the replay ranked them.
+fn window_age_note(seeded: usize, ties_resolved: usize) -> String {
+    format!(
+        "; the {seeded} segments made before the window are ranked by age from {ties_resolved} tie{} the window resolved, the rest by address (their age is not in the recording)",
+        if ties_resolved == 1 { "" } else { "s" }
+    )
+}
+
+/// A replay's fidelity from what it was and how it went.
+fn fidelity_of(requests_only: bool, faithful: bool, start: Start, changed: bool) -> Fidelity {
+    match (requests_only, faithful, start) {
+        (true, _, _) => Fidelity::WhatIf,
+        (false, true, Start::StateOnly) => Fidelity::StateOnly,
+        (false, true, Start::Window) => Fidelity::ExactWindow,
+        (false, true, Start::ProcessStart) => Fidelity::Exact,
+        (false, false, _) if changed => Fidelity::WhatIf,
+        (false, false, _) => Fidelity::Diverged,
+    }
+}
+
 impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
@@ -441,16 +490,7 @@ impl<'a> Session<'a> {
         opts.stop_at = req.stop_at;
         opts.pools = Arc::new(pools::plan(dev, stacks, req.release.candidates[0]));
         opts.exact = Arc::from(dev.exact.as_slice());
-        let start = if !has_trace(dev) {
-            if dev.segments.is_empty() {
-                return Err("the snapshot has no trace and no segments".into());
-            }
-            Start::StateOnly
-        } else if !req.recorded_state || starts_empty(dev) {
-            Start::ProcessStart
-        } else {
-            Start::Window
-        };
+        let start = start_of(dev, req.recorded_state)?;
         let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), String> {
             Ok(match start {
                 Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
@@ -489,14 +529,7 @@ impl<'a> Session<'a> {
         let chosen = opts.release;
         let mut release_note = release_note(ask, chosen, &tried, exact.divergence.is_none());
         if start == Start::Window && chosen.tie_break() != crate::alloc::TieBreak::Address && seed.len() > 1 {
-            // The age of segments made before the window decides ties from
-            // 2.12 and is not in the recording.
-            release_note.push_str(&format!(
-                "; the {} segments made before the window are ranked by age from {} tie{} the window resolved, the rest by address (their age is not in the recording)",
-                seed.len(),
-                exact.ties_resolved,
-                if exact.ties_resolved == 1 { "" } else { "s" }
-            ));
+            release_note.push_str(&window_age_note(seed.len(), exact.ties_resolved));
         }
         // The conditions the run had that the snapshot does not state: a
         // per-process limit, settings changed mid-run (docs/user/replay.md,
@@ -526,29 +559,13 @@ impl<'a> Session<'a> {
         let recorded = Totals::of_recorded(dev);
         let replayed = Totals::of(&exact.allocator.snapshot());
         let complete = req.recorded_state && req.stop_at.is_none_or(|s| s >= rec.len());
-        let end_mismatch = (exact.divergence.is_none() && complete && replayed != recorded).then(|| {
-            format!(
-                "every event was reproduced, but the end state is not the snapshot's: ours {} B allocated, {} B reserved in {} segments; the snapshot's {} B, {} B in {}",
-                replayed.allocated_bytes,
-                replayed.reserved_bytes,
-                replayed.segments,
-                recorded.allocated_bytes,
-                recorded.reserved_bytes,
-                recorded.segments
-            )
-        });
+        let end_mismatch =
+            (exact.divergence.is_none() && complete && replayed != recorded).then(|| end_mismatch(replayed, recorded));
         let faithful = exact.divergence.is_none() && end_mismatch.is_none();
         // Requests alone (no segment events, no state): replayed on the
         // simulated device, which is a what-if of PyTorch's allocator.
         let requests_only = !req.recorded_state && !dev.has_segment_events();
-        let fidelity = match (requests_only, faithful, start) {
-            (true, _, _) => Fidelity::WhatIf,
-            (false, true, Start::StateOnly) => Fidelity::StateOnly,
-            (false, true, Start::Window) => Fidelity::ExactWindow,
-            (false, true, Start::ProcessStart) => Fidelity::Exact,
-            (false, false, _) if req.changed => Fidelity::WhatIf,
-            (false, false, _) => Fidelity::Diverged,
-        };
+        let fidelity = fidelity_of(requests_only, faithful, start, req.changed);
         let mut s = Session {
             dev,
             start,

@@ -1130,6 +1130,38 @@ fn render_zoom(view: &View, theme: Theme, seg: &SegmentInfo, area: Rect, buf: &m
     Paragraph::new(lines).render(area, buf);
 }
 
+/// The histogram's two lines of fragmentation figures: in full, or by
+/// their short names where they do not fit in `w` columns.
+fn fragmentation_lines(f: &Fragmentation, w: usize) -> [Line<'static>; 2] {
+    let full = [
+        format!(
+            "largest free {}  external_fragmentation {:.2}",
+            human_bytes(f.largest_free_block_bytes),
+            f.external_fragmentation
+        ),
+        format!(
+            "inactive_split {}  rounding_waste {}",
+            human_bytes(f.inactive_split_bytes),
+            human_bytes(f.rounding_waste_bytes)
+        ),
+    ];
+    if full.iter().all(|l| l.chars().count() <= w) {
+        return full.map(Line::from);
+    }
+    [
+        Line::from(format!(
+            "largest free {} ext {:.2}",
+            short_bytes(f.largest_free_block_bytes),
+            f.external_fragmentation
+        )),
+        Line::from(format!(
+            "split {} waste {}",
+            short_bytes(f.inactive_split_bytes),
+            short_bytes(f.rounding_waste_bytes)
+        )),
+    ]
+}
+
 fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let (long, short) = if view.sel.hist_bytes {
         (" Block sizes ─ bytes (b: counts) ", " Sizes ─ bytes ")
@@ -1211,34 +1243,8 @@ fn render_histogram(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
             ])
         });
     }
-    // The figures in full, or by their short names where they do not fit.
     let w = inner.width as usize;
-    let figs = [
-        format!(
-            "largest free {}  external_fragmentation {:.2}",
-            human_bytes(f.largest_free_block_bytes),
-            f.external_fragmentation
-        ),
-        format!(
-            "inactive_split {}  rounding_waste {}",
-            human_bytes(f.inactive_split_bytes),
-            human_bytes(f.rounding_waste_bytes)
-        ),
-    ];
-    if figs.iter().all(|l| l.chars().count() <= w) {
-        lines.extend(figs.map(Line::from));
-    } else {
-        lines.push(Line::from(format!(
-            "largest free {} ext {:.2}",
-            short_bytes(f.largest_free_block_bytes),
-            f.external_fragmentation
-        )));
-        lines.push(Line::from(format!(
-            "split {} waste {}",
-            short_bytes(f.inactive_split_bytes),
-            short_bytes(f.rounding_waste_bytes)
-        )));
-    }
+    lines.extend(fragmentation_lines(f, w));
     if site_rows >= 3 {
         // A blank line before the sites where the pane has room for it.
         if height > fixed + rows.min(shown.len()) + site_rows {

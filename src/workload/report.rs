@@ -72,7 +72,11 @@ pub(crate) fn effects(spec: &SynthSpec) -> Vec<Effect> {
         if matches!(spec.model, ModelKind::Gpt2 | ModelKind::Llama | ModelKind::Resnet50)
             || spec.inference && spec.model == ModelKind::Bert
         {
-            e("module_variables", true, "a block's local variables keep its tensors as its code does (docs/user/synth.md)")
+            e(
+                "module_variables",
+                true,
+                "a block's local variables keep its tensors as its code does (docs/user/synth.md)",
+            )
         } else {
             e(
                 "module_variables",

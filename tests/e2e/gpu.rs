@@ -311,6 +311,7 @@ fn render_live(app: &mut gpumem_top::ui::live::LiveApp) -> String {
 /// live view lists every GPU with its bar and `1`–`9` switch between them.
 #[test]
 #[ignore = "needs several NVIDIA GPUs"]
+#[allow(clippy::too_many_lines, reason = "one scenario on a multi-GPU machine, each step needing the one before")]
 fn multi_gpu_every_gpu_listed_and_a_run_on_gpu_1_seen_there_only() {
     let _gpu = one_at_a_time();
     use gpumem_top::monitor::sampler::{LiveSource, Source};
@@ -420,6 +421,8 @@ sys.stdin.read()
         s.read_to_string(&mut r).unwrap();
         r.split_once("\r\n\r\n").unwrap().1.to_string()
     };
+    // SAFETY: kill(2) touches no memory of ours; the pid is a child we
+    // started and have not yet waited for.
     unsafe { libc_kill(srv.id() as i32, 15) };
     let _ = srv.wait();
     let used_series: Vec<&str> = body.lines().filter(|l| l.starts_with("gpumem_gpu_memory_used_bytes{")).collect();
@@ -468,6 +471,7 @@ sys.stdin.read()
 
     // Stop the run: its own NVML reading matches reserved + context, and
     // what `--json` saw on GPU 1 was the same.
+    // SAFETY: as above: our own child, not yet waited for.
     unsafe { libc_kill(pid as i32, 2) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));

@@ -19,7 +19,8 @@ const H200: u64 = 150_109_880_320;
 
 fn truth(name: &str) -> Value {
     let t: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("snapshot_kinds/{name}.truth.json"))).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("snapshot_kinds/{name}.truth.json"))).unwrap())
+            .unwrap();
     t["stats"].clone()
 }
 
@@ -278,9 +279,10 @@ fn a_history_less_snapshot_of_expandable_segments_counts_as_pytorch_does() {
     let out = Command::new(env!("CARGO_BIN_EXE_gpumem-top")).arg("replay").arg(&snap).arg("--json").output().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["fidelity"], "state-only");
-    let truth: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("expandable_and_switches/history_less_expandable.truth.json")).unwrap())
-            .unwrap();
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("expandable_and_switches/history_less_expandable.truth.json")).unwrap(),
+    )
+    .unwrap();
     let mut n = 0;
     for (k, v) in truth["stats"].as_object().unwrap() {
         if k.ends_with(".current") {
@@ -314,8 +316,10 @@ fn settings_changed_during_the_run_are_found_and_followed() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["fidelity"], "exact", "{}", j["first_divergence"]);
     assert_eq!(j["settings_changed"], serde_json::json!({"event": 3779, "earliest": 1551, "from": ""}));
-    let truth: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("expandable_and_switches/settings_changed.truth.json")).unwrap()).unwrap();
+    let truth: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("expandable_and_switches/settings_changed.truth.json")).unwrap(),
+    )
+    .unwrap();
     for (k, v) in truth["stats"].as_object().unwrap() {
         if k.starts_with("reserved_bytes")
             || k.starts_with("segment.")

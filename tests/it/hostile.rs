@@ -833,7 +833,8 @@ fn counts_of_one_are_singular() {
     assert!(first.ends_with(": 1 sample (gpumem-top-record), 1 process"), "{first}");
     assert!(text.lines().nth(1).unwrap().contains(": 1 sample, peak allocated"), "{text}");
     assert!(text.lines().nth(1).unwrap().ends_with(", 0 OOMs"), "{text}");
-    let s = Command::new(bin()).arg("replay").arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz")).output().unwrap();
+    let s =
+        Command::new(bin()).arg("replay").arg(fixture("snapshot_kinds/history_less_gpt2.pickle.gz")).output().unwrap();
     assert!(
         String::from_utf8_lossy(&s.stdout).contains("fidelity: state-only, 139 segments as the snapshot holds them")
     );

@@ -370,6 +370,8 @@ fn serve_demo_exposes_prometheus_metrics_over_http() {
     let (head, _) = http_get(&addr, "/nope");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     // SIGTERM ends it cleanly.
+    // SAFETY: kill(2) touches no memory of ours; the pid is a child we
+    // started and have not yet waited for.
     unsafe { kill(child.id() as i32, 15) };
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(0));

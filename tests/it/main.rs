@@ -2,6 +2,7 @@
 //! end-to-end tests (a terminal in tmux, a real Prometheus, a second
 //! account, training commands under `run`, the fuzzer, the GPU) are the
 //! `e2e` binary, which `.ci/run` runs as its own step.
+#![allow(clippy::unwrap_used, reason = "tests and their helpers fail loudly on what they cannot read")]
 
 #[path = "../common/mod.rs"]
 mod common;

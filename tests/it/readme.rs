@@ -55,7 +55,9 @@ fn screen(name: &str) -> String {
             120,
             40,
         ),
-        "history-less" => (|w, h| render_app(&mut replay_app("snapshot_kinds/history_less_gpt2.pickle.gz").0, w, h), 120, 30),
+        "history-less" => {
+            (|w, h| render_app(&mut replay_app("snapshot_kinds/history_less_gpt2.pickle.gz").0, w, h), 120, 30)
+        }
         // `replay … --memory-limit 9006592819`, then `o`.
         "llama-oom" => (
             |w, h| {

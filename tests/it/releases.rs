@@ -160,6 +160,10 @@ fn cases(mode: &str) -> Vec<Case> {
 /// Runs a stream through the model as `release` and prints what the
 /// harness prints (tools/allocator-oracle/harness.cpp), normalised as
 /// norm.py normalises it.
+#[allow(
+    clippy::too_many_lines,
+    reason = "the oracle harness's interpreter: one arm per command, as harness.cpp has them"
+)]
 fn run(stream: &[String], release: Release) -> Vec<String> {
     let total: u64 = stream[0].strip_prefix("# total ").unwrap().parse().unwrap();
     let mut a = CachingAllocator::for_release(AllocatorConfig::default(), FirstFit::new(total), release);
@@ -537,6 +541,19 @@ fn one_stream() {
     println!("{}", run(&stream, release).join("\n"));
 }
 
+/// A `    blk` line of the oracle's snapshot: (size, requested size, state).
+fn block_of(bl: &str) -> (u64, u64, &'static str) {
+    let field = |k: &str| bl.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).unwrap_or("");
+    let state = if bl.ends_with(" allocated") {
+        "active_allocated"
+    } else if bl.ends_with(" active_pending_free") {
+        "active_pending_free"
+    } else {
+        "inactive"
+    };
+    (field("size").parse().unwrap(), field("req").parse().unwrap(), state)
+}
+
 /// A snapshot as `release` writes one, from the oracle's output for a
 /// stream: its last `SNAPSHOT` (segments and blocks) and `TRACES`, with the
 /// fields that release adds (`pool_id` from 2.12, the 2.13 settings keys,
@@ -579,19 +596,7 @@ fn snapshot_of(out: &[String], release: Release, conf: &str) -> Vec<u8> {
                         pool: pool(&l),
                         expandable: l.contains(" expandable"),
                     };
-                    let blocks: Vec<(u64, u64, &str)> = blocks
-                        .iter()
-                        .map(|bl| {
-                            let state = if bl.ends_with(" allocated") {
-                                "active_allocated"
-                            } else if bl.ends_with(" active_pending_free") {
-                                "active_pending_free"
-                            } else {
-                                "inactive"
-                            };
-                            (field(bl, "size").parse().unwrap(), field(bl, "req").parse().unwrap(), state)
-                        })
-                        .collect();
+                    let blocks: Vec<(u64, u64, &str)> = blocks.iter().map(|bl| block_of(bl)).collect();
                     common::pickler::segment_of(p, seg, &blocks);
                 }
             });

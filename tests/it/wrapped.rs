@@ -90,14 +90,19 @@ fn gpt2_with_expandable_segments_from_19_cuts() {
 #[test]
 fn a_real_wrapped_snapshot_of_expandable_segments_replays_exactly() {
     let out = std::process::Command::new(common::bin())
-        .args(["replay", &fixture("expandable_and_switches/wrapped_expandable_gpt2.pickle.gz").to_string_lossy(), "--json"])
+        .args([
+            "replay",
+            &fixture("expandable_and_switches/wrapped_expandable_gpt2.pickle.gz").to_string_lossy(),
+            "--json",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let truth: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("expandable_and_switches/wrapped_expandable_gpt2.truth.json")).unwrap())
-            .unwrap();
+    let truth: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("expandable_and_switches/wrapped_expandable_gpt2.truth.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(j["fidelity"], "exact-window");
     assert_eq!(j["events"], 3000);
     let mut compared = 0;
