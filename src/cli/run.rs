@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -305,32 +305,25 @@ struct Asked {
 /// Asks every one of `asked` at once and waits for all: per process, the
 /// size of the snapshot delivered, or why none was.
 fn ask_all(asked: &[Asked], timeout: Duration) -> Vec<Result<u64, String>> {
-    use crate::monitor::snapshot::{deliver, poll, request, withdraw, Answer};
+    use crate::monitor::snapshot::{deliver, RequestState, SnapshotRequest};
+    let requests: Vec<Result<SnapshotRequest, String>> = asked
+        .iter()
+        .map(|a| SnapshotRequest::ask(&a.dir, &a.who, timeout).map_err(|e| format!("{}: {e}", a.dir.display())))
+        .collect();
     let mut out: Vec<Option<Result<u64, String>>> =
-        asked.iter().map(|a| request(&a.dir, &a.who).err().map(|e| Err(format!("{}: {e}", a.dir.display())))).collect();
-    let start = Instant::now();
+        requests.iter().map(|r| r.as_ref().err().map(|e| Err(e.clone()))).collect();
     while out.iter().any(Option::is_none) {
-        for (a, o) in asked.iter().zip(out.iter_mut()).filter(|(_, o)| o.is_none()) {
+        for ((a, r), o) in asked.iter().zip(&requests).zip(out.iter_mut()).filter(|(_, o)| o.is_none()) {
+            let Ok(r) = r else { continue };
             let alive = a.pids.iter().any(|q| Path::new(&format!("/proc/{q}")).exists());
-            *o = match poll(&a.dir, &a.who) {
-                Answer::Ready(from) => Some(
+            *o = match r.poll(alive) {
+                RequestState::Ready(from) => Some(
                     deliver(&from, &a.dest)
                         .map(|()| std::fs::metadata(&a.dest).map(|m| m.len()).unwrap_or(0))
                         .map_err(|e| format!("{}: {e}", a.dest.display())),
                 ),
-                Answer::Failed(why) => Some(Err(format!("could not take a snapshot: {why}"))),
-                Answer::Pending if !alive => {
-                    withdraw(&a.dir, &a.who);
-                    Some(Err("exited before answering the snapshot request".into()))
-                }
-                Answer::Pending if start.elapsed() > timeout => {
-                    withdraw(&a.dir, &a.who);
-                    Some(Err(format!(
-                        "did not answer in {} s (its publisher predates snapshots, or it is stuck)",
-                        timeout.as_secs()
-                    )))
-                }
-                Answer::Pending => None,
+                RequestState::Failed(why) => Some(Err(why.to_string())),
+                RequestState::Waiting => None,
             };
         }
         if out.iter().any(Option::is_none) {

@@ -22,6 +22,81 @@ pub(crate) enum Answer {
     Failed(String),
 }
 
+/// A snapshot asked of one process, from the request to its answer: the
+/// live view's `S` and the `snapshot` command poll it until it is ready,
+/// refused, or given up on (the process gone, or no answer in time), and a
+/// request given up on is withdrawn.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapshotRequest {
+    dir: PathBuf,
+    who: String,
+    since: std::time::Instant,
+    timeout: std::time::Duration,
+}
+
+/// Where a request stands after a poll.
+#[derive(Debug)]
+pub(crate) enum RequestState {
+    Waiting,
+    /// The snapshot, still in the publish directory: `deliver` takes it.
+    Ready(PathBuf),
+    /// No snapshot will come.
+    Failed(NoSnapshot),
+}
+
+/// Why no snapshot will come.
+#[derive(Debug, PartialEq)]
+pub(crate) enum NoSnapshot {
+    /// The process could not take it: its reason.
+    Refused(String),
+    /// The process exited before answering.
+    Exited,
+    /// No answer within the timeout: a publisher from before snapshots, or
+    /// a process stuck.
+    TimedOut(std::time::Duration),
+}
+
+impl std::fmt::Display for NoSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoSnapshot::Refused(why) => write!(f, "could not take a snapshot: {why}"),
+            NoSnapshot::Exited => f.write_str("exited before answering the snapshot request"),
+            NoSnapshot::TimedOut(t) => write!(
+                f,
+                "did not answer the snapshot request in {} s (its publisher predates snapshots, or it is stuck)",
+                t.as_secs()
+            ),
+        }
+    }
+}
+
+impl SnapshotRequest {
+    /// Asks `who` (publishing in `dir`) for a snapshot, to be answered
+    /// within `timeout`.
+    pub(crate) fn ask(dir: &Path, who: &str, timeout: std::time::Duration) -> std::io::Result<SnapshotRequest> {
+        request(dir, who)?;
+        Ok(SnapshotRequest { dir: dir.to_path_buf(), who: who.to_string(), since: std::time::Instant::now(), timeout })
+    }
+
+    /// Where the request stands; `alive`: whether the process still runs.
+    /// A request given up on is withdrawn.
+    pub(crate) fn poll(&self, alive: bool) -> RequestState {
+        match poll(&self.dir, &self.who) {
+            Answer::Ready(from) => RequestState::Ready(from),
+            Answer::Failed(why) => RequestState::Failed(NoSnapshot::Refused(why)),
+            Answer::Pending if !alive => {
+                withdraw(&self.dir, &self.who);
+                RequestState::Failed(NoSnapshot::Exited)
+            }
+            Answer::Pending if self.since.elapsed() > self.timeout => {
+                withdraw(&self.dir, &self.who);
+                RequestState::Failed(NoSnapshot::TimedOut(self.timeout))
+            }
+            Answer::Pending => RequestState::Waiting,
+        }
+    }
+}
+
 fn name(who: &str, what: &str) -> String {
     format!("{who}.snapshot{what}")
 }
@@ -199,6 +274,38 @@ mod tests {
         assert_eq!(deliver(&p, &dest).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
         withdraw(&d, "5");
         assert!(!d.join("5.snapshot-request").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The request's states: waiting; refused with the process's reason;
+    /// given up on (the process gone, or no answer in time), withdrawn;
+    /// ready.
+    #[test]
+    fn a_request_waits_then_is_refused_given_up_on_or_ready() {
+        use std::time::Duration;
+        let d = std::env::temp_dir().join(format!("gpumem-top-snapreq3-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let r = SnapshotRequest::ask(&d, "3", Duration::from_secs(60)).unwrap();
+        assert!(matches!(r.poll(true), RequestState::Waiting));
+        std::fs::write(d.join("3.snapshot.error"), "OutOfMemoryError").unwrap();
+        let RequestState::Failed(why) = r.poll(true) else { panic!() };
+        assert_eq!(why, NoSnapshot::Refused("OutOfMemoryError".into()));
+        assert_eq!(why.to_string(), "could not take a snapshot: OutOfMemoryError");
+        // A process that exits without answering: withdrawn at once.
+        let r = SnapshotRequest::ask(&d, "4", Duration::from_secs(60)).unwrap();
+        assert!(matches!(r.poll(false), RequestState::Failed(NoSnapshot::Exited)));
+        assert!(!d.join("4.snapshot-request").exists());
+        // No answer in time: withdrawn, and said with the time it had.
+        let r = SnapshotRequest::ask(&d, "6", Duration::ZERO).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let RequestState::Failed(why) = r.poll(true) else { panic!() };
+        assert!(why.to_string().starts_with("did not answer the snapshot request in 0 s"), "{why}");
+        assert!(!d.join("6.snapshot-request").exists());
+        let r = SnapshotRequest::ask(&d, "7", Duration::from_secs(60)).unwrap();
+        std::fs::write(d.join("7.snapshot.pickle"), b"z").unwrap();
+        let RequestState::Ready(p) = r.poll(true) else { panic!() };
+        assert_eq!(p, d.join("7.snapshot.pickle"));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

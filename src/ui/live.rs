@@ -37,10 +37,7 @@ pub struct RunChild {
 #[derive(Debug, Clone)]
 struct Pending {
     pid: u32,
-    /// How its files name it (`Published::key`).
-    who: String,
-    dir: std::path::PathBuf,
-    since: std::time::Instant,
+    request: crate::monitor::snapshot::SnapshotRequest,
 }
 
 pub struct LiveApp {
@@ -214,34 +211,21 @@ impl LiveApp {
         }
         let (pid, who, dir) =
             (h.last.pid, h.last.key(), h.last.path.parent().map(|d| d.to_path_buf()).unwrap_or_default());
-        match crate::monitor::snapshot::request(&dir, &who) {
-            Ok(()) => {
-                self.pending = Some(Pending { pid, who, dir, since: std::time::Instant::now() });
-            }
+        match crate::monitor::snapshot::SnapshotRequest::ask(&dir, &who, std::time::Duration::from_secs(60)) {
+            Ok(request) => self.pending = Some(Pending { pid, request }),
             Err(e) => self.status = format!(" cannot ask pid {pid} for a snapshot: {}: {e}", dir.display()),
         }
     }
 
-    /// Takes a snapshot answer, if one came.
+    /// Takes a snapshot answer, if one came. The process is taken to be
+    /// alive: one that exits stops publishing, and the request times out.
     fn check_snapshot(&mut self) {
-        use crate::monitor::snapshot::{deliver, poll, withdraw, Answer};
+        use crate::monitor::snapshot::{deliver, RequestState};
         let Some(p) = &self.pending else { return };
-        match poll(&p.dir, &p.who) {
-            Answer::Pending => {
-                if p.since.elapsed() > std::time::Duration::from_secs(60) {
-                    withdraw(&p.dir, &p.who);
-                    self.status = format!(
-                        " pid {} did not answer the snapshot request in 60 s (its publisher predates snapshots, or it is stuck)",
-                        p.pid
-                    );
-                    self.pending = None;
-                }
-            }
-            Answer::Failed(why) => {
-                self.status = format!(" pid {} could not take a snapshot: {why}", p.pid);
-                self.pending = None;
-            }
-            Answer::Ready(from) => {
+        match p.request.poll(true) {
+            RequestState::Waiting => return,
+            RequestState::Failed(why) => self.status = format!(" pid {} {why}", p.pid),
+            RequestState::Ready(from) => {
                 let dest = self.snapshot_dir.join(crate::monitor::snapshot::default_name(p.pid, crate::monitor::now()));
                 match deliver(&from, &dest) {
                     Ok(()) => {
@@ -251,9 +235,9 @@ impl LiveApp {
                     }
                     Err(e) => self.status = format!(" snapshot of pid {}: {}: {e}", p.pid, dest.display()),
                 }
-                self.pending = None;
             }
         }
+        self.pending = None;
     }
 
     /// A snapshot was opened and closed: back to the live view.
