@@ -134,24 +134,9 @@ impl DiffView<'_> {
         let plot = Rect { height: inner.height - 1, ..inner };
         let cols = plot.width as usize * 2;
         // Per braille column, each run's most allocated point in it.
-        let line_of = |s: &Series| -> Vec<(f64, f64)> {
-            let mut v = vec![0u64; cols];
-            let mut seen = vec![false; cols];
-            for (i, p) in s.points.iter().enumerate() {
-                let c = ((s.x_of(i) / span * cols as f64) as usize).min(cols - 1);
-                v[c] = v[c].max(p.allocated);
-                seen[c] = true;
-            }
-            // A column without points holds the value before it.
-            let mut held = 0;
-            (0..cols)
-                .map(|c| {
-                    if seen[c] {
-                        held = v[c];
-                    }
-                    (c as f64, held as f64)
-                })
-                .collect()
+        let line_of = |s: &Series| {
+            let pts = s.points.iter().enumerate().map(|(i, p)| (s.x_of(i) / span, p.allocated));
+            super::chart::column_maxima(pts, cols, true)
         };
         let (b, n) = (line_of(&m.base), line_of(&m.new));
         let cx = (self.cursor / span * cols as f64).min(cols as f64 - 1.0);

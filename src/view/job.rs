@@ -146,24 +146,8 @@ impl JobView<'_> {
         let cols = inner.width as usize * 2;
         // Per braille column, each rank's most allocated sample in it; a
         // column without samples holds the one before.
-        let line_of = |s: &[Sample]| -> Vec<(f64, f64)> {
-            let mut v = vec![None; cols];
-            for p in s {
-                let c = (((p.t - t0) / span * cols as f64) as usize).min(cols - 1);
-                v[c] = Some(v[c].unwrap_or(0).max(p.allocated));
-            }
-            let first = s.first().map_or(cols, |p| (((p.t - t0) / span * cols as f64) as usize).min(cols - 1));
-            let last = s.last().map_or(0, |p| (((p.t - t0) / span * cols as f64) as usize).min(cols - 1));
-            let mut held = 0;
-            (first..=last.max(first).min(cols - 1))
-                .map(|c| {
-                    if let Some(x) = v[c] {
-                        held = x;
-                    }
-                    (c as f64, held as f64)
-                })
-                .collect()
-        };
+        let line_of =
+            |s: &[Sample]| super::chart::column_maxima(s.iter().map(|p| ((p.t - t0) / span, p.allocated)), cols, false);
         let lines: Vec<Vec<(f64, f64)>> = self.series.iter().map(|s| line_of(s)).collect();
         let color = self.color;
         let ranks: Vec<u32> = self.job.ranks.iter().map(|r| r.rank).collect();

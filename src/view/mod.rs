@@ -4,6 +4,7 @@
 //! histogram, the timeline, and a status line. Nothing here computes metrics
 //! or owns data; the caller builds the `View` from whatever source it has.
 
+pub(crate) mod chart;
 pub(crate) mod diff;
 pub(crate) mod job;
 pub mod parts;
