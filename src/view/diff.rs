@@ -118,7 +118,7 @@ impl DiffView<'_> {
         ]);
         // The longest title that leaves the key its room on the top edge.
         let room = (area.width as usize).saturating_sub(key.width() + 4);
-        let title = super::longest_fitting(
+        let title = super::text::longest_fitting(
             [
                 format!(" Allocated ─ both runs, iterations aligned ({span} on the axis) "),
                 format!(" Allocated, {span} iterations aligned "),
@@ -173,7 +173,7 @@ impl DiffView<'_> {
         let through = ((self.cursor - (k - 1) as f64).clamp(0.0, 1.0) * 100.0).round();
         let (n, bb, nb) = (span.ceil().max(1.0) as usize, human_bytes(a(&m.base, bi)), human_bytes(a(&m.new, ni)));
         // The longest that fits: figures are never cut.
-        let footer = super::longest_fitting(
+        let footer = super::text::longest_fitting(
             [
                 format!(" cursor: iteration {k} of {n}, {through:.0}% through ─ base {bb} (event {bi}) ─ new {nb} (event {ni}) ─ ╵ iteration ends"),
                 format!(" cursor: iteration {k} of {n}, {through:.0}% through ─ base {bb} (event {bi}) ─ new {nb} (event {ni})"),

@@ -6,6 +6,7 @@
 pub(crate) use crate::replay::model::{Meaning, OomNote};
 
 use crate::alloc::{Kind, SegmentInfo, StatePoint};
+use crate::analysis::{Fragmentation, SizeBucket};
 use crate::trace::Frame;
 
 /// What the keys shared by every screen select. Drawing reads a clamped
@@ -253,4 +254,24 @@ pub(crate) enum ScaleBy {
     Peak,
     /// The device a running workload is on.
     Device,
+}
+
+/// Everything one frame shows: the parts a screen is drawn from, as the
+/// apps and exports built them (nothing is copied out of them).
+#[derive(Debug, Clone)]
+pub(crate) struct View<'a> {
+    /// The header, banner, status line and call stacks.
+    pub(crate) chrome: Chrome<'a>,
+    /// The bars' figures.
+    pub(crate) totals: Totals,
+    /// False for a snapshot without a trace: its peaks are not in the file.
+    pub(crate) peaks_known: bool,
+    pub(crate) segments: &'a [SegmentInfo],
+    pub(crate) fragmentation: Fragmentation,
+    pub(crate) histogram: Vec<SizeBucket>,
+    /// The timeline (allocated and reserved over events or samples) and
+    /// its marks.
+    pub(crate) marks: Marks<'a>,
+    /// What the keys selected (clamped to `segments`).
+    pub(crate) sel: Selection,
 }

@@ -94,7 +94,7 @@ impl Widget for &RanksView<'_> {
         let said: Vec<String> = if self.status.trim().is_empty() {
             Vec::new()
         } else {
-            let mut w = super::wrap(self.status.trim_end(), area.width as usize, 1);
+            let mut w = super::text::wrap(self.status.trim_end(), area.width as usize, 1);
             w.truncate(3);
             w
         };

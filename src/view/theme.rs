@@ -4,10 +4,11 @@
 //! colouring adds its swatches here, its meaning to `analysis`, and its
 //! legend.
 
-use ratatui_core::style::Color;
+use ratatui_core::style::{Color, Modifier, Style};
 
 use crate::analysis::categories::Category;
 use crate::analysis::BlockClass;
+use crate::analysis::BlockClass as Cell;
 
 /// A colour as the terminal draws it and as a picture fills it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,3 +53,62 @@ pub(crate) const RUN_NEW: Swatch = swatch(Color::LightRed, "#e53e3e");
 /// Timelines' series: allocated green, reserved blue.
 pub(crate) const ALLOCATED: Swatch = swatch(Color::Green, "#2f855a");
 pub(crate) const RESERVED: Swatch = swatch(Color::Blue, "#2b6cb0");
+
+/// Styles, or none at all under NO_COLOR: glyphs carry the meaning either way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Theme {
+    pub(crate) color: bool,
+}
+
+impl Theme {
+    pub(crate) fn fg(self, c: Color) -> Style {
+        if self.color {
+            Style::default().fg(c)
+        } else {
+            Style::default()
+        }
+    }
+    pub(crate) fn bold(self) -> Style {
+        Style::default().add_modifier(Modifier::BOLD)
+    }
+}
+
+impl Cell {
+    pub fn glyph(self) -> char {
+        match self {
+            Cell::Allocated => '█',
+            Cell::RoundingWaste => '▓',
+            Cell::PendingFree => '▒',
+            Cell::FreeInUsedSegment => '░',
+            Cell::FreeSegment => '·',
+        }
+    }
+    pub(crate) fn color(self) -> Color {
+        block(self).term
+    }
+    pub(crate) const LEGEND: [(Cell, &'static str); 5] = [
+        (Cell::Allocated, "allocated"),
+        (Cell::RoundingWaste, "rounding"),
+        (Cell::PendingFree, "pending free"),
+        (Cell::FreeInUsedSegment, "free in used segment"),
+        (Cell::FreeSegment, "free segment"),
+    ];
+}
+
+/// A category's colour on screens and in pictures, and its letter where
+/// there is no colour (docs/user/categories.md).
+pub(crate) fn category_color(c: Category) -> Color {
+    category(c).term
+}
+
+pub(crate) fn category_letter(c: Category) -> char {
+    match c {
+        Category::Parameter => 'P',
+        Category::Gradient => 'G',
+        Category::OptimizerState => 'O',
+        Category::Activation => 'A',
+        Category::Input => 'I',
+        Category::Temporary => 'T',
+        Category::Unknown => '?',
+    }
+}

@@ -1,0 +1,427 @@
+//! The timeline: allocated and reserved over the run (or by category),
+//! peaks labelled, iterations ticked, the cursor and the limit.
+
+use ratatui_core::buffer::Buffer;
+use ratatui_core::layout::Rect;
+use ratatui_core::style::{Color, Style};
+use ratatui_core::symbols::Marker;
+use ratatui_core::text::{Line, Span};
+use ratatui_core::widgets::Widget;
+use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
+
+use crate::analysis::categories::Category;
+use crate::analysis::{human_bytes, short_bytes};
+
+use super::parts::{self, Focus, View};
+use super::text::{boxed, duration, longest_fitting, put_row};
+use super::theme::{category_color, Theme};
+
+/// The points of a polyline without the inner points of its horizontal
+/// runs: the canvas paints the same dots for one long flat segment as for
+/// its pieces, and a steady reserved line is one run, not hundreds.
+pub(crate) fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(pts.len());
+    for (i, &p) in pts.iter().enumerate() {
+        let inner = i > 0 && i + 1 < pts.len() && pts[i - 1].1 == p.1 && pts[i + 1].1 == p.1;
+        if !inner {
+            out.push(p);
+        }
+    }
+    out
+}
+
+pub(crate) fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let n = view.marks.timeline.len();
+    let focus = if view.sel.focus == Focus::Timeline { theme.bold() } else { Style::default() };
+    let title = timeline_title(view);
+    // A per-process limit is drawn as a line, so the scale reaches it.
+    let limit = view.totals.capacity.filter(|c| c.1 == parts::ScaleBy::Limit).map(|c| c.0);
+    let top =
+        view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
+    let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
+    let key = timeline_key(view, theme, room, limit, top);
+    let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
+    if n == 0 && inner.height > 0 {
+        let note = "no timeline: the snapshot was taken without memory history (_record_memory_history), so it holds the state when it was taken and no events";
+        put_row(buf, inner.x, inner.y, inner.width, Line::from(note));
+    }
+    if n == 0 || inner.width < 4 || inner.height < 2 {
+        return;
+    }
+    let plot = Rect { height: inner.height - 1, ..inner };
+    // With iterations, the plot's top row holds the peaks' labels and the
+    // lines stay below it, so no label covers a line.
+    let label_row = !view.marks.iterations.is_empty() && plot.height >= 3;
+    let data_top = top.max(1) as f64;
+    let ymax = if label_row { data_top * plot.height as f64 / (plot.height - 1) as f64 } else { data_top };
+    // The braille column of point i: by event, or by time on a live clock.
+    let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
+    let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
+    let cols = Columns { n, cols: (plot.width as usize) * 2, times, span };
+    let (alloc, reserved) = series_points(view, &cols);
+    let stacked = stacked_lines(view, &cols);
+    let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
+    let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
+    plotted.canvas(view, theme, &cols).render(plot, buf);
+    let axis = timeline_footer(view, times, inner.width as usize);
+    buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
+}
+
+/// "Timeline ─ allocated / reserved ─ peak … @ event N (iteration K)".
+pub(crate) fn timeline_title(view: &View) -> String {
+    let n = view.marks.timeline.len();
+    let peak = view.marks.peak_at.and_then(|p| view.marks.timeline.get(p).map(|v| (p, v.allocated)));
+    let t0 = view.marks.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
+    let title = match peak {
+        Some((p, v)) if view.marks.clock.is_some() => {
+            let at = view.marks.clock.and_then(|c| c.times.get(p).copied()).unwrap_or(t0);
+            let step = if view.marks.iterations.is_empty() {
+                String::new()
+            } else {
+                format!(", step {}", view.marks.iterations.partition_point(|&m| m < p) + 1)
+            };
+            format!(" Timeline ─ allocated / reserved ─ peak {} at {}{step} ", human_bytes(v), duration(at - t0))
+        }
+        // A run's timeline keeps its latest events only: its peak is the
+        // shown window's, which the bars' all-time peak may exceed.
+        Some((p, v)) if view.marks.first_event > 0 => {
+            let u = view.marks.unit;
+            format!(" Timeline ─ last {n} {u}s ─ peak in view {} @ {u} {} ", human_bytes(v), p + view.marks.first_event)
+        }
+        Some((p, v)) if !view.marks.iterations.is_empty() => format!(
+            " Timeline ─ allocated / reserved ─ peak {} @ {} {p} (iteration {}) ",
+            human_bytes(v),
+            view.marks.unit,
+            view.marks.iterations.partition_point(|&m| m <= p) + 1
+        ),
+        Some((p, v)) => {
+            format!(" Timeline ─ allocated / reserved ─ peak {} @ {} {p} ", human_bytes(v), view.marks.unit)
+        }
+        None => " Timeline ─ allocated / reserved ".to_string(),
+    };
+    title
+}
+
+/// The scale and which line is which (reserved is never below allocated,
+/// so without colour it is the upper line): what fits in `room` beside
+/// the title of the scale, the key and the limit line's, or none.
+pub(crate) fn timeline_key(
+    view: &View,
+    theme: Theme,
+    room: usize,
+    limit: Option<u64>,
+    top: u64,
+) -> Option<Line<'static>> {
+    let n = view.marks.timeline.len();
+    // The limit is the scale's top when the run kept under it.
+    let scale = match limit {
+        Some(l) if l == top => format!(" 0–{} ┄ the limit ", short_bytes(top)),
+        _ => format!(" 0–{} ", short_bytes(top)),
+    };
+    let long = " ━ allocated under ━ reserved ";
+    let limit_key = match limit {
+        Some(l) if l != top => format!("┄ limit {} ", short_bytes(l)),
+        _ => String::new(),
+    };
+    let (scale_w, long_w, limit_w) = (scale.chars().count(), long.chars().count(), limit_key.chars().count());
+    // What fits beside the title: scale and key (with the limit line's),
+    // the scale and the limit, the scale, or nothing.
+    let key = match n {
+        0 => None,
+        _ if stacked_meaning(view).is_some() && scale_w + 36 <= room => Some(Line::from(vec![
+            Span::raw(format!("{}─", scale)),
+            Span::raw(" allocated stacked by category "),
+            Span::styled("━ reserved ", theme.fg(Color::Blue)),
+        ])),
+        _ if scale_w + long_w + limit_w <= room => Some(Line::from(vec![
+            Span::raw(format!("{}─", scale)),
+            Span::styled(" ━ allocated", theme.fg(Color::Green)),
+            Span::raw(" under "),
+            Span::styled("━ reserved ", theme.fg(Color::Blue)),
+            Span::styled(limit_key, theme.fg(Color::Red)),
+        ])),
+        _ if scale_w + limit_w <= room => {
+            Some(Line::from(vec![Span::raw(scale), Span::styled(limit_key, theme.fg(Color::Red))]))
+        }
+        _ if scale_w <= room => Some(Line::from(scale)),
+        _ => None,
+    };
+    key
+}
+
+/// A point of the plot: braille column, bytes.
+pub(crate) type Point = (f64, f64);
+
+/// Where points go across the plot: by event, or by time on a live clock.
+pub(crate) struct Columns<'t> {
+    /// Points.
+    n: usize,
+    /// Braille columns.
+    cols: usize,
+    times: Option<&'t [f64]>,
+    span: f64,
+}
+
+impl Columns<'_> {
+    /// The braille column of point `i`.
+    fn col(&self, i: usize) -> f64 {
+        let i = i.min(self.n - 1);
+        match self.times {
+            Some(t) => (((t[i] - t[0]) / self.span * self.cols as f64) as usize).min(self.cols - 1) as f64,
+            None => (i * self.cols / self.n) as f64,
+        }
+    }
+}
+
+/// Per braille column, the highest value of each series in its points; on
+/// a clock a column without points holds the value before it.
+pub(crate) fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
+    let (n, cols, times) = (c.n, c.cols, c.times);
+    let col = |i| c.col(i);
+    let mut alloc_pts = Vec::with_capacity(cols);
+    let mut resv_pts = Vec::with_capacity(cols);
+    if times.is_some() {
+        let mut cells: Vec<Option<(u64, u64)>> = vec![None; cols];
+        for (i, p) in view.marks.timeline.iter().enumerate() {
+            let c = &mut cells[col(i) as usize];
+            *c = Some(c.map_or((p.allocated, p.reserved), |(a, r)| (a.max(p.allocated), r.max(p.reserved))));
+        }
+        let mut held = (0, 0);
+        for (c, cell) in cells.into_iter().enumerate() {
+            held = cell.unwrap_or(held);
+            alloc_pts.push((c as f64, held.0 as f64));
+            resv_pts.push((c as f64, held.1 as f64));
+        }
+    } else {
+        for c in 0..cols {
+            let lo = c * n / cols;
+            let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+            let slice = &view.marks.timeline[lo..hi];
+            let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
+            let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
+            alloc_pts.push((c as f64, a));
+            resv_pts.push((c as f64, r));
+        }
+    }
+    (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts))
+}
+
+/// The categories the timeline stacks, where `w` asks for them and their
+/// history is kept (a running synthetic run keeps none: its map alone).
+pub(crate) fn stacked_meaning<'v>(view: &View<'v>) -> Option<parts::Meaning<'v>> {
+    view.sel.color_by.meaning(view.marks.meaning).filter(|m| m.keeps_history())
+}
+
+/// By category: each column's most allocated point, stacked in
+/// `Category::ALL` order (the top line is allocated); none unless asked.
+pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f64)>)> {
+    let (n, cols, times) = (c.n, c.cols, c.times);
+    let stacked: Vec<(Color, Vec<(f64, f64)>)> = match stacked_meaning(view).filter(|_| times.is_none()) {
+        Some(m) => {
+            let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
+            for c in 0..cols {
+                let lo = c * n / cols;
+                let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+                let top =
+                    (lo..hi).max_by_key(|&i| (view.marks.timeline[i].allocated, std::cmp::Reverse(i))).unwrap_or(lo);
+                let b = m.bytes_after(top + view.marks.first_event).unwrap_or_default();
+                let mut sum = 0u64;
+                for (k, cat) in Category::ALL.into_iter().enumerate() {
+                    sum += b.get(cat);
+                    lines[k].push((c as f64, sum as f64));
+                }
+            }
+            Category::ALL
+                .into_iter()
+                .zip(lines)
+                .filter(|(_, l)| l.windows(2).any(|w| w[0] != w[1]) || l.iter().any(|p| p.1 > 0.0))
+                .map(|(cat, l)| (category_color(cat), flat_runs_joined(&l)))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    stacked
+}
+
+/// Per-iteration peaks, labelled highest first where the labels do not
+/// overlap, so the global peak always gets its label: on the plot's top
+/// row (`top_row`, its height) or at the peak.
+pub(crate) fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> Vec<(f64, f64, String)> {
+    let mut labels: Vec<(f64, f64, String)> = Vec::new();
+    if !view.marks.iterations.is_empty() {
+        let mut peaks = crate::analysis::iteration_peaks(view.marks.timeline, view.marks.iterations);
+        peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut taken: Vec<(usize, usize)> = Vec::new();
+        let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
+        for (i, v) in peaks {
+            let text = format!("▲{}", short_bytes(v));
+            // Past the top few, a peak the same as one labelled already says
+            // nothing new: a long run of equal iterations gets a few labels,
+            // not a row of them.
+            if labels.len() >= TOP_LABELS && said.contains(&text) {
+                continue;
+            }
+            let w = text.chars().count();
+            let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
+            if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
+                said.insert(text.clone());
+                taken.push((cell, cell + w));
+                labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text));
+            }
+        }
+    }
+    labels
+}
+
+/// Iteration peaks labelled whatever their value; past them, only values
+/// not labelled yet.
+pub(crate) const TOP_LABELS: usize = 3;
+
+/// The least distance between two iteration ticks drawn, in the canvas's
+/// units (two a cell): four cells, so that the canvas's rounding of where
+/// text lands never leaves fewer than three.
+pub(crate) const TICK_SPACING: f64 = 8.0;
+
+/// What the timeline's plot draws.
+pub(crate) struct Plotted {
+    alloc: Vec<(f64, f64)>,
+    reserved: Vec<(f64, f64)>,
+    stacked: Vec<(Color, Vec<(f64, f64)>)>,
+    labels: Vec<(f64, f64, String)>,
+    limit: Option<u64>,
+    ymax: f64,
+}
+
+impl Plotted {
+    /// The series, the limit, the cursor and the marks on a braille canvas.
+    fn canvas<'p>(
+        &'p self,
+        view: &'p View,
+        theme: Theme,
+        c: &Columns,
+    ) -> Canvas<'p, impl Fn(&mut ratatui_widgets::canvas::Context) + 'p> {
+        let cols = c.cols;
+        let cursor_x = c.col(view.marks.cursor);
+        let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| c.col(o)).collect();
+        let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| c.col(e)).collect();
+        // Iteration ends at least three cells apart: denser, they are a comb
+        // (the title counts them all).
+        let mut iters: Vec<f64> = Vec::new();
+        for x in view.marks.iterations.iter().map(|&e| c.col(e)) {
+            if iters.last().is_none_or(|&l| x - l >= TICK_SPACING) {
+                iters.push(x);
+            }
+        }
+        let (ymax, limit) = (self.ymax, self.limit);
+        let (resv_pts, alloc_pts, stacked, labels) = (&self.reserved, &self.alloc, &self.stacked, &self.labels);
+        Canvas::default().marker(Marker::Braille).x_bounds([0.0, cols as f64]).y_bounds([0.0, ymax]).paint(move |ctx| {
+            for w in resv_pts.windows(2) {
+                ctx.draw(&CanvasLine::new(
+                    w[0].0,
+                    w[0].1,
+                    w[1].0,
+                    w[1].1,
+                    if theme.color { Color::Blue } else { Color::Reset },
+                ));
+            }
+            if stacked.is_empty() {
+                for w in alloc_pts.windows(2) {
+                    ctx.draw(&CanvasLine::new(
+                        w[0].0,
+                        w[0].1,
+                        w[1].0,
+                        w[1].1,
+                        if theme.color { Color::Green } else { Color::Reset },
+                    ));
+                }
+            }
+            for (color, pts) in stacked {
+                for w in pts.windows(2) {
+                    let color = if theme.color { *color } else { Color::Reset };
+                    ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, color));
+                }
+            }
+            if let Some(l) = limit {
+                // Dashed, so it does not read as a series.
+                let mut x = 0.0;
+                while x < cols as f64 {
+                    let end = (x + 3.0).min(cols as f64);
+                    ctx.draw(&CanvasLine::new(x, l as f64, end, l as f64, Color::Red));
+                    x += 6.0;
+                }
+            }
+            ctx.draw(&CanvasLine::new(
+                cursor_x,
+                0.0,
+                cursor_x,
+                ymax,
+                if theme.color { Color::Yellow } else { Color::Reset },
+            ));
+            for &x in &iters {
+                ctx.print(x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)));
+            }
+            for (x, y, t) in labels {
+                ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
+            }
+            for &x in &cleared {
+                ctx.print(x, 0.0, Span::styled("E", theme.fg(Color::Cyan)));
+            }
+            for &x in &marks {
+                // On the floor, with the step ticks: at the top an OOM
+                // would cover the peak's label.
+                ctx.print(x, 0.0, Span::styled("✗", theme.fg(Color::Red)));
+            }
+        })
+    }
+}
+
+/// The line under the plot: the cursor's (or now's) figures and the marks'
+/// counts, the longest that fits in `width`.
+pub(crate) fn timeline_footer(view: &View, times: Option<&[f64]>, width: usize) -> String {
+    let n = view.marks.timeline.len();
+    let axis = match (view.marks.clock, times) {
+        (Some(c), Some(t)) => {
+            let at = if c.recorded { view.marks.cursor.min(n - 1) } else { n - 1 };
+            let p = &view.marks.timeline[at];
+            let when = if c.recorded {
+                format!("cursor at {} of {}", duration(t[at] - t[0]), duration(t[n - 1] - t[0]))
+            } else {
+                format!("now (+{})", duration(t[n - 1] - t[0]))
+            };
+            format!(
+                " {} ─── {when} ─ allocated {} ─ reserved {} ─ ✗ {} ─ ╵ {} {}",
+                duration(0.0),
+                human_bytes(p.allocated),
+                human_bytes(p.reserved),
+                crate::analysis::count(view.marks.ooms.len(), "OOM"),
+                crate::analysis::count(view.marks.iterations.len(), "step"),
+                if view.marks.iterations.is_empty() {
+                    "(no optimizer step seen) "
+                } else if c.step_peaks {
+                    "▲ each step's own peak "
+                } else {
+                    "at their ends (no per-step peaks: run without --no-step-peaks) "
+                }
+            )
+        }
+        _ => {
+            let (at, of) = (view.marks.cursor + view.marks.first_event, n + view.marks.first_event);
+            let u = view.marks.unit;
+            let p = &view.marks.timeline[view.marks.cursor.min(n - 1)];
+            let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));
+            let (ooms, ecs, its) = (view.marks.ooms.len(), view.marks.empty_caches.len(), view.marks.iterations.len());
+            // The longest that fits: every mark's count stays, in short.
+            let footers = [
+                format!(
+                    " cursor: {u} {at} of {of} ─ allocated {a} ─ reserved {r} ─ ✗ {} ─ E {ecs} empty_cache ─ ╵ {} ▲ peaks ",
+                    crate::analysis::count(ooms, "OOM"),
+                    crate::analysis::count(its, "iteration")
+                ),
+                format!(" {u} {at}/{of} ─ allocated {a} ─ reserved {r} ─ ✗ {ooms} ─ E {ecs} ─ ╵ {its} "),
+                format!(" {at}/{of} ─ {} / {} ─ ✗{ooms} E{ecs} ╵{its} ", short_bytes(p.allocated), short_bytes(p.reserved)),
+            ];
+            longest_fitting(footers, width).unwrap_or_default()
+        }
+    };
+    axis
+}
