@@ -231,7 +231,7 @@ fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<St
         names.push(path.display().to_string());
         samples.push(s);
     }
-    crate::fit::check_order(&samples, &names).map_err(|e| anyhow!(InputError(e)))?;
+    crate::fit::check_order(&samples, &names)?;
     Ok((samples, names, recorded_conf.unwrap_or_default()))
 }
 
@@ -260,7 +260,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     // The replay of each sample's own requests, against PyTorch's peaks.
     let mut self_check = Vec::new();
     let fit_input: Vec<Sample> = samples.clone();
-    let mut fitted = Fit::new(fit_input).map_err(|e| anyhow!(InputError(e)))?;
+    let mut fitted = Fit::new(fit_input)?;
     for s in &samples {
         let p = fitted.predict(s.batch, &base, &Target { limit: None, ..target.clone() });
         let err = |got: u64, want: u64| if want == 0 { 0.0 } else { got as f64 / want as f64 - 1.0 };
@@ -271,7 +271,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         ));
     }
     fitted.report.self_check = self_check;
-    let warnings = fitted.report.judge().map_err(|e| anyhow!(InputError(e)))?;
+    let warnings = fitted.report.judge()?;
     let largest = *fitted.samples.last().unwrap_or(&1);
     let batches: Vec<u64> = if args.targets.is_empty() {
         [2, 4, 8].iter().map(|k| largest.saturating_mul(*k).min(MAX_BATCH)).collect()

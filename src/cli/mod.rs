@@ -63,6 +63,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(r) = c.downcast_ref::<crate::monitor::recorder::RecorderError>() {
             return r.exit_code();
         }
+        if let Some(f) = c.downcast_ref::<crate::fit::FitError>() {
+            return f.exit_code();
+        }
         if c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>() {
             return 2;
         }

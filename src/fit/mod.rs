@@ -266,32 +266,55 @@ pub(crate) const REFUSE_SELF_CHECK: (f64, f64) = (0.05, 0.10);
 /// Off by more than this, the predictions are printed with a warning.
 pub(crate) const WARN_SELF_CHECK: (f64, f64) = (0.01, 0.05);
 
+/// Samples `fit` cannot predict from: bad input, exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// Fewer than two batch sizes.
+    #[error("{0}")]
+    TooFew(String),
+    /// Samples that cannot be right: one run given twice, a run that ran
+    /// out of memory, a larger batch peaking lower (swapped labels).
+    #[error("{0}")]
+    Samples(String),
+    /// Samples that are not one program at their batches: too few
+    /// requests align, or the fit does not reproduce its own samples.
+    #[error("{0}")]
+    NotOneProgram(String),
+}
+
+impl FitError {
+    /// Every one is the user's samples: exit code 2.
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
 /// Samples whose labels cannot be right: a larger batch whose recorded
 /// peak allocated is more than 1% below a smaller batch's (the labels
 /// swapped, most likely). `names`: each sample's file, in `samples`' order.
-pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), String> {
+pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), FitError> {
     // One run given at two batches (the same file, or a copy of it: the
     // same requests) fits a line through one point.
     for (j, (s, n)) in samples.iter().zip(names).enumerate() {
         let same = samples[..j].iter().zip(names).find(|(o, _)| o.batch != s.batch && o.reqs == s.reqs);
         if let Some((o, on)) = same {
-            return Err(format!(
+            return Err(FitError::Samples(format!(
                 "{n} (batch {}) and {on} (batch {}) are the same snapshot: the samples must be runs at their own batches",
                 s.batch, o.batch
-            ));
+            )));
         }
     }
     // A sample that ran out of memory peaked at what it held when it
     // failed: said as that, before any order it breaks is blamed on labels.
     if let Some((s, n)) = samples.iter().zip(names).find(|(s, _)| s.recorded_ooms > 0) {
-        return Err(format!(
+        return Err(FitError::Samples(format!(
             "{n} (batch {}) ran out of memory while it was recorded ({} OOM{}): its peak, {}, is what it held when it failed, not what batch {} needs; record the samples at batches that fit the device (smaller ones: fit predicts the larger)",
             s.batch,
             s.recorded_ooms,
             if s.recorded_ooms == 1 { "" } else { "s" },
             crate::analysis::human_bytes(s.recorded_allocated_peak),
             s.batch
-        ));
+        )));
     }
     let mut by_batch: Vec<(&Sample, &String)> = samples.iter().zip(names).collect();
     by_batch.sort_by_key(|(s, _)| s.batch);
@@ -300,13 +323,13 @@ pub(crate) fn check_order(samples: &[Sample], names: &[String]) -> Result<(), St
         if large.batch > small.batch
             && (large.recorded_allocated_peak as f64) < 0.99 * small.recorded_allocated_peak as f64
         {
-            return Err(format!(
+            return Err(FitError::Samples(format!(
                 "{ln} (batch {}) peaked at {} allocated, below {sn} (batch {}) at {}: a larger batch cannot need less memory; are the @BATCH labels swapped?",
                 large.batch,
                 crate::analysis::human_bytes(large.recorded_allocated_peak),
                 small.batch,
                 crate::analysis::human_bytes(small.recorded_allocated_peak)
-            ));
+            )));
         }
     }
     Ok(())
@@ -317,16 +340,16 @@ impl FitReport {
     /// where they cannot (too few requests align, or the fit does not
     /// reproduce its own samples), else warnings to print with the
     /// predictions.
-    pub(crate) fn judge(&self) -> Result<Vec<String>, String> {
+    pub(crate) fn judge(&self) -> Result<Vec<String>, FitError> {
         let share = self.aligned as f64 / self.requests.max(1) as f64;
         if share < MIN_ALIGNED {
-            return Err(format!(
+            return Err(FitError::NotOneProgram(format!(
                 "only {} of {} requests align across the samples ({:.0}%; one script at two batches aligns over {:.0}%): they are not the same program's steps (another model, script or settings?)",
                 self.aligned,
                 self.requests,
                 share * 100.0,
                 MIN_ALIGNED * 100.0
-            ));
+            )));
         }
         let mut warnings = Vec::new();
         for &(b, ea, er) in &self.self_check {
@@ -336,9 +359,9 @@ impl FitReport {
                 er * 100.0
             );
             if ea.abs() > REFUSE_SELF_CHECK.0 || er.abs() > REFUSE_SELF_CHECK.1 {
-                return Err(format!(
+                return Err(FitError::NotOneProgram(format!(
                     "{said}: the samples do not describe one program at these batches; check that each SNAPSHOT@BATCH names the batch it ran and that all come from one script"
-                ));
+                )));
             }
             if ea.abs() > WARN_SELF_CHECK.0 || er.abs() > WARN_SELF_CHECK.1 {
                 warnings.push(format!("{said}: the predictions are less certain than docs/user/fit.md measures"));
@@ -516,10 +539,10 @@ fn scratch_space(reqs: &[Request]) -> (HashSet<usize>, HashSet<usize>) {
 impl Fit {
     /// Aligns the samples (at least two, different batches) and fits each
     /// request's size.
-    pub fn new(mut samples: Vec<Sample>) -> Result<Fit, String> {
+    pub fn new(mut samples: Vec<Sample>) -> Result<Fit, FitError> {
         samples.sort_by_key(|s| s.batch);
         if samples.len() < 2 || samples.windows(2).any(|w| w[0].batch == w[1].batch) {
-            return Err("fit needs snapshots at two or more different batch sizes".into());
+            return Err(FitError::TooFew("fit needs snapshots at two or more different batch sizes".into()));
         }
         let last = samples.len() - 1;
         let sk = &samples[last];
@@ -890,13 +913,15 @@ mod judging {
 
     #[test]
     fn too_few_aligned_or_a_self_check_far_off_refuses_and_a_little_off_warns() {
-        assert!(report(799, vec![]).judge().unwrap_err().contains("only 799 of 1000 requests align"));
+        assert!(report(799, vec![]).judge().unwrap_err().to_string().contains("only 799 of 1000 requests align"));
         assert_eq!(report(800, vec![(2, 0.0, 0.0), (4, -0.01, 0.05)]).judge().unwrap(), Vec::<String>::new());
         let w = report(1000, vec![(2, 0.0, 0.0), (4, 0.0101, 0.0)]).judge().unwrap();
         assert_eq!(w.len(), 1);
         assert!(w[0].starts_with("the fit replays its own sample at batch 4 +1.01% off in peak allocated"), "{w:?}");
         assert_eq!(report(1000, vec![(8, 0.0, -0.051)]).judge().unwrap().len(), 1);
         let e = report(1000, vec![(2, -0.0501, 0.0)]).judge().unwrap_err();
+        assert!(matches!(e, FitError::NotOneProgram(_)));
+        let e = e.to_string();
         assert!(e.contains("-5.01% off in peak allocated") && e.contains("do not describe one program"), "{e}");
         assert!(report(1000, vec![(2, 0.0, 0.1001)]).judge().is_err());
     }
