@@ -5,7 +5,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 
@@ -40,20 +39,27 @@ fn alone(args: &ReplayArgs, path: &Path) -> ReplayArgs {
     ReplayArgs { trace: path.to_path_buf(), more: Vec::new(), ..args.clone() }
 }
 
-/// Each rank's `replay --json` report (exactly as alone), and its exit code.
-fn reports(args: &ReplayArgs, paths: &[PathBuf], traces: &[Trace]) -> Result<Vec<(ReplayReport, ExitCode)>> {
-    paths.iter().zip(traces).map(|(p, t)| super::replay::replay_report(&alone(args, p), t)).collect()
+/// Each rank replayed once, exactly as alone: its `replay --json` report,
+/// its exit code, and with `text` its summary.
+fn reports(
+    args: &ReplayArgs,
+    paths: &[PathBuf],
+    traces: &[Trace],
+    text: bool,
+) -> Result<Vec<(ReplayReport, ExitCode, Vec<u8>)>> {
+    paths.iter().zip(traces).map(|(p, t)| super::replay::replay_report(&alone(args, p), t, text)).collect()
 }
 
 /// The figure each rank is compared on, from its report: its peak where
 /// every rank has one, else what its snapshot holds allocated.
-fn measure_of(reports: &[(ReplayReport, ExitCode)]) -> (Measure, Vec<u64>) {
-    let peaks: Option<Vec<u64>> = reports.iter().map(|(r, _)| r.peak.as_ref().map(|p| p.allocated_bytes)).collect();
+fn measure_of(reports: &[(ReplayReport, ExitCode, Vec<u8>)]) -> (Measure, Vec<u64>) {
+    let peaks: Option<Vec<u64>> = reports.iter().map(|(r, _, _)| r.peak.as_ref().map(|p| p.allocated_bytes)).collect();
     match peaks {
         Some(p) => (Measure::PeakAllocated, p),
-        None => {
-            (Measure::AllocatedInSnapshot, reports.iter().map(|(r, _)| r.stat("allocated_bytes.all.current")).collect())
-        }
+        None => (
+            Measure::AllocatedInSnapshot,
+            reports.iter().map(|(r, _, _)| r.stat("allocated_bytes.all.current")).collect(),
+        ),
     }
 }
 
@@ -82,35 +88,36 @@ pub(crate) fn replay_ranks(args: &ReplayArgs) -> Result<ExitCode> {
     if interactive && args.compare.is_empty() && args.at.is_none() {
         return tui(args, &paths, traces, &ranks);
     }
-    let reports = reports(args, &paths, &traces)?;
+    let reports = reports(args, &paths, &traces, !args.json)?;
     let (measure, figures) = measure_of(&reports);
     let by_rank: Vec<(u32, u64)> = ranks.iter().copied().zip(figures.iter().copied()).collect();
     let imbalance = Imbalance::of(&by_rank, measure);
     // The worst exit of the ranks': 1 where one diverged or would run out.
-    let code = if reports.iter().any(|(_, c)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
+    let code =
+        if reports.iter().any(|(_, c, _)| *c != ExitCode::SUCCESS) { ExitCode::from(1) } else { ExitCode::SUCCESS };
     let mut so = super::io::text_out();
     if args.json {
         let ranks = reports
             .into_iter()
             .zip(&ranks)
             .zip(&paths)
-            .map(|(((report, _), &rank), p)| RankReport { rank, path: p.display().to_string(), report })
+            .map(|(((report, _, _), &rank), p)| RankReport { rank, path: p.display().to_string(), report })
             .collect();
         serde_json::to_writer(&mut so, &RanksReport { ranks, imbalance })?;
         writeln!(so)?;
         return Ok(code);
     }
     write!(so, "{}", side_by_side(&reports, &ranks, &paths, imbalance.as_ref()))?;
-    for ((p, rank), t) in paths.iter().zip(&ranks).zip(&traces) {
+    for ((p, rank), (_, _, summary)) in paths.iter().zip(&ranks).zip(&reports) {
         writeln!(so, "\n── rank {rank}: {} ──", p.display())?;
-        super::replay::replay_trace(&alone(args, p), t, &mut so, false, Instant::now())?;
+        so.write_all(summary)?;
     }
     Ok(code)
 }
 
 /// The table at the top of the summary: one row per rank.
 fn side_by_side(
-    reports: &[(ReplayReport, ExitCode)],
+    reports: &[(ReplayReport, ExitCode, Vec<u8>)],
     ranks: &[u32],
     paths: &[PathBuf],
     imb: Option<&Imbalance>,
@@ -125,7 +132,7 @@ fn side_by_side(
     out.push_str(&row(["rank", "file", "allocated", "peak allocated", "peak reserved", "vs median", "OOMs", "replay"]));
     let m = imb.map_or(0, |i| i.median_peak_bytes);
     let by_peak = imb.is_some_and(|i| i.measure == Measure::PeakAllocated);
-    for (((r, _), rank), p) in reports.iter().zip(ranks).zip(paths) {
+    for (((r, _, _), rank), p) in reports.iter().zip(ranks).zip(paths) {
         let peak = r.peak.as_ref().map(|p| p.allocated_bytes);
         let now = r.stat("allocated_bytes.all.current");
         let figure = if by_peak { peak.unwrap_or(0) } else { now };

@@ -15,7 +15,7 @@ use super::args::{parse_capacity, parse_conf, At, InputError, MemoryCap, TorchAr
 use super::io::{color, load_input, trace_name};
 use super::live::{read_recording, replay_recording};
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind, SegmentInfo};
-use crate::analysis::categories::{start_blocks, Categories};
+use crate::analysis::categories::Categories;
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
 use crate::replay::model::ReplayModel;
@@ -65,11 +65,18 @@ pub(crate) fn replay_trace(
     Ok(r.exit_code())
 }
 
-/// `replay --json` of a trace already read, as a typed report, and the
-/// exit code `replay` would give (several ranks' reports side by side).
-pub(crate) fn replay_report(args: &ReplayArgs, trace: &Trace) -> Result<(ReplayReport, ExitCode)> {
+/// One replay of a trace already read: its `--json` report as a type, the
+/// exit code `replay` would give, and with `text` its summary (several
+/// ranks side by side: the table from the reports, then each summary).
+pub(crate) fn replay_report(args: &ReplayArgs, trace: &Trace, text: bool) -> Result<(ReplayReport, ExitCode, Vec<u8>)> {
     match replayed(args, trace, false, Instant::now())? {
-        Outcome::Replayed(r) => Ok((r.report(), r.exit_code())),
+        Outcome::Replayed(r) => {
+            let mut summary = Vec::new();
+            if text {
+                r.write_text(&mut summary, args.at)?;
+            }
+            Ok((r.report(), r.exit_code(), summary))
+        }
         Outcome::Viewed(code) => {
             Err(anyhow!("{}: replayed on a screen ({code:?}), not into a report", args.trace.display()))
         }
@@ -189,7 +196,7 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
             .with_context(|| format!("writing {}", path.display()))?;
     }
 
-    let exact_ok = session.exact.divergence.is_none() && session.start != Start::StateOnly;
+    let exact_ok = session.replayed_history();
     let (stats, segments) = state_shown(args, &session, dev, exact_ok)?;
     let replayed_label = if fidelity.is_faithful() { "recorded" } else { "replayed" };
     let label = if what_if_conf.is_some() || limit.is_some() { &exact_conf.source } else { &recorded_conf.source };
@@ -202,13 +209,7 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
         let reqs = session.requests().to_vec();
         rows.extend(compare_confs.iter().map(|(label, conf)| compare_row(&reqs, label, conf, args, limit)));
     }
-    let cats = Categories::of(
-        dev,
-        &trace.stacks,
-        &trace.annotations,
-        &start_blocks(dev, &session.seed),
-        exact_ok.then_some(session.exact.allocated.as_slice()),
-    );
+    let cats = session.categories(&trace.stacks, &trace.annotations);
     let last = dev.events.len().checked_sub(1);
     let at_event = args.at.map(|at| at_event(at, &session, dev, exact_ok));
     let new_oom = new_oom_report(&session, trace, dev);

@@ -99,7 +99,14 @@ const DEFS: &str = r##"<defs>
 </defs>"##;
 
 fn fill(state: usize) -> &'static str {
-    ["#38a169", "url(#waste)", "url(#pending)", "url(#inactive)", "#bee3f8"][state]
+    use crate::analysis::BlockClass;
+    [
+        theme::block(BlockClass::Allocated).hex,
+        "url(#waste)",
+        "url(#pending)",
+        "url(#inactive)",
+        theme::block(BlockClass::FreeSegment).hex,
+    ][state]
 }
 
 /// The colour under each state's fill: the hues of the terminal's map

@@ -6,9 +6,9 @@
 use thiserror::Error;
 
 use super::model::ReplayModel;
-use super::session::{ReleaseAsk, Session, Start, Want};
+use super::session::{ReleaseAsk, Session, Want};
 use crate::alloc::{AllocatorConfig, Release};
-use crate::analysis::categories::{start_blocks, Categories};
+use crate::analysis::categories::Categories;
 use crate::trace::{DeviceTrace, Trace};
 
 /// The conditions to replay under; the default is the run as recorded, on
@@ -153,22 +153,8 @@ impl<'t> Opened<'t> {
         OpenError::diverged(&self.name, d)
     }
 
-    /// Whether the replay ran the recorded history to its end exactly (a
-    /// snapshot without history has none).
-    pub fn replayed_history(&self) -> bool {
-        self.session.exact.divergence.is_none() && self.session.start != Start::StateOnly
-    }
-
-    /// What each block of the recorded run is (docs/user/categories.md), from
-    /// the replay's own allocation order where it reproduced the run.
+    /// What each block of the recorded run is (`Session::categories`).
     pub fn categories(&self) -> Categories {
-        let order = self.replayed_history().then_some(self.session.exact.allocated.as_slice());
-        Categories::of(
-            self.dev,
-            &self.trace.stacks,
-            &self.trace.annotations,
-            &start_blocks(self.dev, &self.session.seed),
-            order,
-        )
+        self.session.categories(&self.trace.stacks, &self.trace.annotations)
     }
 }

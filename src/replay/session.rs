@@ -592,6 +592,25 @@ impl<'a> Session<'a> {
         Ok(s)
     }
 
+    /// Whether the replay ran the recorded history to its end exactly (a
+    /// snapshot without history has none).
+    pub fn replayed_history(&self) -> bool {
+        self.exact.divergence.is_none() && self.start != Start::StateOnly
+    }
+
+    /// What each block of the recorded run is (docs/user/categories.md),
+    /// from the replay's own allocation order where it ran the history
+    /// exactly; `stacks` and `annotations` are the trace's.
+    pub(crate) fn categories(
+        &self,
+        stacks: &[Vec<Frame>],
+        annotations: &[crate::trace::Annotation],
+    ) -> crate::analysis::categories::Categories {
+        let order = self.replayed_history().then_some(self.exact.allocated.as_slice());
+        let start = crate::analysis::categories::start_blocks(self.dev, &self.seed);
+        crate::analysis::categories::Categories::of(self.dev, stacks, annotations, &start, order)
+    }
+
     /// The limit replayed under: the one asked for, or the run's own as
     /// found from the trace.
     pub fn memory_limit(&self) -> Option<u64> {

@@ -134,9 +134,3 @@ impl Input {
         std::io::BufReader::with_capacity(1 << 16, std::io::Cursor::new(self.head).chain(self.rest))
     }
 }
-
-/// Reads the trace at `path` (no progress line, default bounds): what
-/// tests, benchmarks and screens opening a file over another use.
-pub fn read_trace(path: &Path) -> Result<Trace, InputError> {
-    Input::open(path)?.read_trace(None)
-}
