@@ -83,7 +83,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         ))));
     }
     let trace = load_input(input, args.max_unpacked)?;
-    check_at(args.at, crate::replay::open::device(&trace, args.device)?)?;
+    check_at(args.at, crate::replay::open::device(&trace, &args.trace.display().to_string(), args.device)?)?;
     let opts = OpenOptions {
         device: args.device,
         memory_limit: args.memory_limit,

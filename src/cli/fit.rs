@@ -222,7 +222,7 @@ fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<St
     for spec in specs {
         let (path, batch) = sample_of(spec)?;
         let trace = load_with_progress(&path)?;
-        let dev = crate::replay::open::device(&trace, None)?;
+        let dev = crate::replay::open::device(&trace, &path.display().to_string(), None)?;
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
         let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);

@@ -142,7 +142,7 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
         args.compare.iter().map(|c| parse_conf(c).map(|p| (c.clone(), p))).collect::<Result<_>>()?;
-    check_at(args.at, crate::replay::open::device(trace, args.device)?)?;
+    check_at(args.at, crate::replay::open::device(trace, &args.trace.display().to_string(), args.device)?)?;
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
 

@@ -48,10 +48,10 @@ impl Default for OpenOptions {
 /// Why a trace could not be opened for replay.
 #[derive(Debug, Error)]
 pub enum OpenError {
-    #[error("the trace has no device {0}")]
-    NoDevice(i32),
-    #[error("the trace has no events and no segments")]
-    Empty,
+    #[error("{name}: the trace has no device {device} (it has: {has})")]
+    NoDevice { name: String, device: i32, has: String },
+    #[error("{name}: the trace has no events and no segments")]
+    Empty { name: String },
     /// The trace contradicts itself (its history cannot start anywhere).
     #[error("{name}: {reason}")]
     Unreadable { name: String, reason: String },
@@ -73,7 +73,7 @@ impl OpenError {
     /// reproduce is ours (1).
     pub fn exit_code(&self) -> u8 {
         match self {
-            OpenError::NoDevice(_) | OpenError::Empty | OpenError::Unreadable { .. } => 2,
+            OpenError::NoDevice { .. } | OpenError::Empty { .. } | OpenError::Unreadable { .. } => 2,
             OpenError::NotExact { .. } | OpenError::Diverged { .. } => 1,
         }
     }
@@ -90,17 +90,22 @@ pub struct Opened<'t> {
     pub name: String,
 }
 
-/// The device `want` names, or the busiest.
-pub fn device(trace: &Trace, want: Option<i32>) -> Result<&DeviceTrace, OpenError> {
+/// The device `want` names, or the busiest, of `trace` (read from the
+/// input `name`).
+pub fn device<'t>(trace: &'t Trace, name: &str, want: Option<i32>) -> Result<&'t DeviceTrace, OpenError> {
     match want {
-        Some(d) => trace.devices.iter().find(|x| x.device == d).ok_or(OpenError::NoDevice(d)),
-        None => trace.main_device().ok_or(OpenError::Empty),
+        Some(d) => trace.devices.iter().find(|x| x.device == d).ok_or_else(|| {
+            let has: Vec<String> = trace.devices.iter().map(|x| x.device.to_string()).collect();
+            let has = if has.is_empty() { "none".to_string() } else { has.join(", ") };
+            OpenError::NoDevice { name: name.to_string(), device: d, has }
+        }),
+        None => trace.main_device().ok_or_else(|| OpenError::Empty { name: name.to_string() }),
     }
 }
 
 /// Replays `trace` (read from the input `name`) as `opts` asks.
 pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Opened<'t>, OpenError> {
-    let dev = device(trace, opts.device)?;
+    let dev = device(trace, name, opts.device)?;
     let want = Want {
         changed: opts.config.is_some() || opts.memory_limit.is_some(),
         config: opts.config.clone().unwrap_or_else(|| trace.settings.as_ref().map(|s| s.config()).unwrap_or_default()),

@@ -492,3 +492,16 @@ fn a_stop_inside_a_malloc_names_the_event_it_shows() {
     let text = String::from_utf8(run(&["replay", &t, "--at", "2"]).stdout).unwrap();
     assert!(text.contains("stopped after event 2: the table above is the state there"), "{text}");
 }
+
+/// A device the trace does not have: one line naming the file and the
+/// devices it has, exit code 2, for replay and tune alike.
+#[test]
+fn a_missing_device_is_named_with_the_file_and_the_devices_it_has() {
+    let f = fixture("ranks/rank0.pickle.gz");
+    for cmd in ["replay", "tune"] {
+        let out = Command::new(bin()).arg(cmd).arg(&f).args(["--device", "7"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err, format!("gpumem-top: {}: the trace has no device 7 (it has: 0)\n", f.display()), "{cmd}");
+    }
+}
