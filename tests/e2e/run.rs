@@ -340,6 +340,17 @@ fn attach_says_plainly_when_it_cannot() {
         return;
     }
     let mut py = Command::new("python3").args(["-c", "import time; time.sleep(20)"]).spawn().unwrap();
+    // Between fork and exec the child is still this test's binary: under a
+    // loaded CI, attach could look at it then and rightly say it is no
+    // Python. Wait (up to 10 s) until it is one.
+    let exe = format!("/proc/{}/exe", py.id());
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_link(&exe)
+        .is_ok_and(|e| e.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python")))
+        && t0.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let v = Command::new("python3").args(["-c", "import sys; print(sys.version_info >= (3, 14))"]).output().unwrap();
     if String::from_utf8_lossy(&v.stdout).trim() == "False" {
         let out = Command::new(bin()).args(["attach", &py.id().to_string()]).output().unwrap();
