@@ -5,11 +5,10 @@
 use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::{Constraint, Layout, Rect};
 use ratatui_core::style::{Color, Modifier, Style};
-use ratatui_core::symbols::Marker;
 use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::canvas::{Canvas, Line as CanvasLine, Points};
 
+use super::chart::{Series as ChartSeries, Stroke, TimeChart};
 use super::{boxed, put_rows};
 use crate::analysis::diff::{signed, DiffModel, GrowthRow, Series};
 use crate::analysis::{human_bytes, short_bytes};
@@ -140,31 +139,22 @@ impl DiffView<'_> {
         };
         let (b, n) = (line_of(&m.base), line_of(&m.new));
         let cx = (self.cursor / span * cols as f64).min(cols as f64 - 1.0);
-        let color = self.color;
-        Canvas::default()
-            .marker(Marker::Braille)
-            .x_bounds([0.0, cols as f64])
-            .y_bounds([0.0, top as f64])
-            .paint(|ctx| {
-                for (pts, c, dotted) in [(&b, BASE, !color), (&n, NEW, false)] {
-                    let c = if color { c } else { Color::Reset };
-                    if dotted {
-                        // Every third column, so the two runs are told apart
-                        // by their stroke where they cannot be by colour.
-                        let dots: Vec<(f64, f64)> = pts.iter().step_by(3).copied().collect();
-                        ctx.draw(&Points { coords: &dots, color: c });
-                        continue;
-                    }
-                    for w in pts.windows(2) {
-                        ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, c));
-                    }
-                }
-                ctx.draw(&CanvasLine::new(cx, 0.0, cx, top as f64, if color { Color::Yellow } else { Color::Reset }));
-                for k in 1..span as usize {
-                    ctx.print(k as f64 * cols as f64 / span, 0.0, Span::raw("╵"));
-                }
-            })
-            .render(plot, buf);
+        let paint = |c: Color| if self.color { c } else { Color::Reset };
+        // Without colour the base is dotted, so the two runs are told apart
+        // by their stroke where they cannot be by colour.
+        let base_stroke = if self.color { Stroke::Solid } else { Stroke::Dotted };
+        TimeChart {
+            cols,
+            ymax: top as f64,
+            series: vec![
+                ChartSeries { points: &b, color: paint(BASE), stroke: base_stroke },
+                ChartSeries { points: &n, color: paint(NEW), stroke: Stroke::Solid },
+            ],
+            limit: None,
+            cursor: Some((cx, paint(Color::Yellow))),
+            marks: (1..span as usize).map(|k| (k as f64 * cols as f64 / span, 0.0, Span::raw("╵"))).collect(),
+        }
+        .render(plot, buf);
         let (bi, ni) = (m.base.at_x(self.cursor), m.new.at_x(self.cursor));
         let a = |s: &Series, i: usize| s.points.get(i).map_or(0, |p| p.allocated);
         // The iteration the cursor is in, numbered as the title counts them

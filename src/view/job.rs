@@ -7,11 +7,10 @@
 use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::{Constraint, Layout, Rect};
 use ratatui_core::style::{Color, Modifier, Style};
-use ratatui_core::symbols::Marker;
 use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
 
+use super::chart::{Series as ChartSeries, Stroke, TimeChart};
 use super::{boxed, put_rows};
 use crate::analysis::{human_bytes, short_bytes};
 use crate::monitor::job::{Job, RankRow};
@@ -149,27 +148,22 @@ impl JobView<'_> {
         let line_of =
             |s: &[Sample]| super::chart::column_maxima(s.iter().map(|p| ((p.t - t0) / span, p.allocated)), cols, false);
         let lines: Vec<Vec<(f64, f64)>> = self.series.iter().map(|s| line_of(s)).collect();
-        let color = self.color;
-        let ranks: Vec<u32> = self.job.ranks.iter().map(|r| r.rank).collect();
-        Canvas::default()
-            .marker(Marker::Braille)
-            .x_bounds([0.0, cols as f64])
-            .y_bounds([0.0, top as f64])
-            .paint(|ctx| {
-                for (i, pts) in lines.iter().enumerate() {
-                    let c = rank_color(i, color);
-                    for w in pts.windows(2) {
-                        ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, c));
-                    }
-                }
-                // Labels after the lines: the canvas prints them over.
-                for (i, pts) in lines.iter().enumerate() {
-                    if let (Some(&(x, y)), Some(r)) = (pts.last(), ranks.get(i)) {
-                        ctx.print(x, y, Span::styled(r.to_string(), Style::default().fg(rank_color(i, color))));
-                    }
-                }
+        let series = lines
+            .iter()
+            .enumerate()
+            .map(|(i, points)| ChartSeries { points, color: rank_color(i, self.color), stroke: Stroke::Solid })
+            .collect();
+        // Each rank's number at its line's end, printed over the lines.
+        let marks = lines
+            .iter()
+            .zip(&self.job.ranks)
+            .enumerate()
+            .filter_map(|(i, (pts, r))| {
+                let &(x, y) = pts.last()?;
+                Some((x, y, Span::styled(r.rank.to_string(), Style::default().fg(rank_color(i, self.color)))))
             })
-            .render(inner, buf);
+            .collect();
+        TimeChart { cols, ymax: top as f64, series, limit: None, cursor: None, marks }.render(inner, buf);
     }
 }
 

@@ -4,14 +4,13 @@
 use ratatui_core::buffer::Buffer;
 use ratatui_core::layout::Rect;
 use ratatui_core::style::{Color, Style};
-use ratatui_core::symbols::Marker;
 use ratatui_core::text::{Line, Span};
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::canvas::{Canvas, Line as CanvasLine};
 
 use crate::analysis::categories::Category;
 use crate::analysis::{human_bytes, short_bytes};
 
+use super::chart::{Series, Stroke, TimeChart};
 use super::parts::{self, Focus, View};
 use super::text::{boxed, duration, longest_fitting, put_row};
 use super::theme::{category_color, Theme};
@@ -62,7 +61,7 @@ pub(crate) fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut B
     let stacked = stacked_lines(view, &cols);
     let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
     let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
-    plotted.canvas(view, theme, &cols).render(plot, buf);
+    plotted.chart(view, theme, &cols).render(plot, buf);
     let axis = timeline_footer(view, times, inner.width as usize);
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
 }
@@ -293,17 +292,16 @@ pub(crate) struct Plotted {
 }
 
 impl Plotted {
-    /// The series, the limit, the cursor and the marks on a braille canvas.
-    fn canvas<'p>(
-        &'p self,
-        view: &'p View,
-        theme: Theme,
-        c: &Columns,
-    ) -> Canvas<'p, impl Fn(&mut ratatui_widgets::canvas::Context) + 'p> {
-        let cols = c.cols;
-        let cursor_x = c.col(view.marks.cursor);
-        let marks: Vec<f64> = view.marks.ooms.iter().map(|&o| c.col(o)).collect();
-        let cleared: Vec<f64> = view.marks.empty_caches.iter().map(|&e| c.col(e)).collect();
+    /// The series, the limit, the cursor and the marks as a time chart.
+    fn chart<'p>(&'p self, view: &View, theme: Theme, c: &Columns) -> TimeChart<'p> {
+        let paint = |color: Color| if theme.color { color } else { Color::Reset };
+        let solid =
+            |points: &'p [(f64, f64)], color: Color| Series { points, color: paint(color), stroke: Stroke::Solid };
+        let mut series = vec![solid(&self.reserved, Color::Blue)];
+        if self.stacked.is_empty() {
+            series.push(solid(&self.alloc, Color::Green));
+        }
+        series.extend(self.stacked.iter().map(|(color, pts)| solid(pts, *color)));
         // Iteration ends at least three cells apart: denser, they are a comb
         // (the title counts them all).
         let mut iters: Vec<f64> = Vec::new();
@@ -312,66 +310,22 @@ impl Plotted {
                 iters.push(x);
             }
         }
-        let (ymax, limit) = (self.ymax, self.limit);
-        let (resv_pts, alloc_pts, stacked, labels) = (&self.reserved, &self.alloc, &self.stacked, &self.labels);
-        Canvas::default().marker(Marker::Braille).x_bounds([0.0, cols as f64]).y_bounds([0.0, ymax]).paint(move |ctx| {
-            for w in resv_pts.windows(2) {
-                ctx.draw(&CanvasLine::new(
-                    w[0].0,
-                    w[0].1,
-                    w[1].0,
-                    w[1].1,
-                    if theme.color { Color::Blue } else { Color::Reset },
-                ));
-            }
-            if stacked.is_empty() {
-                for w in alloc_pts.windows(2) {
-                    ctx.draw(&CanvasLine::new(
-                        w[0].0,
-                        w[0].1,
-                        w[1].0,
-                        w[1].1,
-                        if theme.color { Color::Green } else { Color::Reset },
-                    ));
-                }
-            }
-            for (color, pts) in stacked {
-                for w in pts.windows(2) {
-                    let color = if theme.color { *color } else { Color::Reset };
-                    ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, color));
-                }
-            }
-            if let Some(l) = limit {
-                // Dashed, so it does not read as a series.
-                let mut x = 0.0;
-                while x < cols as f64 {
-                    let end = (x + 3.0).min(cols as f64);
-                    ctx.draw(&CanvasLine::new(x, l as f64, end, l as f64, Color::Red));
-                    x += 6.0;
-                }
-            }
-            ctx.draw(&CanvasLine::new(
-                cursor_x,
-                0.0,
-                cursor_x,
-                ymax,
-                if theme.color { Color::Yellow } else { Color::Reset },
-            ));
-            for &x in &iters {
-                ctx.print(x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)));
-            }
-            for (x, y, t) in labels {
-                ctx.print(*x, *y, Span::styled(t.clone(), theme.fg(Color::Magenta)));
-            }
-            for &x in &cleared {
-                ctx.print(x, 0.0, Span::styled("E", theme.fg(Color::Cyan)));
-            }
-            for &x in &marks {
-                // On the floor, with the step ticks: at the top an OOM
-                // would cover the peak's label.
-                ctx.print(x, 0.0, Span::styled("✗", theme.fg(Color::Red)));
-            }
-        })
+        let mut marks: Vec<(f64, f64, Span<'p>)> =
+            iters.into_iter().map(|x| (x, 0.0, Span::styled("╵", theme.fg(Color::Magenta)))).collect();
+        marks.extend(self.labels.iter().map(|(x, y, t)| (*x, *y, Span::styled(t.as_str(), theme.fg(Color::Magenta)))));
+        marks
+            .extend(view.marks.empty_caches.iter().map(|&e| (c.col(e), 0.0, Span::styled("E", theme.fg(Color::Cyan)))));
+        // On the floor, with the step ticks: at the top an OOM would cover
+        // the peak's label.
+        marks.extend(view.marks.ooms.iter().map(|&o| (c.col(o), 0.0, Span::styled("✗", theme.fg(Color::Red)))));
+        TimeChart {
+            cols: c.cols,
+            ymax: self.ymax,
+            series,
+            limit: self.limit.map(|l| l as f64),
+            cursor: Some((c.col(view.marks.cursor), paint(Color::Yellow))),
+            marks,
+        }
     }
 }
 
