@@ -63,6 +63,8 @@ pub enum Mode {
     Ranks,
     /// A snapshot taken without memory history: one state, nothing to step.
     Snapshot,
+    /// `j` in the live view or a recording: every rank of a job.
+    Job,
 }
 
 impl Mode {
@@ -75,6 +77,7 @@ impl Mode {
             Mode::Diff => "diff",
             Mode::Ranks => "ranks side by side",
             Mode::Snapshot => "a snapshot without history",
+            Mode::Job => "the job screen",
         }
     }
 }
@@ -82,7 +85,7 @@ impl Mode {
 const ALL: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Snapshot];
 /// Every screen, the diff's too.
 const EVERY: &[Mode] =
-    &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff, Mode::Ranks, Mode::Snapshot];
+    &[Mode::Replay, Mode::Synth, Mode::Live, Mode::Recording, Mode::Diff, Mode::Ranks, Mode::Snapshot, Mode::Job];
 /// Replay, a paused synth, a recording: a cursor that steps.
 const STEPS: &[Mode] = &[Mode::Replay, Mode::Synth, Mode::Recording];
 /// The live view and a recording of it.
@@ -195,8 +198,10 @@ pub(crate) const KEYS: &[Binding] = &[
     b("", &[KeyCode::End], Command::End, "", "", &[Mode::Diff]),
     b("p / P", &[C('p')], Command::Peak, "the base's / the new run's peak", "p/P peaks", &[Mode::Diff]),
     b("", &[C('P')], Command::NewPeak, "", "", &[Mode::Diff]),
-    b("↑/↓", &[KeyCode::Up], Command::Up, "select a rank", "↑/↓ rank", &[Mode::Ranks]),
-    b("", &[KeyCode::Down], Command::Down, "", "", &[Mode::Ranks]),
+    b("↑/↓", &[KeyCode::Up], Command::Up, "select a rank", "↑/↓ rank", &[Mode::Ranks, Mode::Job]),
+    b("", &[KeyCode::Down], Command::Down, "", "", &[Mode::Ranks, Mode::Job]),
+    b("Enter", &[KeyCode::Enter], Command::Zoom, "the rank's own map and timeline", "Enter its map", &[Mode::Job]),
+    b("j", &[C('j')], Command::Job, "back to the GPUs and the selected process", "j back", &[Mode::Job]),
     b(
         "Enter",
         &[KeyCode::Enter],

@@ -227,7 +227,7 @@ fn export_recording(args: &ExportArgs, snaps: Vec<crate::monitor::Snapshot>) -> 
         .map_err(|e| anyhow!(e))?,
         Format::Txt => {
             // The live view's screen at that sample, as the terminal shows it.
-            let mut app = crate::ui::live::LiveApp::of_recording(&trace_name(&args.trace), snaps, !args.plain);
+            let mut app = crate::ui::recording::RecordingApp::new(&trace_name(&args.trace), snaps, !args.plain);
             app.show_process(sample, dev, pid);
             let cols = (args.width / 10).clamp(80, 800) as u16;
             let mut buf = ratatui_core::buffer::Buffer::empty(ratatui_core::layout::Rect::new(0, 0, cols, 50));

@@ -174,7 +174,7 @@ pub fn live(watch: &WatchArgs, no_gpu_banner: &str) -> Result<ExitCode> {
         SourceKind::Live => crate::ui::live::LiveApp::new("live (NVML)".into(), None, color),
         SourceKind::Demo => crate::ui::live::LiveApp::of_demo(color),
     };
-    app.model.thresholds = thresholds;
+    app.watch.model.thresholds = thresholds;
     app.snapshots = args.source == SourceKind::Live;
     live_loop(&mut app, src, interval, events)?;
     Ok(ExitCode::SUCCESS)
@@ -190,7 +190,7 @@ pub(crate) fn live_loop(
     events: crate::ui::event::Events,
 ) -> Result<()> {
     let _sampler = sample_into(src, interval, &events);
-    let color = app.color;
+    let color = app.watch.color;
     crate::ui::event::run_screens(app, events, &mut |o| super::screen::open_screen(o, color))
         .map_err(|e| anyhow!("terminal: {e}"))
 }
@@ -368,7 +368,7 @@ pub fn replay_recording(path: &std::path::Path, snaps: Vec<Snapshot>, json_out: 
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut app = crate::ui::live::LiveApp::of_recording(&name, snaps, true);
+    let mut app = crate::ui::recording::RecordingApp::new(&name, snaps, true);
     crate::ui::event::run_app(&mut app, crate::ui::event::Events::new()).map_err(|e| anyhow!("terminal: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

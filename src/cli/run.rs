@@ -242,7 +242,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     }
     let color = super::io::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
-    app.model.thresholds = thresholds;
+    app.watch.model.thresholds = thresholds;
     app.snapshots = true;
     app.follow(crate::ui::live::RunChild {
         pid,
@@ -518,7 +518,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     }
     let color = super::io::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);
-    app.model.thresholds = thresholds;
+    app.watch.model.thresholds = thresholds;
     app.snapshots = true;
     let command = crate::monitor::procfs::command(pid).unwrap_or_else(|| exe.display().to_string());
     app.follow(crate::ui::live::RunChild { pid, command, log: None, exited: None, found: false, ours: false });

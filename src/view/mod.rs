@@ -10,6 +10,7 @@ pub(crate) mod diff;
 mod help;
 mod histogram;
 pub(crate) mod job;
+pub(crate) mod live;
 mod map;
 mod oom;
 pub mod parts;

@@ -62,7 +62,7 @@ pub fn recorded_trace(d: &Value) -> Vec<Event> {
 }
 
 /// The live view drawn on a `w`×`h` test terminal, as text.
-pub fn render_live(app: &mut gpumem_top::ui::live::LiveApp, w: u16, h: u16) -> String {
+pub fn render_live(app: &mut impl gpumem_top::ui::event::Interactive, w: u16, h: u16) -> String {
     render_app(app, w, h)
 }
 

@@ -16,6 +16,7 @@ use gpumem_top::monitor::sampler::{LiveSource, Source};
 use gpumem_top::monitor::{GpuQuery, GpuSample, ProcessSample};
 use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
+use gpumem_top::ui::recording::RecordingApp;
 use serde_json::{json, Value};
 
 const GIB: u64 = 1 << 30;
@@ -90,7 +91,7 @@ fn write(dir: &Path, name: &str, v: &Value) {
     std::fs::write(dir.join(name), serde_json::to_vec(v).unwrap()).unwrap();
 }
 
-fn render(app: &mut LiveApp, w: u16, h: u16) -> String {
+fn render(app: &mut impl gpumem_top::ui::event::Interactive, w: u16, h: u16) -> String {
     common::render_live(app, w, h)
 }
 
@@ -170,15 +171,15 @@ fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_fail
     assert!(s.contains(&format!("pid {me} python train.py")), "{s}");
     assert!(s.contains("1 segments") || s.contains("1 segment"), "{s}");
     // Alerts: GPU 2 is 99% full; pid me leaked 5 steps in a row.
-    let kinds: Vec<&str> = app.model.alerts.iter().map(|a| a.kind.name()).collect();
-    assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.model.alerts);
+    let kinds: Vec<&str> = app.watch.model.alerts.iter().map(|a| a.kind.name()).collect();
+    assert_eq!(kinds, ["device_usage", "leak"], "{:?}", app.watch.model.alerts);
     assert!(s.contains("GPU 2 is 99.3% full"), "{s}");
     // Key 2 picks GPU 1: nobody publishes there.
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('2')));
     let s = render(&mut app, 140, 40);
     assert!(s.contains("▶2 GPU 1") && s.contains("No process on GPU 1 publishes its allocator state"), "{s}");
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('9')));
-    assert_eq!(app.selected_gpu, 1);
+    assert_eq!(app.watch.selected_gpu, 1);
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('1')));
     // The eval process disappears and the publisher's file goes: history stays, marked gone.
     fake.gpus.lock().unwrap()[0].processes.truncate(1);
@@ -190,7 +191,7 @@ fn the_live_view_shows_every_gpu_its_processes_and_a_publisher_and_survives_fail
     let s = render(&mut app, 140, 40);
     assert!(!s.contains("python eval.py"), "{s}");
     assert!(s.contains("gone"), "{s}");
-    assert_eq!(app.model.procs[&(0, me)].series.points().len(), 1, "its history is kept");
+    assert_eq!(app.watch.model.procs[&(0, me)].series.points().len(), 1, "its history is kept");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -215,7 +216,7 @@ fn eight_gpus_fit_and_are_picked_by_number() {
         assert!(s.contains(&format!("{} GPU {i} NVIDIA H200", i + 1)), "{s}");
     }
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('8')));
-    assert_eq!(app.selected_gpu, 7);
+    assert_eq!(app.watch.selected_gpu, 7);
     assert!(render(&mut app, 140, 60).contains("▶8 GPU 7"));
     // Watching only GPUs 3 and 5.
     let fake = FakeNvml::new((0..8).map(|i| gpu(i, GIB, vec![])).collect());
@@ -751,9 +752,9 @@ fn histories_are_capped_and_gone_processes_leave_first() {
         };
         app.ingest(snap);
     }
-    assert_eq!(app.model.procs.len(), gpumem_top::monitor::model::MAX_HISTORIES);
-    assert!(app.model.procs.contains_key(&(0, 1000)), "the live one stays");
-    assert!(app.model.procs.contains_key(&(0, 1000 + rounds - 1)), "the newest stays");
+    assert_eq!(app.watch.model.procs.len(), gpumem_top::monitor::model::MAX_HISTORIES);
+    assert!(app.watch.model.procs.contains_key(&(0, 1000)), "the live one stays");
+    assert!(app.watch.model.procs.contains_key(&(0, 1000 + rounds - 1)), "the newest stays");
 }
 
 /// Under `CUDA_VISIBLE_DEVICES=1` a process calls NVML's GPU 1 `cuda:0`:
@@ -855,8 +856,8 @@ fn a_recording_steps_back_and_forth_through_its_samples() {
             }
         })
         .collect();
-    let mut app = LiveApp::of_recording("run.jsonl", snaps, false);
-    let key = |app: &mut LiveApp, k: KeyCode| app.handle_key(KeyEvent::from(k));
+    let mut app = RecordingApp::new("run.jsonl", snaps, false);
+    let key = |app: &mut RecordingApp, k: KeyCode| app.handle_key(KeyEvent::from(k));
     let s = render(&mut app, 160, 44);
     assert!(s.contains("pid 9 python train.py (1/2) ─ sample 6 of 6, 5 s in"), "the live process, at the end: {s}");
     // Its own timeline, from its first sample.
@@ -888,7 +889,7 @@ fn a_recording_steps_back_and_forth_through_its_samples() {
     assert!(render(&mut app, 160, 44).contains("pid 7 python train.py (1/2) ─ sample 5 of 6, 4 s in"));
     // The live view has no samples to step through, and says so.
     let mut live = LiveApp::new("live".into(), None, false);
-    key(&mut live, KeyCode::Left);
+    live.handle_key(KeyEvent::from(KeyCode::Left));
     assert!(render(&mut live, 160, 44).contains(
         "←/→ (one event back / forward) is for replay, synth and the demo and a recording, not the live view"
     ));

@@ -15,6 +15,7 @@ use gpumem_top::monitor::publisher;
 use gpumem_top::monitor::{GpuSample, ProcessSample, Snapshot};
 use gpumem_top::ui::event::Interactive;
 use gpumem_top::ui::live::LiveApp;
+use gpumem_top::ui::recording::RecordingApp;
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
@@ -249,7 +250,7 @@ fn a_job_of_eight_ranks_fits_80x24_with_its_median_worst_and_gone_rank() {
     let rank5 = s.lines().find(|l| l.contains(" 5    1005")).unwrap();
     assert!(rank5.contains("+50.0%"), "{rank5}");
     // The alert, once, naming the worst rank.
-    let imb: Vec<_> = app.model.alerts.iter().filter(|a| a.kind.name() == "imbalance").collect();
+    let imb: Vec<_> = app.watch.model.alerts.iter().filter(|a| a.kind.name() == "imbalance").collect();
     assert_eq!(imb.len(), 1);
     assert!(
         imb[0].message().starts_with(
@@ -258,6 +259,25 @@ fn a_job_of_eight_ranks_fits_80x24_with_its_median_worst_and_gone_rank() {
         "{}",
         imb[0].message()
     );
+    // The job screen's own keys: its help lists them, and a key of the
+    // screen under it says where it belongs.
+    app.handle_key(KeyEvent::from(KeyCode::Char('?')));
+    let s = common::render_live(&mut app, 100, 40);
+    assert!(
+        s.contains("the rank's own map and timeline") && s.contains("back to the GPUs and the selected process"),
+        "{s}"
+    );
+    assert!(!s.contains("pick a GPU"), "the live view's keys are not the job screen's: {s}");
+    app.handle_key(KeyEvent::from(KeyCode::Char('?')));
+    app.handle_key(KeyEvent::from(KeyCode::Char('n')));
+    let s = common::render_live(&mut app, 140, 40);
+    assert!(
+        s.contains(
+            "n (the next publishing process on this GPU) is for the live view and a recording, not the job screen"
+        ),
+        "{s}"
+    );
+    assert!(s.contains("Job job-7f3a"), "still the job screen: {s}");
     // Enter on rank 3: its own map and timeline.
     for _ in 0..3 {
         app.handle_key(KeyEvent::from(KeyCode::Down));
@@ -371,7 +391,7 @@ fn ranks_under_run_are_named_grouped_snapshotted_together_and_a_dead_one_is_gone
     let at = (first2..snaps.len())
         .find(|&i| !has(&snaps[i], pid2) && snaps[i].publishers.len() == 2)
         .expect("a sample after rank 2 died, before the others ended");
-    let mut app = LiveApp::of_recording("rec.jsonl", snaps, false);
+    let mut app = RecordingApp::new("rec.jsonl", snaps, false);
     app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Home));
     for _ in 0..at {
         app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Right));
@@ -488,7 +508,7 @@ fn jobs_recorded_on_the_h200_hold_each_ranks_own_peaks() {
             assert_eq!(p["samples"].as_u64(), Some(seen as u64), "{job} pid {pid}");
             assert!(seen < snaps.len(), "{job}: the ranks start after the recording does");
         }
-        let mut app = LiveApp::of_recording("rec.jsonl", snaps, false);
+        let mut app = RecordingApp::new("rec.jsonl", snaps, false);
         app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('j')));
         let s = common::render_live(&mut app, 80, 24);
         println!("{s}");

@@ -15,7 +15,7 @@ use crate::common;
 use common::{fixture, render_app, replay_app, replay_app_with, root, TmpDir};
 use crossterm::event::{KeyCode, KeyEvent};
 use gpumem_top::ui::event::Interactive;
-use gpumem_top::ui::live::LiveApp;
+use gpumem_top::ui::recording::RecordingApp;
 
 /// A marked block: its kind and name, and the lines between its fences.
 struct Block {
@@ -88,8 +88,8 @@ fn job_screen(w: u16, h: u16) -> String {
         .unwrap();
     let snaps = gpumem_top::cli::read_recording(std::io::BufReader::new(rec.as_bytes()), "rec.jsonl.gz").unwrap();
     let at = snaps.iter().rposition(|s| s.publishers.len() == 3 && s.gpus[0].processes.len() == 3).unwrap();
-    let mut app = LiveApp::of_recording("rec.jsonl.gz", snaps, false);
-    let key = |app: &mut LiveApp, k| app.handle_key(KeyEvent::from(k));
+    let mut app = RecordingApp::new("rec.jsonl.gz", snaps, false);
+    let key = |app: &mut RecordingApp, k| app.handle_key(KeyEvent::from(k));
     key(&mut app, KeyCode::Home);
     for _ in 0..at {
         key(&mut app, KeyCode::Right);

@@ -766,7 +766,7 @@ fn without_age(s: &str) -> String {
 /// app's own code at 120×40.
 #[test]
 fn a_recording_stepped_back_120x40() {
-    let mut app = gpumem_top::ui::live::LiveApp::of_recording("reset_peaks_gpt2.jsonl", recorded_samples(), false);
+    let mut app = gpumem_top::ui::recording::RecordingApp::new("reset_peaks_gpt2.jsonl", recorded_samples(), false);
     for _ in 0..3 {
         app.handle_key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Left));
     }
