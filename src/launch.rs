@@ -112,6 +112,60 @@ pub(crate) fn exit_code_of(st: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// What `attach` tells the user to do instead of attaching.
+const ATTACH_INSTEAD: &str = "start it with `gpumem-top run -- CMD`, or call gpumem_top.publish() in it";
+
+/// Why `attach` will not or cannot ask a process to publish. Exit code 2:
+/// the process is not one we may or can attach to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    #[error("pid {pid}: {why} (no such process, or not ours)")]
+    NoProcess { pid: u32, why: String },
+    #[error("pid {pid} runs as uid {uid}, not as us (uid {me}): attach only to your own processes (run gpumem-top as that user); {ATTACH_INSTEAD}")]
+    NotOurs { pid: u32, uid: u32, me: u32 },
+    #[error("pid {pid} ({exe}) is not a Python we can ask; {ATTACH_INSTEAD}")]
+    NotPython { pid: u32, exe: String },
+    #[error("pid {pid} runs Python {major}.{minor} ({exe}); attaching needs Python 3.14 or later (sys.remote_exec); {ATTACH_INSTEAD}")]
+    OldPython { pid: u32, major: u32, minor: u32, exe: String },
+    #[error("pid {pid} runs Python {major}.{minor}: attaching needs python{major}.{minor} on our PATH (the target's own binary is never run); {ATTACH_INSTEAD}")]
+    NoPythonHere { pid: u32, major: u32, minor: u32 },
+    #[error("sys.remote_exec into pid {pid} failed ({status}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {ATTACH_INSTEAD}")]
+    RemoteExec { pid: u32, status: String },
+}
+
+impl AttachError {
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
+/// Checks `pid` for `attach`: a process of our own uid (root's refused
+/// too, docs/design/security.md); its executable.
+pub(crate) fn attach_owner(pid: u32) -> Result<PathBuf, AttachError> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(|e| AttachError::NoProcess { pid, why: e.to_string() })?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    match process_uid(pid) {
+        Some(uid) if uid == me => Ok(exe),
+        Some(uid) => Err(AttachError::NotOurs { pid, uid, me }),
+        None => Err(AttachError::NoProcess { pid, why: "no such process".into() }),
+    }
+}
+
+/// Our own interpreter of the Python that `pid` (running `exe`) runs, 3.14
+/// or later, to ask it with `sys.remote_exec`; never the target's binary.
+pub(crate) fn attach_python(pid: u32, exe: &Path) -> Result<PathBuf, AttachError> {
+    let shown = exe.display().to_string();
+    let Some((major, minor)) = target_python(pid, exe) else {
+        return Err(AttachError::NotPython { pid, exe: shown });
+    };
+    if (major, minor) < (3, 14) {
+        return Err(AttachError::OldPython { pid, major, minor, exe: shown });
+    }
+    our_python((major, minor)).ok_or(AttachError::NoPythonHere { pid, major, minor })
+}
+
 /// The Python version a process runs, as (major, minor), read from what it
 /// mapped (`libpythonX.Y`) or its executable's name (`pythonX.Y`): never by
 /// running its binary, which another user may have written.

@@ -227,7 +227,7 @@ fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<St
         recorded_conf.get_or_insert(conf.clone());
         let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
         let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release)
-            .map_err(|e| anyhow!(InputError(format!("{}: {e}", path.display()))))?;
+            .map_err(|e| anyhow!(e).context(path.display().to_string()))?;
         names.push(path.display().to_string());
         samples.push(s);
     }

@@ -120,7 +120,7 @@ pub(crate) fn open_nvml(devices: &[u32]) -> Result<Option<NvmlQuery>> {
         Ok(_) if devices.is_empty() => Ok(None),
         Err(_) if devices.is_empty() => Ok(None),
         Ok(_) => Err(anyhow!(InputError(format!("--device {}: NVML lists no GPU", devices[0])))),
-        Err(e) => Err(anyhow!(InputError(format!("--device {}: {e}", devices[0])))),
+        Err(e) => Err(anyhow!(e).context(format!("--device {}", devices[0]))),
     }
 }
 
@@ -297,7 +297,7 @@ pub fn read_recording_with<R: std::io::BufRead>(
     name: &str,
     warn: &mut dyn FnMut(String),
 ) -> Result<Vec<Snapshot>> {
-    crate::monitor::recording::read(r, name, warn).map_err(|e| anyhow!(InputError(e.to_string())))
+    crate::monitor::recording::read(r, name, warn).map_err(anyhow::Error::from)
 }
 
 #[derive(Args, Debug, Clone)]

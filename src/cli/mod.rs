@@ -66,6 +66,15 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(f) = c.downcast_ref::<crate::fit::FitError>() {
             return f.exit_code();
         }
+        if let Some(g) = c.downcast_ref::<crate::monitor::GpuError>() {
+            return g.exit_code();
+        }
+        if let Some(r) = c.downcast_ref::<crate::monitor::recording::RecordingError>() {
+            return r.exit_code();
+        }
+        if let Some(a) = c.downcast_ref::<crate::launch::AttachError>() {
+            return a.exit_code();
+        }
         if c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>() {
             return 2;
         }
@@ -79,4 +88,32 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode> {
         return ranks::replay_ranks(args);
     }
     replay::replay_to(args, &mut io::text_out(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+    use anyhow::{anyhow, Context};
+
+    /// The library's errors say their own exit code, under any context a
+    /// command adds: 2 for the user's input, machine or flags, 1 for ours.
+    #[test]
+    fn typed_errors_say_their_exit_code_through_context() {
+        let nvml: anyhow::Result<()> = Err(crate::monitor::GpuError::Nvml("Driver Not Loaded".into()).into());
+        let e = nvml.context("--device 0").unwrap_err();
+        assert_eq!(format!("{e:#}"), "--device 0: NVML: Driver Not Loaded");
+        assert_eq!(exit_code(&e), 2);
+        let rec = crate::monitor::recording::RecordingError { name: "r.jsonl".into(), line: 3, msg: "x".into() };
+        assert_eq!(exit_code(&anyhow!(rec)), 2);
+        assert_eq!(exit_code(&anyhow!(crate::launch::AttachError::NotOurs { pid: 1, uid: 0, me: 1000 })), 2);
+        let not_exact = crate::replay::OpenError::NotExact {
+            name: "t.pickle".into(),
+            fidelity: "approximate",
+            at: String::new(),
+            need: "tune needs an exact replay",
+        };
+        assert_eq!(exit_code(&anyhow!(not_exact)), 1);
+        assert_eq!(exit_code(&anyhow!(crate::fit::FitError::NotASample("a batch of 0".into()))), 2);
+        assert_eq!(exit_code(&anyhow!("disk full")), 1);
+    }
 }

@@ -84,7 +84,7 @@ pub struct RunArgs {
 struct NoGpus;
 
 impl crate::monitor::GpuQuery for NoGpus {
-    fn device_count(&mut self) -> Result<u32, String> {
+    fn device_count(&mut self) -> Result<u32, crate::monitor::GpuError> {
         Ok(0)
     }
     fn sample(&mut self, index: u32) -> crate::monitor::GpuSample {
@@ -457,36 +457,10 @@ pub struct AttachArgs {
 /// process, root's included (docs/design/security.md).
 pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
     let pid = args.pid;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(|e| anyhow!(InputError(format!("pid {pid}: {e} (no such process, or not ours)"))))?;
-    let how = "start it with `gpumem-top run -- CMD`, or call gpumem_top.publish() in it";
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    match launch::process_uid(pid) {
-        Some(uid) if uid == me => {}
-        Some(uid) => {
-            return Err(anyhow!(InputError(format!(
-                "pid {pid} runs as uid {uid}, not as us (uid {me}): attach only to your own processes (run gpumem-top as that user); {how}"
-            ))))
-        }
-        None => return Err(anyhow!(InputError(format!("pid {pid}: no such process")))),
-    }
+    let exe = launch::attach_owner(pid)?;
     // Where the hook will go: ours and private, or nothing happens.
     let dir = publish_dir(&args.publish.live)?;
-    let Some((major, minor)) = launch::target_python(pid, &exe) else {
-        return Err(anyhow!(InputError(format!("pid {pid} ({}) is not a Python we can ask; {how}", exe.display()))));
-    };
-    if (major, minor) < (3, 14) {
-        return Err(anyhow!(InputError(format!(
-            "pid {pid} runs Python {major}.{minor} ({}); attaching needs Python 3.14 or later (sys.remote_exec); {how}",
-            exe.display()
-        ))));
-    }
-    let Some(python) = launch::our_python((major, minor)) else {
-        return Err(anyhow!(InputError(format!(
-            "pid {pid} runs Python {major}.{minor}: attaching needs python{major}.{minor} on our PATH (the target's own binary is never run); {how}"
-        ))));
-    };
+    let python = launch::attach_python(pid, &exe)?;
     let thresholds = args.publish.live.thresholds()?;
     let interval = args.publish.live.interval()?;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
@@ -512,9 +486,7 @@ pub fn attach(args: &AttachArgs) -> Result<ExitCode> {
         .status()
         .with_context(|| format!("running {}", python.display()))?;
     if !st.success() {
-        return Err(anyhow!(InputError(format!(
-            "sys.remote_exec into pid {pid} failed ({st}): debugging another process needs ptrace permission (/proc/sys/kernel/yama/ptrace_scope); {how}"
-        ))));
+        return Err(launch::AttachError::RemoteExec { pid, status: st.to_string() }.into());
     }
     let color = super::io::color(args.publish.no_color);
     let mut app = crate::ui::live::LiveApp::new("live (NVML)".into(), None, color);

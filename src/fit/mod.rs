@@ -58,9 +58,10 @@ impl Sample {
         annotations: &[crate::trace::Annotation],
         config: &AllocatorConfig,
         release: &crate::replay::session::ReleaseAsk,
-    ) -> Result<Sample, String> {
+    ) -> Result<Sample, FitError> {
+        let refuse = |why: &str| FitError::NotASample(why.to_string());
         if batch == 0 {
-            return Err("a batch of 0".into());
+            return Err(refuse("a batch of 0"));
         }
         let want = Want {
             config: config.clone(),
@@ -73,16 +74,16 @@ impl Sample {
             recorded_state: true,
             release: release.clone(),
         };
-        let s = Session::open(dev, stacks, &want)?;
+        let s = Session::open(dev, stacks, &want).map_err(|e| refuse(&e.to_string()))?;
         // Requests from process start are what a prediction replays: a
         // snapshot without history has none, and a window lacks the
         // model's setup (weights, optimizer state) it starts after.
         match s.fidelity {
             crate::replay::session::Fidelity::StateOnly => {
-                return Err("a snapshot without memory history (its state only): fit needs the requests of a few steps from process start; record with torch.cuda.memory._record_memory_history(context=\"alloc\", stacks=\"python\") before the model is built, or use fit --batches".into())
+                return Err(refuse("a snapshot without memory history (its state only): fit needs the requests of a few steps from process start; record with torch.cuda.memory._record_memory_history(context=\"alloc\", stacks=\"python\") before the model is built, or use fit --batches"))
             }
             crate::replay::session::Fidelity::ExactWindow => {
-                return Err("a window of a longer run (the history's ring buffer wrapped, or history began mid-run): fit needs the requests from process start; record a few steps with a larger max_entries, or use fit --batches".into())
+                return Err(refuse("a window of a longer run (the history's ring buffer wrapped, or history began mid-run): fit needs the requests from process start; record a few steps with a larger max_entries, or use fit --batches"))
             }
             _ => {}
         }
@@ -280,6 +281,10 @@ pub enum FitError {
     /// requests align, or the fit does not reproduce its own samples.
     #[error("{0}")]
     NotOneProgram(String),
+    /// A snapshot that cannot be a sample: no history, a window, a batch
+    /// of 0, or one whose replay cannot start.
+    #[error("{0}")]
+    NotASample(String),
 }
 
 impl FitError {

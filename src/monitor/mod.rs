@@ -57,9 +57,25 @@ pub struct GpuSample {
     pub errors: Vec<String>,
 }
 
+/// NVML could not answer: no driver or library, or no such device. Exit
+/// code 2: the machine, not gpumem-top, lacks what was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    #[error("NVML: {0}")]
+    Nvml(String),
+    #[error("NVML device {index}: {why}")]
+    Device { index: u32, why: String },
+}
+
+impl GpuError {
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
 /// What NVML (or a fake of it) answers.
 pub trait GpuQuery: Send {
-    fn device_count(&mut self) -> Result<u32, String>;
+    fn device_count(&mut self) -> Result<u32, GpuError>;
     /// Every field it can get for GPU `index`.
     fn sample(&mut self, index: u32) -> GpuSample;
 }

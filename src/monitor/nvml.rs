@@ -5,7 +5,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use std::collections::HashMap;
 
-use super::{procfs, GpuQuery, GpuSample, MigSample, ProcessSample};
+use super::{procfs, GpuError, GpuQuery, GpuSample, MigSample, ProcessSample};
 
 /// What rarely changes about a GPU, asked for once a minute rather than at
 /// every sample (each NVML call is a driver round trip).
@@ -33,8 +33,8 @@ pub struct NvmlQuery {
 const FIXED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl NvmlQuery {
-    pub fn open() -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    pub fn open() -> Result<Self, GpuError> {
+        let nvml = Nvml::init().map_err(|e| GpuError::Nvml(e.to_string()))?;
         Ok(NvmlQuery {
             nvml: Box::leak(Box::new(nvml)),
             count: None,
@@ -54,13 +54,13 @@ fn used(m: UsedGpuMemory) -> Option<u64> {
 }
 
 impl GpuQuery for NvmlQuery {
-    fn device_count(&mut self) -> Result<u32, String> {
+    fn device_count(&mut self) -> Result<u32, GpuError> {
         if let Some((n, at)) = self.count {
             if at.elapsed() < FIXED_EVERY {
                 return Ok(n);
             }
         }
-        let n = self.nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+        let n = self.nvml.device_count().map_err(|e| GpuError::Nvml(e.to_string()))?;
         self.count = Some((n, std::time::Instant::now()));
         Ok(n)
     }
@@ -143,19 +143,19 @@ pub struct ProcessMemory {
 impl ProcessMemory {
     /// `index`: NVML's device index (equal to CUDA's where
     /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` or on one-GPU machines).
-    pub fn open(index: u32) -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
-        nvml.device_by_index(index).map_err(|e| format!("NVML device {index}: {e}"))?;
+    pub fn open(index: u32) -> Result<Self, GpuError> {
+        let nvml = Nvml::init().map_err(|e| GpuError::Nvml(e.to_string()))?;
+        nvml.device_by_index(index).map_err(|e| GpuError::Device { index, why: e.to_string() })?;
         Ok(ProcessMemory { nvml, index })
     }
 
     /// The GPU with this UUID (how CUDA's device N is found in NVML, whose
     /// order can differ), else NVML's device `index`.
-    pub(crate) fn open_uuid(uuid: Option<&str>, index: u32) -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    pub(crate) fn open_uuid(uuid: Option<&str>, index: u32) -> Result<Self, GpuError> {
+        let nvml = Nvml::init().map_err(|e| GpuError::Nvml(e.to_string()))?;
         let found = uuid.and_then(|u| nvml.device_by_uuid(u).ok()).and_then(|d| d.index().ok());
         let index = found.unwrap_or(index);
-        nvml.device_by_index(index).map_err(|e| format!("NVML device {index}: {e}"))?;
+        nvml.device_by_index(index).map_err(|e| GpuError::Device { index, why: e.to_string() })?;
         Ok(ProcessMemory { nvml, index })
     }
 

@@ -429,7 +429,7 @@ impl RawFile {
 /// Parses one publisher file's bytes: a field missing, duplicated or of
 /// the wrong type, or a layout whose blocks do not add up, is an error
 /// saying where.
-pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, String> {
+pub fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Published, FileError> {
     parse_reusing(bytes, path, None).map(|(p, _)| p)
 }
 
@@ -455,16 +455,30 @@ struct Layout {
     segments: Arc<Vec<SegmentInfo>>,
 }
 
+/// Why a publisher file is not read: what the scanner says of a file it
+/// skips, and a recording of a line it cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// Not the JSON a publisher writes, at "line L column C".
+    #[error("{0}")]
+    Json(String),
+    #[error("version {0} (this gpumem-top reads 1)")]
+    Version(u32),
+    /// A segment whose blocks do not make it.
+    #[error("segment {address:#x}: {why}")]
+    Segment { address: u64, why: String },
+}
+
 /// "line L column C: what" for an error `offset` bytes into `bytes`, as
 /// every reader of ours says where.
-fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> String {
+fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> FileError {
     let m = e.to_string();
     let what = m.rsplit_once(" at line ").map_or(m.as_str(), |x| x.0);
     let before = &bytes[..offset.min(bytes.len())];
     let line0 = before.iter().filter(|&&b| b == b'\n').count();
     let col0 = before.len() - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let (line, column) = if e.line() <= 1 { (line0 + 1, col0 + e.column()) } else { (line0 + e.line(), e.column()) };
-    format!("line {line} column {column}: {what}")
+    FileError::Json(format!("line {line} column {column}: {what}"))
 }
 
 /// Parses a file, reusing `known` (kept as it is, its text not copied
@@ -472,10 +486,10 @@ fn located(e: &serde_json::Error, bytes: &[u8], offset: usize) -> String {
 /// (a publisher keeps its layout between samples while its allocator's
 /// counters do not move, and the segments are most of a file and of the
 /// cost of reading it). Returns the file's layout for next time.
-fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Published, Layout), String> {
+fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Published, Layout), FileError> {
     let raw: RawFile<SegmentsText> = serde_json::from_slice(bytes).map_err(|e| located(&e, bytes, 0))?;
     if raw.version != 1 {
-        return Err(format!("version {} (this gpumem-top reads 1)", raw.version));
+        return Err(FileError::Version(raw.version));
     }
     let text = raw.segments.0.map_or("[]", |r| r.get());
     let layout = match known {
@@ -530,11 +544,12 @@ fn parse_reusing(bytes: &[u8], path: &Path, known: Option<Layout>) -> Result<(Pu
 
 /// The allocator's segments from a file's: blocks placed back to back,
 /// which must fill their segment.
-fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, String> {
+fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, FileError> {
     let mut segments = Vec::with_capacity(raw.len());
     for s in raw {
+        let bad = |why: String| FileError::Segment { address: s.address, why };
         if s.total_size > crate::trace::MAX_SEGMENT_BYTES {
-            return Err(format!("segment {:#x}: {} bytes is more than any device holds", s.address, s.total_size));
+            return Err(bad(format!("{} bytes is more than any device holds", s.total_size)));
         }
         let mut addr = s.address;
         let mut blocks = Vec::with_capacity(s.blocks.len());
@@ -544,7 +559,7 @@ fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, St
                 0 => BlockState::ActiveAllocated,
                 1 => BlockState::ActivePendingFree,
                 2 => BlockState::Inactive,
-                x => return Err(format!("segment {:#x}: block state {x}", s.address)),
+                x => return Err(bad(format!("block state {x}"))),
             };
             if state != BlockState::Inactive {
                 active += size;
@@ -554,15 +569,10 @@ fn segments_of(raw: Vec<RawSegment>, device: u32) -> Result<Vec<SegmentInfo>, St
                 requested += req;
             }
             blocks.push(BlockInfo { address: addr, size, requested_size: req, state, tag: 0 });
-            addr = addr.checked_add(size).ok_or("block addresses overflow")?;
+            addr = addr.checked_add(size).ok_or_else(|| bad("block addresses overflow".into()))?;
         }
         if addr - s.address != s.total_size {
-            return Err(format!(
-                "segment {:#x}: blocks sum to {} of {} bytes",
-                s.address,
-                addr - s.address,
-                s.total_size
-            ));
+            return Err(bad(format!("blocks sum to {} of {} bytes", addr - s.address, s.total_size)));
         }
         let segment_type = if s.segment_type == "small" { "small" } else { "large" };
         segments.push(SegmentInfo {
@@ -829,19 +839,22 @@ mod tests {
     fn errors_say_where() {
         let path = Path::new("x.json");
         assert_eq!(
-            parse_bytes(b"{\"version\": 1,\n \"pid\": x}", path).unwrap_err(),
+            parse_bytes(b"{\"version\": 1,\n \"pid\": x}", path).unwrap_err().to_string(),
             "line 2 column 9: expected value"
         );
         assert_eq!(
-            parse_bytes(b"{\"version\": 1, \"version\": 1}", path).unwrap_err(),
+            parse_bytes(b"{\"version\": 1, \"version\": 1}", path).unwrap_err().to_string(),
             "line 1 column 24: duplicate field `version`"
         );
-        assert_eq!(parse_bytes(b"{\"version\": 1}", path).unwrap_err(), "line 1 column 14: missing field `pid`");
+        assert_eq!(
+            parse_bytes(b"{\"version\": 1}", path).unwrap_err().to_string(),
+            "line 1 column 14: missing field `pid`"
+        );
         let whole = b"{\"version\": 1, \"pid\": 1, \"device\": 0, \"time\": 0, \"stats\": {}} x";
-        assert_eq!(parse_bytes(whole, path).unwrap_err(), "line 1 column 63: trailing characters");
+        assert_eq!(parse_bytes(whole, path).unwrap_err().to_string(), "line 1 column 63: trailing characters");
         // Hostile nesting in an unknown key: an error, not a stack overflow.
         let deep = format!("{{\"x\": {}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-        let e = parse_bytes(deep.as_bytes(), path).unwrap_err();
+        let e = parse_bytes(deep.as_bytes(), path).unwrap_err().to_string();
         assert!(e.contains("recursion limit exceeded") || e.ends_with("missing field `version`"), "{e}");
         // Inside the segments (parsed apart from the rest): still the
         // file's line and column, as reading the file whole places it.
@@ -853,13 +866,13 @@ mod tests {
         ] {
             let bytes = format!("{head}{segs}}}");
             let whole = serde_json::from_slice::<RawFile>(bytes.as_bytes()).unwrap_err();
-            let ours = parse_bytes(bytes.as_bytes(), path).unwrap_err();
-            assert_eq!(ours, located(&whole, bytes.as_bytes(), 0), "{bytes}");
+            let ours = parse_bytes(bytes.as_bytes(), path).unwrap_err().to_string();
+            assert_eq!(ours, located(&whole, bytes.as_bytes(), 0).to_string(), "{bytes}");
             assert!(ours.starts_with(&format!("line {} column {}: ", whole.line(), whole.column())), "{ours}");
         }
         // Hostile nesting inside the segments: an error, not a stack overflow.
         let deep = format!("{head}{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-        let e = parse_bytes(deep.as_bytes(), path).unwrap_err();
+        let e = parse_bytes(deep.as_bytes(), path).unwrap_err().to_string();
         assert!(e.starts_with("line 2 column 15: "), "{e}");
     }
 

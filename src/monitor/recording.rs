@@ -71,6 +71,13 @@ pub struct RecordingError {
     pub(crate) msg: String,
 }
 
+impl RecordingError {
+    /// 2: the file is not a recording we can read.
+    pub fn exit_code(&self) -> u8 {
+        2
+    }
+}
+
 /// Reads a recording back into snapshots. Every complete line is read; a
 /// last line cut short (a kill or a full disk during `record`) is dropped
 /// and `warn` is told; any other bad line is an error naming it.

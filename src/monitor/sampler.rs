@@ -113,7 +113,7 @@ impl Source for LiveSource {
         let n = match self.query.device_count() {
             Ok(n) => n,
             Err(e) => {
-                snap.skipped.push(e);
+                snap.skipped.push(e.to_string());
                 0
             }
         };

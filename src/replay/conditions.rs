@@ -131,7 +131,8 @@ impl Recorded {
     }
 }
 
-type Run<'r, 'a> = &'r dyn Fn(&ReplayOptions) -> Result<(Vec<SeedSegment>, ReplayResult<'a>), String>;
+/// A replay under other options; None where it cannot start.
+type Run<'r, 'a> = &'r dyn Fn(&ReplayOptions) -> Option<(Vec<SeedSegment>, ReplayResult<'a>)>;
 
 /// A search over replays of one trace.
 pub(crate) struct Search<'r, 'a> {
@@ -162,7 +163,7 @@ impl<'r, 'a> Search<'r, 'a> {
             return None;
         }
         self.spent.set(self.spent.get() + 1);
-        (self.run)(o).ok().map(|(_, r)| Reach::of(&r))
+        (self.run)(o).map(|(_, r)| Reach::of(&r))
     }
 
     fn under(o: &ReplayOptions, limit: u64) -> ReplayOptions {

@@ -116,7 +116,7 @@ pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Open
         ..Want::recorded(trace, opts.device_total)
     };
     let session = Session::open(dev, &trace.stacks, &want)
-        .map_err(|reason| OpenError::Unreadable { name: name.to_string(), reason })?;
+        .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })?;
     Ok(Opened { trace, dev, want, session, name: name.to_string() })
 }
 
@@ -127,7 +127,7 @@ impl<'t> Opened<'t> {
         // The limit is the run's own, a condition it had rather than a change.
         let want = Want { memory_limit, ..self.want.clone() };
         let session = Session::open(self.dev, &self.trace.stacks, &want)
-            .map_err(|reason| OpenError::Unreadable { name: self.name.clone(), reason })?;
+            .map_err(|e| OpenError::Unreadable { name: self.name.clone(), reason: e.to_string() })?;
         Ok(Opened { trace: self.trace, dev: self.dev, want, session, name: self.name.clone() })
     }
 

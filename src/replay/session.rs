@@ -323,11 +323,12 @@ fn find_conditions<'a>(
     exact: &ReplayResult<'a>,
     stopped: bool,
     start: Start,
-) -> Result<(Option<conditions::Found>, conditions::Recorded), String> {
+) -> Result<(Option<conditions::Found>, conditions::Recorded), SessionError> {
     let rec = &dev.events;
     let mut so = opts.clone();
     so.stop_at = None;
-    let base = if stopped { search.eval(&so).ok_or("the replay failed")? } else { conditions::Reach::of(exact) };
+    let failed = || SessionError::NoWindowStart("the replay failed".into());
+    let base = if stopped { search.eval(&so).ok_or_else(failed)? } else { conditions::Reach::of(exact) };
     let seed_reserved: u64 =
         seed.iter().map(|s| if s.mapped.is_empty() { s.size } else { s.mapped.iter().map(|m| m.1).sum() }).sum();
     let recd = conditions::Recorded::of(rec, seed_reserved, &opts.config);
@@ -430,12 +431,23 @@ fn release_note(ask: &ReleaseAsk, chosen: Release, tried: &[Release], reproduced
     }
 }
 
+/// Why a device's replay cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("the snapshot has no trace and no segments")]
+    Empty,
+    /// A window of a longer run whose start no state the file holds can
+    /// make (docs/user/replay.md, "Windows").
+    #[error("{0}")]
+    NoWindowStart(String),
+}
+
 /// Where a recorded device's replay starts: its state alone (no trace),
 /// process start, or a window of a longer run (docs/user/replay.md).
-fn start_of(dev: &DeviceTrace, recorded_state: bool) -> Result<Start, String> {
+fn start_of(dev: &DeviceTrace, recorded_state: bool) -> Result<Start, SessionError> {
     Ok(if !has_trace(dev) {
         if dev.segments.is_empty() {
-            return Err("the snapshot has no trace and no segments".into());
+            return Err(SessionError::Empty);
         }
         Start::StateOnly
     } else if !recorded_state || starts_empty(dev) {
@@ -482,7 +494,7 @@ fn fidelity_of(requests_only: bool, faithful: bool, start: Start, changed: bool)
 impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
-    pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, String> {
+    pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, SessionError> {
         let rec: &'a [Event] = &dev.events;
         let mut opts = ReplayOptions::new(req.config.clone(), req.device_total);
         opts.memory_limit = req.memory_limit;
@@ -491,7 +503,7 @@ impl<'a> Session<'a> {
         opts.pools = Arc::new(pools::plan(dev, stacks, req.release.candidates[0]));
         opts.exact = Arc::from(dev.exact.as_slice());
         let start = start_of(dev, req.recorded_state)?;
-        let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), String> {
+        let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), SessionError> {
             Ok(match start {
                 Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
                 Start::StateOnly => {
@@ -500,7 +512,7 @@ impl<'a> Session<'a> {
                     (seed, r)
                 }
                 Start::Window => {
-                    let (r, seed) = replay_wrapped(rec, opts, dev, 256)?;
+                    let (r, seed) = replay_wrapped(rec, opts, dev, 256).map_err(SessionError::NoWindowStart)?;
                     (seed, r)
                 }
             })
@@ -538,7 +550,8 @@ impl<'a> Session<'a> {
         let mut limit_found = None;
         let mut conditions_note = None;
         if req.memory_limit.is_none() && !req.changed && req.recorded_state && start != Start::StateOnly {
-            let search = conditions::Search::new(&run, rec.len(), req.device_total);
+            let started = |o: &ReplayOptions| run(o).ok();
+            let search = conditions::Search::new(&started, rec.len(), req.device_total);
             let (found, recd) = find_conditions(&search, dev, &opts, &seed, &exact, req.stop_at.is_some(), start)?;
             match found {
                 Some(f) => {

@@ -335,7 +335,7 @@ impl History {
         let label = (a.device().describe(), format!("paused: the last {n} events run"));
         let data = HistoryData { trace, stacks, iterations };
         let cell = HistoryCell::try_new(data, |d| {
-            let s = crate::replay::session::Session::open(&d.trace, &d.stacks, &want)?;
+            let s = crate::replay::session::Session::open(&d.trace, &d.stacks, &want).map_err(|e| e.to_string())?;
             if !s.fidelity.is_faithful() {
                 return Err(format!("its events do not replay ({})", s.fidelity.name()));
             }

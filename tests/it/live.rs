@@ -36,7 +36,7 @@ impl FakeNvml {
 }
 
 impl GpuQuery for FakeNvml {
-    fn device_count(&mut self) -> Result<u32, String> {
+    fn device_count(&mut self) -> Result<u32, gpumem_top::monitor::GpuError> {
         Ok(self.gpus.lock().unwrap().len() as u32)
     }
     fn sample(&mut self, index: u32) -> GpuSample {
