@@ -32,8 +32,10 @@ pub enum Command {
     Peak,
     NextOom,
     Pause,
-    Faster,
-    Slower,
+    /// `+`: faster (synth), zoom the timeline in (replay).
+    Plus,
+    /// `-`: slower (synth), zoom the timeline out (replay).
+    Minus,
     Screenshot,
     /// `S`: ask the selected process for a PyTorch memory snapshot (live).
     Snapshot,
@@ -144,8 +146,10 @@ pub(crate) const KEYS: &[Binding] = &[
     b("o", &[C('o')], Command::NextOom, "jump to the next OOM", "o OOM", &[Mode::Replay]),
     b("o", &[C('o')], Command::NextOom, "jump to the process's next OOM", "o OOM", &[Mode::Recording]),
     b("space", &[C(' ')], Command::Pause, "pause / resume", "space pause", &[Mode::Synth]),
-    b("+ / -", &[C('+')], Command::Faster, "twice / half as fast", "+/- speed", &[Mode::Synth]),
-    b("", &[C('-')], Command::Slower, "", "", &[Mode::Synth]),
+    b("+ / -", &[C('+')], Command::Plus, "twice / half as fast", "+/- speed", &[Mode::Synth]),
+    b("", &[C('-')], Command::Minus, "", "", &[Mode::Synth]),
+    b("+ / -", &[C('+')], Command::Plus, "zoom the timeline in / out around the cursor", "+/- zoom", &[Mode::Replay]),
+    b("", &[C('-')], Command::Minus, "", "", &[Mode::Replay]),
     b(
         "1-9",
         &[C('1'), C('2'), C('3'), C('4'), C('5'), C('6'), C('7'), C('8'), C('9')],
@@ -324,7 +328,7 @@ mod tests {
     fn the_hints_are_the_table_read_per_mode() {
         assert_eq!(
             hints_within(Mode::Replay, usize::MAX),
-            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  ↑/↓ Enter segment  w what  tab focus  s screenshot  ? help "
+            " q quit  ←/→ PgUp/PgDn step  p peak  o OOM  +/- zoom  ↑/↓ Enter segment  w what  tab focus  s screenshot  ? help "
         );
         assert_eq!(
             hints_within(Mode::Synth, usize::MAX),

@@ -120,12 +120,34 @@ impl Interactive for ReplayApp<'_> {
                 }
             }
             Command::Screenshot => self.status = self.screenshot(),
+            Command::Plus | Command::Minus => self.zoom(a == Command::Plus),
             _ => {}
         }
     }
 
     fn quit(&self) -> bool {
         self.screen.quit
+    }
+}
+
+impl ReplayApp<'_> {
+    /// `+`/`-`: the timeline's window around the cursor halved or doubled,
+    /// down to `MIN_ZOOM_POINTS` events, up to the whole run.
+    fn zoom(&mut self, closer: bool) {
+        let n = self.model.points().len();
+        let span = |level: u8| crate::view::Zoom::of(n, 0, level).map_or(n, |w| w.hi - w.lo);
+        let z = &mut self.screen.sel.timeline_zoom;
+        if closer {
+            if span(z.saturating_add(1)) < span(*z) {
+                *z += 1;
+            } else {
+                self.status = format!(" the timeline is as close as it zooms ({} events)", span(*z));
+            }
+        } else if *z > 0 {
+            *z -= 1;
+        } else {
+            self.status = " the timeline shows the whole run".into();
+        }
     }
 }
 
@@ -609,11 +631,11 @@ impl<D: Device> Interactive for SynthApp<D> {
                 }
             }
             // Doubling and halving, so `+` after `-` is back where it was.
-            Command::Faster => {
+            Command::Plus => {
                 self.speed = (self.speed * 2.0).min(1024.0);
                 self.status = format!(" speed ×{}", self.speed);
             }
-            Command::Slower => {
+            Command::Minus => {
                 self.speed = (self.speed / 2.0).max(1.0 / 64.0);
                 self.status = format!(" speed ×{}", self.speed);
             }
@@ -656,9 +678,9 @@ mod tests {
             app.apply(a);
             app.status.clone()
         };
-        let down: Vec<String> = (0..4).map(|_| said(&mut app, Command::Slower)).collect();
+        let down: Vec<String> = (0..4).map(|_| said(&mut app, Command::Minus)).collect();
         assert_eq!(down, [" speed ×0.5", " speed ×0.25", " speed ×0.125", " speed ×0.0625"]);
-        let up: Vec<String> = (0..4).map(|_| said(&mut app, Command::Faster)).collect();
+        let up: Vec<String> = (0..4).map(|_| said(&mut app, Command::Plus)).collect();
         assert_eq!(up, [" speed ×0.125", " speed ×0.25", " speed ×0.5", " speed ×1"]);
         // At ×1/16 a tick owes 2.5 requests: two ticks run 5.
         app.speed = 1.0 / 16.0;

@@ -25,6 +25,7 @@ pub(crate) use help::help_overlay;
 pub use map::{segment_categories, segment_cells};
 pub(crate) use parts::{Focus, Panel, SegmentOrder, View};
 pub(crate) use text::{boxed, duration, ellipsis, put_rows, too_small, MIN_HEIGHT, MIN_WIDTH};
+pub(crate) use timeline::Zoom;
 
 use bars::{render_bars, what_line};
 use histogram::render_histogram;

@@ -36,6 +36,9 @@ pub(crate) struct Selection {
     pub(crate) panel: Option<Panel>,
     /// What the map's and the timeline's colours say.
     pub(crate) color_by: ColorBy,
+    /// The timeline zoomed in this many halvings around the cursor (`+`/`-`
+    /// in a replay; 0: the whole run).
+    pub(crate) timeline_zoom: u8,
 }
 
 /// What a drawing's colours say (`--by`, the key `w`): one choice carried

@@ -29,10 +29,91 @@ pub(crate) fn flat_runs_joined(pts: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
+/// The fewest points a zoom shows: closer, a column is a few events.
+pub(crate) const MIN_ZOOM_POINTS: usize = 64;
+
+/// A zoomed timeline's window: events `lo..hi` of `total` (counted from
+/// the timeline's first point), at `level` (each a halving).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Zoom {
+    pub(crate) lo: usize,
+    pub(crate) hi: usize,
+    pub(crate) total: usize,
+    pub(crate) level: u8,
+}
+
+impl Zoom {
+    /// At `level`, 1/2^level of `n` points (never fewer than
+    /// `MIN_ZOOM_POINTS`) centred on the cursor; None where that is all
+    /// of them.
+    pub(crate) fn of(n: usize, cursor: usize, level: u8) -> Option<Zoom> {
+        if level == 0 {
+            return None;
+        }
+        let span = n.checked_shr(u32::from(level)).unwrap_or(0).max(MIN_ZOOM_POINTS);
+        if span >= n {
+            return None;
+        }
+        let lo = cursor.saturating_sub(span / 2).min(n - span);
+        Some(Zoom { lo, hi: lo + span, total: n, level })
+    }
+}
+
+/// The timeline, whole or (`+`/`-` in a replay) a window of it around the
+/// cursor: the marks shifted into the window, the axis saying which part.
 pub(crate) fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut Buffer) {
     let n = view.marks.timeline.len();
+    let zoom = Zoom::of(n, view.marks.cursor, view.sel.timeline_zoom).filter(|_| view.marks.clock.is_none());
+    let Some(z) = zoom else { return draw_timeline(view, None, theme, area, buf) };
+    let within =
+        |v: &[usize]| -> Vec<usize> { v.iter().filter(|&&i| i >= z.lo && i < z.hi).map(|&i| i - z.lo).collect() };
+    let (ooms, empty_caches, iterations) =
+        (within(view.marks.ooms), within(view.marks.empty_caches), within(view.marks.iterations));
+    let points = &view.marks.timeline[z.lo..z.hi];
+    let mut zoomed = view.clone();
+    zoomed.marks = parts::Marks {
+        timeline: points,
+        cursor: view.marks.cursor - z.lo,
+        peak_at: crate::analysis::peak_index(points),
+        ooms: &ooms,
+        empty_caches: &empty_caches,
+        iterations: &iterations,
+        first_event: view.marks.first_event + z.lo,
+        ..view.marks
+    };
+    // The title counts iterations over the whole run.
+    let whole = ZoomOf { zoom: z, first_event: view.marks.first_event, iterations: view.marks.iterations };
+    draw_timeline(&zoomed, Some(&whole), theme, area, buf);
+}
+
+/// A zoom and what the window is a part of.
+pub(crate) struct ZoomOf<'a> {
+    zoom: Zoom,
+    /// The whole timeline's first event.
+    first_event: usize,
+    /// The whole timeline's iteration ends.
+    iterations: &'a [usize],
+}
+
+impl ZoomOf<'_> {
+    /// "events 1200–1800 of 10000000 (×16, - out) ─ iterations 12–14 of 4000".
+    fn said(&self) -> String {
+        let z = self.zoom;
+        let f = self.first_event;
+        let mut s =
+            format!("events {}–{} of {} (×{}, - out)", z.lo + f, z.hi + f, z.total + f, 1u64 << z.level.min(63));
+        if !self.iterations.is_empty() {
+            let it = |i: usize| self.iterations.partition_point(|&m| m <= i) + 1;
+            s.push_str(&format!(" ─ iterations {}–{} of {}", it(z.lo), it(z.hi - 1), self.iterations.len() + 1));
+        }
+        s
+    }
+}
+
+fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, buf: &mut Buffer) {
+    let n = view.marks.timeline.len();
     let focus = if view.sel.focus == Focus::Timeline { theme.bold() } else { Style::default() };
-    let title = timeline_title(view);
+    let title = timeline_title(view, zoom);
     // A per-process limit is drawn as a line, so the scale reaches it.
     let limit = view.totals.capacity.filter(|c| c.1 == parts::ScaleBy::Limit).map(|c| c.0);
     let top =
@@ -62,16 +143,23 @@ pub(crate) fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut B
     let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
     let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
     plotted.chart(view, theme, &cols).render(plot, buf);
-    let axis = timeline_footer(view, times, inner.width as usize);
+    let axis = timeline_footer(view, zoom.map(|z| z.zoom.total + z.first_event), times, inner.width as usize);
     buf.set_stringn(inner.x, inner.y + inner.height - 1, axis, inner.width as usize, theme.fg(Color::DarkGray));
 }
 
 /// "Timeline ─ allocated / reserved ─ peak … @ event N (iteration K)".
-pub(crate) fn timeline_title(view: &View) -> String {
+pub(crate) fn timeline_title(view: &View, zoom: Option<&ZoomOf>) -> String {
     let n = view.marks.timeline.len();
     let peak = view.marks.peak_at.and_then(|p| view.marks.timeline.get(p).map(|v| (p, v.allocated)));
     let t0 = view.marks.clock.and_then(|c| c.times.first().copied()).unwrap_or(0.0);
     let title = match peak {
+        Some((p, v)) if zoom.is_some() => format!(
+            " Timeline ─ {} ─ peak in view {} @ {} {} ",
+            zoom.map(ZoomOf::said).unwrap_or_default(),
+            human_bytes(v),
+            view.marks.unit,
+            p + view.marks.first_event
+        ),
         Some((p, v)) if view.marks.clock.is_some() => {
             let at = view.marks.clock.and_then(|c| c.times.get(p).copied()).unwrap_or(t0);
             let step = if view.marks.iterations.is_empty() {
@@ -331,7 +419,8 @@ impl Plotted {
 
 /// The line under the plot: the cursor's (or now's) figures and the marks'
 /// counts, the longest that fits in `width`.
-pub(crate) fn timeline_footer(view: &View, times: Option<&[f64]>, width: usize) -> String {
+/// `of`: the whole timeline's last event where a zoom shows part of it.
+pub(crate) fn timeline_footer(view: &View, of: Option<usize>, times: Option<&[f64]>, width: usize) -> String {
     let n = view.marks.timeline.len();
     let axis = match (view.marks.clock, times) {
         (Some(c), Some(t)) => {
@@ -359,7 +448,7 @@ pub(crate) fn timeline_footer(view: &View, times: Option<&[f64]>, width: usize) 
             )
         }
         _ => {
-            let (at, of) = (view.marks.cursor + view.marks.first_event, n + view.marks.first_event);
+            let (at, of) = (view.marks.cursor + view.marks.first_event, of.unwrap_or(n + view.marks.first_event));
             let u = view.marks.unit;
             let p = &view.marks.timeline[view.marks.cursor.min(n - 1)];
             let (a, r) = (human_bytes(p.allocated), human_bytes(p.reserved));

@@ -900,3 +900,57 @@ fn the_timeline_of_ten_thousand_iterations_reads() {
     // The trace's last marker comes after its last event: 9,999 end in it.
     assert!(s.contains("╵ 9999 iterations"), "{s}");
 }
+
+/// `+` zooms the timeline around the cursor, each press halving the
+/// window, and the title says which events and iterations it shows; the
+/// footer still counts the whole run; `-` goes back out, and past the
+/// whole run says so.
+#[test]
+fn plus_and_minus_zoom_the_timeline_around_the_cursor() {
+    let d = common::TmpDir::new("zoom");
+    let path = d.0.join("long.pickle");
+    std::fs::write(
+        &path,
+        common::pickler::iterations_snapshot(10_000, |i| if i % 1000 == 500 { 4 << 20 } else { 2 << 20 }),
+    )
+    .unwrap();
+    let (mut app, _) = replay_app(path.to_str().unwrap());
+    app.dispatch(Command::Peak);
+    let draw = |app: &gpumem_top::ui::app::ReplayApp| {
+        let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
+        term.draw(|f| app.draw(f)).unwrap();
+        term.backend().to_string()
+    };
+    let whole = draw(&app);
+    let title = |s: &str| s.lines().find(|l| l.contains("┌ Timeline")).unwrap().to_string();
+    assert!(title(&whole).contains(" Timeline ─ allocated / reserved ─ peak 4.00 MiB @ event 1501 (iteration 501) "));
+    for _ in 0..5 {
+        app.dispatch(Command::Plus);
+    }
+    // 30,001 points: a 32nd is 937, centred on the peak at 1501.
+    let s = draw(&app);
+    assert!(
+        title(&s).contains(
+            " Timeline ─ events 1033–1970 of 30001 (×32, - out) ─ iterations 345–657 of 10000 ─ peak in view 4.00 MiB @ event 1501 "
+        ),
+        "{s}"
+    );
+    assert!(s.contains(" cursor: event 1501 of 30001 ─ allocated 4.00 MiB ─ reserved 20.00 MiB ─ ✗ 0 OOMs ─ E 0 empty_cache ─ ╵ 313 iterations ▲ peaks "), "{s}");
+    assert!(s.contains("▲4.0M"), "the peak keeps its label: {s}");
+    // As close as it goes: 64 events.
+    for _ in 0..10 {
+        app.dispatch(Command::Plus);
+    }
+    let s = draw(&app);
+    assert!(
+        title(&s).contains(" Timeline ─ events 1469–1533 of 30001 (×512, - out) ─ iterations 490–511 of 10000 "),
+        "{s}"
+    );
+    assert!(s.contains(" the timeline is as close as it zooms (64 events)"), "{s}");
+    for _ in 0..9 {
+        app.dispatch(Command::Minus);
+    }
+    assert_eq!(title(&draw(&app)), title(&whole), "back out to the whole run");
+    app.dispatch(Command::Minus);
+    assert!(draw(&app).contains(" the timeline shows the whole run"));
+}
