@@ -505,3 +505,53 @@ fn a_missing_device_is_named_with_the_file_and_the_devices_it_has() {
         assert_eq!(err, format!("gpumem-top: {}: the trace has no device 7 (it has: 0)\n", f.display()), "{cmd}");
     }
 }
+
+/// tools/big-snapshot.py makes a long trace from a short real one (an MLP
+/// trained 12 steps on the H200, `measurements/ten_million/record_loop.py`):
+/// its steady iteration repeated, which replays exactly with the peak
+/// PyTorch printed for the real run, its iterations marked (12 + 46), and
+/// its frames shared, so it costs no more bytes per event than the
+/// recording did.
+#[test]
+fn the_big_snapshot_generator_repeats_a_steady_iteration_exactly() {
+    let d = common::TmpDir::new("big");
+    let out = d.0.join("long.pickle");
+    let src = fixture("traces/small_loop.pickle.gz");
+    let gen = Command::new("python3")
+        .arg(common::root().join("tools/big-snapshot.py"))
+        .args([src.to_str().unwrap(), out.to_str().unwrap(), "--events", "5000"])
+        .output()
+        .expect("python3 runs the generator");
+    let said = String::from_utf8_lossy(&gen.stdout);
+    assert!(gen.status.success(), "{}", String::from_utf8_lossy(&gen.stderr));
+    assert!(
+        said.contains("device 0, 5,072 events (1,070 recorded; events 965..1,052, 87 a period, repeated 46 times)"),
+        "{said}"
+    );
+    let o = run(&["replay", out.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["fidelity"], "exact");
+    assert_eq!(j["events"], 5072);
+    // What the recording script printed from torch.cuda.memory_stats().
+    assert_eq!(j["peak"]["allocated_bytes"], 99_929_600);
+    assert_eq!(j["peak"]["reserved_bytes"], 111_149_056);
+    let txt = d.0.join("t.txt");
+    run(&[
+        "export",
+        out.to_str().unwrap(),
+        "--view",
+        "timeline",
+        "--format",
+        "txt",
+        "--plain",
+        "-o",
+        txt.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read_to_string(&txt).unwrap().contains("╵ 58 iterations"));
+    let mut unpacked = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(std::fs::File::open(&src).unwrap()), &mut unpacked)
+        .unwrap();
+    let per_event = |bytes: usize, events: usize| bytes as f64 / events as f64;
+    let made = std::fs::metadata(&out).unwrap().len() as usize;
+    assert!(per_event(made, 5072) <= per_event(unpacked.len(), 1070), "{made} bytes for 5,072 events");
+}
