@@ -11,6 +11,9 @@
 //!   one step back and one step forward, as the TUI's arrow keys do.
 //! - `frame/gpt2_peak_200x60`: the whole screen at GPT-2's peak drawn into a
 //!   200x60 buffer (view built from the allocator state, then rendered).
+//! - `frame/big_step_200x60`, only with `GPUMEM_TOP_BIG_TRACE=PATH` (a trace
+//!   `tools/big-snapshot.py` makes, millions of events): a frame stepping
+//!   the cursor at the trace's middle, whole and zoomed in (`+` five times).
 #![allow(clippy::unwrap_used, reason = "a benchmark fails loudly on a fixture it cannot read")]
 
 use std::hint::black_box;
@@ -178,6 +181,34 @@ fn bench_frame(c: &mut Criterion) {
     });
 }
 
+/// A frame of a big trace (`GPUMEM_TOP_BIG_TRACE`): what the timeline's
+/// binning costs at millions of points (docs/measurements/benchmarks.md,
+/// "Ten million events").
+fn bench_big_frame(c: &mut Criterion) {
+    use gpumem_top::ui::app::ReplayApp;
+    use gpumem_top::ui::event::{Command, Interactive};
+    let Some(path) = std::env::var_os("GPUMEM_TOP_BIG_TRACE") else { return };
+    let t = gpumem_top::trace::load(std::path::Path::new(&path)).unwrap();
+    let opened = gpumem_top::replay::open(&t, "big", &Default::default()).unwrap();
+    let n = opened.dev.events.len();
+    let mut app = ReplayApp::new(opened.model("big".into()).unwrap(), true);
+    app.go(n / 2);
+    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
+    let mut right = true;
+    for name in ["frame/big_step_200x60", "frame/big_step_200x60_zoomed"] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                app.apply(if right { Command::Right } else { Command::Left });
+                right = !right;
+                term.draw(|f| app.draw(f)).unwrap();
+            })
+        });
+        for _ in 0..5 {
+            app.apply(Command::Plus);
+        }
+    }
+}
+
 /// What categorizing adds to a replay (docs/measurements/benchmarks.md, "Categories"):
 /// `Categories::of` beside the exact replay (`replay::open`) of the same
 /// trace, the repository's longest with stacks.
@@ -198,5 +229,5 @@ fn bench_categories(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame, bench_categories);
+criterion_group!(benches, bench_pairs, bench_replay, bench_scrub, bench_frame, bench_big_frame, bench_categories);
 criterion_main!(benches);

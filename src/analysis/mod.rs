@@ -3,6 +3,7 @@
 
 pub mod categories;
 pub(crate) mod diff;
+pub(crate) mod range_max;
 pub(crate) mod ranks;
 
 use serde::Serialize;
@@ -244,19 +245,21 @@ pub(crate) fn peak_index(points: &[StatePoint]) -> Option<usize> {
     (0..points.len()).max_by_key(|&i| (points[i].allocated, std::cmp::Reverse(i)))
 }
 
-/// The highest allocated bytes of each iteration `marks` delimits (the part
-/// before the first mark and after the last count as iterations too), as
-/// (event index of its first occurrence, bytes).
-pub(crate) fn iteration_peaks(points: &[StatePoint], marks: &[usize]) -> Vec<(usize, u64)> {
+/// The highest allocated bytes of each iteration `marks` delimits in `n`
+/// points (the part before the first mark and after the last count as
+/// iterations too), as (event index of its first occurrence, bytes); each
+/// iteration's peak asked of `peak(lo, hi)` (a block index answers without
+/// reading every point: `range_max`).
+pub(crate) fn iteration_peaks_by(
+    n: usize,
+    marks: &[usize],
+    peak: impl Fn(usize, usize) -> Option<(usize, u64)>,
+) -> Vec<(usize, u64)> {
     let mut bounds: Vec<usize> = Vec::with_capacity(marks.len() + 2);
     bounds.push(0);
-    bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < points.len()));
-    bounds.push(points.len());
-    bounds
-        .windows(2)
-        .filter(|w| w[1] > w[0])
-        .filter_map(|w| peak_index(&points[w[0]..w[1]]).map(|i| (w[0] + i, points[w[0] + i].allocated)))
-        .collect()
+    bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < n));
+    bounds.push(n);
+    bounds.windows(2).filter(|w| w[1] > w[0]).filter_map(|w| peak(w[0], w[1])).collect()
 }
 
 /// Live bytes grouped by where they were allocated, largest first:
@@ -500,7 +503,11 @@ mod tests {
         assert_eq!(iteration_marks(&times, &anns, 1), Vec::<usize>::new());
         let p = |a| StatePoint { allocated: a, reserved: a };
         let pts = [p(1), p(5), p(5), p(2), p(7), p(3), p(4)];
-        assert_eq!(iteration_peaks(&pts, &[3, 5]), vec![(1, 5), (4, 7), (6, 4)]);
-        assert_eq!(iteration_peaks(&pts, &[]), vec![(4, 7)]);
+        let index = range_max::RangeMax::of(&pts, &[]);
+        let iteration_peaks = |marks: &[usize]| {
+            iteration_peaks_by(pts.len(), marks, |lo, hi| index.query(&pts, lo, hi).map(|p| (p.at, p.allocated)))
+        };
+        assert_eq!(iteration_peaks(&[3, 5]), vec![(1, 5), (4, 7), (6, 4)]);
+        assert_eq!(iteration_peaks(&[]), vec![(4, 7)]);
     }
 }

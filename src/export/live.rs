@@ -30,6 +30,7 @@ pub(crate) fn process_svg(h: &ProcHistory, p: &Published, view: ViewKind, width:
             first_event: 0,
             unit: "event",
             meaning: None,
+            maxima: None,
         },
         // memory_stats() does not carry set_per_process_memory_fraction.
         memory_limit: None,

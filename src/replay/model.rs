@@ -105,6 +105,8 @@ pub struct ReplayModel<'a> {
     /// The event whose state the scrubber stands at (`go`): what a frame
     /// draws, read-only.
     cursor: usize,
+    /// The timeline's block maxima, built once.
+    maxima: crate::analysis::range_max::RangeMax,
 }
 
 impl<'a> ReplayModel<'a> {
@@ -166,8 +168,8 @@ impl<'a> ReplayModel<'a> {
             .iter()
             .map(|&i| (dev.events[i].size, dev.events[i].stream, dev.stacks.get(i).copied().unwrap_or(0)))
             .collect();
+        let maxima = crate::analysis::range_max::RangeMax::of(scrub.points(), &iterations);
         ReplayModel {
-            scrub,
             stacks,
             name,
             peak_at,
@@ -181,6 +183,8 @@ impl<'a> ReplayModel<'a> {
             label: None,
             peak_reserved,
             cursor: 0,
+            maxima,
+            scrub,
         }
     }
 
@@ -261,6 +265,7 @@ impl<'a> ReplayModel<'a> {
             empty_caches: &self.empty_caches,
             iterations: &self.iterations,
             meaning: self.categories.as_ref().map(|cats| Meaning::Replay { cats, at: shown }),
+            maxima: Some(&self.maxima),
         }
     }
 
@@ -283,4 +288,6 @@ pub(crate) struct ReplayAt<'m, 'a> {
     pub(crate) empty_caches: &'m [usize],
     pub(crate) iterations: &'m [usize],
     pub(crate) meaning: Option<Meaning<'m>>,
+    /// The timeline's block maxima.
+    pub(crate) maxima: Option<&'m crate::analysis::range_max::RangeMax>,
 }

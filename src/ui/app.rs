@@ -416,6 +416,7 @@ fn run_marks<D: Device>(d: &Driver<D>) -> Marks<'_> {
         first_event: d.dropped,
         unit: "request",
         meaning: Some(crate::view::parts::Meaning::Known { blocks: &d.block_categories, now: d.categories }),
+        maxima: None,
     }
 }
 

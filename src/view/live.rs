@@ -280,6 +280,7 @@ impl LiveScreen<'_> {
             first_event: 0,
             unit: "event",
             meaning: None,
+            maxima: None,
         };
         View::new(chrome, totals, &p.segments, p.fragmentation(), marks, self.sel).render(area, buf);
     }

@@ -162,6 +162,18 @@ pub(crate) struct Marks<'m> {
     /// What each block is, where the screen knows (a replay, or the
     /// synthetic model's own).
     pub(crate) meaning: Option<Meaning<'m>>,
+    /// The timeline's block maxima (a replay's), so that a frame need not
+    /// read every point.
+    pub(crate) maxima: Option<Maxima<'m>>,
+}
+
+/// A timeline's block maxima and the points they were built over, of which
+/// the marks' timeline starts at `offset` (a zoomed window).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Maxima<'m> {
+    pub(crate) index: &'m crate::analysis::range_max::RangeMax,
+    pub(crate) all: &'m [StatePoint],
+    pub(crate) offset: usize,
 }
 
 /// The x axis of a live timeline: each point's time (seconds since the
@@ -188,6 +200,37 @@ impl<'m> Marks<'m> {
             first_event: 0,
             unit: "event",
             meaning: at.meaning,
+            maxima: at.maxima.map(|index| Maxima { index, all: at.points, offset: 0 }),
+        }
+    }
+
+    /// Each iteration's peak in the timeline (a zoomed window's edges cut
+    /// theirs to the window), as (point, allocated bytes).
+    pub(crate) fn iteration_peaks(&self) -> Vec<(usize, u64)> {
+        let n = self.timeline.len();
+        crate::analysis::iteration_peaks_by(n, self.iterations, |lo, hi| {
+            // An iteration whole in the window: its peak was found once.
+            let whole = self.maxima.filter(|m| hi < n || m.offset + n == m.all.len());
+            let p = whole.and_then(|m| m.index.iteration_from(lo + m.offset)).filter(|p| p.at < hi + self.offset());
+            match p {
+                Some(p) => Some((p.at - self.offset(), p.allocated)),
+                None => self.peak(lo, hi).map(|p| (p.at, p.allocated)),
+            }
+        })
+    }
+
+    /// Where the timeline starts in the points its maxima were built over.
+    fn offset(&self) -> usize {
+        self.maxima.map_or(0, |m| m.offset)
+    }
+
+    /// The peak of `timeline[lo..hi]`: from the block maxima where there
+    /// are, else read point by point.
+    pub(crate) fn peak(&self, lo: usize, hi: usize) -> Option<crate::analysis::range_max::Peak> {
+        use crate::analysis::range_max::{scan, Peak};
+        match self.maxima {
+            Some(m) => m.index.query(m.all, lo + m.offset, hi + m.offset).map(|p| Peak { at: p.at - m.offset, ..p }),
+            None => scan(self.timeline.get(lo..hi.min(self.timeline.len()))?, lo),
         }
     }
 }

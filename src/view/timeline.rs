@@ -74,11 +74,12 @@ pub(crate) fn render_timeline(view: &View, theme: Theme, area: Rect, buf: &mut B
     zoomed.marks = parts::Marks {
         timeline: points,
         cursor: view.marks.cursor - z.lo,
-        peak_at: crate::analysis::peak_index(points),
+        peak_at: view.marks.peak(z.lo, z.hi).map(|p| p.at - z.lo),
         ooms: &ooms,
         empty_caches: &empty_caches,
         iterations: &iterations,
         first_event: view.marks.first_event + z.lo,
+        maxima: view.marks.maxima.map(|m| parts::Maxima { offset: m.offset + z.lo, ..m }),
         ..view.marks
     };
     // The title counts iterations over the whole run.
@@ -116,8 +117,7 @@ fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, b
     let title = timeline_title(view, zoom);
     // A per-process limit is drawn as a line, so the scale reaches it.
     let limit = view.totals.capacity.filter(|c| c.1 == parts::ScaleBy::Limit).map(|c| c.0);
-    let top =
-        view.marks.timeline.iter().map(|p| p.reserved.max(p.allocated)).max().unwrap_or(0).max(limit.unwrap_or(0));
+    let top = view.marks.peak(0, n).map_or(0, |p| p.reserved.max(p.allocated)).max(limit.unwrap_or(0));
     let room = (area.width as usize).saturating_sub(title.chars().count() + 4);
     let key = timeline_key(view, theme, room, limit, top);
     let inner = boxed(buf, area, Line::from(Span::styled(title, focus)), key);
@@ -283,11 +283,9 @@ pub(crate) fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>
         for c in 0..cols {
             let lo = c * n / cols;
             let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-            let slice = &view.marks.timeline[lo..hi];
-            let a = slice.iter().map(|p| p.allocated).max().unwrap_or(0) as f64;
-            let r = slice.iter().map(|p| p.reserved).max().unwrap_or(0) as f64;
-            alloc_pts.push((c as f64, a));
-            resv_pts.push((c as f64, r));
+            let (a, r) = view.marks.peak(lo, hi).map_or((0, 0), |p| (p.allocated, p.reserved));
+            alloc_pts.push((c as f64, a as f64));
+            resv_pts.push((c as f64, r as f64));
         }
     }
     (flat_runs_joined(&alloc_pts), flat_runs_joined(&resv_pts))
@@ -309,8 +307,7 @@ pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f
             for c in 0..cols {
                 let lo = c * n / cols;
                 let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-                let top =
-                    (lo..hi).max_by_key(|&i| (view.marks.timeline[i].allocated, std::cmp::Reverse(i))).unwrap_or(lo);
+                let top = view.marks.peak(lo, hi).map_or(lo, |p| p.at);
                 let b = m.bytes_after(top + view.marks.first_event).unwrap_or_default();
                 let mut sum = 0u64;
                 for (k, cat) in Category::ALL.into_iter().enumerate() {
@@ -336,24 +333,30 @@ pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f
 pub(crate) fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> Vec<(f64, f64, String)> {
     let mut labels: Vec<(f64, f64, String)> = Vec::new();
     if !view.marks.iterations.is_empty() {
-        let mut peaks = crate::analysis::iteration_peaks(view.marks.timeline, view.marks.iterations);
+        let mut peaks = view.marks.iteration_peaks();
         peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut taken: Vec<(usize, usize)> = Vec::new();
         let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
+        // Sorted by value, equal peaks come together: each value's text is
+        // made once (a long run has thousands of iterations and few values).
+        let mut last: Option<(u64, String)> = None;
         for (i, v) in peaks {
-            let text = format!("▲{}", short_bytes(v));
+            if last.as_ref().is_none_or(|(lv, _)| *lv != v) {
+                last = Some((v, format!("▲{}", short_bytes(v))));
+            }
+            let text = last.as_ref().map_or("", |(_, t)| t.as_str());
             // Past the top few, a peak the same as one labelled already says
             // nothing new: a long run of equal iterations gets a few labels,
             // not a row of them.
-            if labels.len() >= TOP_LABELS && said.contains(&text) {
+            if labels.len() >= TOP_LABELS && said.contains(text) {
                 continue;
             }
             let w = text.chars().count();
             let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
             if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
-                said.insert(text.clone());
+                said.insert(text.to_string());
                 taken.push((cell, cell + w));
-                labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text));
+                labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text.to_string()));
             }
         }
     }
