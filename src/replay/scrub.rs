@@ -9,6 +9,13 @@ use crate::device::Oracle;
 
 use super::{Divergence, ReplayOptions, Stepper};
 
+/// Checkpoints kept at most: past twice this many, every other one goes
+/// and the interval doubles. A checkpoint is a whole allocator state (tens
+/// of KB); at ten million events one per 1,024 held 1.4 GB, while a seek
+/// from one of 4,096 replays at most n/4,096 events (2,400 at 10M, about
+/// 0.4 ms: docs/measurements/benchmarks.md, "Ten million events").
+const MAX_CHECKPOINTS: usize = 4096;
+
 pub struct Scrubber<'a> {
     checkpoints: Vec<Stepper<'a>>,
     every: usize,
@@ -20,9 +27,10 @@ pub struct Scrubber<'a> {
 }
 
 impl<'a> Scrubber<'a> {
-    /// Replays `rec` once, keeping a checkpoint every `every` events.
+    /// Replays `rec` once, keeping a checkpoint every `every` events (more
+    /// apart on a trace longer than `MAX_CHECKPOINTS` of them).
     pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment], every: usize) -> Result<Self, Divergence> {
-        let every = every.max(1);
+        let mut every = every.max(1);
         let mut st = Stepper::new(rec, opts, seed)?;
         let mut checkpoints = vec![st.clone()];
         let mut points = Vec::with_capacity(rec.len());
@@ -32,6 +40,15 @@ impl<'a> Scrubber<'a> {
             // A checkpoint as soon as a multiple of `every` is passed.
             if st.position() / every > checkpoints.len() - 1 {
                 checkpoints.push(st.clone());
+                if checkpoints.len() > 2 * MAX_CHECKPOINTS {
+                    // Those at even multiples stay: multiples of twice the interval.
+                    let mut k = 0;
+                    checkpoints.retain(|_| {
+                        k += 1;
+                        k % 2 == 1
+                    });
+                    every *= 2;
+                }
             }
         }
         let cur = checkpoints[0].clone();
@@ -141,5 +158,25 @@ mod tests {
         s.seek(100);
         s.seek(101);
         assert!(s.last_steps() <= 1);
+    }
+
+    /// A checkpoint after every event of a 9,789-event trace would be
+    /// 9,789 states: past twice `MAX_CHECKPOINTS` every other one goes and
+    /// the interval doubles, and seeks still land exactly, within it.
+    #[test]
+    fn checkpoints_thin_out_on_a_long_trace() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let mut s = Scrubber::new(&d.events, &opts, &[], 1).unwrap();
+        assert_eq!(s.every, 2);
+        assert_eq!(s.checkpoints(), d.events.len() / 2 + 1);
+        for &e in &[9788usize, 3041, 1, 6000] {
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            let r = replay_events(&d.events, &o, ());
+            assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
+            assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+        }
     }
 }
