@@ -120,7 +120,9 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
     let cats = opened.categories();
     let peak = session.exact.peak;
     let last = dev.events.len().checked_sub(1);
-    let mut scrub = session.scrubber(1024).map_err(|d| opened.diverged(&d))?;
+    // Two states are read, the peak's and then the end's, both forwards:
+    // no checkpoint is kept (at ten million events they held 440 MB).
+    let mut scrub = session.scrubber(usize::MAX).map_err(|d| opened.diverged(&d))?;
     let peak_segments = scrub.seek(peak.event).snapshot();
     let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
     let st = session.exact.allocator.stats();
@@ -148,19 +150,23 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
     })
 }
 
-/// A snapshot, or a recording of `run`/`record` (samples of the live view).
-enum Loaded {
-    Snapshot(Box<Trace>),
-    Recording(Vec<crate::monitor::Snapshot>),
-}
-
-fn load(path: &std::path::Path, max_unpacked: Option<u64>) -> Result<Loaded> {
-    let input = Input::open(path)?;
+/// One side of a diff: a snapshot loaded and replayed, or a recording of
+/// `run`/`record` read (samples of the live view); true for a recording.
+/// `progress`: the loading line on a terminal (one side only says it).
+fn run_of(
+    input: Input,
+    path: &std::path::Path,
+    max_unpacked: Option<u64>,
+    torch: Option<crate::alloc::Release>,
+    progress: bool,
+) -> Result<(Replayed, bool)> {
     if input.kind() == InputKind::Recording {
         let name = input.name().to_string();
-        return Ok(Loaded::Recording(super::live::read_recording(input.lines(max_unpacked)?, &name)?));
+        let snaps = super::live::read_recording(input.lines(max_unpacked)?, &name)?;
+        return Ok((recorded_run(path, &snaps)?, true));
     }
-    Ok(Loaded::Snapshot(Box::new(load_input(input, max_unpacked)?)))
+    let trace = if progress { load_input(input, max_unpacked)? } else { super::io::load_quietly(input, max_unpacked)? };
+    Ok((replay_run(path, &trace, torch)?, false))
 }
 
 /// A recording's training process (the one that allocated most) as a run:
@@ -314,19 +320,22 @@ fn compare(
     max_unpacked: Option<u64>,
     torch: Option<crate::alloc::Release>,
 ) -> Result<crate::analysis::diff::DiffModel> {
-    let (b, n, recordings) = match (load(base, max_unpacked)?, load(new, max_unpacked)?) {
-        (Loaded::Snapshot(bt), Loaded::Snapshot(nt)) => {
-            (replay_run(base, &bt, torch)?, replay_run(new, &nt, torch)?, false)
-        }
-        (Loaded::Recording(bs), Loaded::Recording(ns)) => (recorded_run(base, &bs)?, recorded_run(new, &ns)?, true),
-        _ => {
-            return Err(anyhow!(InputError(format!(
-                "{} and {}: diff compares two snapshots, or two recordings of run/record, not one of each",
-                base.display(),
-                new.display()
-            ))))
-        }
-    };
+    let (bi, ni) = (Input::open(base)?, Input::open(new)?);
+    if bi.kind() != ni.kind() {
+        return Err(anyhow!(InputError(format!(
+            "{} and {}: diff compares two snapshots, or two recordings of run/record, not one of each",
+            base.display(),
+            new.display()
+        ))));
+    }
+    // Each run is loaded and replayed on a thread of its own: a diff takes
+    // about one replay's time where there are two cores.
+    let (b, n) = std::thread::scope(|s| {
+        let n = s.spawn(|| run_of(ni, new, max_unpacked, torch, false));
+        (run_of(bi, base, max_unpacked, torch, true), n.join())
+    });
+    let (b, recordings) = b?;
+    let (n, _) = n.map_err(|_| anyhow!("{}: its replay stopped with a panic", new.display()))??;
     // An edit of the script moves its lines: the call sites that moved are
     // compared as one (docs/user/diff.md, "Edited scripts").
     let (mut b, n) = (b, n);
