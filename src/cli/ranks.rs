@@ -208,7 +208,7 @@ fn open_rank(path: &Path, trace: &Trace, rank: u32, device: Option<i32>, device_
     let peak = exact.then_some(session.exact.peak);
     let stats = session.exact.allocator.stats();
     let segments = match peak {
-        Some(p) => match session.scrubber(1024) {
+        Some(p) => match session.forward_scrubber() {
             Ok(mut sc) => sc.seek(p.event).snapshot(),
             Err(_) => session.exact.allocator.snapshot(),
         },

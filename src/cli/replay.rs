@@ -273,7 +273,7 @@ fn oom_advice(
     // it, plus the request, less what the process could have.
     let overshoot = (|| {
         let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
-        let mut sc = session.scrubber(64).ok()?;
+        let mut sc = session.forward_scrubber().ok()?;
         let allocated = sc.seek(first_oom.saturating_sub(1)).stats().get(Kind::AllocatedBytes, 0).current;
         (allocated.max(0) as u64 + dev.events[first_oom].size).checked_sub(cap)
     })();
@@ -332,7 +332,7 @@ fn state_shown(
         (Some(w), _) => (w.allocator.stats().clone(), w.allocator.snapshot()),
         (None, Some(i)) => {
             let mut sc =
-                session.scrubber(1024).map_err(|d| OpenError::diverged(&args.trace.display().to_string(), &d))?;
+                session.forward_scrubber().map_err(|d| OpenError::diverged(&args.trace.display().to_string(), &d))?;
             let st = sc.seek(i);
             (st.stats().clone(), st.snapshot())
         }
