@@ -100,7 +100,8 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
             args.trace.display()
         ))));
     }
-    let mut model = opened.model(trace_name(&args.trace))?;
+    // One picture: the cursor goes to one event, forwards.
+    let mut model = opened.still_model(trace_name(&args.trace))?;
     let dev = opened.dev;
     let last = dev.events.len().saturating_sub(1);
     let at = args.at.unwrap_or(At::Peak);

@@ -110,7 +110,8 @@ pub struct ReplayModel<'a> {
 }
 
 impl<'a> ReplayModel<'a> {
-    /// The model of a faithful `session` over `dev`.
+    /// The model of a faithful `session` over `dev`, for a screen that
+    /// steps anywhere (a checkpoint every 1,024 events).
     pub fn open(
         session: &Session<'a>,
         dev: &DeviceTrace,
@@ -118,7 +119,31 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        let mut m = Self::open_uncategorized(session, dev, stacks, annotations, name)?;
+        Self::categorized(session, dev, stacks, annotations, name, 1024)
+    }
+
+    /// As `open`, for one picture (`export`): no checkpoints, so the cursor
+    /// should only go forwards (at ten million events the checkpoints were
+    /// most of an export's memory).
+    pub fn still(
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        annotations: &[Annotation],
+        name: String,
+    ) -> Result<Self, Divergence> {
+        Self::categorized(session, dev, stacks, annotations, name, usize::MAX)
+    }
+
+    fn categorized(
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        annotations: &[Annotation],
+        name: String,
+        every: usize,
+    ) -> Result<Self, Divergence> {
+        let mut m = Self::uncategorized(session, dev, stacks, annotations, name, every)?;
         m.categories = Some(Categories::of(
             dev,
             stacks,
@@ -137,8 +162,19 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
+        Self::uncategorized(session, dev, stacks, annotations, name, 1024)
+    }
+
+    fn uncategorized(
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &'a [Vec<Frame>],
+        annotations: &[Annotation],
+        name: String,
+        every: usize,
+    ) -> Result<Self, Divergence> {
         Ok(ReplayModel::new(
-            session.scrubber(1024)?,
+            session.scrubber(every)?,
             dev,
             stacks,
             session.exact.empty_cache_at.clone(),

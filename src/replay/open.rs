@@ -153,6 +153,13 @@ impl<'t> Opened<'t> {
             .map_err(|d| self.diverged(&d))
     }
 
+    /// `model` for one picture (`export`): no checkpoints, the cursor going
+    /// forwards only (`ReplayModel::still`).
+    pub fn still_model(&self, title: String) -> Result<ReplayModel<'t>, OpenError> {
+        ReplayModel::still(&self.session, self.dev, &self.trace.stacks, &self.trace.annotations, title)
+            .map_err(|d| self.diverged(&d))
+    }
+
     /// The error a model or scrubber's divergence becomes.
     pub fn diverged(&self, d: &super::engine::Divergence) -> OpenError {
         OpenError::diverged(&self.name, d)
