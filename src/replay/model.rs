@@ -119,7 +119,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Self::categorized(session, dev, stacks, annotations, name, 1024)
+        Ok(Self::of(session, dev, stacks, annotations, name, 1024)?.categorized(session, dev, stacks, annotations))
     }
 
     /// As `open`, for one picture (`export`): no checkpoints, so the cursor
@@ -132,26 +132,12 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Self::categorized(session, dev, stacks, annotations, name, usize::MAX)
-    }
-
-    fn categorized(
-        session: &Session<'a>,
-        dev: &DeviceTrace,
-        stacks: &'a [Vec<Frame>],
-        annotations: &[Annotation],
-        name: String,
-        every: usize,
-    ) -> Result<Self, Divergence> {
-        let mut m = Self::uncategorized(session, dev, stacks, annotations, name, every)?;
-        m.categories = Some(Categories::of(
+        Ok(Self::of(session, dev, stacks, annotations, name, usize::MAX)?.categorized(
+            session,
             dev,
             stacks,
             annotations,
-            &start_blocks(dev, &session.seed),
-            Some(session.exact.allocated.as_slice()),
-        ));
-        Ok(m)
+        ))
     }
 
     /// As `open`, without categories (a trace with no evidence for them).
@@ -162,10 +148,12 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Self::uncategorized(session, dev, stacks, annotations, name, 1024)
+        Self::of(session, dev, stacks, annotations, name, 1024)
     }
 
-    fn uncategorized(
+    /// The model of `session`, its scrubber keeping a checkpoint every
+    /// `every` events, without categories.
+    fn of(
         session: &Session<'a>,
         dev: &DeviceTrace,
         stacks: &'a [Vec<Frame>],
@@ -184,6 +172,20 @@ impl<'a> ReplayModel<'a> {
         ))
     }
 
+    /// With what each block is, from the session's own allocation order.
+    fn categorized(
+        mut self,
+        session: &Session<'a>,
+        dev: &DeviceTrace,
+        stacks: &[Vec<Frame>],
+        annotations: &[Annotation],
+    ) -> Self {
+        let start = start_blocks(dev, &session.seed);
+        let order = Some(session.exact.allocated.as_slice());
+        self.categories = Some(Categories::of(dev, stacks, annotations, &start, order));
+        self
+    }
+
     pub fn new(
         mut scrub: Scrubber<'a>,
         dev: &DeviceTrace,
@@ -193,9 +195,12 @@ impl<'a> ReplayModel<'a> {
         name: String,
         window: bool,
     ) -> Self {
-        let peak_at = crate::analysis::peak_index(scrub.points());
-        let peak_reserved = match scrub.points().iter().map(|p| p.reserved).max() {
-            Some(r) => r,
+        // The index finds the run's peaks in the same pass it is built in.
+        let maxima = crate::analysis::range_max::RangeMax::of(scrub.points(), &iterations);
+        let whole = maxima.query(scrub.points(), 0, scrub.points().len());
+        let peak_at = whole.map(|p| p.at);
+        let peak_reserved = match whole {
+            Some(p) => p.reserved,
             None => scrub.seek(0).stats().get(crate::alloc::Kind::ReservedBytes, 0).current.max(0) as u64,
         };
         let ooms: Vec<usize> =
@@ -204,7 +209,6 @@ impl<'a> ReplayModel<'a> {
             .iter()
             .map(|&i| (dev.events[i].size, dev.events[i].stream, dev.stacks.get(i).copied().unwrap_or(0)))
             .collect();
-        let maxima = crate::analysis::range_max::RangeMax::of(scrub.points(), &iterations);
         ReplayModel {
             stacks,
             name,
