@@ -180,13 +180,13 @@ impl LiveApp {
                 None => {}
             }
         }
-        out.push_str(&history_note(&self.watch));
+        out.push_str(&self.watch.history_note());
         out
     }
 
     /// Takes a sample into the model.
     pub fn ingest(&mut self, snap: Snapshot) {
-        ingest(&mut self.watch, snap);
+        self.watch.ingest(snap);
     }
 
     /// `q` while the command `run` started still runs: the first asks, the
@@ -212,28 +212,6 @@ impl LiveApp {
                 false
             }
         }
-    }
-}
-
-/// Takes a sample into `w`'s model: its first ignored publisher file on
-/// the status line, the GPU index kept within those listed.
-pub(crate) fn ingest(w: &mut Watch, snap: Snapshot) {
-    w.model.ingest(snap);
-    if w.status.is_empty() {
-        if let Some(why) = &w.model.ignored {
-            w.status = format!(" ignored: {why}");
-        }
-    }
-    w.clamp_gpu();
-}
-
-/// Once a process records history with less than every stack (to keep
-/// PyTorch 2.11 from crashing its training), the status line says so while
-/// it is on screen: docs/user/live.md, "Memory history and PyTorch 2.11".
-pub(crate) fn history_note(w: &Watch) -> String {
-    match w.selected().and_then(|h| h.last.history.as_ref()).and_then(|h| h.note.as_ref()) {
-        Some(note) => format!(" history: {note} "),
-        None => String::new(),
     }
 }
 

@@ -77,7 +77,7 @@ impl Interactive for RecordingApp {
     fn draw_into(&self, area: Rect, buf: &mut Buffer) {
         let (at, of) = self.recording.at();
         let position = Position::Recording { at, of, elapsed: self.recording.elapsed() };
-        let notes = super::live::history_note(&self.watch);
+        let notes = self.watch.history_note();
         self.watch.draw(self.mode(), notes, Awaited::Nothing, position, area, buf);
     }
 

@@ -86,6 +86,29 @@ impl Watch {
         pubs.get(self.selected_proc.min(pubs.len().saturating_sub(1))).copied()
     }
 
+    /// Takes a sample into the model: its first ignored publisher file on
+    /// the status line, the GPU index kept within those listed.
+    pub(crate) fn ingest(&mut self, snap: crate::monitor::Snapshot) {
+        self.model.ingest(snap);
+        if self.status.is_empty() {
+            if let Some(why) = &self.model.ignored {
+                self.status = format!(" ignored: {why}");
+            }
+        }
+        self.clamp_gpu();
+    }
+
+    /// Once a process records history with less than every stack (to keep
+    /// PyTorch 2.11 from crashing its training), the status line says so
+    /// while it is on screen: docs/user/live.md, "Memory history and
+    /// PyTorch 2.11".
+    pub(crate) fn history_note(&self) -> String {
+        match self.selected().and_then(|h| h.last.history.as_ref()).and_then(|h| h.note.as_ref()) {
+            Some(note) => format!(" history: {note} "),
+            None => String::new(),
+        }
+    }
+
     /// Keeps the GPU index within the latest sample's GPUs.
     pub(crate) fn clamp_gpu(&mut self) {
         let gpus = self.model.latest.as_ref().map_or(0, |s| s.gpus.len());
