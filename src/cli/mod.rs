@@ -53,27 +53,20 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// The exit code of a failed command: what the library's typed errors say
 /// of themselves, else 2 for bad usage or input and 1 for the rest.
 pub fn exit_code(e: &anyhow::Error) -> u8 {
+    type Error = dyn std::error::Error + 'static;
+    // Each typed error of the library that says its own code.
+    let typed: [fn(&Error) -> Option<u8>; 7] = [
+        |c| c.downcast_ref::<crate::replay::OpenError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<trace::input::InputError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<crate::monitor::recorder::RecorderError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<crate::fit::FitError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<crate::monitor::GpuError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<crate::monitor::recording::RecordingError>().map(|e| e.exit_code()),
+        |c| c.downcast_ref::<crate::launch::AttachError>().map(|e| e.exit_code()),
+    ];
     for c in e.chain() {
-        if let Some(o) = c.downcast_ref::<crate::replay::OpenError>() {
-            return o.exit_code();
-        }
-        if let Some(i) = c.downcast_ref::<trace::input::InputError>() {
-            return i.exit_code();
-        }
-        if let Some(r) = c.downcast_ref::<crate::monitor::recorder::RecorderError>() {
-            return r.exit_code();
-        }
-        if let Some(f) = c.downcast_ref::<crate::fit::FitError>() {
-            return f.exit_code();
-        }
-        if let Some(g) = c.downcast_ref::<crate::monitor::GpuError>() {
-            return g.exit_code();
-        }
-        if let Some(r) = c.downcast_ref::<crate::monitor::recording::RecordingError>() {
-            return r.exit_code();
-        }
-        if let Some(a) = c.downcast_ref::<crate::launch::AttachError>() {
-            return a.exit_code();
+        if let Some(code) = typed.iter().find_map(|f| f(c)) {
+            return code;
         }
         if c.is::<InputError>() || c.is::<trace::TraceError>() || c.is::<crate::alloc::ConfigError>() {
             return 2;
