@@ -160,19 +160,21 @@ fn bench_frame(c: &mut Criterion) {
     // The whole frame as the loop draws it: ratatui's Terminal (its buffers
     // and diff) over its test backend, the cursor stepping so frames differ.
     use gpumem_top::ui::event::{Command, Interactive};
-    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
-    let mut right = true;
-    c.bench_function("frame/gpt2_step_200x60_terminal", |b| {
-        b.iter(|| {
-            app.apply(if right { Command::Right } else { Command::Left });
-            right = !right;
-            term.draw(|f| app.draw(f)).unwrap();
-        })
-    });
+    stepping_frames(c, "frame/gpt2_step_200x60_terminal", &mut app);
     // By category (`w`): the map's cells and the stacked timeline read the
     // categories (docs/user/categories.md).
     app.apply(Command::ByCategory);
-    c.bench_function("frame/gpt2_step_200x60_by_category", |b| {
+    stepping_frames(c, "frame/gpt2_step_200x60_by_category", &mut app);
+}
+
+/// Frames as the loop draws them: ratatui's Terminal (its buffers and
+/// diff) over its test backend at 200x60, the cursor stepping one event
+/// right then left so that frames differ.
+fn stepping_frames(c: &mut Criterion, name: &str, app: &mut gpumem_top::ui::app::ReplayApp) {
+    use gpumem_top::ui::event::{Command, Interactive};
+    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
+    let mut right = true;
+    c.bench_function(name, |b| {
         b.iter(|| {
             app.apply(if right { Command::Right } else { Command::Left });
             right = !right;
@@ -193,20 +195,11 @@ fn bench_big_frame(c: &mut Criterion) {
     let n = opened.dev.events.len();
     let mut app = ReplayApp::new(opened.model("big".into()).unwrap(), true);
     app.go(n / 2);
-    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
-    let mut right = true;
-    for name in ["frame/big_step_200x60", "frame/big_step_200x60_zoomed"] {
-        c.bench_function(name, |b| {
-            b.iter(|| {
-                app.apply(if right { Command::Right } else { Command::Left });
-                right = !right;
-                term.draw(|f| app.draw(f)).unwrap();
-            })
-        });
-        for _ in 0..5 {
-            app.apply(Command::Plus);
-        }
+    stepping_frames(c, "frame/big_step_200x60", &mut app);
+    for _ in 0..5 {
+        app.apply(Command::Plus);
     }
+    stepping_frames(c, "frame/big_step_200x60_zoomed", &mut app);
 }
 
 /// What categorizing adds to a replay (docs/measurements/benchmarks.md, "Categories"):

@@ -866,15 +866,11 @@ fn w_in_the_demo_shows_the_map_by_category() {
     assert!(s.contains("w: the map shows categories while the run runs (space)"), "{s}");
 }
 
-/// 10,000 iterations on a 200-column timeline: the three highest peaks
-/// labelled, then one label per value not labelled yet (the 2 MiB ones; it
-/// drew a row of identical ones), and iteration ticks at least three cells apart instead of a
-/// comb, while the title still counts all 10,000.
-#[test]
-fn the_timeline_of_ten_thousand_iterations_reads() {
+/// A replay of 10,000 iterations of 3 events each, every 1000th asking
+/// 4 MiB and the rest 2 MiB, its cursor at the peak (event 1501).
+fn ten_thousand_iterations_at_the_peak() -> ReplayApp<'static> {
     let d = common::TmpDir::new("longrun");
     let path = d.0.join("long.pickle");
-    // Every 1000th iteration asks 4 MiB, the rest 2 MiB.
     std::fs::write(
         &path,
         common::pickler::iterations_snapshot(10_000, |i| if i % 1000 == 500 { 4 << 20 } else { 2 << 20 }),
@@ -882,9 +878,24 @@ fn the_timeline_of_ten_thousand_iterations_reads() {
     .unwrap();
     let (mut app, _) = replay_app(path.to_str().unwrap());
     app.dispatch(Command::Peak);
+    app
+}
+
+/// `app` through ratatui's `Terminal` at 200x60, as text.
+fn draw_200x60(app: &ReplayApp) -> String {
     let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
     term.draw(|f| app.draw(f)).unwrap();
-    let s = term.backend().to_string();
+    term.backend().to_string()
+}
+
+/// 10,000 iterations on a 200-column timeline: the three highest peaks
+/// labelled, then one label per value not labelled yet (the 2 MiB ones; it
+/// drew a row of identical ones), and iteration ticks at least three cells apart instead of a
+/// comb, while the title still counts all 10,000.
+#[test]
+fn the_timeline_of_ten_thousand_iterations_reads() {
+    let app = ten_thousand_iterations_at_the_peak();
+    let s = draw_200x60(&app);
     let plot: Vec<&str> =
         s.lines().skip_while(|l| !l.contains("┌ Timeline")).skip(1).take_while(|l| !l.contains('└')).collect();
     let text = plot.join("\n");
@@ -907,20 +918,8 @@ fn the_timeline_of_ten_thousand_iterations_reads() {
 /// whole run says so.
 #[test]
 fn plus_and_minus_zoom_the_timeline_around_the_cursor() {
-    let d = common::TmpDir::new("zoom");
-    let path = d.0.join("long.pickle");
-    std::fs::write(
-        &path,
-        common::pickler::iterations_snapshot(10_000, |i| if i % 1000 == 500 { 4 << 20 } else { 2 << 20 }),
-    )
-    .unwrap();
-    let (mut app, _) = replay_app(path.to_str().unwrap());
-    app.dispatch(Command::Peak);
-    let draw = |app: &gpumem_top::ui::app::ReplayApp| {
-        let mut term = Terminal::new(TestBackend::new(200, 60)).unwrap();
-        term.draw(|f| app.draw(f)).unwrap();
-        term.backend().to_string()
-    };
+    let mut app = ten_thousand_iterations_at_the_peak();
+    let draw = draw_200x60;
     let whole = draw(&app);
     let title = |s: &str| s.lines().find(|l| l.contains("┌ Timeline")).unwrap().to_string();
     assert!(title(&whole).contains(" Timeline ─ allocated / reserved ─ peak 4.00 MiB @ event 1501 (iteration 501) "));
