@@ -3,7 +3,7 @@
 iteration of a recorded training loop repeated until the trace holds
 about N events.
 
-    python3 tools/big-snapshot.py IN.pickle[.gz] OUT.pickle[.gz] --events N
+    python3 tools/big-snapshot.py IN.pickle[.gz] OUT.pickle[.gz] --events N [--force]
 
 Why it replays exactly: two consecutive iterations with the same requests
 (action, address, size, stream) start from the same allocator state, so
@@ -68,11 +68,18 @@ def steady_period(trace, ends):
     return None
 
 
+def refuse(why):
+    """One line naming the file, exit code 2, as gpumem-top says bad input."""
+    print(f"big-snapshot: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("input")
     ap.add_argument("output")
     ap.add_argument("--events", type=int, required=True, help="about how many events the trace should hold")
+    ap.add_argument("--force", action="store_true", help="replace OUT if it exists")
     args = ap.parse_args()
     snap = load(args.input)
     traces = snap["device_traces"]
@@ -81,7 +88,7 @@ def main():
     annotations = snap.get("external_annotations", []) or []
     found = steady_period(trace, iteration_ends(trace, annotations, device))
     if found is None:
-        sys.exit(f"{args.input}: no two consecutive iterations with the same requests to repeat")
+        refuse(f"{args.input}: no two consecutive iterations with the same requests to repeat")
     start, end = found
     period = trace[start:end]
     copies = max(0, -(-(args.events - len(trace)) // len(period)))
@@ -114,7 +121,12 @@ def main():
     if annotations:
         snap["external_annotations"] = marks
     opener = gzip.open if args.output.endswith(".gz") else open
-    with opener(args.output, "wb") as f:
+    # A new file (never through a link or over another's file) unless --force.
+    try:
+        f = opener(args.output, "wb" if args.force else "xb")
+    except FileExistsError:
+        refuse(f"{args.output}: already exists (--force replaces it)")
+    with f:
         pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
     print(
         f"{args.output}: device {device}, {len(out):,} events "

@@ -528,6 +528,19 @@ fn the_big_snapshot_generator_repeats_a_steady_iteration_exactly() {
         said.contains("device 0, 5,072 events (1,070 recorded; events 965..1,052, 87 a period, repeated 46 times)"),
         "{said}"
     );
+    // Made again over it: refused without --force, the file kept.
+    let made = std::fs::read(&out).unwrap();
+    let again = Command::new("python3")
+        .arg(common::root().join("tools/big-snapshot.py"))
+        .args([src.to_str().unwrap(), out.to_str().unwrap(), "--events", "2000"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        format!("big-snapshot: {}: already exists (--force replaces it)\n", out.display())
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), made);
     let o = run(&["replay", out.to_str().unwrap(), "--json"]);
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["fidelity"], "exact");
