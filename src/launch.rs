@@ -15,6 +15,10 @@ pub(crate) const RUN_SITECUSTOMIZE: &str = include_str!("../assets/python/run/si
 /// `fit --batches`' hook: records memory history for a few steps and
 /// writes a snapshot.
 pub(crate) const RECORD_SITECUSTOMIZE: &str = include_str!("../assets/python/record/sitecustomize.py");
+/// `fit --no-gpu`'s hook: CUDA faked, the allocator's requests recorded
+/// (docs/user/fit.md "Without a GPU").
+pub(crate) const NOGPU_SITECUSTOMIZE: &str = include_str!("../assets/python/nogpu/sitecustomize.py");
+pub(crate) const NOGPU_RECORDER: &str = include_str!("../assets/python/nogpu/gpumem_top_nogpu.py");
 
 /// The hook's directory: fresh (a random name made now) inside a private
 /// directory, so that nobody else can create it again after we remove it

@@ -1,6 +1,7 @@
 //! `fit`: peaks at other batch sizes and the largest batch that fits, from
 //! snapshots of a few steps at two or more small batches (docs/user/fit.md).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use super::io::load_with_progress;
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
-use crate::fit::report::{CategoryLine, FitJson, SampleRef};
+use crate::fit::report::{CategoryLine, FitJson, NoGpuJson, SampleRef};
 use crate::fit::{Fit, Prediction, Sample, Target, MAX_BATCH};
 
 #[derive(Args, Debug, Clone)]
@@ -29,6 +30,12 @@ pub struct FitArgs {
     /// (`{batch}` in it replaced), recording PyTorch's memory history.
     #[arg(long = "batches", value_name = "B1,B2,...", value_delimiter = ',')]
     pub(crate) record_batches: Vec<u64>,
+    /// Record without a GPU: the command runs with CUDA faked (no GPU or
+    /// driver needed), the requests PyTorch's allocator would get are
+    /// recorded at the --batch sizes (and --batches, default 2 and 4) and
+    /// at the largest batch found.
+    #[arg(long = "no-gpu")]
+    pub(crate) no_gpu: bool,
     /// With --batches: optimizer steps to record before the run is stopped.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub(crate) steps: u32,
@@ -81,11 +88,12 @@ const RECORD_MAX_ENTRIES: u64 = 2_000_000;
 /// the samples as SNAPSHOT@BATCH. The hook and the snapshots are written
 /// in a fresh private directory (docs/design/security.md): a name another user
 /// could guess is never reused, and nothing is written through a link.
-fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
+fn record_samples(args: &FitArgs, batches: &[u64]) -> Result<Vec<String>> {
+    let flag = if args.no_gpu { "--no-gpu" } else { "--batches" };
     if args.command.is_empty() {
-        return Err(anyhow!(InputError("--batches needs the training command after `--`".into())));
+        return Err(anyhow!(InputError(format!("{flag} needs the training command after `--`"))));
     }
-    if args.record_batches.len() < 2 || args.record_batches.contains(&0) {
+    if !args.no_gpu && (args.record_batches.len() < 2 || args.record_batches.contains(&0)) {
         return Err(anyhow!(InputError("--batches needs two or more positive batch sizes, e.g. --batches 2,4".into())));
     }
     let mut seen = std::collections::HashSet::new();
@@ -116,7 +124,7 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
     }
     let work =
         crate::private::fresh_dir(&user, "fit").map_err(|e| anyhow!(InputError(format!("{}: {e}", user.display()))))?;
-    let result = record_into(args, &work, record_dir.as_deref());
+    let result = record_into(args, batches, &work, record_dir.as_deref());
     let _ = std::fs::remove_dir_all(work.join("hook"));
     match &result {
         Ok(_) if record_dir.is_some() => {
@@ -138,17 +146,28 @@ fn record_samples(args: &FitArgs) -> Result<Vec<String>> {
 
 /// `record_samples`' runs, in `work` (fresh and private); the snapshots
 /// end in `record_dir` when given (created there, never replacing a file).
-fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::path::Path>) -> Result<Vec<String>> {
+fn record_into(
+    args: &FitArgs,
+    batches: &[u64],
+    work: &std::path::Path,
+    record_dir: Option<&std::path::Path>,
+) -> Result<Vec<String>> {
     use crate::private::create_new;
     use std::os::unix::fs::DirBuilderExt;
-    // `work` is fresh and private: a fixed name inside it is safe.
+    // `work` is fresh and private: a fixed name inside it is safe (each
+    // call of a --no-gpu fit makes its own).
     let hook = work.join("hook");
     std::fs::DirBuilder::new().mode(0o700).create(&hook)?;
-    create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::RECORD_SITECUSTOMIZE.as_bytes())?;
-    create_new(&hook.join("gpumem_top_publish.py"))?.write_all(crate::launch::PUBLISHER.as_bytes())?;
+    if args.no_gpu {
+        create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::NOGPU_SITECUSTOMIZE.as_bytes())?;
+        create_new(&hook.join("gpumem_top_nogpu.py"))?.write_all(crate::launch::NOGPU_RECORDER.as_bytes())?;
+    } else {
+        create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::RECORD_SITECUSTOMIZE.as_bytes())?;
+        create_new(&hook.join("gpumem_top_publish.py"))?.write_all(crate::launch::PUBLISHER.as_bytes())?;
+    }
     let path = crate::launch::python_path(&hook);
     let mut out = Vec::new();
-    for &b in &args.record_batches {
+    for &b in batches {
         let snap = work.join(format!("batch{b}.pickle"));
         let argv: Vec<String> = args.command.iter().map(|a| a.replace("{batch}", &b.to_string())).collect();
         eprintln!("gpumem-top fit: batch {b}: {}", argv.join(" "));
@@ -159,6 +178,11 @@ fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::
         if let Ok(e) = to_stderr {
             cmd.stdout(e);
         }
+        if args.no_gpu {
+            // The program must not reach a GPU this machine may have: what
+            // it would allocate is the recorder's to see.
+            cmd.env("CUDA_VISIBLE_DEVICES", "");
+        }
         let status = cmd
             .args(&argv[1..])
             .env("PYTHONPATH", &path)
@@ -167,6 +191,13 @@ fn record_into(args: &FitArgs, work: &std::path::Path, record_dir: Option<&std::
             .env("GPUMEM_TOP_RECORD_MAX_ENTRIES", RECORD_MAX_ENTRIES.to_string())
             .status()
             .map_err(|e| anyhow!(InputError(format!("{}: {e}", argv[0]))))?;
+        let failed = std::fs::read_to_string(work.join(format!("batch{b}.pickle.error"))).ok();
+        if let Some(line) = failed.as_deref().and_then(|l| l.lines().next()).filter(|_| args.no_gpu) {
+            return Err(anyhow!(InputError(format!(
+                "batch {b}: the command stopped under the fake device ({status}): {}",
+                crate::trace::printable::escape(line)
+            ))));
+        }
         if !snap.exists() {
             return Err(anyhow!(
                 "batch {b}: the command ({status}) wrote no snapshot; does it import torch and use CUDA?"
@@ -215,8 +246,9 @@ fn check_batches(args: &FitArgs) -> Result<()> {
 /// Each SNAPSHOT@BATCH read and replayed as a sample; their names, and the
 /// first one's recorded allocator config. Samples that cannot be right are
 /// refused, not fitted.
-fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<String>, AllocatorConfig)> {
+fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<String>, AllocatorConfig, NoGpuNotes)> {
     let mut samples = Vec::new();
+    let mut notes: NoGpuNotes = None;
     let mut recorded_conf: Option<AllocatorConfig> = None;
     let mut names = Vec::new();
     for spec in specs {
@@ -226,41 +258,30 @@ fn read_samples(specs: &[String], args: &FitArgs) -> Result<(Vec<Sample>, Vec<St
         let conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         recorded_conf.get_or_insert(conf.clone());
         let release = crate::replay::session::ReleaseAsk::of(&trace, args.torch.release);
-        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release)
+        let recorded_state = trace.format != crate::trace::TraceFormat::NoGpu;
+        if !recorded_state {
+            // The largest batch's recording says the most (later samples
+            // are larger: `check_order`).
+            notes = Some(trace.nogpu_notes.clone());
+        }
+        let s = Sample::new(batch, dev, &trace.stacks, &trace.annotations, &conf, &release, recorded_state)
             .map_err(|e| anyhow!(e).context(path.display().to_string()))?;
         names.push(path.display().to_string());
         samples.push(s);
     }
     crate::fit::check_order(&samples, &names)?;
-    Ok((samples, names, recorded_conf.unwrap_or_default()))
+    Ok((samples, names, recorded_conf.unwrap_or_default(), notes))
 }
 
-pub fn fit(args: &FitArgs) -> Result<ExitCode> {
-    args.cap.check()?;
-    check_batches(args)?;
-    let recorded;
-    let specs: &[String] = if args.record_batches.is_empty() {
-        if args.samples.len() < 2 {
-            return Err(anyhow!(InputError(
-                "fit needs two or more SNAPSHOT@BATCH, or --batches B1,B2 -- CMD to record them".into()
-            )));
-        }
-        &args.samples
-    } else {
-        recorded = record_samples(args)?;
-        &recorded
-    };
-    let mut confs: Vec<(String, AllocatorConfig)> = Vec::new();
-    for c in &args.alloc_confs {
-        confs.push((c.clone(), parse_conf(c)?));
-    }
-    let (samples, names, base) = read_samples(specs, args)?;
+/// The samples read and fitted, with the self-check of each sample's own
+/// batch against its recorded peaks.
+fn fit_samples(specs: &[String], args: &FitArgs) -> Result<Fitted> {
+    let (samples, names, base, notes) = read_samples(specs, args)?;
     let limit = args.cap.limit(args.device_total);
     let target = Target { device_total: args.device_total, context: args.context, limit };
     // The replay of each sample's own requests, against PyTorch's peaks.
     let mut self_check = Vec::new();
-    let fit_input: Vec<Sample> = samples.clone();
-    let mut fitted = Fit::new(fit_input)?;
+    let mut fitted = Fit::new(samples.clone())?;
     for s in &samples {
         let p = fitted.predict(s.batch, &base, &Target { limit: None, ..target.clone() });
         let err = |got: u64, want: u64| if want == 0 { 0.0 } else { got as f64 / want as f64 - 1.0 };
@@ -272,13 +293,94 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     }
     fitted.report.self_check = self_check;
     let warnings = fitted.report.judge()?;
+    Ok(Fitted { samples, names, base, fitted, warnings, notes })
+}
+
+/// What `fit --no-gpu`'s recorder said it did or could not do (each with
+/// how many times), where the samples are its recordings.
+type NoGpuNotes = Option<Vec<(String, u64)>>;
+
+/// The samples and their fit.
+struct Fitted {
+    samples: Vec<Sample>,
+    names: Vec<String>,
+    base: AllocatorConfig,
+    fitted: Fit,
+    warnings: Vec<String>,
+    notes: NoGpuNotes,
+}
+
+/// The device a recording without a GPU stands for: the kernels'
+/// workspaces the recorder adds were measured on one.
+pub(crate) const NOGPU_DEVICE: &str = "NVIDIA H200";
+
+/// What a recording without a GPU cannot see (docs/user/fit.md "Without a
+/// GPU"), said with every such prediction.
+pub(crate) const NOGPU_NOT_SEEN: &[&str] = &[
+    "memory taken outside PyTorch's caching allocator (custom CUDA extensions' own cudaMalloc, NCCL's buffers, the CUDA context beyond --context)",
+    "cuDNN's convolution workspaces (the algorithm cuDNN picks is known only on the GPU): a network with convolutions may peak higher by its largest workspace",
+    "shapes that depend on the data on the GPU: the recorded steps' own shapes are used",
+    "torch.compile and CUDA graphs: the eager program is recorded",
+];
+
+/// `--no-gpu`'s batches to record first: --batches (default 2 and 4) and
+/// every --batch, each once, in order.
+fn nogpu_batches(args: &FitArgs) -> Vec<u64> {
+    let mut b: Vec<u64> = if args.record_batches.is_empty() { vec![2, 4] } else { args.record_batches.clone() };
+    b.extend(&args.targets);
+    b.sort_unstable();
+    b.dedup();
+    b
+}
+
+pub fn fit(args: &FitArgs) -> Result<ExitCode> {
+    args.cap.check()?;
+    check_batches(args)?;
+    let mut confs: Vec<(String, AllocatorConfig)> = Vec::new();
+    for c in &args.alloc_confs {
+        confs.push((c.clone(), parse_conf(c)?));
+    }
+    let limit = args.cap.limit(args.device_total);
+    let target = Target { device_total: args.device_total, context: args.context, limit };
+    let specs: Vec<String> = if args.no_gpu {
+        if !args.samples.is_empty() {
+            return Err(anyhow!(InputError(
+                "--no-gpu records its own samples: give the command after `--`, not snapshots".into()
+            )));
+        }
+        record_samples(args, &nogpu_batches(args))?
+    } else if args.record_batches.is_empty() {
+        if args.samples.len() < 2 {
+            return Err(anyhow!(InputError(
+                "fit needs two or more SNAPSHOT@BATCH, or --batches B1,B2 -- CMD to record them".into()
+            )));
+        }
+        args.samples.clone()
+    } else {
+        record_samples(args, &args.record_batches)?
+    };
+    let Fitted { samples, names, base, fitted, warnings, notes } = fit_samples(&specs, args)?;
     let largest = *fitted.samples.last().unwrap_or(&1);
     let batches: Vec<u64> = if args.targets.is_empty() {
         [2, 4, 8].iter().map(|k| largest.saturating_mul(*k).min(MAX_BATCH)).collect()
     } else {
         args.targets.clone()
     };
-    let predictions: Vec<Prediction> = batches.iter().map(|&b| fitted.predict(b, &base, &target)).collect();
+    // Without a GPU a recording costs no device memory: each asked batch
+    // is recorded and replayed as it is, and the largest batch the samples
+    // point to is confirmed by recordings at it and beside it.
+    let mut direct = Recordings { args, at: BTreeMap::new() };
+    let predict = |b: u64, direct: &mut Recordings| -> Result<Prediction> {
+        if args.no_gpu && !fitted.samples.contains(&b) {
+            Ok(direct.fit(b)?.predict(b, &base, &target))
+        } else {
+            Ok(fitted.predict(b, &base, &target))
+        }
+    };
+    let mut predictions = Vec::with_capacity(batches.len());
+    for &b in &batches {
+        predictions.push(predict(b, &mut direct)?);
+    }
     // What grows with the batch: each category's line through the samples'
     // peaks (docs/user/fit.md "Categories").
     let category_fits = crate::fit::CategoryFit::of(&samples);
@@ -291,6 +393,11 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
         let (mb, at) = largest(&conf);
         by_config.push((label, mb, at));
+    }
+    if args.no_gpu {
+        let mb = direct.confirm(by_config[0].1, &base, &target)?;
+        let at = if mb > 0 { Some(direct.fit(mb)?.predict_limited(mb, &base, &target)) } else { None };
+        by_config[0] = (String::new(), mb, at);
     }
     let max_batch = by_config[0].1;
     // The setting tune recommends for the run at its largest batch (the
@@ -322,6 +429,8 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
         max_batch,
         base: &base,
         recommended: &recommended,
+        notes: notes.as_deref(),
+        recorded: direct.at.keys().copied().collect(),
     };
     let mut so = super::io::text_out();
     if args.json {
@@ -347,6 +456,67 @@ struct Outcome<'a> {
     max_batch: u64,
     base: &'a AllocatorConfig,
     recommended: &'a str,
+    /// `--no-gpu`'s recorder's notes (None: samples from a GPU).
+    notes: Option<&'a [(String, u64)]>,
+    /// Batches recorded to be replayed as they are (`--no-gpu`).
+    recorded: Vec<u64>,
+}
+
+/// `--no-gpu`'s recordings of single batches, each replayed as it is.
+struct Recordings<'a> {
+    args: &'a FitArgs,
+    at: BTreeMap<u64, Fit>,
+}
+
+impl Recordings<'_> {
+    /// The recording at `b`, made the first time it is asked for.
+    fn fit(&mut self, b: u64) -> Result<&Fit> {
+        if !self.at.contains_key(&b) {
+            let spec = record_samples(self.args, &[b])?;
+            let (mut s, ..) = read_samples(&spec, self.args)?;
+            let sample = s.pop().ok_or_else(|| anyhow!("batch {b}: no recording"))?;
+            self.at.insert(b, Fit::recorded(sample));
+        }
+        self.at.get(&b).ok_or_else(|| anyhow!("batch {b}: no recording"))
+    }
+
+    fn fits(&mut self, b: u64, conf: &AllocatorConfig, target: &Target) -> Result<bool> {
+        Ok(self.fit(b)?.predict_limited(b, conf, target).fits)
+    }
+
+    /// The largest batch whose own recording fits, searched from `guess`
+    /// (the samples' answer): up by doubling steps while it fits, then by
+    /// bisection, each try a recording; at most `--max-batch`.
+    fn confirm(&mut self, guess: u64, conf: &AllocatorConfig, target: &Target) -> Result<u64> {
+        let max = self.args.max_batch;
+        let (mut lo, mut hi) = (0u64, max.saturating_add(1));
+        let start = guess.clamp(1, max);
+        if self.fits(start, conf, target)? {
+            lo = start;
+            let mut step = 1u64;
+            while lo < max {
+                let c = lo.saturating_add(step).min(max);
+                if self.fits(c, conf, target)? {
+                    lo = c;
+                    step = step.saturating_mul(2);
+                } else {
+                    hi = c;
+                    break;
+                }
+            }
+        } else {
+            hi = start;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.fits(mid, conf, target)? {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
 }
 
 /// Whether the lines through each category's bytes at the samples' peaks
@@ -385,6 +555,8 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
         max_batch,
         base,
         recommended,
+        notes,
+        ref recorded,
     } = *o;
     let note = categories_disagree(category_fits, predictions);
     let out = FitJson {
@@ -408,7 +580,16 @@ fn write_json(so: &mut impl Write, o: &Outcome) -> Result<()> {
                 .collect(),
         },
         categories_note: note,
-        reach: crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces),
+        // Without a GPU every asked batch and the largest were recorded:
+        // nothing is predicted beyond the samples.
+        reach: crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces)
+            .filter(|_| !args.no_gpu),
+        no_gpu: notes.map(|n| NoGpuJson {
+            assumed_device: NOGPU_DEVICE,
+            recorder_notes: n.iter().map(|(w, c)| (w.as_str(), *c)).collect(),
+            recorded_batches: recorded,
+            not_seen: NOGPU_NOT_SEEN,
+        }),
     };
     serde_json::to_writer(&mut *so, &out)?;
     writeln!(so)?;
@@ -510,6 +691,30 @@ fn write_categories(
     Ok(())
 }
 
+/// Where the samples were recorded without a GPU: what was assumed, what
+/// the recorder met, what it cannot see, and which batches were recorded
+/// as asked.
+fn write_nogpu(so: &mut impl Write, notes: Option<&[(String, u64)]>, recorded: &[u64]) -> Result<()> {
+    let Some(n) = notes else {
+        return Ok(());
+    };
+    let said: Vec<String> = n.iter().map(|(w, c)| format!("{w} ×{c}")).collect();
+    writeln!(
+        so,
+        "recorded without a GPU: CUDA faked, the kernels' workspaces of an {NOGPU_DEVICE} (docs/user/fit.md \"Without a GPU\"){}",
+        if said.is_empty() { String::new() } else { format!("; the recorder saw: {}", said.join(", ")) }
+    )?;
+    writeln!(so, "not seen without a GPU: {}", NOGPU_NOT_SEEN.join("; "))?;
+    if !recorded.is_empty() {
+        writeln!(
+            so,
+            "recorded as asked (each replayed as it is, not predicted from the samples): batch {}",
+            recorded.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+        )?;
+    }
+    Ok(())
+}
+
 /// `fit`'s summary: the alignment, the self-check, the predictions, what
 /// grows with the batch and the largest batch per allocator config.
 fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
@@ -526,6 +731,8 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
         max_batch,
         base,
         recommended,
+        notes,
+        ref recorded,
         ..
     } = *o;
     let r = &fitted.report;
@@ -540,6 +747,7 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
         r.unaligned_elsewhere,
         if samples.len() > 2 { format!(", {} off a line", r.nonlinear) } else { String::new() }
     )?;
+    write_nogpu(so, notes, recorded)?;
     if !r.call_stacks {
         writeln!(
             so,
@@ -571,7 +779,8 @@ fn write_summary(so: &mut impl Write, o: &Outcome) -> Result<()> {
         None => format!("device {} less {} of context", human_bytes(args.device_total), human_bytes(args.context)),
     };
     let ranged = write_predictions(so, predictions, &lim)?;
-    let reach = crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces);
+    let reach = crate::fit::Reach::of(&fitted.samples, batches, max_batch, args.max_batch, fitted.report.workspaces)
+        .filter(|_| !args.no_gpu);
     write_table_notes(so, ranged, reach.as_ref(), &fitted.samples)?;
     write_categories(so, category_fits, predictions, batches)?;
     let names: Vec<String> = by_config

@@ -50,7 +50,10 @@ pub struct Sample {
 
 impl Sample {
     /// The requests of `dev` (a snapshot recorded from process start),
-    /// with the `empty_cache()` calls an exact replay infers.
+    /// with the `empty_cache()` calls an exact replay infers. A recording
+    /// of requests alone (`fit --no-gpu`'s: no segment or address is a
+    /// device's, `recorded_state` false) is placed by our allocator on the
+    /// simulated device instead, its peaks that replay's.
     pub fn new(
         batch: u64,
         dev: &DeviceTrace,
@@ -58,6 +61,7 @@ impl Sample {
         annotations: &[crate::trace::Annotation],
         config: &AllocatorConfig,
         release: &crate::replay::session::ReleaseAsk,
+        recorded_state: bool,
     ) -> Result<Sample, FitError> {
         let refuse = |why: &str| FitError::NotASample(why.to_string());
         if batch == 0 {
@@ -71,10 +75,10 @@ impl Sample {
             keep_events: false,
             stop_at: None,
             context_bytes: 0,
-            recorded_state: true,
+            recorded_state,
             release: release.clone(),
         };
-        let s = Session::open(dev, stacks, &want).map_err(|e| refuse(&e.to_string()))?;
+        let mut s = Session::open(dev, stacks, &want).map_err(|e| refuse(&e.to_string()))?;
         // Requests from process start are what a prediction replays: a
         // snapshot without history has none, and a window lacks the
         // model's setup (weights, optimizer state) it starts after.
@@ -88,7 +92,15 @@ impl Sample {
             _ => {}
         }
         let at = if s.exact.divergence.is_none() { s.exact.empty_cache_at.clone() } else { Vec::new() };
-        let st = s.exact.allocator.stats();
+        let placed = !recorded_state;
+        if placed {
+            // `what_if_peak` names its event through the requests.
+            let _ = s.requests();
+        }
+        let st = match &s.what_if {
+            Some(w) if placed => w.allocator.stats(),
+            _ => s.exact.allocator.stats(),
+        };
         let (ap, rp) = (st.get(Kind::AllocatedBytes, 0).peak as u64, st.get(Kind::ReservedBytes, 0).peak as u64);
         let reqs = requests(&dev.events, &at);
         // Streams by order of first use: handles differ between processes.
@@ -129,8 +141,13 @@ impl Sample {
             };
             keys.push(k);
         }
-        let cats = Categories::of(dev, stacks, annotations, &[], Some(s.exact.allocated.as_slice()));
-        let categories_at_peak = cats.bytes_after(Some(s.exact.peak.event));
+        let (order, peak_event) = if placed {
+            (None, s.what_if_peak().map_or(0, |p| p.event))
+        } else {
+            (Some(s.exact.allocated.as_slice()), s.exact.peak.event)
+        };
+        let cats = Categories::of(dev, stacks, annotations, &[], order);
+        let categories_at_peak = cats.bytes_after(Some(peak_event));
         Ok(Sample {
             batch,
             reqs,
@@ -641,6 +658,24 @@ impl Fit {
     }
 
     /// The skeleton's requests with their sizes at `batch`.
+    /// One recording as it is (`fit --no-gpu` records the batch it
+    /// predicts): every size fixed, so a prediction at that batch replays
+    /// the recording's own requests.
+    pub(crate) fn recorded(sample: Sample) -> Fit {
+        let sizes: HashMap<usize, Size> = sample.alloc_sizes().into_iter().map(|(i, s)| (i, Size::Fixed(s))).collect();
+        let report = FitReport {
+            requests: sizes.len(),
+            aligned: sizes.len(),
+            unaligned_elsewhere: 0,
+            scaling: 0,
+            workspaces: 0,
+            nonlinear: 0,
+            call_stacks: sample.call_stacks,
+            self_check: Vec::new(),
+        };
+        Fit { skeleton: sample.reqs, sizes, workspaces: HashMap::new(), samples: vec![sample.batch], report }
+    }
+
     pub(crate) fn requests_at(&self, batch: u64) -> Vec<Request> {
         self.requests_varied(batch, None)
     }
@@ -870,6 +905,7 @@ mod without_stacks {
             &t.annotations,
             &AllocatorConfig::default(),
             &release,
+            true,
         )
         .unwrap()
     }

@@ -35,6 +35,21 @@ pub(crate) struct FitJson<'a> {
     /// measured at that reach, and the third sample that settles it;
     /// null within 4 times the largest sample.
     pub(crate) reach: Option<super::Reach>,
+    /// Samples recorded without a GPU (`fit --no-gpu`): the device assumed,
+    /// what the recorder said, what it cannot see; null from a GPU's.
+    pub(crate) no_gpu: Option<NoGpuJson<'a>>,
+}
+
+/// `FitJson::no_gpu`.
+#[derive(Serialize)]
+pub(crate) struct NoGpuJson<'a> {
+    pub(crate) assumed_device: &'a str,
+    /// What the recorder did or met, and how many times.
+    pub(crate) recorder_notes: BTreeMap<&'a str, u64>,
+    /// Batches recorded and replayed as they are (the asked batches beyond
+    /// the samples, and the tries that confirmed the largest batch).
+    pub(crate) recorded_batches: &'a [u64],
+    pub(crate) not_seen: &'a [&'a str],
 }
 
 /// One category's line (`FitJson::categories`).

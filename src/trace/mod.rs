@@ -53,6 +53,10 @@ pub enum TraceFormat {
     PytorchSnapshot,
     Jsonl,
     RmmCsv,
+    /// `fit --no-gpu`'s recording: a PyTorch snapshot's trace of the
+    /// requests a program would make, recorded with CUDA faked; no segment
+    /// or address is the device's (docs/user/fit.md "Without a GPU").
+    NoGpu,
 }
 
 impl TraceFormat {
@@ -61,6 +65,7 @@ impl TraceFormat {
             TraceFormat::PytorchSnapshot => "pytorch-snapshot",
             TraceFormat::Jsonl => "jsonl",
             TraceFormat::RmmCsv => "rmm-csv",
+            TraceFormat::NoGpu => "gpumem-top-nogpu",
         }
     }
 }
@@ -203,6 +208,9 @@ pub struct Trace {
     pub stacks: Vec<Vec<Frame>>,
     /// What the file says of the PyTorch release that wrote it.
     pub release: ReleaseEvidence,
+    /// What `fit --no-gpu`'s recorder says it did or could not see (each
+    /// with how many times), for a `NoGpu` trace.
+    pub nogpu_notes: Vec<(String, u64)>,
 }
 
 /// The fields each PyTorch release added to snapshots, as found in one

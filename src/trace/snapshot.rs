@@ -698,6 +698,18 @@ fn read_snapshot_with<R: Read>(
         if let Some(a) = root.get("external_annotations").and_then(|a| a.items()) {
             trace.annotations.extend(a.iter().filter_map(annotation));
         }
+        if let Some(n) = root.get("gpumem_top_nogpu") {
+            trace.format = TraceFormat::NoGpu;
+            let notes = n.get("notes").and_then(|v| v.items()).unwrap_or_default();
+            for pair in notes {
+                let kv = pair.items().unwrap_or_default();
+                if let (Some(what), Some(count)) =
+                    (kv.first().and_then(|v| v.as_str()), kv.get(1).and_then(|v| v.as_u64()))
+                {
+                    trace.nogpu_notes.push((what.to_string(), count));
+                }
+            }
+        }
     }
     trace.annotations.sort_by_key(|a| a.time_us);
     ev.has_entries = devices.iter().any(|d| !d.events.is_empty());

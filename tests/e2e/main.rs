@@ -10,6 +10,7 @@ mod common;
 mod cluster;
 mod fuzz;
 mod gpu;
+mod nogpu;
 mod run;
 mod security;
 mod tui;

@@ -16,6 +16,7 @@ mod field;
 mod fit;
 mod hostile;
 mod live;
+mod nogpu;
 mod pools;
 mod properties;
 mod ranks;

@@ -1,0 +1,62 @@
+//! Recordings made without a GPU (`fit --no-gpu`): read as requests alone,
+//! placed by our allocator, and, for a loop recorded both ways, the same
+//! requests and the same peaks as the real H200 run (docs/user/fit.md
+//! "Without a GPU").
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{bin, fixture};
+use gpumem_top::alloc::Action;
+use gpumem_top::trace::{self, TraceFormat};
+
+fn alloc_sizes(path: &str) -> Vec<u64> {
+    let t = trace::load(&fixture(path)).unwrap();
+    t.devices[0].events.iter().filter(|e| e.action == Action::Alloc).map(|e| e.size).collect()
+}
+
+/// The MLP loop of `measurements/ten_million/record_loop.py`, 12 AdamW
+/// steps at batch 32: on the H200 (traces/small_loop) and with CUDA faked
+/// on a CPU (nogpu/mlp_b32, torch 2.15): the same 369 allocations, size by
+/// size in order, and the replay's peaks are PyTorch's on the H200.
+#[test]
+fn a_loop_recorded_without_a_gpu_asks_for_what_the_h200_run_did() {
+    let real = alloc_sizes("traces/small_loop.pickle.gz");
+    let fake = alloc_sizes("nogpu/mlp_b32.pickle.gz");
+    assert_eq!(real.len(), 369);
+    assert_eq!(fake, real);
+    let t = trace::load(&fixture("nogpu/mlp_b32.pickle.gz")).unwrap();
+    assert_eq!(t.format, TraceFormat::NoGpu);
+    assert!(t.nogpu_notes.is_empty(), "{:?}", t.nogpu_notes);
+    let out = Command::new(bin()).arg("replay").arg(fixture("nogpu/mlp_b32.pickle.gz")).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["format"], "gpumem-top-nogpu");
+    // Requests alone: what our allocator makes of them on the simulated
+    // device, said so, never "exact".
+    assert_eq!(j["fidelity"], "what-if");
+    assert_eq!(j["stats"]["allocated_bytes.all.peak"], 99_929_600);
+    assert_eq!(j["stats"]["reserved_bytes.all.peak"], 111_149_056);
+}
+
+/// `fit` over two recordings without a GPU: its self-check replays each
+/// sample's own requests, and the prediction at a sampled batch is that
+/// replay, with the recorder's report beside it.
+#[test]
+fn fit_reads_recordings_made_without_a_gpu() {
+    let out = Command::new(bin())
+        .arg("fit")
+        .arg(format!("{}@32", fixture("nogpu/mlp_b32.pickle.gz").display()))
+        .arg(format!("{}@64", fixture("nogpu/mlp_b64.pickle.gz").display()))
+        .args(["--batch", "32", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["predictions"][0]["batch"], 32);
+    assert_eq!(j["predictions"][0]["allocated_peak_bytes"], 99_929_600);
+    assert_eq!(j["predictions"][0]["reserved_peak_bytes"], 111_149_056);
+    assert_eq!(j["no_gpu"]["assumed_device"], "NVIDIA H200");
+    assert!(j["no_gpu"]["not_seen"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().contains("cuDNN")));
+}
