@@ -39,9 +39,6 @@ SM_COUNT = 132
 # thread, whose handle takes its own cuBLAS workspace.
 CUBLAS_WORKSPACE = 32 << 20
 CUBLASLT_WORKSPACE = 1 << 20
-# A reduction's fp32 partial sums when it spans blocks: about SMs x 2^18
-# values at most.
-REDUCTION_MOST = SM_COUNT << 18
 
 _ATTENTION = {"_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention"}
 _GEMMS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "addr", "_addmm_activation"}
@@ -486,6 +483,9 @@ def install(torch, out, steps, max_events=20_000_000):
                 # The output and its log-sum-exp; the RNG state is the
                 # host's (or empty) on CUDA.
                 _walk(out[:2], rec.track)
+            elif name == "native_dropout":
+                # CUDA's fused dropout allocates its mask first.
+                _walk(out[::-1], rec.track)
             else:
                 _walk(out, rec.track)
             if name in _GEMMS:
@@ -497,10 +497,12 @@ def install(torch, out, steps, max_events=20_000_000):
                 elif bwd and not rec.workspace_bwd:
                     rec.workspace_bwd = True
                     rec.alloc(CUBLAS_WORKSPACE)
-            elif name == "sum" and len(args) >= 2 and is_meta(args[0]):
+            elif name in ("sum", "mean") and len(args) >= 2 and is_meta(args[0]):
                 _reduction(rec, args, out)
             elif name == "_scaled_dot_product_flash_attention_backward":
                 _flash_backward_scratch(rec, args)
+            elif name == "_scaled_dot_product_efficient_attention_backward":
+                _efficient_backward_scratch(rec, args)
             return out
 
     _fake_cuda_api(torch, rec)
@@ -543,21 +545,63 @@ def _walk(out, fn):
 
 
 def _reduction(rec, args, out):
-    """A sum over rows into few outputs spans blocks: CUDA's reduction
-    kernel takes fp32 partial sums for 2 x rows blocks (at most about SMs x
-    2^18 values) and a counter, as measured for a Linear's bias gradient."""
+    """CUDA's reduction kernel (ATen's Reduce.cuh, `setReduceConfig`) over
+    leading dimensions into a contiguous tail (a bias gradient: rows summed
+    into `outs` columns): when each thread would sum 256 or more values and
+    the grid is small, the input is split across blocks, which write fp32
+    partial sums to a global buffer and count themselves in semaphores,
+    both taken from the allocator and freed when the kernel returns. The
+    configuration below is ATen's on an H200 (132 SMs, 2,048 threads each);
+    it gives the sizes the H200 traces show (6,291,456 and 24 bytes for a
+    768-wide bias over 1,024 rows; 23,440,896 and 1,908 for 30,522 wide
+    over 2,048; none over 1,024)."""
     import torch
 
     x = args[0]
-    if not isinstance(out, torch.Tensor):
+    if not isinstance(out, torch.Tensor) or x.dtype == torch.float64 or x.is_complex():
+        return
+    dims = args[1] if len(args) > 1 else None
+    if dims is None or x.dim() < 2 or not x.is_contiguous():
+        return
+    dims = sorted(d % x.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims]))
+    if dims != list(range(len(dims))) or not dims:
         return
     outs = out.numel()
-    if outs == 0 or x.numel() == 0:
+    n = x.numel()
+    if outs == 0 or n == 0 or outs == n:
         return
-    rows = x.numel() // outs
-    if rows <= 512 or outs == 1:
+    rows = n // outs
+    vec = 4 if outs % 4 == 0 else (2 if outs % 2 == 0 else 1)
+    mnt = 512 // vec
+
+    def last_pow2(v):
+        return 1 << (v.bit_length() - 1)
+
+    d0 = last_pow2(outs) if outs < mnt else mnt
+    d1 = last_pow2(rows) if rows < mnt else mnt
+    bw = min(d0, 32)
+    bh = min(d1, mnt // bw)
+    bw = min(d0, mnt // bh)
+    threads = bw * bh
+    step_output = bw
+    vpt = rows
+    split = vpt >= bh * 16 or vpt >= 256
+    if split:
+        vpt = -(-rows // bh)
+    else:
+        step_output *= bh
+    grid_x = -(-(outs // vec) // step_output)
+    target = SM_COUNT * (2048 // threads)
+    if not (split and vpt >= 256 and grid_x <= target):
         return
-    rec.scratch(min(2 * rows, -(-REDUCTION_MOST // outs)) * outs * 4)
+    ctas = max(min(-(-target // grid_x), -(-vpt // 16)), -(-vpt // 256))
+    if ctas <= 1:
+        return
+    size = 4 * outs * ctas * bw * vec
+    a1 = rec.alloc(size)
+    a2 = rec.alloc(4 * grid_x)
+    rec.free(a2, 4 * grid_x)
+    rec.free(a1, size)
 
 
 def _flash_backward_scratch(rec, args):
@@ -615,6 +659,28 @@ def _keep_ties(torch):
             tls.busy = False
 
     Module._apply = _apply
+
+
+def _efficient_backward_scratch(rec, args):
+    """The memory-efficient attention's backward (fp32), as the H200
+    traces show it after the gradients: the product of the output and its
+    gradient ([B, L, H, D], fp32) and its sum over D twice ([B, H, L]); the
+    product and one sum freed, then a workspace of [B, L, H, D] fp32 plus
+    32 floats per batch and head; the other sum and the workspace freed
+    when it returns."""
+    q = args[1]
+    b, h, lq, d = q.shape
+    prod = b * h * lq * d * 4
+    delta = b * h * lq * 4
+    ws = prod + b * h * 32 * 4
+    a1 = rec.alloc(prod)
+    a2 = rec.alloc(delta)
+    a3 = rec.alloc(delta)
+    rec.free(a2, delta)
+    rec.free(a1, prod)
+    a4 = rec.alloc(ws)
+    rec.free(a3, delta)
+    rec.free(a4, ws)
 
 
 def _undo_function_checks(torch):
