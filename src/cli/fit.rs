@@ -161,6 +161,8 @@ fn record_into(
     if args.no_gpu {
         create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::NOGPU_SITECUSTOMIZE.as_bytes())?;
         create_new(&hook.join("gpumem_top_nogpu.py"))?.write_all(crate::launch::NOGPU_RECORDER.as_bytes())?;
+        // cuDNN's workspaces where they were measured on the H200.
+        create_new(&hook.join("cudnn_h200.json"))?.write_all(crate::workload::cudnn::TABLE_JSON.as_bytes())?;
     } else {
         create_new(&hook.join("sitecustomize.py"))?.write_all(crate::launch::RECORD_SITECUSTOMIZE.as_bytes())?;
         create_new(&hook.join("gpumem_top_publish.py"))?.write_all(crate::launch::PUBLISHER.as_bytes())?;
@@ -318,7 +320,7 @@ pub(crate) const NOGPU_DEVICE: &str = "NVIDIA H200";
 /// GPU"), said with every such prediction.
 pub(crate) const NOGPU_NOT_SEEN: &[&str] = &[
     "memory taken outside PyTorch's caching allocator (custom CUDA extensions' own cudaMalloc, NCCL's buffers, the CUDA context beyond --context)",
-    "cuDNN's convolution workspaces (the algorithm cuDNN picks is known only on the GPU): a network with convolutions may peak higher by its largest workspace",
+    "cuDNN's convolution workspaces beyond the shapes measured on an H200 (ResNet-50's convolutions; the algorithm cuDNN picks is known only on the GPU): a network with other convolutions may peak higher by its largest workspace",
     "shapes that depend on the data on the GPU: the recorded steps' own shapes are used",
     "torch.compile and CUDA graphs: the eager program is recorded",
 ];

@@ -38,9 +38,12 @@ struct Table {
     convs: HashMap<String, HashMap<String, Vec<[u64; 4]>>>,
 }
 
+/// The table as measured (also what `fit --no-gpu`'s recorder looks up).
+pub(crate) const TABLE_JSON: &str = include_str!("cudnn_h200.json");
+
 fn table() -> Option<&'static Table> {
     static T: OnceLock<Option<Table>> = OnceLock::new();
-    T.get_or_init(|| serde_json::from_str(include_str!("cudnn_h200.json")).ok()).as_ref()
+    T.get_or_init(|| serde_json::from_str(TABLE_JSON).ok()).as_ref()
 }
 
 /// The workspaces of `c` at `batch` in bf16 or fp32, where the table has

@@ -290,6 +290,18 @@ def install(torch, out, steps, max_events=20_000_000):
             return type(x)(cast(v, dtype) for v in x)
         return x
 
+    def cast_all(args, kwargs, dtype):
+        """Autocast's casts of an op's arguments, in the order CUDA's build
+        makes them: its wrapper casts each argument in a C++ call whose
+        arguments GCC evaluates last to first (the H200 traces show a
+        convolution's weight cast before its input's). The order decides
+        which block each cast gets, and in backward which cast's gradient
+        comes first."""
+        kv = list(kwargs.items())
+        new_kv = [(k, cast(v, dtype)) for k, v in reversed(kv)][::-1]
+        new_args = [cast(a, dtype) for a in reversed(args)][::-1]
+        return tuple(new_args), dict(new_kv)
+
     def widest(args):
         """Autocast's promote policy: the widest floating type among them."""
         best = None
@@ -315,9 +327,10 @@ def install(torch, out, steps, max_events=20_000_000):
         gqa = bool(a.get("enable_gqa", False))
         if torch.is_autocast_enabled("cuda"):
             dt = torch.get_autocast_dtype("cuda")
-            q, k, v = cast(q, dt), cast(k, dt), cast(v, dt)
+            # Last argument first, as autocast's wrapper does.
             if mask is not None and mask.is_floating_point():
                 mask = cast(mask, dt)
+            v, k, q = cast(v, dt), cast(k, dt), cast(q, dt)
         d = q.shape[-1]
         be = torch.backends.cuda
         four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
@@ -406,17 +419,16 @@ def install(torch, out, steps, max_events=20_000_000):
                     if r is not None:
                         return r
                 if name in _LOWER:
-                    args, kwargs = cast(args, dt), {k: cast(v, dt) for k, v in kwargs.items()}
+                    args, kwargs = cast_all(args, kwargs, dt)
                 elif name in _FP32:
-                    args = cast(args, torch.float32)
-                    kwargs = {k: cast(v, torch.float32) for k, v in kwargs.items()}
+                    args, kwargs = cast_all(args, kwargs, torch.float32)
                 elif name in _FP32_OPT_DTYPE and args and is_meta(args[0]) and args[0].dtype in reduced:
                     if kwargs.get("dtype") is None and not any(isinstance(a, torch.dtype) for a in args):
                         kwargs["dtype"] = torch.float32
                 elif name in _PROMOTE:
                     w = widest(args)
                     if w is not None:
-                        args = cast(args, w)
+                        args, kwargs = cast_all(args, kwargs, w)
             return func(*args, **kwargs)
 
     add = torch.ops.aten.add.Tensor
@@ -486,6 +498,25 @@ def install(torch, out, steps, max_events=20_000_000):
             elif name == "native_dropout":
                 # CUDA's fused dropout allocates its mask first.
                 _walk(out[::-1], rec.track)
+            elif name in ("convolution", "convolution_backward") and is_meta(args[0]):
+                if name == "convolution":
+                    x, w, st, pad, dil, tr, _, groups = args[:2] + args[3:9]
+                else:
+                    x, w, _, st, pad, dil, tr, _, groups = args[1:10]
+                ws = _cudnn(x, w, st, pad, dil, tr, groups)
+                if ws is None:
+                    rec.note("convolutions without a measured cuDNN workspace")
+                    ws = [0, 0, 0]
+                if name == "convolution":
+                    rec.track(out)
+                    rec.scratch(ws[0])
+                else:
+                    # Each workspace right after the gradient it makes.
+                    for t, w in zip(out, (ws[1], ws[2], 0)):
+                        if t is not None:
+                            rec.track(t)
+                        rec.scratch(w)
+                return out
             else:
                 _walk(out, rec.track)
             if name in _GEMMS:
@@ -659,6 +690,45 @@ def _keep_ties(torch):
             tls.busy = False
 
     Module._apply = _apply
+
+
+_CUDNN = {}
+
+
+def _cudnn(x, w, stride, padding, dilation, transposed, groups):
+    """cuDNN's workspaces (forward, backward-data, backward-filter) for a
+    convolution measured on an H200 (cudnn_h200.json, written beside this
+    file: ResNet-50's convolutions at batches 1-512), at this batch: between
+    two measured batches interpolated, past the largest in proportion to
+    the batch. None where the shape was not measured."""
+    if "table" not in _CUDNN:
+        try:
+            import json
+
+            with open(os.path.join(os.path.dirname(_HERE), "cudnn_h200.json")) as f:
+                _CUDNN["table"] = json.load(f).get("convs", {})
+        except Exception:
+            _CUDNN["table"] = {}
+    if transposed or groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation):
+        return None
+    if x.shape[2] != x.shape[3] or w.shape[2] != w.shape[3] or len(set(stride)) != 1 or len(set(padding)) != 1:
+        return None
+    key = "%d,%d,%d,%d,%d,%d" % (x.shape[1], w.shape[0], w.shape[2], stride[0], padding[0], x.shape[2])
+    import torch
+
+    rows = _CUDNN["table"].get(key, {}).get("bf16" if x.dtype == torch.bfloat16 else "fp32")
+    if not rows:
+        return None
+    b = x.shape[0]
+    hi = next((i for i, r in enumerate(rows) if r[0] >= b), None)
+    if hi is None:
+        last = rows[-1]
+        return [v * b // max(last[0], 1) for v in last[1:]]
+    if hi == 0 or rows[hi][0] == b:
+        return list(rows[hi][1:])
+    lo, up = rows[hi - 1], rows[hi]
+    f = (b - lo[0]) / (up[0] - lo[0])
+    return [(a if f < 0.5 else c) if (a == 0 or c == 0) else int(round(a + (c - a) * f)) for a, c in zip(lo[1:], up[1:])]
 
 
 def _efficient_backward_scratch(rec, args):
