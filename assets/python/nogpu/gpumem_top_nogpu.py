@@ -160,14 +160,16 @@ class Recorder:
 
     # -- storages ------------------------------------------------------------
 
-    def track(self, t):
+    def track(self, t, size=None):
+        """A new storage of `t` is an allocation (of `size` bytes where the
+        device's differs from meta's), freed when the storage dies."""
         if t.device.type != "meta" or self.paused:
             return
         s = t.untyped_storage()
         key = s._cdata
         if key in self.live:
             return
-        n = s.nbytes()
+        n = s.nbytes() if size is None else size
         if n == 0:
             # CUDA's allocator makes no block for an empty tensor.
             self.live[key] = None
@@ -336,15 +338,15 @@ def install(torch, out, steps, max_events=20_000_000):
         four = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
         if (four and mask is None and q.dtype in reduced and d % 8 == 0 and d <= 256
                 and be.flash_sdp_enabled()):
+            # Flash attention takes fewer key/value heads as they are.
             rec.note("attention: flash")
-            if gqa and q.shape[1] != k.shape[1]:
-                rep = q.shape[1] // k.shape[1]
-                k = k.repeat_interleave(rep, dim=1)
-                v = v.repeat_interleave(rep, dim=1)
             return torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, p, causal, False, scale=scale)[0]
+        # A mask that learns (T5's position bias) takes the math path on
+        # the H200, as its traces show.
+        learned_mask = mask is not None and mask.requires_grad
         if (four and not (gqa and q.shape[1] != k.shape[1]) and d % (4 if q.dtype == torch.float32 else 8) == 0
-                and be.mem_efficient_sdp_enabled()):
+                and not learned_mask and be.mem_efficient_sdp_enabled()):
             rec.note("attention: memory-efficient")
             if mask is not None:
                 mask = mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
@@ -491,9 +493,17 @@ def install(torch, out, steps, max_events=20_000_000):
             if into is not None:
                 rec.adopt(out, into[0], into[1])
                 return out
-            if name in _ATTENTION:
-                # The output and its log-sum-exp; the RNG state is the
-                # host's (or empty) on CUDA.
+            if name == "_scaled_dot_product_flash_attention":
+                # As the H200 traces show it, with dropout or without: the
+                # RNG's seed and offset (8 bytes each on the device), then
+                # the output, its log-sum-exp, and 256 bytes of scratch.
+                rec.track(out[6], 8)
+                rec.track(out[7], 8)
+                _walk(out[:2], rec.track)
+                rec.scratch(256)
+            elif name == "_scaled_dot_product_efficient_attention":
+                # The output and its log-sum-exp (no RNG state on the
+                # device for this kernel in the traces).
                 _walk(out[:2], rec.track)
             elif name == "native_dropout":
                 # CUDA's fused dropout allocates its mask first.
@@ -636,17 +646,17 @@ def _reduction(rec, args, out):
 
 
 def _flash_backward_scratch(rec, args):
-    """Flash attention's backward takes softmax_d ([B, H, Lq rounded to
-    128], fp32) and dq_accum ([B, Lq rounded, H, D rounded to 32], fp32) and
-    frees them when it returns."""
-    q = args[1]
+    """Flash attention's backward, as the H200 traces show it: after the
+    three gradients one workspace, freed when it returns, of dq's fp32
+    accumulator ([B, Lq, H, D]), softmax's row sums ([B, H, Lq], fp32),
+    with fewer key/value heads (GQA) the key and value gradients for every
+    head (then summed into each group's), and 256 bytes."""
+    q, k = args[1], args[2]
     b, h, lq, d = q.shape
-    lr = -(-lq // 128) * 128
-    dr = -(-d // 32) * 32
-    a1 = rec.alloc(b * h * lr * 4)
-    a2 = rec.alloc(b * lr * h * dr * 4)
-    rec.free(a2, b * lr * h * dr * 4)
-    rec.free(a1, b * h * lr * 4)
+    size = b * lq * h * d * 4 + b * h * lq * 4 + 256
+    if k.shape[1] != h:
+        size += 2 * b * k.shape[2] * h * d * k.element_size()
+    rec.scratch(size)
 
 
 def _keep_ties(torch):
@@ -690,6 +700,10 @@ def _keep_ties(torch):
             tls.busy = False
 
     Module._apply = _apply
+
+
+_CUDNN = {}
+
 
 
 _CUDNN = {}
