@@ -283,19 +283,34 @@ fn fit_samples(specs: &[String], args: &FitArgs) -> Result<Fitted> {
     let target = Target { device_total: args.device_total, context: args.context, limit };
     // The replay of each sample's own requests, against PyTorch's peaks.
     let mut self_check = Vec::new();
-    let mut fitted = Fit::new(samples.clone())?;
-    for s in &samples {
-        let p = fitted.predict(s.batch, &base, &Target { limit: None, ..target.clone() });
-        let err = |got: u64, want: u64| if want == 0 { 0.0 } else { got as f64 / want as f64 - 1.0 };
-        self_check.push((
-            s.batch,
-            err(p.allocated_peak_bytes, s.recorded_allocated_peak),
-            err(p.reserved_peak_bytes, s.recorded_reserved_peak),
-        ));
+    let fitted = Fit::new(samples.clone()).and_then(|mut fitted| {
+        for s in &samples {
+            let p = fitted.predict(s.batch, &base, &Target { limit: None, ..target.clone() });
+            let err = |got: u64, want: u64| if want == 0 { 0.0 } else { got as f64 / want as f64 - 1.0 };
+            self_check.push((
+                s.batch,
+                err(p.allocated_peak_bytes, s.recorded_allocated_peak),
+                err(p.reserved_peak_bytes, s.recorded_reserved_peak),
+            ));
+        }
+        fitted.report.self_check = std::mem::take(&mut self_check);
+        let warnings = fitted.report.judge()?;
+        Ok((fitted, warnings))
+    });
+    match fitted {
+        Ok((fitted, warnings)) => Ok(Fitted { samples, names, base, fitted, warnings, notes, fell_back: false }),
+        // Without a GPU the answers need no line through the samples:
+        // each asked batch and the largest are recorded and replayed as
+        // they are. What the samples could not say is said instead.
+        Err(e) if args.no_gpu => {
+            let last = samples.last().cloned().ok_or_else(|| anyhow!("no samples"))?;
+            let warnings = vec![format!(
+                "{e}; so every answer here stands on recordings alone: each asked batch, and the largest batch searched by recording batches from the largest sample up"
+            )];
+            Ok(Fitted { samples, names, base, fitted: Fit::recorded(last), warnings, notes, fell_back: true })
+        }
+        Err(e) => Err(e.into()),
     }
-    fitted.report.self_check = self_check;
-    let warnings = fitted.report.judge()?;
-    Ok(Fitted { samples, names, base, fitted, warnings, notes })
 }
 
 /// What `fit --no-gpu`'s recorder said it did or could not do (each with
@@ -310,6 +325,9 @@ struct Fitted {
     fitted: Fit,
     warnings: Vec<String>,
     notes: NoGpuNotes,
+    /// The samples could not be fitted (`--no-gpu` goes on with
+    /// recordings alone).
+    fell_back: bool,
 }
 
 /// The device a recording without a GPU stands for: the kernels'
@@ -361,7 +379,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     } else {
         record_samples(args, &args.record_batches)?
     };
-    let Fitted { samples, names, base, fitted, warnings, notes } = fit_samples(&specs, args)?;
+    let Fitted { samples, names, base, fitted, warnings, notes, fell_back } = fit_samples(&specs, args)?;
     let largest = *fitted.samples.last().unwrap_or(&1);
     let batches: Vec<u64> = if args.targets.is_empty() {
         [2, 4, 8].iter().map(|k| largest.saturating_mul(*k).min(MAX_BATCH)).collect()
@@ -386,33 +404,42 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     // What grows with the batch: each category's line through the samples'
     // peaks (docs/user/fit.md "Categories").
     let category_fits = crate::fit::CategoryFit::of(&samples);
-    // Per config: the largest batch under it, and the peaks there.
-    let largest = |conf: &AllocatorConfig| {
-        let mb = fitted.max_batch(conf, &target, args.max_batch);
-        (mb, (mb > 0).then(|| fitted.predict_limited(mb, conf, &target)))
+    // Per config: the largest batch under it, and the peaks there. Without
+    // a GPU each is confirmed by recordings (shared between configs): the
+    // samples' answer is where the search starts, or the largest sample
+    // where they could not be fitted.
+    let sampled = samples.last().map_or(1, |s| s.batch);
+    let largest = |conf: &AllocatorConfig, direct: &mut Recordings| -> Result<(u64, Option<Prediction>)> {
+        let guess = if fell_back { sampled } else { fitted.max_batch(conf, &target, args.max_batch) };
+        if !args.no_gpu {
+            return Ok((guess, (guess > 0).then(|| fitted.predict_limited(guess, conf, &target))));
+        }
+        let mb = direct.confirm(guess, conf, &target)?;
+        let at = if mb > 0 { Some(direct.fit(mb)?.predict_limited(mb, conf, &target)) } else { None };
+        Ok((mb, at))
     };
     let mut by_config: Vec<(String, u64, Option<Prediction>)> = Vec::new();
     for (label, conf) in std::iter::once((String::new(), base.clone())).chain(confs) {
-        let (mb, at) = largest(&conf);
+        let (mb, at) = largest(&conf, &mut direct)?;
         by_config.push((label, mb, at));
-    }
-    if args.no_gpu {
-        let mb = direct.confirm(by_config[0].1, &base, &target)?;
-        let at = if mb > 0 { Some(direct.fit(mb)?.predict_limited(mb, &base, &target)) } else { None };
-        by_config[0] = (String::new(), mb, at);
     }
     let max_batch = by_config[0].1;
     // The setting tune recommends for the run at its largest batch (the
     // predicted requests there, replayed under every setting), and the
-    // largest batch under it beside the recorded one (docs/user/tune.md).
+    // largest batch under it beside the recorded one (docs/user/tune.md);
+    // without a GPU, that batch's own recording.
     let tuned_at = max_batch.max(fitted.samples.last().copied().unwrap_or(1));
-    let search =
-        crate::tune::search(&fitted.requests_at(tuned_at), &base.source, args.device_total, args.context, limit, None);
+    let tuned_reqs = if args.no_gpu && max_batch > 0 {
+        direct.fit(max_batch)?.requests_at(max_batch)
+    } else {
+        fitted.requests_at(tuned_at)
+    };
+    let search = crate::tune::search(&tuned_reqs, &base.source, args.device_total, args.context, limit, None);
     let recommended = search.best().alloc_conf.clone();
     let new = recommended != base.source && !by_config.iter().any(|(l, _, _)| *l == recommended);
     if new && search.best().beats(&search.recorded) {
         if let Ok(conf) = AllocatorConfig::parse(&recommended) {
-            let (mb, at) = largest(&conf);
+            let (mb, at) = largest(&conf, &mut direct)?;
             by_config.push((recommended.clone(), mb, at));
         }
     }
