@@ -12,6 +12,7 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 use serde::Serialize;
 
 use crate::alloc::{Action, Event};
+use crate::analysis::deltas::Deltas;
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
 
 /// What one allocated block holds (docs/user/categories.md §Categories).
@@ -227,7 +228,7 @@ pub struct Categories {
     of_event: Vec<Option<Category>>,
     /// Per event: the bytes an `alloc` adds to (a `free_requested` takes
     /// from, negative) the allocated total; 0 for other events.
-    steps: Vec<i64>,
+    steps: Deltas,
     /// Blocks alive at the first event, by address.
     at_start: HashMap<u64, Category>,
     /// Every `alloc` event as (address, event), sorted: the allocation that
@@ -241,16 +242,16 @@ const SAMPLE: usize = 256;
 
 impl Categories {
     /// Categorizes a device's trace. `start` are the blocks alive before its
-    /// first event (empty for a trace from process start); `allocated`, the
-    /// allocated bytes after each event as an exact replay counted them
-    /// (`ReplayResult::allocated`), gives the blocks' sizes: the trace's are
-    /// the requests'.
+    /// first event (empty for a trace from process start); `allocated`, how
+    /// allocated bytes changed at each event as an exact replay counted them
+    /// and what they were before the first (`ReplayResult::allocated`),
+    /// gives the blocks' sizes: the trace's are the requests'.
     pub fn of(
         dev: &DeviceTrace,
         stacks: &[Vec<Frame>],
         annotations: &[Annotation],
         start: &[StartBlock],
-        allocated: Option<&[u64]>,
+        allocated: Option<(&Deltas, u64)>,
     ) -> Categories {
         let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
@@ -309,7 +310,7 @@ impl Categories {
     fn counted(
         dev: &DeviceTrace,
         start: &[StartBlock],
-        allocated: Option<&[u64]>,
+        allocated: Option<(&Deltas, u64)>,
         evidence: Evidence,
         of_event: Vec<Option<Category>>,
         at_start: HashMap<u64, Category>,
@@ -327,35 +328,31 @@ impl Categories {
         for b in start {
             bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
         }
-        let sizes: Vec<u64> = match allocated.filter(|a| a.len() == n) {
-            Some(a) => {
-                let mut prev = bytes.total();
-                a.iter()
-                    .map(|&now| {
-                        let step = now.abs_diff(prev);
-                        prev = now;
-                        step
-                    })
-                    .collect()
-            }
-            None => dev.events.iter().map(|e| e.size).collect(),
+        // An event's step: the change of the replay's allocated bytes
+        // where there is one, else the trace's (requested) size.
+        let mut steps = Deltas::with_capacity(n);
+        let signed = |e: &Event, n: u64| match e.action {
+            Action::Alloc => n as i64,
+            Action::FreeRequested => -(n as i64),
+            _ => 0,
         };
-        let steps: Vec<i64> = dev
-            .events
-            .iter()
-            .zip(&sizes)
-            .map(|(e, &n)| match e.action {
-                Action::Alloc => n as i64,
-                Action::FreeRequested => -(n as i64),
-                _ => 0,
-            })
-            .collect();
+        match allocated.filter(|(a, _)| a.len() == n) {
+            Some((a, before)) => {
+                let (mut now, mut prev) = (before, bytes.total());
+                for (e, d) in dev.events.iter().zip(a.iter()) {
+                    now = now.wrapping_add(d as u64);
+                    steps.push(signed(e, now.abs_diff(prev)));
+                    prev = now;
+                }
+            }
+            None => dev.events.iter().for_each(|e| steps.push(signed(e, e.size))),
+        }
         let mut samples = vec![bytes];
-        for i in 0..n {
+        for (i, (step, &c)) in steps.iter().zip(&of_event).enumerate() {
             if i % SAMPLE == 0 && i > 0 {
                 samples.push(bytes);
             }
-            apply(&mut bytes, steps[i], of_event[i]);
+            apply(&mut bytes, step, c);
         }
         Categories { evidence, of_event, steps, at_start, allocs_at, samples }
     }
@@ -369,7 +366,7 @@ impl Categories {
         let k = i / SAMPLE;
         let mut b = self.samples.get(k).copied().unwrap_or(first);
         for j in k * SAMPLE..=i {
-            apply(&mut b, self.steps[j], self.of_event[j]);
+            apply(&mut b, self.steps.get(j), self.of_event[j]);
         }
         b
     }
@@ -390,8 +387,8 @@ impl Categories {
 
 /// Lifetimes: each alloc's free_requested (PyTorch's allocated bytes drop
 /// there), and the start blocks' ends.
-fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Vec<Option<usize>>, HashMap<u64, Option<usize>>) {
-    let mut end: Vec<Option<usize>> = vec![None; dev.events.len()];
+fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Ends, HashMap<u64, Option<usize>>) {
+    let mut end = Ends(vec![Ends::NONE; dev.events.len()]);
     let mut start_end: HashMap<u64, Option<usize>> = start.iter().map(|b| (b.address, None)).collect();
     let mut live: HashMap<u64, Live> = start.iter().map(|b| (b.address, Live::Start)).collect();
     for (i, e) in dev.events.iter().enumerate() {
@@ -400,7 +397,7 @@ fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Vec<Option<usize>>, Ha
                 live.insert(e.addr, Live::Alloc(i));
             }
             Action::FreeRequested | Action::FreeCompleted => match live.remove(&e.addr) {
-                Some(Live::Alloc(a)) => end[a] = Some(i),
+                Some(Live::Alloc(a)) => end.0[a] = u32::try_from(i).unwrap_or(Ends::NONE),
                 Some(Live::Start) => {
                     start_end.insert(e.addr, Some(i));
                 }
@@ -410,6 +407,18 @@ fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Vec<Option<usize>>, Ha
         }
     }
     (end, start_end)
+}
+
+/// Each alloc's free_requested, if any: four bytes an event, as a
+/// ten-million-event trace needs (docs/measurements/benchmarks.md).
+struct Ends(Vec<u32>);
+
+impl Ends {
+    const NONE: u32 = u32::MAX;
+
+    fn get(&self, i: usize) -> Option<usize> {
+        self.0.get(i).filter(|&&j| j != Self::NONE).map(|&j| j as usize)
+    }
 }
 
 /// Each allocation's phase; other events only inside the optimizer's calls
@@ -476,7 +485,7 @@ struct Trace<'t> {
     facts: Vec<StackFacts>,
     phases: Vec<Option<Phase>>,
     /// Each alloc's free_requested.
-    end: Vec<Option<usize>>,
+    end: Ends,
     runs: Runs,
 }
 
@@ -552,7 +561,7 @@ impl Trace<'_> {
     /// Parameters: made while setting up, outside the model's forward, kept
     /// past the last optimizer step (to the end without one).
     fn is_parameter(&self, i: usize, r: &Rules) -> bool {
-        let kept = match (self.end[i], self.runs.last_optimizer_end) {
+        let kept = match (self.end.get(i), self.runs.last_optimizer_end) {
             (None, _) => true,
             (Some(j), Some(last)) => j > last,
             (Some(_), None) => false,
@@ -596,7 +605,7 @@ impl Trace<'_> {
     /// unfinished forward (`cut_short` decides it).
     fn category(&self, i: usize, phase: Phase, r: &Rules) -> Option<Category> {
         let run = self.runs.at(i);
-        let ends_in = self.end[i].map(|j| self.runs.at(j));
+        let ends_in = self.end.get(i).map(|j| self.runs.at(j));
         Some(match phase {
             Phase::Optimizer => match ends_in {
                 Some(re) if re == run => Category::Temporary,
@@ -655,7 +664,7 @@ impl Trace<'_> {
                 }
             };
             of_event[i] = Some(c);
-            if let Some(j) = self.end[i] {
+            if let Some(j) = self.end.get(i) {
                 of_event[j] = Some(c);
             }
         }
@@ -684,14 +693,14 @@ impl Trace<'_> {
                 Some(v) => Category::ALL[(0..7).max_by_key(|&k| (v[k], std::cmp::Reverse(k))).unwrap_or(5)],
                 None if self.evidence == Evidence::Stacks
                     && self.fact(i).in_model
-                    && self.end[i].is_none_or(|j| r.first_oom.is_some_and(|o| j > o)) =>
+                    && self.end.get(i).is_none_or(|j| r.first_oom.is_some_and(|o| j > o)) =>
                 {
                     Category::Activation
                 }
                 None => Category::Temporary,
             };
             of_event[i] = Some(c);
-            if let Some(j) = self.end[i] {
+            if let Some(j) = self.end.get(i) {
                 of_event[j] = Some(c);
             }
         }
@@ -1056,7 +1065,7 @@ impl Runs {
     }
 
     /// Per main run: its first allocation freed in backward.
-    fn first_activation(&self, events: &[Event], end: &[Option<usize>]) -> HashMap<usize, usize> {
+    fn first_activation(&self, events: &[Event], end: &Ends) -> HashMap<usize, usize> {
         let mut out = HashMap::new();
         for (i, e) in events.iter().enumerate() {
             if e.action != Action::Alloc {
@@ -1064,7 +1073,7 @@ impl Runs {
             }
             let r = self.at(i);
             if self.phase(r) == Phase::Main
-                && end[i].is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
+                && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
                 && !out.contains_key(&r)
             {
                 out.insert(r, i);

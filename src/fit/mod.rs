@@ -144,7 +144,7 @@ impl Sample {
         let (order, peak_event) = if placed {
             (None, s.what_if_peak().map_or(0, |p| p.event))
         } else {
-            (Some(s.exact.allocated.as_slice()), s.exact.peak.event)
+            (Some((&s.exact.allocated, s.exact.allocated_before)), s.exact.peak.event)
         };
         let cats = Categories::of(dev, stacks, annotations, &[], order);
         let categories_at_peak = cats.bytes_after(Some(peak_event));

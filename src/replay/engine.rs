@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, PoolSlot, Release, SeedSegment};
+use crate::alloc::{
+    Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, Kind, PoolSlot, Release, SeedSegment,
+};
+use crate::analysis::deltas::Deltas;
 use crate::device::Oracle;
 use crate::trace::pickle::FastHash;
 
@@ -208,9 +211,12 @@ pub struct ReplayResult<'a> {
     pub(crate) pressure: Pressure,
     /// With `keep_events`: every event our allocator emitted, and the state after it.
     pub(crate) events: Vec<Event>,
-    /// Allocated bytes right after each recorded event reproduced: an
-    /// allocation's block size is its step (the trace carries requested sizes).
-    pub(crate) allocated: Vec<u64>,
+    /// How allocated bytes changed at each recorded event reproduced: an
+    /// allocation's block size is its step (the trace carries requested
+    /// sizes). Four bytes an event (`Deltas`).
+    pub(crate) allocated: Deltas,
+    /// Allocated bytes before the first event (the seed's blocks).
+    pub(crate) allocated_before: u64,
 }
 
 /// The first request (`alloc`/`oom`) at or after `i`, if no free or snapshot
@@ -730,13 +736,16 @@ pub fn replay_events_from<'a>(
                 ties_resolved: 0,
                 pressure: Pressure::Neither,
                 events: kept_events,
-                allocated: Vec::new(),
+                allocated: Deltas::default(),
+                allocated_before: 0,
             };
         }
     };
     let mut divergence = None;
     let mut pressure = Pressure::Neither;
-    let mut allocated = Vec::with_capacity(end);
+    let mut allocated = Deltas::with_capacity(end);
+    let allocated_before = st.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64;
+    let mut last = allocated_before;
     let mut switch = opts.switch.clone();
     while st.position() < end {
         let i = st.position();
@@ -749,7 +758,8 @@ pub fn replay_events_from<'a>(
             break;
         }
         for (k, p) in st.alloc.points().iter().enumerate() {
-            allocated.push(p.allocated);
+            allocated.push(p.allocated.wrapping_sub(last) as i64);
+            last = p.allocated;
             if p.allocated > peak.allocated {
                 peak = Peak { event: i + k, allocated: p.allocated, reserved: p.reserved };
             }
@@ -777,6 +787,7 @@ pub fn replay_events_from<'a>(
         peak,
         events: kept_events,
         allocated,
+        allocated_before,
     }
 }
 

@@ -181,7 +181,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
     ) -> Self {
         let start = start_blocks(dev, &session.seed);
-        let order = Some(session.exact.allocated.as_slice());
+        let order = Some((&session.exact.allocated, session.exact.allocated_before));
         self.categories = Some(Categories::of(dev, stacks, annotations, &start, order));
         self
     }

@@ -619,7 +619,7 @@ impl<'a> Session<'a> {
         stacks: &[Vec<Frame>],
         annotations: &[crate::trace::Annotation],
     ) -> crate::analysis::categories::Categories {
-        let order = self.replayed_history().then_some(self.exact.allocated.as_slice());
+        let order = self.replayed_history().then_some((&self.exact.allocated, self.exact.allocated_before));
         let start = crate::analysis::categories::start_blocks(self.dev, &self.seed);
         crate::analysis::categories::Categories::of(self.dev, stacks, annotations, &start, order)
     }

@@ -1,0 +1,75 @@
+//! A per-event change of a byte count in 4 bytes: almost every change fits
+//! an `i32`, and the few that do not (a single block of 2 GiB or more) are
+//! kept beside. A ten-million-event replay keeps one per event
+//! (docs/measurements/benchmarks.md, "Ten million events").
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deltas {
+    small: Vec<i32>,
+    /// (index, change) of the changes past `i32`, ascending; `small` has
+    /// `WIDE` there.
+    wide: Vec<(usize, i64)>,
+}
+
+const WIDE: i32 = i32::MIN;
+
+impl Deltas {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Deltas { small: Vec::with_capacity(n), wide: Vec::new() }
+    }
+
+    pub(crate) fn push(&mut self, d: i64) {
+        match i32::try_from(d) {
+            Ok(v) if v != WIDE => self.small.push(v),
+            _ => {
+                self.wide.push((self.small.len(), d));
+                self.small.push(WIDE);
+            }
+        }
+    }
+
+    /// The change at `i` (0 past the end).
+    pub(crate) fn get(&self, i: usize) -> i64 {
+        match self.small.get(i) {
+            None => 0,
+            Some(&WIDE) => self.wide.binary_search_by_key(&i, |w| w.0).map_or(0, |k| self.wide[k].1),
+            Some(&v) => i64::from(v),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.small.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.small.is_empty()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = i64> + '_ {
+        let mut wide = self.wide.iter();
+        self.small.iter().map(move |&v| if v == WIDE { wide.next().map_or(0, |w| w.1) } else { i64::from(v) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_of_any_size_come_back_as_pushed() {
+        let vals =
+            [0, 1, -1, 512, i64::from(i32::MAX), i64::from(i32::MIN), 3 << 31, -(5 << 33), i64::MAX, i64::MIN, 7];
+        let mut d = Deltas::with_capacity(2);
+        for &v in &vals {
+            d.push(v);
+        }
+        assert_eq!(d.len(), vals.len());
+        assert_eq!(d.iter().collect::<Vec<_>>(), vals);
+        for (i, &v) in vals.iter().enumerate() {
+            assert_eq!(d.get(i), v, "{i}");
+        }
+        assert_eq!(d.get(vals.len()), 0);
+        // Four bytes each, and the wide ones beside.
+        assert_eq!(d.wide.len(), 5);
+    }
+}
