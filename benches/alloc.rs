@@ -82,7 +82,7 @@ fn bench_pairs(c: &mut Criterion) {
     drop(live);
 }
 
-fn vector_trace(name: &str) -> (Vec<Event>, AllocatorConfig, u64) {
+fn vector_trace(name: &str) -> (gpumem_top::alloc::Events, AllocatorConfig, u64) {
     let path = format!("{}/tests/fixtures/vectors/{name}.json.gz", env!("CARGO_MANIFEST_DIR"));
     let mut s = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_string(&mut s).unwrap();
@@ -111,7 +111,7 @@ fn bench_replay(c: &mut Criterion) {
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("vector_default", |b| {
         b.iter(|| {
-            let r = replay_events(&rec, &opts, ());
+            let r = replay_events(rec.view(), &opts, ());
             assert!(r.divergence.is_none());
             r.reproduced
         })
@@ -124,7 +124,7 @@ fn bench_scrub(c: &mut Criterion) {
     let t = gpumem_top::trace::load(&path).unwrap();
     let d = &t.devices[0];
     let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-    let mut s = gpumem_top::replay::scrub::Scrubber::new(&d.events, &opts, &[], 256).unwrap();
+    let mut s = gpumem_top::replay::scrub::Scrubber::new(d.events.view(), &opts, &[], 256).unwrap();
     let mut g = c.benchmark_group("scrub");
     g.throughput(Throughput::Elements(2));
     let mut back = true;

@@ -87,3 +87,336 @@ impl Event {
             && (self.action == Action::Oom || self.addr == other.addr)
     }
 }
+
+/// A recorded device's events in 16 bytes each instead of `Event`'s 32: the
+/// address, and the size, action and stream in one word, streams numbered
+/// (a run has a few). An event that does not fit (a size of 2^48 or more,
+/// more than 4,094 streams) is kept whole beside. A ten-million-event
+/// trace holds 160 MB of them, not 320 (docs/measurements/benchmarks.md,
+/// "Ten million events").
+#[derive(Debug, Clone, Default)]
+pub struct Events {
+    words: Vec<Packed>,
+    streams: Vec<u64>,
+    stream_ids: foldhash::HashMap<u64, u16>,
+    /// The last event's stream and its number: runs of one stream are the rule.
+    last_stream: Option<(u64, u16)>,
+    /// (index, event) of the events kept whole, ascending.
+    wide: Vec<(usize, Event)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Packed {
+    addr: u64,
+    /// size << 16 | stream number << 4 | action.
+    word: u64,
+}
+
+const ACTION_BITS: u32 = 4;
+const STREAM_BITS: u32 = 12;
+const SIZE_SHIFT: u32 = ACTION_BITS + STREAM_BITS;
+/// The stream number that says "kept whole in `wide`".
+const WHOLE: u64 = (1 << STREAM_BITS) - 1;
+
+impl Events {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_capacity(n: usize) -> Self {
+        Events { words: Vec::with_capacity(n), ..Default::default() }
+    }
+
+    /// Reserves room for `n` more, if the memory is there.
+    pub(crate) fn try_reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
+        self.words.try_reserve(n)
+    }
+
+    pub fn push(&mut self, e: Event) {
+        let known = match self.last_stream {
+            Some((v, s)) if v == e.stream => Some(s),
+            _ => self.stream_ids.get(&e.stream).copied(),
+        };
+        let stream = match known {
+            Some(s) => {
+                self.last_stream = Some((e.stream, s));
+                Some(u64::from(s))
+            }
+            None if (self.streams.len() as u64) < WHOLE => {
+                let s = self.streams.len() as u16;
+                self.streams.push(e.stream);
+                self.stream_ids.insert(e.stream, s);
+                Some(u64::from(s))
+            }
+            None => None,
+        };
+        let action = Action::ALL.iter().position(|&a| a == e.action).unwrap_or(0) as u64;
+        let word = match stream {
+            Some(s) if e.size >> (64 - SIZE_SHIFT) == 0 => e.size << SIZE_SHIFT | s << ACTION_BITS | action,
+            _ => {
+                self.wide.push((self.words.len(), e));
+                WHOLE << ACTION_BITS | action
+            }
+        };
+        self.words.push(Packed { addr: e.addr, word });
+    }
+
+    /// The events from `at` on are dropped.
+    pub fn truncate(&mut self, at: usize) {
+        self.words.truncate(at);
+        self.wide.retain(|w| w.0 < at);
+    }
+
+    /// The events before `at` are dropped.
+    pub fn drain_front(&mut self, at: usize) {
+        let at = at.min(self.words.len());
+        self.words.drain(..at);
+        self.wide.retain(|w| w.0 >= at);
+        self.wide.iter_mut().for_each(|w| w.0 -= at);
+    }
+
+    /// The whole column, to read.
+    pub fn view(&self) -> EventsRef<'_> {
+        EventsRef { words: &self.words, streams: &self.streams, wide: &self.wide, base: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<Event> {
+        self.view().get(i)
+    }
+
+    /// The event at `i`; panics past the end, as indexing does.
+    pub fn at(&self, i: usize) -> Event {
+        self.view().at(i)
+    }
+
+    pub fn first(&self) -> Option<Event> {
+        self.view().first()
+    }
+
+    pub fn last(&self) -> Option<Event> {
+        self.view().last()
+    }
+
+    pub fn iter(&self) -> Iter<'_> {
+        self.view().iter()
+    }
+
+    pub fn to_vec(&self) -> Vec<Event> {
+        self.iter().collect()
+    }
+}
+
+impl FromIterator<Event> for Events {
+    fn from_iter<I: IntoIterator<Item = Event>>(it: I) -> Self {
+        let it = it.into_iter();
+        let mut out = Events::with_capacity(it.size_hint().0);
+        it.for_each(|e| out.push(e));
+        out
+    }
+}
+
+impl From<Vec<Event>> for Events {
+    fn from(v: Vec<Event>) -> Self {
+        v.into_iter().collect()
+    }
+}
+
+impl From<&[Event]> for Events {
+    fn from(v: &[Event]) -> Self {
+        v.iter().copied().collect()
+    }
+}
+
+impl PartialEq for Events {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+/// A run of a column's events, to read (what `&[Event]` was): `Copy`,
+/// sliced without copying.
+#[derive(Debug, Clone, Copy)]
+pub struct EventsRef<'a> {
+    words: &'a [Packed],
+    streams: &'a [u64],
+    wide: &'a [(usize, Event)],
+    /// The index in the whole column of `words[0]` (`wide` is the whole's).
+    base: usize,
+}
+
+impl<'a> EventsRef<'a> {
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    #[inline]
+    fn unpack(&self, i: usize, p: Packed) -> Event {
+        let action = Action::ALL[(p.word & ((1 << ACTION_BITS) - 1)) as usize];
+        let s = (p.word >> ACTION_BITS) & WHOLE;
+        if s == WHOLE {
+            let at = self.base + i;
+            if let Ok(k) = self.wide.binary_search_by_key(&at, |w| w.0) {
+                return self.wide[k].1;
+            }
+        }
+        Event {
+            action,
+            addr: p.addr,
+            size: p.word >> SIZE_SHIFT,
+            stream: self.streams.get(s as usize).copied().unwrap_or(0),
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<Event> {
+        self.words.get(i).map(|&p| self.unpack(i, p))
+    }
+
+    /// The event at `i`; panics past the end, as indexing does.
+    #[inline]
+    pub fn at(&self, i: usize) -> Event {
+        self.unpack(i, self.words[i])
+    }
+
+    pub fn first(&self) -> Option<Event> {
+        self.get(0)
+    }
+
+    pub fn last(&self) -> Option<Event> {
+        self.len().checked_sub(1).and_then(|i| self.get(i))
+    }
+
+    /// Events `r` of this run.
+    pub fn slice(&self, r: impl std::ops::RangeBounds<usize>) -> EventsRef<'a> {
+        use std::ops::Bound;
+        let lo = match r.start_bound() {
+            Bound::Included(&a) => a,
+            Bound::Excluded(&a) => a + 1,
+            Bound::Unbounded => 0,
+        };
+        let hi = match r.end_bound() {
+            Bound::Included(&b) => b + 1,
+            Bound::Excluded(&b) => b,
+            Bound::Unbounded => self.len(),
+        };
+        EventsRef { words: &self.words[lo..hi], base: self.base + lo, ..*self }
+    }
+
+    pub fn iter(&self) -> Iter<'a> {
+        Iter { of: *self, front: 0, back: self.len() }
+    }
+
+    pub fn to_vec(&self) -> Vec<Event> {
+        self.iter().collect()
+    }
+}
+
+impl<'a> From<&'a Events> for EventsRef<'a> {
+    fn from(e: &'a Events) -> Self {
+        e.view()
+    }
+}
+
+impl<'a> IntoIterator for EventsRef<'a> {
+    type Item = Event;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Events {
+    type Item = Event;
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+/// The events of a run, by value.
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    of: EventsRef<'a>,
+    front: usize,
+    back: usize,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Event;
+
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        (self.front < self.back).then(|| {
+            self.front += 1;
+            self.of.at(self.front - 1)
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back - self.front;
+        (n, Some(n))
+    }
+
+    fn nth(&mut self, n: usize) -> Option<Event> {
+        self.front = self.front.saturating_add(n).min(self.back);
+        self.next()
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Event> {
+        (self.front < self.back).then(|| {
+            self.back -= 1;
+            self.of.at(self.back)
+        })
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_come_back_as_pushed_in_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Packed>(), 16);
+        let mut v = vec![
+            Event::new(Action::SegmentAlloc, 0x7f00_0000_0000, 2 << 20, 0),
+            Event::new(Action::Alloc, 0x7f00_0000_0000, 512, 0x55d5_e4c0_b2a0),
+            Event::new(Action::Oom, u64::MAX, (1 << 48) + 3, 0),
+            Event::new(Action::Annotate, 1, 0, 7),
+            Event::new(Action::FreeCompleted, 0x7f00_0000_0000, 512, 0x55d5_e4c0_b2a0),
+        ];
+        // Past 4,094 streams, the rest are kept whole.
+        v.extend((0..5000u64).map(|s| Event::new(Action::Alloc, s << 9, s, 1000 + s)));
+        let col: Events = v.iter().copied().collect();
+        assert_eq!(col.len(), v.len());
+        assert_eq!(col.to_vec(), v);
+        assert_eq!(col.iter().rev().collect::<Vec<_>>(), v.iter().rev().copied().collect::<Vec<_>>());
+        assert_eq!(col.at(2), v[2]);
+        let s = col.view().slice(3..4100);
+        assert_eq!(s.len(), 4097);
+        assert_eq!(s.to_vec(), v[3..4100].to_vec());
+        assert_eq!(s.slice(4090..).to_vec(), v[4093..4100].to_vec());
+        assert_eq!(col.iter().nth(4099), Some(v[4099]));
+        let mut cut = col.clone();
+        cut.drain_front(4000);
+        assert_eq!(cut.to_vec(), v[4000..].to_vec());
+        cut.truncate(100);
+        assert_eq!(cut.to_vec(), v[4000..4100].to_vec());
+        assert_eq!(cut.last(), Some(v[4099]));
+    }
+}

@@ -19,7 +19,7 @@ pub use allocator::{
 };
 pub use backing::{Device, DeviceError};
 pub use config::{AllocatorConfig, ConfigError, Reserve};
-pub use event::{Action, Event};
+pub use event::{Action, Event, Events, EventsRef};
 pub use release::{BadRelease, Release, TieBreak};
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
 pub use stats::{DeviceStats, Kind, Stat};

@@ -11,7 +11,7 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
 
-use crate::alloc::{Action, Event};
+use crate::alloc::{Action, Event, EventsRef};
 use crate::analysis::deltas::Deltas;
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
 
@@ -331,7 +331,7 @@ impl Categories {
         // An event's step: the change of the replay's allocated bytes
         // where there is one, else the trace's (requested) size.
         let mut steps = Deltas::with_capacity(n);
-        let signed = |e: &Event, n: u64| match e.action {
+        let signed = |e: Event, n: u64| match e.action {
             Action::Alloc => n as i64,
             Action::FreeRequested => -(n as i64),
             _ => 0,
@@ -452,7 +452,7 @@ fn phases(
                 })
                 .collect()
         }
-        Evidence::Markers => phases_from_markers(&dev.events, windows),
+        Evidence::Markers => phases_from_markers(dev.events.view(), windows),
         _ => vec![None; n],
     }
 }
@@ -520,7 +520,7 @@ impl Trace<'_> {
         let first_forward = match self.evidence {
             Evidence::Stacks => (0..n)
                 .find(|&i| {
-                    dev.events[i].action == Action::Alloc
+                    dev.events.at(i).action == Action::Alloc
                         && self.phases[i] == Some(Phase::Main)
                         && self.fact(i).in_model
                         && !self.fact(i).builds_model
@@ -537,7 +537,7 @@ impl Trace<'_> {
         }
         model_allocs.push(c);
         let mut r = Rules {
-            first_activation: self.runs.first_activation(&dev.events, &self.end),
+            first_activation: self.runs.first_activation(dev.events.view(), &self.end),
             setup_end,
             first_forward,
             model_allocs,
@@ -546,8 +546,8 @@ impl Trace<'_> {
             trained: self.runs.first_training < self.runs.runs.len(),
         };
         r.param_sizes = (0..n)
-            .filter(|&i| dev.events[i].action == Action::Alloc && self.is_parameter(i, &r))
-            .map(|i| dev.events[i].size)
+            .filter(|&i| dev.events.at(i).action == Action::Alloc && self.is_parameter(i, &r))
+            .map(|i| dev.events.at(i).size)
             .collect();
         r
     }
@@ -592,7 +592,7 @@ impl Trace<'_> {
     /// A gradient has its parameter's size (a cuBLAS workspace made in
     /// backward and kept does not).
     fn grad_sized(&self, i: usize, r: &Rules) -> bool {
-        r.param_sizes.is_empty() || r.param_sizes.contains(&self.dev.events[i].size)
+        r.param_sizes.is_empty() || r.param_sizes.contains(&self.dev.events.at(i).size)
     }
 
     /// A forward no backward followed: the trace ends in it, or an OOM cut
@@ -652,7 +652,7 @@ impl Trace<'_> {
         let mut of_event: Vec<Option<Category>> = vec![None; n];
         let mut cut_short = Vec::new();
         for i in 0..n {
-            if dev.events[i].action != Action::Alloc {
+            if dev.events.at(i).action != Action::Alloc {
                 continue;
             }
             let Some(phase) = self.phases[i] else { continue };
@@ -841,7 +841,7 @@ fn window_mask(w: &[(usize, usize)], n: usize) -> Vec<bool> {
 /// Without stacks: the optimizer's steps from its markers; between them,
 /// each micro-batch's forward up to where it ends and backward after
 /// (docs/user/categories.md §Evidence).
-fn phases_from_markers(events: &[Event], windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
+fn phases_from_markers(events: EventsRef<'_>, windows: &[(usize, usize)]) -> Vec<Option<Phase>> {
     let n = events.len();
     let mut out = vec![None; n];
     let mut gaps = Vec::new();
@@ -881,7 +881,7 @@ struct Levels {
 }
 
 impl Levels {
-    fn of(events: &[Event], gaps: &[(usize, usize)]) -> Levels {
+    fn of(events: EventsRef<'_>, gaps: &[(usize, usize)]) -> Levels {
         let mut gap_of = vec![usize::MAX; events.len()];
         for (g, &(s, e)) in gaps.iter().enumerate() {
             for x in gap_of.iter_mut().take(e).skip(s) {
@@ -1065,7 +1065,7 @@ impl Runs {
     }
 
     /// Per main run: its first allocation freed in backward.
-    fn first_activation(&self, events: &[Event], end: &Ends) -> HashMap<usize, usize> {
+    fn first_activation(&self, events: EventsRef<'_>, end: &Ends) -> HashMap<usize, usize> {
         let mut out = HashMap::new();
         for (i, e) in events.iter().enumerate() {
             if e.action != Action::Alloc {

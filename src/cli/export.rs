@@ -108,7 +108,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
     let cursor = match at {
         At::Event(i) => i.min(last),
         At::End => last,
-        At::Oom => oom_index(&dev.events)
+        At::Oom => oom_index(dev.events.view())
             .ok_or_else(|| anyhow!(InputError(format!("--at oom: {} has no OOM", args.trace.display()))))?,
         At::Peak => model.peak_at.unwrap_or(0),
     };

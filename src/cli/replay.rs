@@ -131,7 +131,7 @@ fn at_event(at: At, session: &Session, dev: &DeviceTrace, exact_ok: bool) -> Opt
             rested.min(last.unwrap_or(0))
         }),
         At::Peak => exact_ok.then_some(session.exact.peak.event).or(last),
-        At::Oom => oom_index(&dev.events).or(last),
+        At::Oom => oom_index(dev.events.view()).or(last),
         At::End => last,
     }
 }
@@ -258,7 +258,7 @@ fn oom_advice(
     args: &ReplayArgs,
     limit: Option<u64>,
 ) -> Option<String> {
-    let first_oom = oom_index(&dev.events)?;
+    let first_oom = oom_index(dev.events.view())?;
     if !session.fidelity.is_faithful() || session.start == Start::StateOnly {
         return None;
     }
@@ -275,7 +275,7 @@ fn oom_advice(
         let cap = limit.unwrap_or(args.device_total.saturating_sub(CUDA_CONTEXT_BYTES));
         let mut sc = session.forward_scrubber().ok()?;
         let allocated = sc.seek(first_oom.saturating_sub(1)).stats().get(Kind::AllocatedBytes, 0).current;
-        (allocated.max(0) as u64 + dev.events[first_oom].size).checked_sub(cap)
+        (allocated.max(0) as u64 + dev.events.at(first_oom).size).checked_sub(cap)
     })();
     crate::tune::oom_advice(&s, overshoot)
 }
@@ -306,7 +306,7 @@ fn open_view(
         let to = match at {
             At::Event(i) => i.min(dev.events.len().saturating_sub(1)),
             At::End => dev.events.len().saturating_sub(1),
-            At::Oom => oom_index(&dev.events).unwrap_or(app.cursor()),
+            At::Oom => oom_index(dev.events.view()).unwrap_or(app.cursor()),
             At::Peak => app.cursor(),
         };
         app.go(to);
@@ -325,7 +325,7 @@ fn state_shown(
 ) -> Result<(DeviceStats, Vec<SegmentInfo>)> {
     let at_state = match args.at {
         Some(At::Peak) if exact_ok && session.what_if.is_none() => Some(session.exact.peak.event),
-        Some(At::Oom) if exact_ok && session.what_if.is_none() => oom_index(&dev.events),
+        Some(At::Oom) if exact_ok && session.what_if.is_none() => oom_index(dev.events.view()),
         _ => None,
     };
     Ok(match (&session.what_if, at_state) {
@@ -343,7 +343,7 @@ fn state_shown(
 /// Where a what-if first ran out of memory where the recording did not.
 fn new_oom_report(session: &Session, trace: &Trace, dev: &DeviceTrace) -> Option<report::NewOomReport> {
     session.first_new_oom().map(|(event, failing)| {
-        let e = &dev.events[event];
+        let e = &dev.events.at(event);
         let frames = dev.stacks.get(event).and_then(|&sid| trace.stacks.get((sid as usize).wrapping_sub(1)));
         let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
         report::NewOomReport {
@@ -854,8 +854,8 @@ pub(super) fn check_at(at: Option<At>, dev: &DeviceTrace) -> Result<()> {
 }
 
 /// The index of the first `oom` event.
-pub(super) fn oom_index(events: &[Event]) -> Option<usize> {
-    events.iter().position(|e| e.action == crate::alloc::Action::Oom)
+pub(super) fn oom_index(events: impl IntoIterator<Item = Event>) -> Option<usize> {
+    events.into_iter().position(|e| e.action == crate::alloc::Action::Oom)
 }
 
 /// "would run out of memory at event N (request X at file:line)".
@@ -912,7 +912,7 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
             human_bytes(r.peak.allocated),
             human_bytes(r.peak.reserved)
         ),
-        At::Oom => match oom_index(&r.events) {
+        At::Oom => match oom_index(r.events.iter().copied()) {
             Some(i) => format!(
                 "first OOM: event {i}, request of {} (rounded): the table above is the state there",
                 human_bytes(r.events[i].size)

@@ -5,22 +5,22 @@
 //! without knowing the device's free memory.
 
 use super::{Device, DeviceError};
-use crate::alloc::{Action, Event};
+use crate::alloc::{Action, Event, EventsRef};
 
 #[derive(Debug, Clone)]
 pub struct Oracle<'a> {
-    recorded: &'a [Event],
+    recorded: EventsRef<'a>,
     total: u64,
     used: u64,
 }
 
 impl<'a> Oracle<'a> {
-    pub fn new(recorded: &'a [Event], total: u64) -> Self {
+    pub fn new(recorded: EventsRef<'a>, total: u64) -> Self {
         Oracle { recorded, total, used: 0 }
     }
 
     fn at(&self, i: u64) -> Option<Event> {
-        self.recorded.get(usize::try_from(i).ok()?).copied()
+        self.recorded.get(usize::try_from(i).ok()?)
     }
 }
 

@@ -102,7 +102,7 @@ impl Sample {
             _ => s.exact.allocator.stats(),
         };
         let (ap, rp) = (st.get(Kind::AllocatedBytes, 0).peak as u64, st.get(Kind::ReservedBytes, 0).peak as u64);
-        let reqs = requests(&dev.events, &at);
+        let reqs = requests(dev.events.view(), &at);
         // Streams by order of first use: handles differ between processes.
         let mut stream_rank: HashMap<u64, u64> = HashMap::new();
         let mut stack_hash: HashMap<u32, u64> = HashMap::new();

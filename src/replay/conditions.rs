@@ -21,7 +21,7 @@
 use std::cell::Cell;
 
 use super::{Pressure, ReplayOptions, ReplayResult};
-use crate::alloc::{Action, AllocatorConfig, Event, SeedSegment};
+use crate::alloc::{Action, AllocatorConfig, Event, EventsRef, SeedSegment};
 
 /// A per-process limit the replay found the run had.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -100,7 +100,7 @@ pub(crate) struct Recorded {
 }
 
 impl Recorded {
-    pub(crate) fn of(rec: &[Event], start_reserved: u64, conf: &AllocatorConfig) -> Recorded {
+    pub(crate) fn of(rec: EventsRef<'_>, start_reserved: u64, conf: &AllocatorConfig) -> Recorded {
         let mut reserved = start_reserved;
         let mut out = Recorded { peak_reserved: reserved, oom_bound: None, process_limit_ooms: 0 };
         for e in rec {
@@ -262,7 +262,7 @@ impl<'r, 'a> Search<'r, 'a> {
     /// a change of segment kind (expandable or not) may have come.
     pub(crate) fn switch(
         &self,
-        rec: &[Event],
+        rec: EventsRef<'_>,
         o: &ReplayOptions,
         befores: &[AllocatorConfig],
         kinds: &[usize],
@@ -295,11 +295,11 @@ impl<'r, 'a> Search<'r, 'a> {
                 at_list.extend(kinds.iter().copied().filter(|&k| k < at));
                 // Past the last segment of the earlier kind, the final
                 // settings could have served everything.
-                let old = |e: &Event| match ob.config.expandable_segments {
+                let old = |e: Event| match ob.config.expandable_segments {
                     true => matches!(e.action, Action::SegmentMap | Action::SegmentUnmap),
                     false => e.action == Action::SegmentAlloc,
                 };
-                if let Some(last) = rec[..at.min(rec.len())].iter().rposition(old) {
+                if let Some(last) = rec.slice(..at.min(rec.len())).iter().rposition(old) {
                     at_list.push(last + 1);
                 }
                 at_list.sort_unstable_by(|a, b| b.cmp(a));
@@ -312,7 +312,7 @@ impl<'r, 'a> Search<'r, 'a> {
                     rb != rf || b.allocation_size(rb) != f.allocation_size(rf) || rb >= split
                 };
                 at_list.extend(
-                    rec[..at.min(rec.len())]
+                    rec.slice(..at.min(rec.len()))
                         .iter()
                         .enumerate()
                         .rev()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
 use crate::alloc::{
-    Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, Kind, PoolSlot, Release, SeedSegment,
+    Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, EventsRef, Kind, PoolSlot, Release, SeedSegment,
 };
 use crate::analysis::deltas::Deltas;
 use crate::device::Oracle;
@@ -222,7 +222,7 @@ pub struct ReplayResult<'a> {
 /// The first request (`alloc`/`oom`) at or after `i`, if no free or snapshot
 /// comes before it: segment events right before a request may be that
 /// request's own.
-fn next_request(rec: &[Event], i: usize) -> Option<usize> {
+fn next_request(rec: EventsRef<'_>, i: usize) -> Option<usize> {
     for (k, e) in rec.iter().enumerate().skip(i) {
         match e.action {
             Action::Alloc | Action::Oom => return Some(k),
@@ -238,7 +238,7 @@ fn next_request(rec: &[Event], i: usize) -> Option<usize> {
 /// a copy is a checkpoint to come back to.
 #[derive(Clone)]
 pub struct Stepper<'a> {
-    rec: &'a [Event],
+    rec: EventsRef<'a>,
     stacks: std::sync::Arc<[u32]>,
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
@@ -270,7 +270,7 @@ pub struct Stepper<'a> {
 impl<'a> Stepper<'a> {
     /// A replay of `rec` starting from `seed` (empty for a trace recorded
     /// from process start).
-    pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
+    pub fn new(rec: EventsRef<'a>, opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
         let mut alloc =
             CachingAllocator::for_release(opts.config.clone(), Oracle::new(rec, opts.device_total), opts.release);
         if opts.memory_limit.is_some() {
@@ -282,7 +282,7 @@ impl<'a> Stepper<'a> {
         for s in seed {
             let blocks = alloc.seed_segment(s).map_err(|reason| Divergence {
                 event: 0,
-                expected: rec.first().copied(),
+                expected: rec.first(),
                 got: None,
                 reason,
             })?;
@@ -360,7 +360,7 @@ impl<'a> Stepper<'a> {
     /// Runs the request recorded at `k` (its events start at `from`);
     /// returns the block on success.
     fn request(&mut self, from: usize, k: usize) -> Option<BlockId> {
-        let e = self.rec[k];
+        let e = self.rec.at(k);
         let tag = self.stacks.get(k).copied().unwrap_or(0);
         if !self.pools.any_private {
             let got = self.alloc.malloc_tagged(e.size, e.stream, tag).ok();
@@ -370,7 +370,7 @@ impl<'a> Stepper<'a> {
         // The pool of the segment the request landed in: a live one, or
         // the one the recording creates for it.
         let created = (from..k).rev().find(|&c| {
-            let s = self.rec[c];
+            let s = self.rec.at(c);
             matches!(s.action, Action::SegmentAlloc | Action::SegmentMap)
                 && e.addr >= s.addr
                 && e.addr < s.addr.saturating_add(s.size)
@@ -434,7 +434,7 @@ impl<'a> Stepper<'a> {
         i: usize,
         saved: (CachingAllocator<Oracle<'a>>, BTreeMap<u64, (u64, PoolSlot)>),
     ) -> Option<BlockId> {
-        let e = self.rec[i];
+        let e = self.rec.at(i);
         let tried = std::mem::replace(&mut self.alloc, saved.0);
         self.segs = saved.1;
         let slot = self.segment_of(e.addr).filter(|s| !s.is_default());
@@ -487,7 +487,7 @@ impl<'a> Stepper<'a> {
         }
         let end = self.pools.burst_end.get(&i).copied().unwrap_or_else(|| {
             (i..rec.len())
-                .find(|&k| !matches!(rec[k].action, Action::SegmentFree | Action::SegmentUnmap))
+                .find(|&k| !matches!(rec.at(k).action, Action::SegmentFree | Action::SegmentUnmap))
                 .unwrap_or(rec.len())
         });
         let saved = self.alloc.clone();
@@ -515,7 +515,7 @@ impl<'a> Stepper<'a> {
             self.track(PoolSlot::DEFAULT);
             return;
         }
-        if rec[i..end].iter().any(|e| e.action == Action::SegmentUnmap) {
+        if rec.slice(i..end).iter().any(|e| e.action == Action::SegmentUnmap) {
             // Expandable pages cannot be released as listed: keep our
             // release, and let the check report where it differs.
             self.track(PoolSlot::DEFAULT);
@@ -523,7 +523,8 @@ impl<'a> Stepper<'a> {
         }
         self.alloc = saved;
         self.alloc.clear_events();
-        let addrs: Vec<u64> = rec[i..end].iter().filter(|e| e.action == Action::SegmentFree).map(|e| e.addr).collect();
+        let addrs: Vec<u64> =
+            rec.slice(i..end).iter().filter(|e| e.action == Action::SegmentFree).map(|e| e.addr).collect();
         if self.alloc.release_segments(&addrs).is_ok() {
             self.directed += 1;
         }
@@ -547,7 +548,7 @@ impl<'a> Stepper<'a> {
                 want => {
                     return Err(Divergence {
                         event: i,
-                        expected: want.copied(),
+                        expected: want,
                         got: Some(*got),
                         reason: "emitted event differs from the recorded one".into(),
                     })
@@ -624,7 +625,7 @@ impl<'a> Stepper<'a> {
     pub(crate) fn step(&mut self) -> Result<(), Divergence> {
         let rec = self.rec;
         let i = self.position();
-        let ev = rec[i];
+        let ev = rec.at(i);
         self.alloc.clear_events();
         self.inferred_now = false;
         let fail = |reason: String| Divergence { event: i, expected: Some(ev), got: None, reason };
@@ -647,7 +648,7 @@ impl<'a> Stepper<'a> {
                         && self.exact.binary_search(&(i + 1)).is_ok()
                         && rec.get(i + 2).is_some_and(|f| f.action == Action::FreeRequested && f.addr == ev.addr)
                 });
-                let target = next.copied().unwrap_or(ev);
+                let target = next.unwrap_or(ev);
                 match self.alloc.malloc_at(target.size, target.addr, target.stream) {
                     Some(b) => self.note_live(Some(b)),
                     None => {
@@ -700,14 +701,14 @@ impl<'a> Stepper<'a> {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events<'a>(rec: &'a [Event], opts: &ReplayOptions, observer: impl ReplayObserver) -> ReplayResult<'a> {
+pub fn replay_events<'a>(rec: EventsRef<'a>, opts: &ReplayOptions, observer: impl ReplayObserver) -> ReplayResult<'a> {
     replay_events_from(rec, opts, &[], observer)
 }
 
 /// Replays `rec` from the state `seed`: segments that existed before the
 /// first event (see `wrapped::reconstruct`).
 pub fn replay_events_from<'a>(
-    rec: &'a [Event],
+    rec: EventsRef<'a>,
     opts: &ReplayOptions,
     seed: &[SeedSegment],
     mut observer: impl ReplayObserver,
@@ -768,7 +769,7 @@ pub fn replay_events_from<'a>(
             kept_events.extend_from_slice(st.alloc.events());
         }
         for (j, e) in rec.iter().enumerate().take(st.position()).skip(i) {
-            observer.after_event(j, e, &st.alloc);
+            observer.after_event(j, &e, &st.alloc);
         }
     }
     st.alloc.clear_events();

@@ -207,7 +207,7 @@ impl<'a> ReplayModel<'a> {
             dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
         let oom_requests = ooms
             .iter()
-            .map(|&i| (dev.events[i].size, dev.events[i].stream, dev.stacks.get(i).copied().unwrap_or(0)))
+            .map(|&i| (dev.events.at(i).size, dev.events.at(i).stream, dev.stacks.get(i).copied().unwrap_or(0)))
             .collect();
         ReplayModel {
             stacks,

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use crate::alloc::config::K_SMALL_BUFFER;
-use crate::alloc::{Action, MempoolId};
+use crate::alloc::{Action, EventsRef, MempoolId};
 use crate::trace::{DeviceTrace, Frame};
 
 /// A pool as the plan knows it.
@@ -86,7 +86,7 @@ fn is_empty_cache(stack: &[Frame]) -> bool {
 
 /// Segment lifetimes: the live segments at the end (address → index of
 /// their `segment_alloc`), and each `segment_free`'s `segment_alloc`.
-fn segment_lifetimes(ev: &[crate::alloc::Event]) -> (HashMap<u64, usize>, HashMap<usize, usize>) {
+fn segment_lifetimes(ev: EventsRef<'_>) -> (HashMap<u64, usize>, HashMap<usize, usize>) {
     let mut live: HashMap<u64, usize> = HashMap::new();
     let mut freed_at: HashMap<usize, usize> = HashMap::new();
     for (i, e) in ev.iter().enumerate() {
@@ -109,18 +109,18 @@ fn segment_lifetimes(ev: &[crate::alloc::Event]) -> (HashMap<u64, usize>, HashMa
 /// where the kind changes or (stream, size, tie) stops increasing.
 fn passes(
     run: std::ops::Range<usize>,
-    ev: &[crate::alloc::Event],
+    ev: EventsRef<'_>,
     freed_at: &HashMap<usize, usize>,
     by_age: bool,
 ) -> Vec<(bool, Vec<usize>)> {
     let mut passes: Vec<(bool, Vec<usize>)> = Vec::new();
     let key = |k: usize| {
-        let e = ev[k];
+        let e = ev.at(k);
         let age = if by_age { freed_at.get(&k).map_or(0, |&s| s + 1) } else { 0 };
         (e.stream, e.size, age, e.addr)
     };
     for k in run {
-        let small = ev[k].size == K_SMALL_BUFFER;
+        let small = ev.at(k).size == K_SMALL_BUFFER;
         let continues = passes.last().is_some_and(|(s, ks)| {
             let p = *ks.last().unwrap_or(&k);
             *s == small && key(p) < key(k)
@@ -139,7 +139,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
     // the order they were made from 2.12 (docs/design/pytorch-allocator.md,
     // "Releases"); one made before the trace ranks before all made in it.
     let by_age = release.tie_break() != crate::alloc::TieBreak::Address;
-    let ev = &dev.events;
+    let ev = dev.events.view();
     let mut out = PoolPlan::default();
     let (live, freed_at) = segment_lifetimes(ev);
     // Alive at the end: the snapshot's pool id.
@@ -160,7 +160,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
     let mut i = 0;
     while i < ev.len() {
         let release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
-        if !release(ev[i].action) {
+        if !release(ev.at(i).action) {
             i += 1;
             continue;
         }
@@ -168,7 +168,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
         // One call's releases share its frames: a change of frames starts
         // another burst.
         let sid = dev.stacks.get(start).copied();
-        while i < ev.len() && release(ev[i].action) && dev.stacks.get(i).copied() == sid {
+        while i < ev.len() && release(ev.at(i).action) && dev.stacks.get(i).copied() == sid {
             i += 1;
         }
         let run = start..i;
@@ -198,7 +198,7 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
         // free blocks, whose sizes the unmaps do not show: their order says
         // nothing of pools. Without a private pool in the snapshot, such a
         // burst is the default pools'.
-        let unmaps = ev[start..i].iter().any(|e| e.action == Action::SegmentUnmap);
+        let unmaps = ev.slice(start..i).iter().any(|e| e.action == Action::SegmentUnmap);
         if global && unmaps && !dev.segments.iter().any(|s| s.pool != (0, 0)) {
             for (_, ks) in &passes {
                 label_pass(&mut out, ks, PoolLabel::DEFAULT);

@@ -4,7 +4,7 @@
 //! every `every` events; a seek resumes from the nearest checkpoint at or
 //! before the target, or steps on from where it stands.
 
-use crate::alloc::{CachingAllocator, Event, SeedSegment, StatePoint};
+use crate::alloc::{CachingAllocator, EventsRef, SeedSegment, StatePoint};
 use crate::device::Oracle;
 
 use super::{Divergence, ReplayOptions, Stepper};
@@ -29,7 +29,12 @@ pub struct Scrubber<'a> {
 impl<'a> Scrubber<'a> {
     /// Replays `rec` once, keeping a checkpoint every `every` events (more
     /// apart on a trace longer than `MAX_CHECKPOINTS` of them).
-    pub fn new(rec: &'a [Event], opts: &ReplayOptions, seed: &[SeedSegment], every: usize) -> Result<Self, Divergence> {
+    pub fn new(
+        rec: EventsRef<'a>,
+        opts: &ReplayOptions,
+        seed: &[SeedSegment],
+        every: usize,
+    ) -> Result<Self, Divergence> {
         let mut every = every.max(1);
         let mut st = Stepper::new(rec, opts, seed)?;
         let mut checkpoints = vec![st.clone()];
@@ -137,14 +142,14 @@ mod tests {
         let t = fixture("resnet50_train.pickle.gz");
         let d = &t.devices[0];
         let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-        let mut s = Scrubber::new(&d.events, &opts, &[], 256).unwrap();
+        let mut s = Scrubber::new(d.events.view(), &opts, &[], 256).unwrap();
         assert_eq!(s.len(), d.events.len());
         assert_eq!(s.checkpoints(), d.events.len() / 256 + 1);
         for &e in &[3041usize, 3040, 9000, 17, 5000, 5001, 4999, 0, 9788] {
             let got = s.seek(e).memory_stats();
             let mut o = opts.clone();
             o.stop_at = Some(e + 1);
-            let r = replay_events(&d.events, &o, ());
+            let r = replay_events(d.events.view(), &o, ());
             assert!(r.divergence.is_none());
             assert_eq!(got, r.allocator.memory_stats(), "event {e}");
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
@@ -168,13 +173,13 @@ mod tests {
         let t = fixture("resnet50_train.pickle.gz");
         let d = &t.devices[0];
         let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-        let mut s = Scrubber::new(&d.events, &opts, &[], 1).unwrap();
+        let mut s = Scrubber::new(d.events.view(), &opts, &[], 1).unwrap();
         assert_eq!(s.every, 2);
         assert_eq!(s.checkpoints(), d.events.len() / 2 + 1);
         for &e in &[9788usize, 3041, 1, 6000] {
             let mut o = opts.clone();
             o.stop_at = Some(e + 1);
-            let r = replay_events(&d.events, &o, ());
+            let r = replay_events(d.events.view(), &o, ());
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
             assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
         }

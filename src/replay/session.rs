@@ -22,7 +22,7 @@ use super::pools;
 use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
-use crate::alloc::{Action, AllocatorConfig, BlockState, Event, Release, SeedBlock, SeedSegment, SegmentInfo};
+use crate::alloc::{Action, AllocatorConfig, BlockState, EventsRef, Release, SeedBlock, SeedSegment, SegmentInfo};
 use crate::trace::{DeviceTrace, Frame};
 
 /// Where the recording starts.
@@ -264,13 +264,13 @@ struct SegmentKindChange {
     candidates: Vec<usize>,
 }
 
-fn settings_change(rec: &[Event], fin: &AllocatorConfig) -> Option<SegmentKindChange> {
+fn settings_change(rec: EventsRef<'_>, fin: &AllocatorConfig) -> Option<SegmentKindChange> {
     let es_event = |a: Action| matches!(a, Action::SegmentMap | Action::SegmentUnmap);
     let whole_event = |a: Action| matches!(a, Action::SegmentAlloc);
     let (old_kind, new_kind): (&dyn Fn(Action) -> bool, &dyn Fn(Action) -> bool) =
         if fin.expandable_segments { (&whole_event, &es_event) } else { (&es_event, &whole_event) };
     let first_new = rec.iter().position(|e| new_kind(e.action))?;
-    let last_old = rec[..first_new].iter().rposition(|e| old_kind(e.action))?;
+    let last_old = rec.slice(..first_new).iter().rposition(|e| old_kind(e.action))?;
     let mut before = fin.clone();
     before.expandable_segments = !fin.expandable_segments;
     before.source = if before.expandable_segments { "expandable_segments:True".into() } else { String::new() };
@@ -324,7 +324,7 @@ fn find_conditions<'a>(
     stopped: bool,
     start: Start,
 ) -> Result<(Option<conditions::Found>, conditions::Recorded), SessionError> {
-    let rec = &dev.events;
+    let rec = dev.events.view();
     let mut so = opts.clone();
     so.stop_at = None;
     let failed = || SessionError::NoWindowStart("the replay failed".into());
@@ -377,7 +377,7 @@ fn find_conditions<'a>(
 /// divergence's reason), or that a GC threshold means an unbounded limit.
 fn unsettled(
     search: &conditions::Search<'_, '_>,
-    rec: &[Event],
+    rec: EventsRef<'_>,
     conf: &AllocatorConfig,
     exact: &mut ReplayResult<'_>,
     recd: &conditions::Recorded,
@@ -495,7 +495,7 @@ impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
     pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, SessionError> {
-        let rec: &'a [Event] = &dev.events;
+        let rec: EventsRef<'a> = dev.events.view();
         let mut opts = ReplayOptions::new(req.config.clone(), req.device_total);
         opts.memory_limit = req.memory_limit;
         opts.keep_events = req.keep_events;
@@ -634,7 +634,7 @@ impl<'a> Session<'a> {
     pub(crate) fn requests(&mut self) -> &[Request] {
         if self.reqs.is_none() {
             let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
-            self.reqs = Some(requests_with_events(&self.dev.events, &at));
+            self.reqs = Some(requests_with_events(self.dev.events.view(), &at));
         }
         self.reqs.as_ref().map_or(&[], |(r, _)| r.as_slice())
     }
@@ -680,7 +680,7 @@ impl<'a> Session<'a> {
         o.stacks = Arc::from(self.dev.stacks.as_slice());
         o.stop_at = None;
         o.keep_events = false;
-        Scrubber::new(&self.dev.events, &o, &self.seed, every)
+        Scrubber::new(self.dev.events.view(), &o, &self.seed, every)
     }
 
     /// A scrubber without checkpoints, to read a few states in event order

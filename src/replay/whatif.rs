@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, Event};
+use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, EventsRef};
 use crate::device::Sim;
 
 /// What the program asked the allocator to do, without the allocator's answers.
@@ -33,13 +33,13 @@ pub(crate) enum Request {
 
 /// The requests of a recorded event stream. `empty_cache_at` are the event
 /// indices where the exact replay inferred `empty_cache()` calls.
-pub(crate) fn requests(rec: &[Event], empty_cache_at: &[usize]) -> Vec<Request> {
+pub(crate) fn requests(rec: EventsRef<'_>, empty_cache_at: &[usize]) -> Vec<Request> {
     requests_with_events(rec, empty_cache_at).0
 }
 
 /// As `requests`, with the recorded event each request comes from (an
 /// inferred `empty_cache()`: the event it comes before).
-pub(crate) fn requests_with_events(rec: &[Event], empty_cache_at: &[usize]) -> (Vec<Request>, Vec<usize>) {
+pub(crate) fn requests_with_events(rec: EventsRef<'_>, empty_cache_at: &[usize]) -> (Vec<Request>, Vec<usize>) {
     let mut out = Vec::with_capacity(rec.len());
     let mut at = Vec::with_capacity(rec.len());
     let mut ec = empty_cache_at.iter().peekable();
@@ -143,6 +143,7 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::{Event, Events};
 
     #[test]
     fn what_if_runs_follow_each_config_exactly() {
@@ -156,7 +157,8 @@ mod tests {
             rec.push(Event::new(Action::FreeCompleted, k, 25 << 20, 0));
         }
         rec.push(Event::new(Action::Alloc, 100, 30 << 20, 0));
-        let reqs = requests(&rec, &[]);
+        let rec = Events::from(rec);
+        let reqs = requests(rec.view(), &[]);
         assert_eq!(reqs.len(), 17);
         let total = 80 << 30;
         let peak = |conf: &str| {
@@ -176,7 +178,13 @@ mod tests {
     #[test]
     fn a_tight_limit_turns_allocations_into_ooms() {
         let rec: Vec<Event> = (0..4u64).map(|k| Event::new(Action::Alloc, k, 100 << 20, 0)).collect();
-        let w = run_requests(&requests(&rec, &[]), AllocatorConfig::default(), 80 << 30, 0, Some(250 << 20));
+        let w = run_requests(
+            &requests(Events::from(rec).view(), &[]),
+            AllocatorConfig::default(),
+            80 << 30,
+            0,
+            Some(250 << 20),
+        );
         assert_eq!(w.new_ooms, 2);
         assert_eq!(w.allocator.stats().num_ooms, 2);
     }

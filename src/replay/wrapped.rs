@@ -16,14 +16,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::alloc::config::{K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE};
-use crate::alloc::{Action, AllocatorConfig, BlockState, SeedBlock, SeedSegment};
+use crate::alloc::{Action, AllocatorConfig, BlockState, EventsRef, SeedBlock, SeedSegment};
 use crate::trace::DeviceTrace;
 
 /// Whether the trace can be replayed from an empty allocator.
 pub fn starts_empty(dev: &DeviceTrace) -> bool {
     let mut live = HashSet::new();
     let mut segs = HashSet::new();
-    for e in &dev.events {
+    for e in dev.events.view() {
         match e.action {
             Action::Alloc => {
                 live.insert(e.addr);
@@ -120,7 +120,7 @@ fn live_at_start(dev: &DeviceTrace, config: &AllocatorConfig) -> HashMap<u64, In
     let mut initial: HashMap<u64, Initial> = HashMap::new();
     let mut live = HashSet::new();
     let mut allocated_in_window = HashSet::new();
-    for e in &dev.events {
+    for e in dev.events.view() {
         match e.action {
             Action::Alloc => {
                 live.insert(e.addr);
@@ -382,7 +382,7 @@ fn expandable_at_start(dev: &DeviceTrace, config: &AllocatorConfig, device_total
 /// in turn (at most `max_tries` re-runs), keeping a change only when the
 /// replay gets further.
 pub fn replay_wrapped<'a>(
-    rec: &'a [crate::alloc::Event],
+    rec: EventsRef<'a>,
     opts: &super::engine::ReplayOptions,
     dev: &DeviceTrace,
     max_tries: usize,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::alloc::{Action, AllocatorConfig, BlockState, Event};
+use crate::alloc::{Action, AllocatorConfig, BlockState, Event, Events};
 pub(crate) use snapshot::MAX_SEGMENT_BYTES;
 pub use snapshot::{read_snapshot, read_snapshot_limited, read_snapshot_sized};
 
@@ -107,7 +107,7 @@ pub struct RecordedSegment {
 #[derive(Debug, Clone, Default)]
 pub struct DeviceTrace {
     pub(crate) device: i32,
-    pub events: Vec<Event>,
+    pub events: Events,
     pub time_us: Vec<i64>,
     /// Per event: index into `Trace::stacks` + 1; 0 = no frames.
     pub stacks: Vec<u32>,

@@ -14,13 +14,13 @@ use super::{
     Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, ReleaseEvidence, Settings, Trace, TraceError,
     TraceFormat,
 };
-use crate::alloc::{Action, BlockState, Event};
+use crate::alloc::{Action, BlockState, Event, Events};
 
 /// Trace entries as columns, filled while the pickle is decoded.
 #[derive(Default)]
 struct EntryColumns {
     /// Legacy `free` entries hold `free_requested` here and are listed in `special`.
-    events: Vec<Event>,
+    events: Events,
     time_us: Vec<i64>,
     /// Entries that are not one plain event: legacy `free`, `user_defined`.
     special: HashMap<u32, Kind>,
@@ -571,14 +571,14 @@ fn device_traces(
                 dt.exact = cols.exact.iter().map(|&x| x as usize).collect();
                 for (id, text) in &cols.notes {
                     let k = *id as usize;
-                    annotations.push(annotate_note(d as i32, dt.time_us[k], dt.events[k].addr, text));
+                    annotations.push(annotate_note(d as i32, dt.time_us[k], dt.events.at(k).addr, text));
                 }
                 devices.push(dt);
                 continue;
             }
             for &id in v {
                 let id = id as usize;
-                let (e, t, st) = (cols.events[id], cols.time_us[id], cols.stack[id]);
+                let (e, t, st) = (cols.events.at(id), cols.time_us[id], cols.stack[id]);
                 match cols.special.get(&(id as u32)) {
                     None => {
                         if cols.exact.binary_search(&(id as u32)).is_ok() {

@@ -341,8 +341,13 @@ impl History {
         // A block's tag is its call site's index, and site i is stack i
         // (1-based, 0 none), as the trace's stack ids are.
         let (events, tags): (Vec<_>, Vec<_>) = events.into_iter().unzip();
-        let trace =
-            crate::trace::DeviceTrace { events, time_us: vec![0; n], stacks: tags, segments, ..Default::default() };
+        let trace = crate::trace::DeviceTrace {
+            events: events.into(),
+            time_us: vec![0; n],
+            stacks: tags,
+            segments,
+            ..Default::default()
+        };
         let want = crate::replay::session::Want {
             config: a.config().clone(),
             changed: false,

@@ -49,7 +49,7 @@ pub fn u(v: &Value) -> u64 {
 }
 
 /// A vector's recorded trace: `[action, addr, size, stream]` rows.
-pub fn recorded_trace(d: &Value) -> Vec<Event> {
+pub fn recorded_trace(d: &Value) -> gpumem_top::alloc::Events {
     d["trace"]
         .as_array()
         .unwrap()

@@ -198,7 +198,7 @@ fn compact_map_fits_every_segment_at_a_fixed_scale() {
     let d = &t.devices[0];
     let mut opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
     opts.memory_limit = Some(9_006_592_819);
-    let mut sc = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
+    let mut sc = Scrubber::new(d.events.view(), &opts, &[], 512).unwrap();
     let segs = sc.seek(first_oom(d)).snapshot();
     assert_eq!(segs.len(), 202);
     let expected: u64 = segs.iter().map(|g| g.total_size.div_ceil(16 << 20).max(1)).sum();
@@ -367,7 +367,7 @@ fn the_histogram_counts_or_sums_bytes_with_heads() {
     let t = trace::load(&fixture("traces/resnet50_train.pickle.gz")).unwrap();
     let d = &t.devices[0];
     let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-    let mut sc = Scrubber::new(&d.events, &opts, &[], 512).unwrap();
+    let mut sc = Scrubber::new(d.events.view(), &opts, &[], 512).unwrap();
     let blocks: usize = sc.seek(3041).snapshot().iter().map(|g| g.blocks.len()).sum();
     assert_eq!(counts, blocks as u64, "{s}");
     let b = screen_with("resnet50_train", None, PEAK, 100, 30, None, &[Command::HistogramBytes]);
@@ -657,7 +657,7 @@ fn home_and_end_number_events_from_zero_as_the_cli_does() {
     let n = d.events.len();
     app.handle_key(KeyEvent::from(KeyCode::Home));
     let home = common::render_app(&mut app, 160, 40);
-    assert_eq!(d.events[0].action, gpumem_top::alloc::Action::SegmentAlloc);
+    assert_eq!(d.events.at(0).action, gpumem_top::alloc::Action::SegmentAlloc);
     assert!(home.lines().next().unwrap().contains(&format!(" event 1/{n} ")), "{home}");
     assert!(home.contains(&format!("cursor: event 1 of {n} ")), "{home}");
     // ← from there stays: nothing is before the first state.

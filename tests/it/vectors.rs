@@ -24,7 +24,7 @@ fn check_vector(name: &str) {
     assert_eq!(settings["expandable_segments"].as_bool().unwrap(), cfg.expandable_segments);
 
     let total = u(&d["total"]);
-    let mut a = CachingAllocator::new(cfg, Oracle::new(&rec, total));
+    let mut a = CachingAllocator::new(cfg, Oracle::new(rec.view(), total));
     let frac = d["frac"].as_f64().unwrap();
     if frac > 0.0 {
         a.set_memory_fraction(frac);
@@ -87,7 +87,7 @@ fn check_vector(name: &str) {
     let mine = a.events();
     assert_eq!(mine.len(), rec.len(), "{name}: number of trace events");
     for (i, (x, y)) in mine.iter().zip(rec.iter()).enumerate() {
-        assert!(x.same_as(y), "{name}: event {i}: ours {x:?}, recorded {y:?}");
+        assert!(x.same_as(&y), "{name}: event {i}: ours {x:?}, recorded {y:?}");
     }
 
     let segs: Vec<Value> = a
@@ -158,7 +158,7 @@ fn check_trace_replay(name: &str) -> Vec<(String, i64, i64)> {
     let frac = d["frac"].as_f64().unwrap();
     let mut opts = ReplayOptions::new(AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(), total);
     opts.memory_limit = (frac > 0.0 && frac < 1.0).then_some((frac * total as f64) as u64);
-    let r = replay_events(&rec, &opts, ());
+    let r = replay_events(rec.view(), &opts, ());
     assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
     assert_eq!(r.reproduced, rec.len());
     r.allocator.check_invariants().unwrap();
