@@ -801,7 +801,7 @@ fn builds_model(frames: &[Frame]) -> bool {
 /// `Optimizer.step` and `Optimizer.zero_grad` markers (a step GradScaler
 /// skips leaves only zero_grad's). A range may hold no event: it still ends
 /// an iteration.
-fn optimizer_windows(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<(usize, usize)> {
+fn optimizer_windows(time_us: &crate::trace::Times, annotations: &[Annotation], device: i32) -> Vec<(usize, usize)> {
     fn field<'a>(a: &'a Annotation, k: &str) -> Option<&'a str> {
         a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
     }
@@ -813,12 +813,12 @@ fn optimizer_windows(time_us: &[i64], annotations: &[Annotation], device: i32) -
         .collect();
     marks.sort_by_key(|a| a.time_us);
     for a in marks {
-        let at = time_us.partition_point(|&t| t < a.time_us);
+        let at = time_us.partition_point(|t| t < a.time_us);
         match field(a, "stage") {
             Some("START") => open = Some(at),
             Some("END") => {
                 if let Some(s) = open.take() {
-                    out.push((s, time_us.partition_point(|&t| t <= a.time_us).max(s)));
+                    out.push((s, time_us.partition_point(|t| t <= a.time_us).max(s)));
                 }
             }
             _ => {}

@@ -226,14 +226,14 @@ pub(crate) fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
 /// Where each training iteration ends: the first event after each
 /// `Optimizer.step` annotation ends (record_function markers PyTorch keeps in
 /// `external_annotations`), as event indices into `time_us`.
-pub(crate) fn iteration_marks(time_us: &[i64], annotations: &[Annotation], device: i32) -> Vec<usize> {
+pub(crate) fn iteration_marks(time_us: &crate::trace::Times, annotations: &[Annotation], device: i32) -> Vec<usize> {
     let field = |a: &Annotation, k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let mut marks: Vec<usize> = annotations
         .iter()
         .filter(|a| a.device == device)
         .filter(|a| field(a, "stage").as_deref() == Some("END"))
         .filter(|a| field(a, "name").is_some_and(|n| n.starts_with("Optimizer.step")))
-        .map(|a| time_us.partition_point(|&t| t <= a.time_us))
+        .map(|a| time_us.partition_point(|t| t <= a.time_us))
         .filter(|&i| i > 0 && i < time_us.len())
         .collect();
     marks.sort_unstable();
@@ -491,7 +491,7 @@ mod tests {
 
     #[test]
     fn iterations_end_after_each_optimizer_step() {
-        let times = [10, 20, 30, 40, 50, 60, 70];
+        let times: crate::trace::Times = [10, 20, 30, 40, 50, 60, 70].into_iter().collect();
         let anns = [
             ann("START", "Optimizer.step#SGD.step", 25),
             ann("END", "Optimizer.step#SGD.step", 30),

@@ -462,7 +462,7 @@ impl Replayed<'_> {
                 .collect(),
             peak: peak.map(|p| report::PeakReport {
                 event: p.event,
-                time_us: dev.time_us.get(p.event).copied(),
+                time_us: dev.time_us.get(p.event),
                 allocated_bytes: p.allocated,
                 reserved_bytes: p.reserved,
             }),
@@ -692,8 +692,8 @@ impl Replayed<'_> {
         let mut o = String::new();
         let r = &session.exact;
         if let (Some(p), Some(w)) = (self.peak().filter(|_| session.what_if.is_some()), &session.what_if) {
-            let t = dev.time_us.get(p.event).copied().unwrap_or(0);
-            let t0 = dev.time_us.first().copied().unwrap_or(0);
+            let t = dev.time_us.get(p.event).unwrap_or(0);
+            let t0 = dev.time_us.first().unwrap_or(0);
             let reserved_peak = w.allocator.stats().get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64;
             o.push_str(&format!(
                 "peak (what-if): at the request of event {} ({:.3} s in), allocated {}, reserved {} then, reserved but unallocated {}; peak reserved {}\n",
@@ -705,8 +705,8 @@ impl Replayed<'_> {
                 human_bytes(reserved_peak)
             ));
         } else if r.divergence.is_none() && session.start != Start::StateOnly {
-            let t = dev.time_us.get(r.peak.event).copied().unwrap_or(0);
-            let t0 = dev.time_us.first().copied().unwrap_or(0);
+            let t = dev.time_us.get(r.peak.event).unwrap_or(0);
+            let t0 = dev.time_us.first().unwrap_or(0);
             // Reserved at the allocated peak is not the reserved peak: both
             // are said, as synth says them.
             let reserved_peak = r.allocator.stats().get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64;
@@ -860,7 +860,7 @@ pub(super) fn oom_index(events: impl IntoIterator<Item = Event>) -> Option<usize
 
 /// "would run out of memory at event N (request X at file:line)".
 fn new_oom_text(o: &report::NewOomReport, dev: &DeviceTrace) -> String {
-    let t0 = dev.time_us.first().copied().unwrap_or(0);
+    let t0 = dev.time_us.first().unwrap_or(0);
     let when = dev.time_us.get(o.event).map(|t| format!(", {:.3} s in", (t - t0) as f64 / 1e6)).unwrap_or_default();
     let site = match (&o.call_site, &o.script_site) {
         (c, _) if c.is_empty() => "a place no Python frame was recorded for".to_string(),

@@ -152,7 +152,7 @@ pub(crate) struct RecordedOomReport {
 impl RecordedOomReport {
     /// Every OOM entry of `dev`.
     pub(crate) fn all(dev: &crate::trace::DeviceTrace, stacks: &[Vec<crate::trace::Frame>]) -> Vec<Self> {
-        let t0 = dev.time_us.first().copied();
+        let t0 = dev.time_us.first();
         dev.events
             .iter()
             .enumerate()

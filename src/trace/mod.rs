@@ -6,6 +6,9 @@ pub mod input;
 pub mod pickle;
 pub mod printable;
 mod snapshot;
+pub mod times;
+
+pub use times::Times;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -108,7 +111,7 @@ pub struct RecordedSegment {
 pub struct DeviceTrace {
     pub(crate) device: i32,
     pub events: Events,
-    pub time_us: Vec<i64>,
+    pub time_us: Times,
     /// Per event: index into `Trace::stacks` + 1; 0 = no frames.
     pub stacks: Vec<u32>,
     /// Segments at the time the snapshot was taken.

@@ -21,7 +21,7 @@ use crate::alloc::{Action, BlockState, Event, Events};
 struct EntryColumns {
     /// Legacy `free` entries hold `free_requested` here and are listed in `special`.
     events: Events,
-    time_us: Vec<i64>,
+    time_us: super::Times,
     /// Entries that are not one plain event: legacy `free`, `user_defined`.
     special: HashMap<u32, Kind>,
     stack: Vec<u32>,
@@ -571,14 +571,19 @@ fn device_traces(
                 dt.exact = cols.exact.iter().map(|&x| x as usize).collect();
                 for (id, text) in &cols.notes {
                     let k = *id as usize;
-                    annotations.push(annotate_note(d as i32, dt.time_us[k], dt.events.at(k).addr, text));
+                    annotations.push(annotate_note(
+                        d as i32,
+                        dt.time_us.get(k).unwrap_or(0),
+                        dt.events.at(k).addr,
+                        text,
+                    ));
                 }
                 devices.push(dt);
                 continue;
             }
             for &id in v {
                 let id = id as usize;
-                let (e, t, st) = (cols.events.at(id), cols.time_us[id], cols.stack[id]);
+                let (e, t, st) = (cols.events.at(id), cols.time_us.get(id).unwrap_or(0), cols.stack[id]);
                 match cols.special.get(&(id as u32)) {
                     None => {
                         if cols.exact.binary_search(&(id as u32)).is_ok() {

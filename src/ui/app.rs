@@ -343,7 +343,7 @@ impl History {
         let (events, tags): (Vec<_>, Vec<_>) = events.into_iter().unzip();
         let trace = crate::trace::DeviceTrace {
             events: events.into(),
-            time_us: vec![0; n],
+            time_us: std::iter::repeat_n(0, n).collect(),
             stacks: tags,
             segments,
             ..Default::default()

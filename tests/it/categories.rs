@@ -52,11 +52,11 @@ fn truth(dev: &trace::DeviceTrace, notes: &[Note]) -> (HashMap<usize, Category>,
         match e.action {
             Action::Alloc => {
                 live.insert(e.addr, life.len());
-                life.push((i, e.addr, e.size, dev.time_us[i], i64::MAX));
+                life.push((i, e.addr, e.size, dev.time_us.get(i).unwrap(), i64::MAX));
             }
             Action::FreeRequested => {
                 if let Some(k) = live.remove(&e.addr) {
-                    life[k].4 = dev.time_us[i];
+                    life[k].4 = dev.time_us.get(i).unwrap();
                 }
             }
             _ => {}

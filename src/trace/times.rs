@@ -1,0 +1,130 @@
+//! When each event happened, in 4 bytes an event: an offset in
+//! microseconds from the first time of its run of `RUN` events (a run spans
+//! milliseconds, not the 35 minutes an `i32` holds); a time that does not
+//! fit is kept whole beside. A ten-million-event trace keeps 40 MB of them,
+//! not 80 (docs/measurements/benchmarks.md, "Ten million events").
+
+/// Events per base time.
+const RUN: usize = 4096;
+/// The offset that says "kept whole in `wide`".
+const WIDE: i32 = i32::MIN;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Times {
+    /// Per run of `RUN` events, its first event's time.
+    base: Vec<i64>,
+    off: Vec<i32>,
+    /// (index, time) of the times kept whole, ascending.
+    wide: Vec<(usize, i64)>,
+}
+
+impl Times {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn try_reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
+        self.off.try_reserve(n)?;
+        self.base.try_reserve(n / RUN + 1)
+    }
+
+    pub fn push(&mut self, t: i64) {
+        let i = self.off.len();
+        if i % RUN == 0 {
+            self.base.push(t);
+        }
+        let base = self.base[i / RUN];
+        match t.checked_sub(base).and_then(|d| i32::try_from(d).ok()).filter(|&d| d != WIDE) {
+            Some(d) => self.off.push(d),
+            None => {
+                self.wide.push((i, t));
+                self.off.push(WIDE);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.off.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.off.is_empty()
+    }
+
+    /// The time of event `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<i64> {
+        match *self.off.get(i)? {
+            WIDE => self.wide.binary_search_by_key(&i, |w| w.0).ok().map(|k| self.wide[k].1),
+            d => Some(self.base[i / RUN] + i64::from(d)),
+        }
+    }
+
+    pub fn first(&self) -> Option<i64> {
+        self.get(0)
+    }
+
+    /// The first index whose time is not `pred` (times in order, as a
+    /// trace records them), as `slice::partition_point`.
+    pub fn partition_point(&self, mut pred: impl FnMut(i64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.get(mid).is_some_and(&mut pred) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = i64> + ExactSizeIterator + '_ {
+        (0..self.len()).map(|i| self.get(i).unwrap_or(0))
+    }
+
+    /// The times before `at` are dropped.
+    pub fn drain_front(&mut self, at: usize) {
+        let kept: Vec<i64> = self.iter().skip(at).collect();
+        *self = kept.into_iter().collect();
+    }
+}
+
+impl FromIterator<i64> for Times {
+    fn from_iter<I: IntoIterator<Item = i64>>(it: I) -> Self {
+        let mut out = Times::default();
+        it.into_iter().for_each(|t| out.push(t));
+        out
+    }
+}
+
+impl From<Vec<i64>> for Times {
+    fn from(v: Vec<i64>) -> Self {
+        v.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_come_back_as_pushed() {
+        let mut v: Vec<i64> = (0..10_000).map(|i| 1_700_000_000_000_000 + i * 37).collect();
+        // A step back, a gap of an hour, and the extremes.
+        v[5000] = v[4999] - 3;
+        v[4096] = v[4095] + 3_600_000_000;
+        v.extend([i64::MIN, i64::MAX, 0, -5]);
+        let t: Times = v.iter().copied().collect();
+        assert_eq!(t.len(), v.len());
+        assert_eq!(t.iter().collect::<Vec<_>>(), v);
+        assert_eq!(t.get(v.len()), None);
+        let sorted: Times = (0..9000i64).map(|i| i * 2).collect();
+        assert_eq!(sorted.partition_point(|x| x <= 101), 51);
+        assert_eq!(sorted.partition_point(|x| x < 0), 0);
+        assert_eq!(sorted.partition_point(|_| true), 9000);
+        let mut d = t.clone();
+        d.drain_front(4097);
+        assert_eq!(d.iter().collect::<Vec<_>>(), v[4097..].to_vec());
+    }
+}
