@@ -500,9 +500,10 @@ struct Rules {
     /// the model that is not building it. A tensor the script makes after
     /// it and keeps (a leak, a log) is not a parameter.
     first_forward: usize,
-    /// Per event: model allocations of the program's thread before it, so
-    /// "does the model run between i and the next backward" is a subtraction.
-    model_allocs: Vec<u32>,
+    /// The model's allocations of the program's thread, ascending: "does
+    /// the model run between i and the next backward" is two binary
+    /// searches (a table per event cost 4 bytes an event).
+    model_allocs: Vec<usize>,
     /// The parameters' sizes.
     param_sizes: HashSet<u64>,
     first_oom: Option<usize>,
@@ -529,13 +530,10 @@ impl Trace<'_> {
             _ => n,
         };
         let setup_end = self.runs.runs.get(self.runs.first_training).map_or(first_forward, |r| r.0);
-        let mut model_allocs = Vec::with_capacity(n + 1);
-        let mut c = 0u32;
-        for (i, (e, p)) in dev.events.iter().zip(&self.phases).enumerate() {
-            model_allocs.push(c);
-            c += u32::from(e.action == Action::Alloc && *p == Some(Phase::Main) && self.fact(i).in_model);
-        }
-        model_allocs.push(c);
+        let model_allocs: Vec<usize> = (dev.events.iter().zip(&self.phases).enumerate())
+            .filter(|&(i, (e, p))| e.action == Action::Alloc && *p == Some(Phase::Main) && self.fact(i).in_model)
+            .map(|(i, _)| i)
+            .collect();
         let mut r = Rules {
             first_activation: self.runs.first_activation(dev.events.view(), &self.end),
             setup_end,
@@ -586,7 +584,8 @@ impl Trace<'_> {
             .filter_map(|p| self.runs.next_start(run, p))
             .min()
             .unwrap_or(self.dev.events.len());
-        to > i && r.model_allocs[to] > r.model_allocs[i + 1]
+        let from = r.model_allocs.partition_point(|&a| a < i + 1);
+        to > i && r.model_allocs.get(from).is_some_and(|&a| a < to)
     }
 
     /// A gradient has its parameter's size (a cuBLAS workspace made in
@@ -980,8 +979,9 @@ impl Levels {
 struct Runs {
     /// (first event, phase) per run.
     runs: Vec<(usize, Phase)>,
-    /// Per event, its run.
-    of_event: Vec<u32>,
+    /// The run of every `RUN_INDEX`-th event, where `at` starts looking (a
+    /// run per event cost 4 bytes an event).
+    run_index: Vec<u32>,
     /// Per run k: how many backward (optimizer) runs come before it; one
     /// more entry for the end.
     backward_before: Vec<u32>,
@@ -992,17 +992,26 @@ struct Runs {
     last_optimizer_end: Option<usize>,
 }
 
+/// Events between two entries of `Runs::run_index`.
+const RUN_INDEX: usize = 256;
+
 impl Runs {
     fn of(phases: &[Option<Phase>]) -> Runs {
         let mut runs: Vec<(usize, Phase)> = Vec::new();
-        let mut of_event = Vec::with_capacity(phases.len());
         for (i, p) in phases.iter().enumerate() {
             if let Some(p) = *p {
                 if runs.last().is_none_or(|r| r.1 != p) {
                     runs.push((i, p));
                 }
             }
-            of_event.push(runs.len().saturating_sub(1) as u32);
+        }
+        let mut run_index = Vec::with_capacity(phases.len() / RUN_INDEX + 1);
+        let mut k = 0;
+        for i in (0..phases.len()).step_by(RUN_INDEX) {
+            while k + 1 < runs.len() && runs[k + 1].0 <= i {
+                k += 1;
+            }
+            run_index.push(k as u32);
         }
         let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
         // Right after the last event of the optimizer's: a block freed
@@ -1019,7 +1028,7 @@ impl Runs {
             v
         };
         let (backward_before, optimizer_before) = (before(Phase::Backward), before(Phase::Optimizer));
-        Runs { runs, of_event, backward_before, optimizer_before, first_training, last_optimizer_end }
+        Runs { runs, run_index, backward_before, optimizer_before, first_training, last_optimizer_end }
     }
 
     /// How many runs of `p` lie in runs `[from, to)`.
@@ -1035,7 +1044,14 @@ impl Runs {
     /// The run event `i` falls in (a free belongs to the run of the
     /// allocations before it).
     fn at(&self, i: usize) -> usize {
-        self.of_event.get(i).map_or(0, |&r| r as usize)
+        let Some(&k) = self.run_index.get(i / RUN_INDEX) else {
+            return self.runs.partition_point(|r| r.0 <= i).saturating_sub(1);
+        };
+        let mut k = k as usize;
+        while self.runs.get(k + 1).is_some_and(|r| r.0 <= i) {
+            k += 1;
+        }
+        k
     }
 
     fn phase(&self, r: usize) -> Phase {
