@@ -302,6 +302,8 @@ impl Categories {
                 of_event[*j] = Some(c);
             }
         }
+        // Its per-event tables go before the counting's are made.
+        drop(t);
         Self::counted(dev, start, allocated, evidence, of_event, at_start)
     }
 
@@ -316,13 +318,11 @@ impl Categories {
         at_start: HashMap<u64, Category>,
     ) -> Categories {
         let n = dev.events.len();
-        let mut allocs_at: Vec<(u64, u32)> = dev
-            .events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.action == Action::Alloc)
-            .map(|(i, e)| (e.addr, i as u32))
-            .collect();
+        let allocs = dev.events.iter().filter(|e| e.action == Action::Alloc).count();
+        let mut allocs_at: Vec<(u64, u32)> = Vec::with_capacity(allocs);
+        allocs_at.extend(
+            (dev.events.iter().enumerate()).filter(|(_, e)| e.action == Action::Alloc).map(|(i, e)| (e.addr, i as u32)),
+        );
         allocs_at.sort_unstable();
         let mut bytes = CategoryBytes::default();
         for b in start {

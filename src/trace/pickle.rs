@@ -130,23 +130,90 @@ impl List {
 
 const MEMO_CHUNK: usize = 4096;
 
-/// The pickle memo in fixed-size chunks: it grows without doubling or copying.
+/// The pickle memo in fixed-size chunks: it grows without doubling or
+/// copying. Pickle memoizes every dict, so a trace keeps a slot per entry
+/// that nothing reads again: a chunk made only of entries and stacks the
+/// compactor took over is kept as 4 bytes a slot instead of a `Value`'s 16
+/// (160 MB at ten million entries; docs/measurements/benchmarks.md), its
+/// `Value`s emptied, so that reading a string or a dict (what the fast
+/// path reads) costs what it did.
 #[derive(Default)]
 struct Memo {
     chunks: Vec<Vec<Value>>,
+    /// Per chunk kept compact, its slots: `Value::Entry(id)` as `id << 1`,
+    /// `Value::Stack(id)` as `id << 1 | 1`; empty for the others.
+    compact: Vec<Vec<u32>>,
     len: usize,
 }
 
+/// A memo slot's value, borrowed or made from a compact chunk.
+enum Got<'m> {
+    Ref(&'m Value),
+    Made(Value),
+}
+
+impl std::ops::Deref for Got<'_> {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        match self {
+            Got::Ref(v) => v,
+            Got::Made(v) => v,
+        }
+    }
+}
+
+fn uncompact(x: u32) -> Value {
+    if x & 1 == 0 {
+        Value::Entry(x >> 1)
+    } else {
+        Value::Stack(x >> 1)
+    }
+}
+
 impl Memo {
-    fn get(&self, i: usize) -> Option<&Value> {
+    /// A slot of a chunk kept as values (strings, dicts, tuples are never
+    /// in a compact one).
+    #[inline]
+    fn get_ref(&self, i: usize) -> Option<&Value> {
         self.chunks.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)
     }
-    fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
-        self.chunks.get_mut(i / MEMO_CHUNK)?.get_mut(i % MEMO_CHUNK)
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<Got<'_>> {
+        if let Some(v) = self.get_ref(i) {
+            return Some(Got::Ref(v));
+        }
+        let x = *self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?;
+        Some(Got::Made(uncompact(x)))
     }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
+        let k = i / MEMO_CHUNK;
+        if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_empty()) {
+            self.chunks[k] = std::mem::take(c).into_iter().map(uncompact).collect();
+        }
+        self.chunks.get_mut(k)?.get_mut(i % MEMO_CHUNK)
+    }
+
     fn push(&mut self, v: Value) {
         if self.len % MEMO_CHUNK == 0 {
+            // The chunk before the last is done with: the slots an entry
+            // being read may still set lie in the last two.
+            if let Some(k) = self.chunks.len().checked_sub(2) {
+                let packed: Option<Vec<u32>> = (self.chunks[k].iter())
+                    .map(|v| match *v {
+                        Value::Entry(id) if id >> 31 == 0 => Some(id << 1),
+                        Value::Stack(id) if id >> 31 == 0 => Some(id << 1 | 1),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(p) = packed {
+                    self.compact[k] = p;
+                    self.chunks[k] = Vec::new();
+                }
+            }
             self.chunks.push(Vec::with_capacity(MEMO_CHUNK));
+            self.compact.push(Vec::new());
         }
         if let Some(c) = self.chunks.last_mut() {
             c.push(v);
@@ -154,6 +221,7 @@ impl Memo {
         self.len += 1;
     }
 }
+
 #[derive(Debug, Default)]
 pub struct Tuple(pub Vec<Value>);
 #[derive(Debug, Default)]
@@ -767,7 +835,7 @@ fn entry_field(keys: &mut Vec<(Rc<String>, u8)>, k: &Rc<String>) -> Option<u8> {
 /// written inline, whose frames (memoized dicts) go to `items`.
 fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items: &mut Vec<Value>) -> Option<Frames> {
     match op {
-        b'h' | b'j' => match memo.get(c.index(op)?)? {
+        b'h' | b'j' => match &*memo.get(c.index(op)?)? {
             Value::Stack(s) => Some(Frames::Stack(*s)),
             Value::List(l) => Some(Frames::List(l.clone())),
             _ => None,
@@ -778,7 +846,7 @@ fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items:
                 puts.push(Put::FramesList);
             }
             let mut item = |c: &mut Cursor, op: u8| -> Option<()> {
-                match memo.get(c.index(op)?)? {
+                match memo.get_ref(c.index(op)?)? {
                     v @ Value::Dict(_) => items.push(v.clone()),
                     _ => return None,
                 }
@@ -866,12 +934,12 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
             break;
         }
         // The key: a memoized string.
-        let Value::Str(k) = memo.get(c.index(op)?)? else { return None };
+        let Value::Str(k) = memo.get_ref(c.index(op)?)? else { return None };
         let field = entry_field(keys, k)?;
         let op = c.byte()?;
         match field {
             0 => {
-                let Value::Str(a) = memo.get(c.index(op)?)? else { return None };
+                let Value::Str(a) = memo.get_ref(c.index(op)?)? else { return None };
                 f.action = Some(a.clone());
             }
             1..=5 => {
@@ -888,7 +956,7 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
             6 => frames = entry_frames(&mut c, op, memo, &mut e.puts, &mut e.items)?,
             8 => {
                 let (a, b) = match op {
-                    b'h' | b'j' => match memo.get(c.index(op)?)? {
+                    b'h' | b'j' => match memo.get_ref(c.index(op)?)? {
                         Value::Tuple(t) => match t.0.as_slice() {
                             [Value::Int(a), Value::Int(b)] => (*a, *b),
                             _ => return None,
@@ -918,7 +986,7 @@ fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e:
                 f.internal |= field == 10;
                 let text: &[u8] = match op {
                     0x8c => &buf[short_str(&mut c, &mut e.puts)?],
-                    b'h' | b'j' => match memo.get(c.index(op)?)? {
+                    b'h' | b'j' => match memo.get_ref(c.index(op)?)? {
                         Value::Str(t) => t.as_bytes(),
                         _ => return None,
                     },
@@ -1137,7 +1205,13 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         // a call is spilled piecewise and reloaded whole, which stalls.
         self.charge(offset, 16)?;
         match self.memo.get(idx as usize) {
-            Some(v) => self.stack.push(v.clone()),
+            Some(v) => {
+                let v = match v {
+                    Got::Ref(v) => v.clone(),
+                    Got::Made(v) => v,
+                };
+                self.stack.push(v)
+            }
             None => {
                 let v = self.memo_sparse.get(&idx).cloned().ok_or(PickleError::MemoMissing { offset, index: idx })?;
                 self.stack.push(v);
@@ -1645,6 +1719,36 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memo_of_entries_and_stacks_keeps_four_bytes_a_slot_and_reads_back() {
+        let mut m = Memo::default();
+        let n = 5 * MEMO_CHUNK + 7;
+        for i in 0..n as u32 {
+            m.push(if i % 3 == 0 { Value::Stack(i) } else { Value::Entry(i) });
+        }
+        // A chunk with a string in it stays as values.
+        m.push(Value::Str(Rc::new("alloc".into())));
+        for i in 0..MEMO_CHUNK as u32 * 2 {
+            m.push(Value::Entry(i));
+        }
+        let compact: Vec<bool> = m.compact.iter().map(|c| !c.is_empty()).collect();
+        assert_eq!(compact, [true, true, true, true, true, false, false, false]);
+        for i in 0..n {
+            let want = if i % 3 == 0 { Value::Stack(i as u32) } else { Value::Entry(i as u32) };
+            let got = m.get(i).unwrap();
+            assert_eq!(format!("{:?}", *got), format!("{want:?}"), "slot {i}");
+            // What the fast path reads: strings and dicts, never these.
+            assert!(m.get_ref(i).is_none() || i >= 5 * MEMO_CHUNK);
+        }
+        assert!(matches!(m.get_ref(n).map(|v| v.as_str()), Some(Some("alloc"))));
+        // A PUT over an old slot makes its chunk values again.
+        *m.get_mut(5).unwrap() = Value::Int(9);
+        assert_eq!(m.get_ref(5).and_then(|v| v.as_i64()), Some(9));
+        assert!(matches!(m.get_ref(7), Some(Value::Entry(7))));
+        assert!(m.compact[0].is_empty() && !m.compact[1].is_empty());
+        assert!(m.get(m.len).is_none());
+    }
 
     fn decode_bytes(b: &[u8]) -> Result<Value, PickleError> {
         decode(b, &mut (), Limits::default())
