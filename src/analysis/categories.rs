@@ -11,6 +11,8 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use crate::alloc::{Action, Event, EventsRef};
 use crate::analysis::deltas::Deltas;
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
@@ -228,12 +230,13 @@ pub struct Categories {
     of_event: Vec<Option<Category>>,
     /// Per event: the bytes an `alloc` adds to (a `free_requested` takes
     /// from, negative) the allocated total; 0 for other events.
-    steps: Deltas,
+    steps: Arc<Deltas>,
     /// Blocks alive at the first event, by address.
     at_start: HashMap<u64, Category>,
     /// Every `alloc` event as (address, event), sorted: the allocation that
-    /// made a block is the last one at its address before a point.
-    allocs_at: Vec<(u64, u32)>,
+    /// made a block is the last one at its address before a point. Kept as
+    /// [address's high half, low half, event]: 12 bytes, not a tuple's 16.
+    allocs_at: Vec<[u32; 3]>,
     /// Bytes per category before event `k * SAMPLE`; the first, before any.
     samples: Vec<CategoryBytes>,
 }
@@ -251,7 +254,7 @@ impl Categories {
         stacks: &[Vec<Frame>],
         annotations: &[Annotation],
         start: &[StartBlock],
-        allocated: Option<(&Deltas, u64)>,
+        allocated: Option<(&Arc<Deltas>, u64)>,
     ) -> Categories {
         let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
@@ -312,41 +315,53 @@ impl Categories {
     fn counted(
         dev: &DeviceTrace,
         start: &[StartBlock],
-        allocated: Option<(&Deltas, u64)>,
+        allocated: Option<(&Arc<Deltas>, u64)>,
         evidence: Evidence,
         of_event: Vec<Option<Category>>,
         at_start: HashMap<u64, Category>,
     ) -> Categories {
         let n = dev.events.len();
         let allocs = dev.events.iter().filter(|e| e.action == Action::Alloc).count();
-        let mut allocs_at: Vec<(u64, u32)> = Vec::with_capacity(allocs);
+        let mut allocs_at: Vec<[u32; 3]> = Vec::with_capacity(allocs);
         allocs_at.extend(
-            (dev.events.iter().enumerate()).filter(|(_, e)| e.action == Action::Alloc).map(|(i, e)| (e.addr, i as u32)),
+            (dev.events.iter().enumerate())
+                .filter(|(_, e)| e.action == Action::Alloc)
+                .map(|(i, e)| [(e.addr >> 32) as u32, e.addr as u32, i as u32]),
         );
-        allocs_at.sort_unstable();
+        allocs_at.sort_unstable_by_key(|x| (u64::from(x[0]) << 32 | u64::from(x[1]), x[2]));
         let mut bytes = CategoryBytes::default();
         for b in start {
             bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
         }
         // An event's step: the change of the replay's allocated bytes
         // where there is one, else the trace's (requested) size.
-        let mut steps = Deltas::with_capacity(n);
         let signed = |e: Event, n: u64| match e.action {
             Action::Alloc => n as i64,
             Action::FreeRequested => -(n as i64),
             _ => 0,
         };
-        match allocated.filter(|(a, _)| a.len() == n) {
+        let steps: Arc<Deltas> = match allocated.filter(|(a, _)| a.len() == n) {
+            // The replay's own changes are the steps where each grows at an
+            // alloc, shrinks at a free and stays put elsewhere (as in every
+            // exact replay): shared, not copied.
+            Some((a, before))
+                if before == bytes.total()
+                    && dev.events.iter().zip(a.iter()).all(|(e, d)| signed(e, d.unsigned_abs()) == d) =>
+            {
+                a.clone()
+            }
             Some((a, before)) => {
+                let mut steps = Deltas::with_capacity(n);
                 let (mut now, mut prev) = (before, bytes.total());
                 for (e, d) in dev.events.iter().zip(a.iter()) {
                     now = now.wrapping_add(d as u64);
                     steps.push(signed(e, now.abs_diff(prev)));
                     prev = now;
                 }
+                Arc::new(steps)
             }
-            None => dev.events.iter().for_each(|e| steps.push(signed(e, e.size))),
-        }
+            None => Arc::new(dev.events.iter().map(|e| signed(e, e.size)).collect()),
+        };
         let mut samples = vec![bytes];
         for (i, (step, &c)) in steps.iter().zip(&of_event).enumerate() {
             if i % SAMPLE == 0 && i > 0 {
@@ -374,9 +389,10 @@ impl Categories {
     /// The category of the block at `address` alive right after event `i`.
     pub fn of_block(&self, address: u64, i: Option<usize>) -> Category {
         let made = i.and_then(|i| {
-            let k = self.allocs_at.partition_point(|&(a, e)| a < address || (a == address && e as usize <= i));
-            let (a, e) = *self.allocs_at.get(k.checked_sub(1)?)?;
-            (a == address).then_some(e as usize)
+            let at = |x: &[u32; 3]| (u64::from(x[0]) << 32 | u64::from(x[1]), x[2] as usize);
+            let k = self.allocs_at.partition_point(|x| at(x) <= (address, i));
+            let (a, e) = at(self.allocs_at.get(k.checked_sub(1)?)?);
+            (a == address).then_some(e)
         });
         match made {
             Some(a) => self.of_event[a].unwrap_or(Category::Unknown),

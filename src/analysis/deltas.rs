@@ -51,6 +51,15 @@ impl Deltas {
     }
 }
 
+impl FromIterator<i64> for Deltas {
+    fn from_iter<I: IntoIterator<Item = i64>>(it: I) -> Self {
+        let it = it.into_iter();
+        let mut out = Deltas::with_capacity(it.size_hint().0);
+        it.for_each(|d| out.push(d));
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

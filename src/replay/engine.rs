@@ -214,7 +214,7 @@ pub struct ReplayResult<'a> {
     /// How allocated bytes changed at each recorded event reproduced: an
     /// allocation's block size is its step (the trace carries requested
     /// sizes). Four bytes an event (`Deltas`).
-    pub(crate) allocated: Deltas,
+    pub(crate) allocated: Arc<Deltas>,
     /// Allocated bytes before the first event (the seed's blocks).
     pub(crate) allocated_before: u64,
 }
@@ -737,7 +737,7 @@ pub fn replay_events_from<'a>(
                 ties_resolved: 0,
                 pressure: Pressure::Neither,
                 events: kept_events,
-                allocated: Deltas::default(),
+                allocated: Arc::default(),
                 allocated_before: 0,
             };
         }
@@ -787,7 +787,7 @@ pub fn replay_events_from<'a>(
         empty_cache_at: st.empty_cache_at,
         peak,
         events: kept_events,
-        allocated,
+        allocated: Arc::new(allocated),
         allocated_before,
     }
 }
