@@ -630,10 +630,20 @@ impl<'a> Session<'a> {
         self.opts.memory_limit
     }
 
+    /// Where the exact replay inferred `empty_cache()` calls, if it ran to
+    /// the end (the requests' `EmptyCache`s).
+    pub(crate) fn empty_cache_at(&self) -> &[usize] {
+        if self.exact.divergence.is_none() {
+            &self.exact.empty_cache_at
+        } else {
+            &[]
+        }
+    }
+
     /// The trace's requests, with the inferred `empty_cache()` calls.
     pub(crate) fn requests(&mut self) -> &[Request] {
         if self.reqs.is_none() {
-            let at = if self.exact.divergence.is_none() { self.exact.empty_cache_at.clone() } else { Vec::new() };
+            let at = self.empty_cache_at().to_vec();
             self.reqs = Some(requests_with_events(self.dev.events.view(), &at));
         }
         self.reqs.as_ref().map_or(&[], |(r, _)| r.as_slice())

@@ -31,6 +31,90 @@ pub(crate) enum Request {
     },
 }
 
+/// Requests read in order: a list, or a recorded run's events turned into
+/// requests as they are read (a ten-million-event run's list is 320 MB, and
+/// `tune` replays it a few dozen times; docs/measurements/benchmarks.md).
+pub(crate) trait Requests: Sync {
+    type Iter<'s>: Iterator<Item = Request>
+    where
+        Self: 's;
+    fn iter(&self) -> Self::Iter<'_>;
+}
+
+impl Requests for [Request] {
+    type Iter<'s> = std::iter::Copied<std::slice::Iter<'s, Request>>;
+    fn iter(&self) -> Self::Iter<'_> {
+        <[Request]>::iter(self).copied()
+    }
+}
+
+impl Requests for Vec<Request> {
+    type Iter<'s> = std::iter::Copied<std::slice::Iter<'s, Request>>;
+    fn iter(&self) -> Self::Iter<'_> {
+        self.as_slice().iter().copied()
+    }
+}
+
+/// A recorded run's requests, made from its events as they are read: the
+/// same as `requests` gives, after `prefix`.
+pub(crate) struct FromEvents<'a> {
+    pub(crate) prefix: Vec<Request>,
+    pub(crate) events: EventsRef<'a>,
+    pub(crate) empty_cache_at: &'a [usize],
+}
+
+impl Requests for FromEvents<'_> {
+    type Iter<'s>
+        = std::iter::Chain<std::iter::Copied<std::slice::Iter<'s, Request>>, EventRequests<'s>>
+    where
+        Self: 's;
+    fn iter(&self) -> Self::Iter<'_> {
+        let rest = EventRequests { events: self.events.iter(), at: 0, empty_cache_at: self.empty_cache_at };
+        self.prefix.as_slice().iter().copied().chain(rest)
+    }
+}
+
+/// The requests of events, one by one (see `requests_with_events`).
+pub(crate) struct EventRequests<'a> {
+    events: crate::alloc::event::Iter<'a>,
+    /// The index of the next event.
+    at: usize,
+    empty_cache_at: &'a [usize],
+}
+
+impl Iterator for EventRequests<'_> {
+    type Item = Request;
+
+    fn next(&mut self) -> Option<Request> {
+        loop {
+            if let Some((&j, rest)) = self.empty_cache_at.split_first() {
+                if j <= self.at {
+                    self.empty_cache_at = rest;
+                    if self.events.len() > 0 {
+                        return Some(Request::EmptyCache);
+                    }
+                    continue;
+                }
+            }
+            let e = self.events.next()?;
+            self.at += 1;
+            if let Some(r) = request_of(e) {
+                return Some(r);
+            }
+        }
+    }
+}
+
+fn request_of(e: crate::alloc::Event) -> Option<Request> {
+    Some(match e.action {
+        Action::Alloc => Request::Alloc { key: e.addr, size: e.size, stream: e.stream },
+        Action::FreeRequested => Request::FreeRequested { key: e.addr },
+        Action::FreeCompleted => Request::FreeCompleted { key: e.addr },
+        Action::Oom => Request::FailedAlloc { size: e.size, stream: e.stream },
+        _ => return None,
+    })
+}
+
 /// The requests of a recorded event stream. `empty_cache_at` are the event
 /// indices where the exact replay inferred `empty_cache()` calls.
 pub(crate) fn requests(rec: EventsRef<'_>, empty_cache_at: &[usize]) -> Vec<Request> {
@@ -48,13 +132,7 @@ pub(crate) fn requests_with_events(rec: EventsRef<'_>, empty_cache_at: &[usize])
             out.push(Request::EmptyCache);
             at.push(i);
         }
-        let r = match e.action {
-            Action::Alloc => Request::Alloc { key: e.addr, size: e.size, stream: e.stream },
-            Action::FreeRequested => Request::FreeRequested { key: e.addr },
-            Action::FreeCompleted => Request::FreeCompleted { key: e.addr },
-            Action::Oom => Request::FailedAlloc { size: e.size, stream: e.stream },
-            _ => continue,
-        };
+        let Some(r) = request_of(e) else { continue };
         out.push(r);
         at.push(i);
     }
@@ -78,8 +156,8 @@ pub(crate) struct WhatIf {
 
 /// Runs `reqs` on a fresh allocator with `config` over a simulated device of
 /// `device_total` bytes (less `context` for the CUDA context).
-pub(crate) fn run_requests(
-    reqs: &[Request],
+pub(crate) fn run_requests<R: Requests + ?Sized>(
+    reqs: &R,
     config: AllocatorConfig,
     device_total: u64,
     context: u64,
@@ -89,7 +167,12 @@ pub(crate) fn run_requests(
 }
 
 /// As `run_requests`, on a given simulated device.
-pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device: Sim, limit: Option<u64>) -> WhatIf {
+pub(crate) fn run_requests_on<R: Requests + ?Sized>(
+    reqs: &R,
+    config: AllocatorConfig,
+    device: Sim,
+    limit: Option<u64>,
+) -> WhatIf {
     let mut a = CachingAllocator::new(config, device);
     a.set_recording(false);
     if limit.is_some() {
@@ -100,7 +183,7 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
     let mut first_new_oom = None;
     let mut peak: Option<(usize, u64, u64)> = None;
     for (i, r) in reqs.iter().enumerate() {
-        match *r {
+        match r {
             Request::Alloc { key, size, stream } => match a.malloc(size, stream) {
                 Ok(b) => {
                     live.insert(key, b);
@@ -144,6 +227,28 @@ pub(crate) fn run_requests_on(reqs: &[Request], config: AllocatorConfig, device:
 mod tests {
     use super::*;
     use crate::alloc::{Event, Events};
+
+    #[test]
+    fn requests_made_as_read_equal_the_list() {
+        let ev: Events = [
+            Event::new(Action::SegmentAlloc, 0, 2 << 20, 0),
+            Event::new(Action::Alloc, 0, 512, 0),
+            Event::new(Action::FreeRequested, 0, 512, 0),
+            Event::new(Action::FreeCompleted, 0, 512, 0),
+            Event::new(Action::Oom, 9, 1 << 30, 0),
+            Event::new(Action::SegmentFree, 0, 2 << 20, 0),
+            Event::new(Action::Alloc, 4096, 1024, 7),
+        ]
+        .into_iter()
+        .collect();
+        let first = Request::Alloc { key: 1, size: 2, stream: 3 };
+        // Calls before an event, two at one, and one past the end (never made).
+        for at in [&[][..], &[0, 5, 5], &[6, 7], &[2, 100]] {
+            let want: Vec<Request> = std::iter::once(first).chain(requests(ev.view(), at)).collect();
+            let lazy = FromEvents { prefix: vec![first], events: ev.view(), empty_cache_at: at };
+            assert_eq!(Requests::iter(&lazy).collect::<Vec<_>>(), want, "{at:?}");
+        }
+    }
 
     #[test]
     fn what_if_runs_follow_each_config_exactly() {

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::Serialize;
 
 use crate::alloc::{AllocatorConfig, Kind};
-use crate::replay::whatif::{run_requests, Request};
+use crate::replay::whatif::{run_requests, FromEvents, Request, Requests};
 
 /// One candidate's replay.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -168,8 +168,8 @@ impl Search {
 /// exact replay's statistics, which stand for the recorded setting (they
 /// are PyTorch's own; a what-if's synthesised addresses can split blocks
 /// otherwise and move the allocated peak by a few MiB).
-pub(crate) fn search(
-    reqs: &[Request],
+pub(crate) fn search<R: Requests + ?Sized>(
+    reqs: &R,
     recorded: &str,
     device_total: u64,
     context: u64,
@@ -372,21 +372,20 @@ pub(crate) fn search_session(
 
 /// The requests of a session, from its start (a window's: the blocks live
 /// at its first event allocated first, their addresses the keys its frees
-/// name).
-fn requests_of(session: &mut crate::replay::session::Session) -> Vec<Request> {
-    let mut reqs = Vec::new();
+/// name), made from its events as each candidate reads them.
+fn requests_of<'s>(session: &'s crate::replay::session::Session<'_>) -> FromEvents<'s> {
+    let mut prefix = Vec::new();
     if session.start == crate::replay::session::Start::Window {
         for seg in &session.seed {
             for b in &seg.blocks {
-                reqs.push(Request::Alloc { key: b.address, size: b.requested, stream: seg.stream });
+                prefix.push(Request::Alloc { key: b.address, size: b.requested, stream: seg.stream });
                 if b.pending {
-                    reqs.push(Request::FreeRequested { key: b.address });
+                    prefix.push(Request::FreeRequested { key: b.address });
                 }
             }
         }
     }
-    reqs.extend_from_slice(session.requests());
-    reqs
+    FromEvents { prefix, events: session.dev.events.view(), empty_cache_at: session.empty_cache_at() }
 }
 
 /// One line for a status bar: what the search found, against the run's own
