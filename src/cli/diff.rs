@@ -121,7 +121,7 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
     let peak = session.exact.peak;
     let last = dev.events.len().checked_sub(1);
     // Two states are read, the peak's and then the end's, both forwards.
-    let mut scrub = session.forward_scrubber().map_err(|d| opened.diverged(&d))?;
+    let mut scrub = session.forward_scrubber_with_timeline().map_err(|d| opened.diverged(&d))?;
     let peak_segments = scrub.seek(peak.event).snapshot();
     let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
     let st = session.exact.allocator.stats();

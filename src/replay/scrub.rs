@@ -20,8 +20,11 @@ pub struct Scrubber<'a> {
     checkpoints: Vec<Stepper<'a>>,
     every: usize,
     cur: Stepper<'a>,
-    /// Allocated and reserved bytes after each recorded event.
+    /// Allocated and reserved bytes after each recorded event (none for a
+    /// forward-only scrubber).
     points: Vec<StatePoint>,
+    /// Events in the trace.
+    events: usize,
     /// Steps the last `seek` took (to keep scrubbing honest in tests).
     last_steps: usize,
 }
@@ -57,16 +60,33 @@ impl<'a> Scrubber<'a> {
             }
         }
         let cur = checkpoints[0].clone();
-        Ok(Scrubber { checkpoints, every, cur, points, last_steps: 0 })
+        Ok(Scrubber { checkpoints, every, cur, points, events: rec.len(), last_steps: 0 })
+    }
+
+    /// A scrubber that only goes forwards from the start, without the first
+    /// pass: no timeline, no checkpoint but the start, each seek going on
+    /// from the last (one going back starts over). For reading a state or
+    /// two of a replay known to be exact.
+    pub fn forward(rec: EventsRef<'a>, opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
+        let st = Stepper::new(rec, opts, seed)?;
+        let cur = st.clone();
+        Ok(Scrubber {
+            checkpoints: vec![st],
+            every: usize::MAX,
+            cur,
+            points: Vec::new(),
+            events: rec.len(),
+            last_steps: 0,
+        })
     }
 
     /// Events in the trace.
     pub(crate) fn len(&self) -> usize {
-        self.points.len()
+        self.events
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.points.is_empty()
+        self.events == 0
     }
 
     /// Allocated and reserved bytes after each event.
@@ -163,6 +183,29 @@ mod tests {
         s.seek(100);
         s.seek(101);
         assert!(s.last_steps() <= 1);
+    }
+
+    /// A forward-only scrubber keeps neither timeline nor checkpoints, and
+    /// lands where a fresh replay does, going on from its last seek.
+    #[test]
+    fn a_forward_scrubber_lands_where_a_fresh_replay_does() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let mut s = Scrubber::forward(d.events.view(), &opts, &[]).unwrap();
+        assert_eq!((s.len(), s.points().len(), s.checkpoints()), (d.events.len(), 0, 1));
+        let mut before = 0;
+        for &e in &[3041usize, 5000, 5001, 17, 9788] {
+            let got = s.seek(e).memory_stats();
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            let r = replay_events(d.events.view(), &o, ());
+            assert_eq!(got, r.allocator.memory_stats(), "event {e}");
+            // Forwards from the last seek; back means from the start.
+            let from = if e + 1 >= before { before } else { 0 };
+            assert!(s.last_steps() <= e + 1 - from, "event {e}: {} steps", s.last_steps());
+            before = e + 1;
+        }
     }
 
     /// A checkpoint after every event of a 9,789-event trace would be

@@ -686,18 +686,35 @@ impl<'a> Session<'a> {
     /// A scrubber over the recording (for the TUI and `export`), with call
     /// stacks as block tags. Only for a faithful replay.
     pub fn scrubber(&self, every: usize) -> Result<Scrubber<'a>, Divergence> {
+        Scrubber::new(self.dev.events.view(), &self.scrub_options(), &self.seed, every)
+    }
+
+    fn scrub_options(&self) -> ReplayOptions {
         let mut o = self.opts.clone();
         o.stacks = Arc::from(self.dev.stacks.as_slice());
         o.stop_at = None;
         o.keep_events = false;
-        Scrubber::new(self.dev.events.view(), &o, &self.seed, every)
+        o
     }
 
     /// A scrubber without checkpoints, to read a few states in event order
     /// (a report's state at the peak, at an OOM, at the end): each seek
-    /// goes on from the last, and no allocator state is copied (at ten
-    /// million events the screens' checkpoints are hundreds of MB).
+    /// goes on from the last, and neither allocator states nor the
+    /// timeline are kept (at ten million events the screens' checkpoints
+    /// are hundreds of MB, the timeline 160 MB).
     pub fn forward_scrubber(&self) -> Result<Scrubber<'a>, Divergence> {
+        match &self.exact.divergence {
+            Some(d) => Err(d.clone()),
+            // The exact replay reproduced every event: a seek cannot fail.
+            None if self.exact.reproduced == self.dev.events.len() => {
+                Scrubber::forward(self.dev.events.view(), &self.scrub_options(), &self.seed)
+            }
+            None => self.scrubber(usize::MAX),
+        }
+    }
+
+    /// As `forward_scrubber`, with the timeline (one pass first).
+    pub fn forward_scrubber_with_timeline(&self) -> Result<Scrubber<'a>, Divergence> {
         self.scrubber(usize::MAX)
     }
 }
