@@ -127,9 +127,6 @@ pub struct ReplayOptions {
     pub(crate) keep_events: bool,
     /// Stop once this many recorded events have been reproduced.
     pub(crate) stop_at: Option<usize>,
-    /// Per recorded event, its call-stack id (`DeviceTrace::stacks`): live
-    /// blocks carry it as their tag. Empty when unknown.
-    pub(crate) stacks: std::sync::Arc<[u32]>,
     /// The recording's pools (`pools::plan`); empty: every request in the
     /// default pools.
     pub pools: Arc<PoolPlan>,
@@ -150,7 +147,6 @@ impl ReplayOptions {
             memory_limit: None,
             keep_events: false,
             stop_at: None,
-            stacks: Arc::from([]),
             pools: Arc::new(PoolPlan::default()),
             switch: None,
             release: Release::V2_11,
@@ -239,7 +235,9 @@ fn next_request(rec: EventsRef<'_>, i: usize) -> Option<usize> {
 #[derive(Clone)]
 pub struct Stepper<'a> {
     rec: EventsRef<'a>,
-    stacks: std::sync::Arc<[u32]>,
+    /// Per recorded event, its call-stack id (`DeviceTrace::stacks`): live
+    /// blocks carry it as their tag. Empty when not asked (`tagged`).
+    stacks: &'a [u32],
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
     live: HashMap<u64, BlockId, FastHash>,
@@ -294,7 +292,7 @@ impl<'a> Stepper<'a> {
         slots.insert(PoolLabel::DEFAULT, PoolSlot::DEFAULT);
         Ok(Stepper {
             rec,
-            stacks: opts.stacks.clone(),
+            stacks: &[],
             alloc,
             live,
             empty_cache_at: Vec::new(),
@@ -309,6 +307,14 @@ impl<'a> Stepper<'a> {
             exact: opts.exact.clone(),
             inferred_now: false,
         })
+    }
+
+    /// The same replay with each live block tagged with its allocation's
+    /// call-stack id (`DeviceTrace::stacks`), borrowed: a copy is 4 bytes
+    /// an event.
+    pub(crate) fn tagged(mut self, stacks: &'a [u32]) -> Self {
+        self.stacks = stacks;
+        self
     }
 
     /// The allocator's pool for a pool of the plan, created on first use.

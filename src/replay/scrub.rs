@@ -38,8 +38,19 @@ impl<'a> Scrubber<'a> {
         seed: &[SeedSegment],
         every: usize,
     ) -> Result<Self, Divergence> {
+        Self::tagged(rec, &[], opts, seed, every)
+    }
+
+    /// As `new`, live blocks tagged with their call stacks (`Stepper::tagged`).
+    pub(crate) fn tagged(
+        rec: EventsRef<'a>,
+        tags: &'a [u32],
+        opts: &ReplayOptions,
+        seed: &[SeedSegment],
+        every: usize,
+    ) -> Result<Self, Divergence> {
         let mut every = every.max(1);
-        let mut st = Stepper::new(rec, opts, seed)?;
+        let mut st = Stepper::new(rec, opts, seed)?.tagged(tags);
         let mut checkpoints = vec![st.clone()];
         let mut points = Vec::with_capacity(rec.len());
         while st.position() < rec.len() {
@@ -67,8 +78,13 @@ impl<'a> Scrubber<'a> {
     /// pass: no timeline, no checkpoint but the start, each seek going on
     /// from the last (one going back starts over). For reading a state or
     /// two of a replay known to be exact.
-    pub fn forward(rec: EventsRef<'a>, opts: &ReplayOptions, seed: &[SeedSegment]) -> Result<Self, Divergence> {
-        let st = Stepper::new(rec, opts, seed)?;
+    pub fn forward(
+        rec: EventsRef<'a>,
+        tags: &'a [u32],
+        opts: &ReplayOptions,
+        seed: &[SeedSegment],
+    ) -> Result<Self, Divergence> {
+        let st = Stepper::new(rec, opts, seed)?.tagged(tags);
         let cur = st.clone();
         Ok(Scrubber {
             checkpoints: vec![st],
@@ -192,7 +208,7 @@ mod tests {
         let t = fixture("resnet50_train.pickle.gz");
         let d = &t.devices[0];
         let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
-        let mut s = Scrubber::forward(d.events.view(), &opts, &[]).unwrap();
+        let mut s = Scrubber::forward(d.events.view(), &[], &opts, &[]).unwrap();
         assert_eq!((s.len(), s.points().len(), s.checkpoints()), (d.events.len(), 0, 1));
         let mut before = 0;
         for &e in &[3041usize, 5000, 5001, 17, 9788] {

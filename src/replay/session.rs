@@ -686,12 +686,11 @@ impl<'a> Session<'a> {
     /// A scrubber over the recording (for the TUI and `export`), with call
     /// stacks as block tags. Only for a faithful replay.
     pub fn scrubber(&self, every: usize) -> Result<Scrubber<'a>, Divergence> {
-        Scrubber::new(self.dev.events.view(), &self.scrub_options(), &self.seed, every)
+        Scrubber::tagged(self.dev.events.view(), &self.dev.stacks, &self.scrub_options(), &self.seed, every)
     }
 
     fn scrub_options(&self) -> ReplayOptions {
         let mut o = self.opts.clone();
-        o.stacks = Arc::from(self.dev.stacks.as_slice());
         o.stop_at = None;
         o.keep_events = false;
         o
@@ -707,7 +706,7 @@ impl<'a> Session<'a> {
             Some(d) => Err(d.clone()),
             // The exact replay reproduced every event: a seek cannot fail.
             None if self.exact.reproduced == self.dev.events.len() => {
-                Scrubber::forward(self.dev.events.view(), &self.scrub_options(), &self.seed)
+                Scrubber::forward(self.dev.events.view(), &self.dev.stacks, &self.scrub_options(), &self.seed)
             }
             None => self.scrubber(usize::MAX),
         }
