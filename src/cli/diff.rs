@@ -127,7 +127,7 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
     let st = session.exact.allocator.stats();
     let marks = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
     let iterations = marks.len();
-    let series = Series::new(scrub.points().to_vec(), &marks);
+    let series = Series::new(scrub.into_points(), &marks);
     Ok(Replayed {
         report: RunReport {
             trace: trace_name(path),

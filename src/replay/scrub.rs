@@ -110,6 +110,12 @@ impl<'a> Scrubber<'a> {
         &self.points
     }
 
+    /// The timeline, kept when the scrubber is done with (a copy is 16
+    /// bytes an event).
+    pub(crate) fn into_points(self) -> Vec<StatePoint> {
+        self.points
+    }
+
     /// The allocator right after `event` (after the whole malloc, for an
     /// event that is part of one).
     pub fn seek(&mut self, event: usize) -> &CachingAllocator<Oracle<'a>> {
