@@ -12,7 +12,7 @@ copy (and everything after it) gets the addresses the recording had.
 Copies keep the original's frames *objects*, so pickle writes each stack
 once and refers back to it, as PyTorch's own snapshots share frames; times
 and the Optimizer.step annotations that mark iterations are shifted along.
-Needs only the standard library (no torch). docs/measurements/README.md,
+Needs only the standard library (no torch). docs/measurements/benchmarks.md,
 "Ten million events", has the figures it was made for.
 """
 import argparse
