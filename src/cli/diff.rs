@@ -86,7 +86,14 @@ struct Replayed {
     series: Series,
 }
 
-fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc::Release>) -> Result<Replayed> {
+/// `timeline`: keep the run's timeline (16 bytes an event), which only the
+/// screen and the picture draw.
+fn replay_run(
+    path: &std::path::Path,
+    trace: &Trace,
+    torch: Option<crate::alloc::Release>,
+    timeline: bool,
+) -> Result<Replayed> {
     let opts = crate::replay::OpenOptions { torch, ..Default::default() };
     let opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
     let (dev, session) = (opened.dev, &opened.session);
@@ -121,13 +128,14 @@ fn replay_run(path: &std::path::Path, trace: &Trace, torch: Option<crate::alloc:
     let peak = session.exact.peak;
     let last = dev.events.len().checked_sub(1);
     // Two states are read, the peak's and then the end's, both forwards.
-    let mut scrub = session.forward_scrubber_with_timeline().map_err(|d| opened.diverged(&d))?;
+    let mut scrub = if timeline { session.forward_scrubber_with_timeline() } else { session.forward_scrubber() }
+        .map_err(|d| opened.diverged(&d))?;
     let peak_segments = scrub.seek(peak.event).snapshot();
     let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
     let st = session.exact.allocator.stats();
     let marks = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
     let iterations = marks.len();
-    let series = Series::new(scrub.into_points(), &marks);
+    let series = Series::new(if timeline { scrub.into_points() } else { Vec::new() }, &marks);
     Ok(Replayed {
         report: RunReport {
             trace: trace_name(path),
@@ -158,6 +166,7 @@ fn run_of(
     max_unpacked: Option<u64>,
     torch: Option<crate::alloc::Release>,
     progress: bool,
+    timeline: bool,
 ) -> Result<(Replayed, bool)> {
     if input.kind() == InputKind::Recording {
         let name = input.name().to_string();
@@ -165,7 +174,7 @@ fn run_of(
         return Ok((recorded_run(path, &snaps)?, true));
     }
     let trace = if progress { load_input(input, max_unpacked)? } else { super::io::load_quietly(input, max_unpacked)? };
-    Ok((replay_run(path, &trace, torch)?, false))
+    Ok((replay_run(path, &trace, torch, timeline)?, false))
 }
 
 /// A recording's training process (the one that allocated most) as a run:
@@ -231,14 +240,15 @@ fn recorded_run(path: &std::path::Path, snaps: &[crate::monitor::Snapshot]) -> R
 /// The diff screen's app over two snapshots, as `diff` opens it on a
 /// terminal.
 pub fn diff_app(base: &std::path::Path, new: &std::path::Path, color: bool) -> Result<crate::ui::diff::DiffApp> {
-    let model = compare(base, new, None, None, None)?;
+    let model = compare(base, new, None, None, None, true)?;
     Ok(crate::ui::diff::DiffApp::new(model, color))
 }
 
 pub fn diff(args: &DiffArgs) -> Result<ExitCode> {
-    let model = compare(&args.base, &args.new, args.fail_on_growth, args.max_unpacked, args.torch.release)?;
     use std::io::IsTerminal;
     let interactive = !args.json && std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    let timeline = interactive || args.export.is_some();
+    let model = compare(&args.base, &args.new, args.fail_on_growth, args.max_unpacked, args.torch.release, timeline)?;
     let regressions = model.report.regressions.clone();
     if let Some(path) = &args.export {
         let svg = crate::export::picture::diff_svg(&model, 1600);
@@ -318,6 +328,7 @@ fn compare(
     fail_on_growth: Option<f64>,
     max_unpacked: Option<u64>,
     torch: Option<crate::alloc::Release>,
+    timeline: bool,
 ) -> Result<crate::analysis::diff::DiffModel> {
     let (bi, ni) = (Input::open(base)?, Input::open(new)?);
     if bi.kind() != ni.kind() {
@@ -330,8 +341,8 @@ fn compare(
     // Each run is loaded and replayed on a thread of its own: a diff takes
     // about one replay's time where there are two cores.
     let (b, n) = std::thread::scope(|s| {
-        let n = s.spawn(|| run_of(ni, new, max_unpacked, torch, false));
-        (run_of(bi, base, max_unpacked, torch, true), n.join())
+        let n = s.spawn(|| run_of(ni, new, max_unpacked, torch, false, timeline));
+        (run_of(bi, base, max_unpacked, torch, true, timeline), n.join())
     });
     let (b, recordings) = b?;
     let (n, _) = n.map_err(|_| anyhow!("{}: its replay stopped with a panic", new.display()))??;
