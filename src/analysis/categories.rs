@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::alloc::{Action, Event, EventsRef};
-use crate::analysis::deltas::Deltas;
+use crate::trace::deltas::Deltas;
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
 
 /// What one allocated block holds (docs/user/categories.md §Categories).

@@ -2,7 +2,6 @@
 //! docs/design/architecture.md §Fragmentation figures everywhere (screen, JSON, exports, Prometheus).
 
 pub mod categories;
-pub mod deltas;
 pub(crate) mod diff;
 pub(crate) mod range_max;
 pub(crate) mod ranks;

@@ -10,8 +10,8 @@ use super::pools::{BurstKind, PoolLabel, PoolPlan};
 use crate::alloc::{
     Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, EventsRef, Kind, PoolSlot, Release, SeedSegment,
 };
-use crate::analysis::deltas::Deltas;
 use crate::device::Oracle;
+use crate::trace::deltas::Deltas;
 use crate::trace::pickle::FastHash;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 //! decoder), our JSON-lines traces and RAPIDS RMM log CSVs. The format is
 //! recognised from the content, gzip by its magic bytes.
 
+pub mod deltas;
 pub mod input;
 pub mod pickle;
 pub mod printable;

@@ -1,28 +1,25 @@
 //! When each event happened, in 4 bytes an event: an offset in
 //! microseconds from the first time of its run of `RUN` events (a run spans
-//! milliseconds, not the 35 minutes an `i32` holds); a time that does not
-//! fit is kept whole beside. A ten-million-event trace keeps 40 MB of them,
-//! not 80 (docs/measurements/benchmarks.md, "Ten million events").
+//! milliseconds, not the 35 minutes an `i32` holds), kept as `Deltas` keep
+//! changes, so that an offset that does not fit is kept whole beside. A
+//! ten-million-event trace keeps 40 MB of them, not 80
+//! (docs/measurements/benchmarks.md, "Ten million events").
+
+use super::deltas::Deltas;
 
 /// Events per base time.
 const RUN: usize = 4096;
-/// The offset that says "kept whole in `wide`".
-const WIDE: i32 = i32::MIN;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Times {
     /// Per run of `RUN` events, its first event's time.
     base: Vec<i64>,
-    off: Vec<i32>,
-    /// (index, time) of the times kept whole, ascending.
-    wide: Vec<(usize, i64)>,
+    /// Each time less its run's base (wrapping: a hostile time still comes
+    /// back exactly).
+    off: Deltas,
 }
 
 impl Times {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     pub(crate) fn try_reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
         self.off.try_reserve(n)?;
         self.base.try_reserve(n / RUN + 1)
@@ -33,14 +30,7 @@ impl Times {
         if i % RUN == 0 {
             self.base.push(t);
         }
-        let base = self.base[i / RUN];
-        match t.checked_sub(base).and_then(|d| i32::try_from(d).ok()).filter(|&d| d != WIDE) {
-            Some(d) => self.off.push(d),
-            None => {
-                self.wide.push((i, t));
-                self.off.push(WIDE);
-            }
-        }
+        self.off.push(t.wrapping_sub(self.base[i / RUN]));
     }
 
     pub fn len(&self) -> usize {
@@ -54,10 +44,7 @@ impl Times {
     /// The time of event `i`.
     #[inline]
     pub fn get(&self, i: usize) -> Option<i64> {
-        match *self.off.get(i)? {
-            WIDE => self.wide.binary_search_by_key(&i, |w| w.0).ok().map(|k| self.wide[k].1),
-            d => Some(self.base[i / RUN] + i64::from(d)),
-        }
+        (i < self.len()).then(|| self.base[i / RUN].wrapping_add(self.off.get(i)))
     }
 
     pub fn first(&self) -> Option<i64> {

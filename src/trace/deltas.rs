@@ -18,6 +18,11 @@ impl Deltas {
         Deltas { small: Vec::with_capacity(n), wide: Vec::new() }
     }
 
+    /// Reserves room for `n` more, if the memory is there.
+    pub(crate) fn try_reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
+        self.small.try_reserve(n)
+    }
+
     pub(crate) fn push(&mut self, d: i64) {
         match i32::try_from(d) {
             Ok(v) if v != WIDE => self.small.push(v),
