@@ -146,22 +146,6 @@ struct Memo {
     len: usize,
 }
 
-/// A memo slot's value, borrowed or made from a compact chunk.
-enum Got<'m> {
-    Ref(&'m Value),
-    Made(Value),
-}
-
-impl std::ops::Deref for Got<'_> {
-    type Target = Value;
-    fn deref(&self) -> &Value {
-        match self {
-            Got::Ref(v) => v,
-            Got::Made(v) => v,
-        }
-    }
-}
-
 fn uncompact(x: u32) -> Value {
     if x & 1 == 0 {
         Value::Entry(x >> 1)
@@ -178,13 +162,13 @@ impl Memo {
         self.chunks.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)
     }
 
+    /// Any slot's value (a clone: `Value`s share what they hold).
     #[inline]
-    fn get(&self, i: usize) -> Option<Got<'_>> {
-        if let Some(v) = self.get_ref(i) {
-            return Some(Got::Ref(v));
+    fn get(&self, i: usize) -> Option<Value> {
+        match self.get_ref(i) {
+            Some(v) => Some(v.clone()),
+            None => Some(uncompact(*self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?)),
         }
-        let x = *self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?;
-        Some(Got::Made(uncompact(x)))
     }
 
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
@@ -835,9 +819,9 @@ fn entry_field(keys: &mut Vec<(Rc<String>, u8)>, k: &Rc<String>) -> Option<u8> {
 /// written inline, whose frames (memoized dicts) go to `items`.
 fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items: &mut Vec<Value>) -> Option<Frames> {
     match op {
-        b'h' | b'j' => match &*memo.get(c.index(op)?)? {
-            Value::Stack(s) => Some(Frames::Stack(*s)),
-            Value::List(l) => Some(Frames::List(l.clone())),
+        b'h' | b'j' => match memo.get(c.index(op)?)? {
+            Value::Stack(s) => Some(Frames::Stack(s)),
+            Value::List(l) => Some(Frames::List(l)),
             _ => None,
         },
         b']' => {
@@ -1205,13 +1189,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         // a call is spilled piecewise and reloaded whole, which stalls.
         self.charge(offset, 16)?;
         match self.memo.get(idx as usize) {
-            Some(v) => {
-                let v = match v {
-                    Got::Ref(v) => v.clone(),
-                    Got::Made(v) => v,
-                };
-                self.stack.push(v)
-            }
+            Some(v) => self.stack.push(v),
             None => {
                 let v = self.memo_sparse.get(&idx).cloned().ok_or(PickleError::MemoMissing { offset, index: idx })?;
                 self.stack.push(v);
@@ -1737,7 +1715,7 @@ mod tests {
         for i in 0..n {
             let want = if i % 3 == 0 { Value::Stack(i as u32) } else { Value::Entry(i as u32) };
             let got = m.get(i).unwrap();
-            assert_eq!(format!("{:?}", *got), format!("{want:?}"), "slot {i}");
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "slot {i}");
             // What the fast path reads: strings and dicts, never these.
             assert!(m.get_ref(i).is_none() || i >= 5 * MEMO_CHUNK);
         }
