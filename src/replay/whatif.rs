@@ -65,16 +65,21 @@ pub(crate) struct FromEvents<'a> {
 
 impl Requests for FromEvents<'_> {
     type Iter<'s>
-        = std::iter::Chain<std::iter::Copied<std::slice::Iter<'s, Request>>, EventRequests<'s>>
+        = std::iter::Chain<
+        std::iter::Copied<std::slice::Iter<'s, Request>>,
+        std::iter::Map<EventRequests<'s>, fn((usize, Request)) -> Request>,
+    >
     where
         Self: 's;
     fn iter(&self) -> Self::Iter<'_> {
-        let rest = EventRequests { events: self.events.iter(), at: 0, empty_cache_at: self.empty_cache_at };
-        self.prefix.as_slice().iter().copied().chain(rest)
+        let rest = EventRequests::new(self.events, self.empty_cache_at);
+        self.prefix.as_slice().iter().copied().chain(rest.map((|(_, r)| r) as fn(_) -> _))
     }
 }
 
-/// The requests of events, one by one (see `requests_with_events`).
+/// The requests of events, one by one, each with the recorded event it
+/// comes from (an inferred `empty_cache()`: the event it comes before; one
+/// past the last event is never made).
 pub(crate) struct EventRequests<'a> {
     events: crate::alloc::event::Iter<'a>,
     /// The index of the next event.
@@ -82,16 +87,22 @@ pub(crate) struct EventRequests<'a> {
     empty_cache_at: &'a [usize],
 }
 
-impl Iterator for EventRequests<'_> {
-    type Item = Request;
+impl<'a> EventRequests<'a> {
+    pub(crate) fn new(rec: EventsRef<'a>, empty_cache_at: &'a [usize]) -> Self {
+        EventRequests { events: rec.iter(), at: 0, empty_cache_at }
+    }
+}
 
-    fn next(&mut self) -> Option<Request> {
+impl Iterator for EventRequests<'_> {
+    type Item = (usize, Request);
+
+    fn next(&mut self) -> Option<(usize, Request)> {
         loop {
             if let Some((&j, rest)) = self.empty_cache_at.split_first() {
                 if j <= self.at {
                     self.empty_cache_at = rest;
                     if self.events.len() > 0 {
-                        return Some(Request::EmptyCache);
+                        return Some((self.at, Request::EmptyCache));
                     }
                     continue;
                 }
@@ -99,7 +110,7 @@ impl Iterator for EventRequests<'_> {
             let e = self.events.next()?;
             self.at += 1;
             if let Some(r) = request_of(e) {
-                return Some(r);
+                return Some((self.at - 1, r));
             }
         }
     }
@@ -118,25 +129,13 @@ fn request_of(e: crate::alloc::Event) -> Option<Request> {
 /// The requests of a recorded event stream. `empty_cache_at` are the event
 /// indices where the exact replay inferred `empty_cache()` calls.
 pub(crate) fn requests(rec: EventsRef<'_>, empty_cache_at: &[usize]) -> Vec<Request> {
-    requests_with_events(rec, empty_cache_at).0
+    EventRequests::new(rec, empty_cache_at).map(|(_, r)| r).collect()
 }
 
 /// As `requests`, with the recorded event each request comes from (an
 /// inferred `empty_cache()`: the event it comes before).
 pub(crate) fn requests_with_events(rec: EventsRef<'_>, empty_cache_at: &[usize]) -> (Vec<Request>, Vec<usize>) {
-    let mut out = Vec::with_capacity(rec.len());
-    let mut at = Vec::with_capacity(rec.len());
-    let mut ec = empty_cache_at.iter().peekable();
-    for (i, e) in rec.iter().enumerate() {
-        while ec.next_if(|&&j| j <= i).is_some() {
-            out.push(Request::EmptyCache);
-            at.push(i);
-        }
-        let Some(r) = request_of(e) else { continue };
-        out.push(r);
-        at.push(i);
-    }
-    (out, at)
+    EventRequests::new(rec, empty_cache_at).map(|(i, r)| (r, i)).unzip()
 }
 
 #[derive(Debug, Clone)]
@@ -248,6 +247,22 @@ mod tests {
             let lazy = FromEvents { prefix: vec![first], events: ev.view(), empty_cache_at: at };
             assert_eq!(Requests::iter(&lazy).collect::<Vec<_>>(), want, "{at:?}");
         }
+        // Each request with the event it comes from; an empty_cache() before
+        // the event it was inferred at, none past the last event.
+        let (a, f, c) = (
+            Request::Alloc { key: 0, size: 512, stream: 0 },
+            Request::FreeRequested { key: 0 },
+            Request::FreeCompleted { key: 0 },
+        );
+        let (oom, b) =
+            (Request::FailedAlloc { size: 1 << 30, stream: 0 }, Request::Alloc { key: 4096, size: 1024, stream: 7 });
+        let e = Request::EmptyCache;
+        let (r, at) = requests_with_events(ev.view(), &[0, 5, 5]);
+        assert_eq!(r, [e, a, f, c, oom, e, e, b]);
+        assert_eq!(at, [0, 1, 2, 3, 4, 5, 5, 6]);
+        let (r, at) = requests_with_events(ev.view(), &[2, 100]);
+        assert_eq!(r, [a, e, f, c, oom, b]);
+        assert_eq!(at, [1, 2, 2, 3, 4, 6]);
     }
 
     #[test]
