@@ -65,15 +65,25 @@ pub(crate) struct FromEvents<'a> {
 
 impl Requests for FromEvents<'_> {
     type Iter<'s>
-        = std::iter::Chain<
-        std::iter::Copied<std::slice::Iter<'s, Request>>,
-        std::iter::Map<EventRequests<'s>, fn((usize, Request)) -> Request>,
-    >
+        = std::iter::Chain<std::iter::Copied<std::slice::Iter<'s, Request>>, RequestsOnly<'s>>
     where
         Self: 's;
     fn iter(&self) -> Self::Iter<'_> {
-        let rest = EventRequests::new(self.events, self.empty_cache_at);
-        self.prefix.as_slice().iter().copied().chain(rest.map((|(_, r)| r) as fn(_) -> _))
+        let rest = RequestsOnly(EventRequests::new(self.events, self.empty_cache_at));
+        self.prefix.as_slice().iter().copied().chain(rest)
+    }
+}
+
+/// `EventRequests` without the events they come from (a named type, so
+/// each candidate's loop calls it directly).
+pub(crate) struct RequestsOnly<'a>(EventRequests<'a>);
+
+impl Iterator for RequestsOnly<'_> {
+    type Item = Request;
+
+    #[inline]
+    fn next(&mut self) -> Option<Request> {
+        self.0.next().map(|(_, r)| r)
     }
 }
 
