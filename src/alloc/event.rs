@@ -119,10 +119,6 @@ const SIZE_SHIFT: u32 = ACTION_BITS + STREAM_BITS;
 const WHOLE: u64 = (1 << STREAM_BITS) - 1;
 
 impl Events {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     pub fn with_capacity(n: usize) -> Self {
         Events { words: Vec::with_capacity(n), ..Default::default() }
     }
@@ -159,12 +155,6 @@ impl Events {
             }
         };
         self.words.push(Packed { addr: e.addr, word });
-    }
-
-    /// The events from `at` on are dropped.
-    pub fn truncate(&mut self, at: usize) {
-        self.words.truncate(at);
-        self.wide.retain(|w| w.0 < at);
     }
 
     /// The events before `at` are dropped.
@@ -208,10 +198,6 @@ impl Events {
     pub fn iter(&self) -> Iter<'_> {
         self.view().iter()
     }
-
-    pub fn to_vec(&self) -> Vec<Event> {
-        self.iter().collect()
-    }
 }
 
 impl FromIterator<Event> for Events {
@@ -226,12 +212,6 @@ impl FromIterator<Event> for Events {
 impl From<Vec<Event>> for Events {
     fn from(v: Vec<Event>) -> Self {
         v.into_iter().collect()
-    }
-}
-
-impl From<&[Event]> for Events {
-    fn from(v: &[Event]) -> Self {
-        v.iter().copied().collect()
     }
 }
 
@@ -317,10 +297,6 @@ impl<'a> EventsRef<'a> {
     pub fn iter(&self) -> Iter<'a> {
         Iter { of: *self, front: 0, back: self.len() }
     }
-
-    pub fn to_vec(&self) -> Vec<Event> {
-        self.iter().collect()
-    }
 }
 
 impl<'a> From<&'a Events> for EventsRef<'a> {
@@ -404,19 +380,17 @@ mod tests {
         v.extend((0..5000u64).map(|s| Event::new(Action::Alloc, s << 9, s, 1000 + s)));
         let col: Events = v.iter().copied().collect();
         assert_eq!(col.len(), v.len());
-        assert_eq!(col.to_vec(), v);
+        assert_eq!(col.iter().collect::<Vec<_>>(), v);
         assert_eq!(col.iter().rev().collect::<Vec<_>>(), v.iter().rev().copied().collect::<Vec<_>>());
         assert_eq!(col.at(2), v[2]);
         let s = col.view().slice(3..4100);
         assert_eq!(s.len(), 4097);
-        assert_eq!(s.to_vec(), v[3..4100].to_vec());
-        assert_eq!(s.slice(4090..).to_vec(), v[4093..4100].to_vec());
+        assert_eq!(s.iter().collect::<Vec<_>>(), v[3..4100].to_vec());
+        assert_eq!(s.slice(4090..).iter().collect::<Vec<_>>(), v[4093..4100].to_vec());
         assert_eq!(col.iter().nth(4099), Some(v[4099]));
         let mut cut = col.clone();
         cut.drain_front(4000);
-        assert_eq!(cut.to_vec(), v[4000..].to_vec());
-        cut.truncate(100);
-        assert_eq!(cut.to_vec(), v[4000..4100].to_vec());
-        assert_eq!(cut.last(), Some(v[4099]));
+        assert_eq!(cut.iter().collect::<Vec<_>>(), v[4000..].to_vec());
+        assert_eq!(cut.last(), v.last().copied());
     }
 }
