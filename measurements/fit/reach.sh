@@ -7,8 +7,9 @@
 #
 #   BIN=path/to/gpumem-top OUT=dir bash measurements/fit/reach.sh
 #
-# SPECS: "MODEL LO HI;…" (LO fits under 16 GiB, HI does not); models run in
-# parallel, each writing OUT/MODEL.log and its samples under OUT/MODEL/.
+# SPECS: "NAME LO HI [train.py flags];…" (LO fits under 16 GiB, HI does not;
+# the flags default to --model NAME); each runs in parallel, writing
+# OUT/NAME.log and its samples under OUT/NAME/.
 set -uo pipefail
 LIMIT=17179869184
 BIN=${BIN:-gpumem-top}
@@ -17,13 +18,16 @@ TARGETS=${TARGETS:-64 128 256}
 IFS=';' read -ra LIST <<< "${SPECS:-efficientnet 300 460;mobilenet 64 2048;densenet 16 1024}"
 one() {
   local m=$1 lo=$2 hi=$3
-  "$BIN" fit --batches 8,16 --record-dir "$OUT/$m" -- python3 measurements/fit/train.py --model "$m" --steps 6 --batch-size '{batch}' > "$OUT/$m.fit.txt" 2>&1
-  for b in $TARGETS; do python3 measurements/fit/train.py --model "$m" --batch-size "$b" 2>/dev/null | grep '^peaks'; done
-  for b in $lo $hi; do python3 measurements/fit/train.py --model "$m" --batch-size "$b" --memory-limit $LIMIT 2>/dev/null | grep '^fits'; done
+  shift 3
+  local flags=("$@")
+  [ ${#flags[@]} -gt 0 ] || flags=(--model "$m")
+  "$BIN" fit --batches 8,16 --record-dir "$OUT/$m" -- python3 measurements/fit/train.py "${flags[@]}" --steps 6 --batch-size '{batch}' > "$OUT/$m.fit.txt" 2>&1
+  for b in $TARGETS; do python3 measurements/fit/train.py "${flags[@]}" --batch-size "$b" 2>/dev/null | grep '^peaks'; done
+  for b in $lo $hi; do python3 measurements/fit/train.py "${flags[@]}" --batch-size "$b" --memory-limit $LIMIT 2>/dev/null | grep '^fits'; done
   while [ $((hi - lo)) -gt 1 ]; do
     local mid=$(( (lo + hi) / 2 ))
     local r
-    r=$(python3 measurements/fit/train.py --model "$m" --batch-size $mid --memory-limit $LIMIT 2>/dev/null | grep '^fits')
+    r=$(python3 measurements/fit/train.py "${flags[@]}" --batch-size $mid --memory-limit $LIMIT 2>/dev/null | grep '^fits')
     echo "$r"
     case "$r" in "fits yes"*) lo=$mid ;; *) hi=$mid ;; esac
   done
@@ -32,7 +36,7 @@ one() {
 mkdir -p "$OUT"
 for spec in "${LIST[@]}"; do
   set -- $spec
-  one "$1" "$2" "$3" > "$OUT/$1.log" 2>&1 &
+  one "$@" > "$OUT/$1.log" 2>&1 &
 done
 wait
 cat "$OUT"/*.log

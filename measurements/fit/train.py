@@ -16,6 +16,11 @@ model on the GPU (no download: random weights), as users' scripts run.
     --model convnext_t torchvision ConvNeXt-Tiny (depthwise 7x7), 224x224, bf16 autocast, AdamW
     --model mobilenet  torchvision MobileNetV3-Large, 224x224, bf16 autocast, SGD momentum
     --model densenet   torchvision DenseNet-121, 224x224, fp32, AdamW
+
+    --dtype fp32|fp16|bf16, --optim sgd|adamw|adam  (vision models) override
+                       the model's precision (fp16 with GradScaler) and optimizer
+    --cudnn-benchmark  torch.backends.cudnn.benchmark = True, as many vision
+                       training scripts set it
 """
 
 import argparse
@@ -33,8 +38,12 @@ p.add_argument("--reset-peaks", action="store_true",
 p.add_argument("--snapshot", help="record memory history (stacks at allocations) and dump a snapshot here at the end")
 p.add_argument("--memory-limit", type=int,
                help="bytes: set_per_process_memory_fraction to this; an OOM prints 'fits no' (else 'fits yes')")
+p.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="vision models: precision instead of the model's own")
+p.add_argument("--optim", choices=["sgd", "adamw", "adam"], help="vision models: optimizer instead of the model's own")
+p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
 a = p.parse_args()
 dev = "cuda"
+torch.backends.cudnn.benchmark = a.cudnn_benchmark
 if a.memory_limit:
     torch.cuda.set_per_process_memory_fraction(a.memory_limit / torch.cuda.get_device_properties(0).total_memory)
 if a.memory_limit:
@@ -72,10 +81,14 @@ elif a.model in ("efficientnet", "vit", "resnet18", "swin_t", "convnext_t", "mob
             "convnext_t": torchvision.models.convnext_tiny, "mobilenet": torchvision.models.mobilenet_v3_large,
             "densenet": torchvision.models.densenet121}[a.model]
     model = ctor().to(dev)
-    opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.model in ("resnet18", "mobilenet")
-           else torch.optim.AdamW(model.parameters(), lr=1e-4))
+    optim = a.optim or ("sgd" if a.model in ("resnet18", "mobilenet") else "adamw")
+    opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+           "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-4),
+           "adam": lambda ps: torch.optim.Adam(ps, lr=1e-4)}[optim](model.parameters())
     dtype = {"efficientnet": torch.float16, "vit": torch.bfloat16, "swin_t": torch.bfloat16,
              "convnext_t": torch.bfloat16, "mobilenet": torch.bfloat16}.get(a.model)
+    if a.dtype:
+        dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     loss_fn = torch.nn.CrossEntropyLoss()
     for _ in range(a.steps):
