@@ -243,6 +243,22 @@ pub struct Categories {
 
 const SAMPLE: usize = 256;
 
+/// What `Categories::prepare` reads from a trace alone, before the replay.
+pub struct Prepared {
+    events: usize,
+    /// Stacks, markers, or none (block stacks are decided by the start).
+    evidence: Evidence,
+    of_event: Vec<Option<Category>>,
+    runs: Runs,
+}
+
+impl Prepared {
+    /// Whether it was made from a trace of `events` events.
+    pub fn fits(&self, events: usize) -> bool {
+        self.events == events
+    }
+}
+
 impl Categories {
     /// Categorizes a device's trace. `start` are the blocks alive before its
     /// first event (empty for a trace from process start); `allocated`, how
@@ -256,28 +272,55 @@ impl Categories {
         start: &[StartBlock],
         allocated: Option<(&Arc<Deltas>, u64)>,
     ) -> Categories {
-        let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
+        Self::finish(Self::prepare(dev, stacks, annotations), dev, stacks, start, allocated)
+    }
+
+    /// The part of `of` that needs neither the replay nor the blocks alive
+    /// at the start (most of its time on a long trace), so that it can run
+    /// beside the replay (docs/measurements/benchmarks.md, "Ten million
+    /// events").
+    pub fn prepare(dev: &DeviceTrace, stacks: &[Vec<Frame>], annotations: &[Annotation]) -> Prepared {
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
         let evidence = if dev.call_stacks(stacks) == crate::trace::CallStacks::PerEvent {
             Evidence::Stacks
         } else if !windows.is_empty() {
             Evidence::Markers
-        } else if start.iter().any(|b| frames(b.stack).is_some_and(|f| !f.is_empty())) {
-            // History recorded as state only: no trace, or a trace without
-            // stacks, and the blocks' own.
-            Evidence::BlockStacks
         } else {
             Evidence::None
         };
-        let (end, start_end) = lifetimes(dev, start);
+        let end = lifetimes(dev);
         let phases = phases(dev, stacks, evidence, &windows);
         let runs = Runs::of(&phases);
         let t = Trace { dev, evidence, facts: stack_facts(dev, stacks), phases, end, runs };
-        let mut of_event = if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
+        let of_event = if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
             t.categorize()
         } else {
             vec![None; dev.events.len()]
         };
+        let Trace { runs, .. } = t;
+        Prepared { events: dev.events.len(), evidence, of_event, runs }
+    }
+
+    /// `of` from what `prepare` made of the same trace.
+    pub fn finish(
+        p: Prepared,
+        dev: &DeviceTrace,
+        stacks: &[Vec<Frame>],
+        start: &[StartBlock],
+        allocated: Option<(&Arc<Deltas>, u64)>,
+    ) -> Categories {
+        let Prepared { evidence, mut of_event, runs, .. } = p;
+        let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
+        // History recorded as state only (no trace, or one without stacks or
+        // markers): the blocks' own stacks.
+        let evidence =
+            if evidence == Evidence::None && start.iter().any(|b| frames(b.stack).is_some_and(|f| !f.is_empty())) {
+                Evidence::BlockStacks
+            } else {
+                evidence
+            };
+        let ends = start_ends(dev, start);
+        let start_end = |a: u64| ends.get(&a).copied();
 
         // Blocks alive at the start: by their own stacks where the snapshot
         // kept them, else by when they are freed.
@@ -287,7 +330,7 @@ impl Categories {
         let mut by_stack: HashMap<u32, Category> = HashMap::new();
         for b in start {
             let f = frames(b.stack).filter(|f| !f.is_empty());
-            let ends_in = start_end.get(&b.address).copied().flatten().map(|j| t.runs.at(j));
+            let ends_in = start_end(b.address).map(|j| runs.at(j));
             let c = match (f, evidence) {
                 (_, Evidence::None) => Category::Unknown,
                 (Some(f), _) => *by_stack.entry(b.stack).or_insert_with(|| match phase_of(f, false) {
@@ -297,21 +340,17 @@ impl Categories {
                     Phase::Main if in_model(f) => Category::Activation,
                     Phase::Main => Category::Input,
                 }),
-                (None, _) if ends_in.is_some_and(|r| t.runs.phase(r) == Phase::Backward) => Category::Activation,
+                (None, _) if ends_in.is_some_and(|r| runs.phase(r) == Phase::Backward) => Category::Activation,
                 (None, _) => Category::Unknown,
             };
             at_start.insert(b.address, c);
-            if let Some(Some(j)) = start_end.get(&b.address) {
-                of_event[*j] = Some(c);
+            if let Some(j) = start_end(b.address) {
+                of_event[j] = Some(c);
             }
         }
-        // Its per-event tables go before the counting's are made.
-        drop(t);
         Self::counted(dev, start, allocated, evidence, of_event, at_start)
     }
 
-    /// The categories with the bytes of each counted: per event and in
-    /// samples every `SAMPLE` events.
     fn counted(
         dev: &DeviceTrace,
         start: &[StartBlock],
@@ -402,27 +441,46 @@ impl Categories {
 }
 
 /// Lifetimes: each alloc's free_requested (PyTorch's allocated bytes drop
-/// there), and the start blocks' ends.
-fn lifetimes(dev: &DeviceTrace, start: &[StartBlock]) -> (Ends, HashMap<u64, Option<usize>>) {
+/// there).
+fn lifetimes(dev: &DeviceTrace) -> Ends {
     let mut end = Ends(vec![Ends::NONE; dev.events.len()]);
-    let mut start_end: HashMap<u64, Option<usize>> = start.iter().map(|b| (b.address, None)).collect();
-    let mut live: HashMap<u64, Live> = start.iter().map(|b| (b.address, Live::Start)).collect();
+    let mut live: HashMap<u64, usize> = HashMap::new();
     for (i, e) in dev.events.iter().enumerate() {
         match e.action {
             Action::Alloc => {
-                live.insert(e.addr, Live::Alloc(i));
+                live.insert(e.addr, i);
             }
-            Action::FreeRequested | Action::FreeCompleted => match live.remove(&e.addr) {
-                Some(Live::Alloc(a)) => end.0[a] = u32::try_from(i).unwrap_or(Ends::NONE),
-                Some(Live::Start) => {
-                    start_end.insert(e.addr, Some(i));
+            Action::FreeRequested | Action::FreeCompleted => {
+                if let Some(a) = live.remove(&e.addr) {
+                    end.0[a] = u32::try_from(i).unwrap_or(Ends::NONE);
                 }
-                None => {}
-            },
+            }
             _ => {}
         }
     }
-    (end, start_end)
+    end
+}
+
+/// Where each block alive at the start ends: the first free at its address
+/// before any allocation there.
+fn start_ends(dev: &DeviceTrace, start: &[StartBlock]) -> HashMap<u64, usize> {
+    let mut open: std::collections::HashSet<u64> = start.iter().map(|b| b.address).collect();
+    let mut ends = HashMap::with_capacity(open.len());
+    for (i, e) in dev.events.iter().enumerate() {
+        if open.is_empty() {
+            break;
+        }
+        match e.action {
+            Action::Alloc => {
+                open.remove(&e.addr);
+            }
+            Action::FreeRequested | Action::FreeCompleted if open.remove(&e.addr) => {
+                ends.insert(e.addr, i);
+            }
+            _ => {}
+        }
+    }
+    ends
 }
 
 /// Each alloc's free_requested, if any: four bytes an event, as a
@@ -720,12 +778,6 @@ impl Trace<'_> {
             }
         }
     }
-}
-
-#[derive(Clone, Copy)]
-enum Live {
-    Start,
-    Alloc(usize),
 }
 
 fn apply(b: &mut CategoryBytes, step: i64, c: Option<Category>) {
@@ -1112,5 +1164,56 @@ impl Runs {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::Event;
+
+    fn trace(events: &[(Action, u64)]) -> DeviceTrace {
+        let mut d = DeviceTrace::default();
+        for (i, &(a, addr)) in events.iter().enumerate() {
+            d.push(Event::new(a, addr, 512, 0), i as i64, 0);
+        }
+        d
+    }
+
+    /// A block alive at the start ends at the first free of its address,
+    /// unless an allocation there came first; blocks the trace made, and a
+    /// free_completed after the free_requested, are no start block's end.
+    #[test]
+    fn a_start_block_ends_at_its_first_free_before_any_allocation_there() {
+        use Action::*;
+        let d = trace(&[
+            (Alloc, 0x100),
+            (FreeRequested, 0x200), // start block A ends here
+            (FreeCompleted, 0x200),
+            (FreeRequested, 0x100),
+            (Alloc, 0x300), // start block B's address reused: B never freed in the trace
+            (FreeRequested, 0x300),
+            (FreeRequested, 0x400), // not a start block
+        ]);
+        let start = [0x200, 0x300, 0x500].map(|address| StartBlock { address, size: 512, stack: 0 });
+        let ends = start_ends(&d, &start);
+        assert_eq!(ends.into_iter().collect::<Vec<_>>(), [(0x200, 1)]);
+        // The allocations' own ends.
+        let end = lifetimes(&d);
+        assert_eq!((0..7).map(|i| end.get(i)).collect::<Vec<_>>(), [Some(3), None, None, None, Some(5), None, None]);
+    }
+
+    /// Without stacks or markers, the start blocks' own stacks decide the
+    /// evidence, after the replay (`finish`), as `of` decides it.
+    #[test]
+    fn block_stacks_are_the_evidence_only_when_a_start_block_has_one() {
+        let d = trace(&[(Action::FreeRequested, 0x200)]);
+        let stacks = vec![vec![Frame { filename: "train.py".into(), line: 3, name: "main".into() }]];
+        let with = [StartBlock { address: 0x200, size: 512, stack: 1 }];
+        let without = [StartBlock { address: 0x200, size: 512, stack: 0 }];
+        let p = || Categories::prepare(&d, &stacks, &[]);
+        assert_eq!(Categories::finish(p(), &d, &stacks, &with, None).evidence, Evidence::BlockStacks);
+        assert_eq!(Categories::finish(p(), &d, &stacks, &without, None).evidence, Evidence::None);
+        assert_eq!(Categories::of(&d, &stacks, &[], &with, None).evidence, Evidence::BlockStacks);
     }
 }

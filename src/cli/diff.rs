@@ -94,7 +94,7 @@ fn replay_run(
     torch: Option<crate::alloc::Release>,
     timeline: bool,
 ) -> Result<Replayed> {
-    let opts = crate::replay::OpenOptions { torch, ..Default::default() };
+    let opts = crate::replay::OpenOptions { torch, categories: true, ..Default::default() };
     let opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
     let (dev, session) = (opened.dev, &opened.session);
     if session.start == Start::StateOnly {

@@ -88,6 +88,8 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         device: args.device,
         memory_limit: args.memory_limit,
         torch: args.torch.release,
+        // Every picture colours blocks by category.
+        categories: true,
         ..OpenOptions::default()
     };
     let opened = crate::replay::open(&trace, &args.trace.display().to_string(), &opts)?;

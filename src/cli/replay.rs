@@ -103,6 +103,8 @@ fn open_options(args: &ReplayArgs, config: Option<AllocatorConfig>, limit: Optio
             Some(At::Event(i)) => Some(i.saturating_add(1)),
             _ => None,
         },
+        // The summary and the screen both show them.
+        categories: true,
     }
 }
 

@@ -182,7 +182,8 @@ impl<'a> ReplayModel<'a> {
     ) -> Self {
         let start = start_blocks(dev, &session.seed);
         let order = Some((&session.exact.allocated, session.exact.allocated_before));
-        self.categories = Some(Categories::of(dev, stacks, annotations, &start, order));
+        let prepared = session.take_prepared().unwrap_or_else(|| Categories::prepare(dev, stacks, annotations));
+        self.categories = Some(Categories::finish(prepared, dev, stacks, &start, order));
         self
     }
 

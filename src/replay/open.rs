@@ -29,6 +29,9 @@ pub struct OpenOptions {
     pub keep_events: bool,
     /// Stop after this many events (`--at EVENT`).
     pub stop_at: Option<usize>,
+    /// The caller will want the categories: their first half is made on
+    /// another thread while the replay runs (`Categories::prepare`).
+    pub categories: bool,
 }
 
 impl Default for OpenOptions {
@@ -41,6 +44,7 @@ impl Default for OpenOptions {
             torch: None,
             keep_events: false,
             stop_at: None,
+            categories: false,
         }
     }
 }
@@ -115,8 +119,24 @@ pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Open
         release: ReleaseAsk::of(trace, opts.torch),
         ..Want::recorded(trace, opts.device_total)
     };
-    let session = Session::open(dev, &trace.stacks, &want)
-        .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })?;
+    let replayed = || {
+        Session::open(dev, &trace.stacks, &want)
+            .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
+    };
+    let session = if opts.categories {
+        // Independent of the replay, and most of the categories' time on a
+        // long trace: beside it (docs/measurements/benchmarks.md).
+        std::thread::scope(|s| {
+            let prepared = s.spawn(|| Categories::prepare(dev, &trace.stacks, &trace.annotations));
+            let mut session = replayed()?;
+            if let Ok(p) = prepared.join() {
+                session.set_prepared(p);
+            }
+            Ok::<_, OpenError>(session)
+        })?
+    } else {
+        replayed()?
+    };
     Ok(Opened { trace, dev, want, session, name: name.to_string() })
 }
 

@@ -23,6 +23,7 @@ use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
 use super::wrapped::{replay_wrapped, starts_empty};
 use crate::alloc::{Action, AllocatorConfig, BlockState, EventsRef, Release, SeedBlock, SeedSegment, SegmentInfo};
+use crate::analysis::categories::Categories;
 use crate::trace::{DeviceTrace, Frame};
 
 /// Where the recording starts.
@@ -237,6 +238,9 @@ pub struct Session<'a> {
     pub(crate) limit_found: Option<LimitFound>,
     /// What the search for the run's conditions could not settle.
     pub(crate) conditions_note: Option<String>,
+    /// The categories' first half, made beside the replay (`open` with
+    /// categories asked for), taken by the first to need them.
+    prepared: std::sync::Mutex<Option<crate::analysis::categories::Prepared>>,
 }
 
 /// A change of the allocator's settings during the run.
@@ -577,8 +581,7 @@ impl<'a> Session<'a> {
         let faithful = exact.divergence.is_none() && end_mismatch.is_none();
         // Requests alone (no segment events, no state): replayed on the
         // simulated device, which is a what-if of PyTorch's allocator.
-        let requests_only = !req.recorded_state && !dev.has_segment_events();
-        let fidelity = fidelity_of(requests_only, faithful, start, req.changed);
+        let fidelity = fidelity_of(!req.recorded_state && !dev.has_segment_events(), faithful, start, req.changed);
         let mut s = Session {
             dev,
             start,
@@ -596,6 +599,7 @@ impl<'a> Session<'a> {
             release_note,
             limit_found,
             conditions_note,
+            prepared: Default::default(),
         };
         if fidelity == Fidelity::WhatIf {
             let w =
@@ -614,14 +618,24 @@ impl<'a> Session<'a> {
     /// What each block of the recorded run is (docs/user/categories.md),
     /// from the replay's own allocation order where it ran the history
     /// exactly; `stacks` and `annotations` are the trace's.
-    pub(crate) fn categories(
-        &self,
-        stacks: &[Vec<Frame>],
-        annotations: &[crate::trace::Annotation],
-    ) -> crate::analysis::categories::Categories {
+    pub(crate) fn categories(&self, stacks: &[Vec<Frame>], annotations: &[crate::trace::Annotation]) -> Categories {
         let order = self.replayed_history().then_some((&self.exact.allocated, self.exact.allocated_before));
         let start = crate::analysis::categories::start_blocks(self.dev, &self.seed);
-        crate::analysis::categories::Categories::of(self.dev, stacks, annotations, &start, order)
+        let prepared = self.take_prepared().unwrap_or_else(|| Categories::prepare(self.dev, stacks, annotations));
+        Categories::finish(prepared, self.dev, stacks, &start, order)
+    }
+
+    /// Keeps what `Categories::prepare` made of this session's trace (the
+    /// trace's own stacks and annotations) for `categories`.
+    pub(crate) fn set_prepared(&mut self, p: crate::analysis::categories::Prepared) {
+        if p.fits(self.dev.events.len()) {
+            *self.prepared.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        }
+    }
+
+    /// The prepared categories, once.
+    pub(crate) fn take_prepared(&self) -> Option<crate::analysis::categories::Prepared> {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The limit replayed under: the one asked for, or the run's own as

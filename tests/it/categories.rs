@@ -390,3 +390,33 @@ fn a_snapshot_without_history_is_categorized_by_its_blocks_stacks() {
     // What had no stack to tell by is counted as unknown, not guessed.
     assert_eq!(r["categories"]["at_end"]["bytes"]["unknown"].as_u64().unwrap(), unknown);
 }
+
+/// The categories' first half runs beside the replay when a command asks
+/// for them (`OpenOptions::categories`): what comes out equals the
+/// categories made after it, block by block and byte by byte, for a window
+/// (blocks alive at the start) and a trace from process start.
+#[test]
+fn categories_made_beside_the_replay_equal_those_made_after_it() {
+    for name in ["snapshot_kinds/wrapped_steady_resnet50.pickle.gz", "categories/bert_adamw_fp16.pickle.gz"] {
+        let path = fixture(name);
+        let t = trace::load(&path).unwrap();
+        let plain = gpumem_top::replay::open(&t, name, &Default::default()).unwrap();
+        let opts = gpumem_top::replay::OpenOptions { categories: true, ..Default::default() };
+        let beside = gpumem_top::replay::open(&t, name, &opts).unwrap();
+        let (a, b) = (plain.categories(), beside.categories());
+        assert_eq!(a.evidence, b.evidence, "{name}");
+        let n = plain.dev.events.len();
+        assert!(n > 1000, "{name}: {n} events");
+        let mut blocks = 0;
+        for i in (0..n).step_by(97).chain([n - 1]) {
+            assert_eq!(a.bytes_after(Some(i)), b.bytes_after(Some(i)), "{name}: after event {i}");
+            let e = plain.dev.events.at(i);
+            assert_eq!(a.of_block(e.addr, Some(i)), b.of_block(e.addr, Some(i)), "{name}: event {i}");
+            blocks += usize::from(a.of_block(e.addr, Some(i)) != Category::Unknown);
+        }
+        assert!(blocks > 0, "{name}: every block unknown");
+        // Before the first event: a window's blocks alive at the start,
+        // told by when they end.
+        assert_eq!(a.bytes_after(None), b.bytes_after(None), "{name}: at the start");
+    }
+}
