@@ -132,30 +132,109 @@ const MEMO_CHUNK: usize = 4096;
 
 /// The pickle memo in fixed-size chunks: it grows without doubling or
 /// copying. Pickle memoizes every dict, so a trace keeps a slot per entry
-/// that nothing reads again: a chunk made only of entries and stacks the
-/// compactor took over is kept as 4 bytes a slot instead of a `Value`'s 16
-/// (160 MB at ten million entries; docs/measurements/benchmarks.md), its
-/// `Value`s emptied, so that reading a string or a dict (what the fast
-/// path reads) costs what it did.
+/// that nothing reads again: a chunk made only of entries, stacks and
+/// strings (PyTorch writes a new `'N/A'` or `''` per entry, each memoized)
+/// is kept as 2 bytes a slot (4 where its ids are far apart) instead of a
+/// `Value`'s 16 (160 MB at ten million entries;
+/// docs/measurements/benchmarks.md), its `Value`s emptied, so that reading
+/// a string or a dict (what the fast path reads) costs what it did.
 #[derive(Default)]
 struct Memo {
     chunks: Vec<Vec<Value>>,
-    /// Per chunk kept compact, its slots: `Value::Entry(id)` as `id << 1`,
-    /// `Value::Stack(id)` as `id << 1 | 1`; empty for the others.
-    compact: Vec<Vec<u32>>,
+    /// Per chunk, its slots where it is kept compact.
+    compact: Vec<Packed>,
+    /// The compact slots' strings, each once (the decoder interns them).
+    strs: Vec<Rc<String>>,
+    str_ids: HashMap<*const String, u32, FastHash>,
     len: usize,
 }
 
-fn uncompact(x: u32) -> Value {
-    if x & 1 == 0 {
-        Value::Entry(x >> 1)
-    } else {
-        Value::Stack(x >> 1)
+/// A compact chunk's slots: `Value::Entry(id)` as `id << 2`,
+/// `Value::Stack(id)` as `id << 2 | 1`, `Value::Str` as its index in
+/// `Memo::strs` `<< 2 | 2`; `Narrow` keeps them in 16 bits, an entry's id
+/// as its distance from the chunk's first entry (a chunk of 4,096 slots
+/// holds a few thousand consecutive entries).
+#[derive(Default)]
+enum Packed {
+    #[default]
+    Values,
+    Wide(Vec<u32>),
+    Narrow {
+        base: u32,
+        slots: Vec<u16>,
+    },
+}
+
+impl Packed {
+    fn of(wide: Vec<u32>) -> Packed {
+        let base = wide.iter().find(|&&x| x & 3 == 0).map_or(0, |&x| x >> 2);
+        let narrow: Option<Vec<u16>> = (wide.iter())
+            .map(|&x| {
+                let v = if x & 3 == 0 { (x >> 2).checked_sub(base)? } else { x >> 2 };
+                u16::try_from(v << 2 | (x & 3)).ok().filter(|_| v < 1 << 14)
+            })
+            .collect();
+        match narrow {
+            Some(slots) => Packed::Narrow { base, slots },
+            None => Packed::Wide(wide),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<u32> {
+        match self {
+            Packed::Values => None,
+            Packed::Wide(w) => w.get(i).copied(),
+            Packed::Narrow { base, slots } => {
+                let x = u32::from(*slots.get(i)?);
+                Some(if x & 3 == 0 { (base + (x >> 2)) << 2 } else { x })
+            }
+        }
+    }
+
+    fn is_values(&self) -> bool {
+        matches!(self, Packed::Values)
+    }
+
+    fn take_all(&mut self) -> Vec<u32> {
+        let n = match self {
+            Packed::Values => 0,
+            Packed::Wide(w) => w.len(),
+            Packed::Narrow { slots, .. } => slots.len(),
+        };
+        let all = (0..n).filter_map(|i| self.get(i)).collect();
+        *self = Packed::Values;
+        all
     }
 }
 
 impl Memo {
-    /// A slot of a chunk kept as values (strings, dicts, tuples are never
+    fn uncompact(&self, x: u32) -> Option<Value> {
+        Some(match x & 3 {
+            0 => Value::Entry(x >> 2),
+            1 => Value::Stack(x >> 2),
+            _ => Value::Str(self.strs.get((x >> 2) as usize)?.clone()),
+        })
+    }
+
+    /// A value's compact slot, where it has one.
+    fn compacted(&mut self, v: &Value) -> Option<u32> {
+        const ROOM: u32 = 1 << 30;
+        match v {
+            Value::Entry(id) if *id < ROOM => Some(id << 2),
+            Value::Stack(id) if *id < ROOM => Some(id << 2 | 1),
+            Value::Str(s) => {
+                let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < ROOM)?;
+                let id = *self.str_ids.entry(Rc::as_ptr(s)).or_insert(next);
+                if id == next {
+                    self.strs.push(s.clone());
+                }
+                Some(id << 2 | 2)
+            }
+            _ => None,
+        }
+    }
+
+    /// A slot of a chunk kept as values (dicts, tuples and lists are never
     /// in a compact one).
     #[inline]
     fn get_ref(&self, i: usize) -> Option<&Value> {
@@ -167,14 +246,15 @@ impl Memo {
     fn get(&self, i: usize) -> Option<Value> {
         match self.get_ref(i) {
             Some(v) => Some(v.clone()),
-            None => Some(uncompact(*self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?)),
+            None => self.uncompact(self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?),
         }
     }
 
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
         let k = i / MEMO_CHUNK;
-        if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_empty()) {
-            self.chunks[k] = std::mem::take(c).into_iter().map(uncompact).collect();
+        if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_values()) {
+            let c = c.take_all();
+            self.chunks[k] = c.into_iter().filter_map(|x| self.uncompact(x)).collect();
         }
         self.chunks.get_mut(k)?.get_mut(i % MEMO_CHUNK)
     }
@@ -184,20 +264,15 @@ impl Memo {
             // The chunk before the last is done with: the slots an entry
             // being read may still set lie in the last two.
             if let Some(k) = self.chunks.len().checked_sub(2) {
-                let packed: Option<Vec<u32>> = (self.chunks[k].iter())
-                    .map(|v| match *v {
-                        Value::Entry(id) if id >> 31 == 0 => Some(id << 1),
-                        Value::Stack(id) if id >> 31 == 0 => Some(id << 1 | 1),
-                        _ => None,
-                    })
-                    .collect();
-                if let Some(p) = packed {
-                    self.compact[k] = p;
-                    self.chunks[k] = Vec::new();
+                let chunk = std::mem::take(&mut self.chunks[k]);
+                let packed: Option<Vec<u32>> = chunk.iter().map(|v| self.compacted(v)).collect();
+                match packed {
+                    Some(p) => self.compact[k] = Packed::of(p),
+                    None => self.chunks[k] = chunk,
                 }
             }
             self.chunks.push(Vec::with_capacity(MEMO_CHUNK));
-            self.compact.push(Vec::new());
+            self.compact.push(Packed::Values);
         }
         if let Some(c) = self.chunks.last_mut() {
             c.push(v);
@@ -1699,32 +1774,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_memo_of_entries_and_stacks_keeps_four_bytes_a_slot_and_reads_back() {
+    fn a_memo_of_entries_stacks_and_strings_keeps_two_bytes_a_slot_and_reads_back() {
         let mut m = Memo::default();
         let n = 5 * MEMO_CHUNK + 7;
-        for i in 0..n as u32 {
-            m.push(if i % 3 == 0 { Value::Stack(i) } else { Value::Entry(i) });
+        // PyTorch's pickle memoizes a new 'N/A' per entry: one string here,
+        // as the decoder interns it, and a few others.
+        let na: Rc<String> = Rc::new("N/A".into());
+        let other: Vec<Rc<String>> = (0..3).map(|i| Rc::new(format!("s{i}"))).collect();
+        let want = |i: usize| match i % 5 {
+            0 => Value::Stack(i as u32),
+            1 => Value::Str(na.clone()),
+            2 => Value::Str(other[i % 3].clone()),
+            _ => Value::Entry(i as u32),
+        };
+        for i in 0..n {
+            m.push(want(i));
         }
-        // A chunk with a string in it stays as values.
-        m.push(Value::Str(Rc::new("alloc".into())));
+        // A chunk with anything else in it (a number here) stays as values.
+        m.push(Value::Int(3));
         for i in 0..MEMO_CHUNK as u32 * 2 {
             m.push(Value::Entry(i));
         }
-        let compact: Vec<bool> = m.compact.iter().map(|c| !c.is_empty()).collect();
+        let compact: Vec<bool> = m.compact.iter().map(|c| !c.is_values()).collect();
         assert_eq!(compact, [true, true, true, true, true, false, false, false]);
+        // In two bytes a slot: stack ids here are below 2^14, and entries
+        // near their chunk's first.
+        assert!(matches!(m.compact[1], Packed::Narrow { .. }));
+        // Stack ids past 2^14 take four.
+        assert!(matches!(m.compact[4], Packed::Wide(_)));
+        // Each string kept once.
+        assert_eq!(m.strs.len(), 4);
         for i in 0..n {
-            let want = if i % 3 == 0 { Value::Stack(i as u32) } else { Value::Entry(i as u32) };
             let got = m.get(i).unwrap();
-            assert_eq!(format!("{got:?}"), format!("{want:?}"), "slot {i}");
-            // What the fast path reads: strings and dicts, never these.
+            assert_eq!(format!("{got:?}"), format!("{:?}", want(i)), "slot {i}");
+            if let (Value::Str(a), Value::Str(b)) = (&got, &want(i)) {
+                assert!(Rc::ptr_eq(a, b), "slot {i}: the same string, shared");
+            }
+            // What the fast path reads: strings and dicts of chunks kept
+            // as values only.
             assert!(m.get_ref(i).is_none() || i >= 5 * MEMO_CHUNK);
         }
-        assert!(matches!(m.get_ref(n).map(|v| v.as_str()), Some(Some("alloc"))));
+        assert_eq!(m.get_ref(n).and_then(|v| v.as_i64()), Some(3));
         // A PUT over an old slot makes its chunk values again.
         *m.get_mut(5).unwrap() = Value::Int(9);
         assert_eq!(m.get_ref(5).and_then(|v| v.as_i64()), Some(9));
-        assert!(matches!(m.get_ref(7), Some(Value::Entry(7))));
-        assert!(m.compact[0].is_empty() && !m.compact[1].is_empty());
+        assert!(matches!(m.get_ref(6), Some(Value::Str(s)) if Rc::ptr_eq(s, &na)));
+        assert!(matches!(m.get_ref(8), Some(Value::Entry(8))));
+        assert!(m.compact[0].is_values() && !m.compact[1].is_values());
         assert!(m.get(m.len).is_none());
     }
 
