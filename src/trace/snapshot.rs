@@ -527,15 +527,17 @@ fn device_traces(
     let mut devices: Vec<DeviceTrace> = Vec::new();
     if let Some(tv) = tv {
         let lists = list_of(&tv, "device_traces")?;
-        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(lists.len());
+        // Each device's list of entries, read as ids only where needed: a
+        // list of ten million ids is 40 MB (docs/measurements/benchmarks.md).
+        let mut per_device: Vec<Shared<List>> = Vec::with_capacity(lists.len());
         for (d, dev) in lists.iter().enumerate() {
-            let Value::List(l) = dev else {
+            let Value::List(list) = dev else {
                 return Err(schema(
                     &format!("device_traces[{d}]"),
                     format!("is a {}, expected a list", dev.type_name()),
                 ));
             };
-            let l = l.borrow();
+            let l = list.borrow();
             if l.has_other_items() {
                 let (i, e) = l
                     .items()
@@ -548,23 +550,28 @@ fn device_traces(
                     format!("is a {}, expected a trace entry", e.type_name()),
                 ));
             }
-            let v: Vec<u32> = l.entry_ids().collect();
-            ids.push(v);
+            drop(l);
+            per_device.push(list.clone());
         }
         drop(lists);
         drop(tv);
         // The usual layout: one device whose entries are all of them, in
         // order; its columns move over without a copy.
         let n = cols.events.len();
-        let whole = ids.iter().filter(|v| !v.is_empty()).count() == 1
+        let empty = |l: &Shared<List>| l.borrow().entry_ids().next().is_none();
+        let whole = per_device.iter().filter(|l| !empty(l)).count() == 1
             && cols.special.is_empty()
-            && ids
-                .iter()
-                .find(|v| !v.is_empty())
-                .is_some_and(|v| v.len() == n && v.iter().enumerate().all(|(i, &x)| x as usize == i));
-        for (d, v) in ids.iter().enumerate() {
+            && per_device.iter().find(|l| !empty(l)).is_some_and(|l| {
+                let l = l.borrow();
+                let mut k = 0usize;
+                l.entry_ids().all(|x| {
+                    k += 1;
+                    x as usize == k - 1
+                }) && k == n
+            });
+        for (d, l) in per_device.iter().enumerate() {
             let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
-            if whole && !v.is_empty() {
+            if whole && !empty(l) {
                 dt.events = std::mem::take(&mut cols.events);
                 dt.time_us = std::mem::take(&mut cols.time_us);
                 dt.stacks = std::mem::take(&mut cols.stack);
@@ -581,7 +588,8 @@ fn device_traces(
                 devices.push(dt);
                 continue;
             }
-            for &id in v {
+            let v: Vec<u32> = l.borrow().entry_ids().collect();
+            for &id in &v {
                 let id = id as usize;
                 let (e, t, st) = (cols.events.at(id), cols.time_us.get(id).unwrap_or(0), cols.stack[id]);
                 match cols.special.get(&(id as u32)) {
