@@ -96,10 +96,23 @@ def main():
     nxt = trace[end]["time_us"] if end < len(trace) else period[-1]["time_us"] + 1
     span = nxt - period[0]["time_us"]
     out = trace[:end]
+
+    def fresh(e):
+        """A copy as PyTorch's snapshot makes each entry: a frames list
+        with frames is one object shared by every entry of that stack
+        (pickled once), but an empty one and `compile_context`'s string
+        are new objects per entry, each memoized by the pickle."""
+        c = dict(e)
+        if isinstance(c.get("frames"), list) and not c["frames"]:
+            c["frames"] = []
+        if isinstance(c.get("compile_context"), str) and len(c["compile_context"]) > 1:
+            c["compile_context"] = "".join(list(c["compile_context"]))
+        return c
+
     for k in range(1, copies + 1):
         dt = k * span
         for e in period:
-            c = dict(e)  # the frames list stays the same object: pickled once
+            c = fresh(e)
             c["time_us"] = e["time_us"] + dt
             out.append(c)
     shift = copies * span
