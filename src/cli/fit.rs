@@ -389,9 +389,9 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     // Without a GPU a recording costs no device memory: each asked batch
     // is recorded and replayed as it is, and the largest batch the samples
     // point to is confirmed by recordings at it and beside it.
-    let mut direct = Recordings { args, at: BTreeMap::new() };
+    let mut direct = Recordings::new(args, &samples);
     let predict = |b: u64, direct: &mut Recordings| -> Result<Prediction> {
-        if args.no_gpu && !fitted.samples.contains(&b) {
+        if args.no_gpu && (!fitted.samples.contains(&b) || fell_back) {
             Ok(direct.fit(b)?.predict(b, &base, &target))
         } else {
             Ok(fitted.predict(b, &base, &target))
@@ -497,7 +497,15 @@ struct Recordings<'a> {
     at: BTreeMap<u64, Fit>,
 }
 
-impl Recordings<'_> {
+impl<'a> Recordings<'a> {
+    /// With the samples' own recordings: a batch asked for that is a
+    /// sample's is that recording (made again it would meet the sample's
+    /// file in --record-dir).
+    fn new(args: &'a FitArgs, samples: &[Sample]) -> Recordings<'a> {
+        let at = samples.iter().filter(|_| args.no_gpu).map(|s| (s.batch, Fit::recorded(s.clone()))).collect();
+        Recordings { args, at }
+    }
+
     /// The recording at `b`, made the first time it is asked for.
     fn fit(&mut self, b: u64) -> Result<&Fit> {
         if !self.at.contains_key(&b) {
