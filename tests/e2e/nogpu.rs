@@ -68,6 +68,38 @@ fn fit_without_a_gpu_predicts_the_h200_run() {
     assert_eq!(j["no_gpu"]["assumed_device"], "NVIDIA H200");
 }
 
+/// One attention call as T5 makes it (bf16 autocast, a learned fp32 bias
+/// as the mask, dropout; `measurements/nogpu/sdpa_ops.py`) takes ATen's
+/// math path, recorded as CUDA runs it: the steps the H200's T5 traces
+/// show at batch 16 after the scores' matmul (softmax's output, the
+/// `-inf` test and its rows' `all`, a scalar, dropout's one-byte mask
+/// and output, the probabilities in bf16), not the meta run's (the mask
+/// added out of place, a dropout mask of fp32).
+#[test]
+fn math_attention_is_recorded_as_cuda_runs_it() {
+    let Some(py) = torch_python() else {
+        return;
+    };
+    let d = common::TmpDir::new("nogpu-sdpa");
+    let rec = d.as_path().join("rec");
+    let out = Command::new(bin())
+        .args(["fit", "--no-gpu", "--batches", "16", "--batch", "16", "--max-batch", "16", "--json", "--record-dir"])
+        .arg(&rec)
+        .arg("--")
+        .arg(&py)
+        .arg(common::root().join("measurements/nogpu/sdpa_ops.py"))
+        .args(["--batch-size", "{batch}"])
+        .env("TMPDIR", d.as_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sizes = allocs(&rec.join("batch16.pickle"));
+    let step: [u64; 7] = [33_554_432, 8_388_608, 32_768, 4, 8_388_608, 33_554_432, 16_777_216];
+    assert_eq!(sizes.windows(7).filter(|w| *w == step).count(), 1, "{sizes:?}");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["no_gpu"]["recorder_notes"]["attention: math"], 1, "{j}");
+}
+
 /// A script that needs a value on the GPU to go on (a data-dependent
 /// shape) stops under the fake device: one line naming the operation and
 /// the script's line, exit 2.

@@ -128,3 +128,34 @@ fn autocast_and_flash_attention_ask_for_what_the_h200_run_did() {
     assert_eq!((ra, rr), (3_332_113_920.0, 3_504_340_992.0));
     assert!((fa / ra - 1.0).abs() < 0.0005 && fr == rr, "{fa} {fr}");
 }
+
+/// T5-small (6+6 layers, seq 256) under bf16 autocast at batch 8,
+/// recorded on the H200 (nogpu/t5_bf16_b8_h200, torch 2.11) and here
+/// without a GPU (torch 2.15, transformers 5): its self-attention's
+/// position bias learns, so SDPA takes ATen's math path, which the
+/// recorder runs as CUDA does (the mask added in place, `_safe_softmax`'s
+/// `-inf` test and row `all` beside its output, dropout's one-byte mask).
+/// Both traces hold that step for step; the peaks agree within 0.05%
+/// allocated and exactly in reserved (the first recorder: +7.7% and
+/// +6.2%).
+#[test]
+fn t5s_math_attention_asks_for_what_the_h200_run_did() {
+    let real = alloc_sizes("nogpu/t5_bf16_b8_h200.pickle.gz");
+    let fake = alloc_sizes("nogpu/t5_bf16_b8.pickle.gz");
+    // After the scores' matmul ([8, 8, 256, 256] fp32): softmax's output,
+    // the -inf test (bool), its rows' all (bool), a scalar; dropout's mask
+    // (bool) and output; the probabilities cast to bf16.
+    let step: [u64; 8] = [16_777_216, 16_777_216, 4_194_304, 16_384, 4, 4_194_304, 16_777_216, 8_388_608];
+    let calls = |sizes: &[u64]| sizes.windows(step.len()).filter(|w| *w == step).count();
+    assert_eq!(calls(&real), 36, "the H200 trace: 12 self-attentions a step, 3 steps");
+    assert_eq!(calls(&fake), calls(&real));
+    let peaks = |rel: &str| {
+        let out = Command::new(bin()).arg("replay").arg(fixture(rel)).arg("--json").output().unwrap();
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (j["peak"]["allocated_bytes"].as_f64().unwrap(), j["peak"]["reserved_bytes"].as_f64().unwrap())
+    };
+    let (ra, rr) = peaks("nogpu/t5_bf16_b8_h200.pickle.gz");
+    let (fa, fr) = peaks("nogpu/t5_bf16_b8.pickle.gz");
+    assert_eq!((ra, rr), (2_954_343_936.0, 3_395_289_088.0));
+    assert!((fa / ra - 1.0).abs() < 0.0005 && fr == rr, "{fa} {fr}");
+}

@@ -265,7 +265,9 @@ def install(torch, out, steps, max_events=20_000_000):
         Tensor.is_meta.__get__: "is_meta",
     }
     cache = {}
-    state = {"error": None}
+    # "math": the dropout probability while ATen's math attention runs
+    # (None outside it); "softmax_outs": storages of its softmaxes' outputs.
+    state = {"error": None, "math": None, "softmax_outs": set()}
 
     def is_meta(x):
         return isinstance(x, Tensor) and x.is_meta
@@ -354,8 +356,14 @@ def install(torch, out, steps, max_events=20_000_000):
             return torch.ops.aten._scaled_dot_product_efficient_attention(
                 q, k, v, mask, need, p, causal, scale=scale)[0]
         rec.note("attention: math")
-        return torch.ops.aten._scaled_dot_product_attention_math(
-            q, k, v, mask, p, causal, None, scale=scale, enable_gqa=gqa)[0]
+        # Under the mode ATen's math path runs as for a tensor subclass;
+        # `Record` makes its steps take CUDA's blocks (math_step).
+        state["math"] = p
+        try:
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                q, k, v, mask, p, causal, None, scale=scale, enable_gqa=gqa)[0]
+        finally:
+            state["math"] = None
 
     def cross_entropy(args, kwargs):
         names = ("input", "target", "weight", "reduction", "ignore_index", "label_smoothing")
@@ -480,6 +488,49 @@ def install(torch, out, steps, max_events=20_000_000):
                 return blk
         return None
 
+    def math_step(name, args, out):
+        """A step of ATen's math attention as CUDA takes its blocks, where
+        the meta run differs (the T5 traces on the H200 show each):
+
+        - the mask is added in place (`attn.add_(mask)`; out of place only
+          for a tensor subclass, which every tensor is under the mode);
+        - dropout is CUDA's fused kernel, its mask one byte an element
+          (off CUDA `at::dropout` keeps a mask of the input's type);
+        - `_safe_softmax` (CUDA's composite) takes, after its output, the
+          `-inf` test of every score (bool), its rows' `all` (bool) and a
+          scalar, freed before it returns; its backward takes a second
+          block of the gradient's size beside `_softmax_backward_data`'s.
+
+        True where the step's output was recorded here."""
+        if name == "add" and state["math"] is not None and is_meta(args[0]) and isinstance(out, Tensor):
+            blk = rec.block_of(args[0])
+            if blk is not None and args[0].shape == out.shape and blk[1] == out.numel() * out.element_size():
+                rec.adopt(out, blk[0], blk[1])
+                return True
+        elif name == "empty_like" and state["math"] and is_meta(out):
+            rec.track(out, out.numel())
+            return True
+        elif name == "_safe_softmax" and is_meta(out):
+            rec.track(out)
+            x, dim = args[0], args[1] % max(args[0].dim(), 1)
+            n = x.numel()
+            rows = n // max(x.shape[dim], 1) if x.dim() else n
+            held = [(rec.alloc(m), m) for m in (n, rows, out.element_size()) if m > 0]
+            for a, m in reversed(held):
+                rec.free(a, m)
+            key = out.untyped_storage()._cdata
+            state["softmax_outs"].add(key)
+            weakref.finalize(out.untyped_storage(), state["softmax_outs"].discard, key)
+            return True
+        elif (name == "_softmax_backward_data" and is_meta(out) and is_meta(args[1])
+              and args[1].untyped_storage()._cdata in state["softmax_outs"]):
+            n = out.numel() * out.element_size()
+            a = rec.alloc(n)
+            rec.track(out)
+            rec.free(a, n)
+            return True
+        return False
+
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             into = accumulation(args, kwargs) if func is add else None
@@ -493,6 +544,8 @@ def install(torch, out, steps, max_events=20_000_000):
             if into is not None:
                 rec.adopt(out, into[0], into[1])
                 return out
+            if math_step(name, args, out):
+                return out
             if name == "_scaled_dot_product_flash_attention":
                 # As the H200 traces show it, with dropout or without: the
                 # RNG's seed and offset (8 bytes each on the device), then
@@ -502,9 +555,16 @@ def install(torch, out, steps, max_events=20_000_000):
                 _walk(out[:2], rec.track)
                 rec.scratch(256)
             elif name == "_scaled_dot_product_efficient_attention":
-                # The output and its log-sum-exp (no RNG state on the
-                # device for this kernel in the traces).
+                # The output and its log-sum-exp; with dropout, as flash
+                # takes them, the RNG's seed and offset first and 256
+                # bytes of scratch after (T5's traces on the H200).
+                dropout = float(args[5] if len(args) > 5 else (kwargs or {}).get("dropout_p", 0.0)) > 0
+                if dropout:
+                    rec.track(out[2], 8)
+                    rec.track(out[3], 8)
                 _walk(out[:2], rec.track)
+                if dropout:
+                    rec.scratch(256)
             elif name == "native_dropout":
                 # CUDA's fused dropout allocates its mask first.
                 _walk(out[::-1], rec.track)
@@ -752,10 +812,18 @@ def _efficient_backward_scratch(rec, args):
     product and one sum freed, then a workspace of [B, L, H, D] fp32 plus
     32 floats per batch and head; the other sum and the workspace freed
     when it returns."""
+    import torch
+
     q = args[1]
     b, h, lq, d = q.shape
     prod = b * h * lq * d * 4
     delta = b * h * lq * 4
+    if q.dtype != torch.float32:
+        # Half types: the kernel computes the sums itself, in one
+        # workspace of the fp32 accumulator, the sums and 256 bytes
+        # (8,519,936 bytes for [16, 8, 256, 64] bf16 in T5's H200 trace).
+        rec.scratch(prod + delta + 256)
+        return
     ws = prod + b * h * 32 * 4
     a1 = rec.alloc(prod)
     a2 = rec.alloc(delta)
