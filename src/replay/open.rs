@@ -127,9 +127,14 @@ pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Open
         // Independent of the replay, and most of the categories' time on a
         // long trace: beside it (docs/measurements/benchmarks.md).
         std::thread::scope(|s| {
-            let prepared = s.spawn(|| Categories::prepare(dev, &trace.stacks, &trace.annotations));
+            // A thread the system will not give just means preparing them
+            // later, on this one.
+            let prepared = std::thread::Builder::new()
+                .name("categories".into())
+                .spawn_scoped(s, || Categories::prepare(dev, &trace.stacks, &trace.annotations))
+                .ok();
             let mut session = replayed()?;
-            if let Ok(p) = prepared.join() {
+            if let Some(Ok(p)) = prepared.map(|h| h.join()) {
                 session.set_prepared(p);
             }
             Ok::<_, OpenError>(session)
