@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use crate::trace::pickle::FastHash;
+
 use crate::alloc::{Action, AllocatorConfig, BlockId, CachingAllocator, EventsRef};
 use crate::device::Sim;
 
@@ -187,7 +189,9 @@ pub(crate) fn run_requests_on<R: Requests + ?Sized>(
     if limit.is_some() {
         a.set_memory_limit(limit);
     }
-    let mut live: HashMap<u64, BlockId> = HashMap::new();
+    // Keyed by the recorded addresses: the std hasher's SipHash was 14% of
+    // tune's time on a ten-million-event trace (docs/measurements/benchmarks.md).
+    let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
     let (mut new_ooms, mut avoided_ooms) = (0, 0);
     let mut first_new_oom = None;
     let mut peak: Option<(usize, u64, u64)> = None;
