@@ -17,12 +17,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::alloc::config::{K_MIN_BLOCK_SIZE, K_SMALL_BUFFER, K_SMALL_SIZE};
 use crate::alloc::{Action, AllocatorConfig, BlockState, EventsRef, SeedBlock, SeedSegment};
+use crate::trace::pickle::FastHash;
 use crate::trace::DeviceTrace;
 
 /// Whether the trace can be replayed from an empty allocator.
 pub fn starts_empty(dev: &DeviceTrace) -> bool {
-    let mut live = HashSet::new();
-    let mut segs = HashSet::new();
+    // One lookup per event: the fast hasher, as the engine keys addresses.
+    let mut live: HashSet<u64, FastHash> = HashSet::default();
+    let mut segs: HashSet<u64, FastHash> = HashSet::default();
     for e in dev.events.view() {
         match e.action {
             Action::Alloc => {
@@ -118,8 +120,8 @@ type Initial = (u64, u64, bool, bool);
 /// frees without allocating, and those alive at the end it never allocated.
 fn live_at_start(dev: &DeviceTrace, config: &AllocatorConfig) -> HashMap<u64, Initial> {
     let mut initial: HashMap<u64, Initial> = HashMap::new();
-    let mut live = HashSet::new();
-    let mut allocated_in_window = HashSet::new();
+    let mut live: HashSet<u64, FastHash> = HashSet::default();
+    let mut allocated_in_window: HashSet<u64, FastHash> = HashSet::default();
     for e in dev.events.view() {
         match e.action {
             Action::Alloc => {
