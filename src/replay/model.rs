@@ -3,7 +3,7 @@
 //! and keys (`ui`); `export` draws one moment of it; neither owns it.
 
 use crate::alloc::{Action, CachingAllocator, StatePoint};
-use crate::analysis::categories::{start_blocks, Categories, Category, CategoryBytes, Evidence};
+use crate::analysis::categories::{Categories, Category, CategoryBytes, Evidence};
 use crate::device::Oracle;
 use crate::timeline::Step;
 use crate::trace::{Annotation, DeviceTrace, Frame};
@@ -119,7 +119,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Ok(Self::of(session, dev, stacks, annotations, name, 1024)?.categorized(session, dev, stacks, annotations))
+        Ok(Self::of(session, dev, stacks, annotations, name, 1024)?.categorized(session, stacks, annotations))
     }
 
     /// As `open`, for one picture (`export`): no checkpoints, so the cursor
@@ -132,12 +132,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Ok(Self::of(session, dev, stacks, annotations, name, usize::MAX)?.categorized(
-            session,
-            dev,
-            stacks,
-            annotations,
-        ))
+        Ok(Self::of(session, dev, stacks, annotations, name, usize::MAX)?.categorized(session, stacks, annotations))
     }
 
     /// As `open`, without categories (a trace with no evidence for them).
@@ -173,17 +168,9 @@ impl<'a> ReplayModel<'a> {
     }
 
     /// With what each block is, from the session's own allocation order.
-    fn categorized(
-        mut self,
-        session: &Session<'a>,
-        dev: &DeviceTrace,
-        stacks: &[Vec<Frame>],
-        annotations: &[Annotation],
-    ) -> Self {
-        let start = start_blocks(dev, &session.seed);
+    fn categorized(mut self, session: &Session<'a>, stacks: &[Vec<Frame>], annotations: &[Annotation]) -> Self {
         let order = Some((&session.exact.allocated, session.exact.allocated_before));
-        let prepared = session.take_prepared().unwrap_or_else(|| Categories::prepare(dev, stacks, annotations));
-        self.categories = Some(Categories::finish(prepared, dev, stacks, &start, order));
+        self.categories = Some(session.categories_sized_by(stacks, annotations, order));
         self
     }
 

@@ -620,6 +620,18 @@ impl<'a> Session<'a> {
     /// exactly; `stacks` and `annotations` are the trace's.
     pub(crate) fn categories(&self, stacks: &[Vec<Frame>], annotations: &[crate::trace::Annotation]) -> Categories {
         let order = self.replayed_history().then_some((&self.exact.allocated, self.exact.allocated_before));
+        self.categories_sized_by(stacks, annotations, order)
+    }
+
+    /// `categories` with the blocks' sizes from `order` (how allocated bytes
+    /// changed at each event, and before the first), the first half taken
+    /// from beside the replay where it was made there.
+    pub(crate) fn categories_sized_by(
+        &self,
+        stacks: &[Vec<Frame>],
+        annotations: &[crate::trace::Annotation],
+        order: Option<(&Arc<crate::trace::deltas::Deltas>, u64)>,
+    ) -> Categories {
         let start = crate::analysis::categories::start_blocks(self.dev, &self.seed);
         let prepared = self.take_prepared().unwrap_or_else(|| Categories::prepare(self.dev, stacks, annotations));
         Categories::finish(prepared, self.dev, stacks, &start, order)
@@ -634,7 +646,7 @@ impl<'a> Session<'a> {
     }
 
     /// The prepared categories, once.
-    pub(crate) fn take_prepared(&self) -> Option<crate::analysis::categories::Prepared> {
+    fn take_prepared(&self) -> Option<crate::analysis::categories::Prepared> {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
