@@ -464,7 +464,7 @@ fn lifetimes(dev: &DeviceTrace) -> Ends {
 /// Where each block alive at the start ends: the first free at its address
 /// before any allocation there.
 fn start_ends(dev: &DeviceTrace, start: &[StartBlock]) -> HashMap<u64, usize> {
-    let mut open: std::collections::HashSet<u64> = start.iter().map(|b| b.address).collect();
+    let mut open: HashSet<u64> = start.iter().map(|b| b.address).collect();
     let mut ends = HashMap::with_capacity(open.len());
     for (i, e) in dev.events.iter().enumerate() {
         if open.is_empty() {

@@ -561,14 +561,10 @@ fn device_traces(
         let empty = |l: &Shared<List>| l.borrow().entry_ids().next().is_none();
         let whole = per_device.iter().filter(|l| !empty(l)).count() == 1
             && cols.special.is_empty()
-            && per_device.iter().find(|l| !empty(l)).is_some_and(|l| {
-                let l = l.borrow();
-                let mut k = 0usize;
-                l.entry_ids().all(|x| {
-                    k += 1;
-                    x as usize == k - 1
-                }) && k == n
-            });
+            && per_device
+                .iter()
+                .find(|l| !empty(l))
+                .is_some_and(|l| l.borrow().entry_ids().map(|x| x as usize).eq(0..n));
         for (d, l) in per_device.iter().enumerate() {
             let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
             if whole && !empty(l) {
