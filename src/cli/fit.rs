@@ -391,7 +391,7 @@ pub fn fit(args: &FitArgs) -> Result<ExitCode> {
     // point to is confirmed by recordings at it and beside it.
     let mut direct = Recordings::new(args, &samples);
     let predict = |b: u64, direct: &mut Recordings| -> Result<Prediction> {
-        if args.no_gpu && (!fitted.samples.contains(&b) || fell_back) {
+        if args.no_gpu && !fitted.samples.contains(&b) {
             Ok(direct.fit(b)?.predict(b, &base, &target))
         } else {
             Ok(fitted.predict(b, &base, &target))
