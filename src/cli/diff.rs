@@ -167,6 +167,7 @@ fn run_of(
     torch: Option<crate::alloc::Release>,
     progress: bool,
     timeline: bool,
+    loaded: impl FnOnce(),
 ) -> Result<(Replayed, bool)> {
     if input.kind() == InputKind::Recording {
         let name = input.name().to_string();
@@ -174,6 +175,7 @@ fn run_of(
         return Ok((recorded_run(path, &snaps)?, true));
     }
     let trace = if progress { load_input(input, max_unpacked)? } else { super::io::load_quietly(input, max_unpacked)? };
+    loaded();
     Ok((replay_run(path, &trace, torch, timeline)?, false))
 }
 
@@ -338,11 +340,21 @@ fn compare(
             new.display()
         ))));
     }
-    // Each run is loaded and replayed on a thread of its own: a diff takes
-    // about one replay's time where there are two cores.
+    // Each run is replayed on a thread of its own, the second loaded once
+    // the first is: decoding is when a replay holds most (the pickle's memo
+    // beside the columns), so the two peaks do not meet, and the second's
+    // decoding overlaps the first's replay (docs/measurements/benchmarks.md).
+    let (first_loaded, wait) = std::sync::mpsc::channel::<()>();
     let (b, n) = std::thread::scope(|s| {
-        let n = s.spawn(|| run_of(ni, new, max_unpacked, torch, false, timeline));
-        (run_of(bi, base, max_unpacked, torch, true, timeline), n.join())
+        let n = s.spawn(move || {
+            // Err: the first run ended (or failed) before it said so.
+            let _ = wait.recv();
+            run_of(ni, new, max_unpacked, torch, false, timeline, || {})
+        });
+        let b = run_of(bi, base, max_unpacked, torch, true, timeline, move || {
+            let _ = first_loaded.send(());
+        });
+        (b, n.join())
     });
     let (b, recordings) = b?;
     let (n, _) = n.map_err(|_| anyhow!("{}: its replay stopped with a panic", new.display()))??;
