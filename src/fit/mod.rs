@@ -255,6 +255,10 @@ pub(crate) struct Fit {
     /// sample are the same shape, which gets the same algorithm and so
     /// varies alike.
     workspaces: HashMap<usize, u64>,
+    /// Requests whose sizes in three or more samples are off any line
+    /// (cuDNN changed kernels between them): their sizes by batch, sorted,
+    /// read between neighbouring samples (`between_samples`).
+    bent: HashMap<usize, Vec<(u64, u64)>>,
     pub(crate) samples: Vec<u64>,
     pub(crate) report: FitReport,
 }
@@ -661,6 +665,7 @@ impl Fit {
         let weights = weight_sizes(&sk.reqs, &points, samples.len());
         let mut sizes = HashMap::new();
         let mut workspaces = HashMap::new();
+        let mut bent = HashMap::new();
         let (mut aligned, mut scaling, mut nonlinear) = (0, 0, 0);
         for (&i, pts) in &points {
             let size = if pts.len() == samples.len() {
@@ -673,6 +678,9 @@ impl Fit {
                 }
                 if pts.len() > 2 && pts.iter().any(|&(b, s)| (m.at(b) as f64 - s as f64).abs() > 0.01 * s as f64) {
                     nonlinear += 1;
+                    let mut by_batch = pts.clone();
+                    by_batch.sort_unstable();
+                    bent.insert(i, by_batch);
                 }
                 // A tensor whose size changes with the batch is in
                 // proportion to it (the batch is one of its dimensions);
@@ -734,6 +742,7 @@ impl Fit {
             skeleton: sk.reqs.clone(),
             sizes,
             workspaces,
+            bent,
             samples: samples.iter().map(|s| s.batch).collect(),
             report,
         })
@@ -755,7 +764,14 @@ impl Fit {
             call_stacks: sample.call_stacks,
             self_check: Vec::new(),
         };
-        Fit { skeleton: sample.reqs, sizes, workspaces: HashMap::new(), samples: vec![sample.batch], report }
+        Fit {
+            skeleton: sample.reqs,
+            sizes,
+            workspaces: HashMap::new(),
+            bent: HashMap::new(),
+            samples: vec![sample.batch],
+            report,
+        }
     }
 
     pub(crate) fn requests_at(&self, batch: u64) -> Vec<Request> {
@@ -771,7 +787,10 @@ impl Fit {
             .enumerate()
             .map(|(i, r)| match *r {
                 Request::Alloc { key, size, stream } => {
-                    let mut size = self.sizes.get(&i).map_or(size, |m| m.at(batch));
+                    let mut size = match self.bent.get(&i) {
+                        Some(pts) => between_samples(pts, batch),
+                        None => self.sizes.get(&i).map_or(size, |m| m.at(batch)),
+                    };
                     if let (Some(run), Some(&shape)) = (run, self.workspaces.get(&i)) {
                         let u = unit(splitmix(shape ^ splitmix(run)));
                         size = ((size as f64) * (1.0 + WORKSPACE_SPREAD * u)).round().max(1.0) as u64;
@@ -855,6 +874,32 @@ impl Fit {
 /// `--max-batch`): far past any real one, small enough that no sum of
 /// request sizes or search step wraps.
 pub const MAX_BATCH: u64 = 1 << 32;
+
+/// A size off any line through three or more samples (`pts` sorted by
+/// batch): between two samples, on the line through them; beyond the
+/// largest, on the line through the last two if that grows (through the
+/// origin and the largest where its intercept is negative, as a workspace
+/// growing faster than the batch is taken to: "Workspaces"), else the
+/// largest's size, a kernel that needs less at larger batches needing no
+/// more beyond them (docs/user/fit.md "Batch-split buffers").
+fn between_samples(pts: &[(u64, u64)], batch: u64) -> u64 {
+    let n = pts.len();
+    if n < 2 {
+        return pts.first().map_or(1, |p| p.1);
+    }
+    let j = pts.iter().position(|p| p.0 >= batch).unwrap_or(n - 1).clamp(1, n - 1);
+    let ((b0, s0), (b1, s1)) = (pts[j - 1], pts[j]);
+    let k = (s1 as f64 - s0 as f64) / (b1 as f64 - b0 as f64);
+    if batch > b1 {
+        if k <= 0.0 {
+            return s1;
+        }
+        let a = s1 as f64 - k * b1 as f64;
+        let v = if a < 0.0 { s1 as f64 * batch as f64 / b1 as f64 } else { a + k * batch as f64 };
+        return v.round().max(1.0) as u64;
+    }
+    (s0 as f64 + k * (batch as f64 - b0 as f64)).round().max(1.0) as u64
+}
 
 /// SplitMix64's mixing function: a fixed, well-spread sequence.
 fn splitmix(x: u64) -> u64 {
@@ -961,6 +1006,22 @@ mod tests {
         let c = AllocatorConfig::default();
         assert_eq!(f.predict(4, &c, &t).runs, 1);
         assert_eq!(f.predict(64, &c, &t).runs, WORKSPACE_RUNS);
+    }
+
+    /// Off a line through three samples: on the line through the two
+    /// neighbours between them, and beyond the largest on the last two's if
+    /// that grows, else the largest's size.
+    #[test]
+    fn a_bent_size_is_read_between_neighbouring_samples() {
+        let pts = [(8, 1000), (16, 2000), (128, 100)];
+        assert_eq!(between_samples(&pts, 12), 1500);
+        assert_eq!(between_samples(&pts, 72), 1050);
+        assert_eq!(between_samples(&pts, 256), 100);
+        assert_eq!(between_samples(&pts, 4), 500);
+        let up = [(8, 1000), (16, 2000), (32, 5000)];
+        assert_eq!(between_samples(&up, 64), 10_000);
+        let steep = [(8, 100), (16, 200), (32, 2000)];
+        assert_eq!(between_samples(&steep, 64), 4000);
     }
 
     /// A weight of 409,600 fp32 values kept, and scratch space growing by
