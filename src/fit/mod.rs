@@ -632,7 +632,7 @@ fn split_buffer(k: f64, before: u64, weights: &[u64]) -> bool {
 /// is the other kernel's scratch space (EfficientNet's 1280×320: 20.1 MB at
 /// 128, its input and output copied), which the samples do not show: the
 /// buffer's size in the largest sample stands for it (26.2 MB at 16).
-pub(crate) const SPLIT_STOP_BATCH: u64 = 128;
+const SPLIT_STOP_BATCH: u64 = 128;
 
 impl Fit {
     /// Aligns the samples (at least two, different batches) and fits each
@@ -671,6 +671,8 @@ impl Fit {
             let size = if pts.len() == samples.len() {
                 aligned += 1;
                 let m = fit_line(pts);
+                let mut by_batch = pts.clone();
+                by_batch.sort_unstable();
                 if let Size::Linear { k, .. } = m {
                     if k.abs() > 0.0 {
                         scaling += 1;
@@ -678,9 +680,7 @@ impl Fit {
                 }
                 if pts.len() > 2 && pts.iter().any(|&(b, s)| (m.at(b) as f64 - s as f64).abs() > 0.01 * s as f64) {
                     nonlinear += 1;
-                    let mut by_batch = pts.clone();
-                    by_batch.sort_unstable();
-                    bent.insert(i, by_batch);
+                    bent.insert(i, by_batch.clone());
                 }
                 // A tensor whose size changes with the batch is in
                 // proportion to it (the batch is one of its dimensions);
@@ -690,8 +690,6 @@ impl Fit {
                 let varies = pts.iter().any(|p| p.1 != pts[0].1);
                 let reduction = reductions.contains(&i) || transient.contains(&i) && proportional;
                 if transient.contains(&i) && varies && !reduction {
-                    let mut by_batch = pts.clone();
-                    by_batch.sort_unstable();
                     workspaces.insert(i, by_batch.iter().fold(0, |h, &(_, s)| splitmix(h ^ s)));
                 }
                 // A reduction's scratch space: in proportion to the batch
@@ -1027,8 +1025,8 @@ mod tests {
     /// A weight of 409,600 fp32 values kept, and scratch space growing by
     /// one fp32 copy of it per batch item (cuDNN's batch-split buffer for
     /// its gradient, with 400 bytes beside) grows so below
-    /// `SPLIT_STOP_BATCH`, then takes its size in the largest sample; scratch space growing by another
-    /// amount per item goes on growing.
+    /// `SPLIT_STOP_BATCH`, then takes its size in the largest sample;
+    /// scratch space growing by another amount per item goes on growing.
     #[test]
     fn a_weight_gradients_batch_split_buffer_stops_growing() {
         let w = 1_638_400;
