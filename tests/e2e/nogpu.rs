@@ -19,6 +19,31 @@ fn bin() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_gpumem-top"))
 }
 
+/// `fit --no-gpu FIT_ARGS --record-dir D/rec -- PYTHON SCRIPT SCRIPT_ARGS`,
+/// its temporary files under `d`: the output and where it recorded.
+fn fit_no_gpu<S: AsRef<std::ffi::OsStr>>(
+    d: &common::TmpDir,
+    py: &std::ffi::OsStr,
+    fit_args: &[&str],
+    script: &str,
+    script_args: impl IntoIterator<Item = S>,
+) -> (std::process::Output, std::path::PathBuf) {
+    let rec = d.as_path().join("rec");
+    let out = Command::new(bin())
+        .args(["fit", "--no-gpu"])
+        .args(fit_args)
+        .arg("--record-dir")
+        .arg(&rec)
+        .arg("--")
+        .arg(py)
+        .arg(common::root().join(script))
+        .args(script_args)
+        .env("TMPDIR", d.as_path())
+        .output()
+        .unwrap();
+    (out, rec)
+}
+
 fn allocs(path: &std::path::Path) -> Vec<u64> {
     let t = gpumem_top::trace::load(path).unwrap();
     t.devices[0].events.iter().filter(|e| e.action == Action::Alloc).map(|e| e.size).collect()
@@ -34,19 +59,16 @@ fn fit_without_a_gpu_predicts_the_h200_run() {
         return;
     };
     let d = common::TmpDir::new("nogpu-fit");
-    let rec = d.as_path().join("rec");
-    let out = Command::new(bin())
-        .args(["fit", "--no-gpu", "--batches", "32,64", "--batch", "32", "--steps", "12"])
-        .args(["--memory-limit", "1GiB", "--json", "--record-dir"])
-        .arg(&rec)
-        .arg("--")
-        .arg(&py)
-        .arg(common::root().join("measurements/ten_million/record_loop.py"))
-        .arg(d.as_path().join("unused.pickle"))
-        .args(["--model", "mlp", "--steps", "12", "--batch", "{batch}"])
-        .env("TMPDIR", d.as_path())
-        .output()
-        .unwrap();
+    let unused = d.as_path().join("unused.pickle");
+    let (out, rec) = fit_no_gpu(
+        &d,
+        &py,
+        &["--batches", "32,64", "--batch", "32", "--steps", "12", "--memory-limit", "1GiB", "--json"],
+        "measurements/ten_million/record_loop.py",
+        [unused.as_os_str()]
+            .into_iter()
+            .chain(["--model", "mlp", "--steps", "12", "--batch", "{batch}"].map(std::ffi::OsStr::new)),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -81,17 +103,13 @@ fn math_attention_is_recorded_as_cuda_runs_it() {
         return;
     };
     let d = common::TmpDir::new("nogpu-sdpa");
-    let rec = d.as_path().join("rec");
-    let out = Command::new(bin())
-        .args(["fit", "--no-gpu", "--batches", "16", "--batch", "16", "--max-batch", "16", "--json", "--record-dir"])
-        .arg(&rec)
-        .arg("--")
-        .arg(&py)
-        .arg(common::root().join("measurements/nogpu/sdpa_ops.py"))
-        .args(["--batch-size", "{batch}"])
-        .env("TMPDIR", d.as_path())
-        .output()
-        .unwrap();
+    let (out, rec) = fit_no_gpu(
+        &d,
+        &py,
+        &["--batches", "16", "--batch", "16", "--max-batch", "16", "--json"],
+        "measurements/nogpu/sdpa_ops.py",
+        ["--batch-size", "{batch}"],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let sizes = allocs(&rec.join("batch16.pickle"));
     let step: [u64; 7] = [33_554_432, 8_388_608, 32_768, 4, 8_388_608, 33_554_432, 16_777_216];
