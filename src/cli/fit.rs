@@ -502,7 +502,11 @@ impl<'a> Recordings<'a> {
     /// sample's is that recording (made again it would meet the sample's
     /// file in --record-dir).
     fn new(args: &'a FitArgs, samples: &[Sample]) -> Recordings<'a> {
-        let at = samples.iter().filter(|_| args.no_gpu).map(|s| (s.batch, Fit::recorded(s.clone()))).collect();
+        let at = if args.no_gpu {
+            samples.iter().map(|s| (s.batch, Fit::recorded(s.clone()))).collect()
+        } else {
+            BTreeMap::new()
+        };
         Recordings { args, at }
     }
 
