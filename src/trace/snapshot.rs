@@ -9,7 +9,7 @@ use std::io::Read;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::pickle::{decode_charged, Compactor, Dict, EntryFields, FastHash, Limits, List, Shared, Value};
+use super::pickle::{decode_parallel, Compactor, Dict, EntryFields, FastHash, Limits, List, Parallel, Shared, Value};
 use super::{
     Annotation, DeviceTrace, Frame, RecordedBlock, RecordedSegment, ReleaseEvidence, Settings, Trace, TraceError,
     TraceFormat,
@@ -490,7 +490,7 @@ pub fn read_snapshot<R: Read>(r: R) -> Result<Trace, TraceError> {
 /// are sized for it up front instead of growing by copies. (Capacity never
 /// written costs no resident memory.)
 pub fn read_snapshot_sized<R: Read>(r: R, unpacked_bytes: u64) -> Result<Trace, TraceError> {
-    read_snapshot_with(r, unpacked_bytes, false, &super::ReadLimits::default()).map(|(t, _)| t)
+    read_snapshot_with(r, unpacked_bytes, Decoding::default(), &super::ReadLimits::default()).map(|(t, _)| t)
 }
 
 /// As `read_snapshot_sized`, with the decoder's memory bounded by the bytes
@@ -500,7 +500,7 @@ pub fn read_snapshot_limited<R: Read>(
     unpacked_bytes: u64,
     limits: &super::ReadLimits,
 ) -> Result<Trace, TraceError> {
-    read_snapshot_with(r, unpacked_bytes, false, limits).map(|(t, _)| t)
+    read_snapshot_with(r, unpacked_bytes, Decoding::default(), limits).map(|(t, _)| t)
 }
 
 /// An `annotate` entry (`torch.cuda.memory._annotate_tensor`, 2.14+) as an
@@ -620,14 +620,29 @@ fn device_traces(
     Ok(devices)
 }
 
-/// Also returns how many entries the fast path decoded.
+/// How trace entries are decoded: tests compare the ways.
+#[derive(Default)]
+struct Decoding {
+    /// Only through the generic decoder.
+    generic_only: bool,
+    parallel: Parallel,
+}
+
+/// How many entries the fast path decoded, and how many of them worker
+/// threads read (the tests that compare the ways read them).
+#[cfg_attr(not(test), allow(dead_code))]
+struct Taken {
+    fast: usize,
+    in_parallel: u64,
+}
+
 fn read_snapshot_with<R: Read>(
     r: R,
     unpacked_bytes: u64,
-    generic_only: bool,
+    how: Decoding,
     limits: &super::ReadLimits,
-) -> Result<(Trace, usize), TraceError> {
-    let mut cols = EntryColumns { generic_only, ..Default::default() };
+) -> Result<(Trace, Taken), TraceError> {
+    let mut cols = EntryColumns { generic_only: how.generic_only, ..Default::default() };
     // A trace entry takes at least ~40 bytes of pickle. The size is a hint
     // from the file: a failed reservation just means growing as usual.
     let n = (unpacked_bytes / 40).min(1 << 24) as usize;
@@ -638,7 +653,7 @@ fn read_snapshot_with<R: Read>(
     // unpacked bytes: the allowance follows them instead of the file.
     let consumed = if limits.max_unpacked.is_some() { None } else { limits.consumed.clone() };
     let lim = Limits { consumed, ..Limits::default() };
-    let (root, charged) = decode_charged(r, &mut cols, lim).map_err(TraceError::Pickle)?;
+    let (root, charged) = decode_parallel(r, &mut cols, lim, how.parallel).map_err(TraceError::Pickle)?;
     let mut trace = Trace { format: TraceFormat::PytorchSnapshot, ..Default::default() };
 
     // Call stacks of trace entries, in the order they were first seen. Each
@@ -726,7 +741,7 @@ fn read_snapshot_with<R: Read>(
     trace.devices = devices;
     trace.stacks = w.stacks;
     drop(root);
-    let taken = cols.fast_taken;
+    let taken = Taken { fast: cols.fast_taken, in_parallel: charged.in_parallel };
     Ok((trace, taken))
 }
 
@@ -735,15 +750,19 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    /// The fast path for trace entries and the generic decoder give the same
-    /// trace, field for field, on real snapshots.
+    /// The trace entries' fast path, on one thread or several, and the
+    /// generic decoder give the same trace, field for field, on real
+    /// snapshots; several threads with shares small enough that their
+    /// boundaries fall everywhere.
     #[test]
-    fn fast_and_generic_entry_paths_agree_on_real_snapshots() {
+    fn fast_parallel_and_generic_entry_paths_agree_on_real_snapshots() {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+        let lim = crate::trace::ReadLimits::default();
         for name in [
             "gpt2_train.pickle.gz",
             "multistream_pipeline.pickle.gz",
             "fixture_py3000.pickle.gz",
+            "gpt2_train_wrapped.pickle.gz",
             // Python's pickler's layout of what 2.12 to 2.15 added (tests/fixtures/releases/snapshots/make.py).
             "../releases/snapshots/torch212.pickle.gz",
             "../releases/snapshots/torch215.pickle.gz",
@@ -753,23 +772,44 @@ mod tests {
             flate2::read::MultiGzDecoder::new(std::fs::File::open(root.join(name)).unwrap())
                 .read_to_end(&mut raw)
                 .unwrap();
-            let (fast, taken) =
-                read_snapshot_with(&raw[..], raw.len() as u64, false, &crate::trace::ReadLimits::default()).unwrap();
-            let (slow, none) = read_snapshot_with(&raw[..], 0, true, &crate::trace::ReadLimits::default()).unwrap();
-            assert_eq!(none, 0);
-            assert!(taken * 100 >= fast.devices[0].events.len() * 99, "{name}: fast path took {taken}");
-            let (a, b) = (&fast.devices[0], &slow.devices[0]);
+            let one = Decoding { parallel: Parallel::off(), ..Decoding::default() };
+            let (fast, taken) = read_snapshot_with(&raw[..], raw.len() as u64, one, &lim).unwrap();
+            let generic = Decoding { generic_only: true, parallel: Parallel::off() };
+            let (slow, none) = read_snapshot_with(&raw[..], 0, generic, &lim).unwrap();
+            assert_eq!((none.fast, taken.in_parallel), (0, 0));
+            let events = fast.devices[0].events.len();
+            assert!(taken.fast * 100 >= events * 99, "{name}: fast path took {}", taken.fast);
+            let mut ways = vec![(fast, format!("{name} one thread")), (slow, format!("{name} generic"))];
+            for (workers, share) in [(3, 200), (2, 777), (5, 4096)] {
+                let par = Parallel { workers, share, first_after: 0, retry_after: 0 };
+                let (t, taken) =
+                    read_snapshot_with(&raw[..], 0, Decoding { parallel: par, ..Decoding::default() }, &lim).unwrap();
+                // All but each run's first entry, and those with a stack
+                // not seen before (the generic decoder's).
+                assert!(
+                    taken.in_parallel as usize * 2 >= events,
+                    "{name}: {} of {events} entries in parallel ({workers} × {share} B)",
+                    taken.in_parallel
+                );
+                ways.push((t, format!("{name} {workers} × {share} B")));
+            }
+            let (fast, _) = &ways[0];
+            let a = &fast.devices[0];
             assert!(!a.events.is_empty(), "{name}");
-            assert_eq!(a.events, b.events, "{name}");
-            assert_eq!(a.time_us, b.time_us, "{name}");
             let frames = |t: &Trace, d: &DeviceTrace| -> Vec<Vec<Frame>> {
                 d.stacks.iter().map(|&s| if s == 0 { vec![] } else { t.stacks[s as usize - 1].clone() }).collect()
             };
-            assert_eq!(frames(&fast, a), frames(&slow, b), "{name}");
-            assert_eq!(a.segments, b.segments, "{name}");
-            assert_eq!(fast.settings, slow.settings, "{name}");
-            assert_eq!(a.exact, b.exact, "{name}");
-            assert_eq!(fast.release, slow.release, "{name}");
+            for (other, way) in &ways[1..] {
+                let b = &other.devices[0];
+                assert_eq!(a.events, b.events, "{way}");
+                assert_eq!(a.time_us, b.time_us, "{way}");
+                assert_eq!(frames(fast, a), frames(other, b), "{way}");
+                assert_eq!(a.segments, b.segments, "{way}");
+                assert_eq!(fast.settings, other.settings, "{way}");
+                assert_eq!(a.exact, b.exact, "{way}");
+                assert_eq!(fast.release, other.release, "{way}");
+                assert_eq!(fast.annotations, other.annotations, "{way}");
+            }
         }
     }
 

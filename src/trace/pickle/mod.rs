@@ -17,6 +17,11 @@ use std::rc::Rc;
 
 use thiserror::Error;
 
+mod entries;
+
+use entries::FastEntry;
+pub(crate) use entries::Parallel;
+
 #[derive(Debug, Error)]
 pub enum PickleError {
     #[error("byte {offset}: refusing opcode {name}: snapshots contain only data, and this reader never constructs objects or runs code")]
@@ -247,6 +252,18 @@ impl Memo {
         match self.get_ref(i) {
             Some(v) => Some(v.clone()),
             None => self.uncompact(self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?),
+        }
+    }
+
+    /// A string slot's string, kept as a value or compact.
+    fn get_str(&self, i: usize) -> Option<&Rc<String>> {
+        match self.get_ref(i) {
+            Some(Value::Str(s)) => Some(s),
+            Some(_) => None,
+            None => {
+                let x = self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?;
+                (x & 3 == 2).then(|| self.strs.get((x >> 2) as usize)).flatten()
+            }
         }
     }
 
@@ -647,6 +664,30 @@ impl<R: Read> Source<R> {
         Ok(out)
     }
 
+    /// Moves the unread bytes to the buffer's start, grows it to `size`
+    /// and fills it as far as the input goes: a window that threads can
+    /// read entries from (entries.rs).
+    fn window(&mut self, size: usize) -> Result<(), PickleError> {
+        self.buf.copy_within(self.pos..self.end, 0);
+        self.base += self.pos as u64;
+        self.end -= self.pos;
+        self.pos = 0;
+        if self.buf.len() < size {
+            let mut grown = vec![0u8; size].into_boxed_slice();
+            grown[..self.end].copy_from_slice(&self.buf[..self.end]);
+            self.buf = grown;
+        }
+        while self.end < self.buf.len() {
+            match self.r.read(&mut self.buf[self.end..]) {
+                Ok(0) => break,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(PickleError::Io { offset: self.base + self.end as u64, source: e }),
+            }
+        }
+        Ok(())
+    }
+
     fn line(&mut self, what: &'static str) -> Result<Vec<u8>, PickleError> {
         let mut out = Vec::new();
         loop {
@@ -769,300 +810,20 @@ struct Vm<'c, R, C> {
     memo: Memo,
     memo_sparse: HashMap<u64, Value>,
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
-    /// Key strings the fast path has recognised, by identity.
-    keys: Vec<(Rc<String>, u8)>,
+    /// The memo slots of the key strings the fast path has recognised, and
+    /// the field each names (cleared when a slot is stored over).
+    keys: Vec<(u32, u8)>,
     /// The fast path's reused buffers, boxed: taken and put back per entry,
     /// a move of the struct itself cost 4% of a big trace's decoding.
     fast: Option<Box<FastEntry>>,
+    /// How runs of trace entries are read on several threads.
+    par: Parallel,
+    /// Entries read by workers.
+    in_parallel: u64,
     allowance: u64,
     charged: u64,
     limits: Limits,
     compactor: &'c mut C,
-}
-
-/// What the fast path found for a `frames` value.
-enum Frames {
-    None,
-    /// A stack already interned.
-    Stack(u32),
-    /// A memoized list not yet interned (its memo slot is released after).
-    List(Shared<List>),
-    /// A list built in the entry: its frame values are in `FastEntry::items`.
-    Inline,
-}
-
-/// Memo slots the fast path stores, in order, once the entry is accepted.
-enum Put {
-    Dict,
-    Str(std::ops::Range<usize>),
-    FramesList,
-    /// A memoized `pool_id` tuple.
-    Pool(i64, i64),
-}
-
-/// The result of reading one entry from the buffer; `puts` and `items`
-/// are reused from entry to entry.
-#[derive(Default)]
-struct FastEntry {
-    len: usize,
-    fields: EntryFields,
-    frames: Option<Frames>,
-    puts: Vec<Put>,
-    items: Vec<Value>,
-}
-
-/// Where `read_fast_entry` is in the bytes of an entry.
-struct Cursor<'b> {
-    buf: &'b [u8],
-    p: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.buf.get(self.p)?;
-        self.p += 1;
-        Some(b)
-    }
-
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let w = self.buf.get(self.p..self.p.checked_add(n)?)?;
-        self.p += n;
-        Some(w)
-    }
-
-    /// A BINGET or LONG_BINGET's index (`op` read).
-    fn index(&mut self, op: u8) -> Option<usize> {
-        match op {
-            b'h' => self.byte().map(|b| b as usize),
-            b'j' => self.take(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize),
-            _ => None,
-        }
-    }
-
-    /// BININT1, BININT2, BININT or an up to 8-byte LONG1 (`op` read).
-    fn int(&mut self, op: u8) -> Option<i64> {
-        Some(match op {
-            b'K' => self.byte()? as i64,
-            b'M' => self.take(2).map(|w| u16::from_le_bytes([w[0], w[1]]) as i64)?,
-            b'J' => self.take(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64)?,
-            0x8a => {
-                let n = self.byte()? as usize;
-                if !(1..=8).contains(&n) {
-                    return None;
-                }
-                let w = self.take(n)?;
-                // Byte by byte: a copy of a run-time length calls memcpy.
-                let mut v = w.iter().rev().fold(0i64, |v, &x| v << 8 | i64::from(x));
-                if n < 8 && w[n - 1] & 0x80 != 0 {
-                    v |= -1i64 << (8 * n);
-                }
-                v
-            }
-            _ => return None,
-        })
-    }
-}
-
-/// The field a trace entry's key names (0 action, 1 addr, 2 device_free,
-/// 3 size, 4 stream, 5 time_us, 6 frames, 7 skipped), remembered by the
-/// key's string (a pickle memoizes each key once).
-fn entry_field(keys: &mut Vec<(Rc<String>, u8)>, k: &Rc<String>) -> Option<u8> {
-    if let Some(&(_, f)) = keys.iter().find(|(x, _)| Rc::ptr_eq(x, k)) {
-        return Some(f);
-    }
-    let f = match k.as_str() {
-        "action" => 0,
-        "addr" => 1,
-        "device_free" => 2,
-        "size" => 3,
-        "stream" => 4,
-        "time_us" => 5,
-        "frames" => 6,
-        "compile_context" => 7,
-        "pool_id" => 8,
-        "user_metadata" => 9,
-        "internal_metadata" => 10,
-        _ => return None,
-    };
-    if keys.len() < 16 {
-        keys.push((k.clone(), f));
-    }
-    Some(f)
-}
-
-/// An entry's `frames` (`op` read): a memoized stack or list, or a list
-/// written inline, whose frames (memoized dicts) go to `items`.
-fn entry_frames(c: &mut Cursor, op: u8, memo: &Memo, puts: &mut Vec<Put>, items: &mut Vec<Value>) -> Option<Frames> {
-    match op {
-        b'h' | b'j' => match memo.get(c.index(op)?)? {
-            Value::Stack(s) => Some(Frames::Stack(s)),
-            Value::List(l) => Some(Frames::List(l)),
-            _ => None,
-        },
-        b']' => {
-            if c.buf.get(c.p) == Some(&0x94) {
-                c.p += 1;
-                puts.push(Put::FramesList);
-            }
-            let mut item = |c: &mut Cursor, op: u8| -> Option<()> {
-                match memo.get_ref(c.index(op)?)? {
-                    v @ Value::Dict(_) => items.push(v.clone()),
-                    _ => return None,
-                }
-                Some(())
-            };
-            match c.buf.get(c.p)? {
-                b'(' => {
-                    c.p += 1;
-                    loop {
-                        let op = c.byte()?;
-                        if op == b'e' {
-                            break;
-                        }
-                        item(c, op)?;
-                    }
-                }
-                // One frame (`BINGET idx APPEND`), or an empty list and the
-                // entry's next key (2.12+ writes `pool_id` after `frames`).
-                b'h' | b'j' => {
-                    let at = c.p;
-                    let op = c.byte()?;
-                    c.index(op)?;
-                    let append = c.byte()? == b'a';
-                    c.p = at;
-                    if append {
-                        let op = c.byte()?;
-                        item(c, op)?;
-                        c.p += 1;
-                    }
-                }
-                _ => {}
-            }
-            Some(Frames::Inline)
-        }
-        _ => None,
-    }
-}
-
-/// A SHORT_BINUNICODE string (its opcode read): where its bytes are; one
-/// memoized takes its memo slot.
-fn short_str(c: &mut Cursor, puts: &mut Vec<Put>) -> Option<std::ops::Range<usize>> {
-    let n = c.byte()? as usize;
-    let start = c.p;
-    c.take(n)?;
-    if c.buf.get(c.p) == Some(&0x94) {
-        c.p += 1;
-        puts.push(Put::Str(start..start + n));
-    }
-    Some(start..start + n)
-}
-
-/// A value skipped (compile_context; `op` read): memoized
-/// strings still take their memo slots.
-fn skip_entry_value(c: &mut Cursor, op: u8, puts: &mut Vec<Put>) -> Option<()> {
-    match op {
-        0x8c => {
-            short_str(c, puts)?;
-        }
-        b'h' | b'j' => {
-            c.index(op)?;
-        }
-        b'N' | 0x88 | 0x89 => {}
-        _ => return None,
-    }
-    Some(())
-}
-
-/// Reads a trace entry (`EMPTY_DICT` already consumed) laid out as Python's
-/// pickler writes it: MEMOIZE, MARK, then key/value pairs with memoized keys,
-/// then SETITEMS. `None` for anything else, or when the entry does not lie
-/// wholly in `buf`: the generic path then decodes it.
-fn read_fast_entry(buf: &[u8], memo: &Memo, keys: &mut Vec<(Rc<String>, u8)>, e: &mut FastEntry) -> Option<()> {
-    let mut c = Cursor { buf, p: 0 };
-    e.puts.clear();
-    e.puts.push(Put::Dict);
-    e.items.clear();
-    if c.byte()? != 0x94 || c.byte()? != b'(' {
-        return None;
-    }
-    let mut f = EntryFields::default();
-    let mut frames = Frames::None;
-    loop {
-        let op = c.byte()?;
-        if op == b'u' {
-            break;
-        }
-        // The key: a memoized string.
-        let Value::Str(k) = memo.get_ref(c.index(op)?)? else { return None };
-        let field = entry_field(keys, k)?;
-        let op = c.byte()?;
-        match field {
-            0 => {
-                let Value::Str(a) = memo.get_ref(c.index(op)?)? else { return None };
-                f.action = Some(a.clone());
-            }
-            1..=5 => {
-                let v = c.int(op)?;
-                match field {
-                    5 => f.time_us = Some(v),
-                    _ if v < 0 => return None,
-                    1 => f.addr = Some(v as u64),
-                    2 => f.device_free = Some(v as u64),
-                    3 => f.size = Some(v as u64),
-                    _ => f.stream = Some(v as u64),
-                }
-            }
-            6 => frames = entry_frames(&mut c, op, memo, &mut e.puts, &mut e.items)?,
-            8 => {
-                let (a, b) = match op {
-                    b'h' | b'j' => match memo.get_ref(c.index(op)?)? {
-                        Value::Tuple(t) => match t.0.as_slice() {
-                            [Value::Int(a), Value::Int(b)] => (*a, *b),
-                            _ => return None,
-                        },
-                        _ => return None,
-                    },
-                    _ => {
-                        let a = c.int(op)?;
-                        let op = c.byte()?;
-                        let b = c.int(op)?;
-                        if c.byte()? != 0x86 {
-                            return None;
-                        }
-                        if c.buf.get(c.p) == Some(&0x94) {
-                            c.p += 1;
-                            e.puts.push(Put::Pool(a, b));
-                        }
-                        (a, b)
-                    }
-                };
-                if a < 0 || b < 0 {
-                    return None;
-                }
-                f.pool = Some((a as u64, b as u64));
-            }
-            9 | 10 => {
-                f.internal |= field == 10;
-                let text: &[u8] = match op {
-                    0x8c => &buf[short_str(&mut c, &mut e.puts)?],
-                    b'h' | b'j' => match memo.get_ref(c.index(op)?)? {
-                        Value::Str(t) => t.as_bytes(),
-                        _ => return None,
-                    },
-                    _ => return None,
-                };
-                f.exact |= text.ends_with(b"mallocWithAddress");
-                if field == 9 && f.action.as_ref().is_some_and(|a| a.as_str() == "annotate") {
-                    f.note = Some(Rc::new(String::from_utf8_lossy(text).into_owned()));
-                }
-            }
-            _ => skip_entry_value(&mut c, op, &mut e.puts)?,
-        }
-    }
-    e.len = c.p;
-    e.fields = f;
-    e.frames = Some(frames);
-    Some(())
 }
 
 /// Decodes one pickle from `r` (already decompressed).
@@ -1077,6 +838,8 @@ pub fn decode<R: Read, C: Compactor>(r: R, compactor: &mut C, limits: Limits) ->
 pub struct Charged {
     pub charged: u64,
     pub allowance: u64,
+    /// Trace entries read by worker threads (entries.rs).
+    pub(crate) in_parallel: u64,
 }
 
 /// As `decode`, also saying what the values were charged.
@@ -1084,6 +847,16 @@ pub fn decode_charged<R: Read, C: Compactor>(
     r: R,
     compactor: &mut C,
     limits: Limits,
+) -> Result<(Value, Charged), PickleError> {
+    decode_parallel(r, compactor, limits, Parallel::default())
+}
+
+/// As `decode_charged`, reading runs of trace entries as `par` says.
+pub(crate) fn decode_parallel<R: Read, C: Compactor>(
+    r: R,
+    compactor: &mut C,
+    limits: Limits,
+    par: Parallel,
 ) -> Result<(Value, Charged), PickleError> {
     let mut vm = Vm {
         src: Source { r, buf: vec![0u8; BUF].into_boxed_slice(), pos: 0, end: 0, base: 0 },
@@ -1094,6 +867,8 @@ pub fn decode_charged<R: Read, C: Compactor>(
         strings: HashMap::default(),
         keys: Vec::new(),
         fast: Some(Box::default()),
+        par,
+        in_parallel: 0,
         allowance: limits.slack,
         charged: 0,
         limits,
@@ -1104,6 +879,7 @@ pub fn decode_charged<R: Read, C: Compactor>(
     let charged = Charged {
         charged: vm.charged,
         allowance: read.saturating_mul(vm.limits.bytes_per_input_byte).saturating_add(vm.limits.slack),
+        in_parallel: vm.in_parallel,
     };
     // Release everything without recursion, whatever state decoding ended in.
     drop_iteratively(std::mem::take(&mut vm.stack));
@@ -1171,6 +947,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         }
         let len = self.memo.len as u64;
         if let Some(slot) = self.memo.get_mut(idx as usize) {
+            // A key string's slot stored over no longer names its field.
+            self.keys.clear();
             let old = std::mem::replace(slot, v);
             drop_iteratively(vec![old]);
         } else if idx == len {
@@ -1179,83 +957,6 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             drop_iteratively(vec![old]);
         }
         Ok(())
-    }
-
-    /// The fast path for a trace entry (see `read_fast_entry`); false when
-    /// the generic path must decode it.
-    fn try_fast_entry(&mut self, offset: u64) -> Result<bool, PickleError> {
-        if !self.compactor.fast_entries() || !self.memo_sparse.is_empty() {
-            return Ok(false);
-        }
-        let mut e = self.fast.take().unwrap_or_default();
-        let found = read_fast_entry(&self.src.buf[self.src.pos..self.src.end], &self.memo, &mut self.keys, &mut e);
-        let r = match found {
-            Some(()) => self.apply_fast_entry(offset, &mut e).map(|_| true),
-            None => Ok(false),
-        };
-        self.fast = Some(e);
-        r
-    }
-
-    /// Stores what `read_fast_entry` read: memo slots, the entry, its stack.
-    fn apply_fast_entry(&mut self, offset: u64, e: &mut FastEntry) -> Result<(), PickleError> {
-        let start = self.src.pos;
-        self.src.pos += e.len;
-        // Memo slots in the order the pickle stores them.
-        let (mut dict_slot, mut list_slot) = (None, None);
-        for put in &e.puts {
-            let v = match put {
-                Put::Dict => {
-                    dict_slot = Some(self.memo.len);
-                    Value::None
-                }
-                Put::FramesList => {
-                    list_slot = Some(self.memo.len);
-                    Value::None
-                }
-                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
-                Put::Str(r) => {
-                    let slice = &self.src.buf[start + r.start..start + r.end];
-                    match self.strings.get(slice) {
-                        Some(rc) => Value::Str(rc.clone()),
-                        None => {
-                            let bytes = slice.to_vec();
-                            self.string(offset, bytes)?
-                        }
-                    }
-                }
-            };
-            self.charge(offset, 16)?;
-            self.memo.push(v);
-        }
-        let mut fields = std::mem::take(&mut e.fields);
-        fields.stack = match e.frames.take().unwrap_or(Frames::None) {
-            Frames::None => 0,
-            Frames::Stack(s) => s,
-            Frames::List(l) => {
-                let s = self.compactor.stack_of(l.borrow().values());
-                let slot = l.borrow().memo;
-                if let Some(m) = slot.and_then(|m| self.memo.get_mut(m)) {
-                    if matches!(m, Value::List(x) if Rc::ptr_eq(x, &l)) {
-                        *m = Value::Stack(s);
-                    }
-                }
-                s
-            }
-            Frames::Inline => {
-                let s = self.compactor.stack_of(&e.items);
-                e.items.clear();
-                s
-            }
-        };
-        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
-        if let Some(m) = list_slot.and_then(|m| self.memo.get_mut(m)) {
-            *m = Value::Stack(fields.stack);
-        }
-        if let Some(m) = dict_slot.and_then(|m| self.memo.get_mut(m)) {
-            *m = Value::Entry(id);
-        }
-        self.push(offset, Value::Entry(id))
     }
 
     #[inline]

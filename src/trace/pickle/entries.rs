@@ -1,0 +1,904 @@
+//! Trace entries read straight from the pickle's bytes, on one thread or
+//! several (docs/design/trace-decoding.md).
+//!
+//! A trace entry is a dict laid out as Python's pickler writes it:
+//! `EMPTY_DICT MEMOIZE MARK (key value)* SETITEMS`, every key a memoized
+//! string. Reading one is split in two: `lex_entry` finds the entry's
+//! fields and the memo slots it names from its bytes alone (it needs no memo
+//! and no `Rc`, so it can run on any thread), then `resolve` looks the
+//! slots up and `apply` stores what the entry memoizes, in order. Anything
+//! else goes to the generic decoder, which is the reference.
+//!
+//! Several threads: from a window of the input, each worker lexes the
+//! entries of its share, starting at the first byte sequence that looks
+//! like an entry's start. A share is taken only where the one before it
+//! ended exactly there (so a start that was a guess inside some value is
+//! never believed), and the main thread resolves and applies the entries in
+//! file order while the later shares are still being lexed: the memo, the
+//! interned stacks and every id come out as one thread would make them.
+
+use std::io::Read;
+use std::rc::Rc;
+
+use super::{Compactor, EntryFields, List, Memo, PickleError, Shared, Tuple, Value, Vm};
+
+/// How runs of trace entries are read on several threads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parallel {
+    /// Threads that lex (1: all on the decoding thread).
+    pub(crate) workers: usize,
+    /// Bytes of input each worker lexes at a time.
+    pub(crate) share: usize,
+    /// Entries read on one thread before the first attempt.
+    pub(crate) first_after: u32,
+    /// … and after a run that broke off early.
+    pub(crate) retry_after: u32,
+}
+
+impl Default for Parallel {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Past 16 workers the main thread, which applies every entry, is
+        // the bound (docs/design/trace-decoding.md).
+        Parallel { workers: cores.min(16), share: 1 << 18, first_after: 256, retry_after: 4096 }
+    }
+}
+
+impl Parallel {
+    /// Everything on the decoding thread.
+    #[cfg(test)]
+    pub(crate) fn off() -> Parallel {
+        Parallel { workers: 1, ..Parallel::default() }
+    }
+}
+
+/// Memo slots an entry stores, in order, once it is accepted.
+pub(super) enum Put {
+    Dict,
+    /// A memoized string: where its bytes are in the buffer lexed.
+    Str(std::ops::Range<usize>),
+    FramesList,
+    /// A memoized `pool_id` tuple.
+    Pool(i64, i64),
+}
+
+/// What the fast path found for a `frames` value.
+pub(super) enum Frames {
+    None,
+    /// A stack already interned.
+    Stack(u32),
+    /// A memoized list not yet interned (its memo slot is released after).
+    List(Shared<List>),
+    /// A list built in the entry: its frame values are in `FastEntry::items`.
+    Inline,
+}
+
+/// A string value of an entry.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum Text {
+    #[default]
+    Absent,
+    /// Its bytes in the buffer lexed.
+    At(std::ops::Range<usize>),
+    /// A memo slot.
+    Get(u32),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+enum RawFrames {
+    #[default]
+    Absent,
+    Get(u32),
+    /// A list written in the entry: its items' memo slots, a range of the
+    /// lexer's `items`.
+    Inline {
+        first: u32,
+        n: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RawPool {
+    Get(u32),
+    Pair(u64, u64),
+}
+
+/// One entry as `lex_entry` read it: values and the memo slots they name.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RawEntry {
+    /// Its first byte after the EMPTY_DICT, in the buffer lexed.
+    at: usize,
+    len: usize,
+    action: Option<u32>,
+    addr: Option<u64>,
+    device_free: Option<u64>,
+    size: Option<u64>,
+    stream: Option<u64>,
+    time_us: Option<i64>,
+    frames: RawFrames,
+    pool: Option<RawPool>,
+    user_metadata: Text,
+    internal_metadata: Text,
+    /// Its memo stores, a range of the lexer's `puts`.
+    puts: std::ops::Range<usize>,
+}
+
+/// The fast path's reused buffers.
+#[derive(Default)]
+pub(super) struct FastEntry {
+    puts: Vec<Put>,
+    slots: Vec<u32>,
+    items: Vec<Value>,
+}
+
+/// Why an entry was not lexed.
+#[derive(Debug, PartialEq)]
+enum Miss {
+    /// A key's memo slot not yet known: the caller may learn it and retry.
+    Key(u32),
+    /// Not an entry this path reads (or not all in the buffer).
+    Other,
+}
+
+impl From<std::num::TryFromIntError> for Miss {
+    fn from(_: std::num::TryFromIntError) -> Miss {
+        Miss::Other
+    }
+}
+
+/// The field a trace entry's key names (0 action, 1 addr, 2 device_free,
+/// 3 size, 4 stream, 5 time_us, 6 frames, 7 compile_context, 8 pool_id,
+/// 9 user_metadata, 10 internal_metadata).
+fn field_named(k: &str) -> Option<u8> {
+    Some(match k {
+        "action" => 0,
+        "addr" => 1,
+        "device_free" => 2,
+        "size" => 3,
+        "stream" => 4,
+        "time_us" => 5,
+        "frames" => 6,
+        "compile_context" => 7,
+        "pool_id" => 8,
+        "user_metadata" => 9,
+        "internal_metadata" => 10,
+        _ => return None,
+    })
+}
+
+/// Where the lexer is in the bytes.
+struct Lex<'b> {
+    buf: &'b [u8],
+    p: usize,
+}
+
+impl Lex<'_> {
+    fn byte(&mut self) -> Result<u8, Miss> {
+        let b = *self.buf.get(self.p).ok_or(Miss::Other)?;
+        self.p += 1;
+        Ok(b)
+    }
+
+    /// The next opcode, past any FRAME: the pickler starts a frame between
+    /// any two values, so one can fall inside an entry.
+    fn op(&mut self) -> Result<u8, Miss> {
+        loop {
+            let b = self.byte()?;
+            if b != 0x95 {
+                return Ok(b);
+            }
+            self.take(8)?;
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8], Miss> {
+        let w = self.buf.get(self.p..self.p.checked_add(n).ok_or(Miss::Other)?).ok_or(Miss::Other)?;
+        self.p += n;
+        Ok(w)
+    }
+
+    /// A MEMOIZE right here (the pickler writes it right after the value).
+    fn memoized(&mut self) -> bool {
+        let m = self.buf.get(self.p) == Some(&0x94);
+        self.p += usize::from(m);
+        m
+    }
+
+    /// A BINGET or LONG_BINGET's index (`op` read).
+    fn index(&mut self, op: u8) -> Result<u32, Miss> {
+        match op {
+            b'h' => self.byte().map(u32::from),
+            b'j' => self.take(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+            _ => Err(Miss::Other),
+        }
+    }
+
+    /// BININT1, BININT2, BININT or an up to 8-byte LONG1 (`op` read).
+    fn int(&mut self, op: u8) -> Result<i64, Miss> {
+        Ok(match op {
+            b'K' => i64::from(self.byte()?),
+            b'M' => self.take(2).map(|w| i64::from(u16::from_le_bytes([w[0], w[1]])))?,
+            b'J' => self.take(4).map(|w| i64::from(i32::from_le_bytes([w[0], w[1], w[2], w[3]])))?,
+            0x8a => {
+                let n = self.byte()? as usize;
+                if !(1..=8).contains(&n) {
+                    return Err(Miss::Other);
+                }
+                let w = self.take(n)?;
+                // Byte by byte: a copy of a run-time length calls memcpy.
+                let mut v = w.iter().rev().fold(0i64, |v, &x| v << 8 | i64::from(x));
+                if n < 8 && w[n - 1] & 0x80 != 0 {
+                    v |= -1i64 << (8 * n);
+                }
+                v
+            }
+            _ => return Err(Miss::Other),
+        })
+    }
+
+    fn uint(&mut self, op: u8) -> Result<u64, Miss> {
+        Ok(u64::try_from(self.int(op)?)?)
+    }
+
+    /// A SHORT_BINUNICODE (its opcode read): where its bytes are; one
+    /// memoized takes a memo slot.
+    fn short_str(&mut self, puts: &mut Vec<Put>) -> Result<std::ops::Range<usize>, Miss> {
+        let n = self.byte()? as usize;
+        let start = self.p;
+        self.take(n)?;
+        if self.memoized() {
+            puts.push(Put::Str(start..start + n));
+        }
+        Ok(start..start + n)
+    }
+
+    /// An entry's `frames` (`op` read): a memo slot, or a list written in
+    /// the entry whose items are memo slots (frame dicts seen before).
+    fn frames(&mut self, op: u8, puts: &mut Vec<Put>, items: &mut Vec<u32>) -> Result<RawFrames, Miss> {
+        match op {
+            b'h' | b'j' => Ok(RawFrames::Get(self.index(op)?)),
+            b']' => {
+                if self.memoized() {
+                    puts.push(Put::FramesList);
+                }
+                let first = u32::try_from(items.len())?;
+                let at = self.p;
+                match self.op()? {
+                    b'(' => loop {
+                        let op = self.op()?;
+                        if op == b'e' {
+                            break;
+                        }
+                        items.push(self.index(op)?);
+                    },
+                    // One frame (`BINGET idx APPEND`), or an empty list and
+                    // the entry's next key (2.12+ writes `pool_id` after
+                    // `frames`).
+                    op @ (b'h' | b'j') => {
+                        let idx = self.index(op)?;
+                        if self.op()? == b'a' {
+                            items.push(idx);
+                        } else {
+                            self.p = at;
+                        }
+                    }
+                    _ => self.p = at,
+                }
+                let n = u32::try_from(items.len())? - first;
+                Ok(RawFrames::Inline { first, n })
+            }
+            _ => Err(Miss::Other),
+        }
+    }
+}
+
+/// Lexes the entry whose bytes start at `at` (its EMPTY_DICT read), keys
+/// named by `keys` (memo slot, field). Its memo stores go to `puts`, its
+/// inline frames' slots to `items`.
+fn lex_entry(
+    buf: &[u8],
+    at: usize,
+    keys: &[(u32, u8)],
+    puts: &mut Vec<Put>,
+    items: &mut Vec<u32>,
+) -> Result<RawEntry, Miss> {
+    let mut c = Lex { buf, p: at };
+    let first_put = puts.len();
+    puts.push(Put::Dict);
+    if c.byte()? != 0x94 || c.op()? != b'(' {
+        return Err(Miss::Other);
+    }
+    let mut e = RawEntry { at, ..RawEntry::default() };
+    let mut seen = 0u16;
+    loop {
+        let op = c.op()?;
+        if op == b'u' {
+            break;
+        }
+        // The key: a memoized string, each once (a dict that repeats a
+        // key goes to the generic decoder, which keeps the last).
+        let slot = c.index(op)?;
+        let field = keys.iter().find(|k| k.0 == slot).map(|k| k.1).ok_or(Miss::Key(slot))?;
+        if seen & 1 << field != 0 {
+            return Err(Miss::Other);
+        }
+        seen |= 1 << field;
+        let op = c.op()?;
+        match field {
+            0 => e.action = Some(c.index(op)?),
+            1 => e.addr = Some(c.uint(op)?),
+            2 => e.device_free = Some(c.uint(op)?),
+            3 => e.size = Some(c.uint(op)?),
+            4 => e.stream = Some(c.uint(op)?),
+            5 => e.time_us = Some(c.int(op)?),
+            6 => e.frames = c.frames(op, puts, items)?,
+            8 => {
+                e.pool = Some(match op {
+                    b'h' | b'j' => RawPool::Get(c.index(op)?),
+                    _ => {
+                        let a = c.int(op)?;
+                        let op = c.op()?;
+                        let b = c.int(op)?;
+                        if c.op()? != 0x86 {
+                            return Err(Miss::Other);
+                        }
+                        if c.memoized() {
+                            puts.push(Put::Pool(a, b));
+                        }
+                        RawPool::Pair(u64::try_from(a)?, u64::try_from(b)?)
+                    }
+                })
+            }
+            9 | 10 => {
+                let text = match op {
+                    0x8c => Text::At(c.short_str(puts)?),
+                    b'h' | b'j' => Text::Get(c.index(op)?),
+                    _ => return Err(Miss::Other),
+                };
+                match field {
+                    9 => e.user_metadata = text,
+                    _ => e.internal_metadata = text,
+                }
+            }
+            // compile_context: skipped, a memoized string still takes its slot.
+            _ => match op {
+                0x8c => {
+                    c.short_str(puts)?;
+                }
+                b'h' | b'j' => {
+                    c.index(op)?;
+                }
+                b'N' | 0x88 | 0x89 => {}
+                _ => return Err(Miss::Other),
+            },
+        }
+    }
+    e.len = c.p - at;
+    e.puts = first_put..puts.len();
+    Ok(e)
+}
+
+/// A step of a run of entries, in file order.
+enum Step {
+    /// An entry: an index into `Share::entries`.
+    Entry(usize),
+    /// MARK, APPENDS or APPEND between entries (the pickler appends a list's
+    /// items a thousand at a time), at this offset.
+    Op(u8, usize),
+}
+
+/// Why a share's lexing stopped where it did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stop {
+    /// At the first entry at or past the share's end: the next share
+    /// should have started here.
+    Boundary,
+    /// The buffer ended (mid-entry, or it is the last share).
+    End,
+    /// Something this path does not read: the generic decoder goes on.
+    Other,
+}
+
+/// What one worker lexed.
+#[derive(Default)]
+struct Share {
+    /// Where its first entry's EMPTY_DICT is (the first share: just past it).
+    start: usize,
+    steps: Vec<Step>,
+    entries: Vec<RawEntry>,
+    puts: Vec<Put>,
+    items: Vec<u32>,
+    /// Where it stopped, and why.
+    end: usize,
+    stop: Option<Stop>,
+}
+
+/// The first offset at or past `from` that looks like an entry's start
+/// (`EMPTY_DICT MEMOIZE MARK`); a guess the caller checks.
+fn entry_start(buf: &[u8], from: usize) -> Option<usize> {
+    let rest = buf.get(from..)?;
+    rest.windows(3).position(|w| w == b"}\x94(").map(|i| from + i)
+}
+
+/// Lexes the entries from `from` (a guess at the first entry's start when
+/// `guess`) to the first entry at or past `to`.
+fn lex_share(buf: &[u8], from: usize, guess: bool, to: usize, keys: &[(u32, u8)]) -> Share {
+    let mut s = Share::default();
+    let start = if guess { entry_start(buf, from) } else { Some(from) };
+    let Some(mut p) = start else {
+        s.start = buf.len();
+        s.end = buf.len();
+        s.stop = Some(Stop::End);
+        return s;
+    };
+    s.start = p;
+    // Python's pickler writes an entry in 80 bytes or more.
+    let n = to.saturating_sub(from) / 64;
+    s.entries.reserve(n);
+    s.steps.reserve(n + n / 512);
+    s.puts.reserve(2 * n);
+    let stop = loop {
+        // Between entries: frames, and the list's MARK and APPENDS.
+        match buf.get(p) {
+            None => break Stop::End,
+            Some(0x95) if p + 9 > buf.len() => break Stop::End,
+            Some(0x95) => {
+                p += 9;
+                continue;
+            }
+            Some(&op @ (b'(' | b'e' | b'a')) => {
+                s.steps.push(Step::Op(op, p));
+                p += 1;
+                continue;
+            }
+            Some(b'}') => {}
+            Some(_) => break Stop::Other,
+        }
+        if p >= to {
+            break Stop::Boundary;
+        }
+        match lex_entry(buf, p + 1, keys, &mut s.puts, &mut s.items) {
+            Ok(e) => {
+                p += 1 + e.len;
+                s.steps.push(Step::Entry(s.entries.len()));
+                s.entries.push(e);
+            }
+            // An entry cut by the buffer's end is read again with the next.
+            Err(_) if buf.len() - p < 1 << 12 => break Stop::End,
+            Err(_) => break Stop::Other,
+        }
+    };
+    s.end = p;
+    s.stop = Some(stop);
+    s
+}
+
+impl<R: Read, C: Compactor> Vm<'_, R, C> {
+    /// The fast path for a trace entry (its EMPTY_DICT just read); false
+    /// when the generic path must decode it.
+    pub(super) fn try_fast_entry(&mut self, offset: u64) -> Result<bool, PickleError> {
+        if !self.compactor.fast_entries() || !self.memo_sparse.is_empty() {
+            return Ok(false);
+        }
+        if self.par.workers > 1 && self.par.first_after == 0 {
+            return self.parallel_entries(offset);
+        }
+        let mut e = self.fast.take().unwrap_or_default();
+        let buf = std::mem::take(&mut self.src.buf);
+        let r = self.one_entry(offset, &buf[..self.src.end], &mut e);
+        self.src.buf = buf;
+        self.fast = Some(e);
+        if matches!(r, Ok(true)) {
+            self.par.first_after = self.par.first_after.saturating_sub(1);
+        }
+        r
+    }
+
+    /// Lexes, resolves and applies the entry at the source's position.
+    fn one_entry(&mut self, offset: u64, buf: &[u8], e: &mut FastEntry) -> Result<bool, PickleError> {
+        let raw = loop {
+            e.puts.clear();
+            e.slots.clear();
+            match lex_entry(buf, self.src.pos, &self.keys, &mut e.puts, &mut e.slots) {
+                Ok(raw) => break raw,
+                Err(Miss::Key(slot)) if self.learn_key(slot) => {}
+                Err(_) => return Ok(false),
+            }
+        };
+        let Some((fields, frames)) = self.resolve(&raw, buf, &e.slots, &mut e.items) else { return Ok(false) };
+        self.apply(offset, &raw, buf, &e.puts, fields, frames, &mut e.items)?;
+        Ok(true)
+    }
+
+    /// Learns the field a key's memo slot names; false if it names none
+    /// (or too many keys are known: the generic path reads the rest).
+    fn learn_key(&mut self, slot: u32) -> bool {
+        if self.keys.len() >= 16 {
+            return false;
+        }
+        let Some(Value::Str(k)) = self.memo.get(slot as usize) else { return false };
+        let Some(field) = field_named(&k) else { return false };
+        self.keys.push((slot, field));
+        true
+    }
+
+    /// The entry's fields and frames from the memo slots it names; `None`
+    /// where a slot holds something else (the generic path decides).
+    fn resolve(
+        &self,
+        raw: &RawEntry,
+        buf: &[u8],
+        slots: &[u32],
+        items: &mut Vec<Value>,
+    ) -> Option<(EntryFields, Frames)> {
+        let memo: &Memo = &self.memo;
+        let action = match raw.action {
+            Some(slot) => Some(memo.get_str(slot as usize)?.clone()),
+            None => None,
+        };
+        let frames = match raw.frames {
+            RawFrames::Absent => Frames::None,
+            RawFrames::Get(slot) => match memo.get(slot as usize)? {
+                Value::Stack(s) => Frames::Stack(s),
+                Value::List(l) => Frames::List(l),
+                _ => return None,
+            },
+            RawFrames::Inline { first, n } => {
+                items.clear();
+                for &slot in slots.get(first as usize..(first + n) as usize)? {
+                    match memo.get_ref(slot as usize)? {
+                        v @ Value::Dict(_) => items.push(v.clone()),
+                        _ => return None,
+                    }
+                }
+                Frames::Inline
+            }
+        };
+        let pool = match raw.pool {
+            None => None,
+            Some(RawPool::Pair(a, b)) => Some((a, b)),
+            Some(RawPool::Get(slot)) => match memo.get_ref(slot as usize)? {
+                Value::Tuple(t) => match t.0.as_slice() {
+                    [Value::Int(a), Value::Int(b)] => Some((u64::try_from(*a).ok()?, u64::try_from(*b).ok()?)),
+                    _ => return None,
+                },
+                _ => return None,
+            },
+        };
+        let text = |t: &Text| -> Option<Option<&[u8]>> {
+            Some(match t {
+                Text::Absent => None,
+                Text::At(r) => Some(buf.get(r.clone())?),
+                Text::Get(slot) => Some(memo.get_str(*slot as usize)?.as_bytes()),
+            })
+        };
+        let (user, internal) = (text(&raw.user_metadata)?, text(&raw.internal_metadata)?);
+        let exact = |t: Option<&[u8]>| t.is_some_and(|t| t.ends_with(b"mallocWithAddress"));
+        let annotate = action.as_deref().is_some_and(|a| a.as_str() == "annotate");
+        let fields = EntryFields {
+            exact: exact(user) || exact(internal),
+            internal: internal.is_some(),
+            note: user.filter(|_| annotate).map(|t| Rc::new(String::from_utf8_lossy(t).into_owned())),
+            action,
+            addr: raw.addr,
+            device_free: raw.device_free,
+            size: raw.size,
+            stream: raw.stream,
+            time_us: raw.time_us,
+            stack: 0,
+            pool,
+        };
+        Some((fields, frames))
+    }
+
+    /// Stores a resolved entry: its memo slots, the entry, its stack.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        offset: u64,
+        raw: &RawEntry,
+        buf: &[u8],
+        puts: &[Put],
+        mut fields: EntryFields,
+        frames: Frames,
+        items: &mut Vec<Value>,
+    ) -> Result<(), PickleError> {
+        self.src.pos = raw.at + raw.len;
+        // Memo slots in the order the pickle stores them.
+        let (mut dict_slot, mut list_slot) = (None, None);
+        for put in &puts[raw.puts.clone()] {
+            let v = match put {
+                Put::Dict => {
+                    dict_slot = Some(self.memo.len);
+                    Value::None
+                }
+                Put::FramesList => {
+                    list_slot = Some(self.memo.len);
+                    Value::None
+                }
+                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
+                Put::Str(r) => {
+                    let slice = &buf[r.clone()];
+                    match self.strings.get(slice) {
+                        Some(rc) => Value::Str(rc.clone()),
+                        None => self.string(offset, slice.to_vec())?,
+                    }
+                }
+            };
+            self.charge(offset, 16)?;
+            self.memo.push(v);
+        }
+        fields.stack = match frames {
+            Frames::None => 0,
+            Frames::Stack(s) => s,
+            Frames::List(l) => {
+                let s = self.compactor.stack_of(l.borrow().values());
+                let slot = l.borrow().memo;
+                if let Some(m) = slot.and_then(|m| self.memo.get_mut(m)) {
+                    if matches!(m, Value::List(x) if Rc::ptr_eq(x, &l)) {
+                        *m = Value::Stack(s);
+                    }
+                }
+                s
+            }
+            Frames::Inline => {
+                let s = self.compactor.stack_of(items);
+                items.clear();
+                s
+            }
+        };
+        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
+        if let Some(m) = list_slot.and_then(|m| self.memo.get_mut(m)) {
+            *m = Value::Stack(fields.stack);
+        }
+        if let Some(m) = dict_slot.and_then(|m| self.memo.get_mut(m)) {
+            *m = Value::Entry(id);
+        }
+        self.push(offset, Value::Entry(id))
+    }
+
+    /// Reads the run of entries from here (the first one's EMPTY_DICT just
+    /// read) on several threads: see the module's comment.
+    fn parallel_entries(&mut self, offset: u64) -> Result<bool, PickleError> {
+        // The first on this thread: it learns the keys the workers look for.
+        let mut e = self.fast.take().unwrap_or_default();
+        let buf = std::mem::take(&mut self.src.buf);
+        let r = self.one_entry(offset, &buf[..self.src.end], &mut e);
+        self.src.buf = buf;
+        self.fast = Some(e);
+        if !r? {
+            return Ok(false);
+        }
+        let workers = self.par.workers;
+        self.src.window(workers.saturating_mul(self.par.share))?;
+        let buf = std::mem::take(&mut self.src.buf);
+        // The source's buffer may hold more than the window: the rest waits.
+        let end = self.src.end.min(workers.saturating_mul(self.par.share));
+        let keys = self.keys.clone();
+        let r = std::thread::scope(|scope| {
+            let bytes = &buf[..end];
+            let keys = &keys[..];
+            let bound = |i: usize| if i == workers { end } else { end / workers * i };
+            let shares: Vec<_> = (0..workers)
+                .map(|i| scope.spawn(move || lex_share(bytes, bound(i), i > 0, bound(i + 1), keys)))
+                .collect();
+            let mut applied = 0usize;
+            for (i, h) in shares.into_iter().enumerate() {
+                let share = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                // A share whose start was a guess counts only where the one
+                // before it ended.
+                if i > 0 && share.start != self.src.pos {
+                    break;
+                }
+                if !self.apply_share(bytes, &share, &mut applied)? {
+                    return Ok((applied, Stop::Other));
+                }
+                self.src.pos = share.end;
+                match share.stop {
+                    Some(Stop::Boundary) => {}
+                    stop => return Ok((applied, stop.unwrap_or(Stop::Other))),
+                }
+            }
+            Ok::<_, PickleError>((applied, Stop::Boundary))
+        });
+        self.src.buf = buf;
+        let (applied, stop) = r?;
+        self.in_parallel += applied as u64;
+        // A run that ended in something else is read on one thread for a
+        // while, longer when it yielded little, so a file that keeps
+        // breaking runs does not pay for threads it cannot use.
+        self.par.first_after = match stop {
+            Stop::Other if applied < 4096 => self.par.retry_after,
+            Stop::Other => self.par.retry_after.min(256),
+            Stop::Boundary | Stop::End => 0,
+        };
+        Ok(true)
+    }
+
+    /// Resolves and applies a share's steps in order; false where an entry
+    /// did not resolve (the source is then at its EMPTY_DICT, for the
+    /// generic decoder).
+    fn apply_share(&mut self, buf: &[u8], share: &Share, applied: &mut usize) -> Result<bool, PickleError> {
+        let mut e = self.fast.take().unwrap_or_default();
+        let mut r = Ok(true);
+        for step in &share.steps {
+            let res = match *step {
+                Step::Entry(k) => {
+                    let raw = &share.entries[k];
+                    let Some((fields, frames)) = self.resolve(raw, buf, &share.items, &mut e.items) else {
+                        self.src.pos = raw.at - 1;
+                        r = Ok(false);
+                        break;
+                    };
+                    let off = self.src.base + raw.at as u64 - 1;
+                    *applied += 1;
+                    self.apply(off, raw, buf, &share.puts, fields, frames, &mut e.items)
+                }
+                Step::Op(op, at) => {
+                    self.src.pos = at + 1;
+                    let off = self.src.base + at as u64;
+                    if op == b'(' {
+                        self.build(off, op)
+                    } else {
+                        self.fill(off, op)
+                    }
+                }
+            };
+            if let Err(err) = res {
+                r = Err(err);
+                break;
+            }
+        }
+        self.fast = Some(e);
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Python's pickler's bytes for two entries in a list, the keys and the
+    /// action memoized before (slots 0..=4), a FRAME inside the second.
+    fn two_entries() -> Vec<u8> {
+        let mut b = Vec::new();
+        for (addr, frame_inside) in [(0x7f00u16, false), (0x7f10, true)] {
+            b.extend_from_slice(b"}\x94(h\x00h\x01h\x02M");
+            b.extend_from_slice(&addr.to_le_bytes());
+            if frame_inside {
+                b.push(0x95);
+                b.extend_from_slice(&[0; 8]);
+            }
+            b.extend_from_slice(b"h\x03K\x10h\x04]\x94u");
+        }
+        b
+    }
+
+    #[test]
+    fn an_entry_is_lexed_from_its_bytes_alone_across_a_frame() {
+        let b = two_entries();
+        let keys = [(0, 0), (2, 1), (3, 3), (4, 6)];
+        let (mut puts, mut items) = (Vec::new(), Vec::new());
+        let e = lex_entry(&b, 1, &keys, &mut puts, &mut items).unwrap();
+        assert_eq!((e.action, e.addr, e.size), (Some(1), Some(0x7f00), Some(16)));
+        assert_eq!(e.frames, RawFrames::Inline { first: 0, n: 0 });
+        assert_eq!(e.puts, 0..2);
+        assert!(matches!(puts[..], [Put::Dict, Put::FramesList]));
+        let second = 1 + e.len;
+        assert_eq!(b[second], b'}');
+        let f = lex_entry(&b, second + 1, &keys, &mut puts, &mut items).unwrap();
+        assert_eq!(f.addr, Some(0x7f10));
+        assert_eq!(second + 1 + f.len, b.len());
+        // A key not known yet is asked for; a repeated one is refused.
+        assert_eq!(lex_entry(&b, 1, &keys[1..], &mut puts, &mut items), Err(Miss::Key(0)));
+        let mut twice = b.clone();
+        twice[8] = 0; // `h\x02` (addr) becomes `h\x00` (action) again
+        assert_eq!(lex_entry(&twice, 1, &keys, &mut puts, &mut items), Err(Miss::Other));
+    }
+
+    #[test]
+    fn a_share_stops_at_the_first_entry_past_its_end_and_a_guess_is_checked() {
+        let b = two_entries();
+        let keys = [(0, 0), (2, 1), (3, 3), (4, 6)];
+        let second = b.iter().skip(1).position(|&x| x == b'}').unwrap() + 1;
+        let s = lex_share(&b, 0, false, 1, &keys);
+        assert_eq!((s.entries.len(), s.end, s.stop), (1, second, Some(Stop::Boundary)));
+        assert!(matches!(s.steps[..], [Step::Entry(0)]));
+        let t = lex_share(&b, 2, true, b.len(), &keys);
+        assert_eq!((t.start, t.entries.len(), t.end, t.stop), (second, 1, b.len(), Some(Stop::End)));
+        // Bytes that look like an entry's start inside a value are found
+        // too: the share before says where entries really start.
+        assert_eq!(entry_start(b"\x8a\x03}\x94(}\x94(", 1), Some(2));
+    }
+
+    use super::super::Limits;
+
+    /// Records the entries either path gives it.
+    #[derive(Default)]
+    struct Recorder {
+        fast: bool,
+        entries: Vec<(String, u64, u64)>,
+    }
+
+    impl Compactor for Recorder {
+        fn compact(&mut self, kv: &[Value]) -> Result<Option<u32>, String> {
+            let get = |k: &str| kv.chunks_exact(2).find(|p| p[0].as_str() == Some(k)).map(|p| p[1].clone());
+            let Some(a) = get("action").and_then(|v| v.as_str().map(str::to_string)) else { return Ok(None) };
+            let n = |k: &str| get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+            self.entries.push((a, n("addr"), n("size")));
+            Ok(Some(self.entries.len() as u32 - 1))
+        }
+
+        fn fast_entries(&self) -> bool {
+            self.fast
+        }
+
+        fn entry(&mut self, f: &EntryFields) -> Result<u32, String> {
+            let a = f.action.as_deref().cloned().unwrap_or_default();
+            self.entries.push((a, f.addr.unwrap_or(0), f.size.unwrap_or(0)));
+            Ok(self.entries.len() as u32 - 1)
+        }
+    }
+
+    /// A list of `n` entries as Python's pickler lays them out (appended
+    /// seven at a time, frames between and inside entries), where every
+    /// fourth address holds the bytes an entry starts with.
+    fn crafted(n: usize) -> Vec<u8> {
+        let addr = |i: usize| -> [u8; 8] {
+            let lie = if i % 4 == 0 { 0x28_947d_u64 << 16 } else { 0x7f_0000 << 16 };
+            (lie | (i as u64 & 0xffff)).to_le_bytes()
+        };
+        let frame = |b: &mut Vec<u8>| {
+            b.push(0x95);
+            b.extend_from_slice(&[0; 8]);
+        };
+        let mut b = b"\x80\x04]\x94(".to_vec();
+        // Memo: 0 the list, 1 the dict, 2 to 6 the keys and the action, 7 its frames.
+        b.extend_from_slice(b"}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x08");
+        b.extend_from_slice(&addr(0));
+        b.extend_from_slice(b"\x8c\x04size\x94K\x10\x8c\x06frames\x94]\x94u");
+        for i in 1..n {
+            if i % 7 == 0 {
+                b.extend_from_slice(b"e(");
+            }
+            if i % 5 == 0 {
+                frame(&mut b);
+            }
+            b.extend_from_slice(b"}\x94(h\x02h\x03h\x04\x8a\x08");
+            b.extend_from_slice(&addr(i));
+            if i % 3 == 0 {
+                frame(&mut b);
+            }
+            b.extend_from_slice(b"h\x05M");
+            b.extend_from_slice(&(i as u16).to_le_bytes());
+            b.extend_from_slice(b"h\x06]\x94u");
+        }
+        b.extend_from_slice(b"e.");
+        b
+    }
+
+    #[test]
+    fn entries_read_on_several_threads_are_those_one_thread_reads() {
+        let b = crafted(500);
+        let read = |fast: bool, par: Parallel| {
+            let mut rec = Recorder { fast, ..Recorder::default() };
+            let (v, charged) = super::super::decode_parallel(&b[..], &mut rec, Limits::default(), par).unwrap();
+            let Value::List(l) = v else { panic!("not a list") };
+            let ids: Vec<u32> = l.borrow().entry_ids().collect();
+            (rec.entries, ids, charged.in_parallel)
+        };
+        let (generic, ids, _) = read(false, Parallel::off());
+        assert_eq!(generic.len(), 500);
+        assert_eq!(ids, (0..500).collect::<Vec<u32>>());
+        assert_eq!(generic[4], ("alloc".to_string(), 0x28_947d_0004, 4));
+        assert_eq!(read(true, Parallel::off()), (generic.clone(), ids.clone(), 0));
+        for workers in [2, 3, 7] {
+            for share in [40, 97, 200, 1000, 5000] {
+                let par = Parallel { workers, share, first_after: 0, retry_after: 0 };
+                let (entries, got, in_parallel) = read(true, par);
+                assert_eq!((&entries, &got), (&generic, &ids), "{workers} × {share} B");
+                assert!(in_parallel >= 250, "{workers} × {share} B: {in_parallel} in parallel");
+            }
+        }
+    }
+}
