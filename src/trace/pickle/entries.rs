@@ -129,6 +129,9 @@ pub(super) struct FastEntry {
     puts: Vec<Put>,
     slots: Vec<u32>,
     items: Vec<Value>,
+    /// The workers' shares, kept from one run to the next: fresh vectors
+    /// for every run cost more in page faults than the lexing saved.
+    shares: Vec<Share>,
 }
 
 /// Why an entry was not lexed.
@@ -420,16 +423,19 @@ fn entry_start(buf: &[u8], from: usize) -> Option<usize> {
     rest.windows(3).position(|w| w == b"}\x94(").map(|i| from + i)
 }
 
-/// Lexes the entries from `from` (a guess at the first entry's start when
-/// `guess`) to the first entry at or past `to`.
-fn lex_share(buf: &[u8], from: usize, guess: bool, to: usize, keys: &[(u32, u8)]) -> Share {
-    let mut s = Share::default();
+/// Lexes into `s` (cleared first) the entries from `from` (a guess at the
+/// first entry's start when `guess`) to the first entry at or past `to`.
+fn lex_share(s: &mut Share, buf: &[u8], from: usize, guess: bool, to: usize, keys: &[(u32, u8)]) {
+    s.steps.clear();
+    s.entries.clear();
+    s.puts.clear();
+    s.items.clear();
     let start = if guess { entry_start(buf, from) } else { Some(from) };
     let Some(mut p) = start else {
         s.start = buf.len();
         s.end = buf.len();
         s.stop = Some(Stop::End);
-        return s;
+        return;
     };
     s.start = p;
     // Python's pickler writes an entry in 80 bytes or more.
@@ -470,7 +476,6 @@ fn lex_share(buf: &[u8], from: usize, guess: bool, to: usize, keys: &[(u32, u8)]
     };
     s.end = p;
     s.stop = Some(stop);
-    s
 }
 
 impl<R: Read, C: Compactor> Vm<'_, R, C> {
@@ -675,12 +680,19 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         // The source's buffer may hold more than the window: the rest waits.
         let end = self.src.end.min(workers.saturating_mul(self.par.share));
         let keys = self.keys.clone();
+        let mut pool = self.fast.as_mut().map(|f| std::mem::take(&mut f.shares)).unwrap_or_default();
+        pool.resize_with(workers, Share::default);
         let r = std::thread::scope(|scope| {
             let bytes = &buf[..end];
             let keys = &keys[..];
             let bound = |i: usize| if i == workers { end } else { end / workers * i };
-            let shares: Vec<_> = (0..workers)
-                .map(|i| scope.spawn(move || lex_share(bytes, bound(i), i > 0, bound(i + 1), keys)))
+            let shares: Vec<_> = (pool.iter_mut().enumerate())
+                .map(|(i, s)| {
+                    scope.spawn(move || {
+                        lex_share(s, bytes, bound(i), i > 0, bound(i + 1), keys);
+                        &*s
+                    })
+                })
                 .collect();
             let mut applied = 0usize;
             for (i, h) in shares.into_iter().enumerate() {
@@ -690,7 +702,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 if i > 0 && share.start != self.src.pos {
                     break;
                 }
-                if !self.apply_share(bytes, &share, &mut applied)? {
+                if !self.apply_share(bytes, share, &mut applied)? {
                     return Ok((applied, Stop::Other));
                 }
                 self.src.pos = share.end;
@@ -702,6 +714,9 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             Ok::<_, PickleError>((applied, Stop::Boundary))
         });
         self.src.buf = buf;
+        if let Some(f) = self.fast.as_mut() {
+            f.shares = pool;
+        }
         let (applied, stop) = r?;
         self.in_parallel += applied as u64;
         // A run that ended in something else is read on one thread for a
@@ -801,10 +816,12 @@ mod tests {
         let b = two_entries();
         let keys = [(0, 0), (2, 1), (3, 3), (4, 6)];
         let second = b.iter().skip(1).position(|&x| x == b'}').unwrap() + 1;
-        let s = lex_share(&b, 0, false, 1, &keys);
+        let mut s = Share::default();
+        lex_share(&mut s, &b, 0, false, 1, &keys);
         assert_eq!((s.entries.len(), s.end, s.stop), (1, second, Some(Stop::Boundary)));
         assert!(matches!(s.steps[..], [Step::Entry(0)]));
-        let t = lex_share(&b, 2, true, b.len(), &keys);
+        let mut t = Share::default();
+        lex_share(&mut t, &b, 2, true, b.len(), &keys);
         assert_eq!((t.start, t.entries.len(), t.end, t.stop), (second, 1, b.len(), Some(Stop::End)));
         // Bytes that look like an entry's start inside a value are found
         // too: the share before says where entries really start.
