@@ -130,7 +130,8 @@ pub(super) struct FastEntry {
     slots: Vec<u32>,
     items: Vec<Value>,
     /// The workers' shares, kept from one run to the next: fresh vectors
-    /// for every run cost more in page faults than the lexing saved.
+    /// for every run cost a page fault per page they touched
+    /// (docs/design/trace-decoding.md, "What it costs").
     shares: Vec<Share>,
 }
 
