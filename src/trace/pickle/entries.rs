@@ -489,19 +489,25 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         if self.par.workers > 1 && self.par.first_after == 0 {
             return self.parallel_entries(offset);
         }
-        let mut e = self.fast.take().unwrap_or_default();
-        let buf = std::mem::take(&mut self.src.buf);
-        let r = self.one_entry(offset, &buf[..self.src.end], &mut e);
-        self.src.buf = buf;
-        self.fast = Some(e);
+        let r = self.one_entry(offset);
         if matches!(r, Ok(true)) {
             self.par.first_after = self.par.first_after.saturating_sub(1);
         }
         r
     }
 
-    /// Lexes, resolves and applies the entry at the source's position.
-    fn one_entry(&mut self, offset: u64, buf: &[u8], e: &mut FastEntry) -> Result<bool, PickleError> {
+    /// Lexes, resolves and applies the entry at the source's position, with
+    /// the reused buffers and the source's bytes taken for the while.
+    fn one_entry(&mut self, offset: u64) -> Result<bool, PickleError> {
+        let mut e = self.fast.take().unwrap_or_default();
+        let buf = std::mem::take(&mut self.src.buf);
+        let r = self.entry_in(offset, &buf[..self.src.end], &mut e);
+        self.src.buf = buf;
+        self.fast = Some(e);
+        r
+    }
+
+    fn entry_in(&mut self, offset: u64, buf: &[u8], e: &mut FastEntry) -> Result<bool, PickleError> {
         let raw = loop {
             e.puts.clear();
             e.slots.clear();
@@ -667,12 +673,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// read) on several threads: see the module's comment.
     fn parallel_entries(&mut self, offset: u64) -> Result<bool, PickleError> {
         // The first on this thread: it learns the keys the workers look for.
-        let mut e = self.fast.take().unwrap_or_default();
-        let buf = std::mem::take(&mut self.src.buf);
-        let r = self.one_entry(offset, &buf[..self.src.end], &mut e);
-        self.src.buf = buf;
-        self.fast = Some(e);
-        if !r? {
+        if !self.one_entry(offset)? {
             return Ok(false);
         }
         let workers = self.par.workers;
