@@ -152,6 +152,10 @@ impl Compactor for EntryColumns {
         !self.generic_only
     }
 
+    fn next_entry(&self) -> Option<u32> {
+        u32::try_from(self.events.len()).ok()
+    }
+
     fn entry(&mut self, f: &EntryFields) -> Result<u32, String> {
         self.fast_taken += 1;
         let name = f.action.as_deref().ok_or("trace entry without an action")?;
@@ -809,6 +813,59 @@ mod tests {
                 assert_eq!(a.exact, b.exact, "{way}");
                 assert_eq!(fast.release, other.release, "{way}");
                 assert_eq!(fast.annotations, other.annotations, "{way}");
+            }
+        }
+    }
+
+    /// A frame dict's memo slot written over between two entries that name
+    /// the same slots: the later entry's stack is the new dict's, on every
+    /// path (the fast path's stacks by slots must forget what they learned).
+    /// Python's own unpickler reads the last two entries' frames as
+    /// `other.py`, `model.py`.
+    #[test]
+    fn a_frame_slot_written_over_changes_the_stack_on_every_path() {
+        let raw: &[u8] =
+            b"\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0ddevice_traces\x94]\x94(]\x94(}\x94(\x8c\x06action\
+            \x94\x8c\x05alloc\x94\x8c\x04addr\x94\x8a\x08\x00\x00\x00\x00\x00\x7f\x00\x00\x8c\x04size\x94J\
+            \x00\x02\x00\x00\x8c\x06stream\x94J\x00\x00\x00\x00\x8c\x07time_us\x94\x8a\x08\xf5\x03\x00\x00\
+            \x00\x00\x00\x00\x8c\x06frames\x94]\x94(}\x94(\x8c\x08filename\x94\x8c\x08train.py\x94\x8c\x04li\
+            ne\x94J\x0a\x00\x00\x00\x8c\x04name\x94\x8c\x04step\x94u}\x94(h\x10\x8c\x08model.py\x94h\x12J\
+            \x14\x00\x00\x00h\x13\x8c\x07forward\x94ueu}\x94(h\x07h\x08h\x09\x8a\x08\x00\x02\x00\x00\x00\x7f\
+            \x00\x00h\x0aJ\x00\x02\x00\x00h\x0bJ\x00\x00\x00\x00h\x0c\x8a\x08\x10\x04\x00\x00\x00\x00\x00\
+            \x00h\x0d]\x94(h\x0fh\x15eu}\x94(h\x07h\x08h\x09\x8a\x08\x00\x04\x00\x00\x00\x7f\x00\x00h\x0aJ\
+            \x00\x02\x00\x00h\x0bJ\x00\x00\x00\x00h\x0c\x8a\x08+\x04\x00\x00\x00\x00\x00\x00h\x0d]\x94(h\x0f\
+            h\x15eu}\x94(h\x10\x8c\x08other.py\x94h\x12J\x1e\x00\x00\x00h\x13\x8c\x09elsewhere\x94u0h\x1cq\
+            \x0f0}\x94(h\x07h\x08h\x09\x8a\x08\x00\x06\x00\x00\x00\x7f\x00\x00h\x0aJ\x00\x02\x00\x00h\x0bJ\
+            \x00\x00\x00\x00h\x0c\x8a\x08F\x04\x00\x00\x00\x00\x00\x00h\x0d]\x94(h\x0fh\x15eu}\x94(h\x07h\
+            \x08h\x09\x8a\x08\x00\x08\x00\x00\x00\x7f\x00\x00h\x0aJ\x00\x02\x00\x00h\x0bJ\x00\x00\x00\x00h\
+            \x0c\x8a\x08\x00\x04\x00\x00\x00\x00\x00\x00h\x0d]\x94(h\x0fh\x15eueeu.";
+        let lim = crate::trace::ReadLimits::default();
+        let files = |t: &Trace| -> Vec<Vec<String>> {
+            let d = &t.devices[0];
+            (d.stacks.iter())
+                .map(|&s| {
+                    let f = if s == 0 { &[][..] } else { &t.stacks[s as usize - 1][..] };
+                    f.iter().map(|f| f.filename.to_string()).collect()
+                })
+                .collect()
+        };
+        let old = vec!["train.py".to_string(), "model.py".to_string()];
+        let new = vec!["other.py".to_string(), "model.py".to_string()];
+        let want = vec![old.clone(), old.clone(), old, new.clone(), new];
+        let ways = [
+            Decoding { parallel: Parallel::off(), ..Decoding::default() },
+            Decoding { generic_only: true, parallel: Parallel::off() },
+            Decoding {
+                parallel: Parallel { workers: 2, share: 64, first_after: 0, retry_after: 0 },
+                ..Decoding::default()
+            },
+        ];
+        for (k, way) in ways.into_iter().enumerate() {
+            let (t, taken) = read_snapshot_with(raw, raw.len() as u64, way, &lim).unwrap();
+            assert_eq!(files(&t), want, "way {k}");
+            if k == 0 {
+                // The entries after the first were the fast path's.
+                assert_eq!(taken.fast, 4);
             }
         }
     }

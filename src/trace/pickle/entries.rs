@@ -17,10 +17,11 @@
 //! file order while the later shares are still being lexed: the memo, the
 //! interned stacks and every id come out as one thread would make them.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::rc::Rc;
 
-use super::{Compactor, EntryFields, List, Memo, PickleError, Shared, Tuple, Value, Vm};
+use super::{Compactor, EntryFields, FastHash, List, Memo, PickleError, Shared, Tuple, Value, Vm};
 
 /// How runs of trace entries are read on several threads.
 #[derive(Debug, Clone, Copy)]
@@ -129,10 +130,43 @@ pub(super) struct FastEntry {
     puts: Vec<Put>,
     slots: Vec<u32>,
     items: Vec<Value>,
+    stacks: SlotStacks,
     /// The workers' shares, kept from one run to the next: fresh vectors
     /// for every run cost a page fault per page they touched
     /// (docs/design/trace-decoding.md, "What it costs").
     shares: Vec<Share>,
+}
+
+/// Interned stacks by the memo slots of the frame dicts an entry's list
+/// names: most entries name the same few thousand lists of slots, and a
+/// slot names the same dict until it is written over, so the stack follows
+/// from the slots alone, without a dict cloned or hashed
+/// (docs/design/trace-decoding.md, "What the decoding thread does per
+/// entry").
+#[derive(Default)]
+struct SlotStacks {
+    by_slots: HashMap<Box<[u32]>, u32, FastHash>,
+    /// `Memo::overwrites` when these were learned: any change forgets them.
+    overwrites: u64,
+}
+
+impl SlotStacks {
+    /// Bounded like the interner's own table of frame lists.
+    const MOST: usize = 1 << 16;
+
+    fn get(&self, memo: &Memo, slots: &[u32]) -> Option<u32> {
+        (self.overwrites == memo.overwrites).then(|| self.by_slots.get(slots).copied()).flatten()
+    }
+
+    fn learn(&mut self, memo: &Memo, slots: &[u32], stack: u32) {
+        if self.overwrites != memo.overwrites {
+            self.by_slots.clear();
+            self.overwrites = memo.overwrites;
+        }
+        if self.by_slots.len() < Self::MOST {
+            self.by_slots.insert(slots.into(), stack);
+        }
+    }
 }
 
 /// Why an entry was not lexed.
@@ -517,8 +551,10 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 Err(_) => return Ok(false),
             }
         };
-        let Some((fields, frames)) = self.resolve(&raw, buf, &e.slots, &mut e.items) else { return Ok(false) };
-        self.apply(offset, &raw, buf, &e.puts, fields, frames, &mut e.items)?;
+        let Some((fields, frames)) = self.resolve(&raw, buf, &e.slots, &mut e.items, &e.stacks) else {
+            return Ok(false);
+        };
+        self.apply(offset, &raw, buf, (&e.puts, &e.slots), fields, frames, (&mut e.items, &mut e.stacks))?;
         Ok(true)
     }
 
@@ -542,6 +578,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         buf: &[u8],
         slots: &[u32],
         items: &mut Vec<Value>,
+        stacks: &SlotStacks,
     ) -> Option<(EntryFields, Frames)> {
         let memo: &Memo = &self.memo;
         let action = match raw.action {
@@ -556,14 +593,20 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 _ => return None,
             },
             RawFrames::Inline { first, n } => {
-                items.clear();
-                for &slot in slots.get(first as usize..(first + n) as usize)? {
-                    match memo.get_ref(slot as usize)? {
-                        v @ Value::Dict(_) => items.push(v.clone()),
-                        _ => return None,
+                let named = slots.get(first as usize..(first + n) as usize)?;
+                match stacks.get(memo, named) {
+                    Some(s) => Frames::Stack(s),
+                    None => {
+                        items.clear();
+                        for &slot in named {
+                            match memo.get_ref(slot as usize)? {
+                                v @ Value::Dict(_) => items.push(v.clone()),
+                                _ => return None,
+                            }
+                        }
+                        Frames::Inline
                     }
                 }
-                Frames::Inline
             }
         };
         let pool = match raw.pool {
@@ -610,36 +653,14 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         offset: u64,
         raw: &RawEntry,
         buf: &[u8],
-        puts: &[Put],
+        (puts, slots): (&[Put], &[u32]),
         mut fields: EntryFields,
         frames: Frames,
-        items: &mut Vec<Value>,
+        (items, stacks): (&mut Vec<Value>, &mut SlotStacks),
     ) -> Result<(), PickleError> {
         self.src.pos = raw.at + raw.len;
-        // Memo slots in the order the pickle stores them.
-        let (mut dict_slot, mut list_slot) = (None, None);
-        for put in &puts[raw.puts.clone()] {
-            let v = match put {
-                Put::Dict => {
-                    dict_slot = Some(self.memo.len);
-                    Value::None
-                }
-                Put::FramesList => {
-                    list_slot = Some(self.memo.len);
-                    Value::None
-                }
-                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
-                Put::Str(r) => {
-                    let slice = &buf[r.clone()];
-                    match self.strings.get(slice) {
-                        Some(rc) => Value::Str(rc.clone()),
-                        None => self.string(offset, slice.to_vec())?,
-                    }
-                }
-            };
-            self.charge(offset, 16)?;
-            self.memo.push(v);
-        }
+        // The stack and the entry's id first, so that the memo slots are
+        // stored as what they end as, in the order the pickle stores them.
         fields.stack = match frames {
             Frames::None => 0,
             Frames::Stack(s) => s,
@@ -656,14 +677,37 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             Frames::Inline => {
                 let s = self.compactor.stack_of(items);
                 items.clear();
+                if let RawFrames::Inline { first, n } = raw.frames {
+                    if let Some(named) = slots.get(first as usize..(first + n) as usize) {
+                        stacks.learn(&self.memo, named, s);
+                    }
+                }
                 s
             }
         };
-        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
-        if let Some(m) = list_slot.and_then(|m| self.memo.get_mut(m)) {
-            *m = Value::Stack(fields.stack);
+        let next = self.compactor.next_entry();
+        let mut dict_slot = None;
+        for put in &puts[raw.puts.clone()] {
+            let v = match put {
+                Put::Dict => {
+                    dict_slot = Some(self.memo.len);
+                    next.map_or(Value::None, Value::Entry)
+                }
+                Put::FramesList => Value::Stack(fields.stack),
+                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
+                Put::Str(r) => {
+                    let slice = &buf[r.clone()];
+                    match self.shared_str(slice) {
+                        Some(rc) => Value::Str(rc),
+                        None => self.string(offset, slice.to_vec())?,
+                    }
+                }
+            };
+            self.charge(offset, 16)?;
+            self.memo.push(v);
         }
-        if let Some(m) = dict_slot.and_then(|m| self.memo.get_mut(m)) {
+        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
+        if let Some(m) = dict_slot.filter(|_| next != Some(id)).and_then(|m| self.memo.get_mut(m)) {
             *m = Value::Entry(id);
         }
         self.push(offset, Value::Entry(id))
@@ -742,14 +786,22 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             let res = match *step {
                 Step::Entry(k) => {
                     let raw = &share.entries[k];
-                    let Some((fields, frames)) = self.resolve(raw, buf, &share.items, &mut e.items) else {
+                    let Some((fields, frames)) = self.resolve(raw, buf, &share.items, &mut e.items, &e.stacks) else {
                         self.src.pos = raw.at - 1;
                         r = Ok(false);
                         break;
                     };
                     let off = self.src.base + raw.at as u64 - 1;
                     *applied += 1;
-                    self.apply(off, raw, buf, &share.puts, fields, frames, &mut e.items)
+                    self.apply(
+                        off,
+                        raw,
+                        buf,
+                        (&share.puts, &share.items),
+                        fields,
+                        frames,
+                        (&mut e.items, &mut e.stacks),
+                    )
                 }
                 Step::Op(op, at) => {
                     self.src.pos = at + 1;

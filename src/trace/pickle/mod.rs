@@ -152,6 +152,10 @@ struct Memo {
     strs: Vec<Rc<String>>,
     str_ids: HashMap<*const String, u32, FastHash>,
     len: usize,
+    /// Counts writes over a slot that held a dict or a string: what the fast
+    /// path learned from such slots (`FastEntry::stacks`) holds while this
+    /// does not change.
+    overwrites: u64,
 }
 
 /// A compact chunk's slots: `Value::Entry(id)` as `id << 2`,
@@ -267,13 +271,19 @@ impl Memo {
         }
     }
 
+    /// A slot to write over: counted in `overwrites` if it held a dict or a
+    /// string.
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
         let k = i / MEMO_CHUNK;
         if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_values()) {
             let c = c.take_all();
             self.chunks[k] = c.into_iter().filter_map(|x| self.uncompact(x)).collect();
         }
-        self.chunks.get_mut(k)?.get_mut(i % MEMO_CHUNK)
+        let v = self.chunks.get_mut(k)?.get_mut(i % MEMO_CHUNK)?;
+        if matches!(v, Value::Dict(_) | Value::Str(_)) {
+            self.overwrites += 1;
+        }
+        Some(v)
     }
 
     fn push(&mut self, v: Value) {
@@ -474,6 +484,12 @@ pub trait Compactor {
     /// the byte stream (the decoder's fast path).
     fn fast_entries(&self) -> bool {
         false
+    }
+    /// The id `entry` gives the next entry it takes, where it is known
+    /// before (the fast path then memoizes the entry as it, not as a
+    /// placeholder written over after).
+    fn next_entry(&self) -> Option<u32> {
+        None
     }
     /// A trace entry decoded by the fast path.
     fn entry(&mut self, _fields: &EntryFields) -> Result<u32, String> {
@@ -810,6 +826,8 @@ struct Vm<'c, R, C> {
     memo: Memo,
     memo_sparse: HashMap<u64, Value>,
     strings: HashMap<Box<[u8]>, Rc<String>, FastHash>,
+    /// The string `shared_str` gave last: entries repeat one ("N/A") each.
+    last_str: Option<Rc<String>>,
     /// The memo slots of the key strings the fast path has recognised, and
     /// the field each names (cleared when a slot is stored over).
     keys: Vec<(u32, u8)>,
@@ -865,6 +883,7 @@ pub(crate) fn decode_parallel<R: Read, C: Compactor>(
         memo: Memo::default(),
         memo_sparse: HashMap::new(),
         strings: HashMap::default(),
+        last_str: None,
         keys: Vec::new(),
         fast: Some(Box::default()),
         par,
@@ -1066,14 +1085,26 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         }
     }
 
+    /// The shared copy of a short string read before, if any; the one
+    /// given last is checked before the table, without hashing.
+    fn shared_str(&mut self, bytes: &[u8]) -> Option<Rc<String>> {
+        if let Some(last) = self.last_str.as_ref().filter(|s| s.as_bytes() == bytes) {
+            return Some(last.clone());
+        }
+        if bytes.len() > 64 {
+            return None;
+        }
+        let rc = self.strings.get(bytes)?.clone();
+        self.last_str = Some(rc.clone());
+        Some(rc)
+    }
+
     fn string(&mut self, offset: u64, bytes: Vec<u8>) -> Result<Value, PickleError> {
         // Snapshots repeat short strings (action names, "N/A" contexts) as
         // separate objects; share one copy of each.
         let short = bytes.len() <= 64;
-        if short {
-            if let Some(rc) = self.strings.get(bytes.as_slice()) {
-                return Ok(Value::Str(rc.clone()));
-            }
+        if let Some(rc) = self.shared_str(&bytes) {
+            return Ok(Value::Str(rc));
         }
         self.charge(offset, bytes.len() as u64 + 32)?;
         let s = String::from_utf8(bytes).map_err(|e| self.malformed(offset, format!("string is not UTF-8: {e}")))?;
