@@ -667,7 +667,9 @@ impl<'a> Stepper<'a> {
             }
             // Only a block of a private pool can have been placed by a
             // checkpoint restore: keep the state to retry there, and only there.
-            Action::Alloc if self.segment_of(ev.addr).is_some_and(|s| !s.is_default()) => {
+            // Without a private pool in the plan every segment is the
+            // default pool's, and the lookup is skipped.
+            Action::Alloc if self.pools.any_private && self.segment_of(ev.addr).is_some_and(|s| !s.is_default()) => {
                 let saved = (self.alloc.clone(), self.segs.clone());
                 let got = self.request(i, i);
                 if self.check(i).is_ok() {
