@@ -446,6 +446,28 @@ pub enum SessionError {
     NoWindowStart(String),
 }
 
+/// The pools' plan under `release`, and where the history starts: two
+/// passes over the events that need nothing of each other, so side by
+/// side, the plan on a thread of its own where the system gives one.
+fn plan_and_start(
+    dev: &DeviceTrace,
+    stacks: &[Vec<Frame>],
+    release: Release,
+    recorded_state: bool,
+) -> Result<(pools::PoolPlan, Start), SessionError> {
+    std::thread::scope(|s| {
+        let plan =
+            std::thread::Builder::new().name("pools".into()).spawn_scoped(s, || pools::plan(dev, stacks, release)).ok();
+        let start = start_of(dev, recorded_state);
+        let plan = match plan.map(|h| h.join()) {
+            Some(Ok(p)) => p,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            None => pools::plan(dev, stacks, release),
+        };
+        Ok((plan, start?))
+    })
+}
+
 /// Where a recorded device's replay starts: its state alone (no trace),
 /// process start, or a window of a longer run (docs/user/replay.md).
 fn start_of(dev: &DeviceTrace, recorded_state: bool) -> Result<Start, SessionError> {
@@ -504,9 +526,9 @@ impl<'a> Session<'a> {
         opts.memory_limit = req.memory_limit;
         opts.keep_events = req.keep_events;
         opts.stop_at = req.stop_at;
-        opts.pools = Arc::new(pools::plan(dev, stacks, req.release.candidates[0]));
+        let (plan, start) = plan_and_start(dev, stacks, req.release.candidates[0], req.recorded_state)?;
+        opts.pools = Arc::new(plan);
         opts.exact = Arc::from(dev.exact.as_slice());
-        let start = start_of(dev, req.recorded_state)?;
         let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), SessionError> {
             Ok(match start {
                 Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
