@@ -437,8 +437,9 @@ impl Categories {
 /// address, then event: where `of_block` finds which allocation made a
 /// block. The allocator hands the same few thousand addresses out again and
 /// again, so this is a counting sort over the distinct addresses (a hash
-/// lookup per allocation) rather than a comparison sort of millions; events
-/// are scattered in order, so each address's stay increasing.
+/// lookup per allocation) rather than a comparison sort of millions; the
+/// allocations are placed in event order, so each address's events stay
+/// increasing.
 fn allocs_at(dev: &DeviceTrace) -> Vec<[u32; 3]> {
     let mut id_of: HashMap<u64, u32> = HashMap::new();
     let mut ids: Vec<u32> = Vec::new();
