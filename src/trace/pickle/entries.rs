@@ -124,6 +124,17 @@ struct RawEntry {
     puts: std::ops::Range<usize>,
 }
 
+impl RawEntry {
+    /// The memo slots of the frame dicts its frames list names, where the
+    /// list is written in the entry.
+    fn inline_frames<'s>(&self, slots: &'s [u32]) -> Option<&'s [u32]> {
+        match self.frames {
+            RawFrames::Inline { first, n } => slots.get(first as usize..first as usize + n as usize),
+            _ => None,
+        }
+    }
+}
+
 /// The fast path's reused buffers.
 #[derive(Default)]
 pub(super) struct FastEntry {
@@ -592,8 +603,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 Value::List(l) => Frames::List(l),
                 _ => return None,
             },
-            RawFrames::Inline { first, n } => {
-                let named = slots.get(first as usize..(first + n) as usize)?;
+            RawFrames::Inline { .. } => {
+                let named = raw.inline_frames(slots)?;
                 match stacks.get(memo, named) {
                     Some(s) => Frames::Stack(s),
                     None => {
@@ -677,10 +688,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             Frames::Inline => {
                 let s = self.compactor.stack_of(items);
                 items.clear();
-                if let RawFrames::Inline { first, n } = raw.frames {
-                    if let Some(named) = slots.get(first as usize..(first + n) as usize) {
-                        stacks.learn(&self.memo, named, s);
-                    }
+                if let Some(named) = raw.inline_frames(slots) {
+                    stacks.learn(&self.memo, named, s);
                 }
                 s
             }
