@@ -754,6 +754,11 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    /// Each event's call stack, as frames.
+    fn event_frames(t: &Trace, d: &DeviceTrace) -> Vec<Vec<Frame>> {
+        d.stacks.iter().map(|&s| if s == 0 { vec![] } else { t.stacks[s as usize - 1].clone() }).collect()
+    }
+
     /// The trace entries' fast path, on one thread or several, and the
     /// generic decoder give the same trace, field for field, on real
     /// snapshots; several threads with shares small enough that their
@@ -800,14 +805,11 @@ mod tests {
             let (fast, _) = &ways[0];
             let a = &fast.devices[0];
             assert!(!a.events.is_empty(), "{name}");
-            let frames = |t: &Trace, d: &DeviceTrace| -> Vec<Vec<Frame>> {
-                d.stacks.iter().map(|&s| if s == 0 { vec![] } else { t.stacks[s as usize - 1].clone() }).collect()
-            };
             for (other, way) in &ways[1..] {
                 let b = &other.devices[0];
                 assert_eq!(a.events, b.events, "{way}");
                 assert_eq!(a.time_us, b.time_us, "{way}");
-                assert_eq!(frames(fast, a), frames(other, b), "{way}");
+                assert_eq!(event_frames(fast, a), event_frames(other, b), "{way}");
                 assert_eq!(a.segments, b.segments, "{way}");
                 assert_eq!(fast.settings, other.settings, "{way}");
                 assert_eq!(a.exact, b.exact, "{way}");
@@ -841,13 +843,8 @@ mod tests {
             \x0c\x8a\x08\x00\x04\x00\x00\x00\x00\x00\x00h\x0d]\x94(h\x0fh\x15eueeu.";
         let lim = crate::trace::ReadLimits::default();
         let files = |t: &Trace| -> Vec<Vec<String>> {
-            let d = &t.devices[0];
-            (d.stacks.iter())
-                .map(|&s| {
-                    let f = if s == 0 { &[][..] } else { &t.stacks[s as usize - 1][..] };
-                    f.iter().map(|f| f.filename.to_string()).collect()
-                })
-                .collect()
+            let frames = event_frames(t, &t.devices[0]);
+            frames.iter().map(|f| f.iter().map(|f| f.filename.to_string()).collect()).collect()
         };
         let old = vec!["train.py".to_string(), "model.py".to_string()];
         let new = vec!["other.py".to_string(), "model.py".to_string()];
