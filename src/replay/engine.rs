@@ -263,6 +263,10 @@ pub struct Stepper<'a> {
     /// The step under way began at a recorded release that no malloc of
     /// ours explained (replayed as an `empty_cache()`).
     inferred_now: bool,
+    /// The settings the run changed to and the event from which they
+    /// hold (`ReplayOptions::switch`), until then: every replay of the run
+    /// (the exact one, the screens' scrubbers) follows the change.
+    switch: Option<(usize, AllocatorConfig)>,
 }
 
 impl<'a> Stepper<'a> {
@@ -306,6 +310,7 @@ impl<'a> Stepper<'a> {
             outside_cap: u64::MAX,
             exact: opts.exact.clone(),
             inferred_now: false,
+            switch: opts.switch.clone(),
         })
     }
 
@@ -631,6 +636,9 @@ impl<'a> Stepper<'a> {
     pub(crate) fn step(&mut self) -> Result<(), Divergence> {
         let rec = self.rec;
         let i = self.position();
+        if let Some((_, conf)) = self.switch.take_if(|(at, _)| *at <= i) {
+            self.alloc.set_config(conf);
+        }
         let ev = rec.at(i);
         self.alloc.clear_events();
         self.inferred_now = false;
@@ -755,12 +763,8 @@ pub fn replay_events_from<'a>(
     let mut allocated = Deltas::with_capacity(end);
     let allocated_before = st.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64;
     let mut last = allocated_before;
-    let mut switch = opts.switch.clone();
     while st.position() < end {
         let i = st.position();
-        if let Some((_, conf)) = switch.take_if(|(at, _)| *at <= i) {
-            st.alloc.set_config(conf);
-        }
         if let Err(d) = st.step() {
             pressure = Pressure::of(&d, st.inferred_now);
             divergence = Some(d);

@@ -168,6 +168,7 @@ impl Scrubber<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replay::engine::replay_events_from;
     use crate::replay::replay_events;
     use crate::trace;
 
@@ -247,6 +248,38 @@ mod tests {
             let r = replay_events(d.events.view(), &o, ());
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
             assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+        }
+    }
+
+    /// A run whose settings changed mid-run (recorded on the H200 with
+    /// `_set_allocator_settings`): the screens' scrubbers follow the change
+    /// as the exact replay does, so every seek, before the change or after
+    /// it, forwards or back, lands where the session's replay went.
+    #[test]
+    fn scrubbers_follow_a_change_of_settings_mid_run() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conditions");
+        for name in ["switch_split.pickle.gz", "switch_es_split.pickle.gz", "switch_roundup.pickle.gz"] {
+            let t = trace::load(&root.join(name)).unwrap();
+            let opened = crate::replay::open(&t, name, &crate::replay::OpenOptions::default()).unwrap();
+            let session = &opened.session;
+            let at = session.settings_changed.as_ref().expect(name).event;
+            let (n, peak) = (opened.dev.events.len(), session.exact.peak.event);
+            let fresh = |e: usize| {
+                let mut o = session.opts.clone();
+                o.stop_at = Some(e + 1);
+                replay_events_from(opened.dev.events.view(), &o, &session.seed, ()).allocator.memory_stats()
+            };
+            let end = session.exact.allocator.memory_stats();
+            let mut s = session.scrubber(256).unwrap();
+            assert_eq!(s.seek(n - 1).memory_stats(), end, "{name}");
+            for e in [at + 40, at - 1, at, peak] {
+                assert_eq!(s.seek(e).memory_stats(), fresh(e), "{name}: event {e}");
+            }
+            assert!(peak > at, "{name}: the peak {peak} comes after the change at {at}");
+            let mut f = session.forward_scrubber().unwrap();
+            let st = f.seek(peak).stats().get(crate::alloc::Kind::AllocatedBytes, 0).current;
+            assert_eq!(st as u64, session.exact.peak.allocated, "{name}");
+            assert_eq!(f.seek(n - 1).memory_stats(), end, "{name}");
         }
     }
 }

@@ -68,6 +68,10 @@ fn the_limit_a_run_had_is_found_from_its_snapshot() {
         }
         assert_eq!(j["inferred_empty_cache_calls"], 0, "{name}: every release is the limit's");
         assert_pytorchs(name, &j, &t);
+        // A report that reads a state follows the change too: the state at
+        // the peak is the peak's.
+        let p = json("replay", &snap, &["--at", "peak"]);
+        assert_eq!(p["stats"]["allocated_bytes.all.current"], j["peak"]["allocated_bytes"], "{name}");
         let s = text("replay", &snap);
         assert!(s.contains("memory limit: the run's own, found from the trace ("), "{name}: {s}");
     }
@@ -113,6 +117,10 @@ fn settings_changed_mid_run_are_found_and_followed() {
             assert!(f["lo_bytes"].as_u64().unwrap() <= real_limit && real_limit <= f["hi_bytes"].as_u64().unwrap());
         }
         assert_pytorchs(name, &j, &t);
+        // A report that reads a state follows the change too: the state at
+        // the peak is the peak's.
+        let p = json("replay", &snap, &["--at", "peak"]);
+        assert_eq!(p["stats"]["allocated_bytes.all.current"], j["peak"]["allocated_bytes"], "{name}");
         let s = text("replay", &snap);
         assert!(s.contains("allocator settings changed during the run"), "{name}");
         assert!(!s.contains("private pools"), "{name}: no private pool in this run");
