@@ -43,14 +43,13 @@ fn open_replay<'t>(
     // What the live view's alerts quote from now on, instead of a hint no
     // replay checked (docs/user/tune.md).
     let tuned = (opened.session.start != Start::StateOnly).then(|| {
-        let conf = opened.want.config.source.clone();
-        crate::tune::verdict(&crate::tune::search_session(
-            &mut opened.session,
-            &conf,
-            opened.want.device_total,
-            crate::device::CUDA_CONTEXT_BYTES,
-            None,
-        ))
+        let ask = crate::tune::Ask {
+            recorded: opened.want.config.source.clone(),
+            device_total: opened.want.device_total,
+            context: crate::device::CUDA_CONTEXT_BYTES,
+            limit: None,
+        };
+        crate::tune::verdict(&crate::tune::search_session(&mut opened.session, &ask, None))
     });
     let model = opened.model(trace_name(path))?;
     let mut note = format!(" {} ({}, {} events) closed", path.display(), fidelity.name(), dev.events.len());

@@ -12,12 +12,15 @@ use serde::Serialize;
 
 use super::args::{InputError, MemoryCap};
 use super::io::load_input;
+use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::replay::session::Want;
 use crate::replay::session::{Fidelity, Start};
-use crate::replay::OpenOptions;
+use crate::replay::{OpenError, OpenOptions, Opened};
 use crate::trace::input::{Input, InputKind};
-use crate::tune::{search_session, why, Outcome};
+use crate::trace::Trace;
+use crate::tune::{search_session, why, Ask, Early, Outcome};
 
 #[derive(Args, Debug, Clone)]
 pub struct TuneArgs {
@@ -123,7 +126,11 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         torch: args.torch.release,
         ..OpenOptions::default()
     };
-    let mut opened = crate::replay::open(&trace, &args.trace.display().to_string(), &opts)?;
+    let name = args.trace.display().to_string();
+    let asked =
+        Ask { recorded: recorded.source.clone(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit };
+    let (opened, early) = open_beside_first_stage(&trace, &name, &opts, &asked, &recorded);
+    let mut opened = opened?;
     // The run's own limit, found from its trace, unless one was asked.
     let found = opened.session.limit_found.clone();
     let limit = limit.or(found.as_ref().map(|l| l.used_bytes));
@@ -148,7 +155,8 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         _ => {}
     }
     let window = session.start == Start::Window;
-    let s = search_session(&mut session, &recorded.source, args.device_total, CUDA_CONTEXT_BYTES, limit);
+    let ask = Ask { limit, ..asked };
+    let s = search_session(&mut session, &ask, early);
     let best = s.best();
     let rec_row = Row {
         outcome: &s.recorded,
@@ -189,6 +197,32 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     }
     super::io::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `trace` opened as `opts` asks, and the search's first stage for `asked`:
+/// it needs only the requests, so it runs beside the run's own replay, from
+/// where that replay most likely starts; the search keeps it only where the
+/// replay agrees (docs/user/tune.md).
+fn open_beside_first_stage<'t>(
+    trace: &'t Trace,
+    name: &str,
+    opts: &OpenOptions,
+    asked: &Ask,
+    recorded: &AllocatorConfig,
+) -> (Result<Opened<'t>, OpenError>, Option<Early>) {
+    let recorded_state = Want::recorded(trace, asked.device_total).recorded_state;
+    std::thread::scope(|s| {
+        let early = crate::replay::open::device(trace, name, opts.device).ok().and_then(|dev| {
+            let ask = asked.clone();
+            std::thread::Builder::new()
+                .name("tune".into())
+                .spawn_scoped(s, move || Early::run(dev, ask, recorded, recorded_state))
+                .ok()
+        });
+        let opened = crate::replay::open(trace, name, opts);
+        // A first stage that failed is made again by the search.
+        (opened, early.and_then(|h| h.join().ok()).flatten())
+    })
 }
 
 /// The table of the settings tried, best first, and what to set.

@@ -21,7 +21,7 @@ use super::engine::{replay_events, replay_events_from, Divergence, ReplayOptions
 use super::pools;
 use super::scrub::Scrubber;
 use super::whatif::{requests_with_events, run_requests, Request, WhatIf};
-use super::wrapped::{replay_wrapped, starts_empty};
+use super::wrapped::{reconstruct, replay_wrapped, starts_empty};
 use crate::alloc::{Action, AllocatorConfig, BlockState, EventsRef, Release, SeedBlock, SeedSegment, SegmentInfo};
 use crate::analysis::categories::Categories;
 use crate::trace::{DeviceTrace, Frame};
@@ -481,6 +481,24 @@ fn start_of(dev: &DeviceTrace, recorded_state: bool) -> Result<Start, SessionErr
     } else {
         Start::Window
     })
+}
+
+/// Where `dev`'s replay under `config` starts and the state it starts from,
+/// as `Session::open` tries them first (a window's live blocks rebuilt from
+/// the snapshot's segments, before any tie or size the window's replay may
+/// correct), without replaying; `None` for a snapshot with no trace. For
+/// work made beside the session and kept only where it agrees.
+pub(crate) fn first_start(
+    dev: &DeviceTrace,
+    config: &AllocatorConfig,
+    device_total: u64,
+    recorded_state: bool,
+) -> Option<(Start, Vec<SeedSegment>)> {
+    match start_of(dev, recorded_state).ok()? {
+        Start::ProcessStart => Some((Start::ProcessStart, Vec::new())),
+        Start::Window => Some((Start::Window, reconstruct(dev, config, device_total).ok()?.0)),
+        Start::StateOnly => None,
+    }
 }
 
 /// Every event reproduced, but not the snapshot's end state: said with both.

@@ -15,8 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
-use crate::alloc::{AllocatorConfig, Kind};
+use crate::alloc::{AllocatorConfig, Kind, SeedSegment};
+use crate::replay::session::{first_start, Start};
 use crate::replay::whatif::{run_requests, FromEvents, Request, Requests};
+use crate::trace::DeviceTrace;
 
 /// One candidate's replay.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -142,7 +144,7 @@ fn recorded_point(recorded: &str, limited: bool) -> (Point, Vec<(String, String)
 }
 
 /// What `tune` found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Search {
     /// The recorded setting's replay (the baseline every figure is against).
     pub recorded: Outcome,
@@ -176,35 +178,110 @@ pub(crate) fn search<R: Requests + ?Sized>(
     limit: Option<u64>,
     exact: Option<&crate::alloc::DeviceStats>,
 ) -> Search {
-    let limited = limit.is_some();
-    let (base, others) = recorded_point(recorded, limited);
-    let searched: Vec<usize> = (0..TUNED.len()).filter(|&i| !others.iter().any(|(k, _)| k == TUNED[i])).collect();
-    let run = |points: &[Point]| -> Vec<Outcome> {
-        parallel(points, |p| {
-            let conf = conf_of(p, &others);
-            match AllocatorConfig::parse(&conf) {
-                Ok(c) => Some(Outcome::of(conf, run_requests(reqs, c, device_total, context, limit).allocator.stats())),
-                Err(_) => None,
-            }
-        })
-    };
-    // Stage 1: the recorded setting, and each key's values alone.
-    let mut stage1: Vec<Point> = vec![base];
-    for &i in &searched {
-        for v in values(TUNED[i], limited) {
-            let mut p = base;
-            p[i] = v;
-            if !stage1.contains(&p) {
-                stage1.push(p);
+    let ask = Ask { recorded: recorded.to_string(), device_total, context, limit };
+    search_from(reqs, &ask, exact, None)
+}
+
+/// What a search is for: the setting the run recorded, the device (its
+/// bytes, less `context`) and the limit every candidate runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) recorded: String,
+    pub(crate) device_total: u64,
+    pub(crate) context: u64,
+    pub(crate) limit: Option<u64>,
+}
+
+/// The search's first stage: the recorded setting, and each searched key's
+/// values alone (the recorded point first); the others as recorded.
+struct StageOne {
+    base: Point,
+    others: Vec<(String, String)>,
+    searched: Vec<usize>,
+    points: Vec<Point>,
+}
+
+impl StageOne {
+    fn of(ask: &Ask) -> StageOne {
+        let limited = ask.limit.is_some();
+        let (base, others) = recorded_point(&ask.recorded, limited);
+        let searched: Vec<usize> = (0..TUNED.len()).filter(|&i| !others.iter().any(|(k, _)| k == TUNED[i])).collect();
+        let mut points: Vec<Point> = vec![base];
+        for &i in &searched {
+            for v in values(TUNED[i], limited) {
+                let mut p = base;
+                p[i] = v;
+                if !points.contains(&p) {
+                    points.push(p);
+                }
             }
         }
+        StageOne { base, others, searched, points }
     }
-    let mut first = run(&stage1);
+}
+
+/// Each point's outcome under `ask`, on every core (a setting that does not
+/// parse has none).
+fn run_points<R: Requests + ?Sized>(
+    reqs: &R,
+    ask: &Ask,
+    others: &[(String, String)],
+    points: &[Point],
+) -> Vec<Outcome> {
+    parallel(points, |p| {
+        let conf = conf_of(p, others);
+        match AllocatorConfig::parse(&conf) {
+            Ok(c) => {
+                let w = run_requests(reqs, c, ask.device_total, ask.context, ask.limit);
+                Some(Outcome::of(conf, w.allocator.stats()))
+            }
+            Err(_) => None,
+        }
+    })
+}
+
+/// The first stage's replays of some requests, made before it was known
+/// whether they are the run's (`tune` runs them beside the run's own
+/// replay): `search_from` takes them for the `ask` they were made for.
+pub(crate) struct FirstStage {
+    ask: Ask,
+    outcomes: Vec<Outcome>,
+}
+
+impl FirstStage {
+    pub(crate) fn run<R: Requests + ?Sized>(reqs: &R, ask: Ask) -> FirstStage {
+        let one = StageOne::of(&ask);
+        let outcomes = run_points(reqs, &ask, &one.others, &one.points);
+        FirstStage { ask, outcomes }
+    }
+}
+
+/// `search`, for `ask`, with the first stage's replays taken from `early`
+/// where they were made for the same `ask` (and for `reqs`: the caller's
+/// word).
+fn search_from<R: Requests + ?Sized>(
+    reqs: &R,
+    ask: &Ask,
+    exact: Option<&crate::alloc::DeviceStats>,
+    early: Option<FirstStage>,
+) -> Search {
+    let StageOne { base, others, searched, points: stage1 } = StageOne::of(ask);
+    let mut first = match early.filter(|e| e.ask == *ask) {
+        Some(e) => e.outcomes,
+        // The recorded point's replay is not needed where the exact one
+        // stands for it.
+        None => match exact {
+            Some(st) => std::iter::once(Outcome::of(conf_of(&base, &others), st))
+                .chain(run_points(reqs, ask, &others, &stage1[1..]))
+                .collect(),
+            None => run_points(reqs, ask, &others, &stage1),
+        },
+    };
     if let (Some(st), Some(f)) = (exact, first.first_mut()) {
         *f = Outcome::of(f.alloc_conf.clone(), st);
     }
     let recorded_outcome = first.first().cloned().unwrap_or_else(|| Outcome {
-        alloc_conf: recorded.to_string(),
+        alloc_conf: ask.recorded.clone(),
         reserved_peak_bytes: 0,
         allocated_peak_bytes: 0,
         num_alloc_retries: 0,
@@ -240,7 +317,7 @@ pub(crate) fn search<R: Requests + ?Sized>(
             }
         }
     }
-    let second = run(&stage2);
+    let second = run_points(reqs, ask, &others, &stage2);
     let mut candidates: Vec<Outcome> = first.into_iter().chain(second).collect();
     let replays = candidates.len();
     candidates.sort_by_key(Outcome::key);
@@ -345,38 +422,55 @@ fn rounding(o: &Outcome, recorded: &Outcome) -> String {
     }
 }
 
-/// `search` over a replay session's requests, recorded under `recorded`:
-/// from process start or over a window, the exact replay's figures stand
+/// The first stage of a search over a device's requests from where its
+/// replay most likely starts (`session::first_start`), made before the
+/// session is open so that it runs beside the run's own replay (`tune`);
+/// `search_session` keeps it only where the session started there, inferred
+/// no `empty_cache()` call and is asked the same.
+pub(crate) struct Early {
+    start: Start,
+    seed: Vec<SeedSegment>,
+    first: FirstStage,
+}
+
+impl Early {
+    /// `None` where the device has no trace to replay.
+    pub(crate) fn run(dev: &DeviceTrace, ask: Ask, config: &AllocatorConfig, recorded_state: bool) -> Option<Early> {
+        let (start, seed) = first_start(dev, config, ask.device_total, recorded_state)?;
+        let reqs = FromEvents { prefix: prefix_of(start, &seed), events: dev.events.view(), empty_cache_at: &[] };
+        let first = FirstStage::run(&reqs, ask);
+        Some(Early { start, seed, first })
+    }
+}
+
+/// `search` over a session's requests: its exact replay's statistics stand
 /// for the recorded setting; a window's others start from the blocks live
-/// at its first event.
-pub(crate) fn search_session(
-    session: &mut crate::replay::session::Session,
-    recorded: &str,
-    device_total: u64,
-    context: u64,
-    limit: Option<u64>,
-) -> Search {
+/// at its first event. `early`: the first stage, made beside the session.
+pub(crate) fn search_session(session: &mut crate::replay::session::Session, ask: &Ask, early: Option<Early>) -> Search {
     let reqs = requests_of(session);
     // The recorded row is the run's own replay only where that replay is
     // exact from process start and the run fits the device or limit asked
     // about; else (requests without segment events, a smaller device) the
     // recorded setting is replayed as every other is.
-    let cap = limit.unwrap_or(device_total.saturating_sub(context));
+    let cap = ask.limit.unwrap_or(ask.device_total.saturating_sub(ask.context));
     // A window's exact replay too: its figures are PyTorch's own over the
     // window (docs/user/tune.md), which the recorded row must state.
-    let exact = (session.fidelity.is_faithful() && session.start != crate::replay::session::Start::StateOnly)
+    let exact = (session.fidelity.is_faithful() && session.start != Start::StateOnly)
         .then(|| session.exact.allocator.stats().clone())
         .filter(|st| st.get(crate::alloc::Kind::ReservedBytes, 0).peak.max(0) as u64 <= cap);
-    search(&reqs, recorded, device_total, context, limit, exact.as_ref())
+    let early = early
+        .filter(|e| e.start == session.start && e.seed == session.seed && reqs.empty_cache_at.is_empty())
+        .map(|e| e.first);
+    search_from(&reqs, ask, exact.as_ref(), early)
 }
 
-/// The requests of a session, from its start (a window's: the blocks live
-/// at its first event allocated first, their addresses the keys its frees
-/// name), made from its events as each candidate reads them.
-fn requests_of<'s>(session: &'s crate::replay::session::Session<'_>) -> FromEvents<'s> {
+/// The requests from where a replay starts: a window's blocks live at its
+/// first event allocated first (`seed`, in its order), their addresses the
+/// keys its frees name.
+fn prefix_of(start: Start, seed: &[SeedSegment]) -> Vec<Request> {
     let mut prefix = Vec::new();
-    if session.start == crate::replay::session::Start::Window {
-        for seg in &session.seed {
+    if start == Start::Window {
+        for seg in seed {
             for b in &seg.blocks {
                 prefix.push(Request::Alloc { key: b.address, size: b.requested, stream: seg.stream });
                 if b.pending {
@@ -385,6 +479,13 @@ fn requests_of<'s>(session: &'s crate::replay::session::Session<'_>) -> FromEven
             }
         }
     }
+    prefix
+}
+
+/// The requests of a session, from its start, made from its events as
+/// each candidate reads them.
+fn requests_of<'s>(session: &'s crate::replay::session::Session<'_>) -> FromEvents<'s> {
+    let prefix = prefix_of(session.start, &session.seed);
     FromEvents { prefix, events: session.dev.events.view(), empty_cache_at: session.empty_cache_at() }
 }
 
@@ -457,6 +558,51 @@ mod tests {
             conf_of(&["True", "", "4", ""], &others),
             "expandable_segments:True,roundup_power2_divisions:4,pinned_use_background_threads:True"
         );
+    }
+
+    /// The first stage made beside the session gives the search the
+    /// session would make alone, and is taken only where the session
+    /// started where it guessed and the same is asked: a window and a run
+    /// from process start.
+    #[test]
+    fn the_first_stage_made_beside_the_session_is_kept_only_where_it_agrees() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (name, start) in [
+            ("snapshot_kinds/wrapped_steady_resnet50.pickle.gz", Start::Window),
+            ("traces/resnet50_train.pickle.gz", Start::ProcessStart),
+        ] {
+            let t = crate::trace::load(&root.join(name)).unwrap();
+            let mut opened = crate::replay::open(&t, name, &crate::replay::OpenOptions::default()).unwrap();
+            assert_eq!(opened.session.start, start, "{name}");
+            let ask = Ask {
+                recorded: opened.want.config.source.clone(),
+                device_total: opened.want.device_total,
+                context: crate::device::CUDA_CONTEXT_BYTES,
+                limit: None,
+            };
+            let (dev, config) = (opened.dev, opened.want.config.clone());
+            let early = || Early::run(dev, ask.clone(), &config, true).unwrap();
+            let plain = search_session(&mut opened.session, &ask, None);
+            assert!(plain.replays > 10, "{name}: {}", plain.replays);
+            assert_eq!(search_session(&mut opened.session, &ask, Some(early())), plain, "{name}");
+            // Its replays are the ones taken: a figure changed in one shows.
+            let changed = || {
+                let mut e = early();
+                e.first.outcomes[1].reserved_peak_bytes += 1 << 20;
+                e
+            };
+            assert_ne!(search_session(&mut opened.session, &ask, Some(changed())), plain, "{name}");
+            // Guessed from another start, or made for another ask: not taken.
+            let mut other = changed();
+            match start {
+                Start::Window => other.seed.truncate(other.seed.len() - 1),
+                _ => other.start = Start::Window,
+            }
+            assert_eq!(search_session(&mut opened.session, &ask, Some(other)), plain, "{name}");
+            let limited = Ask { limit: Some(plain.recorded.reserved_peak_bytes * 2), ..ask.clone() };
+            let alone = search_session(&mut opened.session, &limited, None);
+            assert_eq!(search_session(&mut opened.session, &limited, Some(changed())), alone, "{name}");
+        }
     }
 
     fn outcome(conf: &str, ooms: u64, reserved: u64) -> Outcome {
