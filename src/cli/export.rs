@@ -90,6 +90,7 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         torch: args.torch.release,
         // Every picture colours blocks by category.
         categories: true,
+        scrub_every: Some(crate::replay::model::ReplayModel::STILL),
         ..OpenOptions::default()
     };
     let opened = crate::replay::open(&trace, &args.trace.display().to_string(), &opts)?;

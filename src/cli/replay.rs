@@ -91,7 +91,7 @@ enum Outcome<'t> {
 
 /// The conditions `replay` asks for: a what-if config, a limit, `--torch`,
 /// and what `--at` and `--dump-events` need kept.
-fn open_options(args: &ReplayArgs, config: Option<AllocatorConfig>, limit: Option<u64>) -> OpenOptions {
+fn open_options(args: &ReplayArgs, config: Option<AllocatorConfig>, limit: Option<u64>, screen: bool) -> OpenOptions {
     OpenOptions {
         device: args.device,
         device_total: args.device_total,
@@ -105,6 +105,7 @@ fn open_options(args: &ReplayArgs, config: Option<AllocatorConfig>, limit: Optio
         },
         // The summary and the screen both show them.
         categories: true,
+        scrub_every: screen.then_some(ReplayModel::STEPPING),
     }
 }
 
@@ -148,9 +149,16 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
 
+    // On a terminal, the interactive view; scripts and pipes get the summary.
+    let interactive = !args.json
+        && args.dump_events.is_none()
+        && compare_confs.is_empty()
+        && terminal
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal();
     // One replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
-    let opts = open_options(args, what_if_conf.clone(), limit);
+    let opts = open_options(args, what_if_conf.clone(), limit, interactive);
     let Opened { dev, session, want, .. } = crate::replay::open(trace, &args.trace.display().to_string(), &opts)?;
     let mut session = session;
     let exact_conf = want.config;
@@ -172,13 +180,6 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
         None => None,
     };
 
-    // On a terminal, the interactive view; scripts and pipes get the summary.
-    let interactive = !args.json
-        && args.dump_events.is_none()
-        && compare_confs.is_empty()
-        && terminal
-        && std::io::stdout().is_terminal()
-        && std::io::stdin().is_terminal();
     if interactive && !fidelity.is_faithful() {
         // Said, not silently swapped for the summary.
         eprintln!(
@@ -298,10 +299,10 @@ fn what_if_advice(session: &mut Session, conf: &str, args: &ReplayArgs, limit: O
 }
 
 /// The interactive view of a faithful replay, at `--at` (else its peak).
-fn open_view(
+fn open_view<'t>(
     args: &ReplayArgs,
-    session: &Session,
-    trace: &Trace,
+    session: &Session<'t>,
+    trace: &'t Trace,
     dev: &DeviceTrace,
     advice: Option<String>,
 ) -> Result<ExitCode> {

@@ -36,7 +36,8 @@ fn open_replay<'t>(
     trace: &'t Trace,
     color: bool,
 ) -> Result<(crate::ui::app::ReplayApp<'t>, crate::ui::event::Closed)> {
-    let mut opened = crate::replay::open(trace, &path.display().to_string(), &OpenOptions::default())?;
+    let opts = OpenOptions { scrub_every: Some(crate::replay::model::ReplayModel::STEPPING), ..OpenOptions::default() };
+    let mut opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
     opened.require_exact("the screen shows only exact replays; `gpumem-top replay` on it says why")?;
     let fidelity = opened.session.fidelity;
     let dev = opened.dev;

@@ -110,8 +110,13 @@ pub struct ReplayModel<'a> {
 }
 
 impl<'a> ReplayModel<'a> {
+    /// The checkpoints' interval of a screen's model (`open`), in events.
+    pub const STEPPING: usize = 1024;
+    /// No checkpoint: a model for one picture (`still`).
+    pub const STILL: usize = usize::MAX;
+
     /// The model of a faithful `session` over `dev`, for a screen that
-    /// steps anywhere (a checkpoint every 1,024 events).
+    /// steps anywhere (a checkpoint every `STEPPING` events).
     pub fn open(
         session: &Session<'a>,
         dev: &DeviceTrace,
@@ -119,7 +124,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Ok(Self::of(session, dev, stacks, annotations, name, 1024)?.categorized(session, stacks, annotations))
+        Ok(Self::of(session, dev, stacks, annotations, name, Self::STEPPING)?.categorized(session, stacks, annotations))
     }
 
     /// As `open`, for one picture (`export`): no checkpoints, so the cursor
@@ -132,7 +137,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Ok(Self::of(session, dev, stacks, annotations, name, usize::MAX)?.categorized(session, stacks, annotations))
+        Ok(Self::of(session, dev, stacks, annotations, name, Self::STILL)?.categorized(session, stacks, annotations))
     }
 
     /// As `open`, without categories (a trace with no evidence for them).
@@ -143,7 +148,7 @@ impl<'a> ReplayModel<'a> {
         annotations: &[Annotation],
         name: String,
     ) -> Result<Self, Divergence> {
-        Self::of(session, dev, stacks, annotations, name, 1024)
+        Self::of(session, dev, stacks, annotations, name, Self::STEPPING)
     }
 
     /// The model of `session`, its scrubber keeping a checkpoint every

@@ -32,6 +32,11 @@ pub struct OpenOptions {
     /// The caller will want the categories: their first half is made on
     /// another thread while the replay runs (`Categories::prepare`).
     pub categories: bool,
+    /// The caller will step through the replay (a screen: `Some(ReplayModel::STEPPING)`)
+    /// or draw it (`export`: `Some(ReplayModel::STILL)`): the scrubber's
+    /// pass, with a checkpoint every so many events, is made beside the
+    /// replay (`Session::open_for_screen`).
+    pub scrub_every: Option<usize>,
 }
 
 impl Default for OpenOptions {
@@ -45,6 +50,7 @@ impl Default for OpenOptions {
             keep_events: false,
             stop_at: None,
             categories: false,
+            scrub_every: None,
         }
     }
 }
@@ -120,8 +126,11 @@ pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Open
         ..Want::recorded(trace, opts.device_total)
     };
     let replayed = || {
-        Session::open(dev, &trace.stacks, &want)
-            .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
+        match opts.scrub_every {
+            Some(every) => Session::open_for_screen(dev, &trace.stacks, &want, every),
+            None => Session::open(dev, &trace.stacks, &want),
+        }
+        .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
     };
     let session = if opts.categories {
         // Independent of the replay, and most of the categories' time on a

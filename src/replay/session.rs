@@ -241,6 +241,9 @@ pub struct Session<'a> {
     /// The categories' first half, made beside the replay (`open` with
     /// categories asked for), taken by the first to need them.
     prepared: std::sync::Mutex<Option<crate::analysis::categories::Prepared>>,
+    /// The screens' scrubber and its checkpoints' interval, made beside the
+    /// replay (`open_for_screen`), taken by the first to ask for it.
+    scrubber: std::sync::Mutex<Option<(usize, Scrubber<'a>)>>,
 }
 
 /// A change of the allocator's settings during the run.
@@ -501,6 +504,72 @@ pub(crate) fn first_start(
     }
 }
 
+/// The options of a session's first replay: as `req` asks, under the
+/// first release it allows, with the pools' `plan`.
+fn first_options(req: &Want, plan: pools::PoolPlan, dev: &DeviceTrace) -> ReplayOptions {
+    let mut opts = ReplayOptions::new(req.config.clone(), req.device_total);
+    opts.memory_limit = req.memory_limit;
+    opts.keep_events = req.keep_events;
+    opts.stop_at = req.stop_at;
+    opts.pools = Arc::new(plan);
+    opts.exact = Arc::from(dev.exact.as_slice());
+    opts.release = req.release.candidates[0];
+    opts
+}
+
+/// A replay's start (a window's, or a state-only snapshot's) and result.
+type Replayed<'a> = (Vec<SeedSegment>, ReplayResult<'a>);
+
+/// A scrubber made beside the first replay, from `seed`.
+struct Beside<'a> {
+    seed: Vec<SeedSegment>,
+    every: usize,
+    made: Result<Scrubber<'a>, Divergence>,
+}
+
+impl<'a> Beside<'a> {
+    fn kept(self) -> Option<(usize, Scrubber<'a>)> {
+        self.made.ok().map(|s| (self.every, s))
+    }
+}
+
+type Run<'r, 'a> = dyn Fn(&ReplayOptions) -> Result<Replayed<'a>, SessionError> + Sync + 'r;
+
+/// The first replay (`run` under `opts`), and beside it, where `every`
+/// asks, the screens' scrubber from where that replay starts (a window's
+/// live blocks as rebuilt before any correction): both need only the
+/// options and the start, so a screen's first frame waits for one pass
+/// over the events, not two (docs/measurements/benchmarks.md).
+fn first_run<'a>(
+    run: &Run<'_, 'a>,
+    opts: &ReplayOptions,
+    dev: &'a DeviceTrace,
+    start: Start,
+    every: Option<usize>,
+) -> Result<(Replayed<'a>, Option<Beside<'a>>), SessionError> {
+    let Some(every) = every else { return Ok((run(opts)?, None)) };
+    let mut so = opts.clone();
+    so.stop_at = None;
+    so.keep_events = false;
+    let scrub = move || {
+        let seed = match start {
+            Start::ProcessStart => Vec::new(),
+            Start::StateOnly => state_seed(dev),
+            Start::Window => reconstruct(dev, &so.config, so.device_total).ok()?.0,
+        };
+        let made = Scrubber::tagged(dev.events.view(), &dev.stacks, &so, &seed, every);
+        Some(Beside { seed, every, made })
+    };
+    std::thread::scope(|s| {
+        // A thread the system will not give means no scrubber beside: the
+        // screen makes it after.
+        let beside = std::thread::Builder::new().name("scrubber".into()).spawn_scoped(s, scrub).ok();
+        let first = run(opts);
+        let beside = beside.and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        Ok((first?, beside))
+    })
+}
+
 /// Every event reproduced, but not the snapshot's end state: said with both.
 fn end_mismatch(replayed: Totals, recorded: Totals) -> String {
     format!(
@@ -539,15 +608,31 @@ impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
     pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, SessionError> {
+        Self::open_with(dev, stacks, req, None)
+    }
+
+    /// As `open`, for a screen: the scrubber it steps through (a checkpoint
+    /// every `every` events) is made beside the replay, and `scrubber`
+    /// hands it over where the replay kept its first options and start.
+    pub fn open_for_screen(
+        dev: &'a DeviceTrace,
+        stacks: &[Vec<Frame>],
+        req: &Want,
+        every: usize,
+    ) -> Result<Session<'a>, SessionError> {
+        Self::open_with(dev, stacks, req, Some(every))
+    }
+
+    fn open_with(
+        dev: &'a DeviceTrace,
+        stacks: &[Vec<Frame>],
+        req: &Want,
+        scrub_every: Option<usize>,
+    ) -> Result<Session<'a>, SessionError> {
         let rec: EventsRef<'a> = dev.events.view();
-        let mut opts = ReplayOptions::new(req.config.clone(), req.device_total);
-        opts.memory_limit = req.memory_limit;
-        opts.keep_events = req.keep_events;
-        opts.stop_at = req.stop_at;
         let (plan, start) = plan_and_start(dev, stacks, req.release.candidates[0], req.recorded_state)?;
-        opts.pools = Arc::new(plan);
-        opts.exact = Arc::from(dev.exact.as_slice());
-        let run = |opts: &ReplayOptions| -> Result<(Vec<SeedSegment>, ReplayResult<'a>), SessionError> {
+        let mut opts = first_options(req, plan, dev);
+        let run = |opts: &ReplayOptions| -> Result<Replayed<'a>, SessionError> {
             Ok(match start {
                 Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
                 Start::StateOnly => {
@@ -563,8 +648,10 @@ impl<'a> Session<'a> {
         };
         // Each release the file allows, until one reproduces the trace.
         let ask = &req.release;
-        opts.release = ask.candidates[0];
-        let (mut seed, mut exact) = run(&opts)?;
+        let ((mut seed, mut exact), beside) = first_run(&run, &opts, dev, start, scrub_every)?;
+        // Whether the replay kept the first run's options (the scrubber
+        // made beside it is then the one asked for).
+        let mut first_kept = true;
         let mut tried = vec![opts.release];
         // Requests alone (no segment events, no state) are a what-if on a
         // simulated device whatever the release: nothing to tell them apart.
@@ -580,6 +667,7 @@ impl<'a> Session<'a> {
             tried.push(r);
             if e2.divergence.is_none() {
                 (seed, exact, opts) = (s2, e2, o);
+                first_kept = false;
             }
         }
         let chosen = opts.release;
@@ -603,6 +691,7 @@ impl<'a> Session<'a> {
                     o.stop_at = req.stop_at;
                     (seed, exact) = run(&o)?;
                     opts = o;
+                    first_kept = false;
                     settings_changed = f.switch.map(|s| SettingsChange {
                         event: s.event,
                         earliest: s.earliest,
@@ -622,6 +711,7 @@ impl<'a> Session<'a> {
         // Requests alone (no segment events, no state): replayed on the
         // simulated device, which is a what-if of PyTorch's allocator.
         let fidelity = fidelity_of(!req.recorded_state && !dev.has_segment_events(), faithful, start, req.changed);
+        let scrubber = beside.filter(|b| first_kept && b.seed == seed).and_then(Beside::kept);
         let mut s = Session {
             dev,
             start,
@@ -640,6 +730,7 @@ impl<'a> Session<'a> {
             limit_found,
             conditions_note,
             prepared: Default::default(),
+            scrubber: std::sync::Mutex::new(scrubber),
         };
         if fidelity == Fidelity::WhatIf {
             let w =
@@ -752,6 +843,10 @@ impl<'a> Session<'a> {
     /// A scrubber over the recording (for the TUI and `export`), with call
     /// stacks as block tags. Only for a faithful replay.
     pub fn scrubber(&self, every: usize) -> Result<Scrubber<'a>, Divergence> {
+        let made = self.scrubber.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((_, s)) = made.filter(|(e, _)| *e == every) {
+            return Ok(s);
+        }
         Scrubber::tagged(self.dev.events.view(), &self.dev.stacks, &self.scrub_options(), &self.seed, every)
     }
 
@@ -781,5 +876,49 @@ impl<'a> Session<'a> {
     /// As `forward_scrubber`, with the timeline (one pass first).
     pub fn forward_scrubber_with_timeline(&self) -> Result<Scrubber<'a>, Divergence> {
         self.scrubber(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::replay::model::ReplayModel;
+    use crate::replay::{open, OpenOptions};
+
+    /// A screen's scrubber made beside the replay is the one made after
+    /// it: the same timeline, the same state at every event sought. It is
+    /// kept where the replay kept its first options and start (a run from
+    /// process start, a window), and made after where the replay found
+    /// the run's conditions and replayed again under them (a limit, a
+    /// change of settings).
+    #[test]
+    fn the_scrubber_made_beside_the_replay_is_the_one_made_after() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (name, kept) in [
+            ("traces/resnet50_train.pickle.gz", true),
+            ("snapshot_kinds/wrapped_steady_resnet50.pickle.gz", true),
+            ("snapshot_kinds/mempools.pickle.gz", true),
+            ("conditions/limit_retries.pickle.gz", false),
+            ("conditions/limit_es_gc.pickle.gz", false),
+            ("conditions/switch_split.pickle.gz", false),
+        ] {
+            let t = crate::trace::load(&root.join(name)).unwrap();
+            let beside = OpenOptions { scrub_every: Some(ReplayModel::STEPPING), ..OpenOptions::default() };
+            let a = open(&t, name, &beside).unwrap();
+            let b = open(&t, name, &OpenOptions::default()).unwrap();
+            assert!(a.session.fidelity.is_faithful(), "{name}: {:?}", a.session.fidelity);
+            let made = a.session.scrubber.lock().unwrap().is_some();
+            assert_eq!(made, kept, "{name}");
+            let (mut sa, mut sb) = (
+                a.session.scrubber(ReplayModel::STEPPING).unwrap(),
+                b.session.scrubber(ReplayModel::STEPPING).unwrap(),
+            );
+            assert!(a.session.scrubber.lock().unwrap().is_none(), "{name}: handed over once");
+            assert_eq!(sa.points(), sb.points(), "{name}");
+            let n = a.dev.events.len();
+            for e in [n - 1, n / 2, 3, n - 2, a.session.exact.peak.event] {
+                assert_eq!(sa.seek(e).snapshot(), sb.seek(e).snapshot(), "{name}: event {e}");
+                assert_eq!(sa.seek(e).memory_stats(), sb.seek(e).memory_stats(), "{name}: event {e}");
+            }
+        }
     }
 }
