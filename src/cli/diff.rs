@@ -127,11 +127,16 @@ fn replay_run(
     let cats = opened.categories();
     let peak = session.exact.peak;
     let last = dev.events.len().checked_sub(1);
-    // Two states are read, the peak's and then the end's, both forwards.
+    // Two states are read: the peak's forwards, the end's from the exact
+    // replay's end (a pass over the events fewer:
+    // docs/measurements/benchmarks.md).
     let mut scrub = if timeline { session.forward_scrubber_with_timeline() } else { session.forward_scrubber() }
         .map_err(|d| opened.diverged(&d))?;
     let peak_segments = scrub.seek(peak.event).snapshot();
-    let end_segments = scrub.seek(last.unwrap_or(0)).snapshot();
+    let end_segments = match session.end_state() {
+        Some(end) => end,
+        None => scrub.seek(last.unwrap_or(0)).snapshot(),
+    };
     let st = session.exact.allocator.stats();
     let marks = crate::analysis::iteration_marks(&dev.time_us, &trace.annotations, dev.device);
     let iterations = marks.len();

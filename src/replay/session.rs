@@ -857,6 +857,41 @@ impl<'a> Session<'a> {
         o
     }
 
+    /// The state after the last event as a scrubber seeking there gives it
+    /// (each live block tagged with its allocation's call stack), taken
+    /// from the exact replay's end instead of a second pass: the blocks'
+    /// tags from the last allocation at each live address, found going
+    /// back from the end. `None` where the replay did not run every event.
+    pub(crate) fn end_state(&self) -> Option<Vec<SegmentInfo>> {
+        let rec = self.dev.events.view();
+        if !self.replayed_history() || self.exact.reproduced != rec.len() {
+            return None;
+        }
+        let mut segs = self.exact.allocator.snapshot();
+        let live = |b: &crate::alloc::BlockInfo| b.state != BlockState::Inactive;
+        let mut tags: std::collections::HashMap<u64, Option<u32>, crate::trace::pickle::FastHash> =
+            segs.iter().flat_map(|s| &s.blocks).filter(|b| live(b)).map(|b| (b.address, None)).collect();
+        let mut left = tags.len();
+        for i in (0..rec.len()).rev() {
+            if left == 0 {
+                break;
+            }
+            let e = rec.at(i);
+            if e.action != Action::Alloc {
+                continue;
+            }
+            if let Some(t @ None) = tags.get_mut(&e.addr) {
+                *t = Some(self.dev.stacks.get(i).copied().unwrap_or(0));
+                left -= 1;
+            }
+        }
+        // A block live since before a window has no allocation in it.
+        for b in segs.iter_mut().flat_map(|s| &mut s.blocks).filter(|b| b.state != BlockState::Inactive) {
+            b.tag = tags.get(&b.address).copied().flatten().unwrap_or(0);
+        }
+        Some(segs)
+    }
+
     /// A scrubber without checkpoints, to read a few states in event order
     /// (a report's state at the peak, at an OOM, at the end): each seek
     /// goes on from the last, and neither allocator states nor the
@@ -883,6 +918,39 @@ impl<'a> Session<'a> {
 mod tests {
     use crate::replay::model::ReplayModel;
     use crate::replay::{open, OpenOptions};
+
+    /// The end state taken from the exact replay is the one a scrubber
+    /// seeking to the last event reaches, tags included: from process
+    /// start, a window (blocks live before it untagged), private pools.
+    #[test]
+    fn the_end_state_is_the_scrubbers_without_a_second_pass() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for name in [
+            "traces/resnet50_train.pickle.gz",
+            "traces/gpt2_train_wrapped.pickle.gz",
+            "snapshot_kinds/wrapped_steady_resnet50.pickle.gz",
+            "snapshot_kinds/mempools.pickle.gz",
+            "snapshot_kinds/graphed_mlp_train.pickle.gz",
+            "conditions/switch_split.pickle.gz",
+        ] {
+            let tagged = ["resnet50_train", "graphed_mlp", "switch_split"].iter().any(|k| name.contains(k));
+            let t = crate::trace::load(&root.join(name)).unwrap();
+            let a = open(&t, name, &OpenOptions::default()).unwrap();
+            let end = a.session.end_state().expect(name);
+            let n = a.dev.events.len();
+            let scrubbed = a.session.forward_scrubber().unwrap().seek(n - 1).snapshot();
+            let tags = |s: &[crate::alloc::SegmentInfo]| -> Vec<u32> {
+                s.iter().flat_map(|s| &s.blocks).map(|b| b.tag).collect()
+            };
+            assert_eq!(tags(&end).iter().any(|&t| t > 0), tagged, "{name}: some block is tagged");
+            assert_eq!(tags(&end), tags(&scrubbed), "{name}");
+            assert_eq!(end, scrubbed, "{name}");
+        }
+        // Stopped early, the replay's end is not the trace's.
+        let t = crate::trace::load(&root.join("traces/resnet50_train.pickle.gz")).unwrap();
+        let a = open(&t, "", &OpenOptions { stop_at: Some(100), ..OpenOptions::default() }).unwrap();
+        assert!(a.session.end_state().is_none());
+    }
 
     /// A screen's scrubber made beside the replay is the one made after
     /// it: the same timeline, the same state at every event sought. It is
