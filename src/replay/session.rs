@@ -243,7 +243,7 @@ pub struct Session<'a> {
     prepared: std::sync::Mutex<Option<crate::analysis::categories::Prepared>>,
     /// The screens' scrubber and its checkpoints' interval, made beside the
     /// replay (`open_for_screen`), taken by the first to ask for it.
-    scrubber: std::sync::Mutex<Option<(usize, Scrubber<'a>)>>,
+    beside_scrubber: std::sync::Mutex<Option<(usize, Scrubber<'a>)>>,
 }
 
 /// A change of the allocator's settings during the run.
@@ -730,7 +730,7 @@ impl<'a> Session<'a> {
             limit_found,
             conditions_note,
             prepared: Default::default(),
-            scrubber: std::sync::Mutex::new(scrubber),
+            beside_scrubber: std::sync::Mutex::new(scrubber),
         };
         if fidelity == Fidelity::WhatIf {
             let w =
@@ -843,7 +843,7 @@ impl<'a> Session<'a> {
     /// A scrubber over the recording (for the TUI and `export`), with call
     /// stacks as block tags. Only for a faithful replay.
     pub fn scrubber(&self, every: usize) -> Result<Scrubber<'a>, Divergence> {
-        let made = self.scrubber.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let made = self.beside_scrubber.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some((_, s)) = made.filter(|(e, _)| *e == every) {
             return Ok(s);
         }
@@ -974,13 +974,13 @@ mod tests {
             let a = open(&t, name, &beside).unwrap();
             let b = open(&t, name, &OpenOptions::default()).unwrap();
             assert!(a.session.fidelity.is_faithful(), "{name}: {:?}", a.session.fidelity);
-            let made = a.session.scrubber.lock().unwrap().is_some();
+            let made = a.session.beside_scrubber.lock().unwrap().is_some();
             assert_eq!(made, kept, "{name}");
             let (mut sa, mut sb) = (
                 a.session.scrubber(ReplayModel::STEPPING).unwrap(),
                 b.session.scrubber(ReplayModel::STEPPING).unwrap(),
             );
-            assert!(a.session.scrubber.lock().unwrap().is_none(), "{name}: handed over once");
+            assert!(a.session.beside_scrubber.lock().unwrap().is_none(), "{name}: handed over once");
             assert_eq!(sa.points(), sb.points(), "{name}");
             let n = a.dev.events.len();
             for e in [n - 1, n / 2, 3, n - 2, a.session.exact.peak.event] {
