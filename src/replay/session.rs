@@ -497,11 +497,34 @@ pub(crate) fn first_start(
     device_total: u64,
     recorded_state: bool,
 ) -> Option<(Start, Vec<SeedSegment>)> {
-    match start_of(dev, recorded_state).ok()? {
-        Start::ProcessStart => Some((Start::ProcessStart, Vec::new())),
-        Start::Window => Some((Start::Window, reconstruct(dev, config, device_total).ok()?.0)),
-        Start::StateOnly => None,
+    let start = start_of(dev, recorded_state).ok().filter(|s| *s != Start::StateOnly)?;
+    Some((start, first_seed(dev, start, config, device_total)?))
+}
+
+/// The state a replay from `start` begins in, as the session's first
+/// replay takes it: nothing from process start, the snapshot's segments
+/// when there is no trace, a window's live blocks as `reconstruct` rebuilds
+/// them (`None` where it cannot).
+fn first_seed(
+    dev: &DeviceTrace,
+    start: Start,
+    config: &AllocatorConfig,
+    device_total: u64,
+) -> Option<Vec<SeedSegment>> {
+    match start {
+        Start::ProcessStart => Some(Vec::new()),
+        Start::StateOnly => Some(state_seed(dev)),
+        Start::Window => reconstruct(dev, config, device_total).ok().map(|(seed, _)| seed),
     }
+}
+
+/// The options a scrubber replays under: the session's, over every event,
+/// keeping none.
+fn scrub_options_of(opts: &ReplayOptions) -> ReplayOptions {
+    let mut o = opts.clone();
+    o.stop_at = None;
+    o.keep_events = false;
+    o
 }
 
 /// The options of a session's first replay: as `req` asks, under the
@@ -548,15 +571,9 @@ fn first_run<'a>(
     every: Option<usize>,
 ) -> Result<(Replayed<'a>, Option<Beside<'a>>), SessionError> {
     let Some(every) = every else { return Ok((run(opts)?, None)) };
-    let mut so = opts.clone();
-    so.stop_at = None;
-    so.keep_events = false;
+    let so = scrub_options_of(opts);
     let scrub = move || {
-        let seed = match start {
-            Start::ProcessStart => Vec::new(),
-            Start::StateOnly => state_seed(dev),
-            Start::Window => reconstruct(dev, &so.config, so.device_total).ok()?.0,
-        };
+        let seed = first_seed(dev, start, &so.config, so.device_total)?;
         let made = Scrubber::tagged(dev.events.view(), &dev.stacks, &so, &seed, every);
         Some(Beside { seed, every, made })
     };
@@ -851,10 +868,7 @@ impl<'a> Session<'a> {
     }
 
     fn scrub_options(&self) -> ReplayOptions {
-        let mut o = self.opts.clone();
-        o.stop_at = None;
-        o.keep_events = false;
-        o
+        scrub_options_of(&self.opts)
     }
 
     /// The state after the last event as a scrubber seeking there gives it
@@ -886,7 +900,7 @@ impl<'a> Session<'a> {
             }
         }
         // A block live since before a window has no allocation in it.
-        for b in segs.iter_mut().flat_map(|s| &mut s.blocks).filter(|b| b.state != BlockState::Inactive) {
+        for b in segs.iter_mut().flat_map(|s| &mut s.blocks).filter(|b| live(b)) {
             b.tag = tags.get(&b.address).copied().flatten().unwrap_or(0);
         }
         Some(segs)
