@@ -111,7 +111,7 @@ fn bench_replay(c: &mut Criterion) {
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("vector_default", |b| {
         b.iter(|| {
-            let r = replay_events(rec.view(), &opts, ());
+            let r = replay_events(rec.view(), &opts);
             assert!(r.divergence.is_none());
             r.reproduced
         })

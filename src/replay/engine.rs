@@ -164,22 +164,6 @@ pub struct Peak {
     pub(crate) reserved: u64,
 }
 
-/// Called after each recorded event is reproduced, with the allocator's
-/// state at that point.
-pub trait ReplayObserver {
-    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle<'_>>);
-}
-
-impl ReplayObserver for () {
-    fn after_event(&mut self, _: usize, _: &Event, _: &CachingAllocator<Oracle<'_>>) {}
-}
-
-impl<F: FnMut(usize, &Event, &CachingAllocator<Oracle<'_>>)> ReplayObserver for F {
-    fn after_event(&mut self, index: usize, event: &Event, alloc: &CachingAllocator<Oracle<'_>>) {
-        self(index, event, alloc)
-    }
-}
-
 pub struct ReplayResult<'a> {
     pub allocator: CachingAllocator<Oracle<'a>>,
     /// `None` when every event was reproduced.
@@ -717,18 +701,13 @@ impl<'a> Stepper<'a> {
 }
 
 /// Replays `rec` from an empty allocator.
-pub fn replay_events<'a>(rec: EventsRef<'a>, opts: &ReplayOptions, observer: impl ReplayObserver) -> ReplayResult<'a> {
-    replay_events_from(rec, opts, &[], observer)
+pub fn replay_events<'a>(rec: EventsRef<'a>, opts: &ReplayOptions) -> ReplayResult<'a> {
+    replay_events_from(rec, opts, &[])
 }
 
 /// Replays `rec` from the state `seed`: segments that existed before the
 /// first event (see `wrapped::reconstruct`).
-pub fn replay_events_from<'a>(
-    rec: EventsRef<'a>,
-    opts: &ReplayOptions,
-    seed: &[SeedSegment],
-    mut observer: impl ReplayObserver,
-) -> ReplayResult<'a> {
+pub fn replay_events_from<'a>(rec: EventsRef<'a>, opts: &ReplayOptions, seed: &[SeedSegment]) -> ReplayResult<'a> {
     let mut peak = Peak::default();
     let mut kept_events = Vec::new();
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
@@ -779,9 +758,6 @@ pub fn replay_events_from<'a>(
         }
         if opts.keep_events {
             kept_events.extend_from_slice(st.alloc.events());
-        }
-        for (j, e) in rec.iter().enumerate().take(st.position()).skip(i) {
-            observer.after_event(j, &e, &st.alloc);
         }
     }
     st.alloc.clear_events();

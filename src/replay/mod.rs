@@ -14,7 +14,5 @@ pub mod whatif;
 pub mod wrapped;
 
 pub(crate) use engine::Pressure;
-pub use engine::{
-    replay_events, replay_events_from, Divergence, Peak, ReplayObserver, ReplayOptions, ReplayResult, Stepper,
-};
+pub use engine::{replay_events, replay_events_from, Divergence, Peak, ReplayOptions, ReplayResult, Stepper};
 pub use open::{open, OpenError, OpenOptions, Opened};

@@ -192,7 +192,7 @@ mod tests {
             let got = s.seek(e).memory_stats();
             let mut o = opts.clone();
             o.stop_at = Some(e + 1);
-            let r = replay_events(d.events.view(), &o, ());
+            let r = replay_events(d.events.view(), &o);
             assert!(r.divergence.is_none());
             assert_eq!(got, r.allocator.memory_stats(), "event {e}");
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
@@ -222,7 +222,7 @@ mod tests {
             let got = s.seek(e).memory_stats();
             let mut o = opts.clone();
             o.stop_at = Some(e + 1);
-            let r = replay_events(d.events.view(), &o, ());
+            let r = replay_events(d.events.view(), &o);
             assert_eq!(got, r.allocator.memory_stats(), "event {e}");
             // Forwards from the last seek; back means from the start.
             let from = if e + 1 >= before { before } else { 0 };
@@ -245,7 +245,7 @@ mod tests {
         for &e in &[9788usize, 3041, 1, 6000] {
             let mut o = opts.clone();
             o.stop_at = Some(e + 1);
-            let r = replay_events(d.events.view(), &o, ());
+            let r = replay_events(d.events.view(), &o);
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
             assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
         }
@@ -267,7 +267,7 @@ mod tests {
             let fresh = |e: usize| {
                 let mut o = session.opts.clone();
                 o.stop_at = Some(e + 1);
-                replay_events_from(opened.dev.events.view(), &o, &session.seed, ()).allocator.memory_stats()
+                replay_events_from(opened.dev.events.view(), &o, &session.seed).allocator.memory_stats()
             };
             let end = session.exact.allocator.memory_stats();
             let mut s = session.scrubber(256).unwrap();

@@ -651,10 +651,10 @@ impl<'a> Session<'a> {
         let mut opts = first_options(req, plan, dev);
         let run = |opts: &ReplayOptions| -> Result<Replayed<'a>, SessionError> {
             Ok(match start {
-                Start::ProcessStart => (Vec::new(), replay_events(rec, opts, ())),
+                Start::ProcessStart => (Vec::new(), replay_events(rec, opts)),
                 Start::StateOnly => {
                     let seed = state_seed(dev);
-                    let r = replay_events_from(rec, opts, &seed, ());
+                    let r = replay_events_from(rec, opts, &seed);
                     (seed, r)
                 }
                 Start::Window => {

@@ -398,7 +398,7 @@ pub fn replay_wrapped<'a>(
     let ordered = |seed: &[SeedSegment], order: &[usize]| -> Vec<SeedSegment> {
         order.iter().map(|&i| seed[i].clone()).collect()
     };
-    let mut best = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order), ());
+    let mut best = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order));
     let mut best_seed = ordered(&seed, &order);
     let mut tries = 0;
     let mut ties = 0;
@@ -417,7 +417,7 @@ pub fn replay_wrapped<'a>(
                         let mut o = order.clone();
                         let moved = o.remove(want);
                         o.insert(took, moved);
-                        let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &o), ());
+                        let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &o));
                         if r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event {
                             order = o;
                             best = r;
@@ -450,7 +450,7 @@ pub fn replay_wrapped<'a>(
                     continue;
                 }
                 seed[g.segment].blocks[g.block].size = size;
-                let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order), ());
+                let r = super::engine::replay_events_from(rec, opts, &ordered(&seed, &order));
                 let further = r.divergence.as_ref().map(|x| x.event).unwrap_or(usize::MAX) > d.event;
                 if further {
                     best = r;

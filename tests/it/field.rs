@@ -105,10 +105,10 @@ fn without_pool_inference_the_private_pool_traces_diverge() {
         let dev = t.main_device().unwrap();
         let conf = t.settings.as_ref().map(|s| s.config()).unwrap_or_default();
         let mut opts = ReplayOptions::new(conf, H200);
-        let r = replay_events(dev.events.view(), &opts, ());
+        let r = replay_events(dev.events.view(), &opts);
         assert_eq!(r.divergence.as_ref().map(|d| d.event), Some(first_bad), "{name}");
         opts.pools = Arc::new(pools::plan(dev, &t.stacks, gpumem_top::alloc::Release::V2_11));
-        let r = replay_events(dev.events.view(), &opts, ());
+        let r = replay_events(dev.events.view(), &opts);
         assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
         r.allocator.check_invariants().unwrap();
     }

@@ -203,7 +203,7 @@ proptest! {
             // Whatever decodes must replay without panicking either.
             if let Some(d) = t.main_device() {
                 let opts = gpumem_top::replay::ReplayOptions::new(Default::default(), 150_109_880_320);
-                let _ = gpumem_top::replay::replay_events(d.events.view(), &opts, ());
+                let _ = gpumem_top::replay::replay_events(d.events.view(), &opts);
             }
         }
     }

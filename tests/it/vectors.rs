@@ -158,7 +158,7 @@ fn check_trace_replay(name: &str) -> Vec<(String, i64, i64)> {
     let frac = d["frac"].as_f64().unwrap();
     let mut opts = ReplayOptions::new(AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(), total);
     opts.memory_limit = (frac > 0.0 && frac < 1.0).then_some((frac * total as f64) as u64);
-    let r = replay_events(rec.view(), &opts, ());
+    let r = replay_events(rec.view(), &opts);
     assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
     assert_eq!(r.reproduced, rec.len());
     r.allocator.check_invariants().unwrap();
