@@ -284,6 +284,11 @@ impl Memo {
     /// A slot to write over: counted in `overwrites` if it held a dict or a
     /// string.
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
+        // A slot not stored yet (MEMOIZE asks first) leaves its chunk as
+        // it is.
+        if i >= self.len {
+            return None;
+        }
         let k = i / MEMO_CHUNK;
         if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_values()) {
             let c = c.take_all();
@@ -1589,11 +1594,13 @@ mod tests {
             assert!(m.get_ref(i).is_none() || i >= 5 * MEMO_CHUNK);
         }
         assert_eq!(m.get_ref(n).and_then(|v| v.as_i64()), Some(3));
-        // The last chunk, still being filled, reads back from its slots too.
-        assert!(matches!(m.compact[7], Packed::Wide(_)));
+        // The last chunk, still being filled, reads back from its slots too,
+        // and stays compact when MEMOIZE asks for the slot after it.
         for i in [n + 1, 7 * MEMO_CHUNK, m.len - 1] {
             assert!(matches!(m.get(i), Some(Value::Entry(x)) if x as usize == i - n - 1), "slot {i}");
         }
+        assert!(m.get_mut(m.len).is_none());
+        assert!(matches!(m.compact[7], Packed::Wide(_)));
         // A PUT over an old slot makes its chunk values again.
         *m.get_mut(5).unwrap() = Value::Int(9);
         assert_eq!(m.get_ref(5).and_then(|v| v.as_i64()), Some(9));
