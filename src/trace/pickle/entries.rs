@@ -958,6 +958,22 @@ mod tests {
     }
 
     #[test]
+    fn a_list_appended_entries_and_other_values_keeps_their_order() {
+        // Three entries in one APPENDS with a number before the last.
+        let mut b = crafted(3);
+        let last = b.windows(3).rposition(|w| w == b"}\x94(").unwrap();
+        b.splice(last..last, *b"K\x05");
+        for fast in [false, true] {
+            let mut rec = Recorder { fast, ..Recorder::default() };
+            let v = super::super::decode(&b[..], &mut rec, Limits::default()).unwrap();
+            let Value::List(l) = v else { panic!("not a list") };
+            let items: Vec<String> = l.borrow().items().iter().map(|v| format!("{v:?}")).collect();
+            assert_eq!(items, ["Entry(0)", "Entry(1)", "Int(5)", "Entry(2)"], "fast path {fast}");
+            assert_eq!(rec.entries.len(), 3);
+        }
+    }
+
+    #[test]
     fn entries_read_on_several_threads_are_those_one_thread_reads() {
         let b = crafted(500);
         let read = |fast: bool, par: Parallel| {
