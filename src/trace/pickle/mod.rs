@@ -142,10 +142,7 @@ const MEMO_CHUNK: usize = 4096;
 /// is kept as 2 bytes a slot (4 where its ids are far apart) instead of a
 /// `Value`'s 16 (160 MB at ten million entries;
 /// docs/measurements/benchmarks.md), its `Value`s emptied, so that reading
-/// a string or a dict (what the fast path reads) costs what it did. A
-/// chunk is compact from its first slot (4 bytes a slot while it fills)
-/// until a slot of another kind makes it values: the entries' slots are
-/// never stored as `Value`s to be packed and dropped after.
+/// a string or a dict (what the fast path reads) costs what it did.
 #[derive(Default)]
 struct Memo {
     chunks: Vec<Vec<Value>>,
@@ -154,9 +151,6 @@ struct Memo {
     /// The compact slots' strings, each once (the decoder interns them).
     strs: Vec<Rc<String>>,
     str_ids: HashMap<*const String, u32, FastHash>,
-    /// The string compacted last and its id: PyTorch memoizes the same
-    /// shared string (`'N/A'`) once an entry, so most lookups are this one.
-    last_str: Option<(*const String, u32)>,
     len: usize,
     /// Counts writes over a slot that held a dict or a string: what the fast
     /// path learned from such slots (`FastEntry::stacks`) holds while this
@@ -238,15 +232,11 @@ impl Memo {
             Value::Entry(id) if *id < ROOM => Some(id << 2),
             Value::Stack(id) if *id < ROOM => Some(id << 2 | 1),
             Value::Str(s) => {
-                if let Some((_, id)) = self.last_str.filter(|&(p, _)| p == Rc::as_ptr(s)) {
-                    return Some(id << 2 | 2);
-                }
                 let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < ROOM)?;
                 let id = *self.str_ids.entry(Rc::as_ptr(s)).or_insert(next);
                 if id == next {
                     self.strs.push(s.clone());
                 }
-                self.last_str = Some((Rc::as_ptr(s), id));
                 Some(id << 2 | 2)
             }
             _ => None,
@@ -284,11 +274,6 @@ impl Memo {
     /// A slot to write over: counted in `overwrites` if it held a dict or a
     /// string.
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
-        // A slot not stored yet (MEMOIZE asks first) leaves its chunk as
-        // it is.
-        if i >= self.len {
-            return None;
-        }
         let k = i / MEMO_CHUNK;
         if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_values()) {
             let c = c.take_all();
@@ -303,53 +288,23 @@ impl Memo {
 
     fn push(&mut self, v: Value) {
         if self.len % MEMO_CHUNK == 0 {
-            self.start_chunk();
-        }
-        let k = self.chunks.len() - 1;
-        if !self.compact[k].is_values() {
-            // A chunk is kept compact from its first slot while only
-            // entries, stacks and strings come (a trace's entries: most of
-            // the memo), and made values at the first slot of another kind.
-            match self.compacted(&v) {
-                Some(x) => {
-                    if let Packed::Wide(w) = &mut self.compact[k] {
-                        w.push(x);
-                    }
-                    self.len += 1;
-                    return;
-                }
-                None => {
-                    let all = self.compact[k].take_all();
-                    let mut values = Vec::with_capacity(MEMO_CHUNK);
-                    values.extend(all.into_iter().filter_map(|x| self.uncompact(x)));
-                    self.chunks[k] = values;
+            // The chunk before the last is done with: the slots an entry
+            // being read may still set lie in the last two.
+            if let Some(k) = self.chunks.len().checked_sub(2) {
+                let chunk = std::mem::take(&mut self.chunks[k]);
+                let packed: Option<Vec<u32>> = chunk.iter().map(|v| self.compacted(v)).collect();
+                match packed {
+                    Some(p) => self.compact[k] = Packed::of(p),
+                    None => self.chunks[k] = chunk,
                 }
             }
+            self.chunks.push(Vec::with_capacity(MEMO_CHUNK));
+            self.compact.push(Packed::Values);
         }
-        self.chunks[k].push(v);
+        if let Some(c) = self.chunks.last_mut() {
+            c.push(v);
+        }
         self.len += 1;
-    }
-
-    /// Starts a chunk (compact until something else comes), and packs the
-    /// one before the last: the slots an entry being read may still set
-    /// lie in the last two.
-    fn start_chunk(&mut self) {
-        if let Some(k) = self.chunks.len().checked_sub(2) {
-            match std::mem::take(&mut self.compact[k]) {
-                Packed::Values => {
-                    let chunk = std::mem::take(&mut self.chunks[k]);
-                    let packed: Option<Vec<u32>> = chunk.iter().map(|v| self.compacted(v)).collect();
-                    match packed {
-                        Some(p) => self.compact[k] = Packed::of(p),
-                        None => self.chunks[k] = chunk,
-                    }
-                }
-                Packed::Wide(w) => self.compact[k] = Packed::of(w),
-                narrow => self.compact[k] = narrow,
-            }
-        }
-        self.chunks.push(Vec::new());
-        self.compact.push(Packed::Wide(Vec::with_capacity(MEMO_CHUNK)));
     }
 }
 
@@ -1580,15 +1535,13 @@ mod tests {
         for i in 0..n {
             m.push(want(i));
         }
-        // A chunk with anything else in it (a number here, after seven
-        // compact slots) is made values and stays so; the chunks after it,
-        // only entries, are compact from their first slot.
+        // A chunk with anything else in it (a number here) stays as values.
         m.push(Value::Int(3));
         for i in 0..MEMO_CHUNK as u32 * 2 {
             m.push(Value::Entry(i));
         }
         let compact: Vec<bool> = m.compact.iter().map(|c| !c.is_values()).collect();
-        assert_eq!(compact, [true, true, true, true, true, false, true, true]);
+        assert_eq!(compact, [true, true, true, true, true, false, false, false]);
         // In two bytes a slot: stack ids here are below 2^14, and entries
         // near their chunk's first.
         assert!(matches!(m.compact[1], Packed::Narrow { .. }));
@@ -1607,13 +1560,6 @@ mod tests {
             assert!(m.get_ref(i).is_none() || i >= 5 * MEMO_CHUNK);
         }
         assert_eq!(m.get_ref(n).and_then(|v| v.as_i64()), Some(3));
-        // The last chunk, still being filled, reads back from its slots too,
-        // and stays compact when MEMOIZE asks for the slot after it.
-        for i in [n + 1, 7 * MEMO_CHUNK, m.len - 1] {
-            assert!(matches!(m.get(i), Some(Value::Entry(x)) if x as usize == i - n - 1), "slot {i}");
-        }
-        assert!(m.get_mut(m.len).is_none());
-        assert!(matches!(m.compact[7], Packed::Wide(_)));
         // A PUT over an old slot makes its chunk values again.
         *m.get_mut(5).unwrap() = Value::Int(9);
         assert_eq!(m.get_ref(5).and_then(|v| v.as_i64()), Some(9));
