@@ -1363,19 +1363,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                     l.borrow_mut().items.reserve(n);
                 }
                 let mut res = Ok(());
-                let mut items = stack.drain(m..).peekable();
-                while let Some(v) = items.next() {
-                    if let Value::Entry(_) = v {
-                        // A run of compacted entries (a trace's list, a
-                        // thousand at a time) needs no compacting: pushed
-                        // under one borrow.
-                        let mut list = l.borrow_mut();
-                        list.push(v);
-                        while let Some(e) = items.next_if(|e| matches!(e, Value::Entry(_))) {
-                            list.push(e);
-                        }
-                        continue;
-                    }
+                for v in stack.drain(m..) {
                     // The list is borrowed only to push: a dict may hold
                     // the very list it is appended to.
                     match self.maybe_compact(offset, v) {
@@ -1386,7 +1374,6 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                         }
                     }
                 }
-                drop(items);
                 stack.truncate(m);
                 self.stack = stack;
                 res?;
