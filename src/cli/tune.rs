@@ -209,7 +209,7 @@ fn open_beside_first_stage<'t>(
     asked: &Ask,
     recorded: &AllocatorConfig,
 ) -> (Result<Opened<'t>, OpenError>, Option<Early>) {
-    let recorded_state = Want::recorded(trace, asked.device_total).recorded_state;
+    let recorded_state = Want::records_state(trace);
     std::thread::scope(|s| {
         let early = crate::replay::open::device(trace, name, opts.device).ok().and_then(|dev| {
             let ask = asked.clone();

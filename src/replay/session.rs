@@ -150,9 +150,15 @@ impl Want {
             keep_events: false,
             stop_at: None,
             context_bytes: crate::device::CUDA_CONTEXT_BYTES,
-            recorded_state: trace.format == crate::trace::TraceFormat::PytorchSnapshot,
+            recorded_state: Want::records_state(trace),
             release: ReleaseAsk::of(trace, None),
         }
+    }
+
+    /// Whether `trace`'s format records the allocator's state (a PyTorch
+    /// snapshot's segments), which the replay is checked against.
+    pub fn records_state(trace: &crate::trace::Trace) -> bool {
+        trace.format == crate::trace::TraceFormat::PytorchSnapshot
     }
 
     /// The exact replay of a PyTorch snapshot recorded under `config` on a
