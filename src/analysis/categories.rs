@@ -233,10 +233,9 @@ pub struct Categories {
     steps: Arc<Deltas>,
     /// Blocks alive at the first event, by address.
     at_start: HashMap<u64, Category>,
-    /// Every `alloc` event as (address, event), sorted: the allocation that
-    /// made a block is the last one at its address before a point. Kept as
-    /// [address's high half, low half, event]: 12 bytes, not a tuple's 16.
-    allocs_at: Vec<[u32; 3]>,
+    /// Every `alloc` event by address, then event: the allocation that
+    /// made a block is the last one at its address before a point.
+    allocs_at: AllocsAt,
     /// Bytes per category before event `k * SAMPLE`; the first, before any.
     samples: Vec<CategoryBytes>,
 }
@@ -420,12 +419,7 @@ impl Categories {
 
     /// The category of the block at `address` alive right after event `i`.
     pub fn of_block(&self, address: u64, i: Option<usize>) -> Category {
-        let made = i.and_then(|i| {
-            let at = |x: &[u32; 3]| (u64::from(x[0]) << 32 | u64::from(x[1]), x[2] as usize);
-            let k = self.allocs_at.partition_point(|x| at(x) <= (address, i));
-            let (a, e) = at(self.allocs_at.get(k.checked_sub(1)?)?);
-            (a == address).then_some(e)
-        });
+        let made = i.and_then(|i| self.allocs_at.last_at(address, i));
         match made {
             Some(a) => self.of_event[a].unwrap_or(Category::Unknown),
             None => self.at_start.get(&address).copied().unwrap_or(Category::Unknown),
@@ -433,14 +427,33 @@ impl Categories {
     }
 }
 
-/// Each allocation's address (high and low halves) and event, sorted by
-/// address, then event: where `of_block` finds which allocation made a
-/// block. The allocator hands the same few thousand addresses out again and
-/// again, so this is a counting sort over the distinct addresses (a hash
-/// lookup per allocation) rather than a comparison sort of millions; the
-/// allocations are placed in event order, so each address's events stay
-/// increasing.
-fn allocs_at(dev: &DeviceTrace) -> Vec<[u32; 3]> {
+/// Every allocation's event, by address, then event: the distinct
+/// addresses in order, and after each its allocations' events, ascending.
+/// Four bytes an allocation (a table of (address, event) pairs took 12).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct AllocsAt {
+    addrs: Vec<u64>,
+    /// `events[from[k]..from[k + 1]]` are those at `addrs[k]`.
+    from: Vec<u32>,
+    events: Vec<u32>,
+}
+
+impl AllocsAt {
+    /// The last allocation at `address` at or before event `i`.
+    fn last_at(&self, address: u64, i: usize) -> Option<usize> {
+        let k = self.addrs.binary_search(&address).ok()?;
+        let run = self.events.get(self.from[k] as usize..self.from[k + 1] as usize)?;
+        let p = run.partition_point(|&e| e as usize <= i);
+        Some(run[p.checked_sub(1)?] as usize)
+    }
+}
+
+/// Where `of_block` finds which allocation made a block. The allocator
+/// hands the same few thousand addresses out again and again, so this is a
+/// counting sort over the distinct addresses (a hash lookup per
+/// allocation) rather than a comparison sort of millions; the allocations
+/// are placed in event order, so each address's events stay increasing.
+fn allocs_at(dev: &DeviceTrace) -> AllocsAt {
     let mut id_of: HashMap<u64, u32> = HashMap::new();
     let mut ids: Vec<u32> = Vec::new();
     let mut counts: Vec<u32> = Vec::new();
@@ -457,40 +470,52 @@ fn allocs_at(dev: &DeviceTrace) -> Vec<[u32; 3]> {
     addrs.sort_unstable();
     // Where each distinct address's run starts in the output.
     let mut first = vec![0u32; counts.len()];
+    let mut from = Vec::with_capacity(addrs.len() + 1);
     let mut at = 0u32;
     for &(_, id) in &addrs {
         first[id as usize] = at;
+        from.push(at);
         at += counts[id as usize];
     }
-    let mut out = vec![[0u32; 3]; ids.len()];
+    from.push(at);
+    let mut events = vec![0u32; ids.len()];
     let allocs = (dev.events.iter().enumerate()).filter(|(_, e)| e.action == Action::Alloc);
-    for ((i, e), id) in allocs.zip(ids) {
+    for ((i, _), id) in allocs.zip(ids) {
         let slot = &mut first[id as usize];
-        out[*slot as usize] = [(e.addr >> 32) as u32, e.addr as u32, i as u32];
+        events[*slot as usize] = i as u32;
         *slot += 1;
     }
-    out
+    AllocsAt { addrs: addrs.into_iter().map(|(a, _)| a).collect(), from, events }
 }
 
 /// Lifetimes: each alloc's free_requested (PyTorch's allocated bytes drop
 /// there).
 fn lifetimes(dev: &DeviceTrace) -> Ends {
-    let mut end = Ends(vec![Ends::NONE; dev.events.len()]);
+    let mut ends = Ends { end: Vec::new(), before: Vec::new(), mask: Vec::new() };
+    // Each live block's allocation, by its rank among the allocations.
     let mut live: HashMap<u64, usize> = HashMap::new();
     for (i, e) in dev.events.iter().enumerate() {
+        if i % 64 == 0 {
+            ends.before.push(ends.end.len() as u32);
+            ends.mask.push(0);
+        }
         match e.action {
             Action::Alloc => {
-                live.insert(e.addr, i);
+                if let Some(m) = ends.mask.last_mut() {
+                    *m |= 1 << (i % 64);
+                }
+                live.insert(e.addr, ends.end.len());
+                ends.end.push(Ends::NONE);
             }
             Action::FreeRequested | Action::FreeCompleted => {
                 if let Some(a) = live.remove(&e.addr) {
-                    end.0[a] = u32::try_from(i).unwrap_or(Ends::NONE);
+                    ends.end[a] = u32::try_from(i).unwrap_or(Ends::NONE);
                 }
             }
             _ => {}
         }
     }
-    end
+    ends
 }
 
 /// Where each block alive at the start ends: the first free at its address
@@ -515,15 +540,30 @@ fn start_ends(dev: &DeviceTrace, start: &[StartBlock]) -> HashMap<u64, usize> {
     ends
 }
 
-/// Each alloc's free_requested, if any: four bytes an event, as a
-/// ten-million-event trace needs (docs/measurements/benchmarks.md).
-struct Ends(Vec<u32>);
+/// Each alloc's free_requested, if any, kept by the alloc's rank among the
+/// allocations: four bytes an allocation and a bit and a half an event
+/// (a column of every event took four bytes an event; a ten-million-event
+/// trace needs the difference: docs/measurements/benchmarks.md).
+struct Ends {
+    /// By rank.
+    end: Vec<u32>,
+    /// Allocations before event `64 * k`.
+    before: Vec<u32>,
+    /// Which of events `64 * k..64 * k + 64` are allocations.
+    mask: Vec<u64>,
+}
 
 impl Ends {
     const NONE: u32 = u32::MAX;
 
+    /// The free_requested of the allocation at event `i`.
     fn get(&self, i: usize) -> Option<usize> {
-        self.0.get(i).filter(|&&j| j != Self::NONE).map(|&j| j as usize)
+        let (m, b) = (*self.mask.get(i / 64)?, i % 64);
+        if m >> b & 1 == 0 {
+            return None;
+        }
+        let rank = self.before[i / 64] as usize + (m & ((1u64 << b) - 1)).count_ones() as usize;
+        self.end.get(rank).filter(|&&j| j != Self::NONE).map(|&j| j as usize)
     }
 }
 
@@ -1226,14 +1266,28 @@ mod tests {
             })
             .collect();
         let d = trace(&events);
-        let mut want: Vec<[u32; 3]> = (events.iter().enumerate())
-            .filter(|(_, (a, _))| *a == Alloc)
-            .map(|(i, &(_, addr))| [(addr >> 32) as u32, addr as u32, i as u32])
-            .collect();
-        want.sort_unstable_by_key(|x| (u64::from(x[0]) << 32 | u64::from(x[1]), x[2]));
+        let mut want: Vec<(u64, usize)> =
+            (events.iter().enumerate()).filter(|(_, (a, _))| *a == Alloc).map(|(i, &(_, addr))| (addr, i)).collect();
+        want.sort_unstable();
         assert_eq!(want.len(), 400);
-        assert_eq!(allocs_at(&d), want);
-        assert_eq!(allocs_at(&trace(&[])), Vec::<[u32; 3]>::new());
+        let got = allocs_at(&d);
+        let pairs: Vec<(u64, usize)> = (got.addrs.iter().enumerate())
+            .flat_map(|(k, &a)| {
+                got.events[got.from[k] as usize..got.from[k + 1] as usize].iter().map(move |&e| (a, e as usize))
+            })
+            .collect();
+        assert_eq!(pairs, want);
+        // The last allocation at an address at or before an event.
+        for &(addr, i) in want.iter().step_by(7) {
+            assert_eq!(got.last_at(addr, i), Some(i));
+            assert_eq!(
+                got.last_at(addr, i + 1),
+                want.iter().filter(|w| w.0 == addr && w.1 <= i + 1).map(|w| w.1).max()
+            );
+        }
+        assert_eq!(got.last_at(0x200, 0), None);
+        assert_eq!(got.last_at(0x300, 599), None);
+        assert_eq!(allocs_at(&trace(&[])), AllocsAt { from: vec![0], ..Default::default() });
     }
 
     /// A block alive at the start ends at the first free of its address,
@@ -1257,6 +1311,25 @@ mod tests {
         // The allocations' own ends.
         let end = lifetimes(&d);
         assert_eq!((0..7).map(|i| end.get(i)).collect::<Vec<_>>(), [Some(3), None, None, None, Some(5), None, None]);
+        // Across words of the index: every third event an allocation, freed
+        // two on, the last one never.
+        let events: Vec<(Action, u64)> = (0..300u64)
+            .map(|i| {
+                (
+                    if i % 3 == 0 {
+                        Alloc
+                    } else if i % 3 == 2 {
+                        FreeRequested
+                    } else {
+                        Annotate
+                    },
+                    i / 3,
+                )
+            })
+            .collect();
+        let end = lifetimes(&trace(&events[..299]));
+        let want = |i: usize| (i % 3 == 0 && i + 2 < 299).then_some(i + 2);
+        assert_eq!((0..310).map(|i| end.get(i)).collect::<Vec<_>>(), (0..310).map(want).collect::<Vec<_>>());
     }
 
     /// Without stacks or markers, the start blocks' own stacks decide the
