@@ -401,6 +401,55 @@ pub struct CachingAllocator<D> {
     emitted: u64,
 }
 
+impl<D> CachingAllocator<D> {
+    /// The same allocator over the device `f` makes of this one's: a replay
+    /// read behind a decoder moves its oracle from the growing column to
+    /// the finished one this way (docs/design/trace-decoding.md, "The
+    /// replay behind the decoder").
+    pub(crate) fn with_device<E>(self, f: impl FnOnce(D) -> E) -> CachingAllocator<E> {
+        CachingAllocator {
+            device: f(self.device),
+            config: self.config,
+            allowed_memory_maximum: self.allowed_memory_maximum,
+            device_index: self.device_index,
+            blocks: self.blocks,
+            free_slots: self.free_slots,
+            pools: self.pools,
+            pool_state: self.pool_state,
+            freeable: self.freeable,
+            captures: self.captures,
+            rejected: self.rejected,
+            over_reserve: self.over_reserve,
+            assume_capture: self.assume_capture,
+            events_pending: self.events_pending,
+            active_captures: self.active_captures,
+            release: self.release,
+            ties: self.ties,
+            tie_clock: self.tie_clock,
+            deferred: self.deferred,
+            capture_uses: self.capture_uses,
+            stats: self.stats,
+            total_allocated_memory: self.total_allocated_memory,
+            es: self.es,
+            cuda_events: self.cuda_events,
+            stream_uses: self.stream_uses,
+            tags: self.tags,
+            events: self.events,
+            points: self.points,
+            event_tags: self.event_tags,
+            record_events: self.record_events,
+            record_tags: self.record_tags,
+            emitted: self.emitted,
+        }
+    }
+
+    /// Block slots held, live or free: a bound on the events one request
+    /// or release can emit.
+    pub(crate) fn block_slots(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
 impl<D: Device> CachingAllocator<D> {
     /// An allocator that behaves as PyTorch 2.11's.
     pub fn new(config: AllocatorConfig, device: D) -> Self {

@@ -157,6 +157,17 @@ impl Events {
         self.words.push(Packed { addr: e.addr, word });
     }
 
+    /// `other`'s events appended after these. Where these are none, `other`
+    /// becomes the column, keeping the room it reserved.
+    pub fn append(&mut self, other: Events) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        self.words.reserve(other.len());
+        other.iter().for_each(|e| self.push(e));
+    }
+
     /// The events before `at` are dropped.
     pub fn drain_front(&mut self, at: usize) {
         let at = at.min(self.words.len());
@@ -230,6 +241,12 @@ pub struct EventsRef<'a> {
     wide: &'a [(usize, Event)],
     /// The index in the whole column of `words[0]` (`wide` is the whole's).
     base: usize,
+}
+
+impl EventsRef<'static> {
+    /// No events: what a replay holds while the column it reads grows
+    /// (`Stepper::rebind`).
+    pub(crate) const EMPTY: EventsRef<'static> = EventsRef { words: &[], streams: &[], wide: &[], base: 0 };
 }
 
 impl<'a> EventsRef<'a> {
@@ -388,6 +405,12 @@ mod tests {
         assert_eq!(s.iter().collect::<Vec<_>>(), v[3..4100].to_vec());
         assert_eq!(s.slice(4090..).iter().collect::<Vec<_>>(), v[4093..4100].to_vec());
         assert_eq!(col.iter().nth(4099), Some(v[4099]));
+        // Appended in chunks, each numbering its streams afresh.
+        let mut joined = Events::default();
+        for part in v.chunks(1000) {
+            joined.append(part.iter().copied().collect());
+        }
+        assert_eq!(joined, col);
         let mut cut = col.clone();
         cut.drain_front(4000);
         assert_eq!(cut.iter().collect::<Vec<_>>(), v[4000..].to_vec());

@@ -12,7 +12,7 @@ use anyhow::Result;
 
 use crate::analysis::human_bytes;
 use crate::trace::input::Input;
-use crate::trace::{self, Trace};
+use crate::trace::{self, Tap, Trace};
 
 /// Standard output for what a command prints as text or JSON: control
 /// characters an input brought are escaped (docs/design/security.md).
@@ -48,15 +48,21 @@ pub(crate) fn load_with_progress(path: &Path) -> Result<Trace> {
 /// (`max_unpacked`: `--max-unpacked`); when that takes over a second and
 /// stderr is a terminal, shows how much of the file has been read.
 pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
-    load_with(input, max_unpacked, std::io::stderr().is_terminal())
+    load_with(input, max_unpacked, std::io::stderr().is_terminal(), None)
+}
+
+/// `load_input`, a PyTorch snapshot's events given to `tap` as they are
+/// decoded (a replay behind the decoding: `replay::ahead`).
+pub(crate) fn load_input_tapped(input: Input, max_unpacked: Option<u64>, tap: Option<Tap>) -> Result<Trace> {
+    load_with(input, max_unpacked, std::io::stderr().is_terminal(), tap)
 }
 
 /// `load_input` without the progress line (the terminal is a screen's).
 pub(crate) fn load_quietly(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
-    load_with(input, max_unpacked, false)
+    load_with(input, max_unpacked, false, None)
 }
 
-fn load_with(input: Input, max_unpacked: Option<u64>, show: bool) -> Result<Trace> {
+fn load_with(input: Input, max_unpacked: Option<u64>, show: bool, tap: Option<Tap>) -> Result<Trace> {
     let (total, n) = input.progress();
     let name = input.name().to_string();
     let done = Arc::new(AtomicBool::new(false));
@@ -82,7 +88,7 @@ fn load_with(input: Input, max_unpacked: Option<u64>, show: bool) -> Result<Trac
             }
         })
     });
-    let out = input.read_trace(max_unpacked);
+    let out = input.read_trace_tapped(max_unpacked, tap);
     done.store(true, Ordering::Relaxed);
     if let Some(h) = progress {
         let _ = h.join();

@@ -12,12 +12,13 @@ use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
 use super::args::{parse_capacity, parse_conf, At, InputError, MemoryCap, TorchArg};
-use super::io::{color, load_input, trace_name};
+use super::io::{color, load_input_tapped, trace_name};
 use super::live::{read_recording, replay_recording};
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind, SegmentInfo};
 use crate::analysis::categories::Categories;
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::replay::ahead::Ahead;
 use crate::replay::model::ReplayModel;
 use crate::replay::report::{self, CompareRow, ReplayReport};
 use crate::replay::session::{Fidelity, Session, Start};
@@ -37,22 +38,27 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
         return replay_recording(&args.trace, snaps, args.json);
     }
     args.cap.check()?;
-    args.alloc_conf.as_deref().map(parse_conf).transpose()?;
+    let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     args.compare.iter().try_for_each(|c| parse_conf(c).map(drop))?;
-    let trace = load_input(input, args.max_unpacked)?;
-    replay_trace(args, &trace, so, terminal, started)
+    // The replay these options open runs behind the decoding where it can
+    // (docs/design/trace-decoding.md, "The replay behind the decoder").
+    let opts = open_options(args, what_if_conf, args.cap.limit(args.device_total), opens_screen(args, terminal));
+    let ahead = Ahead::for_open(&opts);
+    let trace = load_input_tapped(input, args.max_unpacked, ahead.as_ref().map(Ahead::tap))?;
+    replay_trace(args, &trace, so, terminal, started, ahead.as_ref())
 }
 
-/// `replay_to` of a trace already read (`args.trace` names it): several
-/// ranks' inputs are each read once, then replayed.
-pub(crate) fn replay_trace(
+/// `replay_to` of a trace already read (`args.trace` names it), its first
+/// replay taken from `ahead` where that is it.
+fn replay_trace(
     args: &ReplayArgs,
     trace: &Trace,
     so: &mut dyn Write,
     terminal: bool,
     started: Instant,
+    ahead: Option<&Ahead>,
 ) -> Result<ExitCode> {
-    let r = match replayed(args, trace, terminal, started)? {
+    let r = match replayed(args, trace, terminal, started, ahead)? {
         Outcome::Viewed(code) => return Ok(code),
         Outcome::Replayed(r) => r,
     };
@@ -69,7 +75,7 @@ pub(crate) fn replay_trace(
 /// exit code `replay` would give, and with `text` its summary (several
 /// ranks side by side: the table from the reports, then each summary).
 pub(crate) fn replay_report(args: &ReplayArgs, trace: &Trace, text: bool) -> Result<(ReplayReport, ExitCode, Vec<u8>)> {
-    match replayed(args, trace, false, Instant::now())? {
+    match replayed(args, trace, false, Instant::now(), None)? {
         Outcome::Replayed(r) => {
             let mut summary = Vec::new();
             if text {
@@ -140,7 +146,24 @@ fn at_event(at: At, session: &Session, dev: &DeviceTrace, exact_ok: bool) -> Opt
 }
 
 /// The replay of `trace` as `args` ask; on a terminal the interactive view.
-fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: Instant) -> Result<Outcome<'t>> {
+/// Whether `replay` opens its interactive view: on a terminal, where
+/// nothing asks for a report; scripts and pipes get the summary.
+fn opens_screen(args: &ReplayArgs, terminal: bool) -> bool {
+    !args.json
+        && args.dump_events.is_none()
+        && args.compare.is_empty()
+        && terminal
+        && std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal()
+}
+
+fn replayed<'t>(
+    args: &ReplayArgs,
+    trace: &'t Trace,
+    terminal: bool,
+    started: Instant,
+    ahead: Option<&Ahead>,
+) -> Result<Outcome<'t>> {
     args.cap.check()?;
     let what_if_conf = args.alloc_conf.as_deref().map(parse_conf).transpose()?;
     let compare_confs: Vec<(String, AllocatorConfig)> =
@@ -149,17 +172,12 @@ fn replayed<'t>(args: &ReplayArgs, trace: &'t Trace, terminal: bool, started: In
     let recorded_conf = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
 
-    // On a terminal, the interactive view; scripts and pipes get the summary.
-    let interactive = !args.json
-        && args.dump_events.is_none()
-        && compare_confs.is_empty()
-        && terminal
-        && std::io::stdout().is_terminal()
-        && std::io::stdin().is_terminal();
+    let interactive = opens_screen(args, terminal);
     // One replay with the recorded config (or the one asked for, which may
     // equal it) and addresses from the recording.
     let opts = open_options(args, what_if_conf.clone(), limit, interactive);
-    let Opened { dev, session, want, .. } = crate::replay::open(trace, &args.trace.display().to_string(), &opts)?;
+    let Opened { dev, session, want, .. } =
+        crate::replay::open_ahead(trace, &args.trace.display().to_string(), &opts, ahead)?;
     let mut session = session;
     let exact_conf = want.config;
     let fidelity = session.fidelity;

@@ -19,6 +19,12 @@ impl<'a> Oracle<'a> {
         Oracle { recorded, total, used: 0 }
     }
 
+    /// The same device answering from `recorded` (the column it read,
+    /// grown or moved).
+    pub(crate) fn rebind<'b>(self, recorded: EventsRef<'b>) -> Oracle<'b> {
+        Oracle { recorded, total: self.total, used: self.used }
+    }
+
     fn at(&self, i: u64) -> Option<Event> {
         self.recorded.get(usize::try_from(i).ok()?)
     }

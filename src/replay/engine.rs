@@ -348,6 +348,29 @@ impl<'a> Stepper<'a> {
         self.alloc.emitted() as usize
     }
 
+    /// The same replay reading `rec` (see `Replaying::rebind`); untagged.
+    fn rebind<'b>(self, rec: EventsRef<'b>) -> Stepper<'b> {
+        debug_assert!(self.stacks.is_empty(), "a tagged replay reads its tags from the column it was made with");
+        Stepper {
+            rec,
+            stacks: &[],
+            alloc: self.alloc.with_device(|o| o.rebind(rec)),
+            live: self.live,
+            empty_cache_at: self.empty_cache_at,
+            pools: self.pools,
+            slots: self.slots,
+            segs: self.segs,
+            directed: self.directed,
+            placed: self.placed,
+            burst_retries: self.burst_retries,
+            outside: self.outside,
+            outside_cap: self.outside_cap,
+            exact: self.exact,
+            inferred_now: self.inferred_now,
+            switch: self.switch,
+        }
+    }
+
     pub(crate) fn allocator(&self) -> &CachingAllocator<Oracle<'a>> {
         &self.alloc
     }
@@ -708,75 +731,164 @@ pub fn replay_events<'a>(rec: EventsRef<'a>, opts: &ReplayOptions) -> ReplayResu
 /// Replays `rec` from the state `seed`: segments that existed before the
 /// first event (see `wrapped::reconstruct`).
 pub fn replay_events_from<'a>(rec: EventsRef<'a>, opts: &ReplayOptions, seed: &[SeedSegment]) -> ReplayResult<'a> {
-    let mut peak = Peak::default();
-    let mut kept_events = Vec::new();
     let end = opts.stop_at.unwrap_or(usize::MAX).min(rec.len());
-    let mut st = match Stepper::new(rec, opts, seed) {
-        Ok(st) => st,
-        Err(d) => {
-            // The seed did not fit: nothing was replayed.
-            return ReplayResult {
-                allocator: CachingAllocator::for_release(
-                    opts.config.clone(),
-                    Oracle::new(rec, opts.device_total),
-                    opts.release,
-                ),
-                divergence: Some(d),
-                inferred_empty_cache: 0,
-                reproduced: 0,
-                empty_cache_at: Vec::new(),
-                peak,
-                directed: 0,
-                placed: 0,
-                burst_retries: 0,
-                ties_resolved: 0,
-                pressure: Pressure::Neither,
-                events: kept_events,
-                allocated: Arc::default(),
-                allocated_before: 0,
-            };
-        }
+    let mut run = match Replaying::new(rec, opts, seed, end) {
+        Ok(run) => run,
+        Err(unseeded) => return *unseeded,
     };
-    let mut divergence = None;
-    let mut pressure = Pressure::Neither;
-    let mut allocated = Deltas::with_capacity(end);
-    let allocated_before = st.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64;
-    let mut last = allocated_before;
-    while st.position() < end {
-        let i = st.position();
-        if let Err(d) = st.step() {
-            pressure = Pressure::of(&d, st.inferred_now);
-            divergence = Some(d);
-            break;
+    while run.position() < end && run.step() {}
+    run.finish()
+}
+
+/// A replay under way: the stepper, and what the loop keeps of each step
+/// (the peak, allocated bytes' changes, the events where asked). One loop
+/// for the replay after the decoding and the one behind it
+/// (docs/design/trace-decoding.md, "The replay behind the decoder").
+pub(crate) struct Replaying<'a> {
+    st: Stepper<'a>,
+    keep_events: bool,
+    peak: Peak,
+    kept: Vec<Event>,
+    allocated: Deltas,
+    allocated_before: u64,
+    last: u64,
+    divergence: Option<Divergence>,
+    pressure: Pressure,
+}
+
+impl<'a> Replaying<'a> {
+    /// A replay of `rec` from `seed` under `opts`, with room for `events`
+    /// events' changes; where the seed does not fit, the result that says so.
+    pub(crate) fn new(
+        rec: EventsRef<'a>,
+        opts: &ReplayOptions,
+        seed: &[SeedSegment],
+        events: usize,
+    ) -> Result<Self, Box<ReplayResult<'a>>> {
+        let st = match Stepper::new(rec, opts, seed) {
+            Ok(st) => st,
+            Err(d) => {
+                // The seed did not fit: nothing was replayed.
+                return Err(Box::new(ReplayResult {
+                    allocator: CachingAllocator::for_release(
+                        opts.config.clone(),
+                        Oracle::new(rec, opts.device_total),
+                        opts.release,
+                    ),
+                    divergence: Some(d),
+                    inferred_empty_cache: 0,
+                    reproduced: 0,
+                    empty_cache_at: Vec::new(),
+                    peak: Peak::default(),
+                    directed: 0,
+                    placed: 0,
+                    burst_retries: 0,
+                    ties_resolved: 0,
+                    pressure: Pressure::Neither,
+                    events: Vec::new(),
+                    allocated: Arc::default(),
+                    allocated_before: 0,
+                }));
+            }
+        };
+        let allocated_before = st.alloc.stats().get(Kind::AllocatedBytes, 0).current as u64;
+        Ok(Replaying {
+            st,
+            keep_events: opts.keep_events,
+            peak: Peak::default(),
+            kept: Vec::new(),
+            allocated: Deltas::with_capacity(events),
+            allocated_before,
+            last: allocated_before,
+            divergence: None,
+            pressure: Pressure::Neither,
+        })
+    }
+
+    /// Recorded events reproduced so far.
+    pub(crate) fn position(&self) -> usize {
+        self.st.position()
+    }
+
+    /// Reproduces the next recorded event(s); `false` once the replay
+    /// has parted from the recording (and every step after).
+    pub(crate) fn step(&mut self) -> bool {
+        if self.divergence.is_some() {
+            return false;
         }
-        for (k, p) in st.alloc.points().iter().enumerate() {
-            allocated.push(p.allocated.wrapping_sub(last) as i64);
-            last = p.allocated;
-            if p.allocated > peak.allocated {
-                peak = Peak { event: i + k, allocated: p.allocated, reserved: p.reserved };
+        let i = self.st.position();
+        if let Err(d) = self.st.step() {
+            self.pressure = Pressure::of(&d, self.st.inferred_now);
+            self.divergence = Some(d);
+            return false;
+        }
+        for (k, p) in self.st.alloc.points().iter().enumerate() {
+            self.allocated.push(p.allocated.wrapping_sub(self.last) as i64);
+            self.last = p.allocated;
+            if p.allocated > self.peak.allocated {
+                self.peak = Peak { event: i + k, allocated: p.allocated, reserved: p.reserved };
             }
         }
-        if opts.keep_events {
-            kept_events.extend_from_slice(st.alloc.events());
+        if self.keep_events {
+            self.kept.extend_from_slice(self.st.alloc.events());
+        }
+        true
+    }
+
+    /// Whether the next step reads only events `rec` holds, where `rec`
+    /// is the start of a column still growing: a step reads ahead to the
+    /// next request, free or snapshot (`next_request`), two past it (an
+    /// exact-address allocation's prefix), and one event for each it
+    /// emits, which a release of every cached segment bounds by the block
+    /// slots held.
+    pub(crate) fn reads_only_held(&self) -> bool {
+        let (rec, i) = (self.st.rec, self.st.position());
+        let n = rec.len();
+        if i.saturating_add(2 * self.st.alloc.block_slots() + 64) >= n {
+            return false;
+        }
+        let ends_scan = |a: Action| {
+            matches!(a, Action::Alloc | Action::Oom | Action::FreeRequested | Action::FreeCompleted | Action::Snapshot)
+        };
+        rec.slice(i..).iter().position(|e| ends_scan(e.action)).is_some_and(|j| i + j + 2 < n)
+    }
+
+    /// The same replay reading `rec`: the column it read, grown or moved.
+    /// Only an untagged replay (`replay_events`) moves.
+    pub(crate) fn rebind<'b>(self, rec: EventsRef<'b>) -> Replaying<'b> {
+        Replaying {
+            st: self.st.rebind(rec),
+            keep_events: self.keep_events,
+            peak: self.peak,
+            kept: self.kept,
+            allocated: self.allocated,
+            allocated_before: self.allocated_before,
+            last: self.last,
+            divergence: self.divergence,
+            pressure: self.pressure,
         }
     }
-    st.alloc.clear_events();
-    let reproduced = divergence.as_ref().map(|d| d.event).unwrap_or(st.position());
-    ReplayResult {
-        allocator: st.alloc,
-        divergence,
-        inferred_empty_cache: st.empty_cache_at.len(),
-        reproduced,
-        directed: st.directed,
-        placed: st.placed,
-        burst_retries: st.burst_retries,
-        ties_resolved: 0,
-        pressure,
-        empty_cache_at: st.empty_cache_at,
-        peak,
-        events: kept_events,
-        allocated: Arc::new(allocated),
-        allocated_before,
+
+    pub(crate) fn finish(self) -> ReplayResult<'a> {
+        let mut st = self.st;
+        st.alloc.clear_events();
+        let reproduced = self.divergence.as_ref().map(|d| d.event).unwrap_or(st.position());
+        ReplayResult {
+            allocator: st.alloc,
+            divergence: self.divergence,
+            inferred_empty_cache: st.empty_cache_at.len(),
+            reproduced,
+            directed: st.directed,
+            placed: st.placed,
+            burst_retries: st.burst_retries,
+            ties_resolved: 0,
+            pressure: self.pressure,
+            empty_cache_at: st.empty_cache_at,
+            peak: self.peak,
+            events: self.kept,
+            allocated: Arc::new(self.allocated),
+            allocated_before: self.allocated_before,
+        }
     }
 }
 

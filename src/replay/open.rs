@@ -5,6 +5,7 @@
 
 use thiserror::Error;
 
+use super::ahead::Ahead;
 use super::model::ReplayModel;
 use super::session::{ReleaseAsk, Session, Want};
 use crate::alloc::{AllocatorConfig, Release};
@@ -115,6 +116,18 @@ pub fn device<'t>(trace: &'t Trace, name: &str, want: Option<i32>) -> Result<&'t
 
 /// Replays `trace` (read from the input `name`) as `opts` asks.
 pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Opened<'t>, OpenError> {
+    open_ahead(trace, name, opts, None)
+}
+
+/// `open`, its first replay taken from `ahead` where that is the one
+/// `opts` asks for (docs/design/trace-decoding.md, "The replay behind the
+/// decoder").
+pub(crate) fn open_ahead<'t>(
+    trace: &'t Trace,
+    name: &str,
+    opts: &OpenOptions,
+    ahead: Option<&Ahead>,
+) -> Result<Opened<'t>, OpenError> {
     let dev = device(trace, name, opts.device)?;
     let want = Want {
         changed: opts.config.is_some() || opts.memory_limit.is_some(),
@@ -128,7 +141,7 @@ pub fn open<'t>(trace: &'t Trace, name: &str, opts: &OpenOptions) -> Result<Open
     let replayed = || {
         match opts.scrub_every {
             Some(every) => Session::open_for_screen(dev, &trace.stacks, &want, every),
-            None => Session::open(dev, &trace.stacks, &want),
+            None => Session::open_ahead(dev, &trace.stacks, &want, ahead),
         }
         .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
     };

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::ahead::Ahead;
 use super::conditions::{self, LimitFound};
 use super::engine::{replay_events, replay_events_from, Divergence, ReplayOptions, ReplayResult};
 use super::pools;
@@ -568,14 +569,22 @@ type Run<'r, 'a> = dyn Fn(&ReplayOptions) -> Result<Replayed<'a>, SessionError> 
 /// asks, the screens' scrubber from where that replay starts (a window's
 /// live blocks as rebuilt before any correction): both need only the
 /// options and the start, so a screen's first frame waits for one pass
-/// over the events, not two (docs/measurements/benchmarks.md).
+/// over the events, not two (docs/measurements/benchmarks.md). Where the
+/// replay ran behind the decoding (`ahead`) and is this one, from process
+/// start, it is taken instead (docs/design/trace-decoding.md, "The replay
+/// behind the decoder").
 fn first_run<'a>(
     run: &Run<'_, 'a>,
     opts: &ReplayOptions,
     dev: &'a DeviceTrace,
     start: Start,
     every: Option<usize>,
+    ahead: Option<&Ahead>,
 ) -> Result<(Replayed<'a>, Option<Beside<'a>>), SessionError> {
+    let behind = ahead.filter(|_| start == Start::ProcessStart && every.is_none());
+    if let Some(r) = behind.and_then(|a| a.take_for(dev, opts)) {
+        return Ok(((Vec::new(), r), None));
+    }
     let Some(every) = every else { return Ok((run(opts)?, None)) };
     let so = scrub_options_of(opts);
     let scrub = move || {
@@ -631,7 +640,18 @@ impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
     pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, None)
+        Self::open_with(dev, stacks, req, None, None)
+    }
+
+    /// As `open`, taking the first replay from `ahead` (run behind the
+    /// decoding) where it is the one this session would run.
+    pub(crate) fn open_ahead(
+        dev: &'a DeviceTrace,
+        stacks: &[Vec<Frame>],
+        req: &Want,
+        ahead: Option<&Ahead>,
+    ) -> Result<Session<'a>, SessionError> {
+        Self::open_with(dev, stacks, req, None, ahead)
     }
 
     /// As `open`, for a screen: the scrubber it steps through (a checkpoint
@@ -643,7 +663,7 @@ impl<'a> Session<'a> {
         req: &Want,
         every: usize,
     ) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, Some(every))
+        Self::open_with(dev, stacks, req, Some(every), None)
     }
 
     fn open_with(
@@ -651,6 +671,7 @@ impl<'a> Session<'a> {
         stacks: &[Vec<Frame>],
         req: &Want,
         scrub_every: Option<usize>,
+        ahead: Option<&Ahead>,
     ) -> Result<Session<'a>, SessionError> {
         let rec: EventsRef<'a> = dev.events.view();
         let (plan, start) = plan_and_start(dev, stacks, req.release.candidates[0], req.recorded_state)?;
@@ -671,7 +692,7 @@ impl<'a> Session<'a> {
         };
         // Each release the file allows, until one reproduces the trace.
         let ask = &req.release;
-        let ((mut seed, mut exact), beside) = first_run(&run, &opts, dev, start, scrub_every)?;
+        let ((mut seed, mut exact), beside) = first_run(&run, &opts, dev, start, scrub_every, ahead)?;
         // Whether the replay kept the first run's options (the scrubber
         // made beside it is then the one asked for).
         let mut first_kept = true;

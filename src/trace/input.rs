@@ -117,15 +117,25 @@ impl Input {
     /// cap), for a recording.
     pub fn lines(self, max_unpacked: Option<u64>) -> Result<Box<dyn std::io::BufRead + Send>, InputError> {
         let (name, read) = (self.name.clone(), self.read.clone());
-        let limits = ReadLimits { consumed: Some(read), max_unpacked };
+        let limits = ReadLimits { consumed: Some(read), max_unpacked, tap: None };
         super::plain(self.reader(), limits).map_err(|error| InputError::Io { name, error })
     }
 
     /// The trace the input holds, read under the bounds of docs/user/input.md
     /// (`max_unpacked`: `--max-unpacked`).
     pub fn read_trace(self, max_unpacked: Option<u64>) -> Result<Trace, InputError> {
+        self.read_trace_tapped(max_unpacked, None)
+    }
+
+    /// `read_trace`, a PyTorch snapshot's events given to `tap` as they are
+    /// decoded.
+    pub(crate) fn read_trace_tapped(
+        self,
+        max_unpacked: Option<u64>,
+        tap: Option<super::Tap>,
+    ) -> Result<Trace, InputError> {
         let (name, unpacked) = (self.name.clone(), self.unpacked);
-        let limits = ReadLimits { consumed: Some(self.read.clone()), max_unpacked };
+        let limits = ReadLimits { consumed: Some(self.read.clone()), max_unpacked, tap };
         super::read_limited(self.reader(), unpacked, limits).map_err(|error| InputError::Trace { name, error })
     }
 

@@ -307,6 +307,41 @@ pub struct ReadLimits {
     /// A fixed cap on the unpacked size instead of `UNPACK_RATIO` times the
     /// file plus `UNPACK_SLACK` (`--max-unpacked`).
     pub(crate) max_unpacked: Option<u64>,
+    /// Where a PyTorch snapshot's events go as they are decoded.
+    pub(crate) tap: Option<Tap>,
+}
+
+/// Takes a PyTorch snapshot's trace entries as events while the file is
+/// decoded, in entry order, and keeps them until the reader takes the
+/// whole column back: work that needs only the events (the replay) runs
+/// behind the decoding (docs/design/trace-decoding.md, "The replay behind
+/// the decoder").
+pub(crate) trait EventTap: Send + Sync {
+    /// The next events, in entry order; the first carry the room reserved
+    /// for all of them.
+    fn events(&self, chunk: Events);
+    /// Every event given, `rest` after them, as one column: the decoding
+    /// is done. `whole`: the device whose events they all are, in order
+    /// (`None` where the file's devices share them otherwise).
+    fn finish(&self, rest: Events, whole: Option<i32>) -> Events;
+}
+
+/// An `EventTap` a reader is given, and how many events it takes at a
+/// time (`Tap::CHUNK`: 1 MiB of them; tests take fewer).
+#[derive(Clone)]
+pub(crate) struct Tap {
+    pub(crate) to: Arc<dyn EventTap>,
+    pub(crate) chunk: usize,
+}
+
+impl Tap {
+    pub(crate) const CHUNK: usize = 1 << 16;
+}
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
 }
 
 /// Opens a trace file of any supported format, gzip-compressed or not.
@@ -326,7 +361,7 @@ pub(crate) fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<T
 pub(crate) fn read_any_compressed_sized<R: BufRead + Send + 'static>(r: R, unpacked: u64) -> Result<Trace, TraceError> {
     let n = Arc::new(AtomicU64::new(0));
     let counted = BufReader::with_capacity(1 << 16, Counted { inner: r, n: n.clone() });
-    read_limited(counted, unpacked, ReadLimits { consumed: Some(n), max_unpacked: None })
+    read_limited(counted, unpacked, ReadLimits { consumed: Some(n), max_unpacked: None, tap: None })
 }
 
 /// Counts the bytes read through it.

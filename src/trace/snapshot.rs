@@ -55,6 +55,10 @@ struct EntryColumns {
     /// Any entry carried `pool_id` (2.12+) / `internal_metadata` (2.15+).
     pool_ids: bool,
     internal_metadata: bool,
+    /// Where the events go as they are decoded, a chunk at a time
+    /// (`events` then holds those not yet given), and how many went.
+    tap: Option<super::Tap>,
+    tapped: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -153,7 +157,7 @@ impl Compactor for EntryColumns {
     }
 
     fn next_entry(&self) -> Option<u32> {
-        u32::try_from(self.events.len()).ok()
+        u32::try_from(self.entries()).ok()
     }
 
     fn entry(&mut self, f: &EntryFields) -> Result<u32, String> {
@@ -193,7 +197,7 @@ impl EntryColumns {
         self.pool_ids |= tags.pool.is_some();
         self.internal_metadata |= tags.internal;
         let addr = if kind == Kind::Action(Action::Oom) { device_free.or(addr) } else { addr };
-        let id = self.events.len() as u32;
+        let id = self.entries() as u32;
         let action = match kind {
             Kind::Action(a) => a,
             Kind::LegacyFree | Kind::UserDefined | Kind::Unknown => {
@@ -214,7 +218,27 @@ impl EntryColumns {
         self.events.push(Event::new(action, addr.unwrap_or(0), size.unwrap_or(0), stream.unwrap_or(0)));
         self.time_us.push(time.unwrap_or(0));
         self.stack.push(stack);
+        if let Some(tap) = self.tap.as_ref().filter(|t| self.events.len() >= t.chunk) {
+            // The first chunk carries the room reserved for them all.
+            let next = Events::with_capacity(tap.chunk);
+            self.tapped += self.events.len();
+            tap.to.events(std::mem::replace(&mut self.events, next));
+        }
         Ok(id)
+    }
+
+    /// Entries decoded so far.
+    fn entries(&self) -> usize {
+        self.tapped + self.events.len()
+    }
+
+    /// Every event back in `events`, from the tap where one took them;
+    /// `whole`: the device whose events they all are, in order.
+    fn take_back(&mut self, whole: Option<i32>) {
+        if let Some(tap) = self.tap.take() {
+            self.events = tap.to.finish(std::mem::take(&mut self.events), whole);
+            self.tapped = 0;
+        }
     }
 
     /// Interns a list of frame dicts by content. The pickler gives most
@@ -561,7 +585,7 @@ fn device_traces(
         drop(tv);
         // The usual layout: one device whose entries are all of them, in
         // order; its columns move over without a copy.
-        let n = cols.events.len();
+        let n = cols.entries();
         let empty = |l: &Shared<List>| l.borrow().entry_ids().next().is_none();
         let whole = per_device.iter().filter(|l| !empty(l)).count() == 1
             && cols.special.is_empty()
@@ -569,6 +593,7 @@ fn device_traces(
                 .iter()
                 .find(|l| !empty(l))
                 .is_some_and(|l| l.borrow().entry_ids().map(|x| x as usize).eq(0..n));
+        cols.take_back(per_device.iter().position(|l| whole && !empty(l)).map(|d| d as i32));
         for (d, l) in per_device.iter().enumerate() {
             let mut dt = DeviceTrace { device: d as i32, ..Default::default() };
             if whole && !empty(l) {
@@ -646,7 +671,7 @@ fn read_snapshot_with<R: Read>(
     how: Decoding,
     limits: &super::ReadLimits,
 ) -> Result<(Trace, Taken), TraceError> {
-    let mut cols = EntryColumns { generic_only: how.generic_only, ..Default::default() };
+    let mut cols = EntryColumns { generic_only: how.generic_only, tap: limits.tap.clone(), ..Default::default() };
     // A trace entry takes at least ~40 bytes of pickle. The size is a hint
     // from the file: a failed reservation just means growing as usual.
     let n = (unpacked_bytes / 40).min(1 << 24) as usize;
