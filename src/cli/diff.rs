@@ -9,12 +9,13 @@ use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
 use super::args::InputError;
-use super::io::{load_input, trace_name};
+use super::io::trace_name;
 use crate::alloc::Kind;
 use crate::analysis::diff::{
     align, growth, requests_by_site, signed, Change, DiffReport, Growth, Holdings, Pair, Peaks, RunReport, Series,
 };
 use crate::analysis::human_bytes;
+use crate::replay::ahead::Ahead;
 use crate::replay::session::Start;
 use crate::trace::input::{Input, InputKind};
 use crate::trace::Trace;
@@ -86,16 +87,22 @@ struct Replayed {
     series: Series,
 }
 
+/// How a side of a diff is opened: as recorded, the categories wanted.
+fn open_options(torch: Option<crate::alloc::Release>) -> crate::replay::OpenOptions {
+    crate::replay::OpenOptions { torch, categories: true, ..Default::default() }
+}
+
 /// `timeline`: keep the run's timeline (16 bytes an event), which only the
-/// screen and the picture draw.
+/// screen and the picture draw. `ahead`: the replay run behind the
+/// decoding of `trace`, if one was.
 fn replay_run(
     path: &std::path::Path,
     trace: &Trace,
     torch: Option<crate::alloc::Release>,
     timeline: bool,
+    ahead: Option<&Ahead>,
 ) -> Result<Replayed> {
-    let opts = crate::replay::OpenOptions { torch, categories: true, ..Default::default() };
-    let opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
+    let opened = crate::replay::open_ahead(trace, &path.display().to_string(), &open_options(torch), ahead)?;
     let (dev, session) = (opened.dev, &opened.session);
     if session.start == Start::StateOnly {
         // No history: the state when it was taken stands for peak and end.
@@ -179,9 +186,13 @@ fn run_of(
         let snaps = super::live::read_recording(input.lines(max_unpacked)?, &name)?;
         return Ok((recorded_run(path, &snaps)?, true));
     }
-    let trace = if progress { load_input(input, max_unpacked)? } else { super::io::load_quietly(input, max_unpacked)? };
+    // The replay runs behind the decoding where it can
+    // (docs/design/trace-decoding.md, "The replay behind the decoder").
+    let ahead = Ahead::for_open(&open_options(torch));
+    let tap = ahead.as_ref().map(Ahead::tap);
+    let trace = super::io::load_tapped(input, max_unpacked, progress, tap)?;
     loaded();
-    Ok((replay_run(path, &trace, torch, timeline)?, false))
+    Ok((replay_run(path, &trace, torch, timeline, ahead.as_ref())?, false))
 }
 
 /// A recording's training process (the one that allocated most) as a run:

@@ -51,10 +51,11 @@ pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trac
     load_with(input, max_unpacked, std::io::stderr().is_terminal(), None)
 }
 
-/// `load_input`, a PyTorch snapshot's events given to `tap` as they are
-/// decoded (a replay behind the decoding: `replay::ahead`).
-pub(crate) fn load_input_tapped(input: Input, max_unpacked: Option<u64>, tap: Option<Tap>) -> Result<Trace> {
-    load_with(input, max_unpacked, std::io::stderr().is_terminal(), tap)
+/// `load_input` (`progress`: with its line where stderr is a terminal),
+/// a PyTorch snapshot's events given to `tap` as they are decoded (a
+/// replay behind the decoding: `replay::ahead`).
+pub(crate) fn load_tapped(input: Input, max_unpacked: Option<u64>, progress: bool, tap: Option<Tap>) -> Result<Trace> {
+    load_with(input, max_unpacked, progress && std::io::stderr().is_terminal(), tap)
 }
 
 /// `load_input` without the progress line (the terminal is a screen's).

@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
 use super::args::{parse_capacity, parse_conf, At, InputError, MemoryCap, TorchArg};
-use super::io::{color, load_input_tapped, trace_name};
+use super::io::{color, load_tapped, trace_name};
 use super::live::{read_recording, replay_recording};
 use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind, SegmentInfo};
 use crate::analysis::categories::Categories;
@@ -44,7 +44,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
     // (docs/design/trace-decoding.md, "The replay behind the decoder").
     let opts = open_options(args, what_if_conf, args.cap.limit(args.device_total), opens_screen(args, terminal));
     let ahead = Ahead::for_open(&opts);
-    let trace = load_input_tapped(input, args.max_unpacked, ahead.as_ref().map(Ahead::tap))?;
+    let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
     replay_trace(args, &trace, so, terminal, started, ahead.as_ref())
 }
 

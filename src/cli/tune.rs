@@ -11,10 +11,11 @@ use clap::Args;
 use serde::Serialize;
 
 use super::args::{InputError, MemoryCap};
-use super::io::load_input;
+use super::io::load_tapped;
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::replay::ahead::Ahead;
 use crate::replay::session::{Fidelity, Start, Want};
 use crate::replay::{OpenError, OpenOptions, Opened};
 use crate::trace::input::{Input, InputKind};
@@ -104,16 +105,6 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
             args.trace.display()
         ))));
     }
-    let trace = load_input(input, args.max_unpacked)?;
-    if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
-        return Err(anyhow!(InputError(format!(
-            "{}: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}): tune replays the run under its own setting and each change of it, so it has nothing to compare with",
-            args.trace.display(),
-            crate::trace::printable::escape(&e.to_string())
-        ))));
-    }
-    let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
-    let limit = args.cap.limit(args.device_total);
     // The run's requests come from its exact replay, under the conditions it
     // had: without a limit, or under the one asked for where the run had it
     // (a run that OOMed under its limit replays only under it). Every
@@ -125,10 +116,23 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         torch: args.torch.release,
         ..OpenOptions::default()
     };
+    // The run's replay runs behind the decoding where it can
+    // (docs/design/trace-decoding.md, "The replay behind the decoder").
+    let ahead = Ahead::for_open(&opts);
+    let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
+    if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
+        return Err(anyhow!(InputError(format!(
+            "{}: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}): tune replays the run under its own setting and each change of it, so it has nothing to compare with",
+            args.trace.display(),
+            crate::trace::printable::escape(&e.to_string())
+        ))));
+    }
+    let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
+    let limit = args.cap.limit(args.device_total);
     let name = args.trace.display().to_string();
     let asked =
         Ask { recorded: recorded.source.clone(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit };
-    let (opened, early) = open_beside_first_stage(&trace, &name, &opts, &asked, &recorded);
+    let (opened, early) = open_beside_first_stage(&trace, &name, &opts, &asked, &recorded, ahead.as_ref());
     let mut opened = opened?;
     // The run's own limit, found from its trace, unless one was asked.
     let found = opened.session.limit_found.clone();
@@ -208,6 +212,7 @@ fn open_beside_first_stage<'t>(
     opts: &OpenOptions,
     asked: &Ask,
     recorded: &AllocatorConfig,
+    ahead: Option<&Ahead>,
 ) -> (Result<Opened<'t>, OpenError>, Option<Early>) {
     let recorded_state = Want::records_state(trace);
     std::thread::scope(|s| {
@@ -218,7 +223,7 @@ fn open_beside_first_stage<'t>(
                 .spawn_scoped(s, move || Early::run(dev, ask, recorded, recorded_state))
                 .ok()
         });
-        let opened = crate::replay::open(trace, name, opts);
+        let opened = crate::replay::open_ahead(trace, name, opts, ahead);
         // A first stage that failed is made again by the search.
         (opened, early.and_then(|h| h.join().ok()).flatten())
     })
