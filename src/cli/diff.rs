@@ -188,7 +188,7 @@ fn run_of(
     }
     // The replay runs behind the decoding where it can
     // (docs/design/trace-decoding.md, "The replay behind the decoder").
-    let ahead = Ahead::for_open(&open_options(torch));
+    let ahead = open_options(torch).ahead();
     let tap = ahead.as_ref().map(Ahead::tap);
     let trace = super::io::load_tapped(input, max_unpacked, progress, tap)?;
     loaded();

@@ -43,7 +43,7 @@ pub(crate) fn replay_to(args: &ReplayArgs, so: &mut dyn Write, terminal: bool) -
     // The replay these options open runs behind the decoding where it can
     // (docs/design/trace-decoding.md, "The replay behind the decoder").
     let opts = open_options(args, what_if_conf, args.cap.limit(args.device_total), opens_screen(args, terminal));
-    let ahead = Ahead::for_open(&opts);
+    let ahead = opts.ahead();
     let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
     replay_trace(args, &trace, so, terminal, started, ahead.as_ref())
 }

@@ -118,7 +118,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     };
     // The run's replay runs behind the decoding where it can
     // (docs/design/trace-decoding.md, "The replay behind the decoder").
-    let ahead = Ahead::for_open(&opts);
+    let ahead = opts.ahead();
     let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
     if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
         return Err(anyhow!(InputError(format!(

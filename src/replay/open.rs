@@ -6,6 +6,7 @@
 use thiserror::Error;
 
 use super::ahead::Ahead;
+use super::engine::ReplayOptions;
 use super::model::ReplayModel;
 use super::session::{ReleaseAsk, Session, Want};
 use crate::alloc::{AllocatorConfig, Release};
@@ -38,6 +39,24 @@ pub struct OpenOptions {
     /// pass, with a checkpoint every so many events, is made beside the
     /// replay (`Session::open_for_screen`).
     pub scrub_every: Option<usize>,
+}
+
+impl OpenOptions {
+    /// A replay behind the reading of the trace these options will open,
+    /// where it may be the one the session takes: not for a screen (its
+    /// scrubber is made beside the replay) nor where it stops early or
+    /// keeps every event (docs/design/trace-decoding.md, "The replay
+    /// behind the decoder").
+    pub(crate) fn ahead(&self) -> Option<Ahead> {
+        if self.scrub_every.is_some() || self.stop_at.is_some() || self.keep_events {
+            return None;
+        }
+        let mut opts = ReplayOptions::new(self.config.clone().unwrap_or_default(), self.device_total);
+        opts.memory_limit = self.memory_limit;
+        // The first release a file with nothing of later ones allows.
+        opts.release = self.torch.unwrap_or(Release::V2_11);
+        Ahead::start(opts, self.config.is_none())
+    }
 }
 
 impl Default for OpenOptions {
@@ -215,5 +234,118 @@ impl<'t> Opened<'t> {
     /// What each block of the recorded run is (`Session::categories`).
     pub fn categories(&self) -> Categories {
         self.session.categories(&self.trace.stacks, &self.trace.annotations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::input::Input;
+    use crate::trace::Tap;
+
+    fn read(path: &std::path::Path, tap: Option<Tap>) -> Trace {
+        Input::open(path).unwrap().read_trace_tapped(None, tap).unwrap()
+    }
+
+    /// What a replay's report rests on, as text: two sessions that print
+    /// the same replayed the same.
+    fn outcome(o: &Opened<'_>) -> String {
+        let (s, r) = (&o.session, &o.session.exact);
+        format!(
+            "{:?} {:?} {} {:?} {:?} {:?} {} {} {} {} {:?} {:?} {:?} {} {:?} {:?} {:?}",
+            s.fidelity,
+            s.release,
+            r.reproduced,
+            r.divergence.as_ref().map(|d| d.to_string()),
+            r.peak,
+            r.pressure,
+            r.inferred_empty_cache,
+            r.directed,
+            r.placed,
+            r.burst_retries,
+            r.empty_cache_at,
+            s.replayed,
+            s.recorded,
+            r.allocated_before,
+            // Every change of allocated bytes, folded.
+            r.allocated.iter().fold((0usize, 0u64), |(n, h), d| (n + 1, h.wrapping_mul(1_000_003) ^ d as u64)),
+            s.limit_found.as_ref().map(|l| l.used_bytes),
+            s.settings_changed.as_ref().map(|c| c.event),
+        )
+    }
+
+    /// On real snapshots of every kind, the session opened with a replay
+    /// run behind the decoding (handed a few events at a time, so that it
+    /// waits at every point of the trace) reports what the session that
+    /// replays after the decoding reports; the replay is taken only from
+    /// process start without private pools, and the reader gets every
+    /// event back.
+    #[test]
+    fn a_replay_behind_the_decoding_is_the_replay_after_it() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (name, taken) in [
+            ("traces/gpt2_train.pickle.gz", true),
+            ("traces/resnet50_train.pickle.gz", true),
+            ("traces/multistream_pipeline.pickle.gz", true),
+            ("traces/gpt2_train_expandable.pickle.gz", true),
+            ("traces/llama_pressure.pickle.gz", true),
+            // A window of a longer run: rebuilt from its end.
+            ("traces/gpt2_train_wrapped.pickle.gz", false),
+            // A run under a per-process limit: found after the first
+            // replay, which diverges there.
+            ("conditions/limit_oom.pickle.gz", true),
+            // Settings other than the default (and changed mid-run): the
+            // file gives them after the events.
+            ("conditions/switch_split.pickle.gz", false),
+            // A CUDA graph's private pool.
+            ("snapshot_kinds/graphed_mlp_train.pickle.gz", false),
+            // 2.15's rules (and an action no release we know has: the
+            // column is not the device's whole).
+            ("releases/snapshots/torch215.pickle.gz", false),
+            ("releases/snapshots/torch213.pickle.gz", false),
+        ] {
+            let path = root.join(name);
+            let plain = read(&path, None);
+            let after = open(&plain, name, &OpenOptions::default()).unwrap();
+            for chunk in [3, 64, Tap::CHUNK] {
+                let ahead = OpenOptions::default().ahead().unwrap();
+                let tapped = read(&path, Some(Tap { chunk, ..ahead.tap() }));
+                assert_eq!(tapped.devices.len(), plain.devices.len(), "{name}");
+                for (t, p) in tapped.devices.iter().zip(&plain.devices) {
+                    assert!(t.events == p.events, "{name}: the events came back changed");
+                }
+                let ran = ahead.waiting();
+                let behind = open_ahead(&tapped, name, &OpenOptions::default(), Some(&ahead)).unwrap();
+                assert_eq!(outcome(&behind), outcome(&after), "{name} in chunks of {chunk}");
+                let was_taken = ran && !ahead.waiting();
+                assert_eq!(was_taken, taken, "{name} in chunks of {chunk}: taken");
+            }
+        }
+    }
+
+    /// A file that breaks off mid-trace is the same error with a replay
+    /// behind it, and the thread ends with the reading.
+    #[test]
+    fn a_broken_file_read_with_a_replay_behind_is_the_same_error() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::MultiGzDecoder::new(
+                std::fs::File::open(root.join("traces/gpt2_train.pickle.gz")).unwrap(),
+            ),
+            &mut raw,
+        )
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("gpumem-top-ahead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cut = dir.join("cut.pickle");
+        std::fs::write(&cut, &raw[..raw.len() * 2 / 3]).unwrap();
+        let plain = Input::open(&cut).unwrap().read_trace(None).map(drop).unwrap_err().to_string();
+        let ahead = OpenOptions::default().ahead().unwrap();
+        let tapped = Input::open(&cut).unwrap().read_trace_tapped(None, Some(Tap { chunk: 5, ..ahead.tap() }));
+        assert_eq!(tapped.map(drop).unwrap_err().to_string(), plain);
+        assert!(plain.contains("byte"), "{plain}");
+        drop(ahead);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
