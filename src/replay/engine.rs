@@ -203,14 +203,16 @@ pub struct ReplayResult<'a> {
 /// comes before it: segment events right before a request may be that
 /// request's own.
 fn next_request(rec: EventsRef<'_>, i: usize) -> Option<usize> {
-    for (k, e) in rec.iter().enumerate().skip(i) {
-        match e.action {
-            Action::Alloc | Action::Oom => return Some(k),
-            Action::FreeRequested | Action::FreeCompleted | Action::Snapshot => return None,
-            _ => {}
-        }
-    }
-    None
+    scan_end(rec, i).filter(|&k| matches!(rec.at(k).action, Action::Alloc | Action::Oom))
+}
+
+/// Where `next_request`'s scan from `i` stops: the first request, free or
+/// snapshot at or after `i` (what a step reads ahead to).
+fn scan_end(rec: EventsRef<'_>, i: usize) -> Option<usize> {
+    let ends = |a: Action| {
+        matches!(a, Action::Alloc | Action::Oom | Action::FreeRequested | Action::FreeCompleted | Action::Snapshot)
+    };
+    rec.slice(i.min(rec.len())..).iter().position(|e| ends(e.action)).map(|j| i + j)
 }
 
 /// Replays a recorded trace one step at a time: a step reproduces one
@@ -847,10 +849,7 @@ impl<'a> Replaying<'a> {
         if i.saturating_add(2 * self.st.alloc.block_slots() + 64) >= n {
             return false;
         }
-        let ends_scan = |a: Action| {
-            matches!(a, Action::Alloc | Action::Oom | Action::FreeRequested | Action::FreeCompleted | Action::Snapshot)
-        };
-        rec.slice(i..).iter().position(|e| ends_scan(e.action)).is_some_and(|j| i + j + 2 < n)
+        scan_end(rec, i).is_some_and(|k| k + 2 < n)
     }
 
     /// The same replay reading `rec`: the column it read, grown or moved.
