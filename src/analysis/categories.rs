@@ -11,8 +11,10 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use super::spans::{joined, Spans};
 use crate::alloc::{Action, Event, EventsRef};
 use crate::trace::deltas::Deltas;
 use crate::trace::{Annotation, DeviceTrace, Frame, RecordedSegment};
@@ -279,6 +281,11 @@ impl Categories {
     /// beside the replay (docs/measurements/benchmarks.md, "Ten million
     /// events").
     pub fn prepare(dev: &DeviceTrace, stacks: &[Vec<Frame>], annotations: &[Annotation]) -> Prepared {
+        Self::prepare_in(dev, stacks, annotations, Spans::of_cores())
+    }
+
+    /// `prepare`, each pass over the events cut as `sp` says.
+    fn prepare_in(dev: &DeviceTrace, stacks: &[Vec<Frame>], annotations: &[Annotation], sp: Spans) -> Prepared {
         let windows = optimizer_windows(&dev.time_us, annotations, dev.device);
         let evidence = if dev.call_stacks(stacks) == crate::trace::CallStacks::PerEvent {
             Evidence::Stacks
@@ -287,23 +294,22 @@ impl Categories {
         } else {
             Evidence::None
         };
-        // Three passes over the events that need nothing of each other:
-        // side by side where the system gives threads (a 10M trace's
-        // categories were 0.5 s after its decoding, one pass after the
-        // other: docs/design/trace-decoding.md, "What is left").
-        let (end, facts, (phases, runs)) = std::thread::scope(|s| {
-            let spawn = |name: &str| std::thread::Builder::new().name(name.into());
-            let end = spawn("lifetimes").spawn_scoped(s, || lifetimes(dev)).ok();
-            let facts = spawn("stack facts").spawn_scoped(s, || stack_facts(dev, stacks)).ok();
-            let phases = phases(dev, stacks, evidence, &windows);
-            let runs = Runs::of(&phases);
-            let end = end.map_or_else(|| lifetimes(dev), joined);
-            let facts = facts.map_or_else(|| stack_facts(dev, stacks), joined);
-            (end, facts, (phases, runs))
+        // Passes over the events that need nothing of each other side by
+        // side where the system gives threads, and each cut into spans
+        // where it can be (a 10M trace's categories were 0.5 s after its
+        // decoding, one pass after the other: docs/design/trace-decoding.md,
+        // "What is left").
+        let (end, facts, phases) = std::thread::scope(|s| {
+            let end = std::thread::Builder::new().name("lifetimes".into());
+            let end = end.spawn_scoped(s, || lifetimes(dev, sp)).ok();
+            let facts = stack_facts(dev, stacks);
+            let phases = phases(dev, &facts, evidence, &windows, sp);
+            (end.map_or_else(|| lifetimes(dev, sp), joined), facts, phases)
         });
+        let runs = Runs::of(&phases);
         let t = Trace { dev, evidence, facts, phases, end, runs };
         let of_event = if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
-            t.categorize()
+            t.categorize(sp)
         } else {
             vec![None; dev.events.len()]
         };
@@ -358,19 +364,28 @@ impl Categories {
                 of_event[j] = Some(c);
             }
         }
-        Self::counted(dev, start, allocated, evidence, of_event, at_start)
+        // Where each allocation is, beside the bytes counted (after the
+        // categorizing, whose tables are gone by now: a 10M trace's replay
+        // is at its most memory then).
+        std::thread::scope(|s| {
+            let at = std::thread::Builder::new().name("allocations".into());
+            let at = at.spawn_scoped(s, || allocs_at(dev)).ok();
+            let (steps, samples) = Self::counted(dev, start, allocated, &of_event, &at_start);
+            let allocs_at = at.map_or_else(|| allocs_at(dev), joined);
+            Categories { evidence, of_event, steps, at_start, allocs_at, samples }
+        })
     }
 
+    /// Each event's step of the allocated bytes, and the bytes per category
+    /// every `SAMPLE` events.
     fn counted(
         dev: &DeviceTrace,
         start: &[StartBlock],
         allocated: Option<(&Arc<Deltas>, u64)>,
-        evidence: Evidence,
-        of_event: Vec<Option<Category>>,
-        at_start: HashMap<u64, Category>,
-    ) -> Categories {
+        of_event: &[Option<Category>],
+        at_start: &HashMap<u64, Category>,
+    ) -> (Arc<Deltas>, Vec<CategoryBytes>) {
         let n = dev.events.len();
-        let allocs_at = allocs_at(dev);
         let mut bytes = CategoryBytes::default();
         for b in start {
             bytes.add(at_start.get(&b.address).copied().unwrap_or(Category::Unknown), b.size);
@@ -405,13 +420,13 @@ impl Categories {
             None => Arc::new(dev.events.iter().map(|e| signed(e, e.size)).collect()),
         };
         let mut samples = vec![bytes];
-        for (i, (step, &c)) in steps.iter().zip(&of_event).enumerate() {
+        for (i, (step, &c)) in steps.iter().zip(of_event).enumerate() {
             if i % SAMPLE == 0 && i > 0 {
                 samples.push(bytes);
             }
             apply(&mut bytes, step, c);
         }
-        Categories { evidence, of_event, steps, at_start, allocs_at, samples }
+        (steps, samples)
     }
 
     /// Bytes per category right after event `i` (before the first event
@@ -466,8 +481,8 @@ impl AllocsAt {
 /// are placed in event order, so each address's events stay increasing.
 fn allocs_at(dev: &DeviceTrace) -> AllocsAt {
     let mut id_of: HashMap<u64, u32> = HashMap::new();
-    let mut ids: Vec<u32> = Vec::new();
     let mut counts: Vec<u32> = Vec::new();
+    let mut allocs = 0;
     for e in dev.events.iter().filter(|e| e.action == Action::Alloc) {
         let next = counts.len() as u32;
         let id = *id_of.entry(e.addr).or_insert(next);
@@ -475,9 +490,9 @@ fn allocs_at(dev: &DeviceTrace) -> AllocsAt {
             counts.push(0);
         }
         counts[id as usize] += 1;
-        ids.push(id);
+        allocs += 1;
     }
-    let mut addrs: Vec<(u64, u32)> = id_of.into_iter().collect();
+    let mut addrs: Vec<(u64, u32)> = id_of.iter().map(|(&a, &id)| (a, id)).collect();
     addrs.sort_unstable();
     // Where each distinct address's run starts in the output.
     let mut first = vec![0u32; counts.len()];
@@ -489,48 +504,65 @@ fn allocs_at(dev: &DeviceTrace) -> AllocsAt {
         at += counts[id as usize];
     }
     from.push(at);
-    let mut events = vec![0u32; ids.len()];
-    let allocs = (dev.events.iter().enumerate()).filter(|(_, e)| e.action == Action::Alloc);
-    for ((i, _), id) in allocs.zip(ids) {
-        let slot = &mut first[id as usize];
-        events[*slot as usize] = i as u32;
-        *slot += 1;
+    // Each allocation's address looked up again rather than its id kept:
+    // four bytes an allocation fewer at the replay's most (a ten-million-
+    // event trace has three million allocations).
+    let mut events = vec![0u32; allocs];
+    for (i, e) in dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc) {
+        if let Some(slot) = id_of.get(&e.addr).and_then(|&id| first.get_mut(id as usize)) {
+            events[*slot as usize] = i as u32;
+            *slot += 1;
+        }
     }
     AllocsAt { addrs: addrs.into_iter().map(|(a, _)| a).collect(), from, events }
 }
 
-/// What a scoped thread made; its panic passed on.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
 /// Lifetimes: each alloc's free_requested (PyTorch's allocated bytes drop
-/// there).
-fn lifetimes(dev: &DeviceTrace) -> Ends {
+/// there). A block's life is the events at its address alone, so the
+/// addresses are dealt out to one thread a span, each reading every event
+/// and following only its own (one thread took 0.12 s of a 10M trace, most
+/// of it the map of live blocks).
+fn lifetimes(dev: &DeviceTrace, sp: Spans) -> Ends {
+    let events = dev.events.view();
     let mut ends = Ends { end: Vec::new(), before: Vec::new(), mask: Vec::new() };
-    // Each live block's allocation, by its rank among the allocations.
-    let mut live: HashMap<u64, usize> = HashMap::new();
-    for (i, e) in dev.events.iter().enumerate() {
+    let mut allocs = 0u32;
+    for (i, e) in events.iter().enumerate() {
         if i % 64 == 0 {
-            ends.before.push(ends.end.len() as u32);
+            ends.before.push(allocs);
             ends.mask.push(0);
         }
-        match e.action {
-            Action::Alloc => {
-                if let Some(m) = ends.mask.last_mut() {
-                    *m |= 1 << (i % 64);
-                }
-                live.insert(e.addr, ends.end.len());
-                ends.end.push(Ends::NONE);
+        if e.action == Action::Alloc {
+            if let Some(m) = ends.mask.last_mut() {
+                *m |= 1 << (i % 64);
             }
-            Action::FreeRequested | Action::FreeCompleted => {
-                if let Some(a) = live.remove(&e.addr) {
-                    ends.end[a] = u32::try_from(i).unwrap_or(Ends::NONE);
-                }
-            }
-            _ => {}
+            allocs += 1;
         }
     }
+    let shards = sp.count(events.len());
+    let shard = |addr: u64| ((addr >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % shards;
+    let end: Vec<AtomicU32> = (0..allocs).map(|_| AtomicU32::new(Ends::NONE)).collect();
+    super::spans::each((0..shards).collect(), |mine| {
+        // Each live block's allocation, by its rank among the allocations.
+        let mut live: HashMap<u64, u32> = HashMap::new();
+        let mut rank = 0u32;
+        for (i, e) in events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    if shard(e.addr) == mine {
+                        live.insert(e.addr, rank);
+                    }
+                    rank += 1;
+                }
+                Action::FreeRequested | Action::FreeCompleted if shard(e.addr) == mine => {
+                    if let Some(a) = live.remove(&e.addr) {
+                        end[a as usize].store(u32::try_from(i).unwrap_or(Ends::NONE), Ordering::Relaxed);
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    ends.end = end.into_iter().map(AtomicU32::into_inner).collect();
     ends
 }
 
@@ -572,6 +604,29 @@ struct Ends {
 impl Ends {
     const NONE: u32 = u32::MAX;
 
+    /// Every allocation's event and its free_requested, where it has one.
+    fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut rank = 0;
+        self.mask
+            .iter()
+            .enumerate()
+            .flat_map(move |(w, &m)| {
+                let mut bits = m;
+                std::iter::from_fn(move || {
+                    let b = bits.trailing_zeros() as usize;
+                    (bits != 0).then(|| {
+                        bits &= bits - 1;
+                        w * 64 + b
+                    })
+                })
+            })
+            .filter_map(move |i| {
+                let end = self.end.get(rank).copied();
+                rank += 1;
+                end.filter(|&j| j != Self::NONE).map(|j| (i, j as usize))
+            })
+    }
+
     /// The free_requested of the allocation at event `i`.
     fn get(&self, i: usize) -> Option<usize> {
         let (m, b) = (*self.mask.get(i / 64)?, i % 64);
@@ -587,32 +642,30 @@ impl Ends {
 /// (a step that allocates nothing still ends an iteration).
 fn phases(
     dev: &DeviceTrace,
-    stacks: &[Vec<Frame>],
+    facts: &[StackFacts],
     evidence: Evidence,
     windows: &[(usize, usize)],
+    sp: Spans,
 ) -> Vec<Option<Phase>> {
     let n = dev.events.len();
-    let in_optimizer = window_mask(windows, n);
     match evidence {
         Evidence::Stacks => {
-            let frames = |sid: u32| sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map(|f| f.as_slice());
-            // Per stack id, its phase once known.
-            let mut cache: Vec<Option<Phase>> = vec![None; stacks.len() + 1];
-            dev.events
-                .iter()
-                .enumerate()
-                .map(|(i, e)| {
-                    if in_optimizer[i] {
+            let mut out = vec![None; n];
+            let windows = Windows::of(windows);
+            sp.map_mut(&mut out, |r, part| {
+                let events = r.clone().zip(windows.mask(r.clone())).zip(dev.events.view().slice(r));
+                for (((i, in_optimizer), e), p) in events.zip(part) {
+                    *p = if in_optimizer {
                         Some(Phase::Optimizer)
                     } else if e.action == Action::Alloc {
                         let sid = dev.stacks.get(i).copied().unwrap_or(0);
-                        let slot = cache.get_mut(sid as usize)?;
-                        Some(*slot.get_or_insert_with(|| phase_of(frames(sid).unwrap_or(&[]), true)))
+                        facts.get(sid as usize).map(|f| f.phase)
                     } else {
                         None
-                    }
-                })
-                .collect()
+                    };
+                }
+            });
+            out
         }
         Evidence::Markers => phases_from_markers(dev.events.view(), windows),
         _ => vec![None; n],
@@ -620,7 +673,8 @@ fn phases(
 }
 
 /// What each stack says, read once per stack (a trace with stacks="all"
-/// has dozens of frames per allocation).
+/// has dozens of frames per allocation); by stack id, 0 for none. Those of
+/// stacks no allocation has are left as an empty stack's.
 fn stack_facts(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> Vec<StackFacts> {
     let mut used = vec![false; stacks.len() + 1];
     for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
@@ -633,7 +687,7 @@ fn stack_facts(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> Vec<StackFacts> {
     used.iter()
         .enumerate()
         .map(|(sid, &u)| match (sid as u32).checked_sub(1).and_then(|s| stacks.get(s as usize)).filter(|_| u) {
-            Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f) },
+            Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f), phase: phase_of(f, true) },
             None => StackFacts::default(),
         })
         .collect()
@@ -665,7 +719,7 @@ struct Rules {
     /// The model's allocations of the program's thread, ascending: "does
     /// the model run between i and the next backward" is two binary
     /// searches (a table per event cost 4 bytes an event).
-    model_allocs: Vec<usize>,
+    model_allocs: Vec<u32>,
     /// The parameters' sizes.
     param_sizes: HashSet<u64>,
     first_oom: Option<usize>,
@@ -678,36 +732,51 @@ impl Trace<'_> {
         self.facts.get(sid).copied().unwrap_or_default()
     }
 
-    fn rules(&self) -> Rules {
+    /// The allocations of events `r`.
+    fn allocs(&self, r: std::ops::Range<usize>) -> impl Iterator<Item = (usize, Event)> + '_ {
+        r.clone().zip(self.dev.events.view().slice(r)).filter(|(_, e)| e.action == Action::Alloc)
+    }
+
+    fn rules(&self, sp: Spans) -> Rules {
         let (dev, n) = (self.dev, self.dev.events.len());
+        let first = |found: Vec<Option<usize>>| found.into_iter().flatten().next();
         let first_forward = match self.evidence {
-            Evidence::Stacks => (0..n)
-                .find(|&i| {
-                    dev.events.at(i).action == Action::Alloc
-                        && self.phases[i] == Some(Phase::Main)
-                        && self.fact(i).in_model
-                        && !self.fact(i).builds_model
+            Evidence::Stacks => first(sp.map(n, |r| {
+                self.allocs(r).map(|(i, _)| i).find(|&i| {
+                    self.phases[i] == Some(Phase::Main) && self.fact(i).in_model && !self.fact(i).builds_model
                 })
-                .unwrap_or(n),
+            }))
+            .unwrap_or(n),
             _ => n,
         };
         let setup_end = self.runs.runs.get(self.runs.first_training).map_or(first_forward, |r| r.0);
-        let model_allocs: Vec<usize> = (dev.events.iter().zip(&self.phases).enumerate())
-            .filter(|&(i, (e, p))| e.action == Action::Alloc && *p == Some(Phase::Main) && self.fact(i).in_model)
-            .map(|(i, _)| i)
-            .collect();
+        let model_allocs: Vec<u32> = sp
+            .map(n, |r| {
+                let model = |&i: &usize| self.phases[i] == Some(Phase::Main) && self.fact(i).in_model;
+                self.allocs(r).map(|(i, _)| i).filter(model).map(|i| i as u32).collect::<Vec<_>>()
+            })
+            .concat();
         let mut r = Rules {
-            first_activation: self.runs.first_activation(dev.events.view(), &self.end),
+            first_activation: self.runs.first_activation(dev.events.view(), &self.end, sp),
             setup_end,
             first_forward,
             model_allocs,
             param_sizes: HashSet::default(),
-            first_oom: dev.events.iter().position(|e| e.action == Action::Oom),
+            first_oom: first(sp.map(n, |r| {
+                r.clone().zip(dev.events.view().slice(r)).find(|(_, e)| e.action == Action::Oom).map(|(i, _)| i)
+            })),
             trained: self.runs.first_training < self.runs.runs.len(),
         };
-        r.param_sizes = (0..n)
-            .filter(|&i| dev.events.at(i).action == Action::Alloc && self.is_parameter(i, &r))
-            .map(|i| dev.events.at(i).size)
+        let r0 = &r;
+        r.param_sizes = sp
+            .map(n, |span| {
+                self.allocs(span)
+                    .filter(|&(i, _)| self.is_parameter(i, r0))
+                    .map(|(_, e)| e.size)
+                    .collect::<HashSet<u64>>()
+            })
+            .into_iter()
+            .flatten()
             .collect();
         r
     }
@@ -746,8 +815,8 @@ impl Trace<'_> {
             .filter_map(|p| self.runs.next_start(run, p))
             .min()
             .unwrap_or(self.dev.events.len());
-        let from = r.model_allocs.partition_point(|&a| a < i + 1);
-        to > i && r.model_allocs.get(from).is_some_and(|&a| a < to)
+        let from = r.model_allocs.partition_point(|&a| (a as usize) < i + 1);
+        to > i && r.model_allocs.get(from).is_some_and(|&a| (a as usize) < to)
     }
 
     /// A gradient has its parameter's size (a cuBLAS workspace made in
@@ -806,30 +875,31 @@ impl Trace<'_> {
         })
     }
 
-    /// Every allocation's category, and its free's.
-    fn categorize(&self) -> Vec<Option<Category>> {
-        let (dev, n) = (self.dev, self.dev.events.len());
-        let r = self.rules();
-        let mut of_event: Vec<Option<Category>> = vec![None; n];
-        let mut cut_short = Vec::new();
-        for i in 0..n {
-            if dev.events.at(i).action != Action::Alloc {
-                continue;
-            }
-            let Some(phase) = self.phases[i] else { continue };
-            let c = match self.category(i, phase, &r) {
-                Some(c) => c,
-                None => {
-                    cut_short.push(i);
-                    Category::Temporary
+    /// Every allocation's category, and its free's: the allocations' span
+    /// by span, then each free given its allocation's.
+    fn categorize(&self, sp: Spans) -> Vec<Option<Category>> {
+        let r = self.rules(sp);
+        let mut of_event: Vec<Option<Category>> = vec![None; self.dev.events.len()];
+        let cut_short: Vec<usize> = sp
+            .map_mut(&mut of_event, |span, part| {
+                let mut cut_short = Vec::new();
+                let from = span.start;
+                for (i, _) in self.allocs(span) {
+                    let Some(phase) = self.phases[i] else { continue };
+                    part[i - from] = Some(self.category(i, phase, &r).unwrap_or_else(|| {
+                        cut_short.push(i);
+                        Category::Temporary
+                    }));
                 }
-            };
-            of_event[i] = Some(c);
-            if let Some(j) = self.end.get(i) {
+                cut_short
+            })
+            .concat();
+        for (i, j) in self.end.pairs() {
+            if let Some(c) = of_event[i] {
                 of_event[j] = Some(c);
             }
         }
-        self.cut_short(&mut of_event, &cut_short, &r);
+        self.cut_short(&mut of_event, &cut_short, &r, sp);
         of_event
     }
 
@@ -838,15 +908,30 @@ impl Trace<'_> {
     /// the iterations before (an activation there is one here); with no
     /// iteration before, a block the model made and kept to the end or the
     /// OOM is what backward would keep.
-    fn cut_short(&self, of_event: &mut [Option<Category>], cut_short: &[usize], r: &Rules) {
+    fn cut_short(&self, of_event: &mut [Option<Category>], cut_short: &[usize], r: &Rules, sp: Spans) {
+        if cut_short.is_empty() {
+            return;
+        }
         let dev = self.dev;
-        let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
         let sid = |i: usize| dev.stacks.get(i).copied().unwrap_or(0);
-        for (i, (e, &c)) in dev.events.iter().zip(of_event.iter()).enumerate() {
-            if let (Action::Alloc, Some(Phase::Main), Some(c)) = (e.action, self.phases[i], c) {
-                if !self.unfinished(i, r) && sid(i) != 0 {
-                    votes.entry(sid(i)).or_default()[c as usize] += 1;
+        // Only the lines the cut-short allocations were made at vote.
+        let asked: HashSet<u32> = cut_short.iter().map(|&i| sid(i)).filter(|&s| s != 0).collect();
+        let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
+        let counted = sp.map(of_event.len(), |span| {
+            let mut votes: HashMap<u32, [u32; 7]> = HashMap::new();
+            for (i, _) in self.allocs(span) {
+                if let (Some(Phase::Main), Some(c)) = (self.phases[i], of_event[i]) {
+                    if asked.contains(&sid(i)) && !self.unfinished(i, r) {
+                        votes.entry(sid(i)).or_default()[c as usize] += 1;
+                    }
                 }
+            }
+            votes
+        });
+        for (s, v) in counted.into_iter().flatten() {
+            let all = votes.entry(s).or_default();
+            for (a, b) in all.iter_mut().zip(v) {
+                *a += b;
             }
         }
         for &i in cut_short {
@@ -906,10 +991,19 @@ pub(crate) fn start_blocks(dev: &DeviceTrace, seed: &[crate::alloc::SeedSegment]
 }
 
 /// What a stack says of where its allocation was made.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct StackFacts {
     in_model: bool,
     builds_model: bool,
+    /// `phase_of` in a trace whose allocations carry stacks.
+    phase: Phase,
+}
+
+impl Default for StackFacts {
+    /// An empty stack's (`phase_of`).
+    fn default() -> Self {
+        StackFacts { in_model: false, builds_model: false, phase: Phase::Backward }
+    }
 }
 
 /// Where each allocation's stack says it was made. `empty_is_backward`: in
@@ -982,15 +1076,38 @@ fn optimizer_windows(time_us: &crate::trace::Times, annotations: &[Annotation], 
     out
 }
 
-/// Per event, whether it falls in one of the ranges `w`.
-fn window_mask(w: &[(usize, usize)], n: usize) -> Vec<bool> {
-    let mut m = vec![false; n];
-    for &(s, e) in w {
-        for x in m.iter_mut().take(e.min(n)).skip(s) {
-            *x = true;
-        }
+/// The optimizer's calls' event ranges, by start, and how far the
+/// furthest reaches among each and those before it: whether an event is in
+/// one, without a flag per event.
+struct Windows {
+    ranges: Vec<(usize, usize)>,
+    reach: Vec<usize>,
+}
+
+impl Windows {
+    fn of(w: &[(usize, usize)]) -> Windows {
+        let mut ranges = w.to_vec();
+        ranges.sort_unstable();
+        let mut far = 0;
+        let reach = ranges.iter().map(|w| {
+            far = w.1.max(far);
+            far
+        });
+        let reach = reach.collect();
+        Windows { ranges, reach }
     }
-    m
+
+    /// Per event of `r`, whether it falls in one of the ranges.
+    fn mask(&self, r: std::ops::Range<usize>) -> impl Iterator<Item = bool> + '_ {
+        // How many ranges start at or before the event.
+        let mut k = self.ranges.partition_point(|w| w.0 <= r.start);
+        r.map(move |i| {
+            while self.ranges.get(k).is_some_and(|w| w.0 <= i) {
+                k += 1;
+            }
+            k > 0 && self.reach[k - 1] > i
+        })
+    }
 }
 
 /// Without stacks: the optimizer's steps from its markers; between them,
@@ -1237,19 +1354,25 @@ impl Runs {
     }
 
     /// Per main run: its first allocation freed in backward.
-    fn first_activation(&self, events: EventsRef<'_>, end: &Ends) -> HashMap<usize, usize> {
+    fn first_activation(&self, events: EventsRef<'_>, end: &Ends, sp: Spans) -> HashMap<usize, usize> {
+        let found = sp.map(events.len(), |span| {
+            let mut out = HashMap::new();
+            for (i, e) in span.clone().zip(events.slice(span)) {
+                if e.action != Action::Alloc {
+                    continue;
+                }
+                let r = self.at(i);
+                if self.phase(r) == Phase::Main && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
+                {
+                    out.entry(r).or_insert(i);
+                }
+            }
+            out
+        });
         let mut out = HashMap::new();
-        for (i, e) in events.iter().enumerate() {
-            if e.action != Action::Alloc {
-                continue;
-            }
-            let r = self.at(i);
-            if self.phase(r) == Phase::Main
-                && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
-                && !out.contains_key(&r)
-            {
-                out.insert(r, i);
-            }
+        // The spans in order: the first found is the earliest.
+        for (r, i) in found.into_iter().flatten() {
+            out.entry(r).or_insert(i);
         }
         out
     }
@@ -1259,6 +1382,42 @@ impl Runs {
 mod tests {
     use super::*;
     use crate::alloc::Event;
+
+    /// However a pass is cut into spans (and the addresses dealt out to
+    /// threads), every allocation gets the same category and the same
+    /// free: on every trace of the categories' fixtures (stacks, markers,
+    /// accumulation, OOMs, state only), cut into 1, 3 and 64 spans.
+    #[test]
+    fn spans_change_nothing() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/categories");
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
+            .collect();
+        paths.sort();
+        assert!(paths.len() >= 10, "{paths:?}");
+        let mut cut_short = 0;
+        for path in &paths {
+            let t = crate::trace::input::Input::open(path).unwrap().read_trace_tapped(None, None).unwrap();
+            let Some(dev) = t.main_device() else { continue };
+            let ends = |sp| {
+                let e = lifetimes(dev, sp);
+                (e.end, e.before, e.mask)
+            };
+            let one = Categories::prepare_in(dev, &t.stacks, &t.annotations, Spans::exactly(1));
+            let one_ends = ends(Spans::exactly(1));
+            for k in [3, 64] {
+                let many = Categories::prepare_in(dev, &t.stacks, &t.annotations, Spans::exactly(k));
+                assert_eq!(many.of_event, one.of_event, "{} in {k} spans", path.display());
+                assert_eq!(many.evidence, one.evidence, "{}", path.display());
+                assert_eq!(ends(Spans::exactly(k)), one_ends, "{} in {k} shards", path.display());
+            }
+            assert!(one.of_event.iter().any(|c| c.is_some()) || one.evidence == Evidence::None, "{}", path.display());
+            cut_short += usize::from(path.to_string_lossy().contains("oom"));
+        }
+        assert!(cut_short >= 2);
+    }
 
     fn trace(events: &[(Action, u64)]) -> DeviceTrace {
         let mut d = DeviceTrace::default();
@@ -1325,7 +1484,7 @@ mod tests {
         let ends = start_ends(&d, &start);
         assert_eq!(ends.into_iter().collect::<Vec<_>>(), [(0x200, 1)]);
         // The allocations' own ends.
-        let end = lifetimes(&d);
+        let end = lifetimes(&d, Spans::exactly(3));
         assert_eq!((0..7).map(|i| end.get(i)).collect::<Vec<_>>(), [Some(3), None, None, None, Some(5), None, None]);
         // Across words of the index: every third event an allocation, freed
         // two on, the last one never.
@@ -1343,7 +1502,7 @@ mod tests {
                 )
             })
             .collect();
-        let end = lifetimes(&trace(&events[..299]));
+        let end = lifetimes(&trace(&events[..299]), Spans::exactly(3));
         let want = |i: usize| (i % 3 == 0 && i + 2 < 299).then_some(i + 2);
         assert_eq!((0..310).map(|i| end.get(i)).collect::<Vec<_>>(), (0..310).map(want).collect::<Vec<_>>());
     }

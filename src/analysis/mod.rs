@@ -5,6 +5,7 @@ pub mod categories;
 pub(crate) mod diff;
 pub(crate) mod range_max;
 pub(crate) mod ranks;
+pub(crate) mod spans;
 
 use serde::Serialize;
 

@@ -11,11 +11,11 @@
 //! parallel, one replay per core.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
 use crate::alloc::{AllocatorConfig, Kind, SeedSegment};
+use crate::analysis::spans::each;
 use crate::replay::session::{first_start, Start};
 use crate::replay::whatif::{run_requests, FromEvents, Request, Requests};
 use crate::trace::DeviceTrace;
@@ -228,7 +228,7 @@ fn run_points<R: Requests + ?Sized>(
     others: &[(String, String)],
     points: &[Point],
 ) -> Vec<Outcome> {
-    parallel(points, |p| {
+    let outcomes = each(points.iter().collect(), |p| {
         let conf = conf_of(p, others);
         match AllocatorConfig::parse(&conf) {
             Ok(c) => {
@@ -237,7 +237,8 @@ fn run_points<R: Requests + ?Sized>(
             }
             Err(_) => None,
         }
-    })
+    });
+    outcomes.into_iter().flatten().collect()
 }
 
 /// The first stage's replays of some requests, made before it was known
@@ -332,33 +333,6 @@ fn search_from<R: Requests + ?Sized>(
         }
     }
     Search { recorded: recorded_outcome, candidates: shown, replays, recorded_is_the_run: exact.is_some() }
-}
-
-/// `f` over `items` on every core, results in the items' order (`None`s
-/// dropped).
-fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> Option<R> + Sync) -> Vec<R> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).max(1);
-    let next = AtomicUsize::new(0);
-    let mut out: Vec<(usize, R)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        if let Some(r) = f(item) {
-                            mine.push((i, r));
-                        }
-                    }
-                    mine
-                })
-            })
-            .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
-    });
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Why `o` ranks where it does against `recorded`, in a sentence the user
