@@ -103,6 +103,10 @@ pub struct Events {
     last_stream: Option<(u64, u16)>,
     /// (index, event) of the events kept whole, ascending.
     wide: Vec<(usize, Event)>,
+    /// The indices of the OOMs, ascending: found without reading every
+    /// event (a read of ten million is tens of milliseconds, and a report
+    /// asks several times).
+    ooms: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +150,9 @@ impl Events {
             }
             None => None,
         };
+        if e.action == Action::Oom {
+            self.ooms.push(self.words.len());
+        }
         let action = Action::ALL.iter().position(|&a| a == e.action).unwrap_or(0) as u64;
         let word = match stream {
             Some(s) if e.size >> (64 - SIZE_SHIFT) == 0 => e.size << SIZE_SHIFT | s << ACTION_BITS | action,
@@ -174,11 +181,13 @@ impl Events {
         self.words.drain(..at);
         self.wide.retain(|w| w.0 >= at);
         self.wide.iter_mut().for_each(|w| w.0 -= at);
+        self.ooms.retain(|&i| i >= at);
+        self.ooms.iter_mut().for_each(|i| *i -= at);
     }
 
     /// The whole column, to read.
     pub fn view(&self) -> EventsRef<'_> {
-        EventsRef { words: &self.words, streams: &self.streams, wide: &self.wide, base: 0 }
+        EventsRef { words: &self.words, streams: &self.streams, wide: &self.wide, ooms: &self.ooms, base: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -208,6 +217,11 @@ impl Events {
 
     pub fn iter(&self) -> Iter<'_> {
         self.view().iter()
+    }
+
+    /// The indices of the OOMs, ascending.
+    pub fn ooms(&self) -> impl Iterator<Item = usize> + '_ {
+        self.view().ooms()
     }
 }
 
@@ -239,14 +253,17 @@ pub struct EventsRef<'a> {
     words: &'a [Packed],
     streams: &'a [u64],
     wide: &'a [(usize, Event)],
-    /// The index in the whole column of `words[0]` (`wide` is the whole's).
+    /// The whole column's OOMs.
+    ooms: &'a [usize],
+    /// The index in the whole column of `words[0]` (`wide` and `ooms` are
+    /// the whole's).
     base: usize,
 }
 
 impl EventsRef<'static> {
     /// No events: what a replay holds while the column it reads grows
     /// (`Stepper::rebind`).
-    pub(crate) const EMPTY: EventsRef<'static> = EventsRef { words: &[], streams: &[], wide: &[], base: 0 };
+    pub(crate) const EMPTY: EventsRef<'static> = EventsRef { words: &[], streams: &[], wide: &[], ooms: &[], base: 0 };
 }
 
 impl<'a> EventsRef<'a> {
@@ -313,6 +330,14 @@ impl<'a> EventsRef<'a> {
 
     pub fn iter(&self) -> Iter<'a> {
         Iter { of: *self, front: 0, back: self.len() }
+    }
+
+    /// The indices of this run's OOMs, ascending.
+    pub fn ooms(&self) -> impl Iterator<Item = usize> + 'a {
+        let (from, to) = (self.base, self.base + self.len());
+        let all = self.ooms;
+        let run = &all[all.partition_point(|&i| i < from)..all.partition_point(|&i| i < to)];
+        run.iter().map(move |&i| i - from)
     }
 }
 
@@ -415,5 +440,30 @@ mod tests {
         cut.drain_front(4000);
         assert_eq!(cut.iter().collect::<Vec<_>>(), v[4000..].to_vec());
         assert_eq!(cut.last(), v.last().copied());
+    }
+
+    /// The OOMs' indices are those a scan of every event finds, in a
+    /// slice, after appending and after dropping the front.
+    #[test]
+    fn ooms_are_found_without_reading_every_event() {
+        let v: Vec<Event> = (0..3000u64)
+            .map(|i| Event::new(if i % 97 == 5 || i == 2999 { Action::Oom } else { Action::Alloc }, i << 9, 512, i % 3))
+            .collect();
+        let scan = |v: &[Event]| {
+            v.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect::<Vec<_>>()
+        };
+        let col: Events = v.iter().copied().collect();
+        assert_eq!(col.ooms().collect::<Vec<_>>(), scan(&v));
+        assert_eq!(col.ooms().count(), 32);
+        assert_eq!(col.view().slice(102..2999).ooms().collect::<Vec<_>>(), scan(&v[102..2999]));
+        assert_eq!(col.view().slice(100..2000).slice(5..).ooms().next(), Some(199 - 105));
+        let mut joined = Events::default();
+        for part in v.chunks(700) {
+            joined.append(part.iter().copied().collect());
+        }
+        assert_eq!(joined.ooms().collect::<Vec<_>>(), scan(&v));
+        joined.drain_front(1000);
+        assert_eq!(joined.ooms().collect::<Vec<_>>(), scan(&v[1000..]));
+        assert_eq!(Events::default().ooms().next(), None);
     }
 }

@@ -762,9 +762,7 @@ impl Trace<'_> {
             first_forward,
             model_allocs,
             param_sizes: HashSet::default(),
-            first_oom: first(sp.map(n, |r| {
-                r.clone().zip(dev.events.view().slice(r)).find(|(_, e)| e.action == Action::Oom).map(|(i, _)| i)
-            })),
+            first_oom: dev.events.ooms().next(),
             trained: self.runs.first_training < self.runs.runs.len(),
         };
         let r0 = &r;

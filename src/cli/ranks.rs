@@ -223,7 +223,7 @@ fn open_rank(path: &Path, trace: &Trace, rank: u32, device: Option<i32>, device_
         peak_allocated: peak.map(|p| p.allocated),
         peak_reserved: exact.then(|| get(crate::alloc::Kind::ReservedBytes).peak.max(0) as u64),
         allocated: get(crate::alloc::Kind::AllocatedBytes).current.max(0) as u64,
-        ooms: dev.events.iter().filter(|e| e.action == crate::alloc::Action::Oom).count(),
+        ooms: dev.events.ooms().count(),
         segments,
     })
 }

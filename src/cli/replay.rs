@@ -14,7 +14,7 @@ use clap::Args;
 use super::args::{parse_capacity, parse_conf, At, InputError, MemoryCap, TorchArg};
 use super::io::{color, load_tapped, trace_name};
 use super::live::{read_recording, replay_recording};
-use crate::alloc::{AllocatorConfig, DeviceStats, Event, Kind, SegmentInfo};
+use crate::alloc::{AllocatorConfig, DeviceStats, Kind, SegmentInfo};
 use crate::analysis::categories::Categories;
 use crate::analysis::{fragmentation, human_bytes, peak_ratio};
 use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
@@ -881,8 +881,8 @@ pub(super) fn check_at(at: Option<At>, dev: &DeviceTrace) -> Result<()> {
 }
 
 /// The index of the first `oom` event.
-pub(super) fn oom_index(events: impl IntoIterator<Item = Event>) -> Option<usize> {
-    events.into_iter().position(|e| e.action == crate::alloc::Action::Oom)
+pub(super) fn oom_index(events: crate::alloc::EventsRef<'_>) -> Option<usize> {
+    events.ooms().next()
 }
 
 /// "would run out of memory at event N (request X at file:line)".
@@ -939,7 +939,7 @@ fn at_text(at: At, exact: Option<&ReplayResult>, dev: &DeviceTrace) -> String {
             human_bytes(r.peak.allocated),
             human_bytes(r.peak.reserved)
         ),
-        At::Oom => match oom_index(r.events.iter().copied()) {
+        At::Oom => match r.events.iter().position(|e| e.action == crate::alloc::Action::Oom) {
             Some(i) => format!(
                 "first OOM: event {i}, request of {} (rounded): the table above is the state there",
                 human_bytes(r.events[i].size)

@@ -156,7 +156,7 @@ impl Sample {
             recorded_allocated_peak: ap,
             recorded_reserved_peak: rp,
             categories_at_peak,
-            recorded_ooms: dev.events.iter().filter(|e| e.action == crate::alloc::Action::Oom).count(),
+            recorded_ooms: dev.events.ooms().count(),
         })
     }
 

@@ -2,7 +2,7 @@
 //! its events with the timeline's marks. The interactive view adds a cursor
 //! and keys (`ui`); `export` draws one moment of it; neither owns it.
 
-use crate::alloc::{Action, CachingAllocator, StatePoint};
+use crate::alloc::{CachingAllocator, StatePoint};
 use crate::analysis::categories::{Categories, Category, CategoryBytes, Evidence};
 use crate::device::Oracle;
 use crate::timeline::Step;
@@ -196,8 +196,7 @@ impl<'a> ReplayModel<'a> {
             Some(p) => p.reserved,
             None => scrub.seek(0).stats().get(crate::alloc::Kind::ReservedBytes, 0).current.max(0) as u64,
         };
-        let ooms: Vec<usize> =
-            dev.events.iter().enumerate().filter(|(_, e)| e.action == Action::Oom).map(|(i, _)| i).collect();
+        let ooms: Vec<usize> = dev.events.ooms().collect();
         let oom_requests = ooms
             .iter()
             .map(|&i| (dev.events.at(i).size, dev.events.at(i).stream, dev.stacks.get(i).copied().unwrap_or(0)))

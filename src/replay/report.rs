@@ -154,9 +154,8 @@ impl RecordedOomReport {
     pub(crate) fn all(dev: &crate::trace::DeviceTrace, stacks: &[Vec<crate::trace::Frame>]) -> Vec<Self> {
         let t0 = dev.time_us.first();
         dev.events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.action == crate::alloc::Action::Oom)
+            .ooms()
+            .map(|i| (i, dev.events.at(i)))
             .map(|(i, e)| {
                 let frames = dev.stacks.get(i).and_then(|&sid| stacks.get((sid as usize).wrapping_sub(1)));
                 let call_site = frames.map(|f| crate::analysis::call_site(f)).unwrap_or_default();
