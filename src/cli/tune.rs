@@ -20,7 +20,7 @@ use crate::replay::session::{Fidelity, Start, Want};
 use crate::replay::{OpenError, OpenOptions, Opened};
 use crate::trace::input::{Input, InputKind};
 use crate::trace::Trace;
-use crate::tune::{search_session, why, Ask, Early, Outcome};
+use crate::tune::{search_session, why, Ask, Early, FirstBehind, Outcome};
 
 #[derive(Args, Debug, Clone)]
 pub struct TuneArgs {
@@ -117,8 +117,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         ..OpenOptions::default()
     };
     // The run's replay runs behind the decoding where it can
-    // (docs/design/trace-decoding.md, "The replay behind the decoder").
-    let ahead = opts.ahead();
+    // (docs/design/trace-decoding.md, "The replay behind the decoder"), and
+    // so does the search's first stage, for the setting the events show.
+    let (device_total, limit) = (args.device_total, args.cap.limit(args.device_total));
+    let ask_of =
+        move |recorded: &str| Ask { recorded: recorded.to_string(), device_total, context: CUDA_CONTEXT_BYTES, limit };
+    let (first_behind, follower) = FirstBehind::start(ask_of).unzip();
+    let ahead = opts.ahead_followed(follower);
     let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
     if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
         return Err(anyhow!(InputError(format!(
@@ -132,7 +137,8 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     let name = args.trace.display().to_string();
     let asked =
         Ask { recorded: recorded.source.clone(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit };
-    let (opened, early) = open_beside_first_stage(&trace, &name, &opts, &asked, &recorded, ahead.as_ref());
+    let (opened, early) =
+        open_beside_first_stage(&trace, &name, &opts, (&asked, &recorded), ahead.as_ref(), first_behind);
     let mut opened = opened?;
     // The run's own limit, found from its trace, unless one was asked.
     let found = opened.session.limit_found.clone();
@@ -203,25 +209,25 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
 }
 
 /// `trace` opened as `opts` asks, and the search's first stage for `asked`:
-/// it needs only the requests, so it runs beside the run's own replay, from
-/// where that replay most likely starts; the search keeps it only where the
-/// replay agrees (docs/user/tune.md).
+/// it needs only the requests, so it ran behind the decoding (`behind`) or
+/// runs beside the run's own replay, from where that replay most likely
+/// starts; the search keeps it only where the replay agrees
+/// (docs/user/tune.md).
 fn open_beside_first_stage<'t>(
     trace: &'t Trace,
     name: &str,
     opts: &OpenOptions,
-    asked: &Ask,
-    recorded: &AllocatorConfig,
+    (asked, recorded): (&Ask, &AllocatorConfig),
     ahead: Option<&Ahead>,
+    behind: Option<FirstBehind>,
 ) -> (Result<Opened<'t>, OpenError>, Option<Early>) {
     let recorded_state = Want::records_state(trace);
     std::thread::scope(|s| {
         let early = crate::replay::open::device(trace, name, opts.device).ok().and_then(|dev| {
             let ask = asked.clone();
-            std::thread::Builder::new()
-                .name("tune".into())
-                .spawn_scoped(s, move || Early::run(dev, ask, recorded, recorded_state))
-                .ok()
+            let early =
+                move || behind.and_then(|b| b.take_for(dev)).or_else(|| Early::run(dev, ask, recorded, recorded_state));
+            std::thread::Builder::new().name("tune".into()).spawn_scoped(s, early).ok()
         });
         let opened = crate::replay::open_ahead(trace, name, opts, ahead);
         // A first stage that failed is made again by the search.

@@ -6,6 +6,7 @@
 //! replays after the decoding as always (docs/design/trace-decoding.md,
 //! "The replay behind the decoder").
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -22,6 +23,12 @@ pub(crate) struct Ahead {
 
 struct Behind {
     to: Mutex<Option<Sender<Handed>>>,
+    /// Who else reads the events as they come (`tune`'s first stage), and
+    /// whether it has had the first of them.
+    follower: Mutex<Option<Sender<Followed>>>,
+    followed: AtomicBool,
+    /// Events handed over so far.
+    handed: AtomicUsize,
     thread: Mutex<Option<JoinHandle<Caught>>>,
     /// Once the decoding is done: the replay, and the device and number
     /// of events of the column it read.
@@ -38,7 +45,8 @@ struct Ran {
 }
 
 enum Handed {
-    Events(Events),
+    /// Shared with the follower where there is one.
+    Events(Arc<Events>),
     /// The last events; the device whose column they all are, if one.
     Done(Events, Option<i32>),
 }
@@ -50,15 +58,36 @@ struct Caught {
     ran: Option<Ran>,
 }
 
+/// What a follower of the decoding is handed: the events as they come,
+/// then the device whose whole column they were (if one) and how many.
+pub(crate) enum Followed {
+    Events(Arc<Events>),
+    Done(Option<i32>, usize),
+}
+
 impl Ahead {
     /// A replay under `opts` behind the reading of a trace, on a thread of
     /// its own (`None` where the system gives none). `guess`: no settings
     /// were asked for, so the replay assumes the default ones, with
     /// expandable segments where the first segment event is a map.
-    pub(crate) fn start(opts: ReplayOptions, guess: bool) -> Option<Ahead> {
+    /// `follower`, if any, is handed every event too as they come (shared,
+    /// not copied, but for the first chunk, which carries the room the
+    /// column reserved).
+    pub(crate) fn start_followed(
+        opts: ReplayOptions,
+        guess: bool,
+        follower: Option<Sender<Followed>>,
+    ) -> Option<Ahead> {
         let (to, from) = channel();
         let thread = std::thread::Builder::new().name("replay".into()).spawn(move || behind(from, opts, guess)).ok()?;
-        let behind = Behind { to: Mutex::new(Some(to)), thread: Mutex::new(Some(thread)), caught: Mutex::new(None) };
+        let behind = Behind {
+            to: Mutex::new(Some(to)),
+            follower: Mutex::new(follower),
+            followed: AtomicBool::new(false),
+            handed: AtomicUsize::new(0),
+            thread: Mutex::new(Some(thread)),
+            caught: Mutex::new(None),
+        };
         Some(Ahead { behind: Arc::new(behind) })
     }
 
@@ -174,11 +203,31 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
 /// Appends what was handed over; `done` set by the last of it.
 fn take(h: Handed, events: &mut Events, done: &mut Option<Option<i32>>) {
     match h {
-        Handed::Events(c) => events.append(c),
+        Handed::Events(c) => match Arc::try_unwrap(c) {
+            Ok(c) => events.append(c),
+            // The follower has it too: copied, as appending does.
+            Err(c) => c.iter().for_each(|e| events.push(e)),
+        },
         Handed::Done(rest, whole) => {
             events.append(rest);
             *done = Some(whole);
         }
+    }
+}
+
+impl Behind {
+    /// `chunk` handed to the follower, if any, as well.
+    fn follow(&self, chunk: Events) -> Arc<Events> {
+        self.handed.fetch_add(chunk.len(), Ordering::Relaxed);
+        let follower = self.follower.lock();
+        let Some(f) = follower.as_ref().ok().and_then(|f| f.as_ref()) else { return Arc::new(chunk) };
+        if !self.followed.swap(true, Ordering::Relaxed) {
+            let _ = f.send(Followed::Events(Arc::new(chunk.iter().collect())));
+            return Arc::new(chunk);
+        }
+        let chunk = Arc::new(chunk);
+        let _ = f.send(Followed::Events(chunk.clone()));
+        chunk
     }
 }
 
@@ -187,6 +236,7 @@ const STEPS_BETWEEN_TAKES: usize = 1 << 14;
 
 impl EventTap for Behind {
     fn events(&self, chunk: Events) {
+        let chunk = self.follow(chunk);
         if let Some(to) = self.to.lock().ok().as_ref().and_then(|t| t.as_ref()) {
             // A thread gone has panicked, which `finish` passes on.
             let _ = to.send(Handed::Events(chunk));
@@ -194,6 +244,11 @@ impl EventTap for Behind {
     }
 
     fn finish(&self, rest: Events, whole: Option<i32>) -> Events {
+        if let Some(f) = self.follower.lock().ok().and_then(|mut f| f.take()) {
+            // A follower gone just stops following.
+            let _ = f.send(Followed::Events(Arc::new(rest.iter().collect())));
+            let _ = f.send(Followed::Done(whole, self.handed.load(Ordering::Relaxed) + rest.len()));
+        }
         let to = self.to.lock().ok().and_then(|mut t| t.take());
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         let (Some(to), Some(thread)) = (to, thread) else { return rest };

@@ -5,7 +5,7 @@
 
 use thiserror::Error;
 
-use super::ahead::Ahead;
+use super::ahead::{Ahead, Followed};
 use super::engine::ReplayOptions;
 use super::model::ReplayModel;
 use super::session::{ReleaseAsk, Session, Want};
@@ -48,6 +48,11 @@ impl OpenOptions {
     /// keeps every event (docs/design/trace-decoding.md, "The replay
     /// behind the decoder").
     pub(crate) fn ahead(&self) -> Option<Ahead> {
+        self.ahead_followed(None)
+    }
+
+    /// `ahead`, `follower` handed the events as they come too.
+    pub(crate) fn ahead_followed(&self, follower: Option<std::sync::mpsc::Sender<Followed>>) -> Option<Ahead> {
         if self.scrub_every.is_some() || self.stop_at.is_some() || self.keep_events {
             return None;
         }
@@ -55,7 +60,7 @@ impl OpenOptions {
         opts.memory_limit = self.memory_limit;
         // The first release a file with nothing of later ones allows.
         opts.release = self.torch.unwrap_or(Release::V2_11);
-        Ahead::start(opts, self.config.is_none())
+        Ahead::start_followed(opts, self.config.is_none(), follower)
     }
 }
 

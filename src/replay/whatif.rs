@@ -128,7 +128,8 @@ impl Iterator for EventRequests<'_> {
     }
 }
 
-fn request_of(e: crate::alloc::Event) -> Option<Request> {
+/// The request an event makes, if any.
+pub(crate) fn request_of(e: crate::alloc::Event) -> Option<Request> {
     Some(match e.action {
         Action::Alloc => Request::Alloc { key: e.addr, size: e.size, stream: e.stream },
         Action::FreeRequested => Request::FreeRequested { key: e.addr },
@@ -177,9 +178,31 @@ pub(crate) fn run_requests<R: Requests + ?Sized>(
     run_requests_on(reqs, config, Sim::new("simulated device", device_total, context), limit)
 }
 
+/// As `run_requests`, the requests taken as they come.
+pub(crate) fn run_requests_as_they_come(
+    reqs: impl Iterator<Item = Request>,
+    config: AllocatorConfig,
+    device_total: u64,
+    context: u64,
+    limit: Option<u64>,
+) -> WhatIf {
+    run_stream(reqs, config, Sim::new("simulated device", device_total, context), limit)
+}
+
 /// As `run_requests`, on a given simulated device.
 pub(crate) fn run_requests_on<R: Requests + ?Sized>(
     reqs: &R,
+    config: AllocatorConfig,
+    device: Sim,
+    limit: Option<u64>,
+) -> WhatIf {
+    run_stream(reqs.iter(), config, device, limit)
+}
+
+/// As `run_requests_on`, the requests taken as they come (`tune` replays
+/// them while the trace is still being read).
+pub(crate) fn run_stream(
+    reqs: impl Iterator<Item = Request>,
     config: AllocatorConfig,
     device: Sim,
     limit: Option<u64>,
@@ -195,7 +218,7 @@ pub(crate) fn run_requests_on<R: Requests + ?Sized>(
     let (mut new_ooms, mut avoided_ooms) = (0, 0);
     let mut first_new_oom = None;
     let mut peak: Option<(usize, u64, u64)> = None;
-    for (i, r) in reqs.iter().enumerate() {
+    for (i, r) in reqs.enumerate() {
         match r {
             Request::Alloc { key, size, stream } => match a.malloc(size, stream) {
                 Ok(b) => {

@@ -11,13 +11,15 @@
 //! parallel, one replay per core.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::alloc::{AllocatorConfig, Kind, SeedSegment};
+use crate::alloc::{Action, AllocatorConfig, Events, Kind, SeedSegment};
 use crate::analysis::spans::each;
+use crate::replay::ahead::Followed;
 use crate::replay::session::{first_start, Start};
-use crate::replay::whatif::{run_requests, FromEvents, Request, Requests};
+use crate::replay::whatif::{request_of, run_requests_as_they_come, FromEvents, Request, Requests};
 use crate::trace::DeviceTrace;
 
 /// One candidate's replay.
@@ -228,17 +230,16 @@ fn run_points<R: Requests + ?Sized>(
     others: &[(String, String)],
     points: &[Point],
 ) -> Vec<Outcome> {
-    let outcomes = each(points.iter().collect(), |p| {
-        let conf = conf_of(p, others);
-        match AllocatorConfig::parse(&conf) {
-            Ok(c) => {
-                let w = run_requests(reqs, c, ask.device_total, ask.context, ask.limit);
-                Some(Outcome::of(conf, w.allocator.stats()))
-            }
-            Err(_) => None,
-        }
-    });
+    let outcomes = each(points.iter().collect(), |p| outcome_of(conf_of(p, others), ask, reqs.iter()));
     outcomes.into_iter().flatten().collect()
+}
+
+/// The outcome of `reqs` under the setting `conf` (none where it does not
+/// parse).
+fn outcome_of(conf: String, ask: &Ask, reqs: impl Iterator<Item = Request>) -> Option<Outcome> {
+    let c = AllocatorConfig::parse(&conf).ok()?;
+    let w = run_requests_as_they_come(reqs, c, ask.device_total, ask.context, ask.limit);
+    Some(Outcome::of(conf, w.allocator.stats()))
 }
 
 /// The first stage's replays of some requests, made before it was known
@@ -417,6 +418,119 @@ impl Early {
     }
 }
 
+/// The first stage replayed behind the decoding of a trace: every point on
+/// a thread of its own, each taking the events as the decoder hands them
+/// over (`Followed`), for the setting the events show: the default one, or
+/// expandable segments where the first segment event is a map (as the
+/// replay behind guesses). It stands for the run's where the run's trace
+/// is one device's, replayed from process start with nothing inferred, and
+/// recorded under that setting (docs/user/tune.md).
+pub(crate) struct FirstBehind {
+    thread: std::thread::JoinHandle<Option<(Option<i32>, usize, FirstStage)>>,
+}
+
+impl FirstBehind {
+    /// The stage's thread, and where to hand it the events; `ask_of` makes
+    /// the ask for a recorded setting.
+    pub(crate) fn start(
+        ask_of: impl Fn(&str) -> Ask + Send + 'static,
+    ) -> Option<(FirstBehind, std::sync::mpsc::Sender<Followed>)> {
+        let (to, from) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new().name("tune".into()).spawn(move || follow(&from, ask_of)).ok()?;
+        Some((FirstBehind { thread }, to))
+    }
+
+    /// The stage, where its events were all `dev`'s (waiting for the
+    /// points' last events).
+    pub(crate) fn take_for(self, dev: &DeviceTrace) -> Option<Early> {
+        let (whole, events, first) = self.thread.join().ok()??;
+        (whole == Some(dev.device) && events == dev.events.len()).then(|| Early {
+            start: Start::ProcessStart,
+            seed: Vec::new(),
+            first,
+        })
+    }
+}
+
+/// The events held until the setting is guessed, then each handed to every
+/// point's thread.
+fn follow(
+    from: &std::sync::mpsc::Receiver<Followed>,
+    ask_of: impl Fn(&str) -> Ask,
+) -> Option<(Option<i32>, usize, FirstStage)> {
+    let mut held: Vec<Arc<Events>> = Vec::new();
+    let mut lanes: Option<Lanes> = None;
+    loop {
+        match from.recv().ok()? {
+            Followed::Events(c) => match &lanes {
+                Some(l) => l.hand(&c),
+                None => {
+                    let guess = c.iter().find_map(|e| match e.action {
+                        Action::SegmentMap => Some("expandable_segments:True"),
+                        Action::SegmentAlloc => Some(""),
+                        _ => None,
+                    });
+                    held.push(c);
+                    if let Some(g) = guess {
+                        lanes = Some(Lanes::start(ask_of(g), held.drain(..)));
+                    }
+                }
+            },
+            Followed::Done(whole, events) => {
+                let l = lanes.unwrap_or_else(|| Lanes::start(ask_of(""), held.drain(..)));
+                return Some((whole, events, l.finish()?));
+            }
+        }
+    }
+}
+
+/// A thread per point of the first stage, each replaying the requests of
+/// the events it is handed.
+struct Lanes {
+    ask: Ask,
+    to: Vec<std::sync::mpsc::Sender<Arc<Events>>>,
+    threads: Vec<Option<std::thread::JoinHandle<Option<Outcome>>>>,
+}
+
+impl Lanes {
+    fn start(ask: Ask, held: impl Iterator<Item = Arc<Events>>) -> Lanes {
+        let one = StageOne::of(&ask);
+        let (mut to, mut threads) = (Vec::new(), Vec::new());
+        for p in &one.points {
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<Events>>();
+            let (conf, a) = (conf_of(p, &one.others), ask.clone());
+            let run = move || {
+                let events = std::iter::from_fn(move || rx.recv().ok());
+                let reqs = events.flat_map(|c| (0..c.len()).filter_map(move |i| request_of(c.at(i))));
+                outcome_of(conf, &a, reqs)
+            };
+            threads.push(std::thread::Builder::new().name("tune".into()).spawn(run).ok());
+            to.push(tx);
+        }
+        let lanes = Lanes { ask, to, threads };
+        held.for_each(|c| lanes.hand(&c));
+        lanes
+    }
+
+    fn hand(&self, c: &Arc<Events>) {
+        for t in &self.to {
+            // A thread gone has panicked: `finish` says so.
+            let _ = t.send(c.clone());
+        }
+    }
+
+    /// The stage, once every point has read every event; none where a
+    /// thread could not be had or panicked (the search makes it again).
+    fn finish(self) -> Option<FirstStage> {
+        drop(self.to);
+        let mut outcomes = Vec::new();
+        for t in self.threads {
+            outcomes.extend(t?.join().ok()?);
+        }
+        Some(FirstStage { ask: self.ask, outcomes })
+    }
+}
+
 /// `search` over a session's requests: its exact replay's statistics stand
 /// for the recorded setting; a window's others start from the blocks live
 /// at its first event. `early`: the first stage, made beside the session.
@@ -538,6 +652,51 @@ mod tests {
     /// session would make alone, and is taken only where the session
     /// started where it guessed and the same is asked: a window and a run
     /// from process start.
+    #[test]
+    fn the_first_stage_behind_the_decoding_is_the_one_made_after_it() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+        for (name, guessed) in
+            [("resnet50_train.pickle.gz", ""), ("gpt2_train_expandable.pickle.gz", "expandable_segments:True")]
+        {
+            let t = crate::trace::load(&root.join(name)).unwrap();
+            let dev = t.main_device().unwrap();
+            let ask_of = |recorded: &str| Ask {
+                recorded: recorded.to_string(),
+                device_total: 150 << 30,
+                context: crate::device::CUDA_CONTEXT_BYTES,
+                limit: None,
+            };
+            let config = AllocatorConfig::parse(guessed).unwrap();
+            let want = Early::run(dev, ask_of(guessed), &config, true).unwrap();
+            assert_eq!(want.start, Start::ProcessStart, "{name}");
+            assert!(want.first.outcomes.len() > 10, "{name}");
+            // Handed over in chunks of 1,000 events, as the decoder does;
+            // then told whose column they were, and how many.
+            let behind = |device: i32, events: usize| {
+                let (b, to) = FirstBehind::start(ask_of).unwrap();
+                let all: Vec<crate::alloc::Event> = dev.events.iter().collect();
+                for c in all.chunks(1000) {
+                    to.send(Followed::Events(Arc::new(c.iter().copied().collect()))).unwrap();
+                }
+                to.send(Followed::Done(Some(device), events)).unwrap();
+                b.take_for(dev)
+            };
+            let got = behind(dev.device, dev.events.len()).unwrap();
+            assert_eq!(got.first.ask, ask_of(guessed), "{name}: the setting guessed");
+            assert_eq!(got.first.outcomes, want.first.outcomes, "{name}");
+            assert_eq!((got.start, got.seed.len()), (Start::ProcessStart, 0));
+            // Another device's events, or not all of them: not taken.
+            assert!(behind(dev.device + 1, dev.events.len()).is_none(), "{name}");
+            assert!(behind(dev.device, dev.events.len() + 1).is_none(), "{name}");
+        }
+        // The decoding stopped (a bad file): nothing.
+        let (b, to) =
+            FirstBehind::start(|_| Ask { recorded: String::new(), device_total: 1 << 30, context: 0, limit: None })
+                .unwrap();
+        drop(to);
+        assert!(b.thread.join().unwrap().is_none());
+    }
+
     #[test]
     fn the_first_stage_made_beside_the_session_is_kept_only_where_it_agrees() {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
