@@ -116,15 +116,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
         torch: args.torch.release,
         ..OpenOptions::default()
     };
-    // The run's replay runs behind the decoding where it can
-    // (docs/design/trace-decoding.md, "The replay behind the decoder"), and
-    // so does the search's first stage, for the setting the events show.
-    let (device_total, limit) = (args.device_total, args.cap.limit(args.device_total));
-    let ask_of =
-        move |recorded: &str| Ask { recorded: recorded.to_string(), device_total, context: CUDA_CONTEXT_BYTES, limit };
-    let (first_behind, follower) = FirstBehind::start(ask_of).unzip();
-    let ahead = opts.ahead_followed(follower);
-    let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
+    let (trace, ahead, first_behind) = load_behind(input, args, &opts)?;
     if let Some(Err(e)) = trace.settings.as_ref().map(|s| crate::alloc::AllocatorConfig::parse(&s.conf)) {
         return Err(anyhow!(InputError(format!(
             "{}: the recorded PYTORCH_CUDA_ALLOC_CONF cannot be read ({}): tune replays the run under its own setting and each change of it, so it has nothing to compare with",
@@ -206,6 +198,26 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     }
     super::io::text_out().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The trace read, with the run's replay behind its decoding where it can
+/// be (docs/design/trace-decoding.md, "The replay behind the decoder"), and
+/// the search's first stage too, for the setting the events show.
+fn load_behind(
+    input: Input,
+    args: &TuneArgs,
+    opts: &OpenOptions,
+) -> Result<(Trace, Option<Ahead>, Option<FirstBehind>)> {
+    let (device_total, limit) = (args.device_total, args.cap.limit(args.device_total));
+    let ask_of =
+        move |recorded: &str| Ask { recorded: recorded.to_string(), device_total, context: CUDA_CONTEXT_BYTES, limit };
+    let (first_behind, follower) = FirstBehind::start(ask_of).unzip();
+    let ahead = opts.ahead_followed(follower);
+    let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
+    // A reader that did not tap the events (not a PyTorch snapshot) leaves
+    // the first stage waiting: told the events are over, it made none.
+    ahead.as_ref().inspect(|a| a.unfollow());
+    Ok((trace, ahead, first_behind))
 }
 
 /// `trace` opened as `opts` asks, and the search's first stage for `asked`:

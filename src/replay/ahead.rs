@@ -91,6 +91,12 @@ impl Ahead {
         Some(Ahead { behind: Arc::new(behind) })
     }
 
+    /// Stops handing events to the follower: the decoding is over, so one
+    /// that never ended (a reader that did not use the tap) tells it so.
+    pub(crate) fn unfollow(&self) {
+        drop(self.behind.follower.lock().ok().and_then(|mut f| f.take()));
+    }
+
     /// What the reader hands the events to.
     pub(crate) fn tap(&self) -> Tap {
         Tap { to: self.behind.clone(), chunk: Tap::CHUNK }
