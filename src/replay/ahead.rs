@@ -168,14 +168,14 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
                 return Caught { events, ran: None };
             }
             if let Some(seen) = unseen {
-                let segment = |a: Action| matches!(a, Action::SegmentAlloc | Action::SegmentMap);
-                match events.view().slice(seen..).iter().find(|e| segment(e.action)) {
-                    Some(e) if e.action == Action::SegmentMap => {
-                        if let Ok(c) = AllocatorConfig::parse_for("expandable_segments:True", opts.release) {
+                match setting_shown(events.view().slice(seen..)) {
+                    // The default setting is the one assumed already.
+                    Some("") => {}
+                    Some(shown) => {
+                        if let Ok(c) = AllocatorConfig::parse_for(shown, opts.release) {
                             opts.config = c;
                         }
                     }
-                    Some(_) => {}
                     None if done.is_none() => {
                         unseen = Some(events.len());
                         break;
@@ -204,6 +204,17 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
     }
     let ran = replay.zip(done.flatten()).map(|(replay, device)| Ran { device, events: events.len(), opts, replay });
     Caught { events, ran }
+}
+
+/// The setting a run's events show before its file gives its settings
+/// (they follow the events): expandable segments where the first segment
+/// event is a map, else the default one; `None` before any segment event.
+pub(crate) fn setting_shown(events: EventsRef<'_>) -> Option<&'static str> {
+    events.iter().find_map(|e| match e.action {
+        Action::SegmentMap => Some("expandable_segments:True"),
+        Action::SegmentAlloc => Some(""),
+        _ => None,
+    })
 }
 
 /// Appends what was handed over; `done` set by the last of it.

@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::alloc::{Action, AllocatorConfig, Events, Kind, SeedSegment};
+use crate::alloc::{AllocatorConfig, Events, Kind, SeedSegment};
 use crate::analysis::spans::each;
-use crate::replay::ahead::Followed;
+use crate::replay::ahead::{setting_shown, Followed};
 use crate::replay::session::{first_start, Start};
 use crate::replay::whatif::{request_of, run_requests_as_they_come, FromEvents, Request, Requests};
 use crate::trace::DeviceTrace;
@@ -465,11 +465,7 @@ fn follow(
             Followed::Events(c) => match &lanes {
                 Some(l) => l.hand(&c),
                 None => {
-                    let guess = c.iter().find_map(|e| match e.action {
-                        Action::SegmentMap => Some("expandable_segments:True"),
-                        Action::SegmentAlloc => Some(""),
-                        _ => None,
-                    });
+                    let guess = setting_shown(c.view());
                     held.push(c);
                     if let Some(g) = guess {
                         lanes = Some(Lanes::start(ask_of(g), held.drain(..)));
