@@ -6,7 +6,7 @@
 //! replays after the decoding as always (docs/design/trace-decoding.md,
 //! "The replay behind the decoder").
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,11 +23,9 @@ pub(crate) struct Ahead {
 
 struct Behind {
     to: Mutex<Option<Sender<Handed>>>,
-    /// Who else reads the events as they come (`tune`'s first stage), and
-    /// whether it has had the first of them.
+    /// Who else reads the events as they come (`tune`'s first stage).
     follower: Mutex<Option<Sender<Followed>>>,
-    followed: AtomicBool,
-    /// Events handed over so far.
+    /// Events handed over so far (none: the next chunk is the first).
     handed: AtomicUsize,
     thread: Mutex<Option<JoinHandle<Caught>>>,
     /// Once the decoding is done: the replay, and the device and number
@@ -83,7 +81,6 @@ impl Ahead {
         let behind = Behind {
             to: Mutex::new(Some(to)),
             follower: Mutex::new(follower),
-            followed: AtomicBool::new(false),
             handed: AtomicUsize::new(0),
             thread: Mutex::new(Some(thread)),
             caught: Mutex::new(None),
@@ -235,10 +232,10 @@ fn take(h: Handed, events: &mut Events, done: &mut Option<Option<i32>>) {
 impl Behind {
     /// `chunk` handed to the follower, if any, as well.
     fn follow(&self, chunk: Events) -> Arc<Events> {
-        self.handed.fetch_add(chunk.len(), Ordering::Relaxed);
+        let before = self.handed.fetch_add(chunk.len(), Ordering::Relaxed);
         let follower = self.follower.lock();
         let Some(f) = follower.as_ref().ok().and_then(|f| f.as_ref()) else { return Arc::new(chunk) };
-        if !self.followed.swap(true, Ordering::Relaxed) {
+        if before == 0 {
             let _ = f.send(Followed::Events(Arc::new(chunk.iter().collect())));
             return Arc::new(chunk);
         }
