@@ -175,7 +175,7 @@ pub(crate) fn run_requests<R: Requests + ?Sized>(
     context: u64,
     limit: Option<u64>,
 ) -> WhatIf {
-    run_requests_on(reqs, config, Sim::new("simulated device", device_total, context), limit)
+    run_requests_as_they_come(reqs.iter(), config, device_total, context, limit)
 }
 
 /// As `run_requests`, the requests taken as they come.
