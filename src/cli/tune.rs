@@ -127,8 +127,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     let recorded = trace.settings.as_ref().map(|s| s.config()).unwrap_or_default();
     let limit = args.cap.limit(args.device_total);
     let name = args.trace.display().to_string();
-    let asked =
-        Ask { recorded: recorded.source.clone(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit };
+    let asked = ask_for(args, &recorded.source);
     let (opened, early) =
         open_beside_first_stage(&trace, &name, &opts, (&asked, &recorded), ahead.as_ref(), first_behind);
     let mut opened = opened?;
@@ -200,6 +199,13 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What tune asks of a run recorded under `recorded`: the device, the
+/// CUDA context and the limit asked for.
+fn ask_for(args: &TuneArgs, recorded: &str) -> Ask {
+    let limit = args.cap.limit(args.device_total);
+    Ask { recorded: recorded.to_string(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit }
+}
+
 /// The trace read, with the run's replay behind its decoding where it can
 /// be (docs/design/trace-decoding.md, "The replay behind the decoder"), and
 /// the search's first stage too, for the setting the events show.
@@ -208,10 +214,8 @@ fn load_behind(
     args: &TuneArgs,
     opts: &OpenOptions,
 ) -> Result<(Trace, Option<Ahead>, Option<FirstBehind>)> {
-    let (device_total, limit) = (args.device_total, args.cap.limit(args.device_total));
-    let ask_of =
-        move |recorded: &str| Ask { recorded: recorded.to_string(), device_total, context: CUDA_CONTEXT_BYTES, limit };
-    let (first_behind, follower) = FirstBehind::start(ask_of).unzip();
+    let args_now = args.clone();
+    let (first_behind, follower) = FirstBehind::start(move |recorded| ask_for(&args_now, recorded)).unzip();
     let ahead = opts.ahead_followed(follower);
     let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
     // A reader that did not tap the events (not a PyTorch snapshot) leaves
