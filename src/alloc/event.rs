@@ -127,6 +127,11 @@ impl Events {
         Events { words: Vec::with_capacity(n), ..Default::default() }
     }
 
+    /// Events it has room for without growing.
+    pub(crate) fn capacity(&self) -> usize {
+        self.words.capacity()
+    }
+
     /// Reserves room for `n` more, if the memory is there.
     pub(crate) fn try_reserve(&mut self, n: usize) -> Result<(), std::collections::TryReserveError> {
         self.words.try_reserve(n)

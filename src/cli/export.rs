@@ -9,9 +9,10 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 
 use super::args::{parse_capacity, At, InputError, TorchArg};
-use super::io::{load_input, trace_name};
+use super::io::{load_tapped, trace_name};
 use super::live::read_recording;
 use super::replay::{check_at, oom_index};
+use crate::replay::ahead::Ahead;
 use crate::replay::session::Start;
 use crate::replay::OpenOptions;
 use crate::trace::input::{Input, InputKind};
@@ -82,8 +83,6 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
             args.trace.display()
         ))));
     }
-    let trace = load_input(input, args.max_unpacked)?;
-    check_at(args.at, crate::replay::open::device(&trace, &args.trace.display().to_string(), args.device)?)?;
     let opts = OpenOptions {
         device: args.device,
         memory_limit: args.memory_limit,
@@ -93,7 +92,12 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode> {
         scrub_every: Some(crate::replay::model::ReplayModel::STILL),
         ..OpenOptions::default()
     };
-    let opened = crate::replay::open(&trace, &args.trace.display().to_string(), &opts)?;
+    // The replay and the timeline's pass run behind the decoding where
+    // they can (docs/design/trace-decoding.md).
+    let ahead = opts.ahead();
+    let trace = load_tapped(input, args.max_unpacked, true, ahead.as_ref().map(Ahead::tap))?;
+    check_at(args.at, crate::replay::open::device(&trace, &args.trace.display().to_string(), args.device)?)?;
+    let opened = crate::replay::open_ahead(&trace, &args.trace.display().to_string(), &opts, ahead.as_ref())?;
     opened.require_exact("export draws runs that replay exactly")?;
     // A snapshot without history has no timeline: an empty chart would
     // say nothing.

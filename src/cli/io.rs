@@ -51,16 +51,12 @@ pub(crate) fn load_input(input: Input, max_unpacked: Option<u64>) -> Result<Trac
     load_with(input, max_unpacked, std::io::stderr().is_terminal(), None)
 }
 
-/// `load_input` (`progress`: with its line where stderr is a terminal),
+/// `load_input` (`progress`: with its line where stderr is a terminal;
+/// without, for a screen's own terminal),
 /// a PyTorch snapshot's events given to `tap` as they are decoded (a
 /// replay behind the decoding: `replay::ahead`).
 pub(crate) fn load_tapped(input: Input, max_unpacked: Option<u64>, progress: bool, tap: Option<Tap>) -> Result<Trace> {
     load_with(input, max_unpacked, progress && std::io::stderr().is_terminal(), tap)
-}
-
-/// `load_input` without the progress line (the terminal is a screen's).
-pub(crate) fn load_quietly(input: Input, max_unpacked: Option<u64>) -> Result<Trace> {
-    load_with(input, max_unpacked, false, None)
 }
 
 fn load_with(input: Input, max_unpacked: Option<u64>, show: bool, tap: Option<Tap>) -> Result<Trace> {

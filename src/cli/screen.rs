@@ -5,7 +5,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::io::{load_quietly, trace_name};
+use super::io::{load_tapped, trace_name};
+use crate::replay::ahead::Ahead;
 use crate::replay::session::Start;
 use crate::replay::OpenOptions;
 use crate::trace::input::Input;
@@ -21,8 +22,13 @@ pub fn open_screen(
 ) -> std::result::Result<Box<dyn crate::ui::event::Interactive>, String> {
     let crate::ui::event::Open::Replay(path) = what;
     let input = Input::open(&path).map_err(|e| format!(" {e:#}"))?;
-    let trace = load_quietly(input, None).map_err(|e| format!(" {e:#}"))?;
-    let opened = crate::ui::app::OpenedReplay::new(trace, |trace| open_replay(&path, trace, color));
+    // The replay and the scrubber's pass run behind the decoding where
+    // they can (docs/design/trace-decoding.md).
+    let opts = OpenOptions { scrub_every: Some(crate::replay::model::ReplayModel::STEPPING), ..OpenOptions::default() };
+    let ahead = opts.ahead();
+    let trace = load_tapped(input, None, false, ahead.as_ref().map(Ahead::tap)).map_err(|e| format!(" {e:#}"))?;
+    let opened =
+        crate::ui::app::OpenedReplay::new(trace, |trace| open_replay(&path, trace, &opts, ahead.as_ref(), color));
     match opened {
         Ok(screen) => Ok(Box::new(screen)),
         Err(e) => Err(format!(" {e:#}")),
@@ -34,10 +40,11 @@ pub fn open_screen(
 fn open_replay<'t>(
     path: &Path,
     trace: &'t Trace,
+    opts: &OpenOptions,
+    ahead: Option<&Ahead>,
     color: bool,
 ) -> Result<(crate::ui::app::ReplayApp<'t>, crate::ui::event::Closed)> {
-    let opts = OpenOptions { scrub_every: Some(crate::replay::model::ReplayModel::STEPPING), ..OpenOptions::default() };
-    let mut opened = crate::replay::open(trace, &path.display().to_string(), &opts)?;
+    let mut opened = crate::replay::open_ahead(trace, &path.display().to_string(), opts, ahead)?;
     opened.require_exact("the screen shows only exact replays; `gpumem-top replay` on it says why")?;
     let fidelity = opened.session.fidelity;
     let dev = opened.dev;

@@ -1,18 +1,21 @@
 //! The exact replay of a PyTorch snapshot run behind its decoding: the
-//! decoder hands the events over as it reads them (`EventTap`), a thread
-//! steps the replay as far as they reach, and the session takes the result
-//! where what it settles on once the file is read (the settings, the
-//! release, the start, the pools) is what the replay assumed; elsewhere it
-//! replays after the decoding as always (docs/design/trace-decoding.md,
-//! "The replay behind the decoder").
+//! decoder hands the events (and their call stacks) over as it reads them
+//! (`EventTap`), a thread steps the replay as far as they reach, and the
+//! session takes the result where what it settles on once the file is read
+//! (the settings, the release, the start, the pools) is what the replay
+//! assumed; elsewhere it replays after the decoding as always. For a
+//! screen or an export the same pass keeps the scrubber's checkpoints and
+//! timeline (docs/design/trace-decoding.md, "The replay behind the
+//! decoder", "The screen behind the decoding").
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::engine::{ReplayOptions, ReplayResult, Replaying};
+use super::engine::{Divergence, ReplayOptions, ReplayResult, Replaying};
 use super::pools::PoolPlan;
+use super::scrub::{Scrubber, Scrubbing};
 use crate::alloc::{Action, AllocatorConfig, Events, EventsRef};
 use crate::trace::{DeviceTrace, EventTap, Tap};
 
@@ -40,21 +43,37 @@ struct Ran {
     /// What it assumed: from process start, the default pools, these.
     opts: ReplayOptions,
     replay: Replaying<'static>,
+    /// The scrubber's first pass, where one was asked for.
+    scrub: Option<Scrubbing>,
 }
 
 enum Handed {
-    /// Shared with the follower where there is one.
-    Events(Arc<Events>),
-    /// The last events; the device whose column they all are, if one.
-    Done(Events, Option<i32>),
+    /// Events and their call stacks; the events shared with the follower
+    /// where there is one.
+    Events(Arc<Events>, Vec<u32>),
+    /// The last events and stacks; the device whose column they all are,
+    /// if one.
+    Done(Events, Vec<u32>, Option<i32>),
 }
 
-/// What the thread hands back: every event, and the replay that read
-/// them all, where they are one device's.
-struct Caught {
+/// The columns the thread keeps: every event and its call stack.
+#[derive(Default)]
+struct Columns {
     events: Events,
+    stacks: Vec<u32>,
+}
+
+/// What the thread hands back: every event and stack, and the replay that
+/// read them all, where they are one device's.
+struct Caught {
+    cols: Columns,
     ran: Option<Ran>,
 }
+
+/// What a session takes of the work run behind the decoding: the replay,
+/// and the scrubber's first pass where it asked for one (a replay that
+/// parted from the recording has none).
+pub(crate) type Taken<'a> = (ReplayResult<'a>, Option<Result<Scrubber<'a>, Divergence>>);
 
 /// What a follower of the decoding is handed: the events as they come,
 /// then the device whose whole column they were (if one) and how many.
@@ -70,14 +89,19 @@ impl Ahead {
     /// expandable segments where the first segment event is a map.
     /// `follower`, if any, is handed every event too as they come (shared,
     /// not copied, but for the first chunk, which carries the room the
-    /// column reserved).
+    /// column reserved). `scrub_every`: the same pass keeps a scrubber's
+    /// checkpoints (one every so many events) and timeline.
     pub(crate) fn start_followed(
         opts: ReplayOptions,
         guess: bool,
         follower: Option<Sender<Followed>>,
+        scrub_every: Option<usize>,
     ) -> Option<Ahead> {
         let (to, from) = channel();
-        let thread = std::thread::Builder::new().name("replay".into()).spawn(move || behind(from, opts, guess)).ok()?;
+        let thread = std::thread::Builder::new()
+            .name("replay".into())
+            .spawn(move || behind(from, opts, guess, scrub_every))
+            .ok()?;
         let behind = Behind {
             to: Mutex::new(Some(to)),
             follower: Mutex::new(follower),
@@ -107,15 +131,32 @@ impl Ahead {
     }
 
     /// The replay of `dev` under `opts`, if it is the one run behind the
-    /// decoding: the same column, whole, and the same options.
-    pub(crate) fn take_for<'a>(&self, dev: &'a DeviceTrace, opts: &ReplayOptions) -> Option<ReplayResult<'a>> {
+    /// decoding: the same column, whole, the same options, and a scrubber
+    /// kept as `scrub_every` asks (none, or one every so many events).
+    pub(crate) fn take_for<'a>(
+        &self,
+        dev: &'a DeviceTrace,
+        opts: &ReplayOptions,
+        scrub_every: Option<usize>,
+    ) -> Option<Taken<'a>> {
         let mut caught = self.behind.caught.lock().ok()?;
         let ran = caught.as_ref()?;
-        if ran.device != dev.device || ran.events != dev.events.len() || !same_replay(&ran.opts, opts) {
+        if ran.device != dev.device
+            || ran.events != dev.events.len()
+            || !same_replay(&ran.opts, opts)
+            || ran.scrub.as_ref().map(Scrubbing::asked) != scrub_every
+        {
             return None;
         }
         let ran = caught.take()?;
-        Some(ran.replay.rebind(dev.events.view()).finish())
+        let (rec, tags) = (dev.events.view(), dev.stacks.as_slice());
+        let tagged = if ran.scrub.is_some() { tags } else { &[] };
+        let result = ran.replay.rebind(rec, tagged).finish();
+        let scrubber = ran.scrub.map(|pass| match &result.divergence {
+            Some(d) => Err(d.clone()),
+            None => Ok(pass.finish(rec, tags)),
+        });
+        Some((result, scrubber))
     }
 }
 
@@ -143,9 +184,12 @@ fn same_replay(a: &ReplayOptions, b: &ReplayOptions) -> bool {
 /// are all there and one device's. `guess`: no settings were asked for,
 /// and the file gives the run's last (they follow the events): the default
 /// ones, with expandable segments where the first segment event is a map.
-fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caught {
-    let mut events = Events::default();
+/// `scrub_every`: the replay's blocks are tagged with their stacks and
+/// each step kept for a scrubber (`Scrubbing`).
+fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_every: Option<usize>) -> Caught {
+    let mut cols = Columns::default();
     let mut replay = None;
+    let mut scrub: Option<Scrubbing> = None;
     // Events before this one hold no segment event (while guessing).
     let mut unseen = guess.then_some(0);
     let mut done = None;
@@ -154,18 +198,18 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
     while done.is_none() {
         let Ok(h) = from.recv() else {
             // The decoding stopped (a bad file): nothing to keep.
-            return Caught { events, ran: None };
+            return Caught { cols, ran: None };
         };
-        take(h, &mut events, &mut done);
+        take(h, &mut cols, &mut done);
         loop {
             while let Ok(h) = from.try_recv() {
-                take(h, &mut events, &mut done);
+                take(h, &mut cols, &mut done);
             }
             if done == Some(None) {
-                return Caught { events, ran: None };
+                return Caught { cols, ran: None };
             }
             if let Some(seen) = unseen {
-                match setting_shown(events.view().slice(seen..)) {
+                match setting_shown(cols.events.view().slice(seen..)) {
                     // The default setting is the one assumed already.
                     Some("") => {}
                     Some(shown) => {
@@ -174,7 +218,7 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
                         }
                     }
                     None if done.is_none() => {
-                        unseen = Some(events.len());
+                        unseen = Some(cols.events.len());
                         break;
                     }
                     None => {}
@@ -184,14 +228,25 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
             let Some(r) = replay.take().or_else(|| Replaying::new(EventsRef::EMPTY, &opts, &[], 0).ok()) else {
                 break;
             };
-            let mut r = r.rebind(events.view());
+            let tags: &[u32] = if scrub_every.is_some() { &cols.stacks } else { &[] };
+            let mut r = r.rebind(cols.events.view(), tags);
+            if let (Some(every), None) = (scrub_every, &scrub) {
+                // Room for the timeline of every event the column has room for.
+                scrub = Some(Scrubbing::new(r.stepper(), every, cols.events.capacity()));
+            }
             let all = done.is_some();
             let mut steps = 0;
-            while steps < STEPS_BETWEEN_TAKES && r.position() < events.len() && (all || r.reads_only_held()) && r.step()
+            while steps < STEPS_BETWEEN_TAKES
+                && r.position() < cols.events.len()
+                && (all || r.reads_only_held())
+                && r.step()
             {
                 steps += 1;
+                if let Some(pass) = scrub.as_mut() {
+                    pass.stepped(r.stepper());
+                }
             }
-            replay = Some(r.rebind(EventsRef::EMPTY));
+            replay = Some(r.rebind(EventsRef::EMPTY, &[]));
             // As far as the events reach (or the replay parted from them):
             // wait for more, or, all there, done.
             if steps < STEPS_BETWEEN_TAKES {
@@ -199,8 +254,9 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool) -> Caugh
             }
         }
     }
-    let ran = replay.zip(done.flatten()).map(|(replay, device)| Ran { device, events: events.len(), opts, replay });
-    Caught { events, ran }
+    let events = cols.events.len();
+    let ran = replay.zip(done.flatten()).map(|(replay, device)| Ran { device, events, opts, replay, scrub });
+    Caught { cols, ran }
 }
 
 /// The setting a run's events show before its file gives its settings
@@ -215,17 +271,27 @@ pub(crate) fn setting_shown(events: EventsRef<'_>) -> Option<&'static str> {
 }
 
 /// Appends what was handed over; `done` set by the last of it.
-fn take(h: Handed, events: &mut Events, done: &mut Option<Option<i32>>) {
-    match h {
-        Handed::Events(c) => match Arc::try_unwrap(c) {
-            Ok(c) => events.append(c),
-            // The follower has it too: copied, as appending does.
-            Err(c) => c.iter().for_each(|e| events.push(e)),
-        },
-        Handed::Done(rest, whole) => {
-            events.append(rest);
-            *done = Some(whole);
+fn take(h: Handed, cols: &mut Columns, done: &mut Option<Option<i32>>) {
+    let stacks = match h {
+        Handed::Events(c, stacks) => {
+            match Arc::try_unwrap(c) {
+                Ok(c) => cols.events.append(c),
+                // The follower has it too: copied, as appending does.
+                Err(c) => c.iter().for_each(|e| cols.events.push(e)),
+            }
+            stacks
         }
+        Handed::Done(rest, stacks, whole) => {
+            cols.events.append(rest);
+            *done = Some(whole);
+            stacks
+        }
+    };
+    // The first carries the room the decoder reserved for them all.
+    if cols.stacks.is_empty() {
+        cols.stacks = stacks;
+    } else {
+        cols.stacks.extend_from_slice(&stacks);
     }
 }
 
@@ -249,15 +315,15 @@ impl Behind {
 const STEPS_BETWEEN_TAKES: usize = 1 << 14;
 
 impl EventTap for Behind {
-    fn events(&self, chunk: Events) {
+    fn events(&self, chunk: Events, stacks: Vec<u32>) {
         let chunk = self.follow(chunk);
         if let Some(to) = self.to.lock().ok().as_ref().and_then(|t| t.as_ref()) {
             // A thread gone has panicked, which `finish` passes on.
-            let _ = to.send(Handed::Events(chunk));
+            let _ = to.send(Handed::Events(chunk, stacks));
         }
     }
 
-    fn finish(&self, rest: Events, whole: Option<i32>) -> Events {
+    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> (Events, Vec<u32>) {
         if let Some(f) = self.follower.lock().ok().and_then(|mut f| f.take()) {
             // A follower gone just stops following.
             let _ = f.send(Followed::Events(Arc::new(rest.iter().collect())));
@@ -265,13 +331,13 @@ impl EventTap for Behind {
         }
         let to = self.to.lock().ok().and_then(|mut t| t.take());
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
-        let (Some(to), Some(thread)) = (to, thread) else { return rest };
-        let _ = to.send(Handed::Done(rest, whole));
+        let (Some(to), Some(thread)) = (to, thread) else { return (rest, rest_stacks) };
+        let _ = to.send(Handed::Done(rest, rest_stacks, whole));
         drop(to);
         let caught = thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         if let (Some(ran), Ok(mut c)) = (caught.ran, self.caught.lock()) {
             *c = Some(ran);
         }
-        caught.events
+        (caught.cols.events, caught.cols.stacks)
     }
 }

@@ -350,12 +350,12 @@ impl<'a> Stepper<'a> {
         self.alloc.emitted() as usize
     }
 
-    /// The same replay reading `rec` (see `Replaying::rebind`); untagged.
-    fn rebind<'b>(self, rec: EventsRef<'b>) -> Stepper<'b> {
-        debug_assert!(self.stacks.is_empty(), "a tagged replay reads its tags from the column it was made with");
+    /// The same replay reading `rec` and its tags from `stacks` (see
+    /// `Replaying::rebind`): the columns it read, grown or moved.
+    pub(crate) fn rebind<'b>(self, rec: EventsRef<'b>, stacks: &'b [u32]) -> Stepper<'b> {
         Stepper {
             rec,
-            stacks: &[],
+            stacks,
             alloc: self.alloc.with_device(|o| o.rebind(rec)),
             live: self.live,
             empty_cache_at: self.empty_cache_at,
@@ -812,6 +812,11 @@ impl<'a> Replaying<'a> {
         self.st.position()
     }
 
+    /// The replay's state, as a scrubber's first pass keeps it.
+    pub(crate) fn stepper(&self) -> &Stepper<'a> {
+        &self.st
+    }
+
     /// Reproduces the next recorded event(s); `false` once the replay
     /// has parted from the recording (and every step after).
     pub(crate) fn step(&mut self) -> bool {
@@ -852,11 +857,11 @@ impl<'a> Replaying<'a> {
         scan_end(rec, i).is_some_and(|k| k + 2 < n)
     }
 
-    /// The same replay reading `rec`: the column it read, grown or moved.
-    /// Only an untagged replay (`replay_events`) moves.
-    pub(crate) fn rebind<'b>(self, rec: EventsRef<'b>) -> Replaying<'b> {
+    /// The same replay reading `rec`, its blocks tagged from `stacks`
+    /// (empty: untagged): the columns it read, grown or moved.
+    pub(crate) fn rebind<'b>(self, rec: EventsRef<'b>, stacks: &'b [u32]) -> Replaying<'b> {
         Replaying {
-            st: self.st.rebind(rec),
+            st: self.st.rebind(rec, stacks),
             keep_events: self.keep_events,
             peak: self.peak,
             kept: self.kept,

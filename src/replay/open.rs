@@ -37,30 +37,30 @@ pub struct OpenOptions {
     /// The caller will step through the replay (a screen: `Some(ReplayModel::STEPPING)`)
     /// or draw it (`export`: `Some(ReplayModel::STILL)`): the scrubber's
     /// pass, with a checkpoint every so many events, is made beside the
-    /// replay (`Session::open_for_screen`).
+    /// replay or behind the decoding (`Session::open_beside`).
     pub scrub_every: Option<usize>,
 }
 
 impl OpenOptions {
     /// A replay behind the reading of the trace these options will open,
-    /// where it may be the one the session takes: not for a screen (its
-    /// scrubber is made beside the replay) nor where it stops early or
-    /// keeps every event (docs/design/trace-decoding.md, "The replay
-    /// behind the decoder").
+    /// where it may be the one the session takes: not where it stops early
+    /// or keeps every event. For a screen or an export it keeps the
+    /// scrubber's pass too (docs/design/trace-decoding.md, "The replay
+    /// behind the decoder", "The screen behind the decoding").
     pub(crate) fn ahead(&self) -> Option<Ahead> {
         self.ahead_followed(None)
     }
 
     /// `ahead`, `follower` handed the events as they come too.
     pub(crate) fn ahead_followed(&self, follower: Option<std::sync::mpsc::Sender<Followed>>) -> Option<Ahead> {
-        if self.scrub_every.is_some() || self.stop_at.is_some() || self.keep_events {
+        if self.stop_at.is_some() || self.keep_events {
             return None;
         }
         let mut opts = ReplayOptions::new(self.config.clone().unwrap_or_default(), self.device_total);
         opts.memory_limit = self.memory_limit;
         // The first release a file with nothing of later ones allows.
         opts.release = self.torch.unwrap_or(Release::V2_11);
-        Ahead::start_followed(opts, self.config.is_none(), follower)
+        Ahead::start_followed(opts, self.config.is_none(), follower, self.scrub_every)
     }
 }
 
@@ -163,11 +163,8 @@ pub(crate) fn open_ahead<'t>(
         ..Want::recorded(trace, opts.device_total)
     };
     let replayed = || {
-        match opts.scrub_every {
-            Some(every) => Session::open_for_screen(dev, &trace.stacks, &want, every),
-            None => Session::open_ahead(dev, &trace.stacks, &want, ahead),
-        }
-        .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
+        Session::open_beside(dev, &trace.stacks, &want, opts.scrub_every, ahead)
+            .map_err(|e| OpenError::Unreadable { name: name.to_string(), reason: e.to_string() })
     };
     let session = if opts.categories {
         // Independent of the replay, and most of the categories' time on a
@@ -324,6 +321,52 @@ mod tests {
                 assert_eq!(outcome(&behind), outcome(&after), "{name} in chunks of {chunk}");
                 let was_taken = ran && !ahead.waiting();
                 assert_eq!(was_taken, taken, "{name} in chunks of {chunk}: taken");
+            }
+        }
+    }
+
+    /// A screen's or an export's scrubber made in the same pass as the
+    /// replay behind the decoding (the blocks tagged from the stacks handed
+    /// over with the events) is the one made after it: the same timeline,
+    /// and every seek, forwards or back, the same state, tags included.
+    #[test]
+    fn a_scrubber_behind_the_decoding_is_the_scrubber_after_it() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (name, taken) in [
+            ("traces/gpt2_train.pickle.gz", true),
+            ("traces/multistream_pipeline.pickle.gz", true),
+            ("traces/gpt2_train_expandable.pickle.gz", true),
+            // Taken, parted from the recording at the limit: the session's
+            // scrubber is made after, under the limit found.
+            ("conditions/limit_oom.pickle.gz", true),
+            ("traces/gpt2_train_wrapped.pickle.gz", false),
+            ("snapshot_kinds/graphed_mlp_train.pickle.gz", false),
+        ] {
+            let path = root.join(name);
+            let plain = read(&path, None);
+            for every in [256, crate::replay::model::ReplayModel::STILL] {
+                let opts = OpenOptions { scrub_every: Some(every), ..OpenOptions::default() };
+                let after = open(&plain, name, &opts).unwrap();
+                let mut want = after.session.scrubber(every).unwrap();
+                for chunk in [3, Tap::CHUNK] {
+                    let ahead = opts.ahead().unwrap();
+                    let tapped = read(&path, Some(Tap { chunk, ..ahead.tap() }));
+                    for (t, p) in tapped.devices.iter().zip(&plain.devices) {
+                        assert!(t.events == p.events && t.stacks == p.stacks, "{name}: the columns came back changed");
+                    }
+                    let ran = ahead.waiting();
+                    let behind = open_ahead(&tapped, name, &opts, Some(&ahead)).unwrap();
+                    assert_eq!(outcome(&behind), outcome(&after), "{name} in chunks of {chunk}");
+                    assert_eq!(ran && !ahead.waiting(), taken, "{name} in chunks of {chunk}: taken");
+                    let mut got = behind.session.scrubber(every).unwrap();
+                    assert_eq!(got.points(), want.points(), "{name} every {every} in chunks of {chunk}");
+                    let n = plain.devices.iter().map(|d| d.events.len()).max().unwrap();
+                    let at = after.session.exact.peak.event;
+                    let places = if every == 256 { vec![n - 1, at, 0, n / 2, at + 1, 1] } else { vec![0, at, n - 1] };
+                    for e in places {
+                        assert_eq!(got.seek(e).snapshot(), want.seek(e).snapshot(), "{name} at {e}");
+                    }
+                }
             }
         }
     }

@@ -17,16 +17,86 @@ use super::{Divergence, ReplayOptions, Stepper};
 const MAX_CHECKPOINTS: usize = 4096;
 
 pub struct Scrubber<'a> {
-    checkpoints: Vec<Stepper<'a>>,
+    /// The columns the scrubber replays: the events and their stacks.
+    rec: EventsRef<'a>,
+    tags: &'a [u32],
+    /// States to come back to, bound to no column (`Stepper::rebind`
+    /// binds a copy): a first pass run behind the decoding makes them
+    /// while the column still grows (docs/design/trace-decoding.md).
+    checkpoints: Vec<Stepper<'static>>,
     every: usize,
     cur: Stepper<'a>,
     /// Allocated and reserved bytes after each recorded event (none for a
     /// forward-only scrubber).
     points: Vec<StatePoint>,
-    /// Events in the trace.
-    events: usize,
     /// Steps the last `seek` took (to keep scrubbing honest in tests).
     last_steps: usize,
+}
+
+/// A scrubber's first pass under way: the checkpoints and the timeline
+/// kept as a replay steps (`Scrubber::tagged` steps one; the replay run
+/// behind the decoding keeps one as it goes).
+pub(crate) struct Scrubbing {
+    asked: usize,
+    every: usize,
+    checkpoints: Vec<Stepper<'static>>,
+    points: Vec<StatePoint>,
+}
+
+impl Scrubbing {
+    /// A first pass from `start`, a checkpoint every `every` events (more
+    /// apart past `MAX_CHECKPOINTS` of them); room for `events` points.
+    pub(crate) fn new(start: &Stepper<'_>, every: usize, events: usize) -> Scrubbing {
+        Scrubbing {
+            asked: every,
+            every: every.max(1),
+            checkpoints: vec![unbound(start)],
+            points: Vec::with_capacity(events),
+        }
+    }
+
+    /// The checkpoints' interval the pass was asked for.
+    pub(crate) fn asked(&self) -> usize {
+        self.asked
+    }
+
+    /// What the pass keeps of the step `st` has just made.
+    pub(crate) fn stepped(&mut self, st: &Stepper<'_>) {
+        self.points.extend_from_slice(st.allocator().points());
+        // A checkpoint as soon as a multiple of `every` is passed.
+        if st.position() / self.every > self.checkpoints.len() - 1 {
+            self.checkpoints.push(unbound(st));
+            if self.checkpoints.len() > 2 * MAX_CHECKPOINTS {
+                // Those at even multiples stay: multiples of twice the interval.
+                let mut k = 0;
+                self.checkpoints.retain(|_| {
+                    k += 1;
+                    k % 2 == 1
+                });
+                self.every *= 2;
+            }
+        }
+    }
+
+    /// The scrubber over `rec` (tagged from `tags`) the pass made, at the
+    /// start: the columns the pass read, whole.
+    pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
+        let cur = self.checkpoints[0].clone().rebind(rec, tags);
+        Scrubber {
+            rec,
+            tags,
+            checkpoints: self.checkpoints,
+            every: self.every,
+            cur,
+            points: self.points,
+            last_steps: 0,
+        }
+    }
+}
+
+/// A copy of `st` bound to no column.
+fn unbound(st: &Stepper<'_>) -> Stepper<'static> {
+    st.clone().rebind(EventsRef::EMPTY, &[])
 }
 
 impl<'a> Scrubber<'a> {
@@ -49,29 +119,13 @@ impl<'a> Scrubber<'a> {
         seed: &[SeedSegment],
         every: usize,
     ) -> Result<Self, Divergence> {
-        let mut every = every.max(1);
         let mut st = Stepper::new(rec, opts, seed)?.tagged(tags);
-        let mut checkpoints = vec![st.clone()];
-        let mut points = Vec::with_capacity(rec.len());
+        let mut pass = Scrubbing::new(&st, every, rec.len());
         while st.position() < rec.len() {
             st.step()?;
-            points.extend_from_slice(st.allocator().points());
-            // A checkpoint as soon as a multiple of `every` is passed.
-            if st.position() / every > checkpoints.len() - 1 {
-                checkpoints.push(st.clone());
-                if checkpoints.len() > 2 * MAX_CHECKPOINTS {
-                    // Those at even multiples stay: multiples of twice the interval.
-                    let mut k = 0;
-                    checkpoints.retain(|_| {
-                        k += 1;
-                        k % 2 == 1
-                    });
-                    every *= 2;
-                }
-            }
+            pass.stepped(&st);
         }
-        let cur = checkpoints[0].clone();
-        Ok(Scrubber { checkpoints, every, cur, points, events: rec.len(), last_steps: 0 })
+        Ok(pass.finish(rec, tags))
     }
 
     /// A scrubber that only goes forwards from the start, without the first
@@ -85,24 +139,25 @@ impl<'a> Scrubber<'a> {
         seed: &[SeedSegment],
     ) -> Result<Self, Divergence> {
         let st = Stepper::new(rec, opts, seed)?.tagged(tags);
-        let cur = st.clone();
+        let start = unbound(&st);
         Ok(Scrubber {
-            checkpoints: vec![st],
+            rec,
+            tags,
+            checkpoints: vec![start],
             every: usize::MAX,
-            cur,
+            cur: st,
             points: Vec::new(),
-            events: rec.len(),
             last_steps: 0,
         })
     }
 
     /// Events in the trace.
     pub(crate) fn len(&self) -> usize {
-        self.events
+        self.rec.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.events == 0
+        self.rec.is_empty()
     }
 
     /// Allocated and reserved bytes after each event.
@@ -126,7 +181,7 @@ impl<'a> Scrubber<'a> {
         let target = event.min(self.len().saturating_sub(1)) + 1;
         if self.cur.position() > target || target - self.cur.position() > self.every {
             let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);
-            self.cur = self.checkpoints[at].clone();
+            self.cur = self.checkpoints[at].clone().rebind(self.rec, self.tags);
         }
         self.last_steps = 0;
         while self.cur.position() < target {

@@ -249,7 +249,7 @@ pub struct Session<'a> {
     /// categories asked for), taken by the first to need them.
     prepared: std::sync::Mutex<Option<crate::analysis::categories::Prepared>>,
     /// The screens' scrubber and its checkpoints' interval, made beside the
-    /// replay (`open_for_screen`), taken by the first to ask for it.
+    /// replay (`open_beside`), taken by the first to ask for it.
     beside_scrubber: std::sync::Mutex<Option<(usize, Scrubber<'a>)>>,
 }
 
@@ -571,8 +571,9 @@ type Run<'r, 'a> = dyn Fn(&ReplayOptions) -> Result<Replayed<'a>, SessionError> 
 /// options and the start, so a screen's first frame waits for one pass
 /// over the events, not two (docs/measurements/benchmarks.md). Where the
 /// replay ran behind the decoding (`ahead`) and is this one, from process
-/// start, it is taken instead (docs/design/trace-decoding.md, "The replay
-/// behind the decoder").
+/// start, it is taken instead, with the scrubber its pass kept
+/// (docs/design/trace-decoding.md, "The replay behind the decoder", "The
+/// screen behind the decoding").
 fn first_run<'a>(
     run: &Run<'_, 'a>,
     opts: &ReplayOptions,
@@ -581,9 +582,10 @@ fn first_run<'a>(
     every: Option<usize>,
     ahead: Option<&Ahead>,
 ) -> Result<(Replayed<'a>, Option<Beside<'a>>), SessionError> {
-    let behind = ahead.filter(|_| start == Start::ProcessStart && every.is_none());
-    if let Some(r) = behind.and_then(|a| a.take_for(dev, opts)) {
-        return Ok(((Vec::new(), r), None));
+    let behind = ahead.filter(|_| start == Start::ProcessStart);
+    if let Some((r, scrubbed)) = behind.and_then(|a| a.take_for(dev, opts, every)) {
+        let beside = every.zip(scrubbed).map(|(every, made)| Beside { seed: Vec::new(), every, made });
+        return Ok(((Vec::new(), r), beside));
     }
     let Some(every) = every else { return Ok((run(opts)?, None)) };
     let so = scrub_options_of(opts);
@@ -644,26 +646,19 @@ impl<'a> Session<'a> {
     }
 
     /// As `open`, taking the first replay from `ahead` (run behind the
-    /// decoding) where it is the one this session would run.
-    pub(crate) fn open_ahead(
+    /// decoding) where it is the one this session would run; with
+    /// `scrub_every`, for a screen or an export, the scrubber it steps
+    /// through (a checkpoint every so many events) is made beside the
+    /// replay or taken from behind the decoding, and `scrubber` hands it
+    /// over where the replay kept its first options and start.
+    pub(crate) fn open_beside(
         dev: &'a DeviceTrace,
         stacks: &[Vec<Frame>],
         req: &Want,
+        scrub_every: Option<usize>,
         ahead: Option<&Ahead>,
     ) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, None, ahead)
-    }
-
-    /// As `open`, for a screen: the scrubber it steps through (a checkpoint
-    /// every `every` events) is made beside the replay, and `scrubber`
-    /// hands it over where the replay kept its first options and start.
-    pub fn open_for_screen(
-        dev: &'a DeviceTrace,
-        stacks: &[Vec<Frame>],
-        req: &Want,
-        every: usize,
-    ) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, Some(every), None)
+        Self::open_with(dev, stacks, req, scrub_every, ahead)
     }
 
     fn open_with(

@@ -311,19 +311,19 @@ pub struct ReadLimits {
     pub(crate) tap: Option<Tap>,
 }
 
-/// Takes a PyTorch snapshot's trace entries as events while the file is
-/// decoded, in entry order, and keeps them until the reader takes the
-/// whole column back: work that needs only the events (the replay) runs
-/// behind the decoding (docs/design/trace-decoding.md, "The replay behind
+/// Takes a PyTorch snapshot's trace entries as events (with their call
+/// stacks' ids) while the file is decoded, in entry order, and keeps them
+/// until the reader takes the whole columns back: work that needs only
+/// those (the replay, a screen's scrubber) runs behind the decoding (docs/design/trace-decoding.md, "The replay behind
 /// the decoder").
 pub(crate) trait EventTap: Send + Sync {
-    /// The next events, in entry order; the first carry the room reserved
-    /// for all of them.
-    fn events(&self, chunk: Events);
-    /// Every event given, `rest` after them, as one column: the decoding
-    /// is done. `whole`: the device whose events they all are, in order
-    /// (`None` where the file's devices share them otherwise).
-    fn finish(&self, rest: Events, whole: Option<i32>) -> Events;
+    /// The next events and their call-stack ids, in entry order; the first
+    /// carry the room reserved for all of them.
+    fn events(&self, chunk: Events, stacks: Vec<u32>);
+    /// Every event and stack given, `rest` after them, as one column each:
+    /// the decoding is done. `whole`: the device whose events they all
+    /// are, in order (`None` where the file's devices share them otherwise).
+    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> (Events, Vec<u32>);
 }
 
 /// An `EventTap` a reader is given, and how many events it takes at a

@@ -222,7 +222,8 @@ impl EntryColumns {
             // The first chunk carries the room reserved for them all.
             let next = Events::with_capacity(tap.chunk);
             self.tapped += self.events.len();
-            tap.to.events(std::mem::replace(&mut self.events, next));
+            let stacks = std::mem::replace(&mut self.stack, Vec::with_capacity(tap.chunk));
+            tap.to.events(std::mem::replace(&mut self.events, next), stacks);
         }
         Ok(id)
     }
@@ -232,11 +233,13 @@ impl EntryColumns {
         self.tapped + self.events.len()
     }
 
-    /// Every event back in `events`, from the tap where one took them;
+    /// Every event back in `events` (their stacks in `stack`), from the
+    /// tap where one took them;
     /// `whole`: the device whose events they all are, in order.
     fn take_back(&mut self, whole: Option<i32>) {
         if let Some(tap) = self.tap.take() {
-            self.events = tap.to.finish(std::mem::take(&mut self.events), whole);
+            (self.events, self.stack) =
+                tap.to.finish(std::mem::take(&mut self.events), std::mem::take(&mut self.stack), whole);
             self.tapped = 0;
         }
     }
