@@ -6,6 +6,7 @@ pub mod deltas;
 pub mod input;
 pub mod pickle;
 pub mod printable;
+mod rows;
 mod snapshot;
 pub mod times;
 

@@ -19,12 +19,16 @@ use crate::alloc::{Action, BlockState, Event, Events};
 /// Trace entries as columns, filled while the pickle is decoded.
 #[derive(Default)]
 struct EntryColumns {
-    /// Legacy `free` entries hold `free_requested` here and are listed in `special`.
+    /// Each entry's event, time and stack, made into columns on a thread
+    /// of their own (and handed to the tap there, if one takes them).
+    rows: super::rows::Rows,
+    /// The columns once the decoding is done (`take_back`). Legacy `free`
+    /// entries hold `free_requested` here and are listed in `special`.
     events: Events,
     time_us: super::Times,
+    stack: Vec<u32>,
     /// Entries that are not one plain event: legacy `free`, `user_defined`.
     special: HashMap<u32, Kind>,
-    stack: Vec<u32>,
     /// Frames by the identity of their (memo-shared) dicts, which are kept
     /// alive here so an address cannot be reused.
     frame_ids: HashMap<usize, u32, FastHash>,
@@ -55,10 +59,6 @@ struct EntryColumns {
     /// Any entry carried `pool_id` (2.12+) / `internal_metadata` (2.15+).
     pool_ids: bool,
     internal_metadata: bool,
-    /// Where the events go as they are decoded, a chunk at a time
-    /// (`events` then holds those not yet given), and how many went.
-    tap: Option<super::Tap>,
-    tapped: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -215,33 +215,22 @@ impl EntryColumns {
         if kind == Kind::UserDefined {
             self.user_defined.push((id, label.unwrap_or_else(|| "user_defined".into())));
         }
-        self.events.push(Event::new(action, addr.unwrap_or(0), size.unwrap_or(0), stream.unwrap_or(0)));
-        self.time_us.push(time.unwrap_or(0));
-        self.stack.push(stack);
-        if let Some(tap) = self.tap.as_ref().filter(|t| self.events.len() >= t.chunk) {
-            // The first chunk carries the room reserved for them all.
-            let next = Events::with_capacity(tap.chunk);
-            self.tapped += self.events.len();
-            let stacks = std::mem::replace(&mut self.stack, Vec::with_capacity(tap.chunk));
-            tap.to.events(std::mem::replace(&mut self.events, next), stacks);
-        }
+        let event = Event::new(action, addr.unwrap_or(0), size.unwrap_or(0), stream.unwrap_or(0));
+        self.rows.push(super::rows::Row { event, time_us: time.unwrap_or(0), stack });
         Ok(id)
     }
 
     /// Entries decoded so far.
     fn entries(&self) -> usize {
-        self.tapped + self.events.len()
+        self.rows.len()
     }
 
-    /// Every event back in `events` (their stacks in `stack`), from the
-    /// tap where one took them;
-    /// `whole`: the device whose events they all are, in order.
+    /// Every entry's event, time and stack in `events`, `time_us` and
+    /// `stack` (back from the tap where one took them); `whole`: the device
+    /// whose events they all are, in order.
     fn take_back(&mut self, whole: Option<i32>) {
-        if let Some(tap) = self.tap.take() {
-            (self.events, self.stack) =
-                tap.to.finish(std::mem::take(&mut self.events), std::mem::take(&mut self.stack), whole);
-            self.tapped = 0;
-        }
+        let c = self.rows.finish(whole);
+        (self.events, self.time_us, self.stack) = (c.events, c.time_us, c.stack);
     }
 
     /// Interns a list of frame dicts by content. The pickler gives most
@@ -674,13 +663,11 @@ fn read_snapshot_with<R: Read>(
     how: Decoding,
     limits: &super::ReadLimits,
 ) -> Result<(Trace, Taken), TraceError> {
-    let mut cols = EntryColumns { generic_only: how.generic_only, tap: limits.tap.clone(), ..Default::default() };
     // A trace entry takes at least ~40 bytes of pickle. The size is a hint
     // from the file: a failed reservation just means growing as usual.
     let n = (unpacked_bytes / 40).min(1 << 24) as usize;
-    let _ = cols.events.try_reserve(n);
-    let _ = cols.time_us.try_reserve(n);
-    let _ = cols.stack.try_reserve(n);
+    let rows = super::rows::Rows::new(n, limits.tap.clone());
+    let mut cols = EntryColumns { generic_only: how.generic_only, rows, ..Default::default() };
     // With an explicit unpacked-size cap the user has vouched for the
     // unpacked bytes: the allowance follows them instead of the file.
     let consumed = if limits.max_unpacked.is_some() { None } else { limits.consumed.clone() };

@@ -1,0 +1,175 @@
+//! A snapshot's trace entries become columns (events packed, times as
+//! offsets, stack ids) on a thread of their own: the decoding thread, which
+//! applies entries in file order and bounds a long file's time, only hands
+//! each entry over as a plain row (docs/design/trace-decoding.md, "The
+//! columns on a thread of their own"). Where a tap takes the events as they
+//! come (the replay behind the decoding), this thread hands them to it.
+
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::thread::JoinHandle;
+
+use super::{Tap, Times};
+use crate::alloc::{Event, Events};
+
+/// One entry as its columns keep it.
+#[derive(Clone, Copy)]
+pub(super) struct Row {
+    pub(super) event: Event,
+    pub(super) time_us: i64,
+    pub(super) stack: u32,
+}
+
+/// Rows handed over at a time: 384 KiB of them.
+const BATCH: usize = 8192;
+/// Batches waiting at most: the decoding thread waits past that, so what is
+/// in flight stays a few MiB.
+const IN_FLIGHT: usize = 8;
+
+/// The columns, and the tap they are handed to a chunk at a time.
+#[derive(Default)]
+pub(super) struct Columns {
+    pub(super) events: Events,
+    pub(super) time_us: Times,
+    pub(super) stack: Vec<u32>,
+    tap: Option<Tap>,
+}
+
+impl Columns {
+    /// Empty columns with room for `n` rows (a hint from the file: a failed
+    /// reservation just means growing as usual), handing events to `tap`.
+    fn with_room(n: usize, tap: Option<Tap>) -> Columns {
+        let mut c = Columns { tap, ..Columns::default() };
+        let _ = c.events.try_reserve(n);
+        let _ = c.time_us.try_reserve(n);
+        let _ = c.stack.try_reserve(n);
+        c
+    }
+
+    fn take(&mut self, rows: &[Row]) {
+        for r in rows {
+            self.events.push(r.event);
+            self.time_us.push(r.time_us);
+            self.stack.push(r.stack);
+            if let Some(tap) = self.tap.as_ref().filter(|t| self.events.len() >= t.chunk) {
+                // The first chunk carries the room reserved for them all.
+                let events = std::mem::replace(&mut self.events, Events::with_capacity(tap.chunk));
+                let stacks = std::mem::replace(&mut self.stack, Vec::with_capacity(tap.chunk));
+                tap.to.events(events, stacks);
+            }
+        }
+    }
+
+    /// Every event and stack back from the tap, if one took them;
+    /// `whole`: the device whose events they all are, in order.
+    fn finish(mut self, whole: Option<i32>) -> Columns {
+        if let Some(tap) = self.tap.take() {
+            let (events, stacks) = (std::mem::take(&mut self.events), std::mem::take(&mut self.stack));
+            (self.events, self.stack) = tap.to.finish(events, stacks, whole);
+        }
+        self
+    }
+}
+
+enum Handed {
+    Rows(Vec<Row>),
+    Done(Option<i32>),
+}
+
+/// Where the decoding thread puts each entry's row.
+pub(super) struct Rows {
+    batch: Vec<Row>,
+    to: Option<To>,
+    /// Where the system gives no thread: the columns made here.
+    here: Option<Columns>,
+    /// Rows given so far.
+    count: usize,
+}
+
+struct To {
+    rows: SyncSender<Handed>,
+    /// Batches the thread is done with, to be filled again (a fresh one
+    /// costs a page fault per page).
+    back: Receiver<Vec<Row>>,
+    thread: JoinHandle<Columns>,
+}
+
+impl Default for Rows {
+    /// Rows made into columns on the thread that gives them.
+    fn default() -> Rows {
+        Rows { batch: Vec::new(), to: None, here: Some(Columns::default()), count: 0 }
+    }
+}
+
+impl Rows {
+    /// Rows for columns with room for `n` (see `Columns::with_room`), their
+    /// events handed to `tap` as they come.
+    pub(super) fn new(n: usize, tap: Option<Tap>) -> Rows {
+        let (to, from) = sync_channel(IN_FLIGHT);
+        let (give_back, back) = channel();
+        let for_thread = tap.clone();
+        let spawned =
+            std::thread::Builder::new().name("columns".into()).spawn(move || build(n, for_thread, from, give_back));
+        let (to, here) = match spawned {
+            Ok(thread) => (Some(To { rows: to, back, thread }), None),
+            Err(_) => (None, Some(Columns::with_room(n, tap))),
+        };
+        Rows { batch: Vec::with_capacity(if here.is_none() { BATCH } else { 0 }), to, here, count: 0 }
+    }
+
+    /// Rows given so far.
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, row: Row) {
+        self.count += 1;
+        if let Some(here) = self.here.as_mut() {
+            here.take(std::slice::from_ref(&row));
+            return;
+        }
+        self.batch.push(row);
+        if self.batch.len() >= BATCH {
+            self.hand_over();
+        }
+    }
+
+    fn hand_over(&mut self) {
+        let Some(to) = self.to.as_ref() else { return };
+        let next = to.back.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+        let full = std::mem::replace(&mut self.batch, next);
+        // A thread gone has panicked, which `finish` passes on.
+        let _ = to.rows.send(Handed::Rows(full));
+    }
+
+    /// The columns of every row; `whole`: the device whose events they all
+    /// are, in order (for the tap).
+    pub(super) fn finish(&mut self, whole: Option<i32>) -> Columns {
+        if let Some(here) = self.here.take() {
+            return here.finish(whole);
+        }
+        let Some(to) = self.to.take() else { return Columns::default() };
+        let last = std::mem::take(&mut self.batch);
+        let _ = to.rows.send(Handed::Rows(last));
+        let _ = to.rows.send(Handed::Done(whole));
+        drop(to.rows);
+        to.thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
+/// The thread: rows appended to the columns as they come, the batches given
+/// back; a decoding that stopped (a bad file) leaves with what it has.
+fn build(n: usize, tap: Option<Tap>, from: Receiver<Handed>, back: Sender<Vec<Row>>) -> Columns {
+    let mut cols = Columns::with_room(n, tap);
+    while let Ok(h) = from.recv() {
+        match h {
+            Handed::Rows(mut rows) => {
+                cols.take(&rows);
+                rows.clear();
+                let _ = back.send(rows);
+            }
+            Handed::Done(whole) => return cols.finish(whole),
+        }
+    }
+    cols
+}
