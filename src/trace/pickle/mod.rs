@@ -151,6 +151,9 @@ struct Memo {
     /// The compact slots' strings, each once (the decoder interns them).
     strs: Vec<Rc<String>>,
     str_ids: HashMap<*const String, u32, FastHash>,
+    /// The string compacted last and its id: most slots of a chunk hold the
+    /// one the decoder shares for PyTorch's per-entry `'N/A'`.
+    last_str: Option<(*const String, u32)>,
     len: usize,
     /// Counts writes over a slot that held a dict or a string: what the fast
     /// path learned from such slots (`FastEntry::stacks`) holds while this
@@ -232,11 +235,16 @@ impl Memo {
             Value::Entry(id) if *id < ROOM => Some(id << 2),
             Value::Stack(id) if *id < ROOM => Some(id << 2 | 1),
             Value::Str(s) => {
+                // Kept alive by `strs`, so the address stays this string's.
+                if let Some((_, id)) = self.last_str.filter(|(p, _)| *p == Rc::as_ptr(s)) {
+                    return Some(id << 2 | 2);
+                }
                 let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < ROOM)?;
                 let id = *self.str_ids.entry(Rc::as_ptr(s)).or_insert(next);
                 if id == next {
                     self.strs.push(s.clone());
                 }
+                self.last_str = Some((Rc::as_ptr(s), id));
                 Some(id << 2 | 2)
             }
             _ => None,
