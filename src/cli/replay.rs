@@ -289,12 +289,7 @@ fn oom_advice(
             trace::printable::escape(&e.to_string())
         ));
     }
-    let ask = crate::tune::Ask {
-        recorded: recorded_conf.source.clone(),
-        device_total: args.device_total,
-        context: CUDA_CONTEXT_BYTES,
-        limit,
-    };
+    let ask = crate::tune::Ask::of_run(&recorded_conf.source, args.device_total, limit);
     let s = crate::tune::search_session(session, &ask, None);
     // By how much the first failed request overshot: allocated just before
     // it, plus the request, less what the process could have.

@@ -51,12 +51,7 @@ fn open_replay<'t>(
     // What the live view's alerts quote from now on, instead of a hint no
     // replay checked (docs/user/tune.md).
     let tuned = (opened.session.start != Start::StateOnly).then(|| {
-        let ask = crate::tune::Ask {
-            recorded: opened.want.config.source.clone(),
-            device_total: opened.want.device_total,
-            context: crate::device::CUDA_CONTEXT_BYTES,
-            limit: None,
-        };
+        let ask = crate::tune::Ask::of_run(&opened.want.config.source, opened.want.device_total, None);
         crate::tune::verdict(&crate::tune::search_session(&mut opened.session, &ask, None))
     });
     let model = opened.model(trace_name(path))?;

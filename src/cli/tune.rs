@@ -14,7 +14,7 @@ use super::args::{InputError, MemoryCap};
 use super::io::load_tapped;
 use crate::alloc::AllocatorConfig;
 use crate::analysis::human_bytes;
-use crate::device::{CUDA_CONTEXT_BYTES, DEFAULT_DEVICE_TOTAL};
+use crate::device::DEFAULT_DEVICE_TOTAL;
 use crate::replay::ahead::Ahead;
 use crate::replay::session::{Fidelity, Start, Want};
 use crate::replay::{OpenError, OpenOptions, Opened};
@@ -202,8 +202,7 @@ pub fn tune(args: &TuneArgs) -> Result<ExitCode> {
 /// What tune asks of a run recorded under `recorded`: the device, the
 /// CUDA context and the limit asked for.
 fn ask_for(args: &TuneArgs, recorded: &str) -> Ask {
-    let limit = args.cap.limit(args.device_total);
-    Ask { recorded: recorded.to_string(), device_total: args.device_total, context: CUDA_CONTEXT_BYTES, limit }
+    Ask::of_run(recorded, args.device_total, args.cap.limit(args.device_total))
 }
 
 /// The trace read, with the run's replay behind its decoding where it can

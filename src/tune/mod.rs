@@ -194,6 +194,14 @@ pub(crate) struct Ask {
     pub(crate) limit: Option<u64>,
 }
 
+impl Ask {
+    /// The search for a run recorded under the setting `recorded`, on a
+    /// device of `device_total` bytes less CUDA's context, under `limit`.
+    pub(crate) fn of_run(recorded: &str, device_total: u64, limit: Option<u64>) -> Ask {
+        Ask { recorded: recorded.to_string(), device_total, context: crate::device::CUDA_CONTEXT_BYTES, limit }
+    }
+}
+
 /// The search's first stage: the recorded setting, and each searched key's
 /// values alone (the recorded point first); the others as recorded.
 struct StageOne {
@@ -656,12 +664,7 @@ mod tests {
         {
             let t = crate::trace::load(&root.join(name)).unwrap();
             let dev = t.main_device().unwrap();
-            let ask_of = |recorded: &str| Ask {
-                recorded: recorded.to_string(),
-                device_total: 150 << 30,
-                context: crate::device::CUDA_CONTEXT_BYTES,
-                limit: None,
-            };
+            let ask_of = |recorded: &str| Ask::of_run(recorded, 150 << 30, None);
             let config = AllocatorConfig::parse(guessed).unwrap();
             let want = Early::run(dev, ask_of(guessed), &config, true).unwrap();
             assert_eq!(want.start, Start::ProcessStart, "{name}");
@@ -703,12 +706,7 @@ mod tests {
             let t = crate::trace::load(&root.join(name)).unwrap();
             let mut opened = crate::replay::open(&t, name, &crate::replay::OpenOptions::default()).unwrap();
             assert_eq!(opened.session.start, start, "{name}");
-            let ask = Ask {
-                recorded: opened.want.config.source.clone(),
-                device_total: opened.want.device_total,
-                context: crate::device::CUDA_CONTEXT_BYTES,
-                limit: None,
-            };
+            let ask = Ask::of_run(&opened.want.config.source, opened.want.device_total, None);
             let (dev, config) = (opened.dev, opened.want.config.clone());
             let early = || Early::run(dev, ask.clone(), &config, true).unwrap();
             let plain = search_session(&mut opened.session, &ask, None);
