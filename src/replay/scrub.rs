@@ -47,12 +47,11 @@ impl Scrubbing {
     /// A first pass from `start`, a checkpoint every `every` events (more
     /// apart past `MAX_CHECKPOINTS` of them); room for `events` points.
     pub(crate) fn new(start: &Stepper<'_>, every: usize, events: usize) -> Scrubbing {
-        Scrubbing {
-            asked: every,
-            every: every.max(1),
-            checkpoints: vec![unbound(start)],
-            points: Vec::with_capacity(events),
-        }
+        // A hint (behind the decoding, from the file's size): a failed
+        // reservation just means growing as usual.
+        let mut points = Vec::new();
+        let _ = points.try_reserve(events);
+        Scrubbing { asked: every, every: every.max(1), checkpoints: vec![unbound(start)], points }
     }
 
     /// The checkpoints' interval the pass was asked for.
