@@ -448,6 +448,23 @@ impl<D> CachingAllocator<D> {
     pub(crate) fn block_slots(&self) -> usize {
         self.blocks.len()
     }
+
+    /// About what a copy of this state holds on the heap: the blocks with
+    /// their tie keys and tags, the free lists of every pool and stream
+    /// (their bins), the expandable segments. An estimate for budgets (the
+    /// screens' checkpoints), not an account.
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        let per_block = std::mem::size_of::<Block>() + 8 + 4;
+        let stream = |b: &StreamBlocks| {
+            std::mem::size_of::<StreamBlocks>() + 32 + b.blocks.approx_heap_bytes() + b.unmapped.len() * 48
+        };
+        let pools: usize = self.pools.iter().flat_map(|p| p.streams.values()).map(stream).sum();
+        self.blocks.capacity() * per_block
+            + self.free_slots.capacity() * 4
+            + self.pools.capacity() * std::mem::size_of::<Pool>()
+            + pools
+            + self.es.len() * 256
+    }
 }
 
 impl<D: Device> CachingAllocator<D> {

@@ -39,6 +39,15 @@ pub(crate) struct FreeBlocks {
     summary: u64,
 }
 
+impl FreeBlocks {
+    /// What a copy of these holds on the heap: the bins' headers and the
+    /// room each occupied bin keeps (an estimate for budgets).
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        let entries: usize = self.bins.iter().map(VecDeque::capacity).sum();
+        self.bins.capacity() * std::mem::size_of::<VecDeque<Entry>>() + entries * std::mem::size_of::<Entry>()
+    }
+}
+
 /// Cloned before every speculative malloc of a replay: most of the bins are
 /// empty, so only the occupied ones are copied.
 impl Clone for FreeBlocks {

@@ -377,6 +377,16 @@ impl<'a> Stepper<'a> {
         &self.alloc
     }
 
+    /// About what a copy of this replay's state holds on the heap (the
+    /// allocator's, the live blocks by address, the segments): for the
+    /// screens' checkpoint budget.
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        self.alloc.approx_heap_bytes()
+            + self.live.capacity() * 24
+            + self.segs.len() * 64
+            + self.empty_cache_at.capacity() * 8
+    }
+
     /// Runs the request recorded at `k` (its events start at `from`);
     /// returns the block on success.
     fn request(&mut self, from: usize, k: usize) -> Option<BlockId> {

@@ -16,6 +16,15 @@ use super::{Divergence, ReplayOptions, Stepper};
 /// 0.4 ms: docs/measurements/benchmarks.md, "Ten million events").
 const MAX_CHECKPOINTS: usize = 4096;
 
+/// The checkpoints' bytes at most (`Stepper::approx_heap_bytes`), past
+/// which every other one goes too: a run that keeps tens of thousands of
+/// blocks live makes each state megabytes, and 8,192 of them would be tens
+/// of GB. A seek then replays more events (docs/measurements/benchmarks.md,
+/// "The checkpoints' byte budget").
+const CHECKPOINT_BYTES: usize = 1 << 30;
+/// Checkpoints kept whatever their bytes.
+const MIN_CHECKPOINTS: usize = 16;
+
 pub struct Scrubber<'a> {
     /// The columns the scrubber replays: the events and their stacks.
     rec: EventsRef<'a>,
@@ -41,6 +50,11 @@ pub(crate) struct Scrubbing {
     every: usize,
     checkpoints: Vec<Stepper<'static>>,
     points: Vec<StatePoint>,
+    /// Each checkpoint's bytes (`Stepper::approx_heap_bytes`), their sum,
+    /// and the most they may hold.
+    sizes: Vec<usize>,
+    bytes: usize,
+    budget: usize,
 }
 
 impl Scrubbing {
@@ -51,7 +65,23 @@ impl Scrubbing {
         // reservation just means growing as usual.
         let mut points = Vec::new();
         let _ = points.try_reserve(events);
-        Scrubbing { asked: every, every: every.max(1), checkpoints: vec![unbound(start)], points }
+        let first = unbound(start);
+        let bytes = first.approx_heap_bytes();
+        Scrubbing {
+            asked: every,
+            every: every.max(1),
+            checkpoints: vec![first],
+            points,
+            sizes: vec![bytes],
+            bytes,
+            budget: CHECKPOINT_BYTES,
+        }
+    }
+
+    /// As `new`, the checkpoints held to `budget` bytes.
+    #[cfg(test)]
+    fn within(start: &Stepper<'_>, every: usize, events: usize, budget: usize) -> Scrubbing {
+        Scrubbing { budget, ..Scrubbing::new(start, every, events) }
     }
 
     /// The checkpoints' interval the pass was asked for.
@@ -64,15 +94,23 @@ impl Scrubbing {
         self.points.extend_from_slice(st.allocator().points());
         // A checkpoint as soon as a multiple of `every` is passed.
         if st.position() / self.every > self.checkpoints.len() - 1 {
-            self.checkpoints.push(unbound(st));
-            if self.checkpoints.len() > 2 * MAX_CHECKPOINTS {
+            let c = unbound(st);
+            self.sizes.push(c.approx_heap_bytes());
+            self.bytes += self.sizes[self.sizes.len() - 1];
+            self.checkpoints.push(c);
+            while self.checkpoints.len() > 2 * MAX_CHECKPOINTS
+                || (self.bytes > self.budget && self.checkpoints.len() > MIN_CHECKPOINTS)
+            {
                 // Those at even multiples stay: multiples of twice the interval.
-                let mut k = 0;
-                self.checkpoints.retain(|_| {
-                    k += 1;
-                    k % 2 == 1
-                });
+                let odd = |k: &mut usize| {
+                    *k += 1;
+                    *k % 2 == 1
+                };
+                let (mut k, mut j) = (0, 0);
+                self.checkpoints.retain(|_| odd(&mut k));
+                self.sizes.retain(|_| odd(&mut j));
                 self.every *= 2;
+                self.bytes = self.sizes.iter().sum();
             }
         }
     }
@@ -302,6 +340,44 @@ mod tests {
             let r = replay_events(d.events.view(), &o);
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
             assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+        }
+    }
+
+    /// Checkpoints past their byte budget thin out as past their count:
+    /// every other goes and the interval doubles, down to
+    /// `MIN_CHECKPOINTS`; seeks still land exactly, within the interval.
+    #[test]
+    fn checkpoints_thin_out_past_their_bytes() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let rec = d.events.view();
+        let one = Scrubber::new(rec, &opts, &[], 16).unwrap();
+        let each: Vec<usize> = one.checkpoints.iter().map(Stepper::approx_heap_bytes).collect();
+        let most = *each.iter().max().unwrap();
+        assert!(most > 10_000 && most < 10_000_000, "{most} bytes a state");
+        // Room for about 40 of the largest: of the 612 asked for, a few
+        // dozen stay.
+        let budget = 40 * most;
+        let mut st = Stepper::new(rec, &opts, &[]).unwrap();
+        let mut pass = Scrubbing::within(&st, 16, rec.len(), budget);
+        while st.position() < rec.len() {
+            st.step().unwrap();
+            pass.stepped(&st);
+            assert!(pass.bytes <= budget || pass.checkpoints.len() <= MIN_CHECKPOINTS);
+        }
+        let (kept, every) = (pass.checkpoints.len(), pass.every);
+        assert_eq!(one.checkpoints(), 612);
+        assert!((MIN_CHECKPOINTS..=80).contains(&kept), "{kept} kept");
+        assert!(every >= 16 * 8, "every {every}");
+        let mut s = pass.finish(rec, &[]);
+        assert_eq!(s.points(), one.points());
+        for &e in &[9788usize, 3041, 1, 6000, 6001, 2] {
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            let r = replay_events(rec, &o);
+            assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
+            assert!(s.last_steps() <= every, "event {e}: {} steps", s.last_steps());
         }
     }
 
