@@ -652,10 +652,11 @@ mod tests {
         );
     }
 
-    /// The first stage made beside the session gives the search the
-    /// session would make alone, and is taken only where the session
-    /// started where it guessed and the same is asked: a window and a run
-    /// from process start.
+    /// The first stage replayed behind the decoding, handed the events in
+    /// chunks with the setting guessed from them, gives the outcomes the
+    /// stage made after the decoding gives; it is taken only for the
+    /// device whose whole column it read, and a decoding that stopped
+    /// gives none.
     #[test]
     fn the_first_stage_behind_the_decoding_is_the_one_made_after_it() {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
@@ -696,6 +697,10 @@ mod tests {
         assert!(b.thread.join().unwrap().is_none());
     }
 
+    /// The first stage made beside the session gives the search the
+    /// session would make alone, and is taken only where the session
+    /// started where it guessed and the same is asked: a window and a run
+    /// from process start.
     #[test]
     fn the_first_stage_made_beside_the_session_is_kept_only_where_it_agrees() {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
