@@ -642,7 +642,7 @@ impl<'a> Session<'a> {
     /// Opens `dev` (of a trace whose interned stacks are `stacks`) and
     /// replays it once as `req` asks.
     pub fn open(dev: &'a DeviceTrace, stacks: &[Vec<Frame>], req: &Want) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, None, None)
+        Self::open_beside(dev, stacks, req, None, None)
     }
 
     /// As `open`, taking the first replay from `ahead` (run behind the
@@ -652,16 +652,6 @@ impl<'a> Session<'a> {
     /// replay or taken from behind the decoding, and `scrubber` hands it
     /// over where the replay kept its first options and start.
     pub(crate) fn open_beside(
-        dev: &'a DeviceTrace,
-        stacks: &[Vec<Frame>],
-        req: &Want,
-        scrub_every: Option<usize>,
-        ahead: Option<&Ahead>,
-    ) -> Result<Session<'a>, SessionError> {
-        Self::open_with(dev, stacks, req, scrub_every, ahead)
-    }
-
-    fn open_with(
         dev: &'a DeviceTrace,
         stacks: &[Vec<Frame>],
         req: &Want,
