@@ -315,8 +315,8 @@ pub struct ReadLimits {
 /// Takes a PyTorch snapshot's trace entries as events (with their call
 /// stacks' ids) while the file is decoded, in entry order, and keeps them
 /// until the reader takes the whole columns back: work that needs only
-/// those (the replay, a screen's scrubber) runs behind the decoding (docs/design/trace-decoding.md, "The replay behind
-/// the decoder").
+/// those (the replay, a screen's scrubber) runs behind the decoding
+/// (docs/design/trace-decoding.md, "The replay behind the decoder").
 pub(crate) trait EventTap: Send + Sync {
     /// The next events and their call-stack ids, in entry order; the first
     /// carry the room reserved for all of them.

@@ -77,26 +77,31 @@ enum Handed {
 
 /// Where the decoding thread puts each entry's row.
 pub(super) struct Rows {
-    batch: Vec<Row>,
-    to: Option<To>,
-    /// Where the system gives no thread: the columns made here.
-    here: Option<Columns>,
+    sink: Sink,
     /// Rows given so far.
     count: usize,
 }
 
-struct To {
-    rows: SyncSender<Handed>,
-    /// Batches the thread is done with, to be filled again (a fresh one
-    /// costs a page fault per page).
-    back: Receiver<Vec<Row>>,
-    thread: JoinHandle<Columns>,
+enum Sink {
+    /// A thread makes the columns, handed the rows a batch at a time.
+    Thread {
+        batch: Vec<Row>,
+        rows: SyncSender<Handed>,
+        /// Batches the thread is done with, to be filled again (a fresh
+        /// one costs a page fault per page).
+        back: Receiver<Vec<Row>>,
+        thread: JoinHandle<Columns>,
+    },
+    /// Where the system gives no thread: the columns made here.
+    Here(Columns),
+    /// The columns were taken (`finish`).
+    Taken,
 }
 
 impl Default for Rows {
     /// Rows made into columns on the thread that gives them.
     fn default() -> Rows {
-        Rows { batch: Vec::new(), to: None, here: Some(Columns::default()), count: 0 }
+        Rows { sink: Sink::Here(Columns::default()), count: 0 }
     }
 }
 
@@ -104,16 +109,16 @@ impl Rows {
     /// Rows for columns with room for `n` (see `Columns::with_room`), their
     /// events handed to `tap` as they come.
     pub(super) fn new(n: usize, tap: Option<Tap>) -> Rows {
-        let (to, from) = sync_channel(IN_FLIGHT);
+        let (rows, from) = sync_channel(IN_FLIGHT);
         let (give_back, back) = channel();
         let for_thread = tap.clone();
         let spawned =
             std::thread::Builder::new().name("columns".into()).spawn(move || build(n, for_thread, from, give_back));
-        let (to, here) = match spawned {
-            Ok(thread) => (Some(To { rows: to, back, thread }), None),
-            Err(_) => (None, Some(Columns::with_room(n, tap))),
+        let sink = match spawned {
+            Ok(thread) => Sink::Thread { batch: Vec::with_capacity(BATCH), rows, back, thread },
+            Err(_) => Sink::Here(Columns::with_room(n, tap)),
         };
-        Rows { batch: Vec::with_capacity(if here.is_none() { BATCH } else { 0 }), to, here, count: 0 }
+        Rows { sink, count: 0 }
     }
 
     /// Rows given so far.
@@ -124,36 +129,33 @@ impl Rows {
     #[inline]
     pub(super) fn push(&mut self, row: Row) {
         self.count += 1;
-        if let Some(here) = self.here.as_mut() {
-            here.take(std::slice::from_ref(&row));
-            return;
+        match &mut self.sink {
+            Sink::Thread { batch, rows, back, .. } => {
+                batch.push(row);
+                if batch.len() >= BATCH {
+                    let next = back.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
+                    // A thread gone has panicked, which `finish` passes on.
+                    let _ = rows.send(Handed::Rows(std::mem::replace(batch, next)));
+                }
+            }
+            Sink::Here(cols) => cols.take(std::slice::from_ref(&row)),
+            Sink::Taken => {}
         }
-        self.batch.push(row);
-        if self.batch.len() >= BATCH {
-            self.hand_over();
-        }
-    }
-
-    fn hand_over(&mut self) {
-        let Some(to) = self.to.as_ref() else { return };
-        let next = to.back.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH));
-        let full = std::mem::replace(&mut self.batch, next);
-        // A thread gone has panicked, which `finish` passes on.
-        let _ = to.rows.send(Handed::Rows(full));
     }
 
     /// The columns of every row; `whole`: the device whose events they all
     /// are, in order (for the tap).
     pub(super) fn finish(&mut self, whole: Option<i32>) -> Columns {
-        if let Some(here) = self.here.take() {
-            return here.finish(whole);
+        match std::mem::replace(&mut self.sink, Sink::Taken) {
+            Sink::Thread { batch, rows, thread, .. } => {
+                let _ = rows.send(Handed::Rows(batch));
+                let _ = rows.send(Handed::Done(whole));
+                drop(rows);
+                thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+            }
+            Sink::Here(cols) => cols.finish(whole),
+            Sink::Taken => Columns::default(),
         }
-        let Some(to) = self.to.take() else { return Columns::default() };
-        let last = std::mem::take(&mut self.batch);
-        let _ = to.rows.send(Handed::Rows(last));
-        let _ = to.rows.send(Handed::Done(whole));
-        drop(to.rows);
-        to.thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 }
 
