@@ -48,11 +48,10 @@ pub struct Scrubber<'a> {
 pub(crate) struct Scrubbing {
     asked: usize,
     every: usize,
-    checkpoints: Vec<Stepper<'static>>,
+    /// Each with its bytes (`Stepper::approx_heap_bytes`).
+    checkpoints: Vec<(Stepper<'static>, usize)>,
     points: Vec<StatePoint>,
-    /// Each checkpoint's bytes (`Stepper::approx_heap_bytes`), their sum,
-    /// and the most they may hold.
-    sizes: Vec<usize>,
+    /// The checkpoints' bytes, and the most they may hold.
     bytes: usize,
     budget: usize,
 }
@@ -70,9 +69,8 @@ impl Scrubbing {
         Scrubbing {
             asked: every,
             every: every.max(1),
-            checkpoints: vec![first],
+            checkpoints: vec![(first, bytes)],
             points,
-            sizes: vec![bytes],
             bytes,
             budget: CHECKPOINT_BYTES,
         }
@@ -95,22 +93,20 @@ impl Scrubbing {
         // A checkpoint as soon as a multiple of `every` is passed.
         if st.position() / self.every > self.checkpoints.len() - 1 {
             let c = unbound(st);
-            self.sizes.push(c.approx_heap_bytes());
-            self.bytes += self.sizes[self.sizes.len() - 1];
-            self.checkpoints.push(c);
+            let bytes = c.approx_heap_bytes();
+            self.bytes += bytes;
+            self.checkpoints.push((c, bytes));
             while self.checkpoints.len() > 2 * MAX_CHECKPOINTS
                 || (self.bytes > self.budget && self.checkpoints.len() > MIN_CHECKPOINTS)
             {
                 // Those at even multiples stay: multiples of twice the interval.
-                let odd = |k: &mut usize| {
-                    *k += 1;
-                    *k % 2 == 1
-                };
-                let (mut k, mut j) = (0, 0);
-                self.checkpoints.retain(|_| odd(&mut k));
-                self.sizes.retain(|_| odd(&mut j));
+                let mut k = 0;
+                self.checkpoints.retain(|_| {
+                    k += 1;
+                    k % 2 == 1
+                });
                 self.every *= 2;
-                self.bytes = self.sizes.iter().sum();
+                self.bytes = self.checkpoints.iter().map(|(_, b)| b).sum();
             }
         }
     }
@@ -118,16 +114,9 @@ impl Scrubbing {
     /// The scrubber over `rec` (tagged from `tags`) the pass made, at the
     /// start: the columns the pass read, whole.
     pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
-        let cur = self.checkpoints[0].clone().rebind(rec, tags);
-        Scrubber {
-            rec,
-            tags,
-            checkpoints: self.checkpoints,
-            every: self.every,
-            cur,
-            points: self.points,
-            last_steps: 0,
-        }
+        let checkpoints: Vec<Stepper<'static>> = self.checkpoints.into_iter().map(|(c, _)| c).collect();
+        let cur = checkpoints[0].clone().rebind(rec, tags);
+        Scrubber { rec, tags, checkpoints, every: self.every, cur, points: self.points, last_steps: 0 }
     }
 }
 
