@@ -63,6 +63,12 @@ pub(super) enum Put {
     Pool(i64, i64),
 }
 
+/// A memo slot an entry stores, compact where it has a compact form.
+enum Slot {
+    Compact(u32),
+    Value(Value),
+}
+
 /// What the fast path found for a `frames` value.
 pub(super) enum Frames {
     None,
@@ -697,23 +703,37 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         let next = self.compactor.next_entry();
         let mut dict_slot = None;
         for put in &puts[raw.puts.clone()] {
+            // Stored compact where the slot has a compact form, as the memo
+            // would keep it once its chunk is full.
             let v = match put {
                 Put::Dict => {
                     dict_slot = Some(self.memo.len);
-                    next.map_or(Value::None, Value::Entry)
+                    match next.and_then(|id| Memo::code_of_id(id, false)) {
+                        Some(x) => Slot::Compact(x),
+                        None => Slot::Value(next.map_or(Value::None, Value::Entry)),
+                    }
                 }
-                Put::FramesList => Value::Stack(fields.stack),
-                Put::Pool(a, b) => Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)]))),
+                Put::FramesList => match Memo::code_of_id(fields.stack, true) {
+                    Some(x) => Slot::Compact(x),
+                    None => Slot::Value(Value::Stack(fields.stack)),
+                },
+                Put::Pool(a, b) => Slot::Value(Value::Tuple(Rc::new(Tuple(vec![Value::Int(*a), Value::Int(*b)])))),
                 Put::Str(r) => {
                     let slice = &buf[r.clone()];
-                    match self.shared_str(slice) {
-                        Some(rc) => Value::Str(rc),
-                        None => self.string(offset, slice.to_vec())?,
+                    match self.memo.last_str_code(slice) {
+                        Some(x) => Slot::Compact(x),
+                        None => Slot::Value(match self.shared_str(slice) {
+                            Some(rc) => Value::Str(rc),
+                            None => self.string(offset, slice.to_vec())?,
+                        }),
                     }
                 }
             };
             self.charge(offset, 16)?;
-            self.memo.push(v);
+            match v {
+                Slot::Compact(x) => self.memo.push_code(x),
+                Slot::Value(v) => self.memo.push(v),
+            }
         }
         let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
         if let Some(m) = dict_slot.filter(|_| next != Some(id)).and_then(|m| self.memo.get_mut(m)) {

@@ -220,6 +220,9 @@ impl Packed {
 }
 
 impl Memo {
+    /// Ids past this are kept as values.
+    const ROOM: u32 = 1 << 30;
+
     fn uncompact(&self, x: u32) -> Option<Value> {
         Some(match x & 3 {
             0 => Value::Entry(x >> 2),
@@ -230,7 +233,7 @@ impl Memo {
 
     /// A value's compact slot, where it has one.
     fn compacted(&mut self, v: &Value) -> Option<u32> {
-        const ROOM: u32 = 1 << 30;
+        const ROOM: u32 = Memo::ROOM;
         match v {
             Value::Entry(id) if *id < ROOM => Some(id << 2),
             Value::Stack(id) if *id < ROOM => Some(id << 2 | 1),
@@ -294,11 +297,34 @@ impl Memo {
         Some(v)
     }
 
-    fn push(&mut self, v: Value) {
+    /// Starts a new chunk where the last is full, sealing the one before it
+    /// (the slots an entry being read may still set lie in the last two).
+    /// A new chunk takes compact slots until a value without a compact form
+    /// comes.
+    #[inline]
+    fn room(&mut self) {
         if self.len % MEMO_CHUNK == 0 {
-            // The chunk before the last is done with: the slots an entry
-            // being read may still set lie in the last two.
-            if let Some(k) = self.chunks.len().checked_sub(2) {
+            self.new_chunk();
+        }
+    }
+
+    #[cold]
+    fn new_chunk(&mut self) {
+        if let Some(k) = self.chunks.len().checked_sub(2) {
+            self.seal(k);
+        }
+        self.chunks.push(Vec::new());
+        self.compact.push(Packed::Wide(Vec::with_capacity(MEMO_CHUNK)));
+    }
+
+    /// Keeps a full chunk in as few bytes as its slots allow.
+    fn seal(&mut self, k: usize) {
+        match &mut self.compact[k] {
+            Packed::Wide(w) => {
+                let w = std::mem::take(w);
+                self.compact[k] = Packed::of(w);
+            }
+            Packed::Values => {
                 let chunk = std::mem::take(&mut self.chunks[k]);
                 let packed: Option<Vec<u32>> = chunk.iter().map(|v| self.compacted(v)).collect();
                 match packed {
@@ -306,13 +332,60 @@ impl Memo {
                     None => self.chunks[k] = chunk,
                 }
             }
-            self.chunks.push(Vec::with_capacity(MEMO_CHUNK));
-            self.compact.push(Packed::Values);
+            Packed::Narrow { .. } => {}
         }
-        if let Some(c) = self.chunks.last_mut() {
-            c.push(v);
+    }
+
+    fn push(&mut self, v: Value) {
+        self.room();
+        let k = self.chunks.len() - 1;
+        if !self.compact[k].is_values() {
+            if let Some(x) = self.compacted(&v) {
+                if let Packed::Wide(w) = &mut self.compact[k] {
+                    w.push(x);
+                }
+                self.len += 1;
+                return;
+            }
+            // Something without a compact form: the chunk becomes values.
+            let codes = self.compact[k].take_all();
+            let mut values = Vec::with_capacity(MEMO_CHUNK);
+            values.extend(codes.into_iter().filter_map(|x| self.uncompact(x)));
+            self.chunks[k] = values;
+        }
+        self.chunks[k].push(v);
+        self.len += 1;
+    }
+
+    /// Pushes a compact slot (`Packed`'s encoding) without making a value:
+    /// what the fast path stores for an entry (docs/design/trace-decoding.md,
+    /// "What the decoding thread does per entry").
+    #[inline]
+    fn push_code(&mut self, x: u32) {
+        self.room();
+        let k = self.chunks.len() - 1;
+        match &mut self.compact[k] {
+            Packed::Wide(w) => w.push(x),
+            _ => {
+                if let Some(v) = self.uncompact(x) {
+                    self.chunks[k].push(v);
+                }
+            }
         }
         self.len += 1;
+    }
+
+    /// An entry's or a stack's id as a compact slot, where it fits.
+    fn code_of_id(id: u32, stack: bool) -> Option<u32> {
+        (id < Self::ROOM).then_some(id << 2 | u32::from(stack))
+    }
+
+    /// The compact slot of the string last compacted, if `bytes` are its
+    /// text: most strings an entry stores are PyTorch's per-entry `'N/A'`.
+    fn last_str_code(&self, bytes: &[u8]) -> Option<u32> {
+        let (_, id) = self.last_str?;
+        let s = self.strs.get(id as usize)?;
+        (s.as_bytes() == bytes).then_some(id << 2 | 2)
     }
 }
 
@@ -1536,7 +1609,9 @@ mod tests {
             m.push(Value::Entry(i));
         }
         let compact: Vec<bool> = m.compact.iter().map(|c| !c.is_values()).collect();
-        assert_eq!(compact, [true, true, true, true, true, false, false, false]);
+        assert_eq!(compact, [true, true, true, true, true, false, true, true]);
+        // The chunks not yet sealed take four bytes a slot, sealed two.
+        assert!(matches!(m.compact[7], Packed::Wide(_)));
         // In two bytes a slot: stack ids here are below 2^14, and entries
         // near their chunk's first.
         assert!(matches!(m.compact[1], Packed::Narrow { .. }));
@@ -1562,6 +1637,44 @@ mod tests {
         assert!(matches!(m.get_ref(8), Some(Value::Entry(8))));
         assert!(m.compact[0].is_values() && !m.compact[1].is_values());
         assert!(m.get(m.len).is_none());
+    }
+
+    #[test]
+    fn compact_slots_pushed_as_codes_read_back_as_the_values_they_stand_for() {
+        let na: Rc<String> = Rc::new("N/A".into());
+        let mut by_value = Memo::default();
+        let mut by_code = Memo::default();
+        // The string compacted once (as the fast path's first 'N/A' is), then
+        // entries, stacks and that string as codes, and a value without a
+        // compact form in the middle of a chunk.
+        by_value.push(Value::Str(na.clone()));
+        by_code.push(Value::Str(na.clone()));
+        for i in 1..3 * MEMO_CHUNK as u32 - 1 {
+            let (v, code) = match i % 3 {
+                0 => (Value::Entry(i), Memo::code_of_id(i, false)),
+                1 => (Value::Stack(i), Memo::code_of_id(i, true)),
+                _ => (Value::Str(na.clone()), by_code.last_str_code(b"N/A")),
+            };
+            if i == MEMO_CHUNK as u32 + 5 {
+                by_code.push(Value::Int(7));
+                by_value.push(Value::Int(7));
+            }
+            by_value.push(v.clone());
+            match code {
+                Some(x) => by_code.push_code(x),
+                None => by_code.push(v),
+            }
+        }
+        assert_eq!(by_code.last_str_code(b"N/B"), None);
+        assert_eq!(Memo::code_of_id(Memo::ROOM, false), None);
+        assert_eq!(by_code.len, by_value.len);
+        for i in 0..by_code.len {
+            assert_eq!(format!("{:?}", by_code.get(i)), format!("{:?}", by_value.get(i)), "slot {i}");
+        }
+        // The chunk with the number became values; the others are compact.
+        let compact: Vec<bool> = by_code.compact.iter().map(|c| !c.is_values()).collect();
+        assert_eq!(compact, [true, false, true]);
+        assert_eq!(by_code.strs.len(), 1);
     }
 
     fn decode_bytes(b: &[u8]) -> Result<Value, PickleError> {
