@@ -40,6 +40,8 @@ struct EntryColumns {
     generic_only: bool,
     /// Entries the fast path decoded.
     fast_taken: usize,
+    /// Of those, the entries worker threads resolved.
+    coded_taken: usize,
     /// Reused key buffers for stack lookups.
     scratch: Vec<u32>,
     ptr_scratch: Vec<usize>,
@@ -169,6 +171,24 @@ impl Compactor for EntryColumns {
     fn stack_of(&mut self, frames: &[Value]) -> u32 {
         self.intern_frames(frames)
     }
+
+    /// The actions whose entries are events and nothing else, by their
+    /// place in `Action::ALL`; `annotate` keeps its text, the others
+    /// (`free`, `user_defined`, unknown names) are kept aside by name.
+    fn action_code(&self, name: &str) -> Option<u8> {
+        match kind_of(name)? {
+            Kind::Action(Action::Annotate) => None,
+            Kind::Action(a) => Action::ALL.iter().position(|&x| x == a).and_then(|i| u8::try_from(i).ok()),
+            Kind::LegacyFree | Kind::UserDefined | Kind::Unknown => None,
+        }
+    }
+
+    fn entry_coded(&mut self, code: u8, f: &EntryFields) -> Result<u32, String> {
+        let action = *Action::ALL.get(usize::from(code)).ok_or("trace entry with an unknown action code")?;
+        self.fast_taken += 1;
+        self.coded_taken += 1;
+        self.push_kind(Kind::Action(action), f.addr, f.device_free, f.size, f.stream, f.time_us, f.stack, None, f)
+    }
 }
 
 impl EntryColumns {
@@ -194,6 +214,24 @@ impl EntryColumns {
                 Kind::Unknown
             }
         };
+        self.push_kind(kind, addr, device_free, size, stream, time, stack, label, tags)
+    }
+
+    /// An entry of a known kind: its row, and where its kind or tags ask,
+    /// what is kept aside.
+    #[allow(clippy::too_many_arguments)]
+    fn push_kind(
+        &mut self,
+        kind: Kind,
+        addr: Option<u64>,
+        device_free: Option<u64>,
+        size: Option<u64>,
+        stream: Option<u64>,
+        time: Option<i64>,
+        stack: u32,
+        label: Option<String>,
+        tags: &EntryFields,
+    ) -> Result<u32, String> {
         self.pool_ids |= tags.pool.is_some();
         self.internal_metadata |= tags.internal;
         let addr = if kind == Kind::Action(Action::Oom) { device_free.or(addr) } else { addr };
@@ -649,12 +687,14 @@ struct Decoding {
     parallel: Parallel,
 }
 
-/// How many entries the fast path decoded, and how many of them worker
-/// threads read (the tests that compare the ways read them).
+/// How many entries the fast path decoded, how many of them worker threads
+/// read, and how many they resolved too (the tests that compare the ways
+/// read them).
 #[cfg_attr(not(test), allow(dead_code))]
 struct Taken {
     fast: usize,
     in_parallel: u64,
+    on_workers: usize,
 }
 
 fn read_snapshot_with<R: Read>(
@@ -760,7 +800,7 @@ fn read_snapshot_with<R: Read>(
     trace.devices = devices;
     trace.stacks = w.stacks;
     drop(root);
-    let taken = Taken { fast: cols.fast_taken, in_parallel: charged.in_parallel };
+    let taken = Taken { fast: cols.fast_taken, in_parallel: charged.in_parallel, on_workers: cols.coded_taken };
     Ok((trace, taken))
 }
 
@@ -814,6 +854,13 @@ mod tests {
                     taken.in_parallel as usize * 2 >= events,
                     "{name}: {} of {events} entries in parallel ({workers} × {share} B)",
                     taken.in_parallel
+                );
+                // Most resolved on the workers too, from what the decoding
+                // thread learned in the windows before.
+                assert!(
+                    taken.on_workers * 3 >= events,
+                    "{name}: {} of {events} entries resolved on the workers ({workers} × {share} B)",
+                    taken.on_workers
                 );
                 ways.push((t, format!("{name} {workers} × {share} B")));
             }

@@ -128,6 +128,8 @@ struct RawEntry {
     internal_metadata: Text,
     /// Its memo stores, a range of the lexer's `puts`.
     puts: std::ops::Range<usize>,
+    /// What a worker resolved of it, where it could.
+    ready: Option<Ready>,
 }
 
 impl RawEntry {
@@ -147,44 +149,167 @@ pub(super) struct FastEntry {
     puts: Vec<Put>,
     slots: Vec<u32>,
     items: Vec<Value>,
-    stacks: SlotStacks,
+    /// What the workers resolve entries from, and what was learned since
+    /// they last read it.
+    known: Known,
+    learning: Learning,
     /// The workers' shares, kept from one run to the next: fresh vectors
     /// for every run cost a page fault per page they touched
     /// (docs/design/trace-decoding.md, "What it costs").
     shares: Vec<Share>,
 }
 
-/// Interned stacks by the memo slots of the frame dicts an entry's list
-/// names: most entries name the same few thousand lists of slots, and a
-/// slot names the same dict until it is written over, so the stack follows
-/// from the slots alone, without a dict cloned or hashed
-/// (docs/design/trace-decoding.md, "What the decoding thread does per
-/// entry").
+/// What the decoding thread learned of memo slots, so that an entry naming
+/// only such slots is resolved from them alone: on a worker, off the
+/// decoding thread, as it is lexed (docs/design/trace-decoding.md, "Entries
+/// resolved on the workers"). Most entries name the same action strings,
+/// the same few thousand lists of frame dicts, the same metadata string and
+/// pool tuple, and a slot names the same value until it is written over, so
+/// what a slot gave once it gives again. The workers read it during a
+/// window; the decoding thread takes in what it learned after (`Learning`),
+/// and forgets it all when a slot it could have learned from is written
+/// over (`Memo::overwrites`).
 #[derive(Default)]
-struct SlotStacks {
-    by_slots: HashMap<Box<[u32]>, u32, FastHash>,
+struct Known {
     /// `Memo::overwrites` when these were learned: any change forgets them.
     overwrites: u64,
+    /// Interned stacks by the memo slots of the frame dicts a list written
+    /// in the entry names.
+    by_slots: HashMap<Box<[u32]>, u32, FastHash>,
+    /// Action strings' slots and the compactor's codes for them.
+    actions: Vec<(u32, u8)>,
+    /// Metadata strings' slots, and whether each says `mallocWithAddress`.
+    texts: Vec<(u32, bool)>,
+    /// `pool_id` tuples' slots and their pairs.
+    pools: Vec<(u32, (u64, u64))>,
 }
 
-impl SlotStacks {
+/// One thing the decoding thread learned of a slot during a window.
+enum Learned {
+    Slots(Box<[u32]>, u32),
+    Action(u32, u8),
+    Text(u32, bool),
+    Pool(u32, (u64, u64)),
+}
+
+/// What a worker resolved of an entry: with its lexed fields, all the
+/// decoding thread needs to store it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ready {
+    /// The compactor's code for its action (`Compactor::action_code`).
+    action: u8,
+    stack: u32,
+    exact: bool,
+    pool: Option<(u64, u64)>,
+}
+
+impl Known {
     /// Bounded like the interner's own table of frame lists.
     const MOST: usize = 1 << 16;
+    /// Action and metadata strings are a handful; a file with more reads
+    /// the rest on the decoding thread.
+    const FEW: usize = 16;
 
-    fn get(&self, memo: &Memo, slots: &[u32]) -> Option<u32> {
+    fn stack_of_slots(&self, memo: &Memo, slots: &[u32]) -> Option<u32> {
         (self.overwrites == memo.overwrites).then(|| self.by_slots.get(slots).copied()).flatten()
     }
 
-    fn learn(&mut self, memo: &Memo, slots: &[u32], stack: u32) {
+    /// Takes in what was learned since the last time, forgetting everything
+    /// if a slot was written over since.
+    fn merge(&mut self, memo: &Memo, learned: &mut Learning) {
         if self.overwrites != memo.overwrites {
             self.by_slots.clear();
+            self.actions.clear();
+            self.texts.clear();
+            self.pools.clear();
             self.overwrites = memo.overwrites;
         }
-        if self.by_slots.len() < Self::MOST {
-            self.by_slots.insert(slots.into(), stack);
+        if learned.overwrites != memo.overwrites {
+            learned.items.clear();
+            return;
+        }
+        for l in learned.items.drain(..) {
+            match l {
+                Learned::Slots(k, v) if self.by_slots.len() < Self::MOST => {
+                    self.by_slots.insert(k, v);
+                }
+                Learned::Action(k, v) if self.actions.len() < Self::FEW && !self.actions.iter().any(|a| a.0 == k) => {
+                    self.actions.push((k, v));
+                }
+                Learned::Text(k, v) if self.texts.len() < Self::FEW && !self.texts.iter().any(|a| a.0 == k) => {
+                    self.texts.push((k, v));
+                }
+                Learned::Pool(k, v) if self.pools.len() < Self::FEW && !self.pools.iter().any(|a| a.0 == k) => {
+                    self.pools.push((k, v));
+                }
+                _ => {}
+            }
         }
     }
+
+    /// An entry resolved from what is known of the slots it names; `None`
+    /// where it names any other (the decoding thread resolves it).
+    fn ready(&self, e: &RawEntry, items: &[u32], buf: &[u8]) -> Option<Ready> {
+        let slot = e.action?;
+        let action = self.actions.iter().find(|a| a.0 == slot)?.1;
+        // A memoized list's stack is the decoding thread's to read: the
+        // list is most often stored in the same window (PyTorch gives a
+        // block's free the list its allocation stored, a few entries
+        // before), where no worker can know its slot.
+        let stack = match e.frames {
+            RawFrames::Absent | RawFrames::Get(_) => 0,
+            RawFrames::Inline { .. } => *self.by_slots.get(e.inline_frames(items)?)?,
+        };
+        let pool = match e.pool {
+            None => None,
+            Some(RawPool::Pair(a, b)) => Some((a, b)),
+            Some(RawPool::Get(slot)) => Some(self.pools.iter().find(|a| a.0 == slot)?.1),
+        };
+        let exact = |t: &Text| -> Option<bool> {
+            Some(match t {
+                Text::Absent => false,
+                Text::At(r) => buf.get(r.clone())?.ends_with(EXACT),
+                Text::Get(slot) => self.texts.iter().find(|a| a.0 == *slot)?.1,
+            })
+        };
+        let exact = exact(&e.user_metadata)? | exact(&e.internal_metadata)?;
+        Some(Ready { action, stack, exact, pool })
+    }
 }
+
+/// What the decoding thread learned during a window, taken in by
+/// `Known::merge` after it.
+#[derive(Default)]
+struct Learning {
+    /// `Memo::overwrites` when these were learned.
+    overwrites: u64,
+    items: Vec<Learned>,
+}
+
+impl Learning {
+    /// Learned now: what was learned before a slot was written over goes.
+    fn learn(&mut self, memo: &Memo, l: Learned) {
+        if self.overwrites != memo.overwrites {
+            self.items.clear();
+            self.overwrites = memo.overwrites;
+        }
+        self.items.push(l);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// The decoding thread's buffers an entry is applied with.
+struct Scratch<'a> {
+    items: &'a mut Vec<Value>,
+    known: &'a Known,
+    learning: &'a mut Learning,
+}
+
+/// The metadata that marks an exact-address allocation's entry.
+const EXACT: &[u8] = b"mallocWithAddress";
 
 /// Why an entry was not lexed.
 #[derive(Debug, PartialEq)]
@@ -477,7 +602,8 @@ fn entry_start(buf: &[u8], from: usize) -> Option<usize> {
 
 /// Lexes into `s` (cleared first) the entries from `from` (a guess at the
 /// first entry's start when `guess`) to the first entry at or past `to`.
-fn lex_share(s: &mut Share, buf: &[u8], from: usize, guess: bool, to: usize, keys: &[(u32, u8)]) {
+/// Each entry whose slots `known` knows is resolved too.
+fn lex_share(s: &mut Share, buf: &[u8], (from, to): (usize, usize), guess: bool, keys: &[(u32, u8)], known: &Known) {
     s.steps.clear();
     s.entries.clear();
     s.puts.clear();
@@ -516,7 +642,8 @@ fn lex_share(s: &mut Share, buf: &[u8], from: usize, guess: bool, to: usize, key
             break Stop::Boundary;
         }
         match lex_entry(buf, p + 1, keys, &mut s.puts, &mut s.items) {
-            Ok(e) => {
+            Ok(mut e) => {
+                e.ready = known.ready(&e, &s.items, buf);
                 p += 1 + e.len;
                 s.steps.push(Step::Entry(s.entries.len()));
                 s.entries.push(e);
@@ -568,10 +695,14 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 Err(_) => return Ok(false),
             }
         };
-        let Some((fields, frames)) = self.resolve(&raw, buf, &e.slots, &mut e.items, &e.stacks) else {
+        if !e.learning.is_empty() {
+            e.known.merge(&self.memo, &mut e.learning);
+        }
+        let Some((fields, frames)) = self.resolve(&raw, buf, &e.slots, &mut e.items, &e.known) else {
             return Ok(false);
         };
-        self.apply(offset, &raw, buf, (&e.puts, &e.slots), fields, frames, (&mut e.items, &mut e.stacks))?;
+        let scratch = Scratch { items: &mut e.items, known: &e.known, learning: &mut e.learning };
+        self.apply(offset, &raw, buf, (&e.puts, &e.slots), fields, frames, scratch)?;
         Ok(true)
     }
 
@@ -595,7 +726,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         buf: &[u8],
         slots: &[u32],
         items: &mut Vec<Value>,
-        stacks: &SlotStacks,
+        known: &Known,
     ) -> Option<(EntryFields, Frames)> {
         let memo: &Memo = &self.memo;
         let action = match raw.action {
@@ -611,7 +742,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             },
             RawFrames::Inline { .. } => {
                 let named = raw.inline_frames(slots)?;
-                match stacks.get(memo, named) {
+                match known.stack_of_slots(memo, named) {
                     Some(s) => Frames::Stack(s),
                     None => {
                         items.clear();
@@ -645,7 +776,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             })
         };
         let (user, internal) = (text(&raw.user_metadata)?, text(&raw.internal_metadata)?);
-        let exact = |t: Option<&[u8]>| t.is_some_and(|t| t.ends_with(b"mallocWithAddress"));
+        let exact = |t: Option<&[u8]>| t.is_some_and(|t| t.ends_with(EXACT));
         let annotate = action.as_deref().is_some_and(|a| a.as_str() == "annotate");
         let fields = EntryFields {
             exact: exact(user) || exact(internal),
@@ -663,7 +794,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         Some((fields, frames))
     }
 
-    /// Stores a resolved entry: its memo slots, the entry, its stack.
+    /// Stores a resolved entry: its stack, its memo slots, the entry; learns
+    /// what its slots gave, for the workers.
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
@@ -673,11 +805,8 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         (puts, slots): (&[Put], &[u32]),
         mut fields: EntryFields,
         frames: Frames,
-        (items, stacks): (&mut Vec<Value>, &mut SlotStacks),
+        s: Scratch,
     ) -> Result<(), PickleError> {
-        self.src.pos = raw.at + raw.len;
-        // The stack and the entry's id first, so that the memo slots are
-        // stored as what they end as, in the order the pickle stores them.
         fields.stack = match frames {
             Frames::None => 0,
             Frames::Stack(s) => s,
@@ -692,14 +821,86 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 s
             }
             Frames::Inline => {
-                let s = self.compactor.stack_of(items);
-                items.clear();
+                let st = self.compactor.stack_of(s.items);
+                s.items.clear();
                 if let Some(named) = raw.inline_frames(slots) {
-                    stacks.learn(&self.memo, named, s);
+                    s.learning.learn(&self.memo, Learned::Slots(named.into(), st));
                 }
-                s
+                st
             }
         };
+        if self.par.workers > 1 {
+            self.learn_slots(raw, &fields, s.known, s.learning);
+        }
+        self.store(offset, raw, buf, puts, &fields, None)
+    }
+
+    /// Learns what an entry resolved on this thread gave for the action,
+    /// pool and metadata slots it names, where the workers do not know it
+    /// yet.
+    fn learn_slots(&self, raw: &RawEntry, fields: &EntryFields, known: &Known, learning: &mut Learning) {
+        let memo = &self.memo;
+        if let (Some(slot), Some(name)) = (raw.action, &fields.action) {
+            if !known.actions.iter().any(|a| a.0 == slot) {
+                if let Some(code) = self.compactor.action_code(name) {
+                    learning.learn(memo, Learned::Action(slot, code));
+                }
+            }
+        }
+        if let (Some(RawPool::Get(slot)), Some(pool)) = (raw.pool, fields.pool) {
+            if !known.pools.iter().any(|a| a.0 == slot) {
+                learning.learn(memo, Learned::Pool(slot, pool));
+            }
+        }
+        for t in [&raw.user_metadata, &raw.internal_metadata] {
+            if let Text::Get(slot) = *t {
+                if let (false, Some(text)) = (known.texts.iter().any(|a| a.0 == slot), memo.get_str(slot as usize)) {
+                    learning.learn(memo, Learned::Text(slot, text.as_bytes().ends_with(EXACT)));
+                }
+            }
+        }
+    }
+
+    /// Stores an entry the worker that lexed it resolved.
+    fn apply_ready(
+        &mut self,
+        offset: u64,
+        raw: &RawEntry,
+        buf: &[u8],
+        puts: &[Put],
+        r: Ready,
+    ) -> Result<(), PickleError> {
+        let fields = EntryFields {
+            action: None,
+            addr: raw.addr,
+            device_free: raw.device_free,
+            size: raw.size,
+            stream: raw.stream,
+            time_us: raw.time_us,
+            stack: r.stack,
+            pool: r.pool,
+            exact: r.exact,
+            internal: raw.internal_metadata != Text::Absent,
+            note: None,
+        };
+        self.store(offset, raw, buf, puts, &fields, Some(r.action))
+    }
+
+    /// Stores an entry whose stack is known: its memo slots, in the order
+    /// the pickle stores them, then the entry (by its action's code where
+    /// a worker resolved it).
+    fn store(
+        &mut self,
+        offset: u64,
+        raw: &RawEntry,
+        buf: &[u8],
+        puts: &[Put],
+        fields: &EntryFields,
+        code: Option<u8>,
+    ) -> Result<(), PickleError> {
+        self.src.pos = raw.at + raw.len;
+        // The entry's id first, so that its memo slots are stored as what
+        // they end as.
         let next = self.compactor.next_entry();
         let mut dict_slot = None;
         for put in &puts[raw.puts.clone()] {
@@ -735,7 +936,11 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 Slot::Value(v) => self.memo.push(v),
             }
         }
-        let id = self.compactor.entry(&fields).map_err(|m| self.malformed(offset, m))?;
+        let id = match code {
+            Some(c) => self.compactor.entry_coded(c, fields),
+            None => self.compactor.entry(fields),
+        };
+        let id = id.map_err(|m| self.malformed(offset, m))?;
         if let Some(m) = dict_slot.filter(|_| next != Some(id)).and_then(|m| self.memo.get_mut(m)) {
             *m = Value::Entry(id);
         }
@@ -745,11 +950,17 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// Reads the run of entries from here (the first one's EMPTY_DICT just
     /// read) on several threads: see the module's comment.
     fn parallel_entries(&mut self, offset: u64) -> Result<bool, PickleError> {
+        let workers = self.par.workers;
+        // The last window's bytes may end inside this entry: an entry cut by
+        // the buffer's end would go to the generic decoder, whose compaction
+        // writes over its slots and so forgets what was learned of them.
+        if self.src.end - self.src.pos < 1 << 16 {
+            self.src.window(workers.saturating_mul(self.par.share))?;
+        }
         // The first on this thread: it learns the keys the workers look for.
         if !self.one_entry(offset)? {
             return Ok(false);
         }
-        let workers = self.par.workers;
         self.src.window(workers.saturating_mul(self.par.share))?;
         let buf = std::mem::take(&mut self.src.buf);
         // The source's buffer may hold more than the window: the rest waits.
@@ -757,14 +968,22 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         let keys = self.keys.clone();
         let mut pool = self.fast.as_mut().map(|f| std::mem::take(&mut f.shares)).unwrap_or_default();
         pool.resize_with(workers, Share::default);
+        // What the workers resolve entries from, up to date, read by them
+        // and this thread until the window is done.
+        let mut known = Known::default();
+        if let Some(f) = self.fast.as_mut() {
+            f.known.merge(&self.memo, &mut f.learning);
+            known = std::mem::take(&mut f.known);
+        }
         let r = std::thread::scope(|scope| {
             let bytes = &buf[..end];
             let keys = &keys[..];
+            let known = &known;
             let bound = |i: usize| if i == workers { end } else { end / workers * i };
             let shares: Vec<_> = (pool.iter_mut().enumerate())
                 .map(|(i, s)| {
                     scope.spawn(move || {
-                        lex_share(s, bytes, bound(i), i > 0, bound(i + 1), keys);
+                        lex_share(s, bytes, (bound(i), bound(i + 1)), i > 0, keys, known);
                         &*s
                     })
                 })
@@ -777,7 +996,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
                 if i > 0 && share.start != self.src.pos {
                     break;
                 }
-                if !self.apply_share(bytes, share, &mut applied)? {
+                if !self.apply_share(bytes, share, known, &mut applied)? {
                     return Ok((applied, Stop::Other));
                 }
                 self.src.pos = share.end;
@@ -791,6 +1010,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
         self.src.buf = buf;
         if let Some(f) = self.fast.as_mut() {
             f.shares = pool;
+            f.known = known;
         }
         let (applied, stop) = r?;
         self.in_parallel += applied as u64;
@@ -808,29 +1028,40 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// Resolves and applies a share's steps in order; false where an entry
     /// did not resolve (the source is then at its EMPTY_DICT, for the
     /// generic decoder).
-    fn apply_share(&mut self, buf: &[u8], share: &Share, applied: &mut usize) -> Result<bool, PickleError> {
+    fn apply_share(
+        &mut self,
+        buf: &[u8],
+        share: &Share,
+        known: &Known,
+        applied: &mut usize,
+    ) -> Result<bool, PickleError> {
         let mut e = self.fast.take().unwrap_or_default();
         let mut r = Ok(true);
         for step in &share.steps {
             let res = match *step {
                 Step::Entry(k) => {
                     let raw = &share.entries[k];
-                    let Some((fields, frames)) = self.resolve(raw, buf, &share.items, &mut e.items, &e.stacks) else {
-                        self.src.pos = raw.at - 1;
-                        r = Ok(false);
-                        break;
-                    };
                     let off = self.src.base + raw.at as u64 - 1;
-                    *applied += 1;
-                    self.apply(
-                        off,
-                        raw,
-                        buf,
-                        (&share.puts, &share.items),
-                        fields,
-                        frames,
-                        (&mut e.items, &mut e.stacks),
-                    )
+                    // The stack of a memoized frames list, from the memo.
+                    let ready = match (raw.ready, raw.frames) {
+                        (Some(r), RawFrames::Get(slot)) => {
+                            self.memo.get_stack(slot as usize).map(|stack| Ready { stack, ..r })
+                        }
+                        (r, _) => r,
+                    };
+                    if let Some(ready) = ready {
+                        *applied += 1;
+                        self.apply_ready(off, raw, buf, &share.puts, ready)
+                    } else {
+                        let Some((fields, frames)) = self.resolve(raw, buf, &share.items, &mut e.items, known) else {
+                            self.src.pos = raw.at - 1;
+                            r = Ok(false);
+                            break;
+                        };
+                        *applied += 1;
+                        let scratch = Scratch { items: &mut e.items, known, learning: &mut e.learning };
+                        self.apply(off, raw, buf, (&share.puts, &share.items), fields, frames, scratch)
+                    }
                 }
                 Step::Op(op, at) => {
                     self.src.pos = at + 1;
@@ -894,17 +1125,76 @@ mod tests {
         assert_eq!(lex_entry(&twice, 1, &keys, &mut puts, &mut items), Err(Miss::Other));
     }
 
+    /// The workers resolve an entry only where every slot it names was
+    /// learned (actions, stacks by frame slots, metadata strings, pool
+    /// tuples), and nothing learned survives a slot written over, not even
+    /// what was learned but not yet taken in.
+    #[test]
+    fn the_workers_resolve_an_entry_only_from_slots_learned_since_the_last_write_over() {
+        let mut memo = Memo::default();
+        memo.push(Value::Str(Rc::new("alloc".into())));
+        let (mut known, mut learning) = (Known::default(), Learning::default());
+        learning.learn(&memo, Learned::Action(1, 0));
+        learning.learn(&memo, Learned::Slots(vec![7, 8].into(), 42));
+        learning.learn(&memo, Learned::Text(3, true));
+        learning.learn(&memo, Learned::Text(4, false));
+        learning.learn(&memo, Learned::Pool(12, (1, 2)));
+        known.merge(&memo, &mut learning);
+        assert!(learning.is_empty());
+        let items = [7, 8, 7];
+        let e = RawEntry {
+            action: Some(1),
+            addr: Some(0x7f00),
+            frames: RawFrames::Inline { first: 0, n: 2 },
+            ..RawEntry::default()
+        };
+        let ready = |stack, exact| Some(Ready { action: 0, stack, exact, pool: None });
+        assert_eq!(known.ready(&e, &items, b""), ready(42, false));
+        let with = |f: &dyn Fn(&mut RawEntry)| {
+            let mut x = e.clone();
+            f(&mut x);
+            x
+        };
+        // Frames by slots not learned; a memoized list (its stack is the
+        // decoding thread's to read from the memo).
+        assert_eq!(known.ready(&with(&|x| x.frames = RawFrames::Inline { first: 1, n: 2 }), &items, b""), None);
+        assert_eq!(known.ready(&with(&|x| x.frames = RawFrames::Get(9)), &items, b""), ready(0, false));
+        assert_eq!(known.ready(&with(&|x| x.frames = RawFrames::Absent), &items, b""), ready(0, false));
+        // An action slot not learned; a pool by slot (a tuple the decoding
+        // thread reads); one written in the entry.
+        assert_eq!(known.ready(&with(&|x| x.action = Some(2)), &items, b""), None);
+        let pooled = Some(Ready { action: 0, stack: 42, exact: false, pool: Some((1, 2)) });
+        assert_eq!(known.ready(&with(&|x| x.pool = Some(RawPool::Get(1))), &items, b""), None);
+        assert_eq!(known.ready(&with(&|x| x.pool = Some(RawPool::Get(12))), &items, b""), pooled);
+        assert_eq!(known.ready(&with(&|x| x.pool = Some(RawPool::Pair(1, 2))), &items, b""), pooled);
+        // Metadata: in the entry's bytes, or a string slot learned (or not).
+        let buf = b"xmallocWithAddress";
+        let at = with(&|x| x.internal_metadata = Text::At(1..buf.len()));
+        assert_eq!(known.ready(&at, &items, buf), ready(42, true));
+        assert_eq!(known.ready(&with(&|x| x.user_metadata = Text::Get(3)), &items, b""), ready(42, true));
+        assert_eq!(known.ready(&with(&|x| x.user_metadata = Text::Get(4)), &items, b""), ready(42, false));
+        assert_eq!(known.ready(&with(&|x| x.user_metadata = Text::Get(5)), &items, b""), None);
+        // A slot written over: everything known is forgotten at the next
+        // merge, and so is what was learned before the write.
+        learning.learn(&memo, Learned::Action(2, 1));
+        *memo.get_mut(0).unwrap() = Value::Int(1);
+        known.merge(&memo, &mut learning);
+        assert_eq!(known.ready(&e, &items, b""), None);
+        assert!(known.actions.is_empty());
+        assert!(known.by_slots.is_empty() && known.texts.is_empty() && known.pools.is_empty());
+    }
+
     #[test]
     fn a_share_stops_at_the_first_entry_past_its_end_and_a_guess_is_checked() {
         let b = two_entries();
         let keys = [(0, 0), (2, 1), (3, 3), (4, 6)];
         let second = b.iter().skip(1).position(|&x| x == b'}').unwrap() + 1;
         let mut s = Share::default();
-        lex_share(&mut s, &b, 0, false, 1, &keys);
+        lex_share(&mut s, &b, (0, 1), false, &keys, &Known::default());
         assert_eq!((s.entries.len(), s.end, s.stop), (1, second, Some(Stop::Boundary)));
         assert!(matches!(s.steps[..], [Step::Entry(0)]));
         let mut t = Share::default();
-        lex_share(&mut t, &b, 2, true, b.len(), &keys);
+        lex_share(&mut t, &b, (2, b.len()), true, &keys, &Known::default());
         assert_eq!((t.start, t.entries.len(), t.end, t.stop), (second, 1, b.len(), Some(Stop::End)));
         // Bytes that look like an entry's start inside a value are found
         // too: the share before says where entries really start.

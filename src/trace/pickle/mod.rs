@@ -155,9 +155,9 @@ struct Memo {
     /// one the decoder shares for PyTorch's per-entry `'N/A'`.
     last_str: Option<(*const String, u32)>,
     len: usize,
-    /// Counts writes over a slot that held a dict or a string: what the fast
-    /// path learned from such slots (`FastEntry::stacks`) holds while this
-    /// does not change.
+    /// Counts writes over a slot that held a dict, a string, a list or a
+    /// stack: what the fast path learned from such slots (`FastEntry::known`)
+    /// holds while this does not change.
     overwrites: u64,
 }
 
@@ -270,6 +270,19 @@ impl Memo {
         }
     }
 
+    /// A stack slot's stack id, kept as a value or compact.
+    #[inline]
+    fn get_stack(&self, i: usize) -> Option<u32> {
+        match self.get_ref(i) {
+            Some(Value::Stack(s)) => Some(*s),
+            Some(_) => None,
+            None => {
+                let x = self.compact.get(i / MEMO_CHUNK)?.get(i % MEMO_CHUNK)?;
+                (x & 3 == 1).then_some(x >> 2)
+            }
+        }
+    }
+
     /// A string slot's string, kept as a value or compact.
     fn get_str(&self, i: usize) -> Option<&Rc<String>> {
         match self.get_ref(i) {
@@ -282,8 +295,8 @@ impl Memo {
         }
     }
 
-    /// A slot to write over: counted in `overwrites` if it held a dict or a
-    /// string.
+    /// A slot to write over: counted in `overwrites` if it held a dict, a
+    /// string, a list or a stack (what the fast path learns slots by).
     fn get_mut(&mut self, i: usize) -> Option<&mut Value> {
         let k = i / MEMO_CHUNK;
         if let Some(c) = self.compact.get_mut(k).filter(|c| !c.is_values()) {
@@ -291,7 +304,7 @@ impl Memo {
             self.chunks[k] = c.into_iter().filter_map(|x| self.uncompact(x)).collect();
         }
         let v = self.chunks.get_mut(k)?.get_mut(i % MEMO_CHUNK)?;
-        if matches!(v, Value::Dict(_) | Value::Str(_)) {
+        if matches!(v, Value::Dict(_) | Value::Str(_) | Value::List(_) | Value::Stack(_)) {
             self.overwrites += 1;
         }
         Some(v)
@@ -574,6 +587,17 @@ pub trait Compactor {
     }
     /// A trace entry decoded by the fast path.
     fn entry(&mut self, _fields: &EntryFields) -> Result<u32, String> {
+        Err("trace entries are not taken".into())
+    }
+    /// A code for an action name whose entries `entry_coded` takes, so
+    /// that they can be resolved off the decoding thread; `None` for a name
+    /// `entry` must see.
+    fn action_code(&self, _name: &str) -> Option<u8> {
+        None
+    }
+    /// A trace entry the fast path resolved off the decoding thread: its
+    /// action given by `action_code`'s code (`fields.action` is `None`).
+    fn entry_coded(&mut self, _code: u8, _fields: &EntryFields) -> Result<u32, String> {
         Err("trace entries are not taken".into())
     }
     /// A call stack given as its frame values.
