@@ -147,7 +147,8 @@ impl Compactor for EntryColumns {
         let label = label().map(str::to_string);
         let note = note.filter(|_| action == Some("annotate"));
         let tags = EntryFields { pool, exact, internal, note, ..Default::default() };
-        self.push_entry(name, addr, device_free, size, stream, time, stack, label, &tags).map(Some)
+        let kind = self.kind_named(name);
+        self.push_kind(kind, addr, device_free, size, stream, time, stack, label, &tags).map(Some)
     }
 
     fn compact_list(&mut self, key: &str, list: &List) -> Option<u32> {
@@ -165,7 +166,8 @@ impl Compactor for EntryColumns {
     fn entry(&mut self, f: &EntryFields) -> Result<u32, String> {
         self.fast_taken += 1;
         let name = f.action.as_deref().ok_or("trace entry without an action")?;
-        self.push_entry(name, f.addr, f.device_free, f.size, f.stream, f.time_us, f.stack, None, f)
+        let kind = self.kind_named(name);
+        self.push_kind(kind, f.addr, f.device_free, f.size, f.stream, f.time_us, f.stack, None, f)
     }
 
     fn stack_of(&mut self, frames: &[Value]) -> u32 {
@@ -192,29 +194,14 @@ impl Compactor for EntryColumns {
 }
 
 impl EntryColumns {
-    #[allow(clippy::too_many_arguments)]
-    fn push_entry(
-        &mut self,
-        name: &str,
-        addr: Option<u64>,
-        device_free: Option<u64>,
-        size: Option<u64>,
-        stream: Option<u64>,
-        time: Option<i64>,
-        stack: u32,
-        label: Option<String>,
-        tags: &EntryFields,
-    ) -> Result<u32, String> {
-        let kind = match kind_of(name) {
-            Some(k) => k,
-            None => {
-                // Bounded: the first 64 names are kept, the rest counted under one.
-                let key = if self.unknown.len() < 64 || self.unknown.contains_key(name) { name } else { "…" };
-                *self.unknown.entry(key.chars().take(64).collect()).or_default() += 1;
-                Kind::Unknown
-            }
-        };
-        self.push_kind(kind, addr, device_free, size, stream, time, stack, label, tags)
+    /// An action name's kind; an unknown one is counted.
+    fn kind_named(&mut self, name: &str) -> Kind {
+        kind_of(name).unwrap_or_else(|| {
+            // Bounded: the first 64 names are kept, the rest counted under one.
+            let key = if self.unknown.len() < 64 || self.unknown.contains_key(name) { name } else { "…" };
+            *self.unknown.entry(key.chars().take(64).collect()).or_default() += 1;
+            Kind::Unknown
+        })
     }
 
     /// An entry of a known kind: its row, and where its kind or tags ask,
