@@ -233,16 +233,15 @@ impl Memo {
 
     /// A value's compact slot, where it has one.
     fn compacted(&mut self, v: &Value) -> Option<u32> {
-        const ROOM: u32 = Memo::ROOM;
         match v {
-            Value::Entry(id) if *id < ROOM => Some(id << 2),
-            Value::Stack(id) if *id < ROOM => Some(id << 2 | 1),
+            Value::Entry(id) => Self::code_of_id(*id, false),
+            Value::Stack(id) => Self::code_of_id(*id, true),
             Value::Str(s) => {
                 // Kept alive by `strs`, so the address stays this string's.
                 if let Some((_, id)) = self.last_str.filter(|(p, _)| *p == Rc::as_ptr(s)) {
                     return Some(id << 2 | 2);
                 }
-                let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < ROOM)?;
+                let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < Self::ROOM)?;
                 let id = *self.str_ids.entry(Rc::as_ptr(s)).or_insert(next);
                 if id == next {
                     self.strs.push(s.clone());
@@ -310,13 +309,13 @@ impl Memo {
         Some(v)
     }
 
-    /// Starts a new chunk where the last is full, sealing the one before it
-    /// (the slots an entry being read may still set lie in the last two).
-    /// A new chunk takes compact slots until a value without a compact form
-    /// comes.
+    /// Starts a new chunk where the last is full (or there is none),
+    /// sealing the one before it (the slots an entry being read may still
+    /// set lie in the last two). A new chunk takes compact slots until a
+    /// value without a compact form comes.
     #[inline]
     fn room(&mut self) {
-        if self.len % MEMO_CHUNK == 0 {
+        if self.len == self.chunks.len() * MEMO_CHUNK {
             self.new_chunk();
         }
     }
@@ -354,11 +353,7 @@ impl Memo {
         let k = self.chunks.len() - 1;
         if !self.compact[k].is_values() {
             if let Some(x) = self.compacted(&v) {
-                if let Packed::Wide(w) = &mut self.compact[k] {
-                    w.push(x);
-                }
-                self.len += 1;
-                return;
+                return self.push_code(x);
             }
             // Something without a compact form: the chunk becomes values.
             let codes = self.compact[k].take_all();
