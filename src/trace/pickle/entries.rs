@@ -308,6 +308,10 @@ struct Scratch<'a> {
     learning: &'a mut Learning,
 }
 
+/// Bytes a window holds for its first entry besides the workers' shares
+/// (Python's pickler writes an entry in a few hundred).
+const FIRST_ROOM: usize = 1 << 16;
+
 /// The metadata that marks an exact-address allocation's entry.
 const EXACT: &[u8] = b"mallocWithAddress";
 
@@ -951,35 +955,35 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// read) on several threads: see the module's comment.
     fn parallel_entries(&mut self, offset: u64) -> Result<bool, PickleError> {
         let workers = self.par.workers;
-        // The last window's bytes may end inside this entry: an entry cut by
-        // the buffer's end would go to the generic decoder, whose compaction
+        let size = workers.saturating_mul(self.par.share);
+        // The window is read before the first entry, with room for it: the
+        // last window's bytes may end inside it, and an entry cut by the
+        // buffer's end would go to the generic decoder, whose compaction
         // writes over its slots and so forgets what was learned of them.
-        if self.src.end - self.src.pos < 1 << 16 {
-            self.src.window(workers.saturating_mul(self.par.share))?;
-        }
+        self.src.window(size.saturating_add(FIRST_ROOM))?;
         // The first on this thread: it learns the keys the workers look for.
         if !self.one_entry(offset)? {
             return Ok(false);
         }
-        self.src.window(workers.saturating_mul(self.par.share))?;
         let buf = std::mem::take(&mut self.src.buf);
         // The source's buffer may hold more than the window: the rest waits.
-        let end = self.src.end.min(workers.saturating_mul(self.par.share));
+        let (from, end) = (self.src.pos, self.src.end.min(self.src.pos.saturating_add(size)));
         let keys = self.keys.clone();
         let mut pool = self.fast.as_mut().map(|f| std::mem::take(&mut f.shares)).unwrap_or_default();
         pool.resize_with(workers, Share::default);
         // What the workers resolve entries from, up to date, read by them
         // and this thread until the window is done.
-        let mut known = Known::default();
-        if let Some(f) = self.fast.as_mut() {
-            f.known.merge(&self.memo, &mut f.learning);
-            known = std::mem::take(&mut f.known);
-        }
+        let known = (self.fast.as_mut())
+            .map(|f| {
+                f.known.merge(&self.memo, &mut f.learning);
+                std::mem::take(&mut f.known)
+            })
+            .unwrap_or_default();
         let r = std::thread::scope(|scope| {
             let bytes = &buf[..end];
             let keys = &keys[..];
             let known = &known;
-            let bound = |i: usize| if i == workers { end } else { end / workers * i };
+            let bound = |i: usize| if i == workers { end } else { from + end.saturating_sub(from) / workers * i };
             let shares: Vec<_> = (pool.iter_mut().enumerate())
                 .map(|(i, s)| {
                     scope.spawn(move || {
