@@ -218,11 +218,7 @@ impl Known {
     /// if a slot was written over since.
     fn merge(&mut self, memo: &Memo, learned: &mut Learning) {
         if self.overwrites != memo.overwrites {
-            self.by_slots.clear();
-            self.actions.clear();
-            self.texts.clear();
-            self.pools.clear();
-            self.overwrites = memo.overwrites;
+            *self = Known { overwrites: memo.overwrites, ..Known::default() };
         }
         if learned.overwrites != memo.overwrites {
             learned.items.clear();
@@ -233,16 +229,10 @@ impl Known {
                 Learned::Slots(k, v) if self.by_slots.len() < Self::MOST => {
                     self.by_slots.insert(k, v);
                 }
-                Learned::Action(k, v) if self.actions.len() < Self::FEW && !self.actions.iter().any(|a| a.0 == k) => {
-                    self.actions.push((k, v));
-                }
-                Learned::Text(k, v) if self.texts.len() < Self::FEW && !self.texts.iter().any(|a| a.0 == k) => {
-                    self.texts.push((k, v));
-                }
-                Learned::Pool(k, v) if self.pools.len() < Self::FEW && !self.pools.iter().any(|a| a.0 == k) => {
-                    self.pools.push((k, v));
-                }
-                _ => {}
+                Learned::Action(k, v) => add_slot(&mut self.actions, k, v),
+                Learned::Text(k, v) => add_slot(&mut self.texts, k, v),
+                Learned::Pool(k, v) => add_slot(&mut self.pools, k, v),
+                Learned::Slots(..) => {}
             }
         }
     }
@@ -251,7 +241,7 @@ impl Known {
     /// where it names any other (the decoding thread resolves it).
     fn ready(&self, e: &RawEntry, items: &[u32], buf: &[u8]) -> Option<Ready> {
         let slot = e.action?;
-        let action = self.actions.iter().find(|a| a.0 == slot)?.1;
+        let action = of_slot(&self.actions, slot)?;
         // A memoized list's stack is the decoding thread's to read: the
         // list is most often stored in the same window (PyTorch gives a
         // block's free the list its allocation stored, a few entries
@@ -263,17 +253,30 @@ impl Known {
         let pool = match e.pool {
             None => None,
             Some(RawPool::Pair(a, b)) => Some((a, b)),
-            Some(RawPool::Get(slot)) => Some(self.pools.iter().find(|a| a.0 == slot)?.1),
+            Some(RawPool::Get(slot)) => Some(of_slot(&self.pools, slot)?),
         };
         let exact = |t: &Text| -> Option<bool> {
             Some(match t {
                 Text::Absent => false,
                 Text::At(r) => buf.get(r.clone())?.ends_with(EXACT),
-                Text::Get(slot) => self.texts.iter().find(|a| a.0 == *slot)?.1,
+                Text::Get(slot) => of_slot(&self.texts, *slot)?,
             })
         };
         let exact = exact(&e.user_metadata)? | exact(&e.internal_metadata)?;
         Some(Ready { action, stack, exact, pool })
+    }
+}
+
+/// What a small table of slots (`Known`'s actions, texts, pools) says of
+/// `slot`.
+fn of_slot<T: Copy>(table: &[(u32, T)], slot: u32) -> Option<T> {
+    table.iter().find(|a| a.0 == slot).map(|a| a.1)
+}
+
+/// Adds `slot` to a small table where it is new and there is room.
+fn add_slot<T>(table: &mut Vec<(u32, T)>, slot: u32, v: T) {
+    if table.len() < Known::FEW && !table.iter().any(|a| a.0 == slot) {
+        table.push((slot, v));
     }
 }
 
@@ -845,20 +848,20 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     fn learn_slots(&self, raw: &RawEntry, fields: &EntryFields, known: &Known, learning: &mut Learning) {
         let memo = &self.memo;
         if let (Some(slot), Some(name)) = (raw.action, &fields.action) {
-            if !known.actions.iter().any(|a| a.0 == slot) {
+            if of_slot(&known.actions, slot).is_none() {
                 if let Some(code) = self.compactor.action_code(name) {
                     learning.learn(memo, Learned::Action(slot, code));
                 }
             }
         }
         if let (Some(RawPool::Get(slot)), Some(pool)) = (raw.pool, fields.pool) {
-            if !known.pools.iter().any(|a| a.0 == slot) {
+            if of_slot(&known.pools, slot).is_none() {
                 learning.learn(memo, Learned::Pool(slot, pool));
             }
         }
         for t in [&raw.user_metadata, &raw.internal_metadata] {
             if let Text::Get(slot) = *t {
-                if let (false, Some(text)) = (known.texts.iter().any(|a| a.0 == slot), memo.get_str(slot as usize)) {
+                if let (None, Some(text)) = (of_slot(&known.texts, slot), memo.get_str(slot as usize)) {
                     learning.learn(memo, Learned::Text(slot, text.as_bytes().ends_with(EXACT)));
                 }
             }
