@@ -58,7 +58,8 @@ pub(crate) struct Scrubbing {
 
 impl Scrubbing {
     /// A first pass from `start`, a checkpoint every `every` events (more
-    /// apart past `MAX_CHECKPOINTS` of them); room for `events` points.
+    /// apart past `MAX_CHECKPOINTS` of them, from the start where `events`,
+    /// a bound on the events to come, says so); room for `events` points.
     pub(crate) fn new(start: &Stepper<'_>, every: usize, events: usize) -> Scrubbing {
         // A hint (behind the decoding, from the file's size): a failed
         // reservation just means growing as usual.
@@ -66,9 +67,21 @@ impl Scrubbing {
         let _ = points.try_reserve(events);
         let first = unbound(start);
         let bytes = first.approx_heap_bytes();
+        // Spaced from the start as thinning would leave them for `events`:
+        // otherwise a long trace copied twice the states it keeps, holding
+        // half of them at once only to drop every other one. Behind the
+        // decoding, `events` is a bound from the file's size (the room the
+        // columns reserved, up to 16M): where the file holds fewer, the
+        // interval may end twice what thinning reaches, 2,048 events at
+        // most below 16M (docs/measurements/benchmarks.md, "Checkpoints
+        // spaced from the start").
+        let mut spaced = every.max(1);
+        while events / spaced > 2 * MAX_CHECKPOINTS {
+            spaced *= 2;
+        }
         Scrubbing {
             asked: every,
-            every: every.max(1),
+            every: spaced,
             checkpoints: vec![(first, bytes)],
             points,
             bytes,
@@ -329,6 +342,41 @@ mod tests {
             let r = replay_events(d.events.view(), &o);
             assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
             assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+        }
+    }
+
+    /// A pass told how many events may come spaces its checkpoints from
+    /// the start as thinning would end: told the 9,789 events, it copies a
+    /// state every other event from the first, never holding more than it
+    /// keeps (told nothing, it holds 8,192 before thinning), and seeks land
+    /// as the thinned pass's do.
+    #[test]
+    fn a_pass_told_the_events_spaces_its_checkpoints_from_the_start() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let rec = d.events.view();
+        let thinned = Scrubber::new(rec, &opts, &[], 1).unwrap();
+        for (bound, held_most) in [(rec.len(), rec.len() / 2 + 1), (0, 2 * MAX_CHECKPOINTS)] {
+            let mut st = Stepper::new(rec, &opts, &[]).unwrap();
+            let mut pass = Scrubbing::new(&st, 1, bound);
+            let mut most = 0;
+            while st.position() < rec.len() {
+                st.step().unwrap();
+                pass.stepped(&st);
+                most = most.max(pass.checkpoints.len());
+            }
+            assert_eq!((pass.every, most), (2, held_most), "told {bound}");
+            let mut s = pass.finish(rec, &[]);
+            assert_eq!(s.checkpoints(), thinned.checkpoints());
+            assert_eq!(s.points(), thinned.points());
+            for &e in &[9788usize, 3041, 1, 6000] {
+                let mut o = opts.clone();
+                o.stop_at = Some(e + 1);
+                let r = replay_events(rec, &o);
+                assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
+                assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+            }
         }
     }
 
