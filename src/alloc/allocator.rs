@@ -15,7 +15,7 @@ use thiserror::Error;
 use super::backing::Device;
 use super::config::{format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED};
 use super::event::{Action, Event};
-use super::index::FreeBlocks;
+use super::index::{FreeBlocks, PackedBlocks};
 use super::release::{Release, TieBreak};
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
 use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
@@ -179,6 +179,70 @@ struct Pool {
     streams: BTreeMap<u64, StreamBlocks>,
     get_free_blocks_call_count: i64,
 }
+
+/// A pool's free lists packed for keeping (`PackedPools`).
+#[derive(Debug, Clone)]
+struct PackedPool {
+    streams: Box<[PackedStream]>,
+    get_free_blocks_call_count: i64,
+}
+
+/// One stream's: its key in the pool, its free blocks in order, its
+/// unmapped ranges.
+#[derive(Debug, Clone)]
+struct PackedStream {
+    key: u64,
+    stream: u64,
+    blocks: PackedBlocks,
+    unmapped: BTreeMap<u64, u32>,
+}
+
+impl Pool {
+    fn packed(&self) -> PackedPool {
+        let streams = self
+            .streams
+            .iter()
+            .map(|(&key, s)| PackedStream {
+                key,
+                stream: s.stream,
+                blocks: s.blocks.packed(),
+                unmapped: s.unmapped.clone(),
+            })
+            .collect();
+        PackedPool { streams, get_free_blocks_call_count: self.get_free_blocks_call_count }
+    }
+}
+
+impl PackedPool {
+    fn unpacked(&self) -> Pool {
+        let streams = self
+            .streams
+            .iter()
+            .map(|s| {
+                (s.key, StreamBlocks { stream: s.stream, blocks: s.blocks.unpacked(), unmapped: s.unmapped.clone() })
+            })
+            .collect();
+        Pool { streams, get_free_blocks_call_count: self.get_free_blocks_call_count }
+    }
+}
+
+/// Every pool's free lists packed: what a state kept to come back to (a
+/// screen's checkpoint) holds instead of their bins, one allocation per
+/// stream instead of one per bin and a header per bin of its span
+/// (docs/design/allocator.md, "Checkpoints").
+#[derive(Debug, Clone)]
+pub(crate) struct PackedPools(Box<[PackedPool]>);
+
+impl PackedPools {
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        let stream = |s: &PackedStream| 64 + s.blocks.approx_heap_bytes() + s.unmapped.len() * 48;
+        self.0.iter().map(|p| std::mem::size_of::<PackedPool>() + p.streams.iter().map(stream).sum::<usize>()).sum()
+    }
+}
+
+/// Every pool's free lists, taken out while the rest of an allocator is
+/// copied (`CachingAllocator::pools_aside`).
+pub(crate) struct PoolsAside(Vec<Pool>);
 
 /// Streams whose emptied free lists are kept for reuse; past this many, a
 /// stream's entry goes when it holds no free block, so memory follows the
@@ -441,6 +505,27 @@ impl<D> CachingAllocator<D> {
             record_tags: self.record_tags,
             emitted: self.emitted,
         }
+    }
+
+    /// The free lists packed, for a copy kept to come back to.
+    pub(crate) fn packed_pools(&self) -> PackedPools {
+        PackedPools(self.pools.iter().map(Pool::packed).collect())
+    }
+
+    /// The free lists taken out, so that a copy of the rest leaves them
+    /// (`pools_back` returns them): a kept copy holds them packed.
+    pub(crate) fn pools_aside(&mut self) -> PoolsAside {
+        PoolsAside(std::mem::take(&mut self.pools))
+    }
+
+    pub(crate) fn pools_back(&mut self, aside: PoolsAside) {
+        self.pools = aside.0;
+    }
+
+    /// The free lists `packed` holds, in place of this copy's (a copy made
+    /// while they were aside has none).
+    pub(crate) fn unpack_pools(&mut self, packed: &PackedPools) {
+        self.pools = packed.0.iter().map(PackedPool::unpacked).collect();
     }
 
     /// Block slots held, live or free: a bound on the events one request

@@ -48,6 +48,29 @@ impl FreeBlocks {
     }
 }
 
+/// A kept copy's free blocks: every entry in order, one allocation instead
+/// of a bin each (docs/design/allocator.md, "Checkpoints").
+#[derive(Debug, Clone)]
+pub(crate) struct PackedBlocks(Box<[Entry]>);
+
+impl PackedBlocks {
+    /// The blocks again, binned.
+    pub(crate) fn unpacked(&self) -> FreeBlocks {
+        let mut f = FreeBlocks::default();
+        for &e in self.0.iter() {
+            let b = bin_of(e.0);
+            // In order, so each goes at its bin's end.
+            f.bin_grown(b).push_back(e);
+            f.set(b);
+        }
+        f
+    }
+
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        self.0.len() * std::mem::size_of::<Entry>()
+    }
+}
+
 /// Cloned before every speculative malloc of a replay: most of the bins are
 /// empty, so only the occupied ones are copied.
 impl Clone for FreeBlocks {
@@ -208,6 +231,11 @@ impl FreeBlocks {
     }
 
     #[inline]
+    /// Every entry in order, for keeping (`PackedBlocks::unpacked`).
+    pub(crate) fn packed(&self) -> PackedBlocks {
+        PackedBlocks(self.iter().collect())
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.summary == 0
     }
@@ -315,12 +343,16 @@ mod tests {
 
         /// `FreeBlocks` keeps exactly BTreeMap's (size, tie, ptr) order,
         /// sizes spanning 512 B to 1 TiB with many collisions in one bin, and
-        /// ties that disagree with addresses.
+        /// ties that disagree with addresses; packed and unpacked again (as
+        /// a checkpoint keeps them) every 37 operations, it goes on the same.
         #[test]
         fn free_blocks_match_btreemap(ops in prop::collection::vec((0u8..10, 0u32..40, 0u64..50, 9u32..41), 0..600)) {
             let mut ours = FreeBlocks::default();
             let mut model: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
             for (i, (kind, mant, ptr, exp)) in ops.into_iter().enumerate() {
+                if i % 37 == 36 {
+                    ours = ours.packed().unpacked();
+                }
                 let size = (1u64 << exp) + mant as u64 * 512;
                 let tie = (ptr * 7) % 5;
                 let ptr = ptr * 512;

@@ -12,7 +12,7 @@ pub mod release;
 pub mod snapshot;
 pub mod stats;
 
-pub(crate) use allocator::reservation_size;
+pub(crate) use allocator::{reservation_size, PackedPools};
 pub use allocator::{
     AllocError, BlockId, BlockView, CachingAllocator, MempoolId, OutOfMemory, PoolSlot, PoolView, Route, SeedBlock,
     SeedSegment, StatePoint,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::pools::{BurstKind, PoolLabel, PoolPlan};
 use crate::alloc::{
-    Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, EventsRef, Kind, PoolSlot, Release, SeedSegment,
+    Action, AllocatorConfig, BlockId, CachingAllocator, Device, Event, EventsRef, Kind, PackedPools, PoolSlot, Release,
+    SeedSegment,
 };
 use crate::device::Oracle;
 use crate::trace::deltas::Deltas;
@@ -255,6 +256,36 @@ pub struct Stepper<'a> {
     switch: Option<(usize, AllocatorConfig)>,
 }
 
+/// A replay's state kept to come back to (`Stepper::checkpoint`): the
+/// state but its free lists, which it holds packed (an allocation per
+/// stream instead of one per bin and a header for each bin of the span:
+/// docs/design/allocator.md, "Checkpoints").
+#[derive(Clone)]
+pub(crate) struct Checkpoint {
+    /// Bound to no column, its allocator without free lists.
+    st: Stepper<'static>,
+    pools: PackedPools,
+}
+
+impl Checkpoint {
+    /// The replay again from here, reading `rec` and its tags from `stacks`.
+    pub(crate) fn resume<'b>(&self, rec: EventsRef<'b>, stacks: &'b [u32]) -> Stepper<'b> {
+        let mut st = self.st.clone().rebind(rec, stacks);
+        st.alloc.unpack_pools(&self.pools);
+        st
+    }
+
+    /// Recorded events reproduced when it was kept.
+    pub(crate) fn position(&self) -> usize {
+        self.st.position()
+    }
+
+    /// About what it holds on the heap (`Stepper::approx_heap_bytes`).
+    pub(crate) fn approx_heap_bytes(&self) -> usize {
+        self.st.approx_heap_bytes() + self.pools.approx_heap_bytes()
+    }
+}
+
 impl<'a> Stepper<'a> {
     /// A replay of `rec` starting from `seed` (empty for a trace recorded
     /// from process start).
@@ -375,6 +406,17 @@ impl<'a> Stepper<'a> {
 
     pub(crate) fn allocator(&self) -> &CachingAllocator<Oracle<'a>> {
         &self.alloc
+    }
+
+    /// This state kept to come back to (a scrubber's checkpoint): bound to
+    /// no column, the allocator's free lists packed. `&mut`: they are set
+    /// aside while the rest is copied, then put back as they were.
+    pub(crate) fn checkpoint(&mut self) -> Checkpoint {
+        let pools = self.alloc.packed_pools();
+        let aside = self.alloc.pools_aside();
+        let st = self.clone().rebind(EventsRef::EMPTY, &[]);
+        self.alloc.pools_back(aside);
+        Checkpoint { st, pools }
     }
 
     /// About what a copy of this replay's state holds on the heap (the
@@ -823,8 +865,8 @@ impl<'a> Replaying<'a> {
     }
 
     /// The replay's state, as a scrubber's first pass keeps it.
-    pub(crate) fn stepper(&self) -> &Stepper<'a> {
-        &self.st
+    pub(crate) fn stepper(&mut self) -> &mut Stepper<'a> {
+        &mut self.st
     }
 
     /// Reproduces the next recorded event(s); `false` once the replay

@@ -7,6 +7,7 @@
 use crate::alloc::{CachingAllocator, EventsRef, SeedSegment, StatePoint};
 use crate::device::Oracle;
 
+use super::engine::Checkpoint;
 use super::{Divergence, ReplayOptions, Stepper};
 
 /// Checkpoints kept at most: past twice this many, every other one goes
@@ -16,7 +17,7 @@ use super::{Divergence, ReplayOptions, Stepper};
 /// 0.4 ms: docs/measurements/benchmarks.md, "Ten million events").
 const MAX_CHECKPOINTS: usize = 4096;
 
-/// The checkpoints' bytes at most (`Stepper::approx_heap_bytes`), past
+/// The checkpoints' bytes at most (`Checkpoint::approx_heap_bytes`), past
 /// which every other one goes too: a run that keeps tens of thousands of
 /// blocks live makes each state megabytes, and 8,192 of them would be tens
 /// of GB. A seek then replays more events (docs/measurements/benchmarks.md,
@@ -29,10 +30,10 @@ pub struct Scrubber<'a> {
     /// The columns the scrubber replays: the events and their stacks.
     rec: EventsRef<'a>,
     tags: &'a [u32],
-    /// States to come back to, bound to no column (`Stepper::rebind`
+    /// States to come back to, bound to no column (`Checkpoint::resume`
     /// binds a copy): a first pass run behind the decoding makes them
     /// while the column still grows (docs/design/trace-decoding.md).
-    checkpoints: Vec<Stepper<'static>>,
+    checkpoints: Vec<Checkpoint>,
     every: usize,
     cur: Stepper<'a>,
     /// Allocated and reserved bytes after each recorded event (none for a
@@ -48,8 +49,8 @@ pub struct Scrubber<'a> {
 pub(crate) struct Scrubbing {
     asked: usize,
     every: usize,
-    /// Each with its bytes (`Stepper::approx_heap_bytes`).
-    checkpoints: Vec<(Stepper<'static>, usize)>,
+    /// Each with its bytes (`Checkpoint::approx_heap_bytes`).
+    checkpoints: Vec<(Checkpoint, usize)>,
     points: Vec<StatePoint>,
     /// The checkpoints' bytes, and the most they may hold.
     bytes: usize,
@@ -60,12 +61,12 @@ impl Scrubbing {
     /// A first pass from `start`, a checkpoint every `every` events (more
     /// apart past `MAX_CHECKPOINTS` of them, from the start where `events`,
     /// a bound on the events to come, says so); room for `events` points.
-    pub(crate) fn new(start: &Stepper<'_>, every: usize, events: usize) -> Scrubbing {
+    pub(crate) fn new(start: &mut Stepper<'_>, every: usize, events: usize) -> Scrubbing {
         // A hint (behind the decoding, from the file's size): a failed
         // reservation just means growing as usual.
         let mut points = Vec::new();
         let _ = points.try_reserve(events);
-        let first = unbound(start);
+        let first = start.checkpoint();
         let bytes = first.approx_heap_bytes();
         // Spaced from the start as thinning would leave them for `events`:
         // otherwise a long trace copied twice the states it keeps, holding
@@ -74,7 +75,7 @@ impl Scrubbing {
         // columns reserved, up to 16M): where the file holds fewer, the
         // interval may end twice what thinning reaches, 2,048 events at
         // most below 16M (docs/measurements/benchmarks.md, "Checkpoints
-        // spaced from the start").
+        // spaced from the start, their free lists packed").
         let mut spaced = every.max(1);
         while events / spaced > 2 * MAX_CHECKPOINTS {
             spaced *= 2;
@@ -91,7 +92,7 @@ impl Scrubbing {
 
     /// As `new`, the checkpoints held to `budget` bytes.
     #[cfg(test)]
-    fn within(start: &Stepper<'_>, every: usize, events: usize, budget: usize) -> Scrubbing {
+    fn within(start: &mut Stepper<'_>, every: usize, events: usize, budget: usize) -> Scrubbing {
         Scrubbing { budget, ..Scrubbing::new(start, every, events) }
     }
 
@@ -101,11 +102,11 @@ impl Scrubbing {
     }
 
     /// What the pass keeps of the step `st` has just made.
-    pub(crate) fn stepped(&mut self, st: &Stepper<'_>) {
+    pub(crate) fn stepped(&mut self, st: &mut Stepper<'_>) {
         self.points.extend_from_slice(st.allocator().points());
         // A checkpoint as soon as a multiple of `every` is passed.
         if st.position() / self.every > self.checkpoints.len() - 1 {
-            let c = unbound(st);
+            let c = st.checkpoint();
             let bytes = c.approx_heap_bytes();
             self.bytes += bytes;
             self.checkpoints.push((c, bytes));
@@ -127,15 +128,10 @@ impl Scrubbing {
     /// The scrubber over `rec` (tagged from `tags`) the pass made, at the
     /// start: the columns the pass read, whole.
     pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
-        let checkpoints: Vec<Stepper<'static>> = self.checkpoints.into_iter().map(|(c, _)| c).collect();
-        let cur = checkpoints[0].clone().rebind(rec, tags);
+        let checkpoints: Vec<Checkpoint> = self.checkpoints.into_iter().map(|(c, _)| c).collect();
+        let cur = checkpoints[0].resume(rec, tags);
         Scrubber { rec, tags, checkpoints, every: self.every, cur, points: self.points, last_steps: 0 }
     }
-}
-
-/// A copy of `st` bound to no column.
-fn unbound(st: &Stepper<'_>) -> Stepper<'static> {
-    st.clone().rebind(EventsRef::EMPTY, &[])
 }
 
 impl<'a> Scrubber<'a> {
@@ -159,10 +155,10 @@ impl<'a> Scrubber<'a> {
         every: usize,
     ) -> Result<Self, Divergence> {
         let mut st = Stepper::new(rec, opts, seed)?.tagged(tags);
-        let mut pass = Scrubbing::new(&st, every, rec.len());
+        let mut pass = Scrubbing::new(&mut st, every, rec.len());
         while st.position() < rec.len() {
             st.step()?;
-            pass.stepped(&st);
+            pass.stepped(&mut st);
         }
         Ok(pass.finish(rec, tags))
     }
@@ -177,8 +173,8 @@ impl<'a> Scrubber<'a> {
         opts: &ReplayOptions,
         seed: &[SeedSegment],
     ) -> Result<Self, Divergence> {
-        let st = Stepper::new(rec, opts, seed)?.tagged(tags);
-        let start = unbound(&st);
+        let mut st = Stepper::new(rec, opts, seed)?.tagged(tags);
+        let start = st.checkpoint();
         Ok(Scrubber {
             rec,
             tags,
@@ -220,7 +216,7 @@ impl<'a> Scrubber<'a> {
         let target = event.min(self.len().saturating_sub(1)) + 1;
         if self.cur.position() > target || target - self.cur.position() > self.every {
             let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);
-            self.cur = self.checkpoints[at].clone().rebind(self.rec, self.tags);
+            self.cur = self.checkpoints[at].resume(self.rec, self.tags);
         }
         self.last_steps = 0;
         while self.cur.position() < target {
@@ -359,11 +355,11 @@ mod tests {
         let thinned = Scrubber::new(rec, &opts, &[], 1).unwrap();
         for (bound, held_most) in [(rec.len(), rec.len() / 2 + 1), (0, 2 * MAX_CHECKPOINTS)] {
             let mut st = Stepper::new(rec, &opts, &[]).unwrap();
-            let mut pass = Scrubbing::new(&st, 1, bound);
+            let mut pass = Scrubbing::new(&mut st, 1, bound);
             let mut most = 0;
             while st.position() < rec.len() {
                 st.step().unwrap();
-                pass.stepped(&st);
+                pass.stepped(&mut st);
                 most = most.max(pass.checkpoints.len());
             }
             assert_eq!((pass.every, most), (2, held_most), "told {bound}");
@@ -390,17 +386,17 @@ mod tests {
         let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
         let rec = d.events.view();
         let one = Scrubber::new(rec, &opts, &[], 16).unwrap();
-        let each: Vec<usize> = one.checkpoints.iter().map(Stepper::approx_heap_bytes).collect();
+        let each: Vec<usize> = one.checkpoints.iter().map(Checkpoint::approx_heap_bytes).collect();
         let most = *each.iter().max().unwrap();
         assert!(most > 10_000 && most < 10_000_000, "{most} bytes a state");
         // Room for about 40 of the largest: of the 612 asked for, a few
         // dozen stay.
         let budget = 40 * most;
         let mut st = Stepper::new(rec, &opts, &[]).unwrap();
-        let mut pass = Scrubbing::within(&st, 16, rec.len(), budget);
+        let mut pass = Scrubbing::within(&mut st, 16, rec.len(), budget);
         while st.position() < rec.len() {
             st.step().unwrap();
-            pass.stepped(&st);
+            pass.stepped(&mut st);
             assert!(pass.bytes <= budget || pass.checkpoints.len() <= MIN_CHECKPOINTS);
         }
         let (kept, every) = (pass.checkpoints.len(), pass.every);
