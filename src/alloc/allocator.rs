@@ -15,7 +15,7 @@ use thiserror::Error;
 use super::backing::Device;
 use super::config::{format_size, AllocatorConfig, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, UNLIMITED};
 use super::event::{Action, Event};
-use super::index::{FreeBlocks, PackedBlocks};
+use super::index::{Entry, FreeBlocks, PackedBlocks};
 use super::release::{Release, TieBreak};
 use super::snapshot::{BlockInfo, BlockState, SegmentInfo};
 use super::stats::{DeviceStats, Kind, LARGE_POOL, SMALL_POOL};
@@ -232,13 +232,6 @@ impl PackedPool {
 /// (docs/design/allocator.md, "Checkpoints").
 #[derive(Debug, Clone)]
 pub(crate) struct PackedPools(Box<[PackedPool]>);
-
-impl PackedPools {
-    pub(crate) fn approx_heap_bytes(&self) -> usize {
-        let stream = |s: &PackedStream| 64 + s.blocks.approx_heap_bytes() + s.unmapped.len() * 48;
-        self.0.iter().map(|p| std::mem::size_of::<PackedPool>() + p.streams.iter().map(stream).sum::<usize>()).sum()
-    }
-}
 
 /// Every pool's free lists, taken out while the rest of an allocator is
 /// copied (`CachingAllocator::pools_aside`).
@@ -534,19 +527,20 @@ impl<D> CachingAllocator<D> {
         self.blocks.len()
     }
 
-    /// About what a copy of this state holds on the heap: the blocks with
-    /// their tie keys and tags, the free lists of every pool and stream
-    /// (their bins), the expandable segments. An estimate for budgets (the
-    /// screens' checkpoints), not an account.
-    pub(crate) fn approx_heap_bytes(&self) -> usize {
-        let per_block = std::mem::size_of::<Block>() + 8 + 4;
+    /// About what a copy of this state kept with its free lists packed
+    /// (`packed_pools`) holds on the heap, without making it: the blocks
+    /// with their tie keys and tags, the free lists' entries, the
+    /// expandable segments. An estimate for budgets (the screens'
+    /// checkpoints), not an account.
+    pub(crate) fn approx_kept_bytes(&self) -> usize {
         let stream = |b: &StreamBlocks| {
-            std::mem::size_of::<StreamBlocks>() + 32 + b.blocks.approx_heap_bytes() + b.unmapped.len() * 48
+            std::mem::size_of::<PackedStream>() + b.blocks.len() * std::mem::size_of::<Entry>() + b.unmapped.len() * 48
         };
         let pools: usize = self.pools.iter().flat_map(|p| p.streams.values()).map(stream).sum();
+        let per_block = std::mem::size_of::<Block>() + 8 + 4;
         self.blocks.capacity() * per_block
             + self.free_slots.capacity() * 4
-            + self.pools.capacity() * std::mem::size_of::<Pool>()
+            + self.pools.len() * std::mem::size_of::<PackedPool>()
             + pools
             + self.es.len() * 256
     }

@@ -39,15 +39,6 @@ pub(crate) struct FreeBlocks {
     summary: u64,
 }
 
-impl FreeBlocks {
-    /// What a copy of these holds on the heap: the bins' headers and the
-    /// room each occupied bin keeps (an estimate for budgets).
-    pub(crate) fn approx_heap_bytes(&self) -> usize {
-        let entries: usize = self.bins.iter().map(VecDeque::capacity).sum();
-        self.bins.capacity() * std::mem::size_of::<VecDeque<Entry>>() + entries * std::mem::size_of::<Entry>()
-    }
-}
-
 /// A kept copy's free blocks: every entry in order, one allocation instead
 /// of a bin each (docs/design/allocator.md, "Checkpoints").
 #[derive(Debug, Clone)]
@@ -64,10 +55,6 @@ impl PackedBlocks {
             f.set(b);
         }
         f
-    }
-
-    pub(crate) fn approx_heap_bytes(&self) -> usize {
-        self.0.len() * std::mem::size_of::<Entry>()
     }
 }
 
@@ -238,6 +225,11 @@ impl FreeBlocks {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.summary == 0
+    }
+
+    /// Free blocks held.
+    pub(crate) fn len(&self) -> usize {
+        self.bins.iter().map(VecDeque::len).sum()
     }
 
     pub(crate) fn insert(&mut self, size: u64, tie: u64, ptr: u64, v: u32) {

@@ -235,6 +235,10 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_ev
                 scrub = Some(Scrubbing::new(r.stepper(), every, cols.events.capacity()));
             }
             let all = done.is_some();
+            // Fallen behind the decoding (or it is over and the rest is
+            // catching up): the scrubber's pass copies fewer checkpoints
+            // now and makes the others once the file is read, on every core.
+            let hurried = cols.events.len().saturating_sub(r.position()) > BEHIND;
             let mut steps = 0;
             while steps < STEPS_BETWEEN_TAKES
                 && r.position() < cols.events.len()
@@ -243,7 +247,7 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_ev
             {
                 steps += 1;
                 if let Some(pass) = scrub.as_mut() {
-                    pass.stepped(r.stepper());
+                    pass.stepped(r.stepper(), hurried);
                 }
             }
             replay = Some(r.rebind(EventsRef::EMPTY, &[]));
@@ -313,6 +317,10 @@ impl Behind {
 
 /// Steps between looks at the channel: a few milliseconds of replay.
 const STEPS_BETWEEN_TAKES: usize = 1 << 14;
+
+/// Events handed over and not yet replayed past which the replay has
+/// fallen behind the decoding: more than two of the reader's chunks.
+const BEHIND: usize = 2 * Tap::CHUNK;
 
 impl EventTap for Behind {
     fn events(&self, chunk: Events, stacks: Vec<u32>) {

@@ -265,6 +265,8 @@ pub(crate) struct Checkpoint {
     /// Bound to no column, its allocator without free lists.
     st: Stepper<'static>,
     pools: PackedPools,
+    /// `Stepper::kept_bytes` of the state it was made of.
+    bytes: usize,
 }
 
 impl Checkpoint {
@@ -280,9 +282,9 @@ impl Checkpoint {
         self.st.position()
     }
 
-    /// About what it holds on the heap (`Stepper::approx_heap_bytes`).
+    /// About what it holds on the heap (`Stepper::kept_bytes`).
     pub(crate) fn approx_heap_bytes(&self) -> usize {
-        self.st.approx_heap_bytes() + self.pools.approx_heap_bytes()
+        self.bytes
     }
 }
 
@@ -412,18 +414,19 @@ impl<'a> Stepper<'a> {
     /// no column, the allocator's free lists packed. `&mut`: they are set
     /// aside while the rest is copied, then put back as they were.
     pub(crate) fn checkpoint(&mut self) -> Checkpoint {
+        let bytes = self.kept_bytes();
         let pools = self.alloc.packed_pools();
         let aside = self.alloc.pools_aside();
         let st = self.clone().rebind(EventsRef::EMPTY, &[]);
         self.alloc.pools_back(aside);
-        Checkpoint { st, pools }
+        Checkpoint { st, pools, bytes }
     }
 
-    /// About what a copy of this replay's state holds on the heap (the
-    /// allocator's, the live blocks by address, the segments): for the
-    /// screens' checkpoint budget.
-    pub(crate) fn approx_heap_bytes(&self) -> usize {
-        self.alloc.approx_heap_bytes()
+    /// About what `checkpoint` would hold on the heap (the allocator's,
+    /// the live blocks by address, the segments), without making it: for
+    /// the screens' checkpoint budget.
+    pub(crate) fn kept_bytes(&self) -> usize {
+        self.alloc.approx_kept_bytes()
             + self.live.capacity() * 24
             + self.segs.len() * 64
             + self.empty_cache_at.capacity() * 8

@@ -26,6 +26,12 @@ const CHECKPOINT_BYTES: usize = 1 << 30;
 /// Checkpoints kept whatever their bytes.
 const MIN_CHECKPOINTS: usize = 16;
 
+/// Behind a decoding it cannot keep up with, the first pass copies one
+/// checkpoint in this many and leaves the others for `Scrubbing::finish`
+/// to make on every core (docs/design/trace-decoding.md, "The screen
+/// behind the decoding").
+const HURRIED: usize = 4;
+
 pub struct Scrubber<'a> {
     /// The columns the scrubber replays: the events and their stacks.
     rec: EventsRef<'a>,
@@ -49,8 +55,8 @@ pub struct Scrubber<'a> {
 pub(crate) struct Scrubbing {
     asked: usize,
     every: usize,
-    /// Each with its bytes (`Checkpoint::approx_heap_bytes`).
-    checkpoints: Vec<(Checkpoint, usize)>,
+    /// Each with its bytes (`Stepper::kept_bytes`).
+    checkpoints: Vec<(Kept, usize)>,
     points: Vec<StatePoint>,
     /// The checkpoints' bytes, and the most they may hold.
     bytes: usize,
@@ -68,6 +74,7 @@ impl Scrubbing {
         let _ = points.try_reserve(events);
         let first = start.checkpoint();
         let bytes = first.approx_heap_bytes();
+        let first = Kept::Copy(Box::new(first));
         // Spaced from the start as thinning would leave them for `events`:
         // otherwise a long trace copied twice the states it keeps, holding
         // half of them at once only to drop every other one. Behind the
@@ -101,15 +108,23 @@ impl Scrubbing {
         self.asked
     }
 
-    /// What the pass keeps of the step `st` has just made.
-    pub(crate) fn stepped(&mut self, st: &mut Stepper<'_>) {
+    /// What the pass keeps of the step `st` has just made. `hurried`: it
+    /// runs behind a decoding it has fallen behind, so only one checkpoint
+    /// due in `HURRIED` is copied now, the others left as holes for
+    /// `finish`; the same ones are kept in the end.
+    pub(crate) fn stepped(&mut self, st: &mut Stepper<'_>, hurried: bool) {
         self.points.extend_from_slice(st.allocator().points());
         // A checkpoint as soon as a multiple of `every` is passed.
-        if st.position() / self.every > self.checkpoints.len() - 1 {
-            let c = st.checkpoint();
-            let bytes = c.approx_heap_bytes();
+        let due = self.checkpoints.len();
+        if st.position() / self.every > due - 1 {
+            let bytes = st.kept_bytes();
+            let kept = if hurried && due % HURRIED != 0 {
+                Kept::Hole(st.position())
+            } else {
+                Kept::Copy(Box::new(st.checkpoint()))
+            };
             self.bytes += bytes;
-            self.checkpoints.push((c, bytes));
+            self.checkpoints.push((kept, bytes));
             while self.checkpoints.len() > 2 * MAX_CHECKPOINTS
                 || (self.bytes > self.budget && self.checkpoints.len() > MIN_CHECKPOINTS)
             {
@@ -127,11 +142,58 @@ impl Scrubbing {
 
     /// The scrubber over `rec` (tagged from `tags`) the pass made, at the
     /// start: the columns the pass read, whole.
+    /// The holes a hurried pass left are made now, each run of them
+    /// replayed from the copy before it, the runs on every core.
     pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
-        let checkpoints: Vec<Checkpoint> = self.checkpoints.into_iter().map(|(c, _)| c).collect();
+        let checkpoints = filled(self.checkpoints, rec, tags);
         let cur = checkpoints[0].resume(rec, tags);
         Scrubber { rec, tags, checkpoints, every: self.every, cur, points: self.points, last_steps: 0 }
     }
+}
+
+/// A checkpoint a first pass copied, or one it left for `finish` to make.
+enum Kept {
+    /// Boxed: a state is kilobytes before its heap, and a hole a word.
+    Copy(Box<Checkpoint>),
+    /// The position it is due at.
+    Hole(usize),
+}
+
+/// The checkpoints of `kept`, the holes made: each run of them replayed
+/// from the copy before it (the first is always one), the runs side by
+/// side. The pass reproduced every event, so a step cannot fail here.
+fn filled(kept: Vec<(Kept, usize)>, rec: EventsRef<'_>, tags: &[u32]) -> Vec<Checkpoint> {
+    let mut made: Vec<Option<Checkpoint>> = Vec::with_capacity(kept.len());
+    // Per run: the copy's index, then each hole's index and position.
+    let mut runs: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    for (i, (k, _)) in kept.into_iter().enumerate() {
+        match k {
+            Kept::Copy(c) => made.push(Some(*c)),
+            Kept::Hole(at) => {
+                made.push(None);
+                match runs.last_mut() {
+                    Some((_, holes)) if holes.last().is_some_and(|&(j, _)| j + 1 == i) => holes.push((i, at)),
+                    _ => runs.push((i - 1, vec![(i, at)])),
+                }
+            }
+        }
+    }
+    let from = &made;
+    let runs = crate::analysis::spans::each(runs, |(copy, holes)| {
+        let mut st = from[copy].as_ref().map(|c| c.resume(rec, tags));
+        holes
+            .into_iter()
+            .filter_map(|(i, at)| {
+                let st = st.as_mut()?;
+                while st.position() < at && st.step().is_ok() {}
+                Some((i, st.checkpoint()))
+            })
+            .collect::<Vec<_>>()
+    });
+    for (i, c) in runs.into_iter().flatten() {
+        made[i] = Some(c);
+    }
+    made.into_iter().flatten().collect()
 }
 
 impl<'a> Scrubber<'a> {
@@ -158,7 +220,7 @@ impl<'a> Scrubber<'a> {
         let mut pass = Scrubbing::new(&mut st, every, rec.len());
         while st.position() < rec.len() {
             st.step()?;
-            pass.stepped(&mut st);
+            pass.stepped(&mut st, false);
         }
         Ok(pass.finish(rec, tags))
     }
@@ -359,7 +421,7 @@ mod tests {
             let mut most = 0;
             while st.position() < rec.len() {
                 st.step().unwrap();
-                pass.stepped(&mut st);
+                pass.stepped(&mut st, false);
                 most = most.max(pass.checkpoints.len());
             }
             assert_eq!((pass.every, most), (2, held_most), "told {bound}");
@@ -372,6 +434,45 @@ mod tests {
                 let r = replay_events(rec, &o);
                 assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
                 assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
+            }
+        }
+    }
+
+    /// A pass hurried for a stretch (behind a decoding it could not keep
+    /// up with) copies one checkpoint in four there and makes the others
+    /// as it finishes: the same checkpoints, at the same events, with the
+    /// same states, as a pass never hurried, thinned the same way.
+    #[test]
+    fn a_hurried_pass_keeps_the_checkpoints_an_unhurried_one_does() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let rec = d.events.view();
+        for every in [16, 1] {
+            let calm = Scrubber::new(rec, &opts, &[], every).unwrap();
+            let mut st = Stepper::new(rec, &opts, &[]).unwrap();
+            let mut pass = Scrubbing::new(&mut st, every, rec.len());
+            while st.position() < rec.len() {
+                st.step().unwrap();
+                let hurried = (2_000..7_000).contains(&st.position());
+                pass.stepped(&mut st, hurried);
+            }
+            let holes = pass.checkpoints.iter().filter(|(k, _)| matches!(k, Kept::Hole(_))).count();
+            // Three in four of those due in the stretch were left.
+            let stretch = 5_000 / pass.every;
+            assert!(holes * 2 > stretch && holes < stretch, "every {every}: {holes} holes of {stretch}");
+            assert_eq!(pass.bytes, pass.checkpoints.iter().map(|(_, b)| b).sum::<usize>());
+            let mut s = pass.finish(rec, &[]);
+            let at = |s: &Scrubber| s.checkpoints.iter().map(Checkpoint::position).collect::<Vec<_>>();
+            assert_eq!(at(&s), at(&calm), "every {every}");
+            assert_eq!((s.every, s.points()), (calm.every, calm.points()));
+            for &e in &[9788usize, 3041, 1, 6000, 4500, 2001] {
+                let mut o = opts.clone();
+                o.stop_at = Some(e + 1);
+                let r = replay_events(rec, &o);
+                assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
+                assert_eq!(s.seek(e).memory_stats(), r.allocator.memory_stats(), "event {e}");
+                assert!(s.last_steps() <= s.every, "event {e}: {} steps", s.last_steps());
             }
         }
     }
@@ -396,7 +497,7 @@ mod tests {
         let mut pass = Scrubbing::within(&mut st, 16, rec.len(), budget);
         while st.position() < rec.len() {
             st.step().unwrap();
-            pass.stepped(&mut st);
+            pass.stepped(&mut st, false);
             assert!(pass.bytes <= budget || pass.checkpoints.len() <= MIN_CHECKPOINTS);
         }
         let (kept, every) = (pass.checkpoints.len(), pass.every);
