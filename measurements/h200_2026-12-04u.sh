@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The twenty-second H200 call of 2026-12-04 (docs/measurements/benchmarks.md,
+# "Checkpoints spaced from the start, their free lists packed" and "After
+# the decoding"): a real 10M-event recording (ResNet-18 at batch 32); the
+# screen's first frame (200x60 pty, then q) and `replay --json` of
+# .gpu/gt-a (25159dd) and .gpu/gt-h (bdbc6ba) four times each,
+# alternating, every report compared; then .gpu/gt-m (bdbc6ba with time
+# marks at each step after the decoding and inside the categories' first
+# half, written to /tmp/gt-marks.txt, not committed): two replays, one
+# first frame.
+set -u
+for b in a h m; do gunzip -c .gpu/gt-$b.gz > .gpu/gt-$b; chmod +x .gpu/gt-$b; done
+W=$(mktemp -d)
+T0=$(date +%s)
+el() { echo "$1 $(( $(date +%s) - T0 )) s"; }
+python3 measurements/ten_million/record_loop.py $W/a.pickle --model resnet18 --batch 32 --events 10000000 --max-entries 10000000 --budget 200 > $OUT/rec.txt 2>&1
+el a >> $OUT/rec.txt
+for round in 1 2 3 4; do
+  for b in a h; do
+    sleep 1; echo "first frame $b: $(timeout 60 python3 measurements/ten_million/first_frame.py .gpu/gt-$b $W/a.pickle 2>&1 | tail -1)" >> $OUT/builds.txt
+    sleep 1; /usr/bin/time -f "replay $b %e s user %U rss %M KB" timeout 60 .gpu/gt-$b replay $W/a.pickle --json > $W/r_${b}_$round.json 2>> $OUT/builds.txt
+  done
+done
+for f in $W/r_*.json; do python3 -c "
+import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); a.pop('elapsed_ms'); b.pop('elapsed_ms'); print(sys.argv[1].split('/')[-1], 'same' if a==b else 'DIFFERS')" $f $W/r_a_1.json; done >> $OUT/builds.txt
+for round in 1 2; do
+  sleep 1; rm -f /tmp/gt-marks.txt
+  /usr/bin/time -f "replay m %e s user %U rss %M KB" timeout 60 .gpu/gt-m replay $W/a.pickle --json > /dev/null 2>> $OUT/marks.txt
+  echo "marks: $(tr '\n' ' ' < /tmp/gt-marks.txt)" >> $OUT/marks.txt
+done
+sleep 1; rm -f /tmp/gt-marks.txt
+echo "first frame m: $(timeout 60 python3 measurements/ten_million/first_frame.py .gpu/gt-m $W/a.pickle 2>&1 | tail -1)" >> $OUT/marks.txt
+echo "marks: $(tr '\n' ' ' < /tmp/gt-marks.txt)" >> $OUT/marks.txt
+el all >> $OUT/builds.txt
+cd $OUT && tar czf results.tgz *.txt && rm -f *.txt
