@@ -217,12 +217,12 @@ impl FreeBlocks {
         &mut self.bins[b - self.lo]
     }
 
-    #[inline]
     /// Every entry in order, for keeping (`PackedBlocks::unpacked`).
     pub(crate) fn packed(&self) -> PackedBlocks {
         PackedBlocks(self.iter().collect())
     }
 
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.summary == 0
     }

@@ -141,9 +141,9 @@ impl Scrubbing {
     }
 
     /// The scrubber over `rec` (tagged from `tags`) the pass made, at the
-    /// start: the columns the pass read, whole.
-    /// The holes a hurried pass left are made now, each run of them
-    /// replayed from the copy before it, the runs on every core.
+    /// start: the columns the pass read, whole. The holes a hurried pass
+    /// left are made now, each run of them replayed from the copy before
+    /// it, the runs on every core.
     pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
         let checkpoints = filled(self.checkpoints, rec, tags);
         let cur = checkpoints[0].resume(rec, tags);
