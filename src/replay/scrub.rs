@@ -329,6 +329,20 @@ mod tests {
         trace::load(&root.join(name)).unwrap()
     }
 
+    /// Each seek of `s` to `events` lands where a fresh replay stopped
+    /// there does (blocks, tags and statistics), within `within` steps.
+    fn lands_exactly(s: &mut Scrubber, opts: &ReplayOptions, events: &[usize], within: usize) {
+        for &e in events {
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            let r = replay_events(s.rec, &o);
+            let got = s.seek(e);
+            assert_eq!(got.snapshot(), r.allocator.snapshot(), "event {e}");
+            assert_eq!(got.memory_stats(), r.allocator.memory_stats(), "event {e}");
+            assert!(s.last_steps() <= within, "event {e}: {} steps", s.last_steps());
+        }
+    }
+
     /// Seeking anywhere, forwards or backwards, gives exactly the state a
     /// replay from the start reaches, and a step back replays at most one
     /// checkpoint interval.
@@ -428,13 +442,7 @@ mod tests {
             let mut s = pass.finish(rec, &[]);
             assert_eq!(s.checkpoints(), thinned.checkpoints());
             assert_eq!(s.points(), thinned.points());
-            for &e in &[9788usize, 3041, 1, 6000] {
-                let mut o = opts.clone();
-                o.stop_at = Some(e + 1);
-                let r = replay_events(rec, &o);
-                assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
-                assert!(s.last_steps() <= 2, "event {e}: {} steps", s.last_steps());
-            }
+            lands_exactly(&mut s, &opts, &[9788, 3041, 1, 6000], 2);
         }
     }
 
@@ -466,14 +474,8 @@ mod tests {
             let at = |s: &Scrubber| s.checkpoints.iter().map(Checkpoint::position).collect::<Vec<_>>();
             assert_eq!(at(&s), at(&calm), "every {every}");
             assert_eq!((s.every, s.points()), (calm.every, calm.points()));
-            for &e in &[9788usize, 3041, 1, 6000, 4500, 2001] {
-                let mut o = opts.clone();
-                o.stop_at = Some(e + 1);
-                let r = replay_events(rec, &o);
-                assert_eq!(s.seek(e).snapshot(), r.allocator.snapshot(), "event {e}");
-                assert_eq!(s.seek(e).memory_stats(), r.allocator.memory_stats(), "event {e}");
-                assert!(s.last_steps() <= s.every, "event {e}: {} steps", s.last_steps());
-            }
+            let every = s.every;
+            lands_exactly(&mut s, &opts, &[9788, 3041, 1, 6000, 4500, 2001], every);
         }
     }
 
