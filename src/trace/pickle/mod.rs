@@ -239,7 +239,7 @@ impl Memo {
             Value::Str(s) => {
                 // Kept alive by `strs`, so the address stays this string's.
                 if let Some((_, id)) = self.last_str.filter(|(p, _)| *p == Rc::as_ptr(s)) {
-                    return Some(id << 2 | 2);
+                    return Some(Self::code_of_str(id));
                 }
                 let next = u32::try_from(self.strs.len()).ok().filter(|&n| n < Self::ROOM)?;
                 let id = *self.str_ids.entry(Rc::as_ptr(s)).or_insert(next);
@@ -247,7 +247,7 @@ impl Memo {
                     self.strs.push(s.clone());
                 }
                 self.last_str = Some((Rc::as_ptr(s), id));
-                Some(id << 2 | 2)
+                Some(Self::code_of_str(id))
             }
             _ => None,
         }
@@ -388,12 +388,17 @@ impl Memo {
         (id < Self::ROOM).then_some(id << 2 | u32::from(stack))
     }
 
+    /// A string's compact slot, by its index in `strs` (below `ROOM`).
+    fn code_of_str(id: u32) -> u32 {
+        id << 2 | 2
+    }
+
     /// The compact slot of the string last compacted, if `bytes` are its
     /// text: most strings an entry stores are PyTorch's per-entry `'N/A'`.
     fn last_str_code(&self, bytes: &[u8]) -> Option<u32> {
         let (_, id) = self.last_str?;
         let s = self.strs.get(id as usize)?;
-        (s.as_bytes() == bytes).then_some(id << 2 | 2)
+        (s.as_bytes() == bytes).then_some(Self::code_of_str(id))
     }
 }
 
