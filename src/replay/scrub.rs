@@ -117,11 +117,12 @@ impl Scrubbing {
         // A checkpoint as soon as a multiple of `every` is passed.
         let due = self.checkpoints.len();
         if st.position() / self.every > due - 1 {
-            let bytes = st.kept_bytes();
-            let kept = if hurried && due % HURRIED != 0 {
-                Kept::Hole(st.position())
+            let (kept, bytes) = if hurried && due % HURRIED != 0 {
+                (Kept::Hole(st.position()), st.kept_bytes())
             } else {
-                Kept::Copy(Box::new(st.checkpoint()))
+                let c = st.checkpoint();
+                let bytes = c.approx_heap_bytes();
+                (Kept::Copy(Box::new(c)), bytes)
             };
             self.bytes += bytes;
             self.checkpoints.push((kept, bytes));
