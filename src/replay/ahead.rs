@@ -61,6 +61,8 @@ enum Handed {
 struct Columns {
     events: Events,
     stacks: Vec<u32>,
+    /// The most events handed over at once: the reader's chunk.
+    chunk: usize,
 }
 
 /// What the thread hands back: every event and stack, and the replay that
@@ -235,10 +237,11 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_ev
                 scrub = Some(Scrubbing::new(r.stepper(), every, cols.events.capacity()));
             }
             let all = done.is_some();
-            // Fallen behind the decoding (or it is over and the rest is
-            // catching up): the scrubber's pass copies fewer checkpoints
-            // now and makes the others once the file is read, on every core.
-            let hurried = cols.events.len().saturating_sub(r.position()) > BEHIND;
+            // Fallen behind the decoding, more than two of the reader's
+            // chunks (or it is over and the rest is catching up): the
+            // scrubber's pass copies fewer checkpoints now and makes the
+            // others once the file is read, on every core.
+            let hurried = cols.events.len().saturating_sub(r.position()) > 2 * cols.chunk;
             let mut steps = 0;
             while steps < STEPS_BETWEEN_TAKES
                 && r.position() < cols.events.len()
@@ -291,6 +294,7 @@ fn take(h: Handed, cols: &mut Columns, done: &mut Option<Option<i32>>) {
             stacks
         }
     };
+    cols.chunk = cols.chunk.max(stacks.len());
     // The first carries the room the decoder reserved for them all.
     if cols.stacks.is_empty() {
         cols.stacks = stacks;
@@ -317,11 +321,6 @@ impl Behind {
 
 /// Steps between looks at the channel: a few milliseconds of replay.
 const STEPS_BETWEEN_TAKES: usize = 1 << 14;
-
-/// Events handed over and not yet replayed past which the replay has
-/// fallen behind the decoding: more than two of the reader's chunks (in
-/// tests any, so that their small traces' passes hurry too).
-const BEHIND: usize = if cfg!(test) { 0 } else { 2 * Tap::CHUNK };
 
 impl EventTap for Behind {
     fn events(&self, chunk: Events, stacks: Vec<u32>) {

@@ -360,9 +360,9 @@ mod tests {
                     assert_eq!(ran && !ahead.waiting(), taken, "{name} in chunks of {chunk}: taken");
                     let mut got = behind.session.scrubber(every).unwrap();
                     assert_eq!(got.points(), want.points(), "{name} every {every} in chunks of {chunk}");
-                    // A pass behind the decoding hurries here (any event
-                    // not yet replayed is behind, in tests): the holes it
-                    // left are made, where the others were kept.
+                    // A pass behind a decoding in chunks of 3 hurries (more
+                    // than two chunks not yet replayed): the holes it left
+                    // are made, where the others were kept.
                     assert_eq!(got.kept_at(), want.kept_at(), "{name} every {every} in chunks of {chunk}");
                     let n = plain.devices.iter().map(|d| d.events.len()).max().unwrap();
                     let at = after.session.exact.peak.event;
