@@ -207,41 +207,68 @@ pub(crate) fn run_stream(
     device: Sim,
     limit: Option<u64>,
 ) -> WhatIf {
-    let mut a = CachingAllocator::new(config, device);
-    a.set_recording(false);
-    if limit.is_some() {
-        a.set_memory_limit(limit);
+    let mut run = Run::new(config, device, limit);
+    for r in reqs {
+        run.step(r);
     }
+    run.finish()
+}
+
+/// A what-if run handed its requests one at a time, whose figures can be
+/// read on the way (`tune` guesses its second stage from them while the
+/// trace is still being read).
+pub(crate) struct Run {
+    a: CachingAllocator<Sim>,
     // Keyed by the recorded addresses: the std hasher's SipHash was 14% of
     // tune's time on a ten-million-event trace (docs/measurements/benchmarks.md).
-    let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
-    let (mut new_ooms, mut avoided_ooms) = (0, 0);
-    let mut first_new_oom = None;
-    let mut peak: Option<(usize, u64, u64)> = None;
-    for (i, r) in reqs.enumerate() {
+    live: HashMap<u64, BlockId, FastHash>,
+    /// The index of the next request.
+    at: usize,
+    new_ooms: u64,
+    avoided_ooms: u64,
+    first_new_oom: Option<usize>,
+    peak: Option<(usize, u64, u64)>,
+}
+
+impl Run {
+    /// A run on a fresh allocator with `config` over `device`, under `limit`.
+    pub(crate) fn new(config: AllocatorConfig, device: Sim, limit: Option<u64>) -> Run {
+        let mut a = CachingAllocator::new(config, device);
+        a.set_recording(false);
+        if limit.is_some() {
+            a.set_memory_limit(limit);
+        }
+        let live = HashMap::default();
+        Run { a, live, at: 0, new_ooms: 0, avoided_ooms: 0, first_new_oom: None, peak: None }
+    }
+
+    #[inline]
+    pub(crate) fn step(&mut self, r: Request) {
+        let (a, i) = (&mut self.a, self.at);
+        self.at += 1;
         match r {
             Request::Alloc { key, size, stream } => match a.malloc(size, stream) {
                 Ok(b) => {
-                    live.insert(key, b);
+                    self.live.insert(key, b);
                     let now = a.stats().get(crate::alloc::Kind::AllocatedBytes, 0).current.max(0) as u64;
-                    if peak.is_none_or(|p| now > p.1) {
+                    if self.peak.is_none_or(|p| now > p.1) {
                         let reserved = a.stats().get(crate::alloc::Kind::ReservedBytes, 0).current.max(0) as u64;
-                        peak = Some((i, now, reserved));
+                        self.peak = Some((i, now, reserved));
                     }
                 }
                 Err(_) => {
-                    new_ooms += 1;
-                    first_new_oom.get_or_insert(i);
+                    self.new_ooms += 1;
+                    self.first_new_oom.get_or_insert(i);
                 }
             },
             // A tensor that was never allocated here has nothing to free.
             Request::FreeRequested { key } => {
-                if let Some(&b) = live.get(&key) {
+                if let Some(&b) = self.live.get(&key) {
                     let _ = a.free_requested(b);
                 }
             }
             Request::FreeCompleted { key } => {
-                if let Some(b) = live.remove(&key) {
+                if let Some(b) = self.live.remove(&key) {
                     let _ = a.free_completed(b);
                 }
             }
@@ -250,13 +277,17 @@ pub(crate) fn run_stream(
                 // The program went on without this tensor; if it fits now,
                 // count it and give it back.
                 if let Ok(b) = a.malloc(size, stream) {
-                    avoided_ooms += 1;
+                    self.avoided_ooms += 1;
                     let _ = a.free(b);
                 }
             }
         }
     }
-    WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom, peak }
+
+    pub(crate) fn finish(self) -> WhatIf {
+        let Run { a, new_ooms, avoided_ooms, first_new_oom, peak, .. } = self;
+        WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom, peak }
+    }
 }
 
 #[cfg(test)]
