@@ -284,6 +284,11 @@ impl Run {
         }
     }
 
+    /// The allocator's statistics so far.
+    pub(crate) fn stats(&self) -> &crate::alloc::DeviceStats {
+        self.a.stats()
+    }
+
     pub(crate) fn finish(self) -> WhatIf {
         let Run { a, new_ooms, avoided_ooms, first_new_oom, peak, .. } = self;
         WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom, peak }

@@ -10,17 +10,19 @@
 //! one), so a value that cannot help is never combined. Candidates run in
 //! parallel, one replay per core.
 
+mod behind;
+
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::alloc::{AllocatorConfig, Events, Kind, SeedSegment};
+use crate::alloc::{AllocatorConfig, Kind, SeedSegment};
 use crate::analysis::spans::each;
-use crate::replay::ahead::{setting_shown, Followed};
-use crate::replay::session::{first_start, Start};
-use crate::replay::whatif::{request_of, run_requests_as_they_come, FromEvents, Request, Requests};
-use crate::trace::DeviceTrace;
+use crate::device::Sim;
+use crate::replay::session::Start;
+use crate::replay::whatif::{FromEvents, Request, Requests, Run};
+
+pub(crate) use behind::{Early, FirstBehind};
 
 /// One candidate's replay.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -237,54 +239,106 @@ fn run_points<R: Requests + ?Sized>(
     ask: &Ask,
     others: &[(String, String)],
     points: &[Point],
-) -> Vec<Outcome> {
-    let outcomes = each(points.iter().collect(), |p| outcome_of(conf_of(p, others), ask, reqs.iter()));
-    outcomes.into_iter().flatten().collect()
+) -> Vec<Option<Outcome>> {
+    each(points.iter().collect(), |p| outcome_of(conf_of(p, others), ask, reqs.iter()))
+}
+
+/// A what-if run of the setting `conf` under `ask`, on the simulated device
+/// (none where the setting does not parse).
+fn running(conf: &str, ask: &Ask) -> Option<Run> {
+    let c = AllocatorConfig::parse(conf).ok()?;
+    Some(Run::new(c, Sim::new("simulated device", ask.device_total, ask.context), ask.limit))
 }
 
 /// The outcome of `reqs` under the setting `conf` (none where it does not
 /// parse).
 fn outcome_of(conf: String, ask: &Ask, reqs: impl Iterator<Item = Request>) -> Option<Outcome> {
-    let c = AllocatorConfig::parse(&conf).ok()?;
-    let w = run_requests_as_they_come(reqs, c, ask.device_total, ask.context, ask.limit);
-    Some(Outcome::of(conf, w.allocator.stats()))
+    let mut run = running(&conf, ask)?;
+    for r in reqs {
+        run.step(r);
+    }
+    Some(Outcome::of(conf, run.finish().allocator.stats()))
 }
 
 /// The first stage's replays of some requests, made before it was known
 /// whether they are the run's (`tune` runs them beside the run's own
-/// replay): `search_from` takes them for the `ask` they were made for.
+/// replay, or behind the decoding): `search_from` takes them for the `ask`
+/// they were made for. `second`: points of the second stage guessed
+/// before the first was done, with their outcomes.
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct FirstStage {
     ask: Ask,
     outcomes: Vec<Outcome>,
+    second: Vec<(Point, Outcome)>,
 }
 
 impl FirstStage {
     pub(crate) fn run<R: Requests + ?Sized>(reqs: &R, ask: Ask) -> FirstStage {
         let one = StageOne::of(&ask);
-        let outcomes = run_points(reqs, &ask, &one.others, &one.points);
-        FirstStage { ask, outcomes }
+        let outcomes = run_points(reqs, &ask, &one.others, &one.points).into_iter().flatten().collect();
+        FirstStage { ask, outcomes, second: Vec::new() }
     }
 }
 
-/// `search`, for `ask`, with the first stage's replays taken from `early`
-/// where they were made for the same `ask` (and for `reqs`: the caller's
-/// word).
+/// The second stage's points, from the first stage's outcomes (`first`, in
+/// the order of `one.points`) against the recorded setting's: per key, its
+/// recorded value and the best two values that did not lose alone; every
+/// combination of those the first stage did not try.
+fn stage_two(one: &StageOne, first: &[Outcome], recorded: &Outcome) -> Vec<Point> {
+    let base = one.base;
+    let mut keep: Vec<Vec<&'static str>> = (0..TUNED.len()).map(|i| vec![base[i]]).collect();
+    for &i in &one.searched {
+        let mut alone: Vec<(&Outcome, &'static str)> = one
+            .points
+            .iter()
+            .zip(first)
+            .filter(|(p, _)| p[i] != base[i] && (0..TUNED.len()).all(|j| j == i || p[j] == base[j]))
+            .map(|(p, o)| (o, p[i]))
+            .filter(|(o, _)| !recorded.beats(o))
+            .collect();
+        alone.sort_by_key(|a| a.0.key());
+        keep[i].extend(alone.iter().take(2).map(|(_, v)| *v));
+    }
+    let mut stage2: Vec<Point> = Vec::new();
+    let seen: HashSet<Point> = one.points.iter().copied().collect();
+    for a in &keep[0] {
+        for b in &keep[1] {
+            for c in &keep[2] {
+                for d in &keep[3] {
+                    let p = [*a, *b, *c, *d];
+                    if !seen.contains(&p) && !stage2.contains(&p) {
+                        stage2.push(p);
+                    }
+                }
+            }
+        }
+    }
+    stage2
+}
+
+/// `search`, for `ask`, with the first stage's replays (and any second
+/// stage's guessed) taken from `early` where they were made for the same
+/// `ask` (and for `reqs`: the caller's word).
 fn search_from<R: Requests + ?Sized>(
     reqs: &R,
     ask: &Ask,
     exact: Option<&crate::alloc::DeviceStats>,
     early: Option<FirstStage>,
 ) -> Search {
-    let StageOne { base, others, searched, points: stage1 } = StageOne::of(ask);
-    let mut first = match early.filter(|e| e.ask == *ask) {
-        Some(e) => e.outcomes,
+    let one = StageOne::of(ask);
+    let (base, others, stage1) = (one.base, &one.others, &one.points);
+    let (mut first, guessed) = match early.filter(|e| e.ask == *ask) {
+        Some(e) => (e.outcomes, e.second),
         // The recorded point's replay is not needed where the exact one
         // stands for it.
         None => match exact {
-            Some(st) => std::iter::once(Outcome::of(conf_of(&base, &others), st))
-                .chain(run_points(reqs, ask, &others, &stage1[1..]))
-                .collect(),
-            None => run_points(reqs, ask, &others, &stage1),
+            Some(st) => (
+                std::iter::once(Outcome::of(conf_of(&base, others), st))
+                    .chain(run_points(reqs, ask, others, &stage1[1..]).into_iter().flatten())
+                    .collect(),
+                Vec::new(),
+            ),
+            None => (run_points(reqs, ask, others, stage1).into_iter().flatten().collect(), Vec::new()),
         },
     };
     if let (Some(st), Some(f)) = (exact, first.first_mut()) {
@@ -299,36 +353,16 @@ fn search_from<R: Requests + ?Sized>(
         num_device_alloc: 0,
         peak_ratio: 0.0,
     });
-    // Stage 2: per key, its recorded value and the best two that did not
-    // lose alone; every combination of those.
-    let mut keep: Vec<Vec<&'static str>> = (0..TUNED.len()).map(|i| vec![base[i]]).collect();
-    for &i in &searched {
-        let mut alone: Vec<(&Outcome, &'static str)> = stage1
-            .iter()
-            .zip(&first)
-            .filter(|(p, _)| p[i] != base[i] && (0..TUNED.len()).all(|j| j == i || p[j] == base[j]))
-            .map(|(p, o)| (o, p[i]))
-            .filter(|(o, _)| !recorded_outcome.beats(o))
-            .collect();
-        alone.sort_by_key(|a| a.0.key());
-        keep[i].extend(alone.iter().take(2).map(|(_, v)| *v));
+    let stage2 = stage_two(&one, &first, &recorded_outcome);
+    // The points guessed right are taken; the others run now.
+    let mut second: Vec<Option<Outcome>> =
+        stage2.iter().map(|p| guessed.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone())).collect();
+    let missing: Vec<Point> = stage2.iter().zip(&second).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
+    let mut ran = run_points(reqs, ask, others, &missing).into_iter();
+    for o in second.iter_mut().filter(|o| o.is_none()) {
+        *o = ran.next().flatten();
     }
-    let mut stage2: Vec<Point> = Vec::new();
-    let seen: HashSet<Point> = stage1.iter().copied().collect();
-    for a in &keep[0] {
-        for b in &keep[1] {
-            for c in &keep[2] {
-                for d in &keep[3] {
-                    let p = [*a, *b, *c, *d];
-                    if !seen.contains(&p) && !stage2.contains(&p) {
-                        stage2.push(p);
-                    }
-                }
-            }
-        }
-    }
-    let second = run_points(reqs, ask, &others, &stage2);
-    let mut candidates: Vec<Outcome> = first.into_iter().chain(second).collect();
+    let mut candidates: Vec<Outcome> = first.into_iter().chain(second.into_iter().flatten()).collect();
     let replays = candidates.len();
     candidates.sort_by_key(Outcome::key);
     // Settings that give the same figures as a shorter one before them add
@@ -402,136 +436,6 @@ fn rounding(o: &Outcome, recorded: &Outcome) -> String {
         format!(", and peak allocated is {} lower (requests rounded and split differently)", human_bytes(a0 - a1))
     } else {
         String::new()
-    }
-}
-
-/// The first stage of a search over a device's requests from where its
-/// replay most likely starts (`session::first_start`), made before the
-/// session is open so that it runs beside the run's own replay (`tune`);
-/// `search_session` keeps it only where the session started there, inferred
-/// no `empty_cache()` call and is asked the same.
-pub(crate) struct Early {
-    start: Start,
-    seed: Vec<SeedSegment>,
-    first: FirstStage,
-}
-
-impl Early {
-    /// `None` where the device has no trace to replay.
-    pub(crate) fn run(dev: &DeviceTrace, ask: Ask, config: &AllocatorConfig, recorded_state: bool) -> Option<Early> {
-        let (start, seed) = first_start(dev, config, ask.device_total, recorded_state)?;
-        let reqs = FromEvents { prefix: prefix_of(start, &seed), events: dev.events.view(), empty_cache_at: &[] };
-        let first = FirstStage::run(&reqs, ask);
-        Some(Early { start, seed, first })
-    }
-}
-
-/// The first stage replayed behind the decoding of a trace: every point on
-/// a thread of its own, each taking the events as the decoder hands them
-/// over (`Followed`), for the setting the events show: the default one, or
-/// expandable segments where the first segment event is a map (as the
-/// replay behind guesses). It stands for the run's where the run's trace
-/// is one device's, replayed from process start with nothing inferred, and
-/// recorded under that setting (docs/user/tune.md).
-pub(crate) struct FirstBehind {
-    thread: std::thread::JoinHandle<Option<(Option<i32>, usize, FirstStage)>>,
-}
-
-impl FirstBehind {
-    /// The stage's thread, and where to hand it the events; `ask_of` makes
-    /// the ask for a recorded setting.
-    pub(crate) fn start(
-        ask_of: impl Fn(&str) -> Ask + Send + 'static,
-    ) -> Option<(FirstBehind, std::sync::mpsc::Sender<Followed>)> {
-        let (to, from) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new().name("tune".into()).spawn(move || follow(&from, ask_of)).ok()?;
-        Some((FirstBehind { thread }, to))
-    }
-
-    /// The stage, where its events were all `dev`'s (waiting for the
-    /// points' last events).
-    pub(crate) fn take_for(self, dev: &DeviceTrace) -> Option<Early> {
-        let (whole, events, first) = self.thread.join().ok()??;
-        (whole == Some(dev.device) && events == dev.events.len()).then(|| Early {
-            start: Start::ProcessStart,
-            seed: Vec::new(),
-            first,
-        })
-    }
-}
-
-/// The events held until the setting is guessed, then each handed to every
-/// point's thread.
-fn follow(
-    from: &std::sync::mpsc::Receiver<Followed>,
-    ask_of: impl Fn(&str) -> Ask,
-) -> Option<(Option<i32>, usize, FirstStage)> {
-    let mut held: Vec<Arc<Events>> = Vec::new();
-    let mut lanes: Option<Lanes> = None;
-    loop {
-        match from.recv().ok()? {
-            Followed::Events(c) => match &lanes {
-                Some(l) => l.hand(&c),
-                None => {
-                    let guess = setting_shown(c.view());
-                    held.push(c);
-                    if let Some(g) = guess {
-                        lanes = Some(Lanes::start(ask_of(g), held.drain(..)));
-                    }
-                }
-            },
-            Followed::Done(whole, events) => {
-                let l = lanes.unwrap_or_else(|| Lanes::start(ask_of(""), held.drain(..)));
-                return Some((whole, events, l.finish()?));
-            }
-        }
-    }
-}
-
-/// A thread per point of the first stage, each replaying the requests of
-/// the events it is handed.
-struct Lanes {
-    ask: Ask,
-    to: Vec<std::sync::mpsc::Sender<Arc<Events>>>,
-    threads: Vec<Option<std::thread::JoinHandle<Option<Outcome>>>>,
-}
-
-impl Lanes {
-    fn start(ask: Ask, held: impl Iterator<Item = Arc<Events>>) -> Lanes {
-        let one = StageOne::of(&ask);
-        let (mut to, mut threads) = (Vec::new(), Vec::new());
-        for p in &one.points {
-            let (tx, rx) = std::sync::mpsc::channel::<Arc<Events>>();
-            let (conf, a) = (conf_of(p, &one.others), ask.clone());
-            let run = move || {
-                let events = std::iter::from_fn(move || rx.recv().ok());
-                let reqs = events.flat_map(|c| (0..c.len()).filter_map(move |i| request_of(c.at(i))));
-                outcome_of(conf, &a, reqs)
-            };
-            threads.push(std::thread::Builder::new().name("tune".into()).spawn(run).ok());
-            to.push(tx);
-        }
-        let lanes = Lanes { ask, to, threads };
-        held.for_each(|c| lanes.hand(&c));
-        lanes
-    }
-
-    fn hand(&self, c: &Arc<Events>) {
-        for t in &self.to {
-            // A thread gone has panicked: `finish` says so.
-            let _ = t.send(c.clone());
-        }
-    }
-
-    /// The stage, once every point has read every event; none where a
-    /// thread could not be had or panicked (the search makes it again).
-    fn finish(self) -> Option<FirstStage> {
-        drop(self.to);
-        let mut outcomes = Vec::new();
-        for t in self.threads {
-            outcomes.extend(t?.join().ok()?);
-        }
-        Some(FirstStage { ask: self.ask, outcomes })
     }
 }
 
@@ -650,51 +554,6 @@ mod tests {
             conf_of(&["True", "", "4", ""], &others),
             "expandable_segments:True,roundup_power2_divisions:4,pinned_use_background_threads:True"
         );
-    }
-
-    /// The first stage replayed behind the decoding, handed the events in
-    /// chunks with the setting guessed from them, gives the outcomes the
-    /// stage made after the decoding gives; it is taken only for the
-    /// device whose whole column it read, and a decoding that stopped
-    /// gives none.
-    #[test]
-    fn the_first_stage_behind_the_decoding_is_the_one_made_after_it() {
-        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
-        for (name, guessed) in
-            [("resnet50_train.pickle.gz", ""), ("gpt2_train_expandable.pickle.gz", "expandable_segments:True")]
-        {
-            let t = crate::trace::load(&root.join(name)).unwrap();
-            let dev = t.main_device().unwrap();
-            let ask_of = |recorded: &str| Ask::of_run(recorded, 150 << 30, None);
-            let config = AllocatorConfig::parse(guessed).unwrap();
-            let want = Early::run(dev, ask_of(guessed), &config, true).unwrap();
-            assert_eq!(want.start, Start::ProcessStart, "{name}");
-            assert!(want.first.outcomes.len() > 10, "{name}");
-            // Handed over in chunks of 1,000 events, as the decoder does;
-            // then told whose column they were, and how many.
-            let behind = |device: i32, events: usize| {
-                let (b, to) = FirstBehind::start(ask_of).unwrap();
-                let all: Vec<crate::alloc::Event> = dev.events.iter().collect();
-                for c in all.chunks(1000) {
-                    to.send(Followed::Events(Arc::new(c.iter().copied().collect()))).unwrap();
-                }
-                to.send(Followed::Done(Some(device), events)).unwrap();
-                b.take_for(dev)
-            };
-            let got = behind(dev.device, dev.events.len()).unwrap();
-            assert_eq!(got.first.ask, ask_of(guessed), "{name}: the setting guessed");
-            assert_eq!(got.first.outcomes, want.first.outcomes, "{name}");
-            assert_eq!((got.start, got.seed.len()), (Start::ProcessStart, 0));
-            // Another device's events, or not all of them: not taken.
-            assert!(behind(dev.device + 1, dev.events.len()).is_none(), "{name}");
-            assert!(behind(dev.device, dev.events.len() + 1).is_none(), "{name}");
-        }
-        // The decoding stopped (a bad file): nothing.
-        let (b, to) =
-            FirstBehind::start(|_| Ask { recorded: String::new(), device_total: 1 << 30, context: 0, limit: None })
-                .unwrap();
-        drop(to);
-        assert!(b.thread.join().unwrap().is_none());
     }
 
     /// The first stage made beside the session gives the search the
