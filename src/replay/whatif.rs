@@ -207,21 +207,125 @@ pub(crate) fn run_stream(
     device: Sim,
     limit: Option<u64>,
 ) -> WhatIf {
-    let mut run = Run::new(config, device, limit);
+    let mut run = Run::<Keyed>::new(config, device, limit);
     for r in reqs {
         run.step(r);
     }
     run.finish()
 }
 
+/// Where a run keeps the blocks it made, by the key their frees name.
+pub(crate) trait Live: Default {
+    fn insert(&mut self, key: u64, b: BlockId);
+    fn get(&self, key: u64) -> Option<BlockId>;
+    fn remove(&mut self, key: u64) -> Option<BlockId>;
+}
+
+/// Keyed by the recorded addresses: the std hasher's SipHash was 14% of
+/// tune's time on a ten-million-event trace (docs/measurements/benchmarks.md).
+pub(crate) type Keyed = HashMap<u64, BlockId, FastHash>;
+
+impl Live for Keyed {
+    #[inline]
+    fn insert(&mut self, key: u64, b: BlockId) {
+        HashMap::insert(self, key, b);
+    }
+    #[inline]
+    fn get(&self, key: u64) -> Option<BlockId> {
+        HashMap::get(self, &key).copied()
+    }
+    #[inline]
+    fn remove(&mut self, key: u64) -> Option<BlockId> {
+        HashMap::remove(self, &key)
+    }
+}
+
+/// Keyed by slots (`Slots`): a table, without a hash per request.
+#[derive(Default)]
+pub(crate) struct Slotted(Vec<Option<BlockId>>);
+
+impl Live for Slotted {
+    #[inline]
+    fn insert(&mut self, key: u64, b: BlockId) {
+        let k = key as usize;
+        if k >= self.0.len() {
+            self.0.resize(k + 1, None);
+        }
+        self.0[k] = Some(b);
+    }
+    #[inline]
+    fn get(&self, key: u64) -> Option<BlockId> {
+        self.0.get(key as usize).copied().flatten()
+    }
+    #[inline]
+    fn remove(&mut self, key: u64) -> Option<BlockId> {
+        self.0.get_mut(key as usize).and_then(Option::take)
+    }
+}
+
+/// Requests made from events with each recorded address turned into a
+/// slot: a small number held while the address is (from its `alloc` to its
+/// `free_completed`), then given to the next. Runs of many settings over
+/// the same requests (`tune`'s lanes) key their blocks by slot in a table,
+/// the addresses hashed once for all of them (the map was a sixth of each
+/// what-if replay: docs/measurements/benchmarks.md). A free of an address
+/// not held names a slot never given, as it names a key never inserted.
+#[derive(Default)]
+pub(crate) struct Slots {
+    of: Keyed32,
+    free: Vec<u32>,
+    next: u32,
+}
+
+type Keyed32 = HashMap<u64, u32, FastHash>;
+
+/// The slot of an address not held.
+const NO_SLOT: u64 = u32::MAX as u64;
+
+impl Slots {
+    /// The requests of `events`, in order, keyed by slot.
+    pub(crate) fn requests(&mut self, events: EventsRef<'_>) -> Vec<Request> {
+        let mut out = Vec::with_capacity(events.len());
+        for e in events.iter() {
+            let Some(r) = request_of(e) else { continue };
+            out.push(match r {
+                Request::Alloc { key, size, stream } => {
+                    let slot = match self.of.get(&key) {
+                        Some(&s) => s,
+                        None => {
+                            let s = self.free.pop().unwrap_or_else(|| {
+                                self.next += 1;
+                                self.next - 1
+                            });
+                            self.of.insert(key, s);
+                            s
+                        }
+                    };
+                    Request::Alloc { key: slot.into(), size, stream }
+                }
+                Request::FreeRequested { key } => {
+                    Request::FreeRequested { key: self.of.get(&key).map_or(NO_SLOT, |&s| s.into()) }
+                }
+                Request::FreeCompleted { key } => match self.of.remove(&key) {
+                    Some(s) => {
+                        self.free.push(s);
+                        Request::FreeCompleted { key: s.into() }
+                    }
+                    None => Request::FreeCompleted { key: NO_SLOT },
+                },
+                other => other,
+            });
+        }
+        out
+    }
+}
+
 /// A what-if run handed its requests one at a time, whose figures can be
 /// read on the way (`tune` guesses its second stage from them while the
-/// trace is still being read).
-pub(crate) struct Run {
+/// trace is still being read); its blocks kept in `L`.
+pub(crate) struct Run<L = Keyed> {
     a: CachingAllocator<Sim>,
-    // Keyed by the recorded addresses: the std hasher's SipHash was 14% of
-    // tune's time on a ten-million-event trace (docs/measurements/benchmarks.md).
-    live: HashMap<u64, BlockId, FastHash>,
+    live: L,
     /// The index of the next request.
     at: usize,
     new_ooms: u64,
@@ -230,15 +334,15 @@ pub(crate) struct Run {
     peak: Option<(usize, u64, u64)>,
 }
 
-impl Run {
+impl<L: Live> Run<L> {
     /// A run on a fresh allocator with `config` over `device`, under `limit`.
-    pub(crate) fn new(config: AllocatorConfig, device: Sim, limit: Option<u64>) -> Run {
+    pub(crate) fn new(config: AllocatorConfig, device: Sim, limit: Option<u64>) -> Run<L> {
         let mut a = CachingAllocator::new(config, device);
         a.set_recording(false);
         if limit.is_some() {
             a.set_memory_limit(limit);
         }
-        let live = HashMap::default();
+        let live = L::default();
         Run { a, live, at: 0, new_ooms: 0, avoided_ooms: 0, first_new_oom: None, peak: None }
     }
 
@@ -263,12 +367,12 @@ impl Run {
             },
             // A tensor that was never allocated here has nothing to free.
             Request::FreeRequested { key } => {
-                if let Some(&b) = self.live.get(&key) {
+                if let Some(b) = self.live.get(key) {
                     let _ = a.free_requested(b);
                 }
             }
             Request::FreeCompleted { key } => {
-                if let Some(b) = self.live.remove(&key) {
+                if let Some(b) = self.live.remove(key) {
                     let _ = a.free_completed(b);
                 }
             }
@@ -336,6 +440,65 @@ mod tests {
         let (r, at) = requests_with_events(ev.view(), &[2, 100]);
         assert_eq!(r, [a, e, f, c, oom, b]);
         assert_eq!(at, [1, 2, 2, 3, 4, 6]);
+    }
+
+    /// Requests keyed by slot run as those keyed by address do, in a run
+    /// whose addresses are reused, allocated twice while held, freed
+    /// without an allocation, and whose allocations fail under a limit.
+    #[test]
+    fn requests_keyed_by_slot_run_as_those_keyed_by_address() {
+        let mb = 1 << 20;
+        let mut ev = Vec::new();
+        for round in 0..6u64 {
+            for k in 0..8u64 {
+                // Every third round at new addresses; the rest reuse them.
+                let addr = if round % 3 == 0 { 1000 + round * 10 + k } else { k };
+                ev.push(Event::new(Action::Alloc, addr, (k + round + 1) * 7 * mb, 0));
+            }
+            // Allocated again while held: the later block is the one freed.
+            ev.push(Event::new(Action::Alloc, 3, 40 * mb, 0));
+            ev.push(Event::new(Action::FreeRequested, 555, 0, 0));
+            ev.push(Event::new(Action::FreeCompleted, 556, 0, 0));
+            ev.push(Event::new(Action::Oom, 0, 300 * mb, 0));
+            for k in (0..8u64).rev() {
+                let addr = if round % 3 == 0 { 1000 + round * 10 + k } else { k };
+                if (k + round) % 4 != 0 {
+                    ev.push(Event::new(Action::FreeRequested, addr, 0, 0));
+                    ev.push(Event::new(Action::FreeCompleted, addr, 0, 0));
+                }
+            }
+        }
+        let ev = Events::from(ev);
+        let keyed = requests(ev.view(), &[2, 40]);
+        let mut slots = Slots::default();
+        // Cut anywhere, the slots carry on from one piece to the next.
+        let (a, b) = (ev.view().slice(..37), ev.view().slice(37..));
+        let mut slotted = slots.requests(a);
+        slotted.extend(slots.requests(b));
+        assert_eq!(slotted.len(), requests(ev.view(), &[]).len());
+        // Far fewer slots than addresses.
+        assert!(slots.next < 30, "{}", slots.next);
+        for limit in [None, Some(400 * mb), Some(150 * mb)] {
+            let run = |reqs: &[Request], slotted: bool| {
+                let c = AllocatorConfig::default();
+                let device = Sim::new("simulated device", 80 << 30, 0);
+                let w = if slotted {
+                    let mut r = Run::<Slotted>::new(c, device, limit);
+                    reqs.iter().for_each(|&q| r.step(q));
+                    r.finish()
+                } else {
+                    run_stream(reqs.iter().copied(), c, device, limit)
+                };
+                (w.new_ooms, w.avoided_ooms, w.first_new_oom, w.peak, w.allocator.stats().clone())
+            };
+            let plain = run(&requests(ev.view(), &[]), false);
+            assert_eq!(run(&slotted, true), plain, "{limit:?}");
+            if limit == Some(150 * mb) {
+                assert!(plain.0 > 0, "allocations fail under the limit");
+            }
+            // The inferred empty_cache() calls are not the slots' business.
+            assert_ne!(keyed.len(), slotted.len());
+        }
     }
 
     #[test]

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::{conf_of, prefix_of, running, stage_two, Ask, FirstStage, Outcome, Point, StageOne};
-use crate::alloc::{AllocatorConfig, Events, SeedSegment};
+use crate::alloc::{AllocatorConfig, SeedSegment};
 use crate::replay::ahead::{setting_shown, Followed};
 use crate::replay::session::{first_start, Start};
-use crate::replay::whatif::{request_of, FromEvents, Run};
+use crate::replay::whatif::{FromEvents, Request, Run, Slots, Slotted};
 use crate::trace::DeviceTrace;
 
 /// The first stage of a search over a device's requests from where its
@@ -88,22 +88,29 @@ impl FirstBehind {
     }
 }
 
-/// The events held until the setting is guessed, then each handed to every
-/// point's thread.
+/// Some events' requests, keyed by slot, for every lane.
+struct Chunk {
+    events: usize,
+    reqs: Vec<Request>,
+}
+
+/// The events' requests, made once for every lane, held until the setting
+/// is guessed, then each chunk handed to every point's thread.
 fn follow(
     from: &Receiver<Followed>,
     ask_of: impl Fn(&str) -> Ask,
     guess_at: usize,
 ) -> Option<(Option<i32>, usize, FirstStage)> {
-    let mut held: Vec<Arc<Events>> = Vec::new();
+    let mut held: Vec<Arc<Chunk>> = Vec::new();
     let mut lanes: Option<Lanes> = None;
+    let mut slots = Slots::default();
     loop {
         match from.recv().ok()? {
             Followed::Events(c) => match &mut lanes {
-                Some(l) => l.hand(&c),
+                Some(l) => l.hand(&Arc::new(Chunk { events: c.len(), reqs: slots.requests(c.view()) })),
                 None => {
                     let guess = setting_shown(c.view());
-                    held.push(c);
+                    held.push(Arc::new(Chunk { events: c.len(), reqs: slots.requests(c.view()) }));
                     if let Some(g) = guess {
                         lanes = Some(Lanes::start(ask_of(g), held.drain(..), guess_at));
                     }
@@ -121,7 +128,7 @@ fn follow(
 struct Lane {
     point: Point,
     /// None once told the events are over.
-    to: Option<Sender<Arc<Events>>>,
+    to: Option<Sender<Arc<Chunk>>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
 }
 
@@ -129,20 +136,19 @@ impl Lane {
     /// `report`: the event count past which the lane sends its figures so
     /// far, once (at the end where the events never reach it), and where.
     fn start(point: Point, ask: &Ask, others: &[(String, String)], report: Option<(usize, Sender<Outcome>)>) -> Lane {
-        let (to, from) = channel::<Arc<Events>>();
+        let (to, from) = channel::<Arc<Chunk>>();
         let (conf, ask) = (conf_of(&point, others), ask.clone());
         let run = move || {
-            let mut run = running(&conf, &ask)?;
+            let mut run = running::<Slotted>(&conf, &ask)?;
             let (mut seen, mut report) = (0usize, report);
             // A guesser gone has given up guessing.
-            let tell = |tell: Sender<Outcome>, run: &Run| drop(tell.send(Outcome::of(conf.clone(), run.stats())));
+            let tell =
+                |tell: Sender<Outcome>, run: &Run<Slotted>| drop(tell.send(Outcome::of(conf.clone(), run.stats())));
             while let Ok(c) = from.recv() {
-                for i in 0..c.len() {
-                    if let Some(r) = request_of(c.at(i)) {
-                        run.step(r);
-                    }
+                for &r in &c.reqs {
+                    run.step(r);
                 }
-                seen += c.len();
+                seen += c.events;
                 if let Some((_, to)) = report.take_if(|(at, _)| seen >= *at) {
                     tell(to, &run);
                 }
@@ -156,7 +162,7 @@ impl Lane {
         Lane { point, to: Some(to), thread }
     }
 
-    fn hand(&self, c: &Arc<Events>) {
+    fn hand(&self, c: &Arc<Chunk>) {
         // A thread gone has panicked: `finish` says so.
         if let Some(to) = &self.to {
             let _ = to.send(c.clone());
@@ -191,7 +197,7 @@ struct Lanes {
 /// the lanes it starts.
 struct Guess {
     figures: Vec<(Receiver<Outcome>, Option<Outcome>)>,
-    kept: Vec<Arc<Events>>,
+    kept: Vec<Arc<Chunk>>,
 }
 
 /// Where a guess stands.
@@ -222,7 +228,7 @@ impl Guess {
 }
 
 impl Lanes {
-    fn start(ask: Ask, held: impl Iterator<Item = Arc<Events>>, guess_at: usize) -> Lanes {
+    fn start(ask: Ask, held: impl Iterator<Item = Arc<Chunk>>, guess_at: usize) -> Lanes {
         let one = StageOne::of(&ask);
         let (mut first, mut figures) = (Vec::new(), Vec::new());
         for p in &one.points {
@@ -236,7 +242,7 @@ impl Lanes {
         lanes
     }
 
-    fn hand(&mut self, c: &Arc<Events>) {
+    fn hand(&mut self, c: &Arc<Chunk>) {
         self.first.iter().chain(&self.second).for_each(|l| l.hand(c));
         if let Some(g) = &mut self.guess {
             g.kept.push(c.clone());

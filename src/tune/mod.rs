@@ -20,7 +20,7 @@ use crate::alloc::{AllocatorConfig, Kind, SeedSegment};
 use crate::analysis::spans::each;
 use crate::device::Sim;
 use crate::replay::session::Start;
-use crate::replay::whatif::{FromEvents, Request, Requests, Run};
+use crate::replay::whatif::{FromEvents, Keyed, Live, Request, Requests, Run};
 
 pub(crate) use behind::{Early, FirstBehind};
 
@@ -245,7 +245,7 @@ fn run_points<R: Requests + ?Sized>(
 
 /// A what-if run of the setting `conf` under `ask`, on the simulated device
 /// (none where the setting does not parse).
-fn running(conf: &str, ask: &Ask) -> Option<Run> {
+fn running<L: Live>(conf: &str, ask: &Ask) -> Option<Run<L>> {
     let c = AllocatorConfig::parse(conf).ok()?;
     Some(Run::new(c, Sim::new("simulated device", ask.device_total, ask.context), ask.limit))
 }
@@ -253,7 +253,7 @@ fn running(conf: &str, ask: &Ask) -> Option<Run> {
 /// The outcome of `reqs` under the setting `conf` (none where it does not
 /// parse).
 fn outcome_of(conf: String, ask: &Ask, reqs: impl Iterator<Item = Request>) -> Option<Outcome> {
-    let mut run = running(&conf, ask)?;
+    let mut run = running::<Keyed>(&conf, ask)?;
     for r in reqs {
         run.step(r);
     }
