@@ -364,6 +364,20 @@ impl AllocatorConfig {
         self.roundup_power2_divisions[idx as usize]
     }
 
+    /// Whether an allocator under `self` does what one under `other` does
+    /// with every request: the settings are the same but for their text and
+    /// for division counts of 0 and 1, which round alike (`round_size`
+    /// divides only by more than one).
+    pub(crate) fn behaves_as(&self, other: &AllocatorConfig) -> bool {
+        let plain = |c: &AllocatorConfig| {
+            let mut c = c.clone();
+            c.source.clear();
+            c.roundup_power2_divisions.iter_mut().filter(|d| **d == 1).for_each(|d| *d = 0);
+            c
+        };
+        plain(self) == plain(other)
+    }
+
     /// `round_size` (docs/design/pytorch-allocator.md §3).
     #[inline]
     pub(crate) fn round_size(&self, size: u64) -> u64 {

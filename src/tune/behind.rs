@@ -9,7 +9,7 @@ use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{conf_of, prefix_of, running, stage_two, Ask, FirstStage, Outcome, Point, StageOne};
+use super::{conf_of, prefix_of, running, stage_two, twin_of, Ask, FirstStage, Outcome, Point, StageOne};
 use crate::alloc::{AllocatorConfig, SeedSegment};
 use crate::replay::ahead::{setting_shown, Followed};
 use crate::replay::session::{first_start, Start};
@@ -124,9 +124,12 @@ fn follow(
     }
 }
 
-/// A thread replaying one point's requests from the events it is handed.
+/// A thread replaying one point's requests from the events it is handed;
+/// its replay stands for the points in `also` too, whose settings behave
+/// as its own (`twin_of`).
 struct Lane {
     point: Point,
+    also: Vec<Point>,
     /// None once told the events are over.
     to: Option<Sender<Arc<Chunk>>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
@@ -159,7 +162,7 @@ impl Lane {
             Some(Outcome::of(conf, run.finish().allocator.stats()))
         };
         let thread = std::thread::Builder::new().name("tune".into()).spawn(run).ok();
-        Lane { point, to: Some(to), thread }
+        Lane { point, also: Vec::new(), to: Some(to), thread }
     }
 
     fn hand(&self, c: &Arc<Chunk>) {
@@ -174,12 +177,16 @@ impl Lane {
         self.to = None;
     }
 
-    /// The lane's outcome once it has read every event (none where its
-    /// setting does not parse); none where its thread could not be had or
-    /// panicked.
-    fn finish(mut self) -> Option<Option<Outcome>> {
+    /// The outcome of each of the lane's points once it has read every
+    /// event (none where its setting does not parse); none where its
+    /// thread could not be had or panicked.
+    fn finish(mut self, others: &[(String, String)]) -> Option<Vec<(Point, Option<Outcome>)>> {
         self.close();
-        self.thread?.join().ok()
+        let o = self.thread?.join().ok()?;
+        let mut all: Vec<(Point, Option<Outcome>)> =
+            self.also.iter().map(|q| (*q, o.as_ref().map(|o| o.renamed(conf_of(q, others))))).collect();
+        all.push((self.point, o));
+        Some(all)
     }
 }
 
@@ -188,6 +195,8 @@ struct Lanes {
     ask: Ask,
     one: StageOne,
     first: Vec<Lane>,
+    /// Each first-stage point's lane.
+    lane_of: Vec<usize>,
     second: Vec<Lane>,
     guess: Option<Guess>,
 }
@@ -230,14 +239,20 @@ impl Guess {
 impl Lanes {
     fn start(ask: Ask, held: impl Iterator<Item = Arc<Chunk>>, guess_at: usize) -> Lanes {
         let one = StageOne::of(&ask);
-        let (mut first, mut figures) = (Vec::new(), Vec::new());
-        for p in &one.points {
+        let (mut first, mut lane_of, mut figures) = (Vec::<Lane>::new(), Vec::<usize>::new(), Vec::new());
+        for (i, p) in one.points.iter().enumerate() {
+            if let Some(j) = twin_of(p, &one.points[..i], &one.others) {
+                first[lane_of[j]].also.push(*p);
+                lane_of.push(lane_of[j]);
+                continue;
+            }
             let (tell, told) = channel();
             first.push(Lane::start(*p, &ask, &one.others, Some((guess_at, tell))));
             figures.push((told, None));
+            lane_of.push(first.len() - 1);
         }
         let guess = Some(Guess { figures, kept: Vec::new() });
-        let mut lanes = Lanes { ask, one, first, second: Vec::new(), guess };
+        let mut lanes = Lanes { ask, one, first, lane_of, second: Vec::new(), guess };
         held.for_each(|c| lanes.hand(&c));
         lanes
     }
@@ -261,10 +276,23 @@ impl Lanes {
         };
         let kept = std::mem::take(&mut g.kept);
         self.guess = None;
+        let Some(lanes) = (!figures.is_empty()).then_some(&figures) else { return };
+        let (one, others) = (&self.one, &self.one.others);
+        let figures: Vec<Outcome> =
+            one.points.iter().zip(&self.lane_of).map(|(p, &l)| lanes[l].renamed(conf_of(p, others))).collect();
         // The first point is the recorded setting.
-        let Some(recorded) = figures.first() else { return };
-        for p in stage_two(&self.one, &figures, recorded) {
-            let lane = Lane::start(p, &self.ask, &self.one.others, None);
+        for p in stage_two(one, &figures, &figures[0]) {
+            // A setting that behaves as one already replayed rides along.
+            if let Some(j) = twin_of(&p, &one.points, others) {
+                self.first[self.lane_of[j]].also.push(p);
+                continue;
+            }
+            let seconds: Vec<Point> = self.second.iter().map(|l| l.point).collect();
+            if let Some(j) = twin_of(&p, &seconds, others) {
+                self.second[j].also.push(p);
+                continue;
+            }
+            let lane = Lane::start(p, &self.ask, others, None);
             kept.iter().for_each(|c| lane.hand(c));
             self.second.push(lane);
         }
@@ -278,11 +306,18 @@ impl Lanes {
     fn finish(mut self) -> Option<FirstStage> {
         self.first.iter_mut().for_each(Lane::close);
         self.guess_now(true);
-        let mut outcomes = Vec::new();
+        let others = &self.one.others;
+        let mut firsts = Vec::new();
         for l in self.first {
-            outcomes.extend(l.finish()?);
+            firsts.extend(l.finish(others)?);
         }
-        let second = self.second.into_iter().filter_map(|l| Some((l.point, l.finish()??))).collect();
+        let outcome = |p: &Point| firsts.iter().find(|(q, _)| q == p).and_then(|(_, o)| o.clone());
+        let outcomes = self.one.points.iter().filter_map(outcome).collect();
+        // Second-stage points riding on first-stage lanes, then the others.
+        let seconds = self.second.into_iter().filter_map(|l| l.finish(others)).flatten();
+        let second = (firsts.iter().filter(|(q, _)| !self.one.points.contains(q)).cloned().chain(seconds))
+            .filter_map(|(q, o)| Some((q, o?)))
+            .collect();
         Some(FirstStage { ask: self.ask, outcomes, second })
     }
 }

@@ -61,6 +61,12 @@ impl Outcome {
 }
 
 impl Outcome {
+    /// The same figures under another setting's name (one that behaves
+    /// the same).
+    fn renamed(&self, alloc_conf: String) -> Outcome {
+        Outcome { alloc_conf, ..self.clone() }
+    }
+
     fn of(alloc_conf: String, st: &crate::alloc::DeviceStats) -> Outcome {
         Outcome {
             alloc_conf,
@@ -154,7 +160,8 @@ pub struct Search {
     pub recorded: Outcome,
     /// Every candidate tried, best first (the recorded one among them).
     pub candidates: Vec<Outcome>,
-    /// Replays run.
+    /// Settings replayed (one that behaves as another takes its replay:
+    /// `twin_of`).
     pub replays: usize,
     /// Whether the recorded row is the run's own exact replay (else the
     /// recorded setting replayed on the simulated device, as every other).
@@ -233,14 +240,36 @@ impl StageOne {
 }
 
 /// Each point's outcome under `ask`, on every core (a setting that does not
-/// parse has none).
+/// parse has none); a point whose setting behaves as an earlier one's
+/// (`twin_of`) takes that one's replay.
 fn run_points<R: Requests + ?Sized>(
     reqs: &R,
     ask: &Ask,
     others: &[(String, String)],
     points: &[Point],
 ) -> Vec<Option<Outcome>> {
-    each(points.iter().collect(), |p| outcome_of(conf_of(p, others), ask, reqs.iter()))
+    let twins: Vec<Option<usize>> = (0..points.len()).map(|i| twin_of(&points[i], &points[..i], others)).collect();
+    let alone = points.iter().zip(&twins).filter(|(_, t)| t.is_none()).map(|(p, _)| p).collect();
+    let mut ran = each(alone, |p| outcome_of(conf_of(p, others), ask, reqs.iter())).into_iter();
+    let mut out: Vec<Option<Outcome>> = Vec::with_capacity(points.len());
+    for (p, t) in points.iter().zip(twins) {
+        let o = match t {
+            Some(j) => out[j].as_ref().map(|o| o.renamed(conf_of(p, others))),
+            None => ran.next().flatten(),
+        };
+        out.push(o);
+    }
+    out
+}
+
+/// The first of `among` whose setting behaves as `p`'s on every request
+/// (`AllocatorConfig::behaves_as`: `roundup_power2_divisions:1` rounds as
+/// the default does), so that its replay stands for `p`'s; none where
+/// either setting does not parse.
+fn twin_of(p: &Point, among: &[Point], others: &[(String, String)]) -> Option<usize> {
+    let of = |p: &Point| AllocatorConfig::parse(&conf_of(p, others)).ok();
+    let c = of(p)?;
+    among.iter().position(|q| of(q).is_some_and(|d| d.behaves_as(&c)))
 }
 
 /// A what-if run of the setting `conf` under `ask`, on the simulated device
@@ -354,9 +383,18 @@ fn search_from<R: Requests + ?Sized>(
         peak_ratio: 0.0,
     });
     let stage2 = stage_two(&one, &first, &recorded_outcome);
-    // The points guessed right are taken; the others run now.
-    let mut second: Vec<Option<Outcome>> =
-        stage2.iter().map(|p| guessed.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone())).collect();
+    // The points guessed right are taken, and those whose setting behaves
+    // as a first-stage one's take its replay; the others run now.
+    let twin = |p: &Point| {
+        // Not the recorded setting's, whose figures may be the exact
+        // replay's (no point of the second stage behaves as it anyway).
+        let j = twin_of(p, stage1, others).filter(|&j| j > 0 && first.len() == stage1.len())?;
+        Some(first[j].renamed(conf_of(p, others)))
+    };
+    let mut second: Vec<Option<Outcome>> = stage2
+        .iter()
+        .map(|p| guessed.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone()).or_else(|| twin(p)))
+        .collect();
     let missing: Vec<Point> = stage2.iter().zip(&second).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
     let mut ran = run_points(reqs, ask, others, &missing).into_iter();
     for o in second.iter_mut().filter(|o| o.is_none()) {
@@ -594,6 +632,43 @@ mod tests {
             let alone = search_session(&mut opened.session, &limited, None);
             assert_eq!(search_session(&mut opened.session, &limited, Some(changed())), alone, "{name}");
         }
+    }
+
+    /// A setting that behaves as an earlier one's takes its replay, and the
+    /// figures are the ones its own replay gives: on a real run, every point
+    /// of both stages.
+    #[test]
+    fn twins_take_replays_equal_to_their_own() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+        let t = crate::trace::load(&root.join("resnet50_train.pickle.gz")).unwrap();
+        let dev = t.main_device().unwrap();
+        let reqs = FromEvents { prefix: Vec::new(), events: dev.events.view(), empty_cache_at: &[] };
+        let ask = Ask::of_run("", 150 << 30, None);
+        let one = StageOne::of(&ask);
+        let first: Vec<Outcome> = run_points(&reqs, &ask, &[], &one.points).into_iter().flatten().collect();
+        // With combinations where roundup_power2_divisions:1 (the default,
+        // alone and combined) meets other keys.
+        let ones = [["True", "", "1", ""], ["", "64", "1", ""], ["True", "64", "", ""], ["True", "64", "1", ""]];
+        let points: Vec<Point> =
+            one.points.iter().copied().chain(stage_two(&one, &first, &first[0])).chain(ones).collect();
+        let twins = (0..points.len()).filter(|&i| twin_of(&points[i], &points[..i], &[]).is_some()).count();
+        assert_eq!(twins, 4, "{points:?}");
+        let alone: Vec<Option<Outcome>> =
+            points.iter().map(|p| outcome_of(conf_of(p, &[]), &ask, reqs.iter())).collect();
+        assert_eq!(run_points(&reqs, &ask, &[], &points), alone);
+    }
+
+    #[test]
+    fn settings_that_round_alike_behave_alike() {
+        let c = |s: &str| AllocatorConfig::parse(s).unwrap();
+        assert!(c("").behaves_as(&c("roundup_power2_divisions:1")));
+        assert!(c("max_split_size_mb:64,roundup_power2_divisions:[256:1,>:1]")
+            .behaves_as(&c("roundup_power2_divisions:1,max_split_size_mb:64")));
+        assert!(c("roundup_power2_divisions:4").behaves_as(&c("roundup_power2_divisions:[>:4]")));
+        assert!(!c("").behaves_as(&c("roundup_power2_divisions:2")));
+        assert!(!c("").behaves_as(&c("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")));
+        assert!(!c("roundup_power2_divisions:1").behaves_as(&c("expandable_segments:True")));
+        assert!(!c("").behaves_as(&c("max_split_size_mb:1024")));
     }
 
     fn outcome(conf: &str, ooms: u64, reserved: u64) -> Outcome {
