@@ -360,8 +360,7 @@ impl AllocatorConfig {
 
     #[inline]
     fn divisions_for(&self, size: u64) -> u64 {
-        let idx = (log2_floor(size.max(1)) as i64 - 20).clamp(0, K_ROUNDUP_POWER2_INTERVALS as i64 - 1);
-        self.roundup_power2_divisions[idx as usize]
+        self.roundup_power2_divisions[Self::interval_of(size)]
     }
 
     /// Whether an allocator under `self` does what one under `other` does
@@ -369,13 +368,39 @@ impl AllocatorConfig {
     /// for division counts of 0 and 1, which round alike (`round_size`
     /// divides only by more than one).
     pub(crate) fn behaves_as(&self, other: &AllocatorConfig) -> bool {
+        self.rounds_apart(other) == Some(0)
+    }
+
+    /// Where the settings differ only in how they round: the bits
+    /// (`rounding_bit`) of the power-of-two intervals whose division counts
+    /// differ (0 and 1 alike). An allocator under `self` does what one under
+    /// `other` does with requests of sizes none of whose bits are among
+    /// them. None where the settings differ otherwise.
+    pub(crate) fn rounds_apart(&self, other: &AllocatorConfig) -> Option<u16> {
         let plain = |c: &AllocatorConfig| {
             let mut c = c.clone();
             c.source.clear();
-            c.roundup_power2_divisions.iter_mut().filter(|d| **d == 1).for_each(|d| *d = 0);
+            c.roundup_power2_divisions = [0; K_ROUNDUP_POWER2_INTERVALS];
             c
         };
-        plain(self) == plain(other)
+        if plain(self) != plain(other) {
+            return None;
+        }
+        let d = |x: u64| if x == 1 { 0 } else { x };
+        let (a, b) = (&self.roundup_power2_divisions, &other.roundup_power2_divisions);
+        Some((0..K_ROUNDUP_POWER2_INTERVALS).filter(|&i| d(a[i]) != d(b[i])).fold(0, |m, i| m | 1 << i))
+    }
+
+    /// The bit of the interval whose division count `round_size` reads for
+    /// `size`.
+    #[inline]
+    pub(crate) fn rounding_bit(size: u64) -> u16 {
+        1 << Self::interval_of(size)
+    }
+
+    #[inline]
+    fn interval_of(size: u64) -> usize {
+        (log2_floor(size.max(1)) as i64 - 20).clamp(0, K_ROUNDUP_POWER2_INTERVALS as i64 - 1) as usize
     }
 
     /// `round_size` (docs/design/pytorch-allocator.md §3).

@@ -9,8 +9,8 @@ use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{conf_of, prefix_of, running, stage_two, twin_of, Ask, FirstStage, Outcome, Point, StageOne};
-use crate::alloc::{AllocatorConfig, SeedSegment};
+use super::{conf_of, prefix_of, rider_of, running, stage_two, Ask, FirstStage, Outcome, Point, StageOne};
+use crate::alloc::{AllocatorConfig, EventsRef, SeedSegment};
 use crate::replay::ahead::{setting_shown, Followed};
 use crate::replay::session::{first_start, Start};
 use crate::replay::whatif::{FromEvents, Request, Run, Slots, Slotted};
@@ -88,10 +88,24 @@ impl FirstBehind {
     }
 }
 
-/// Some events' requests, keyed by slot, for every lane.
+/// Some events' requests, keyed by slot, for every lane, and the
+/// intervals their sizes are rounded in (`AllocatorConfig::rounding_bit`).
 struct Chunk {
     events: usize,
     reqs: Vec<Request>,
+    hit: u16,
+}
+
+impl Chunk {
+    fn of(events: EventsRef<'_>, slots: &mut Slots) -> Chunk {
+        let reqs = slots.requests(events);
+        let size = |r: &Request| match *r {
+            Request::Alloc { size, .. } | Request::FailedAlloc { size, .. } => Some(size),
+            _ => None,
+        };
+        let hit = reqs.iter().filter_map(size).fold(0, |m, s| m | AllocatorConfig::rounding_bit(s));
+        Chunk { events: events.len(), reqs, hit }
+    }
 }
 
 /// The events' requests, made once for every lane, held until the setting
@@ -107,10 +121,10 @@ fn follow(
     loop {
         match from.recv().ok()? {
             Followed::Events(c) => match &mut lanes {
-                Some(l) => l.hand(&Arc::new(Chunk { events: c.len(), reqs: slots.requests(c.view()) })),
+                Some(l) => l.hand(&Arc::new(Chunk::of(c.view(), &mut slots))),
                 None => {
                     let guess = setting_shown(c.view());
-                    held.push(Arc::new(Chunk { events: c.len(), reqs: slots.requests(c.view()) }));
+                    held.push(Arc::new(Chunk::of(c.view(), &mut slots)));
                     if let Some(g) = guess {
                         lanes = Some(Lanes::start(ask_of(g), held.drain(..), guess_at));
                     }
@@ -124,12 +138,9 @@ fn follow(
     }
 }
 
-/// A thread replaying one point's requests from the events it is handed;
-/// its replay stands for the points in `also` too, whose settings behave
-/// as its own (`twin_of`).
+/// A thread replaying one point's requests from the events it is handed.
 struct Lane {
     point: Point,
-    also: Vec<Point>,
     /// None once told the events are over.
     to: Option<Sender<Arc<Chunk>>>,
     thread: Option<JoinHandle<Option<Outcome>>>,
@@ -162,7 +173,7 @@ impl Lane {
             Some(Outcome::of(conf, run.finish().allocator.stats()))
         };
         let thread = std::thread::Builder::new().name("tune".into()).spawn(run).ok();
-        Lane { point, also: Vec::new(), to: Some(to), thread }
+        Lane { point, to: Some(to), thread }
     }
 
     fn hand(&self, c: &Arc<Chunk>) {
@@ -177,17 +188,28 @@ impl Lane {
         self.to = None;
     }
 
-    /// The outcome of each of the lane's points once it has read every
-    /// event (none where its setting does not parse); none where its
-    /// thread could not be had or panicked.
-    fn finish(mut self, others: &[(String, String)]) -> Option<Vec<(Point, Option<Outcome>)>> {
+    /// The lane's outcome once it has read every event (none where its
+    /// setting does not parse); none where its thread could not be had or
+    /// panicked.
+    fn finish(mut self) -> Option<Option<Outcome>> {
         self.close();
-        let o = self.thread?.join().ok()?;
-        let mut all: Vec<(Point, Option<Outcome>)> =
-            self.also.iter().map(|q| (*q, o.as_ref().map(|o| o.renamed(conf_of(q, others))))).collect();
-        all.push((self.point, o));
-        Some(all)
+        self.thread?.join().ok()
     }
+}
+
+/// A point without a lane of its own: its setting rounds apart from its
+/// lane's only in the intervals `apart` (`AllocatorConfig::rounds_apart`;
+/// none for `roundup_power2_divisions:1` beside the default), so that
+/// lane's replay is its own until a request falls in one of them. In most
+/// runs none does (`[256:1,512:2,1024:4,>:8]` rounds as the default below
+/// 512 MiB): a first-stage point then leaves three replays of 14 to
+/// others, and the second stage most of its own (docs/user/tune.md).
+struct Rider {
+    point: Point,
+    /// The lane in `Lanes::first` (`second`: in `Lanes::second`).
+    lane: usize,
+    second: bool,
+    apart: u16,
 }
 
 /// The lanes of the first stage, and of the second once it is guessed.
@@ -195,9 +217,12 @@ struct Lanes {
     ask: Ask,
     one: StageOne,
     first: Vec<Lane>,
-    /// Each first-stage point's lane.
+    /// Each first-stage point's lane (its own or the one it rides).
     lane_of: Vec<usize>,
     second: Vec<Lane>,
+    riders: Vec<Rider>,
+    /// The intervals the requests so far fell in.
+    hit: u16,
     guess: Option<Guess>,
 }
 
@@ -207,6 +232,7 @@ struct Lanes {
 struct Guess {
     figures: Vec<(Receiver<Outcome>, Option<Outcome>)>,
     kept: Vec<Arc<Chunk>>,
+    at: usize,
 }
 
 /// Where a guess stands.
@@ -239,22 +265,48 @@ impl Guess {
 impl Lanes {
     fn start(ask: Ask, held: impl Iterator<Item = Arc<Chunk>>, guess_at: usize) -> Lanes {
         let one = StageOne::of(&ask);
-        let (mut first, mut lane_of, mut figures) = (Vec::<Lane>::new(), Vec::<usize>::new(), Vec::new());
-        for (i, p) in one.points.iter().enumerate() {
-            if let Some(j) = twin_of(p, &one.points[..i], &one.others) {
-                first[lane_of[j]].also.push(*p);
-                lane_of.push(lane_of[j]);
-                continue;
+        // Riders only where the requests held do not part them at once.
+        let held: Vec<Arc<Chunk>> = held.collect();
+        let hit = held.iter().fold(0, |m, c| m | c.hit);
+        let guess = Some(Guess { figures: Vec::new(), kept: Vec::new(), at: guess_at });
+        let mut lanes = Lanes {
+            ask,
+            one,
+            first: Vec::new(),
+            lane_of: Vec::new(),
+            second: Vec::new(),
+            riders: Vec::new(),
+            hit: 0,
+            guess,
+        };
+        for (i, p) in lanes.one.points.clone().iter().enumerate() {
+            let own: Vec<Point> = lanes.first.iter().map(|l| l.point).collect();
+            match rider_of(p, &own, &lanes.one.others, hit) {
+                Some((lane, apart)) => {
+                    lanes.riders.push(Rider { point: *p, lane, second: false, apart });
+                    lanes.lane_of.push(lane);
+                }
+                None => {
+                    let lane = lanes.start_first(i);
+                    lanes.lane_of.push(lane);
+                }
             }
-            let (tell, told) = channel();
-            first.push(Lane::start(*p, &ask, &one.others, Some((guess_at, tell))));
-            figures.push((told, None));
-            lane_of.push(first.len() - 1);
         }
-        let guess = Some(Guess { figures, kept: Vec::new() });
-        let mut lanes = Lanes { ask, one, first, lane_of, second: Vec::new(), guess };
-        held.for_each(|c| lanes.hand(&c));
+        held.iter().for_each(|c| lanes.hand(c));
         lanes
+    }
+
+    /// A lane of its own for the first stage's point `i`, reporting its
+    /// figures for the guess and handed every chunk kept (none is before
+    /// the first is handed); its index.
+    fn start_first(&mut self, i: usize) -> usize {
+        let Some(g) = &mut self.guess else { return 0 };
+        let (tell, told) = channel();
+        let lane = Lane::start(self.one.points[i], &self.ask, &self.one.others, Some((g.at, tell)));
+        g.kept.iter().for_each(|c| lane.hand(c));
+        g.figures.push((told, None));
+        self.first.push(lane);
+        self.first.len() - 1
     }
 
     fn hand(&mut self, c: &Arc<Chunk>) {
@@ -262,34 +314,50 @@ impl Lanes {
         if let Some(g) = &mut self.guess {
             g.kept.push(c.clone());
         }
+        self.hit |= c.hit;
+        self.part(c.hit);
         self.guess_now(false);
+    }
+
+    /// Riders whose intervals apart a request fell in: a first-stage one
+    /// gets a lane of its own while the chunks are kept; past the guess
+    /// (or in the second stage, started after it) it is left to the search,
+    /// which replays it after the decoding.
+    fn part(&mut self, hit: u16) {
+        let (parted, riding) = std::mem::take(&mut self.riders).into_iter().partition(|r| r.apart & hit != 0);
+        self.riders = riding;
+        let kept = self.guess.is_some();
+        for r in parted.into_iter().filter(|r: &Rider| !r.second && kept) {
+            if let Some(i) = self.one.points.iter().position(|p| *p == r.point) {
+                self.lane_of[i] = self.start_first(i);
+            }
+        }
     }
 
     /// Starts the second stage's lanes where the first stage's figures are
     /// in (`wait`: waiting for them), handing them every event so far.
     fn guess_now(&mut self, wait: bool) {
         let Some(g) = &mut self.guess else { return };
-        let figures = match g.look(wait) {
+        let lanes = match g.look(wait) {
             Guessing::Waiting => return,
             Guessing::GivenUp => Vec::new(),
             Guessing::Made(figures) => figures,
         };
         let kept = std::mem::take(&mut g.kept);
         self.guess = None;
-        let Some(lanes) = (!figures.is_empty()).then_some(&figures) else { return };
+        if lanes.len() != self.first.len() {
+            return;
+        }
         let (one, others) = (&self.one, &self.one.others);
         let figures: Vec<Outcome> =
             one.points.iter().zip(&self.lane_of).map(|(p, &l)| lanes[l].renamed(conf_of(p, others))).collect();
         // The first point is the recorded setting.
         for p in stage_two(one, &figures, &figures[0]) {
-            // A setting that behaves as one already replayed rides along.
-            if let Some(j) = twin_of(&p, &one.points, others) {
-                self.first[self.lane_of[j]].also.push(p);
-                continue;
-            }
-            let seconds: Vec<Point> = self.second.iter().map(|l| l.point).collect();
-            if let Some(j) = twin_of(&p, &seconds, others) {
-                self.second[j].also.push(p);
+            // A setting that rounds as one already replayed rides along.
+            let own: Vec<Point> = self.first.iter().chain(&self.second).map(|l| l.point).collect();
+            if let Some((j, apart)) = rider_of(&p, &own, others, self.hit) {
+                let (lane, second) = if j < self.first.len() { (j, false) } else { (j - self.first.len(), true) };
+                self.riders.push(Rider { point: p, lane, second, apart });
                 continue;
             }
             let lane = Lane::start(p, &self.ask, others, None);
@@ -300,23 +368,34 @@ impl Lanes {
 
     /// The stages, once every point has read every event; none where a
     /// first-stage lane could not be had or panicked (the search makes it
-    /// again; a second-stage lane that failed is made again too). Where
-    /// the events never reached the point of the guess, it is made from
-    /// the first stage's figures at their end.
+    /// again; a second-stage lane that failed, or a rider that parted
+    /// past the guess, is made again too). Where the events never reached
+    /// the point of the guess, it is made from the first stage's figures
+    /// at their end.
     fn finish(mut self) -> Option<FirstStage> {
         self.first.iter_mut().for_each(Lane::close);
         self.guess_now(true);
-        let others = &self.one.others;
         let mut firsts = Vec::new();
         for l in self.first {
-            firsts.extend(l.finish(others)?);
+            firsts.push((l.point, l.finish()?));
         }
-        let outcome = |p: &Point| firsts.iter().find(|(q, _)| q == p).and_then(|(_, o)| o.clone());
-        let outcomes = self.one.points.iter().filter_map(outcome).collect();
-        // Second-stage points riding on first-stage lanes, then the others.
-        let seconds = self.second.into_iter().filter_map(|l| l.finish(others)).flatten();
-        let second = (firsts.iter().filter(|(q, _)| !self.one.points.contains(q)).cloned().chain(seconds))
+        let seconds: Vec<(Point, Option<Outcome>)> =
+            self.second.into_iter().filter_map(|l| Some((l.point, l.finish()?))).collect();
+        let others = &self.one.others;
+        let ridden = |r: &Rider| {
+            let (_, o) = if r.second { seconds.get(r.lane)? } else { firsts.get(r.lane)? };
+            Some((r.point, o.as_ref()?.renamed(conf_of(&r.point, others))))
+        };
+        let riders: Vec<(Point, Outcome)> = self.riders.iter().filter_map(ridden).collect();
+        let outcome = |p: &Point| {
+            let own = firsts.iter().find(|(q, _)| q == p).and_then(|(_, o)| o.clone());
+            own.or_else(|| riders.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone()))
+        };
+        let outcomes = self.one.points.iter().map(outcome).collect();
+        let second = seconds
+            .into_iter()
             .filter_map(|(q, o)| Some((q, o?)))
+            .chain(riders.into_iter().filter(|(q, _)| !self.one.points.contains(q)))
             .collect();
         Some(FirstStage { ask: self.ask, outcomes, second })
     }
@@ -380,7 +459,8 @@ mod tests {
                 // its replays are the ones taken: a figure changed in one
                 // shows.
                 let one = StageOne::of(&ask_of(guessed));
-                let after = stage_two(&one, &want.first.outcomes, &want.first.outcomes[0]);
+                let made: Vec<Outcome> = want.first.outcomes.iter().flatten().cloned().collect();
+                let after = stage_two(&one, &made, &made[0]);
                 assert_eq!(after.len(), seconds, "{name}: {after:?}");
                 if guess_at >= n / 2 && seconds > 0 {
                     assert!(after.iter().all(|p| second.iter().any(|(q, _)| q == p)), "{name}");
@@ -402,5 +482,68 @@ mod tests {
                 .unwrap();
         drop(to);
         assert!(b.thread.join().unwrap().is_none());
+    }
+
+    /// Settings that round apart only from 512 MiB ride on the lanes of
+    /// those they round as, until a request falls there: before the guess
+    /// the rider gets a lane of its own; after it, the search replays it.
+    /// Every outcome made is the one its own replay gives, and the search
+    /// is the one made without the lanes.
+    #[test]
+    fn a_rider_parts_where_a_request_falls_apart() {
+        let mb = 1 << 20;
+        let chunk = |from: u64, big: bool, slots: &mut Slots| {
+            let mut ev = Vec::new();
+            for k in from..from + 400 {
+                let size = if big && k == from + 7 { 600 * mb } else { (k % 50 + 1) * 3 * mb + 12_345 };
+                ev.push(crate::alloc::Event::new(crate::alloc::Action::Alloc, 100 + k, size, 0));
+                if k >= 5 {
+                    for a in [crate::alloc::Action::FreeRequested, crate::alloc::Action::FreeCompleted] {
+                        ev.push(crate::alloc::Event::new(a, 100 + k - 5, 0, 0));
+                    }
+                }
+            }
+            let ev: crate::alloc::Events = ev.into_iter().collect();
+            (Arc::new(Chunk::of(ev.view(), slots)), ev)
+        };
+        let ask = Ask::of_run("", 150 << 30, None);
+        let one = StageOne::of(&ask);
+        let at = |v: &str| one.points.iter().position(|p| p == &["", "", v, ""]).unwrap();
+        // `big`: which chunk holds the 600 MiB request; `guessed`: whether
+        // the guess is made before it. The first chunk is held until the
+        // lanes start.
+        for (big, guessed) in [(None, false), (Some(1), false), (Some(2), true)] {
+            let mut slots = Slots::default();
+            let (c, mut all) = chunk(0, false, &mut slots);
+            let mut lanes = Lanes::start(ask.clone(), std::iter::once(c), if guessed { 1 } else { usize::MAX });
+            // roundup_power2_divisions:1 and [256:1,512:2,1024:4,>:8] on
+            // the default's lane, [256:4,1024:8,>:16] on 4's.
+            assert_eq!((lanes.first.len(), lanes.riders.len()), (one.points.len() - 3, 3));
+            if guessed {
+                lanes.guess_now(true);
+            }
+            for k in 1..3 {
+                let (c, ev) = chunk(k * 400, big == Some(k as usize), &mut slots);
+                all.append(ev);
+                lanes.hand(&c);
+            }
+            // Past a 600 MiB request only divisions:1 still rides.
+            assert_eq!(lanes.riders.len(), if big.is_some() { 1 } else { 3 }, "{big:?}");
+            let first = lanes.finish().unwrap();
+            let reqs = FromEvents { prefix: Vec::new(), events: all.view(), empty_cache_at: &[] };
+            for (p, o) in one.points.iter().zip(&first.outcomes) {
+                let alone = super::super::outcome_of(conf_of(p, &[]), &ask, reqs.iter());
+                if let Some(o) = o {
+                    assert_eq!(Some(o), alone.as_ref(), "{big:?} {p:?}");
+                }
+            }
+            // Made, but for a rider parted past the guess.
+            let made = |v: &str| first.outcomes[at(v)].is_some();
+            assert!(made("1"));
+            assert_eq!(made("[256:1,512:2,1024:4,>:8]"), !guessed, "{big:?}");
+            assert_eq!(made("[256:4,1024:8,>:16]"), !guessed, "{big:?}");
+            let plain = super::super::search_from(&reqs, &ask, None, None);
+            assert_eq!(super::super::search_from(&reqs, &ask, None, Some(first)), plain, "{big:?}");
+        }
     }
 }

@@ -272,6 +272,22 @@ fn twin_of(p: &Point, among: &[Point], others: &[(String, String)]) -> Option<us
     among.iter().position(|q| of(q).is_some_and(|d| d.behaves_as(&c)))
 }
 
+/// The one of `among` whose replay stands for `p`'s as long as no request
+/// falls in the intervals where their settings round apart (returned,
+/// with its index; `AllocatorConfig::rounds_apart`), none of them among
+/// `hit`: the one apart only at the largest sizes.
+fn rider_of(p: &Point, among: &[Point], others: &[(String, String)], hit: u16) -> Option<(usize, u16)> {
+    let of = |p: &Point| AllocatorConfig::parse(&conf_of(p, others)).ok();
+    let c = of(p)?;
+    let apart = |q: &Point| of(q)?.rounds_apart(&c).filter(|m| m & hit == 0);
+    let found = among.iter().enumerate().filter_map(|(j, q)| Some((j, apart(q)?)));
+    // The first of those whose lowest interval apart is highest.
+    found.fold(None, |best: Option<(usize, u16)>, (j, m)| match best {
+        Some((_, b)) if b.trailing_zeros() >= m.trailing_zeros() => best,
+        _ => Some((j, m)),
+    })
+}
+
 /// A what-if run of the setting `conf` under `ask`, on the simulated device
 /// (none where the setting does not parse).
 fn running<L: Live>(conf: &str, ask: &Ask) -> Option<Run<L>> {
@@ -292,19 +308,21 @@ fn outcome_of(conf: String, ask: &Ask, reqs: impl Iterator<Item = Request>) -> O
 /// The first stage's replays of some requests, made before it was known
 /// whether they are the run's (`tune` runs them beside the run's own
 /// replay, or behind the decoding): `search_from` takes them for the `ask`
-/// they were made for. `second`: points of the second stage guessed
+/// they were made for. `outcomes`: each first-stage point's, where it was
+/// made (none where its setting does not parse, or a replay that stood for
+/// it did not to the end). `second`: points of the second stage guessed
 /// before the first was done, with their outcomes.
 #[cfg_attr(test, derive(Clone))]
 pub(crate) struct FirstStage {
     ask: Ask,
-    outcomes: Vec<Outcome>,
+    outcomes: Vec<Option<Outcome>>,
     second: Vec<(Point, Outcome)>,
 }
 
 impl FirstStage {
     pub(crate) fn run<R: Requests + ?Sized>(reqs: &R, ask: Ask) -> FirstStage {
         let one = StageOne::of(&ask);
-        let outcomes = run_points(reqs, &ask, &one.others, &one.points).into_iter().flatten().collect();
+        let outcomes = run_points(reqs, &ask, &one.others, &one.points);
         FirstStage { ask, outcomes, second: Vec::new() }
     }
 }
@@ -356,8 +374,16 @@ fn search_from<R: Requests + ?Sized>(
 ) -> Search {
     let one = StageOne::of(ask);
     let (base, others, stage1) = (one.base, &one.others, &one.points);
-    let (mut first, guessed) = match early.filter(|e| e.ask == *ask) {
-        Some(e) => (e.outcomes, e.second),
+    let (mut first, guessed) = match early.filter(|e| e.ask == *ask && e.outcomes.len() == stage1.len()) {
+        Some(e) => {
+            // Those not made run now.
+            let missing: Vec<Point> =
+                stage1.iter().zip(&e.outcomes).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
+            let mut ran = run_points(reqs, ask, others, &missing).into_iter();
+            let mut first = e.outcomes;
+            first.iter_mut().filter(|o| o.is_none()).for_each(|o| *o = ran.next().flatten());
+            (first.into_iter().flatten().collect::<Vec<Outcome>>(), e.second)
+        }
         // The recorded point's replay is not needed where the exact one
         // stands for it.
         None => match exact {
@@ -617,7 +643,9 @@ mod tests {
             // Its replays are the ones taken: a figure changed in one shows.
             let changed = || {
                 let mut e = early();
-                e.first.outcomes[1].reserved_peak_bytes += 1 << 20;
+                if let Some(o) = e.first.outcomes[1].as_mut() {
+                    o.reserved_peak_bytes += 1 << 20;
+                }
                 e
             };
             assert_ne!(search_session(&mut opened.session, &ask, Some(changed())), plain, "{name}");
