@@ -296,15 +296,19 @@ impl Lanes {
         lanes
     }
 
-    /// A lane of its own for the first stage's point `i`, reporting its
-    /// figures for the guess and handed every chunk kept (none is before
-    /// the first is handed); its index.
+    /// A lane of its own for the first stage's point `i`, handed every
+    /// chunk kept and, while the guess waits, reporting its figures for it;
+    /// its index.
     fn start_first(&mut self, i: usize) -> usize {
-        let Some(g) = &mut self.guess else { return 0 };
-        let (tell, told) = channel();
-        let lane = Lane::start(self.one.points[i], &self.ask, &self.one.others, Some((g.at, tell)));
-        g.kept.iter().for_each(|c| lane.hand(c));
-        g.figures.push((told, None));
+        let report = self.guess.as_mut().map(|g| {
+            let (tell, told) = channel();
+            g.figures.push((told, None));
+            (g.at, tell)
+        });
+        let lane = Lane::start(self.one.points[i], &self.ask, &self.one.others, report);
+        if let Some(g) = &self.guess {
+            g.kept.iter().for_each(|c| lane.hand(c));
+        }
         self.first.push(lane);
         self.first.len() - 1
     }
