@@ -363,19 +363,13 @@ impl AllocatorConfig {
         self.roundup_power2_divisions[Self::interval_of(size)]
     }
 
-    /// Whether an allocator under `self` does what one under `other` does
-    /// with every request: the settings are the same but for their text and
-    /// for division counts of 0 and 1, which round alike (`round_size`
-    /// divides only by more than one).
-    pub(crate) fn behaves_as(&self, other: &AllocatorConfig) -> bool {
-        self.rounds_apart(other) == Some(0)
-    }
-
     /// Where the settings differ only in how they round: the bits
     /// (`rounding_bit`) of the power-of-two intervals whose division counts
     /// differ (0 and 1 alike). An allocator under `self` does what one under
     /// `other` does with requests of sizes none of whose bits are among
-    /// them. None where the settings differ otherwise.
+    /// them: with every request where that is none (0 and 1 round alike,
+    /// since `round_size` divides only by more than one). None where the
+    /// settings differ otherwise.
     pub(crate) fn rounds_apart(&self, other: &AllocatorConfig) -> Option<u16> {
         let plain = |c: &AllocatorConfig| {
             let mut c = c.clone();

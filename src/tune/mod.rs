@@ -263,13 +263,12 @@ fn run_points<R: Requests + ?Sized>(
 }
 
 /// The first of `among` whose setting behaves as `p`'s on every request
-/// (`AllocatorConfig::behaves_as`: `roundup_power2_divisions:1` rounds as
+/// (`AllocatorConfig::rounds_apart` nowhere: `roundup_power2_divisions:1` rounds as
 /// the default does), so that its replay stands for `p`'s; none where
 /// either setting does not parse.
 fn twin_of(p: &Point, among: &[Point], others: &[(String, String)]) -> Option<usize> {
-    let of = |p: &Point| AllocatorConfig::parse(&conf_of(p, others)).ok();
-    let c = of(p)?;
-    among.iter().position(|q| of(q).is_some_and(|d| d.behaves_as(&c)))
+    // Every interval hit: only a setting that never rounds apart rides.
+    rider_of(p, among, others, u16::MAX).map(|(j, _)| j)
 }
 
 /// The one of `among` whose replay stands for `p`'s as long as no request
@@ -687,16 +686,33 @@ mod tests {
     }
 
     #[test]
-    fn settings_that_round_alike_behave_alike() {
+    fn settings_round_apart_where_their_divisions_differ() {
         let c = |s: &str| AllocatorConfig::parse(s).unwrap();
-        assert!(c("").behaves_as(&c("roundup_power2_divisions:1")));
-        assert!(c("max_split_size_mb:64,roundup_power2_divisions:[256:1,>:1]")
-            .behaves_as(&c("roundup_power2_divisions:1,max_split_size_mb:64")));
-        assert!(c("roundup_power2_divisions:4").behaves_as(&c("roundup_power2_divisions:[>:4]")));
-        assert!(!c("").behaves_as(&c("roundup_power2_divisions:2")));
-        assert!(!c("").behaves_as(&c("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]")));
-        assert!(!c("roundup_power2_divisions:1").behaves_as(&c("expandable_segments:True")));
-        assert!(!c("").behaves_as(&c("max_split_size_mb:1024")));
+        let apart = |a: &str, b: &str| c(a).rounds_apart(&c(b));
+        // Alike everywhere: divisions of 1 round as none do.
+        assert_eq!(apart("", "roundup_power2_divisions:1"), Some(0));
+        assert_eq!(
+            apart(
+                "max_split_size_mb:64,roundup_power2_divisions:[256:1,>:1]",
+                "roundup_power2_divisions:1,max_split_size_mb:64"
+            ),
+            Some(0)
+        );
+        assert_eq!(apart("roundup_power2_divisions:4", "roundup_power2_divisions:[>:4]"), Some(0));
+        // Apart at every size, or from 512 MiB (the intervals [512 MiB, 1
+        // GiB) and up: bits 9 to 15).
+        assert_eq!(apart("", "roundup_power2_divisions:2"), Some(u16::MAX));
+        assert_eq!(apart("", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"), Some(0xfe00));
+        assert_eq!(apart("roundup_power2_divisions:4", "roundup_power2_divisions:[256:4,1024:8,>:16]"), Some(0xfe00));
+        // Other keys apart: never alike.
+        assert_eq!(apart("roundup_power2_divisions:1", "expandable_segments:True"), None);
+        assert_eq!(apart("", "max_split_size_mb:1024"), None);
+        // The bit a size is rounded by.
+        let bit = AllocatorConfig::rounding_bit;
+        assert_eq!(
+            (bit(1), bit((1 << 20) - 1), bit(3 << 20), bit(600 << 20), bit(1 << 50)),
+            (1, 1, 2, 1 << 9, 1 << 15)
+        );
     }
 
     fn outcome(conf: &str, ooms: u64, reserved: u64) -> Outcome {
