@@ -262,6 +262,22 @@ fn run_points<R: Requests + ?Sized>(
     out
 }
 
+/// `made` (an outcome for each of `points`, none where not made yet) with
+/// those not made replayed now, on every core (a setting that does not
+/// parse still has none).
+fn made_or_run<R: Requests + ?Sized>(
+    reqs: &R,
+    ask: &Ask,
+    others: &[(String, String)],
+    points: &[Point],
+    mut made: Vec<Option<Outcome>>,
+) -> Vec<Option<Outcome>> {
+    let missing: Vec<Point> = points.iter().zip(&made).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
+    let mut ran = run_points(reqs, ask, others, &missing).into_iter();
+    made.iter_mut().filter(|o| o.is_none()).for_each(|o| *o = ran.next().flatten());
+    made
+}
+
 /// The first of `among` whose setting behaves as `p`'s on every request
 /// (`AllocatorConfig::rounds_apart` nowhere: `roundup_power2_divisions:1` rounds as
 /// the default does), so that its replay stands for `p`'s; none where
@@ -373,31 +389,16 @@ fn search_from<R: Requests + ?Sized>(
 ) -> Search {
     let one = StageOne::of(ask);
     let (base, others, stage1) = (one.base, &one.others, &one.points);
-    let (mut first, guessed) = match early.filter(|e| e.ask == *ask && e.outcomes.len() == stage1.len()) {
-        Some(e) => {
-            // Those not made run now.
-            let missing: Vec<Point> =
-                stage1.iter().zip(&e.outcomes).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
-            let mut ran = run_points(reqs, ask, others, &missing).into_iter();
-            let mut first = e.outcomes;
-            first.iter_mut().filter(|o| o.is_none()).for_each(|o| *o = ran.next().flatten());
-            (first.into_iter().flatten().collect::<Vec<Outcome>>(), e.second)
-        }
-        // The recorded point's replay is not needed where the exact one
-        // stands for it.
-        None => match exact {
-            Some(st) => (
-                std::iter::once(Outcome::of(conf_of(&base, others), st))
-                    .chain(run_points(reqs, ask, others, &stage1[1..]).into_iter().flatten())
-                    .collect(),
-                Vec::new(),
-            ),
-            None => (run_points(reqs, ask, others, stage1).into_iter().flatten().collect(), Vec::new()),
-        },
+    let (mut made, guessed) = match early.filter(|e| e.ask == *ask && e.outcomes.len() == stage1.len()) {
+        Some(e) => (e.outcomes, e.second),
+        None => (vec![None; stage1.len()], Vec::new()),
     };
-    if let (Some(st), Some(f)) = (exact, first.first_mut()) {
-        *f = Outcome::of(f.alloc_conf.clone(), st);
+    // The exact replay stands for the recorded point (first) where there
+    // is one: its own replay is then not needed.
+    if let (Some(st), Some(f)) = (exact, made.first_mut()) {
+        *f = Some(Outcome::of(conf_of(&base, others), st));
     }
+    let first: Vec<Outcome> = made_or_run(reqs, ask, others, stage1, made).into_iter().flatten().collect();
     let recorded_outcome = first.first().cloned().unwrap_or_else(|| Outcome {
         alloc_conf: ask.recorded.clone(),
         reserved_peak_bytes: 0,
@@ -416,15 +417,8 @@ fn search_from<R: Requests + ?Sized>(
         let j = twin_of(p, stage1, others).filter(|&j| j > 0 && first.len() == stage1.len())?;
         Some(first[j].renamed(conf_of(p, others)))
     };
-    let mut second: Vec<Option<Outcome>> = stage2
-        .iter()
-        .map(|p| guessed.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone()).or_else(|| twin(p)))
-        .collect();
-    let missing: Vec<Point> = stage2.iter().zip(&second).filter(|(_, o)| o.is_none()).map(|(p, _)| *p).collect();
-    let mut ran = run_points(reqs, ask, others, &missing).into_iter();
-    for o in second.iter_mut().filter(|o| o.is_none()) {
-        *o = ran.next().flatten();
-    }
+    let made = stage2.iter().map(|p| guessed.iter().find(|(q, _)| q == p).map(|(_, o)| o.clone()).or_else(|| twin(p)));
+    let second = made_or_run(reqs, ask, others, &stage2, made.collect());
     let mut candidates: Vec<Outcome> = first.into_iter().chain(second.into_iter().flatten()).collect();
     let replays = candidates.len();
     candidates.sort_by_key(Outcome::key);
