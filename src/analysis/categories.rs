@@ -1059,13 +1059,16 @@ fn optimizer_windows(time_us: &crate::trace::Times, annotations: &[Annotation], 
         .filter(|a| a.device == device && field(a, "name").is_some_and(|n| n.starts_with("Optimizer.")))
         .collect();
     marks.sort_by_key(|a| a.time_us);
+    // In time order, so each search starts where the last one ended.
+    let mut from = 0;
     for a in marks {
-        let at = time_us.partition_point(|t| t < a.time_us);
+        let at = time_us.partition_point_from(from, |t| t < a.time_us);
+        from = at;
         match field(a, "stage") {
             Some("START") => open = Some(at),
             Some("END") => {
                 if let Some(s) = open.take() {
-                    out.push((s, time_us.partition_point(|t| t <= a.time_us).max(s)));
+                    out.push((s, time_us.partition_point_from(at, |t| t <= a.time_us).max(s)));
                 }
             }
             _ => {}

@@ -228,12 +228,23 @@ pub(crate) fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
 /// `external_annotations`), as event indices into `time_us`.
 pub(crate) fn iteration_marks(time_us: &crate::trace::Times, annotations: &[Annotation], device: i32) -> Vec<usize> {
     let field = |a: &Annotation, k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let mut marks: Vec<usize> = annotations
+    let mut ends: Vec<i64> = annotations
         .iter()
         .filter(|a| a.device == device)
         .filter(|a| field(a, "stage").as_deref() == Some("END"))
         .filter(|a| field(a, "name").is_some_and(|n| n.starts_with("Optimizer.step")))
-        .map(|a| time_us.partition_point(|t| t <= a.time_us))
+        .map(|a| a.time_us)
+        .collect();
+    // In time order, each search starting where the last ended
+    // (`Times::partition_point_from`).
+    ends.sort_unstable();
+    let mut from = 0;
+    let mut marks: Vec<usize> = ends
+        .into_iter()
+        .map(|end| {
+            from = time_us.partition_point_from(from, |t| t <= end);
+            from
+        })
         .filter(|&i| i > 0 && i < time_us.len())
         .collect();
     marks.sort_unstable();

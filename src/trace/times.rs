@@ -53,8 +53,27 @@ impl Times {
 
     /// The first index whose time is not `pred` (times in order, as a
     /// trace records them), as `slice::partition_point`.
-    pub fn partition_point(&self, mut pred: impl FnMut(i64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
+    pub fn partition_point(&self, pred: impl FnMut(i64) -> bool) -> usize {
+        self.partition_point_from(0, pred)
+    }
+
+    /// `partition_point` where the first `from` times are known to hold
+    /// `pred`: searched onwards from there, the step doubling, then within
+    /// the last step. Points asked for in order (a trace's markers) read
+    /// times near each other, rather than from the middle of 40 MB each
+    /// time (20,000 markers of a 10M trace took 31 ms, most of it the
+    /// cache and page misses of a column just decoded on another core).
+    pub fn partition_point_from(&self, from: usize, mut pred: impl FnMut(i64) -> bool) -> usize {
+        let n = self.len();
+        let (mut lo, mut step) = (from.min(n), 1);
+        // Every time before `lo` holds; `probe`, if in range, does not.
+        let mut probe = lo;
+        while probe < n && self.get(probe).is_some_and(&mut pred) {
+            lo = probe + 1;
+            probe = lo.saturating_add(step);
+            step = step.saturating_mul(2);
+        }
+        let mut hi = probe.min(n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self.get(mid).is_some_and(&mut pred) {
@@ -110,6 +129,19 @@ mod tests {
         assert_eq!(sorted.partition_point(|x| x <= 101), 51);
         assert_eq!(sorted.partition_point(|x| x < 0), 0);
         assert_eq!(sorted.partition_point(|_| true), 9000);
+        // Across runs, at their edges, and with times repeated, as a slice.
+        let v: Vec<i64> = (0..3 * RUN as i64 + 77).map(|i| i / 3 * 5).collect();
+        let t: Times = v.iter().copied().collect();
+        for x in [-1, 0, 4, 5, 6, 6825, 6826, 6830, 6831, 20_478, 20_479, 20_480, 20_600, 99_999] {
+            for (lt, want) in [(true, v.partition_point(|&y| y < x)), (false, v.partition_point(|&y| y <= x))] {
+                let pred = |y: i64| if lt { y < x } else { y <= x };
+                assert_eq!(t.partition_point(pred), want, "{x} {lt}");
+                // From anywhere at or before the answer.
+                for from in [0, 1.min(want), want / 3, want.saturating_sub(5), want.saturating_sub(1), want] {
+                    assert_eq!(t.partition_point_from(from, pred), want, "{x} {lt} from {from}");
+                }
+            }
+        }
         let mut d = t.clone();
         d.drain_front(4097);
         assert_eq!(d.iter().collect::<Vec<_>>(), v[4097..].to_vec());
