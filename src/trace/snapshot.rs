@@ -61,6 +61,9 @@ struct EntryColumns {
     /// Any entry carried `pool_id` (2.12+) / `internal_metadata` (2.15+).
     pool_ids: bool,
     internal_metadata: bool,
+    /// Any entry was an `annotate` (2.14+), so that no pass over every
+    /// event asks it once they are read.
+    annotate: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,6 +224,7 @@ impl EntryColumns {
     ) -> Result<u32, String> {
         self.pool_ids |= tags.pool.is_some();
         self.internal_metadata |= tags.internal;
+        self.annotate |= kind == Kind::Action(Action::Annotate);
         let addr = if kind == Kind::Action(Action::Oom) { device_free.or(addr) } else { addr };
         let id = self.entries() as u32;
         let action = match kind {
@@ -753,7 +757,7 @@ fn read_snapshot_with<R: Read>(
         pool_ids: cols.pool_ids,
         internal_metadata: cols.internal_metadata,
         exact_in_user_metadata: !cols.exact.is_empty() && !cols.internal_metadata,
-        annotate: devices.iter().any(|d| d.events.iter().any(|e| e.action == Action::Annotate)),
+        annotate: cols.annotate,
         unknown_actions: std::mem::take(&mut cols.unknown).into_iter().collect(),
         ..Default::default()
     };
@@ -937,6 +941,8 @@ mod tests {
             assert_eq!(t.devices[0].exact, exact, "{name}");
             let annotate = t.devices[0].events.iter().filter(|e| e.action == Action::Annotate).count();
             assert_eq!(annotate, usize::from(lo >= r("2.14")), "{name}");
+            // Kept as the entries were read, not by a pass over the events.
+            assert_eq!(t.release.annotate, annotate > 0, "{name}");
             assert_eq!(t.release.host_memory, lo >= r("2.14"), "{name}");
             let notes: Vec<&Annotation> = t
                 .annotations
