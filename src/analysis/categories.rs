@@ -414,14 +414,72 @@ impl Categories {
             }
             None => Arc::new(dev.events.iter().map(|e| signed(e, e.size)).collect()),
         };
-        let mut samples = vec![bytes];
-        for (i, (step, &c)) in steps.iter().zip(of_event).enumerate() {
-            if i % SAMPLE == 0 && i > 0 {
-                samples.push(bytes);
-            }
-            apply(&mut bytes, step, c);
-        }
+        let samples = Self::sampled(bytes, &steps, of_event, Spans::of_cores());
         (steps, samples)
+    }
+
+    /// The bytes per category before event `k * SAMPLE`, from `bytes`
+    /// before the first, each event's step applied to its category. The
+    /// spans (whole samples each) find where their steps can take each
+    /// category, so that each span's first bytes are known before it is
+    /// counted, and then count side by side; where a category could go
+    /// below nothing or past `u64` (the steps saturate there) every span
+    /// is counted in turn from the last one's end.
+    fn sampled(bytes: CategoryBytes, steps: &Deltas, of_event: &[Option<Category>], sp: Spans) -> Vec<CategoryBytes> {
+        let n = of_event.len().min(steps.len());
+        let whole = |i: usize| (i.div_ceil(SAMPLE) * SAMPLE).min(n);
+        let cut: Vec<std::ops::Range<usize>> = sp.cut(n).into_iter().map(|r| whole(r.start)..whole(r.end)).collect();
+        // Span `r`'s samples, into `out`: those before its events at
+        // whole samples, but the first event's.
+        let count = |mut b: CategoryBytes, r: std::ops::Range<usize>, out: &mut [CategoryBytes]| {
+            let mut out = out.iter_mut();
+            for i in r {
+                if i % SAMPLE == 0 && i > 0 {
+                    if let Some(o) = out.next() {
+                        *o = b;
+                    }
+                }
+                apply(&mut b, steps.get(i), of_event[i]);
+            }
+        };
+        let mut samples = vec![bytes; n.div_ceil(SAMPLE).max(1)];
+        // Per span and category: the change, and the least and most it
+        // reaches on the way.
+        let reach = |r: std::ops::Range<usize>| {
+            let mut walk = [(0i128, 0i128, 0i128); 7];
+            for i in r {
+                let w = &mut walk[of_event[i].unwrap_or(Category::Unknown).index()];
+                w.0 += i128::from(steps.get(i));
+                (w.1, w.2) = (w.1.min(w.0), w.2.max(w.0));
+            }
+            walk
+        };
+        let mut firsts = vec![bytes];
+        for walk in super::spans::each(cut.clone(), reach) {
+            let b = firsts[firsts.len() - 1];
+            let stays = (0..7).all(|c| {
+                let at = i128::from(b.0[c]);
+                at + walk[c].1 >= 0 && at + walk[c].2 <= i128::from(u64::MAX)
+            });
+            if !stays {
+                count(bytes, 0..n, &mut samples[1..]);
+                return samples;
+            }
+            firsts.push(CategoryBytes(std::array::from_fn(|c| (i128::from(b.0[c]) + walk[c].0) as u64)));
+        }
+        // Each span's part of the samples: those of its whole samples past
+        // the first event's.
+        let mut parts = Vec::with_capacity(cut.len());
+        let mut rest = &mut samples[1..];
+        for (r, b) in cut.into_iter().zip(firsts) {
+            let k = r.end.div_ceil(SAMPLE).saturating_sub(r.start.max(1).div_ceil(SAMPLE));
+            let k = k.min(rest.len());
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(k);
+            parts.push((r, b, part));
+            rest = tail;
+        }
+        super::spans::each(parts, |(r, b, part)| count(b, r, part));
+        samples
     }
 
     /// Whether each of `a` is `signed` of its event and its size: a pass
@@ -1582,6 +1640,53 @@ mod tests {
         let end = lifetimes(&trace(&events[..299]), Spans::exactly(3));
         let want = |i: usize| (i % 3 == 0 && i + 2 < 299).then_some(i + 2);
         assert_eq!((0..310).map(|i| end.get(i)).collect::<Vec<_>>(), (0..310).map(want).collect::<Vec<_>>());
+    }
+
+    /// The bytes per category every `SAMPLE` events are one pass's in any
+    /// number of spans: where each span's first bytes are found ahead, and
+    /// where a category would go below nothing (the steps saturate there)
+    /// and the spans are counted in turn.
+    #[test]
+    fn samples_as_one_pass() {
+        let one_pass = |mut b: CategoryBytes, steps: &Deltas, of: &[Option<Category>]| {
+            let mut out = vec![b];
+            for (i, (d, &c)) in steps.iter().zip(of).enumerate() {
+                if i % SAMPLE == 0 && i > 0 {
+                    out.push(b);
+                }
+                apply(&mut b, d, c);
+            }
+            out
+        };
+        let start = CategoryBytes([512, 0, 1 << 20, 0, 0, 0, 64]);
+        // Blocks of a category made and freed later, some never; in the
+        // second, frees of bytes a category never had.
+        for (saturates, n) in [(false, 5000), (true, 5000), (false, 0), (false, 300)] {
+            let mut of = Vec::with_capacity(n);
+            let mut steps = Deltas::with_capacity(n);
+            let mut held: Vec<(Option<Category>, i64)> = Vec::new();
+            for i in 0..n {
+                let c = [None, Some(Category::ALL[i % 7])][i % 4 / 3];
+                let (c, step) = if i % 3 != 2 || held.is_empty() {
+                    let size = 512 * (1 + (i as i64 * 7919) % 97);
+                    held.push((c, size));
+                    (c, size)
+                } else if saturates && i % 11 == 0 {
+                    (Some(Category::Input), -(1 << 40))
+                } else {
+                    let (c, size) = held.remove((i * 31) % held.len());
+                    (c, -size)
+                };
+                of.push(c);
+                steps.push(step);
+            }
+            let want = one_pass(start, &steps, &of);
+            assert_eq!(want.len(), 1 + n.saturating_sub(1) / SAMPLE);
+            for k in [1, 2, 3, 7, 64] {
+                let got = Categories::sampled(start, &steps, &of, Spans::exactly(k));
+                assert_eq!(got, want, "{n} events, saturating {saturates}, {k} spans");
+            }
+        }
     }
 
     /// Each allocation ends at the first free at its address, however the
