@@ -1511,17 +1511,10 @@ mod tests {
     /// accumulation, OOMs, state only), cut into 1, 3 and 64 spans.
     #[test]
     fn spans_change_nothing() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/categories");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
-            .collect();
-        paths.sort();
-        assert!(paths.len() >= 10, "{paths:?}");
+        let traces = crate::trace::fixture_traces("categories");
+        assert!(traces.len() >= 10, "{}", traces.len());
         let mut cut_short = 0;
-        for path in &paths {
-            let t = crate::trace::input::Input::open(path).unwrap().read_trace_tapped(None, None).unwrap();
+        for (path, t) in &traces {
             let Some(dev) = t.main_device() else { continue };
             let ends = |sp| {
                 let e = lifetimes(dev, sp);

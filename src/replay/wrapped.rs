@@ -539,16 +539,8 @@ mod tests {
     /// eleven points (windows of a longer run), in 1, 3 and 16 spans.
     #[test]
     fn spans_answer_as_one_pass() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
-            .collect();
-        paths.sort();
         let (mut empty, mut not) = (0, 0);
-        for path in &paths {
-            let t = crate::trace::input::Input::open(path).unwrap().read_trace_tapped(None, None).unwrap();
+        for (path, t) in crate::trace::fixture_traces("traces") {
             for full in &t.devices {
                 for k in 0..12 {
                     let mut dev = full.clone();

@@ -351,6 +351,20 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
     read_any_compressed(BufReader::with_capacity(1 << 16, f))
 }
 
+/// The gzipped pickles of `tests/fixtures/FOLDER`, in name order, each
+/// read: what the unit tests that ask a pass over every fixture go over.
+#[cfg(test)]
+pub(crate) fn fixture_traces(folder: &str) -> Vec<(std::path::PathBuf, Trace)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(folder);
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
+        .collect();
+    paths.sort();
+    paths.into_iter().map(|p| (p.clone(), load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))).collect()
+}
+
 /// Reads a trace of any supported format, recognising gzip by its magic bytes.
 /// Decompression runs on its own thread, ahead of the parser.
 pub(crate) fn read_any_compressed<R: BufRead + Send + 'static>(r: R) -> Result<Trace, TraceError> {
