@@ -11,7 +11,7 @@ use foldhash::{HashMap, HashMapExt, HashSet};
 
 use serde::Serialize;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::spans::{joined, Spans};
@@ -789,25 +789,22 @@ fn phases(
 fn stack_facts(dev: &DeviceTrace, stacks: &[Vec<Frame>], sp: Spans) -> Vec<StackFacts> {
     let events = dev.events.view();
     let n = events.len().min(dev.stacks.len());
-    let used = sp.map(n, |r| {
-        let mut used = vec![false; stacks.len() + 1];
+    // One flag per stack for every span: the same few are set over and
+    // over, so each is read before it is written and the lines stay shared.
+    let used: Vec<AtomicBool> = (0..=stacks.len()).map(|_| AtomicBool::new(false)).collect();
+    sp.map(n, |r| {
         for (e, &sid) in events.slice(r.clone()).iter().zip(&dev.stacks[r]) {
             if e.action == Action::Alloc {
-                if let Some(u) = used.get_mut(sid as usize) {
-                    *u = true;
+                if let Some(u) = used.get(sid as usize).filter(|u| !u.load(Ordering::Relaxed)) {
+                    u.store(true, Ordering::Relaxed);
                 }
             }
         }
-        used
     });
-    let used = used.into_iter().reduce(|mut a, b| {
-        a.iter_mut().zip(b).for_each(|(x, y)| *x |= y);
-        a
-    });
-    used.unwrap_or_default()
-        .iter()
+    used.into_iter()
+        .map(AtomicBool::into_inner)
         .enumerate()
-        .map(|(sid, &u)| match (sid as u32).checked_sub(1).and_then(|s| stacks.get(s as usize)).filter(|_| u) {
+        .map(|(sid, u)| match (sid as u32).checked_sub(1).and_then(|s| stacks.get(s as usize)).filter(|_| u) {
             Some(f) => StackFacts { in_model: in_model(f), builds_model: builds_model(f), phase: phase_of(f, true) },
             None => StackFacts::default(),
         })
