@@ -1502,9 +1502,9 @@ mod tests {
     use super::*;
     use crate::alloc::Event;
 
-    /// However a pass is cut into spans (and the addresses dealt out to
-    /// threads), every allocation gets the same category and the same
-    /// free: on every trace of the categories' fixtures (stacks, markers,
+    /// However the passes are cut into spans (the lifetimes' joined across
+    /// them), every allocation gets the same category and the same free:
+    /// on every trace of the categories' fixtures (stacks, markers,
     /// accumulation, OOMs, state only), cut into 1, 3 and 64 spans.
     #[test]
     fn spans_change_nothing() {
