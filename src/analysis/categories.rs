@@ -1533,7 +1533,7 @@ mod tests {
                 let many = Categories::prepare_in(dev, &t.stacks, &t.annotations, Spans::exactly(k));
                 assert_eq!(many.of_event, one.of_event, "{} in {k} spans", path.display());
                 assert_eq!(many.evidence, one.evidence, "{}", path.display());
-                assert_eq!(ends(Spans::exactly(k)), one_ends, "{} in {k} shards", path.display());
+                assert_eq!(ends(Spans::exactly(k)), one_ends, "{} in {k} spans", path.display());
             }
             assert!(one.of_event.iter().any(|c| c.is_some()) || one.evidence == Evidence::None, "{}", path.display());
             cut_short += usize::from(path.to_string_lossy().contains("oom"));
