@@ -175,18 +175,7 @@ pub(crate) fn run_requests<R: Requests + ?Sized>(
     context: u64,
     limit: Option<u64>,
 ) -> WhatIf {
-    run_requests_as_they_come(reqs.iter(), config, device_total, context, limit)
-}
-
-/// As `run_requests`, the requests taken as they come.
-pub(crate) fn run_requests_as_they_come(
-    reqs: impl Iterator<Item = Request>,
-    config: AllocatorConfig,
-    device_total: u64,
-    context: u64,
-    limit: Option<u64>,
-) -> WhatIf {
-    run_stream(reqs, config, Sim::new("simulated device", device_total, context), limit)
+    run_stream(reqs.iter(), config, Sim::new("simulated device", device_total, context), limit)
 }
 
 /// As `run_requests`, on a given simulated device.
@@ -199,19 +188,14 @@ pub(crate) fn run_requests_on<R: Requests + ?Sized>(
     run_stream(reqs.iter(), config, device, limit)
 }
 
-/// As `run_requests_on`, the requests taken as they come (`tune` replays
-/// them while the trace is still being read).
+/// As `run_requests_on`, the requests taken as they come.
 pub(crate) fn run_stream(
     reqs: impl Iterator<Item = Request>,
     config: AllocatorConfig,
     device: Sim,
     limit: Option<u64>,
 ) -> WhatIf {
-    let mut run = Run::<Keyed>::new(config, device, limit);
-    for r in reqs {
-        run.step(r);
-    }
-    run.finish()
+    Run::<Keyed>::new(config, device, limit).through(reqs)
 }
 
 /// Where a run keeps the blocks it made, by the key their frees name.
@@ -393,6 +377,14 @@ impl<L: Live> Run<L> {
         self.a.stats()
     }
 
+    /// Every one of `reqs` stepped, then `finish`.
+    pub(crate) fn through(mut self, reqs: impl IntoIterator<Item = Request>) -> WhatIf {
+        for r in reqs {
+            self.step(r);
+        }
+        self.finish()
+    }
+
     pub(crate) fn finish(self) -> WhatIf {
         let Run { a, new_ooms, avoided_ooms, first_new_oom, peak, .. } = self;
         WhatIf { allocator: a, new_ooms, avoided_ooms, first_new_oom, peak }
@@ -484,9 +476,7 @@ mod tests {
                 let c = AllocatorConfig::default();
                 let device = Sim::new("simulated device", 80 << 30, 0);
                 let w = if slotted {
-                    let mut r = Run::<Slotted>::new(c, device, limit);
-                    reqs.iter().for_each(|&q| r.step(q));
-                    r.finish()
+                    Run::<Slotted>::new(c, device, limit).through(reqs.iter().copied())
                 } else {
                     run_stream(reqs.iter().copied(), c, device, limit)
                 };

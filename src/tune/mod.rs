@@ -313,11 +313,8 @@ fn running<L: Live>(conf: &str, ask: &Ask) -> Option<Run<L>> {
 /// The outcome of `reqs` under the setting `conf` (none where it does not
 /// parse).
 fn outcome_of(conf: String, ask: &Ask, reqs: impl Iterator<Item = Request>) -> Option<Outcome> {
-    let mut run = running::<Keyed>(&conf, ask)?;
-    for r in reqs {
-        run.step(r);
-    }
-    Some(Outcome::of(conf, run.finish().allocator.stats()))
+    let w = running::<Keyed>(&conf, ask)?.through(reqs);
+    Some(Outcome::of(conf, w.allocator.stats()))
 }
 
 /// The first stage's replays of some requests, made before it was known
