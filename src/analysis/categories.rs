@@ -427,8 +427,7 @@ impl Categories {
     /// is counted in turn from the last one's end.
     fn sampled(bytes: CategoryBytes, steps: &Deltas, of_event: &[Option<Category>], sp: Spans) -> Vec<CategoryBytes> {
         let n = of_event.len().min(steps.len());
-        let whole = |i: usize| (i.div_ceil(SAMPLE) * SAMPLE).min(n);
-        let cut: Vec<std::ops::Range<usize>> = sp.cut(n).into_iter().map(|r| whole(r.start)..whole(r.end)).collect();
+        let cut = sp.cut_whole(n, SAMPLE);
         // Span `r`'s samples, into `out`: those before its events at
         // whole samples, but the first event's.
         let count = |mut b: CategoryBytes, r: std::ops::Range<usize>, out: &mut [CategoryBytes]| {
@@ -607,18 +606,15 @@ fn allocs_at(dev: &DeviceTrace, sp: Spans) -> AllocsAt {
 fn lifetimes(dev: &DeviceTrace, sp: Spans) -> Ends {
     let events = dev.events.view();
     let n = events.len();
-    // Which events are allocations, 64 to a word, each span the words
-    // that start in it.
-    let mask: Vec<u64> = sp
-        .map(n, |r| {
-            let words = r.start.div_ceil(64)..r.end.div_ceil(64);
-            let word = |w: usize| {
-                let e = events.slice(w * 64..(w * 64 + 64).min(n));
-                e.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc).fold(0u64, |m, (b, _)| m | 1 << b)
-            };
-            words.map(word).collect::<Vec<u64>>()
-        })
-        .concat();
+    // Which events are allocations, 64 to a word, each span whole words.
+    let mask: Vec<u64> = super::spans::each(sp.cut_whole(n, 64), |r| {
+        let word = |w: usize| {
+            let e = events.slice(w * 64..(w * 64 + 64).min(n));
+            e.iter().enumerate().filter(|(_, e)| e.action == Action::Alloc).fold(0u64, |m, (b, _)| m | 1 << b)
+        };
+        (r.start.div_ceil(64)..r.end.div_ceil(64)).map(word).collect::<Vec<u64>>()
+    })
+    .concat();
     let mut allocs = 0u32;
     let before = mask.iter().map(|m| {
         let b = allocs;

@@ -43,6 +43,13 @@ impl Spans {
         (0..k).map(|j| j * n / k..(j + 1) * n / k).collect()
     }
 
+    /// `cut`, each span's ends moved up to a multiple of `k` (or to `n`):
+    /// spans of whole words, or samples, of `k` events. Some may be empty.
+    pub(crate) fn cut_whole(self, n: usize, k: usize) -> Vec<Range<usize>> {
+        let up = |i: usize| (i.div_ceil(k.max(1)) * k.max(1)).min(n);
+        self.cut(n).into_iter().map(|r| up(r.start)..up(r.end)).collect()
+    }
+
     /// `f` over each span of `0..n`; the results in the spans' order.
     pub(crate) fn map<R: Send>(self, n: usize, f: impl Fn(Range<usize>) -> R + Sync) -> Vec<R> {
         each(self.cut(n), f)
@@ -126,7 +133,15 @@ mod tests {
             assert_eq!(cut.last().map(|r| r.end), Some(n));
             assert!(cut.windows(2).all(|w| w[0].end == w[1].start), "{cut:?}");
             assert!(k == 1 || cut.iter().all(|r| r.len() >= sp.min), "{cut:?}");
+            // Whole words of 8: every inner end a multiple (or `n`), together `0..n`.
+            let whole = sp.cut_whole(n, 8);
+            assert_eq!(whole.len(), k);
+            assert_eq!(whole.first().map(|r| r.start), Some(0));
+            assert_eq!(whole.last().map(|r| r.end), Some(n));
+            let at_whole = |i: usize| i % 8 == 0 || i == n;
+            assert!(whole.windows(2).all(|w| w[0].end == w[1].start && at_whole(w[0].end)), "{whole:?}");
         }
+        assert_eq!(Spans::exactly(3).cut_whole(100, 8), [0..40, 40..72, 72..100]);
     }
 
     /// Each span writes its own part; results come back in the spans'
