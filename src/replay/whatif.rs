@@ -274,17 +274,14 @@ impl Slots {
             let Some(r) = request_of(e) else { continue };
             out.push(match r {
                 Request::Alloc { key, size, stream } => {
-                    let slot = match self.of.get(&key) {
-                        Some(&s) => s,
-                        None => {
-                            let s = self.free.pop().unwrap_or_else(|| {
-                                self.next += 1;
-                                self.next - 1
-                            });
-                            self.of.insert(key, s);
-                            s
-                        }
-                    };
+                    // One lookup: a held address keeps its slot.
+                    let (free, next) = (&mut self.free, &mut self.next);
+                    let slot = *self.of.entry(key).or_insert_with(|| {
+                        free.pop().unwrap_or_else(|| {
+                            *next += 1;
+                            *next - 1
+                        })
+                    });
                     Request::Alloc { key: slot.into(), size, stream }
                 }
                 Request::FreeRequested { key } => {
