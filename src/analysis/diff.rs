@@ -6,9 +6,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use foldhash::{HashMap, HashMapExt};
 use serde::Serialize;
 
 use super::categories::{Categories, Category};
+use super::spans::Spans;
 use crate::alloc::{Action, BlockState, SegmentInfo};
 use crate::trace::{DeviceTrace, Frame};
 
@@ -223,29 +225,62 @@ pub(crate) fn relabel<V>(map: BTreeMap<String, V>, moved: &[Moved]) -> BTreeMap<
 /// first use (their handles differ between processes), a side stream's
 /// requests apart from the default one's.
 pub(crate) fn requests_by_site(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTreeMap<String, (u64, u64)> {
-    let mut labels: BTreeMap<u32, String> = BTreeMap::new();
-    let mut streams: Vec<u64> = Vec::new();
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for (e, &sid) in dev.events.iter().zip(&dev.stacks) {
-        if e.action != Action::Alloc {
-            continue;
+    requests_by_site_in(dev, stacks, Spans::of_cores())
+}
+
+/// `requests_by_site`, the events cut as `sp` says: each span counts by
+/// stack and stream, and names its streams in order of first use; labels
+/// are made once per stack at the end (a label per allocation, cloned and
+/// looked up by text, was 0.12 s of a 10M diff on one thread after both
+/// runs were open: docs/measurements/benchmarks.md, "diff's call sites").
+fn requests_by_site_in(dev: &DeviceTrace, stacks: &[Vec<Frame>], sp: Spans) -> BTreeMap<String, (u64, u64)> {
+    type Counts = HashMap<(u32, u64), (u64, u64)>;
+    let events = dev.events.view();
+    let n = events.len().min(dev.stacks.len());
+    let parts = sp.map(n, |r| {
+        let (mut streams, mut counts) = (Vec::new(), Counts::new());
+        for (e, &sid) in events.slice(r.clone()).iter().zip(&dev.stacks[r]) {
+            if e.action != Action::Alloc {
+                continue;
+            }
+            if !streams.contains(&e.stream) {
+                streams.push(e.stream);
+            }
+            let c = counts.entry((sid, e.stream)).or_default();
+            c.0 += 1;
+            c.1 += e.size;
         }
-        let rank = streams.iter().position(|&s| s == e.stream).unwrap_or_else(|| {
-            streams.push(e.stream);
-            streams.len() - 1
-        });
+        (streams, counts)
+    });
+    let (mut streams, mut counts) = (Vec::new(), Counts::new());
+    for (s, c) in parts {
+        for stream in s {
+            if !streams.contains(&stream) {
+                streams.push(stream);
+            }
+        }
+        for (k, (made, bytes)) in c {
+            let t = counts.entry(k).or_default();
+            t.0 += made;
+            t.1 += bytes;
+        }
+    }
+    let mut labels: HashMap<u32, String> = HashMap::new();
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for ((sid, stream), (made, bytes)) in counts {
         let mut label = labels
             .entry(sid)
             .or_insert_with(|| {
                 site_label(sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map_or(&[][..], |f| f.as_slice()))
             })
             .clone();
+        let rank = streams.iter().position(|&s| s == stream).unwrap_or(0);
         if rank > 0 {
             label.push_str(&format!(" [stream {rank}]"));
         }
         let r = out.entry(label).or_default();
-        r.0 += 1;
-        r.1 += e.size;
+        r.0 += made;
+        r.1 += bytes;
     }
     out
 }
@@ -540,6 +575,65 @@ impl DiffModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Requests per call site as one pass reads them: a label per
+    /// allocation, the streams ranked as each is first used.
+    fn requests_in_one_pass(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTreeMap<String, (u64, u64)> {
+        let (mut streams, mut out) = (Vec::new(), BTreeMap::<String, (u64, u64)>::new());
+        for (e, &sid) in dev.events.iter().zip(&dev.stacks).filter(|(e, _)| e.action == Action::Alloc) {
+            if !streams.contains(&e.stream) {
+                streams.push(e.stream);
+            }
+            let rank = streams.iter().position(|&s| s == e.stream).unwrap_or(0);
+            let frames = sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map_or(&[][..], |f| f.as_slice());
+            let mut label = site_label(frames);
+            if rank > 0 {
+                label.push_str(&format!(" [stream {rank}]"));
+            }
+            let r = out.entry(label).or_default();
+            r.0 += 1;
+            r.1 += e.size;
+        }
+        out
+    }
+
+    /// However the events are cut, the requests per call site are one
+    /// pass's: on every trace of the diff and categories fixtures, and on
+    /// one whose side streams are first used in later spans than others
+    /// (ranked by first use over the whole trace, not per span) and whose
+    /// two stacks share a label.
+    #[test]
+    fn requests_by_site_in_spans_are_one_pass() {
+        let mut traces = crate::trace::fixture_traces("diff");
+        traces.extend(crate::trace::fixture_traces("categories"));
+        let mut d = DeviceTrace::default();
+        let at = |file: &str, line| crate::trace::Frame { name: "step".into(), filename: file.into(), line };
+        let stacks = vec![vec![at("train.py", 7)], vec![at("train.py", 7)]];
+        for i in 0..1200u64 {
+            // Stream 9 from the middle on, stream 5 only near the end.
+            let stream = match i {
+                1100.. if i % 3 == 0 => 5,
+                600.. if i % 2 == 0 => 9,
+                _ => 1,
+            };
+            // Stacks 1 and 2 (one label) and none; every fourth event a free.
+            let action = if i % 4 == 3 { Action::FreeRequested } else { Action::Alloc };
+            d.push(crate::alloc::Event::new(action, 512 * i, 512 + i, stream), i as i64, (i % 4) as u32);
+        }
+        let mut checked = 0;
+        let devs = traces.iter().filter_map(|(p, t)| Some((p.display().to_string(), t.main_device()?, &t.stacks)));
+        for (name, dev, stacks) in devs.chain([("side streams".to_string(), &d, &stacks)]) {
+            let one = requests_in_one_pass(dev, stacks);
+            for k in [1, 2, 3, 7] {
+                assert_eq!(requests_by_site_in(dev, stacks, Spans::exactly(k)), one, "{name} in {k} spans");
+            }
+            checked += usize::from(!one.is_empty());
+        }
+        let side = requests_in_one_pass(&d, &stacks);
+        assert_eq!(side.len(), 6, "{side:?}");
+        assert!(side.contains_key("train.py:7 step [stream 2]"), "{side:?}");
+        assert!(checked >= 12, "{checked}");
+    }
 
     #[test]
     fn a_thousand_moved_lines_of_one_shape_pair_in_line_order_without_weighing_a_million_pairs() {
