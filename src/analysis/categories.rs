@@ -1163,14 +1163,11 @@ fn builds_model(frames: &[Frame]) -> bool {
 /// skips leaves only zero_grad's). A range may hold no event: it still ends
 /// an iteration.
 fn optimizer_windows(time_us: &crate::trace::Times, annotations: &[Annotation], device: i32) -> Vec<(usize, usize)> {
-    fn field<'a>(a: &'a Annotation, k: &str) -> Option<&'a str> {
-        a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
-    }
     let mut out = Vec::new();
     let mut open: Option<usize> = None;
     let mut marks: Vec<&Annotation> = annotations
         .iter()
-        .filter(|a| a.device == device && field(a, "name").is_some_and(|n| n.starts_with("Optimizer.")))
+        .filter(|a| a.device == device && a.field("name").is_some_and(|n| n.starts_with("Optimizer.")))
         .collect();
     marks.sort_by_key(|a| a.time_us);
     // In time order, so each search starts where the last one ended.
@@ -1178,7 +1175,7 @@ fn optimizer_windows(time_us: &crate::trace::Times, annotations: &[Annotation], 
     for a in marks {
         let at = time_us.partition_point_from(from, |t| t < a.time_us);
         from = at;
-        match field(a, "stage") {
+        match a.field("stage") {
             Some("START") => open = Some(at),
             Some("END") => {
                 if let Some(s) = open.take() {

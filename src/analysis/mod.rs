@@ -227,12 +227,11 @@ pub(crate) fn size_histogram(segments: &[SegmentInfo]) -> Vec<SizeBucket> {
 /// `Optimizer.step` annotation ends (record_function markers PyTorch keeps in
 /// `external_annotations`), as event indices into `time_us`.
 pub(crate) fn iteration_marks(time_us: &crate::trace::Times, annotations: &[Annotation], device: i32) -> Vec<usize> {
-    let field = |a: &Annotation, k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let mut ends: Vec<i64> = annotations
         .iter()
         .filter(|a| a.device == device)
-        .filter(|a| field(a, "stage").as_deref() == Some("END"))
-        .filter(|a| field(a, "name").is_some_and(|n| n.starts_with("Optimizer.step")))
+        .filter(|a| a.field("stage") == Some("END"))
+        .filter(|a| a.field("name").is_some_and(|n| n.starts_with("Optimizer.step")))
         .map(|a| a.time_us)
         .collect();
     // In time order, each search starting where the last ended

@@ -776,10 +776,8 @@ impl Replayed<'_> {
 
 /// The `annotate` entries of `device`: (time_us, block address, text).
 fn annotate_notes(trace: &Trace, device: i32) -> impl Iterator<Item = (i64, &str, &str)> + '_ {
-    trace.annotations.iter().filter(move |a| a.device == device).filter_map(|a| {
-        let f = |k: &str| a.fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        (f("action") == Some("annotate")).then(|| (a.time_us, f("addr").unwrap_or(""), f("name").unwrap_or("")))
-    })
+    let notes = trace.annotations.iter().filter(move |a| a.device == device && a.field("action") == Some("annotate"));
+    notes.map(|a| (a.time_us, a.field("addr").unwrap_or(""), a.field("name").unwrap_or("")))
 }
 
 /// "fidelity: exact, all N events reproduced …"

@@ -196,11 +196,20 @@ impl Settings {
 }
 
 /// An `external_annotations` entry (record_function markers and the like).
+/// Its keys and texts are shared: a run of 10,000 steps has 40,000 markers
+/// made of four strings (docs/design/trace-decoding.md, "Annotations").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Annotation {
     pub(crate) device: i32,
     pub(crate) time_us: i64,
-    pub(crate) fields: Vec<(String, String)>,
+    pub(crate) fields: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl Annotation {
+    /// The text of field `k`, if it has one.
+    pub(crate) fn field(&self, k: &str) -> Option<&str> {
+        self.fields.iter().find(|(n, _)| &**n == k).map(|(_, v)| &**v)
+    }
 }
 
 #[derive(Debug, Clone, Default)]

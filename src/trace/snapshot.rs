@@ -4,7 +4,7 @@
 //! `annotate` entries and host memory; what each release added is kept as evidence
 //! of which release wrote the file (`ReleaseEvidence`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -514,16 +514,48 @@ fn settings(v: &Value) -> Settings {
     }
 }
 
-fn annotation(v: &Value) -> Option<Annotation> {
+/// One copy of each text the annotations hold. The decoder shares a short
+/// string's copy, so the few texts met last are known by that copy first,
+/// without hashing their text.
+#[derive(Default)]
+struct Texts {
+    all: HashSet<Arc<str>, FastHash>,
+    recent: Vec<(Rc<String>, Arc<str>)>,
+}
+
+impl Texts {
+    const RECENT: usize = 16;
+
+    fn of(&mut self, s: &Rc<String>) -> Arc<str> {
+        if let Some((_, t)) = self.recent.iter().find(|(r, _)| Rc::ptr_eq(r, s)) {
+            return t.clone();
+        }
+        let t = match self.all.get(s.as_str()) {
+            Some(t) => t.clone(),
+            None => {
+                let t: Arc<str> = s.as_str().into();
+                self.all.insert(t.clone());
+                t
+            }
+        };
+        if self.recent.len() < Self::RECENT {
+            self.recent.push((s.clone(), t.clone()));
+        }
+        t
+    }
+}
+
+fn annotation(v: &Value, texts: &mut Texts) -> Option<Annotation> {
     let Value::Dict(d) = v else { return None };
     let d = d.borrow();
-    let mut a = Annotation { device: 0, time_us: 0, fields: Vec::new() };
+    let mut a = Annotation { device: 0, time_us: 0, fields: Vec::with_capacity(d.items.len().saturating_sub(2)) };
     for (k, val) in &d.items {
+        let Value::Str(k) = k else { continue };
         match (k.as_str(), val) {
-            (Some("device"), x) => a.device = x.as_i64().unwrap_or(0) as i32,
-            (Some("time_us"), x) => a.time_us = x.as_i64().unwrap_or(0),
-            (Some(k), Value::Str(s)) => a.fields.push((k.to_string(), s.to_string())),
-            (Some(k), x) if x.as_i64().is_some() => a.fields.push((k.to_string(), x.as_i64().unwrap_or(0).to_string())),
+            ("device", x) => a.device = x.as_i64().unwrap_or(0) as i32,
+            ("time_us", x) => a.time_us = x.as_i64().unwrap_or(0),
+            (_, Value::Str(s)) => a.fields.push((texts.of(k), texts.of(s))),
+            (_, x) if x.as_i64().is_some() => a.fields.push((texts.of(k), x.as_i64().unwrap_or(0).to_string().into())),
             _ => {}
         }
     }
@@ -559,9 +591,9 @@ fn annotate_note(device: i32, time_us: i64, addr: u64, text: &str) -> Annotation
         device,
         time_us,
         fields: vec![
-            ("name".into(), text.to_string()),
+            ("name".into(), text.into()),
             ("action".into(), "annotate".into()),
-            ("addr".into(), format!("{addr:#x}")),
+            ("addr".into(), format!("{addr:#x}").into()),
         ],
     }
 }
@@ -659,7 +691,7 @@ fn device_traces(
                         annotations.push(Annotation {
                             device: d as i32,
                             time_us: t,
-                            fields: vec![("name".into(), label.unwrap_or_default())],
+                            fields: vec![("name".into(), label.unwrap_or_default().into())],
                         });
                     }
                 }
@@ -770,7 +802,8 @@ fn read_snapshot_with<R: Read>(
         }
         ev.recorded_version = root.get("torch_version").and_then(|v| v.as_str().map(str::to_string));
         if let Some(a) = root.get("external_annotations").and_then(|a| a.items()) {
-            trace.annotations.extend(a.iter().filter_map(annotation));
+            let mut texts = Texts::default();
+            trace.annotations.extend(a.iter().filter_map(|a| annotation(a, &mut texts)));
         }
         if let Some(n) = root.get("gpumem_top_nogpu") {
             trace.format = TraceFormat::NoGpu;
@@ -944,16 +977,36 @@ mod tests {
             // Kept as the entries were read, not by a pass over the events.
             assert_eq!(t.release.annotate, annotate > 0, "{name}");
             assert_eq!(t.release.host_memory, lo >= r("2.14"), "{name}");
-            let notes: Vec<&Annotation> = t
-                .annotations
-                .iter()
-                .filter(|a| a.fields.iter().any(|(k, v)| k == "action" && v == "annotate"))
-                .collect();
+            let notes: Vec<&Annotation> =
+                t.annotations.iter().filter(|a| a.field("action") == Some("annotate")).collect();
             assert_eq!(notes.len(), annotate, "{name}");
             if let Some(a) = notes.first() {
-                assert_eq!(a.fields[0], ("name".to_string(), "activations of block 3".to_string()), "{name}");
-                assert_eq!(a.fields[2], ("addr".to_string(), "0x7f0000300000".to_string()), "{name}");
+                assert_eq!(a.fields[0], ("name".into(), "activations of block 3".into()), "{name}");
+                assert_eq!(a.fields[2], ("addr".into(), "0x7f0000300000".into()), "{name}");
             }
         }
+    }
+
+    /// Annotations keep each key and text once, however many markers
+    /// repeat them (PyTorch writes every marker's strings anew), and read
+    /// as the file says: on every trace fixture with optimizer markers.
+    #[test]
+    fn annotations_share_their_texts() {
+        let mut checked = 0;
+        for (path, t) in crate::trace::fixture_traces("traces").iter().filter(|(_, t)| t.annotations.len() >= 4) {
+            let mut seen: HashMap<&str, &Arc<str>> = HashMap::new();
+            for (k, v) in t.annotations.iter().flat_map(|a| &a.fields) {
+                for s in [k, v] {
+                    let first = *seen.entry(&**s).or_insert(s);
+                    assert!(Arc::ptr_eq(first, s), "{}: {s:?} held twice", path.display());
+                }
+            }
+            let steps = t.annotations.iter().filter(|a| a.field("name").is_some_and(|n| n.starts_with("Optimizer.")));
+            let stages: HashSet<&str> = steps.filter_map(|a| a.field("stage")).collect();
+            assert_eq!(stages, HashSet::from(["START", "END"]), "{}", path.display());
+            assert!(seen.len() <= 8, "{}: {:?}", path.display(), seen.keys());
+            checked += 1;
+        }
+        assert!(checked >= 5, "{checked}");
     }
 }
