@@ -443,7 +443,7 @@ pub(crate) fn read_limited<R: BufRead + Send + 'static>(
 ) -> Result<Trace, TraceError> {
     if r.fill_buf()?.starts_with(&GZIP_MAGIC) {
         let capped = Capped { inner: flate2::bufread::MultiGzDecoder::new(r), produced: 0, limits: limits.clone() };
-        let pipe = Prefetch::spawn(capped);
+        let pipe = Prefetch::ahead(capped);
         let mut r = BufReader::with_capacity(1 << 16, pipe);
         let t = read_any_sized(&mut r, unpacked, &limits)?;
         // A pickle ends at STOP, before gzip's trailer: read to the end so
@@ -452,7 +452,10 @@ pub(crate) fn read_limited<R: BufRead + Send + 'static>(
             .map_err(|e| TraceError::Corrupt(format!("gzip stream after the trace: {e}")))?;
         Ok(t)
     } else {
-        read_any_sized(r, unpacked, &limits)
+        // Read on a thread of its own too: copying a big file out of the
+        // page cache was a fifth of the decoding thread's work
+        // (docs/design/trace-decoding.md, "Reading ahead").
+        read_any_sized(BufReader::with_capacity(1 << 16, Prefetch::ahead(r)), unpacked, &limits)
     }
 }
 
@@ -519,19 +522,60 @@ pub(crate) fn gzip_unpacked_size(f: &mut std::fs::File) -> u64 {
 }
 
 /// A reader filled by a background thread in large chunks, so that reading
-/// (and decompressing) overlaps with parsing. Errors arrive in order.
+/// (and decompressing) overlaps with parsing. Errors arrive in order. The
+/// chunks read come back to be filled again, so the thread touches no fresh
+/// pages after the first few.
 struct Prefetch {
     rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    back: std::sync::mpsc::SyncSender<Vec<u8>>,
     cur: Vec<u8>,
     pos: usize,
     done: bool,
 }
 
 impl Prefetch {
-    fn spawn<R: std::io::Read + Send + 'static>(mut r: R) -> Self {
-        let (tx, rx) = std::sync::mpsc::sync_channel(4);
-        std::thread::spawn(move || loop {
-            let mut buf = vec![0u8; 256 << 10];
+    /// Bytes a chunk holds, and chunks read ahead: a few MiB, each chunk
+    /// small enough to be still in the cache when it is copied out.
+    const CHUNK: usize = 256 << 10;
+    const AHEAD: usize = 8;
+
+    /// `r` read on a thread of its own, or as it is where the system gives
+    /// no thread.
+    fn ahead<R: std::io::Read + Send + 'static>(r: R) -> Box<dyn std::io::Read + Send> {
+        let r = Arc::new(std::sync::Mutex::new(Some(r)));
+        let theirs = r.clone();
+        let taken = move || theirs.lock().ok().and_then(|mut r| r.take());
+        match Self::spawn(taken) {
+            Some(p) => Box::new(p),
+            None => match r.lock().ok().and_then(|mut r| r.take()) {
+                Some(r) => Box::new(r),
+                None => Box::new(std::io::empty()),
+            },
+        }
+    }
+
+    /// The thread reads what `taken` gives it (on that thread, so that a
+    /// thread not started leaves the reader to its caller).
+    fn spawn<R: std::io::Read + Send + 'static>(taken: impl FnOnce() -> Option<R> + Send + 'static) -> Option<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(Self::AHEAD);
+        let (back, returned) = std::sync::mpsc::sync_channel::<Vec<u8>>(Self::AHEAD + 2);
+        let read = move || {
+            let Some(mut r) = taken() else { return };
+            Self::fill(&mut r, &tx, &returned)
+        };
+        std::thread::Builder::new().name("read".into()).spawn(read).ok()?;
+        Some(Prefetch { rx, back, cur: Vec::new(), pos: 0, done: false })
+    }
+
+    /// Chunks of `r` sent in order until its end or its error.
+    fn fill<R: std::io::Read>(
+        r: &mut R,
+        tx: &std::sync::mpsc::SyncSender<std::io::Result<Vec<u8>>>,
+        returned: &std::sync::mpsc::Receiver<Vec<u8>>,
+    ) {
+        loop {
+            let mut buf = returned.try_recv().unwrap_or_default();
+            buf.resize(Self::CHUNK, 0);
             let mut n = 0;
             // Fill the chunk, so the parser sees few, large pieces.
             let res = loop {
@@ -564,8 +608,7 @@ impl Prefetch {
             if tx.send(msg).is_err() || last {
                 return;
             }
-        });
-        Prefetch { rx, cur: Vec::new(), pos: 0, done: false }
+        }
     }
 }
 
@@ -580,7 +623,9 @@ impl std::io::Read for Prefetch {
                     if chunk.is_empty() {
                         self.done = true;
                     }
-                    self.cur = chunk;
+                    // The chunk read goes back to be filled again (or is
+                    // dropped if the thread has enough).
+                    let _ = self.back.try_send(std::mem::replace(&mut self.cur, chunk));
                     self.pos = 0;
                 }
                 Ok(Err(e)) => {
@@ -821,4 +866,49 @@ fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, 
         }
     }
     Ok(Trace { format: TraceFormat::RmmCsv, devices: vec![dt], ..Default::default() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Gives its bytes a few thousand at a time, then ends or fails.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        fail: bool,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.at == self.bytes.len() {
+                return if self.fail { Err(std::io::Error::other("the disk went away")) } else { Ok(0) };
+            }
+            let k = out.len().min(7_777).min(self.bytes.len() - self.at);
+            out[..k].copy_from_slice(&self.bytes[self.at..self.at + k]);
+            self.at += k;
+            Ok(k)
+        }
+    }
+
+    /// Read ahead on its thread, the bytes come in order across chunks
+    /// filled again after use, and a failure comes after the bytes read
+    /// before it.
+    #[test]
+    fn reading_ahead_gives_the_bytes_in_order_then_the_error() {
+        let bytes: Vec<u8> = (0..3 * Prefetch::CHUNK + 12_345).map(|i| (i * 31 % 251) as u8).collect();
+        for fail in [false, true] {
+            let mut r = Prefetch::ahead(Trickle { bytes: bytes.clone(), at: 0, fail });
+            let (mut got, mut buf) = (Vec::new(), vec![0u8; 100_000]);
+            let end = loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break Ok(()),
+                    Ok(k) => got.extend_from_slice(&buf[..k]),
+                    Err(e) => break Err(e.to_string()),
+                }
+            };
+            assert!(got == bytes, "{} bytes of {}", got.len(), bytes.len());
+            assert_eq!(end, if fail { Err("the disk went away".to_string()) } else { Ok(()) });
+        }
+    }
 }
