@@ -180,16 +180,20 @@ enum Packed {
 impl Packed {
     fn of(wide: Vec<u32>) -> Packed {
         let base = wide.iter().find(|&&x| x & 3 == 0).map_or(0, |&x| x >> 2);
-        let narrow: Option<Vec<u16>> = (wide.iter())
-            .map(|&x| {
-                let v = if x & 3 == 0 { (x >> 2).checked_sub(base)? } else { x >> 2 };
-                u16::try_from(v << 2 | (x & 3)).ok().filter(|_| v < 1 << 14)
-            })
-            .collect();
-        match narrow {
-            Some(slots) => Packed::Narrow { base, slots },
-            None => Packed::Wide(wide),
+        let narrow = |x: u32| {
+            let v = if x & 3 == 0 { (x >> 2).checked_sub(base)? } else { x >> 2 };
+            u16::try_from(v << 2 | (x & 3)).ok().filter(|_| v < 1 << 14)
+        };
+        // Room for every slot at once: collected into an `Option` the
+        // vector grew from nothing, a dozen copies per chunk sealed.
+        let mut slots = Vec::with_capacity(wide.len());
+        for &x in &wide {
+            match narrow(x) {
+                Some(n) => slots.push(n),
+                None => return Packed::Wide(wide),
+            }
         }
+        Packed::Narrow { base, slots }
     }
 
     fn get(&self, i: usize) -> Option<u32> {
@@ -398,7 +402,10 @@ impl Memo {
     fn last_str_code(&self, bytes: &[u8]) -> Option<u32> {
         let (_, id) = self.last_str?;
         let s = self.strs.get(id as usize)?;
-        (s.as_bytes() == bytes).then_some(Self::code_of_str(id))
+        // Compared in place: nearly every entry asks this of a three-byte
+        // `'N/A'`, and a call to `memcmp` for it cost more than the compare.
+        let same = s.len() == bytes.len() && s.bytes().zip(bytes).all(|(a, b)| a == *b);
+        same.then_some(Self::code_of_str(id))
     }
 }
 
