@@ -20,6 +20,8 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::rc::Rc;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 
 use super::{Compactor, EntryFields, FastHash, List, Memo, PickleError, Shared, Tuple, Value, Vm};
 
@@ -157,6 +159,95 @@ pub(super) struct FastEntry {
     /// for every run cost a page fault per page they touched
     /// (docs/design/trace-decoding.md, "What it costs").
     shares: Vec<Share>,
+    /// The threads that lex the shares, started at the first window.
+    lexers: Option<Lexers>,
+}
+
+/// A window's bytes and what the workers read entries by, shared with them
+/// while they lex; the decoding thread takes them back once every share is.
+#[derive(Clone)]
+struct Window {
+    bytes: Arc<Box<[u8]>>,
+    keys: Arc<[(u32, u8)]>,
+    known: Arc<Known>,
+}
+
+/// One share to lex: where, with what, into which reused buffers.
+struct Job {
+    share: Share,
+    window: Window,
+    bounds: (usize, usize),
+    /// The window's bytes end here.
+    end: usize,
+    guess: bool,
+}
+
+/// Threads that lex shares, kept for the whole decoding: a window's
+/// threads started and joined for it cost the decoding thread 40–55 µs
+/// each, three thousand times for a 10M trace
+/// (docs/design/trace-decoding.md, "Several threads").
+struct Lexers {
+    workers: Vec<Lexer>,
+}
+
+struct Lexer {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Share>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Lexers {
+    /// Up to `n` threads, as many as the system gives.
+    fn start(n: usize) -> Lexers {
+        let mut workers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (jobs, inbox) = std::sync::mpsc::channel::<Job>();
+            let (outbox, done) = std::sync::mpsc::channel::<Share>();
+            let lex = move || {
+                while let Ok(Job { mut share, window, bounds, end, guess }) = inbox.recv() {
+                    let bytes = window.bytes.get(..end).unwrap_or(&window.bytes);
+                    lex_share(&mut share, bytes, bounds, guess, &window.keys, &window.known);
+                    // The window goes back before the share, so that the
+                    // decoding thread holds it alone once every share is in.
+                    drop(window);
+                    if outbox.send(share).is_err() {
+                        return;
+                    }
+                }
+            };
+            let Ok(thread) = std::thread::Builder::new().name("lex".into()).spawn(lex) else { break };
+            workers.push(Lexer { jobs: Some(jobs), done, thread: Some(thread) });
+        }
+        Lexers { workers }
+    }
+
+    /// Worker `i`'s share; its panic passed on.
+    fn share(&mut self, i: usize) -> Share {
+        let w = &mut self.workers[i];
+        match w.done.recv() {
+            Ok(s) => s,
+            Err(_) => {
+                let thread = w.thread.take().map(|t| t.join());
+                match thread {
+                    Some(Err(p)) => std::panic::resume_unwind(p),
+                    _ => panic!("a lexing thread stopped"),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Lexers {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            w.jobs = None;
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 /// What the decoding thread learned of memo slots, so that an entry naming
@@ -957,69 +1048,30 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
     /// Reads the run of entries from here (the first one's EMPTY_DICT just
     /// read) on several threads: see the module's comment.
     fn parallel_entries(&mut self, offset: u64) -> Result<bool, PickleError> {
-        let workers = self.par.workers;
+        let lexers = self.fast.as_mut().and_then(|f| f.lexers.take());
+        let mut lexers = lexers.unwrap_or_else(|| Lexers::start(self.par.workers));
+        let workers = lexers.workers.len();
+        if workers < 2 {
+            // The system gives no threads: everything on this one.
+            self.par.workers = 1;
+            return self.one_entry(offset);
+        }
         let size = workers.saturating_mul(self.par.share);
         // The window is read before the first entry, with room for it: the
         // last window's bytes may end inside it, and an entry cut by the
         // buffer's end would go to the generic decoder, whose compaction
         // writes over its slots and so forgets what was learned of them.
-        self.src.window(size.saturating_add(FIRST_ROOM))?;
+        let r = self.src.window(size.saturating_add(FIRST_ROOM));
         // The first on this thread: it learns the keys the workers look for.
-        if !self.one_entry(offset)? {
-            return Ok(false);
-        }
-        let buf = std::mem::take(&mut self.src.buf);
-        // The source's buffer may hold more than the window: the rest waits.
-        let (from, end) = (self.src.pos, self.src.end.min(self.src.pos.saturating_add(size)));
-        let keys = self.keys.clone();
-        let mut pool = self.fast.as_mut().map(|f| std::mem::take(&mut f.shares)).unwrap_or_default();
-        pool.resize_with(workers, Share::default);
-        // What the workers resolve entries from, up to date, read by them
-        // and this thread until the window is done.
-        let known = (self.fast.as_mut())
-            .map(|f| {
-                f.known.merge(&self.memo, &mut f.learning);
-                std::mem::take(&mut f.known)
-            })
-            .unwrap_or_default();
-        let r = std::thread::scope(|scope| {
-            let bytes = &buf[..end];
-            let keys = &keys[..];
-            let known = &known;
-            let bound = |i: usize| if i == workers { end } else { from + end.saturating_sub(from) / workers * i };
-            let shares: Vec<_> = (pool.iter_mut().enumerate())
-                .map(|(i, s)| {
-                    scope.spawn(move || {
-                        lex_share(s, bytes, (bound(i), bound(i + 1)), i > 0, keys, known);
-                        &*s
-                    })
-                })
-                .collect();
-            let mut applied = 0usize;
-            for (i, h) in shares.into_iter().enumerate() {
-                let share = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                // A share whose start was a guess counts only where the one
-                // before it ended.
-                if i > 0 && share.start != self.src.pos {
-                    break;
-                }
-                if !self.apply_share(bytes, share, known, &mut applied)? {
-                    return Ok((applied, Stop::Other));
-                }
-                self.src.pos = share.end;
-                match share.stop {
-                    Some(Stop::Boundary) => {}
-                    stop => return Ok((applied, stop.unwrap_or(Stop::Other))),
-                }
-            }
-            Ok::<_, PickleError>((applied, Stop::Boundary))
-        });
-        self.src.buf = buf;
+        let r = r.and_then(|()| self.one_entry(offset));
+        let r = match r {
+            Ok(true) => self.lexed_window(&mut lexers, size),
+            other => other.map(|_| None),
+        };
         if let Some(f) = self.fast.as_mut() {
-            f.shares = pool;
-            f.known = known;
+            f.lexers = Some(lexers);
         }
-        let (applied, stop) = r?;
+        let Some((applied, stop)) = r? else { return Ok(false) };
         self.in_parallel += applied as u64;
         // A run that ended in something else is read on one thread for a
         // while, longer when it yielded little, so a file that keeps
@@ -1030,6 +1082,82 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             Stop::Boundary | Stop::End => 0,
         };
         Ok(true)
+    }
+
+    /// The window from the source's position, `size` bytes, lexed by the
+    /// workers in shares and applied here in order as each is done: how
+    /// many entries, and why the run stopped.
+    fn lexed_window(&mut self, lexers: &mut Lexers, size: usize) -> Result<Option<(usize, Stop)>, PickleError> {
+        let workers = lexers.workers.len();
+        // The source's buffer may hold more than the window: the rest waits.
+        let (from, end) = (self.src.pos, self.src.end.min(self.src.pos.saturating_add(size)));
+        let mut pool = self.fast.as_mut().map(|f| std::mem::take(&mut f.shares)).unwrap_or_default();
+        pool.resize_with(workers, Share::default);
+        // What the workers resolve entries from, up to date, read by them
+        // and this thread until the window is done.
+        let known = (self.fast.as_mut())
+            .map(|f| {
+                f.known.merge(&self.memo, &mut f.learning);
+                std::mem::take(&mut f.known)
+            })
+            .unwrap_or_default();
+        let window = Window {
+            bytes: Arc::new(std::mem::take(&mut self.src.buf)),
+            keys: self.keys.as_slice().into(),
+            known: Arc::new(known),
+        };
+        let bound = |i: usize| if i == workers { end } else { from + end.saturating_sub(from) / workers * i };
+        for (i, share) in pool.drain(..).enumerate() {
+            let job = Job { share, window: window.clone(), bounds: (bound(i), bound(i + 1)), end, guess: i > 0 };
+            // A thread gone has panicked, which `share` passes on.
+            if let Some(jobs) = &lexers.workers[i].jobs {
+                let _ = jobs.send(job);
+            }
+        }
+        let (mut applied, mut outcome) = (0usize, None);
+        for i in 0..workers {
+            let share = lexers.share(i);
+            if outcome.is_none() {
+                outcome = self.take_share(i, &share, &window, end, &mut applied);
+            }
+            pool.push(share);
+        }
+        // Every share is back, and with it the window.
+        let Window { bytes, known, .. } = window;
+        self.src.buf = Arc::try_unwrap(bytes).unwrap_or_else(|b| b.as_ref().clone());
+        if let Some(f) = self.fast.as_mut() {
+            f.shares = pool;
+            // Held elsewhere (it never is): forgotten, which is only slower.
+            f.known = Arc::try_unwrap(known).unwrap_or_default();
+        }
+        outcome.unwrap_or(Ok(Stop::Boundary)).map(|stop| Some((applied, stop)))
+    }
+
+    /// Applies share `i` where it starts where the last one ended; what
+    /// stops the run, if anything.
+    fn take_share(
+        &mut self,
+        i: usize,
+        share: &Share,
+        window: &Window,
+        end: usize,
+        applied: &mut usize,
+    ) -> Option<Result<Stop, PickleError>> {
+        // A share whose start was a guess counts only where the one before
+        // it ended.
+        if i > 0 && share.start != self.src.pos {
+            return Some(Ok(Stop::Boundary));
+        }
+        match self.apply_share(&window.bytes[..end], share, &window.known, applied) {
+            Ok(true) => {}
+            Ok(false) => return Some(Ok(Stop::Other)),
+            Err(e) => return Some(Err(e)),
+        }
+        self.src.pos = share.end;
+        match share.stop {
+            Some(Stop::Boundary) => None,
+            stop => Some(Ok(stop.unwrap_or(Stop::Other))),
+        }
     }
 
     /// Resolves and applies a share's steps in order; false where an entry
@@ -1206,6 +1334,50 @@ mod tests {
         // Bytes that look like an entry's start inside a value are found
         // too: the share before says where entries really start.
         assert_eq!(entry_start(b"\x8a\x03}\x94(}\x94(", 1), Some(2));
+    }
+
+    /// The kept threads lex a share as this thread would, window after
+    /// window, and give every window back unshared once its shares are in
+    /// (else the decoding thread would copy its bytes each time).
+    #[test]
+    fn kept_lexers_lex_as_this_thread_and_give_the_window_back() {
+        let b = crafted(5000);
+        let keys: Arc<[(u32, u8)]> = vec![(2, 0), (4, 1), (5, 3), (6, 6)].into();
+        let mut lexers = Lexers::start(3);
+        assert_eq!(lexers.workers.len(), 3);
+        let mut buf: Box<[u8]> = b.clone().into_boxed_slice();
+        for (round, end) in [b.len(), b.len() / 2, b.len() / 3].into_iter().enumerate() {
+            let window = Window { bytes: Arc::new(buf), keys: keys.clone(), known: Arc::new(Known::default()) };
+            // From the second entry, the first to name its keys by slot.
+            let first = b.windows(5).position(|w| w == b"}\x94(h\x02").unwrap();
+            let bound = |i: usize| first + (end - first) / 3 * i;
+            for i in 0..3 {
+                let (share, window) = (Share::default(), window.clone());
+                let job = Job {
+                    share,
+                    window,
+                    bounds: (bound(i), if i == 2 { end } else { bound(i + 1) }),
+                    end,
+                    guess: i > 0,
+                };
+                lexers.workers[i].jobs.as_ref().unwrap().send(job).unwrap();
+            }
+            for i in 0..3 {
+                let got = lexers.share(i);
+                let mut here = Share::default();
+                let to = if i == 2 { end } else { bound(i + 1) };
+                lex_share(&mut here, &b[..end], (bound(i), to), i > 0, &keys, &Known::default());
+                assert!(got.entries.len() > 100, "round {round} share {i}: {}", got.entries.len());
+                assert_eq!(
+                    (got.start, got.end, got.stop),
+                    (here.start, here.end, here.stop),
+                    "round {round} share {i}"
+                );
+                assert_eq!(got.entries, here.entries, "round {round} share {i}");
+            }
+            buf = Arc::try_unwrap(window.bytes).expect("the window is back, unshared");
+        }
+        assert_eq!(&buf[..], &b[..]);
     }
 
     use super::super::Limits;
