@@ -452,10 +452,10 @@ pub(crate) fn read_limited<R: BufRead + Send + 'static>(
             .map_err(|e| TraceError::Corrupt(format!("gzip stream after the trace: {e}")))?;
         Ok(t)
     } else {
-        // Read on a thread of its own too: copying a big file out of the
-        // page cache was a fifth of the decoding thread's work
-        // (docs/design/trace-decoding.md, "Reading ahead").
-        read_any_sized(BufReader::with_capacity(1 << 16, Prefetch::ahead(r)), unpacked, &limits)
+        // Read on the decoding thread: read ahead on a thread of its own,
+        // as gzip is, it was slower on two cores (docs/design/trace-decoding.md,
+        // "Reading ahead").
+        read_any_sized(r, unpacked, &limits)
     }
 }
 
