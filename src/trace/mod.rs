@@ -540,31 +540,23 @@ impl Prefetch {
     const AHEAD: usize = 8;
 
     /// `r` read on a thread of its own, or as it is where the system gives
-    /// no thread.
+    /// no thread: the reader is handed over once the thread is there.
     fn ahead<R: std::io::Read + Send + 'static>(r: R) -> Box<dyn std::io::Read + Send> {
-        let r = Arc::new(std::sync::Mutex::new(Some(r)));
-        let theirs = r.clone();
-        let taken = move || theirs.lock().ok().and_then(|mut r| r.take());
-        match Self::spawn(taken) {
-            Some(p) => Box::new(p),
-            None => match r.lock().ok().and_then(|mut r| r.take()) {
-                Some(r) => Box::new(r),
-                None => Box::new(std::io::empty()),
-            },
-        }
-    }
-
-    /// The thread reads what `taken` gives it (on that thread, so that a
-    /// thread not started leaves the reader to its caller).
-    fn spawn<R: std::io::Read + Send + 'static>(taken: impl FnOnce() -> Option<R> + Send + 'static) -> Option<Self> {
         let (tx, rx) = std::sync::mpsc::sync_channel(Self::AHEAD);
         let (back, returned) = std::sync::mpsc::sync_channel::<Vec<u8>>(Self::AHEAD + 2);
+        let (give, given) = std::sync::mpsc::sync_channel::<R>(1);
         let read = move || {
-            let Some(mut r) = taken() else { return };
-            Self::fill(&mut r, &tx, &returned)
+            if let Ok(mut r) = given.recv() {
+                Self::fill(&mut r, &tx, &returned);
+            }
         };
-        std::thread::Builder::new().name("read".into()).spawn(read).ok()?;
-        Some(Prefetch { rx, back, cur: Vec::new(), pos: 0, done: false })
+        if std::thread::Builder::new().name("read".into()).spawn(read).is_err() {
+            return Box::new(r);
+        }
+        match give.send(r) {
+            Ok(()) => Box::new(Prefetch { rx, back, cur: Vec::new(), pos: 0, done: false }),
+            Err(std::sync::mpsc::SendError(r)) => Box::new(r),
+        }
     }
 
     /// Chunks of `r` sent in order until its end or its error.
