@@ -235,36 +235,39 @@ pub(crate) fn requests_by_site(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTre
 /// runs were open: docs/measurements/benchmarks.md, "diff's call sites").
 fn requests_by_site_in(dev: &DeviceTrace, stacks: &[Vec<Frame>], sp: Spans) -> BTreeMap<String, (u64, u64)> {
     type Counts = HashMap<(u32, u64), (u64, u64)>;
+    // Bytes are the file's: summed without wrapping.
+    let add = |t: &mut (u64, u64), made: u64, bytes: u64| {
+        t.0 += made;
+        t.1 = t.1.saturating_add(bytes);
+    };
     let events = dev.events.view();
     let n = events.len().min(dev.stacks.len());
+    // Per span, each stream's first allocation there, and the counts.
     let parts = sp.map(n, |r| {
-        let (mut streams, mut counts) = (Vec::new(), Counts::new());
-        for (e, &sid) in events.slice(r.clone()).iter().zip(&dev.stacks[r]) {
-            if e.action != Action::Alloc {
-                continue;
+        let (mut first, mut counts) = (HashMap::<u64, usize>::new(), Counts::new());
+        for (i, (e, &sid)) in r.clone().zip(events.slice(r.clone()).iter().zip(&dev.stacks[r])) {
+            if e.action == Action::Alloc {
+                first.entry(e.stream).or_insert(i);
+                add(counts.entry((sid, e.stream)).or_default(), 1, e.size);
             }
-            if !streams.contains(&e.stream) {
-                streams.push(e.stream);
-            }
-            let c = counts.entry((sid, e.stream)).or_default();
-            c.0 += 1;
-            c.1 += e.size;
         }
-        (streams, counts)
+        (first, counts)
     });
-    let (mut streams, mut counts) = (Vec::new(), Counts::new());
-    for (s, c) in parts {
-        for stream in s {
-            if !streams.contains(&stream) {
-                streams.push(stream);
-            }
+    let (mut first, mut counts) = (HashMap::<u64, usize>::new(), Counts::new());
+    for (f, c) in parts {
+        // The spans in order: a stream's first span says its first use.
+        for (stream, i) in f {
+            first.entry(stream).or_insert(i);
         }
         for (k, (made, bytes)) in c {
-            let t = counts.entry(k).or_default();
-            t.0 += made;
-            t.1 += bytes;
+            add(counts.entry(k).or_default(), made, bytes);
         }
     }
+    // Ranked by first use with a sort, not a search per stream: a file
+    // names as many streams as it likes.
+    let mut by_use: Vec<(usize, u64)> = first.into_iter().map(|(stream, i)| (i, stream)).collect();
+    by_use.sort_unstable();
+    let rank: HashMap<u64, usize> = by_use.into_iter().enumerate().map(|(k, (_, stream))| (stream, k)).collect();
     let mut labels: HashMap<u32, String> = HashMap::new();
     let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for ((sid, stream), (made, bytes)) in counts {
@@ -274,13 +277,10 @@ fn requests_by_site_in(dev: &DeviceTrace, stacks: &[Vec<Frame>], sp: Spans) -> B
                 site_label(sid.checked_sub(1).and_then(|s| stacks.get(s as usize)).map_or(&[][..], |f| f.as_slice()))
             })
             .clone();
-        let rank = streams.iter().position(|&s| s == stream).unwrap_or(0);
-        if rank > 0 {
-            label.push_str(&format!(" [stream {rank}]"));
+        if let Some(&k) = rank.get(&stream).filter(|&&k| k > 0) {
+            label.push_str(&format!(" [stream {k}]"));
         }
-        let r = out.entry(label).or_default();
-        r.0 += made;
-        r.1 += bytes;
+        add(out.entry(label).or_default(), made, bytes);
     }
     out
 }
@@ -595,6 +595,27 @@ mod tests {
             r.1 += e.size;
         }
         out
+    }
+
+    /// A file may name a new stream at every allocation, and sizes near
+    /// `u64::MAX`: the streams are ranked by a sort (a search per stream was
+    /// quadratic in them) and the totals stop at `u64::MAX`, not wrap.
+    #[test]
+    fn a_stream_per_allocation_is_ranked_by_a_sort_and_huge_sizes_do_not_wrap() {
+        let n = 100_000u64;
+        let mut d = DeviceTrace::default();
+        for i in 0..n {
+            // Every stream distinct (7,919 and 100,000 share no factor).
+            d.push(crate::alloc::Event::new(Action::Alloc, 512 * i, 512, (1 << 20) | ((i * 7_919) % n)), i as i64, 0);
+        }
+        d.push(crate::alloc::Event::new(Action::Alloc, 1 << 40, u64::MAX - 1, 1 << 20), n as i64, 0);
+        let t = std::time::Instant::now();
+        let got = requests_by_site_in(&d, &[], Spans::exactly(4));
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(got.len(), n as usize);
+        // The first stream used is the default's; the last used ranks last.
+        assert_eq!(got[NO_FRAMES], (2, u64::MAX));
+        assert_eq!(got[&format!("{NO_FRAMES} [stream {}]", n - 1)], (1, 512));
     }
 
     /// However the events are cut, the requests per call site are one
