@@ -3,7 +3,7 @@
 # "Reading ahead", "Several threads", "Annotations"; docs/measurements/
 # benchmarks.md, "diff's call sites"): a real 10M-event recording (ResNet-18
 # at batch 32); `replay --json` of .gpu/gt-o (562a637, the last build
-# measured there only in part) and .gpu/gt-n (this stop's last build)
+# measured there only in part) and .gpu/gt-n (9aa726d, the last build)
 # alternating four rounds (measurements/ten_million/alternate.sh), then
 # gt-n and .gpu/gt-pf (gt-n reading a plain file ahead on a thread of its
 # own, as 33f6d8d did; "Reading ahead") three rounds; two runs of .gpu/gt-mk
