@@ -177,7 +177,48 @@ impl Events {
             return;
         }
         self.words.reserve(other.len());
-        other.iter().for_each(|e| self.push(e));
+        match self.numbers_for(&other.streams) {
+            Some(numbers) => self.append_renumbered(other, &numbers),
+            None => other.iter().for_each(|e| self.push(e)),
+        }
+    }
+
+    /// This column's number for each of `streams` (numbering the new ones),
+    /// or `None` where they would not all fit.
+    fn numbers_for(&mut self, streams: &[u64]) -> Option<Vec<u64>> {
+        let new = streams.iter().filter(|s| !self.stream_ids.contains_key(s)).count();
+        if streams.len() >= WHOLE as usize || self.streams.len() + new >= WHOLE as usize {
+            return None;
+        }
+        let numbers = streams.iter().map(|&s| {
+            let n = *self.stream_ids.entry(s).or_insert_with(|| {
+                self.streams.push(s);
+                (self.streams.len() - 1) as u16
+            });
+            u64::from(n)
+        });
+        Some(numbers.collect())
+    }
+
+    /// `other`'s packed words moved over as they are, each stream's number
+    /// made this column's: what pushing each event would store, without
+    /// unpacking it (the replay behind the decoder appends every chunk).
+    fn append_renumbered(&mut self, other: Events, numbers: &[u64]) {
+        let at = self.words.len();
+        let mask = WHOLE << ACTION_BITS;
+        if numbers.iter().enumerate().all(|(i, &n)| i as u64 == n) {
+            self.words.extend_from_slice(&other.words);
+        } else {
+            self.words.extend(other.words.iter().map(|p| {
+                let s = (p.word & mask) >> ACTION_BITS;
+                match numbers.get(s as usize) {
+                    Some(&n) => Packed { addr: p.addr, word: p.word & !mask | n << ACTION_BITS },
+                    None => *p,
+                }
+            }));
+        }
+        self.wide.extend(other.wide.iter().map(|&(i, e)| (i + at, e)));
+        self.ooms.extend(other.ooms.iter().map(|&i| i + at));
     }
 
     /// The events before `at` are dropped.
@@ -317,6 +358,12 @@ impl<'a> EventsRef<'a> {
         self.len().checked_sub(1).and_then(|i| self.get(i))
     }
 
+    /// The actions of this run, read without unpacking the rest of each
+    /// event.
+    pub(crate) fn actions(&self) -> impl Iterator<Item = Action> + 'a {
+        self.words.iter().map(|p| Action::ALL[(p.word & ((1 << ACTION_BITS) - 1)) as usize])
+    }
+
     /// Events `r` of this run.
     pub fn slice(&self, r: impl std::ops::RangeBounds<usize>) -> EventsRef<'a> {
         use std::ops::Bound;
@@ -445,6 +492,36 @@ mod tests {
         cut.drain_front(4000);
         assert_eq!(cut.iter().collect::<Vec<_>>(), v[4000..].to_vec());
         assert_eq!(cut.last(), v.last().copied());
+    }
+
+    /// Appending moves the packed words over with their streams renumbered:
+    /// the column stores exactly what pushing each event would, streams met
+    /// in another order in each chunk, events kept whole and OOMs included;
+    /// the actions read alone are the events'.
+    #[test]
+    fn appended_chunks_store_what_pushing_each_event_does() {
+        let v: Vec<Event> = (0..5000u64)
+            .map(|i| {
+                let action = if i % 211 == 7 { Action::Oom } else { Action::ALL[(i % 6) as usize] };
+                let size = if i % 333 == 1 { (1 << 48) + i } else { i << 9 };
+                // Chunk k meets streams in its own order, new ones on the way.
+                let stream = [3u64, 9, 0, 0x55d5_e4c0_b2a0][((i / 700 + i) % 4) as usize] + (i / 1500) * 17;
+                Event::new(action, i << 12, size, stream)
+            })
+            .collect();
+        let pushed: Events = v.iter().copied().collect();
+        let mut joined = Events::default();
+        for part in v.chunks(700) {
+            joined.append(part.iter().copied().collect());
+        }
+        assert_eq!(joined.words, pushed.words);
+        assert_eq!(joined.streams, pushed.streams);
+        assert_eq!(joined.wide, pushed.wide);
+        assert_eq!(joined.ooms, pushed.ooms);
+        assert_eq!(joined.wide.len(), 16);
+        assert_eq!(joined.streams.len(), 16);
+        let actions: Vec<Action> = joined.view().slice(10..).actions().collect();
+        assert_eq!(actions, v[10..].iter().map(|e| e.action).collect::<Vec<_>>());
     }
 
     /// The OOMs' indices are those a scan of every event finds, in a

@@ -213,7 +213,7 @@ fn scan_end(rec: EventsRef<'_>, i: usize) -> Option<usize> {
     let ends = |a: Action| {
         matches!(a, Action::Alloc | Action::Oom | Action::FreeRequested | Action::FreeCompleted | Action::Snapshot)
     };
-    rec.slice(i.min(rec.len())..).iter().position(|e| ends(e.action)).map(|j| i + j)
+    rec.slice(i.min(rec.len())..).actions().position(ends).map(|j| i + j)
 }
 
 /// Replays a recorded trace one step at a time: a step reproduces one
