@@ -127,6 +127,14 @@ impl Events {
         Events { words: Vec::with_capacity(n), ..Default::default() }
     }
 
+    /// Where the column's room lies: its buffer's address, the bytes an
+    /// event takes there, the events it has room for (for its pages to be
+    /// faulted in ahead of the thread that fills it:
+    /// docs/design/trace-decoding.md, "Pages faulted ahead").
+    pub(crate) fn room(&self) -> (usize, usize, usize) {
+        (self.words.as_ptr() as usize, std::mem::size_of::<Packed>(), self.words.capacity())
+    }
+
     /// Events it has room for without growing.
     pub(crate) fn capacity(&self) -> usize {
         self.words.capacity()

@@ -5,6 +5,7 @@
 pub mod deltas;
 pub mod input;
 pub mod pickle;
+mod prefault;
 pub mod printable;
 mod rows;
 mod snapshot;

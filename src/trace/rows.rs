@@ -8,6 +8,7 @@
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
 
+use super::prefault::Room;
 use super::{Tap, Times};
 use crate::alloc::{Event, Events};
 
@@ -32,6 +33,17 @@ pub(super) struct Columns {
     pub(super) time_us: Times,
     pub(super) stack: Vec<u32>,
     tap: Option<Tap>,
+    /// Set by the first chunk handed to the tap.
+    ahead: Option<Box<Ahead>>,
+}
+
+/// The rooms of the first chunk handed to the tap (its events and their
+/// stacks), which the tap's thread copies every later chunk into: their
+/// pages are faulted in here, two chunks ahead of what is handed over.
+struct Ahead {
+    rooms: [Room; 2],
+    handed: usize,
+    faulted: usize,
 }
 
 impl Columns {
@@ -54,7 +66,20 @@ impl Columns {
                 // The first chunk carries the room reserved for them all.
                 let events = std::mem::replace(&mut self.events, Events::with_capacity(tap.chunk));
                 let stacks = std::mem::replace(&mut self.stack, Vec::with_capacity(tap.chunk));
+                let ahead = self.ahead.get_or_insert_with(|| {
+                    let (addr, elem, cap) = events.room();
+                    Box::new(Ahead { rooms: [Room::new(addr, elem, cap), Room::of(&stacks)], handed: 0, faulted: 0 })
+                });
+                ahead.handed += events.len();
                 tap.to.events(events, stacks);
+                // This thread waits for the decoding most of the time; the
+                // tap's does not (docs/design/trace-decoding.md, "Pages
+                // faulted ahead").
+                let to = ahead.handed + 2 * tap.chunk;
+                for room in &ahead.rooms {
+                    room.fault_in(ahead.faulted.max(ahead.handed), to);
+                }
+                ahead.faulted = to;
             }
         }
     }
@@ -93,7 +118,7 @@ enum Sink {
         thread: JoinHandle<Columns>,
     },
     /// Where the system gives no thread: the columns made here.
-    Here(Columns),
+    Here(Box<Columns>),
     /// The columns were taken (`finish`).
     Taken,
 }
@@ -101,7 +126,7 @@ enum Sink {
 impl Default for Rows {
     /// Rows made into columns on the thread that gives them.
     fn default() -> Rows {
-        Rows { sink: Sink::Here(Columns::default()), count: 0 }
+        Rows { sink: Sink::Here(Box::default()), count: 0 }
     }
 }
 
@@ -116,7 +141,7 @@ impl Rows {
             std::thread::Builder::new().name("columns".into()).spawn(move || build(n, for_thread, from, give_back));
         let sink = match spawned {
             Ok(thread) => Sink::Thread { batch: Vec::with_capacity(BATCH), rows, back, thread },
-            Err(_) => Sink::Here(Columns::with_room(n, tap)),
+            Err(_) => Sink::Here(Box::new(Columns::with_room(n, tap))),
         };
         Rows { sink, count: 0 }
     }
