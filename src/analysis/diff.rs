@@ -580,7 +580,7 @@ mod tests {
     /// allocation, the streams ranked as each is first used.
     fn requests_in_one_pass(dev: &DeviceTrace, stacks: &[Vec<Frame>]) -> BTreeMap<String, (u64, u64)> {
         let (mut streams, mut out) = (Vec::new(), BTreeMap::<String, (u64, u64)>::new());
-        for (e, &sid) in dev.events.iter().zip(&dev.stacks).filter(|(e, _)| e.action == Action::Alloc) {
+        for (e, &sid) in dev.events.iter().zip(dev.stacks.iter()).filter(|(e, _)| e.action == Action::Alloc) {
             if !streams.contains(&e.stream) {
                 streams.push(e.stream);
             }

@@ -111,7 +111,7 @@ impl Sample {
         let alloc_stacks: Vec<u32> = dev
             .events
             .iter()
-            .zip(&dev.stacks)
+            .zip(dev.stacks.iter())
             .filter(|(e, _)| e.action == crate::alloc::Action::Alloc)
             .map(|(_, &s)| s)
             .collect();

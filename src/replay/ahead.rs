@@ -8,8 +8,8 @@
 //! timeline (docs/design/trace-decoding.md, "The replay behind the
 //! decoder", "The screen behind the decoding").
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, SendError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -30,10 +30,37 @@ struct Behind {
     follower: Mutex<Option<Sender<Followed>>>,
     /// Events handed over so far (none: the next chunk is the first).
     handed: AtomicUsize,
+    /// What the thread is told besides the events.
+    control: Arc<Control>,
     thread: Mutex<Option<JoinHandle<Caught>>>,
-    /// Once the decoding is done: the replay, and the device and number
-    /// of events of the column it read.
+    /// Once the replay reached the end: it, and the device and number of
+    /// events of the column it read.
     caught: Mutex<Option<Ran>>,
+    /// The columns a thread that left before the decoding was done kept.
+    left: Mutex<Option<Columns>>,
+}
+
+/// What the replay's thread is told besides the events.
+#[derive(Default)]
+struct Control {
+    /// Set where the replay is not wanted after all: the thread leaves
+    /// at its next look at the channel.
+    stop: AtomicBool,
+    /// Held by a test: the replay does not step past the decoding's end
+    /// until let go or stopped.
+    #[cfg(test)]
+    hold: Mutex<()>,
+}
+
+#[cfg(test)]
+impl Control {
+    /// Past the decoding's end (`at_end`), waits while a test holds the
+    /// replay or until it is stopped.
+    fn wait_while_held(&self, at_end: bool) {
+        while at_end && self.hold.try_lock().is_err() && !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// A replay that read one device's whole column.
@@ -52,23 +79,30 @@ enum Handed {
     /// where there is one.
     Events(Arc<Events>, Vec<u32>),
     /// The last events and stacks; the device whose column they all are,
-    /// if one.
-    Done(Events, Vec<u32>, Option<i32>),
+    /// if one; where the whole columns go back, shared, before the replay
+    /// reaches their end.
+    Done(Events, Vec<u32>, Option<i32>, Sender<Shared>),
 }
 
-/// The columns the thread keeps: every event and its call stack.
+/// The whole columns, shared: the replay goes on reading them while the
+/// reader makes and opens its trace.
+type Shared = (Arc<Events>, Arc<Vec<u32>>);
+
+/// The columns the thread keeps: every event and its call stack, appended
+/// to while only it holds them, shared once the decoding is done.
 #[derive(Default)]
 struct Columns {
-    events: Events,
-    stacks: Vec<u32>,
+    events: Arc<Events>,
+    stacks: Arc<Vec<u32>>,
     /// The most events handed over at once: the reader's chunk.
     chunk: usize,
 }
 
-/// What the thread hands back: every event and stack, and the replay that
-/// read them all, where they are one device's.
+/// What the thread hands back: the replay that read every event, where
+/// they are one device's; the columns, where the reader was not given them
+/// (the thread left before the decoding was done).
 struct Caught {
-    cols: Columns,
+    cols: Option<Columns>,
     ran: Option<Ran>,
 }
 
@@ -100,16 +134,20 @@ impl Ahead {
         scrub_every: Option<usize>,
     ) -> Option<Ahead> {
         let (to, from) = channel();
+        let control = Arc::new(Control::default());
+        let told = control.clone();
         let thread = std::thread::Builder::new()
             .name("replay".into())
-            .spawn(move || behind(from, opts, guess, scrub_every))
+            .spawn(move || behind(from, &told, opts, guess, scrub_every))
             .ok()?;
         let behind = Behind {
             to: Mutex::new(Some(to)),
             follower: Mutex::new(follower),
             handed: AtomicUsize::new(0),
+            control,
             thread: Mutex::new(Some(thread)),
             caught: Mutex::new(None),
+            left: Mutex::new(None),
         };
         Some(Ahead { behind: Arc::new(behind) })
     }
@@ -129,7 +167,20 @@ impl Ahead {
     /// waits to be taken.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> bool {
+        self.behind.caught_up();
         self.behind.caught.lock().is_ok_and(|c| c.is_some())
+    }
+
+    /// Keeps the replay from stepping past the decoding's end while held.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.behind.control.hold.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the replay where it is: not the one wanted.
+    pub(crate) fn cancel(&self) {
+        self.behind.control.stop.store(true, Ordering::Relaxed);
+        self.behind.caught_up();
     }
 
     /// The replay of `dev` under `opts`, if it is the one run behind the
@@ -141,6 +192,7 @@ impl Ahead {
         opts: &ReplayOptions,
         scrub_every: Option<usize>,
     ) -> Option<Taken<'a>> {
+        self.behind.caught_up();
         let mut caught = self.behind.caught.lock().ok()?;
         let ran = caught.as_ref()?;
         if ran.device != dev.device
@@ -188,7 +240,13 @@ fn same_replay(a: &ReplayOptions, b: &ReplayOptions) -> bool {
 /// ones, with expandable segments where the first segment event is a map.
 /// `scrub_every`: the replay's blocks are tagged with their stacks and
 /// each step kept for a scrubber (`Scrubbing`).
-fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_every: Option<usize>) -> Caught {
+fn behind(
+    from: Receiver<Handed>,
+    control: &Control,
+    mut opts: ReplayOptions,
+    guess: bool,
+    scrub_every: Option<usize>,
+) -> Caught {
     let mut cols = Columns::default();
     let mut replay = None;
     let mut scrub: Option<Scrubbing> = None;
@@ -199,16 +257,23 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_ev
     // taken between short runs of steps, they stay a chunk or two.
     while done.is_none() {
         let Ok(h) = from.recv() else {
-            // The decoding stopped (a bad file): nothing to keep.
-            return Caught { cols, ran: None };
+            // The decoding stopped (a bad file), or the replay is not
+            // wanted: nothing to keep.
+            return Caught { cols: Some(cols), ran: None };
         };
         take(h, &mut cols, &mut done);
         loop {
             while let Ok(h) = from.try_recv() {
                 take(h, &mut cols, &mut done);
             }
+            #[cfg(test)]
+            control.wait_while_held(done.is_some());
+            if control.stop.load(Ordering::Relaxed) {
+                // Columns sent back are the reader's.
+                return Caught { cols: done.is_none().then_some(cols), ran: None };
+            }
             if done == Some(None) {
-                return Caught { cols, ran: None };
+                return Caught { cols: None, ran: None };
             }
             if let Some(seen) = unseen {
                 match setting_shown(cols.events.view().slice(seen..)) {
@@ -263,7 +328,7 @@ fn behind(from: Receiver<Handed>, mut opts: ReplayOptions, guess: bool, scrub_ev
     }
     let events = cols.events.len();
     let ran = replay.zip(done.flatten()).map(|(replay, device)| Ran { device, events, opts, replay, scrub });
-    Caught { cols, ran }
+    Caught { cols: None, ran }
 }
 
 /// The setting a run's events show before its file gives its settings
@@ -277,29 +342,37 @@ pub(crate) fn setting_shown(events: EventsRef<'_>) -> Option<&'static str> {
     })
 }
 
-/// Appends what was handed over; `done` set by the last of it.
+/// Appends what was handed over; `done` set by the last of it, and the
+/// whole columns then sent back shared.
 fn take(h: Handed, cols: &mut Columns, done: &mut Option<Option<i32>>) {
-    let stacks = match h {
+    // Only this thread holds the columns until they are sent back, so
+    // they are appended to in place.
+    let (events, column) = (Arc::make_mut(&mut cols.events), Arc::make_mut(&mut cols.stacks));
+    let (stacks, back) = match h {
         Handed::Events(c, stacks) => {
             match Arc::try_unwrap(c) {
-                Ok(c) => cols.events.append(c),
+                Ok(c) => events.append(c),
                 // The follower has it too: copied, as appending does.
-                Err(c) => c.iter().for_each(|e| cols.events.push(e)),
+                Err(c) => c.iter().for_each(|e| events.push(e)),
             }
-            stacks
+            (stacks, None)
         }
-        Handed::Done(rest, stacks, whole) => {
-            cols.events.append(rest);
+        Handed::Done(rest, stacks, whole, back) => {
+            events.append(rest);
             *done = Some(whole);
-            stacks
+            (stacks, Some(back))
         }
     };
     cols.chunk = cols.chunk.max(stacks.len());
     // The first carries the room the decoder reserved for them all.
-    if cols.stacks.is_empty() {
-        cols.stacks = stacks;
+    if column.is_empty() {
+        *column = stacks;
     } else {
-        cols.stacks.extend_from_slice(&stacks);
+        column.extend_from_slice(&stacks);
+    }
+    if let Some(back) = back {
+        // A reader gone takes nothing.
+        let _ = back.send((cols.events.clone(), cols.stacks.clone()));
     }
 }
 
@@ -331,21 +404,65 @@ impl EventTap for Behind {
         }
     }
 
-    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> (Events, Vec<u32>) {
+    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> Shared {
         if let Some(f) = self.follower.lock().ok().and_then(|mut f| f.take()) {
             // A follower gone just stops following.
             let _ = f.send(Followed::Events(Arc::new(rest.iter().collect())));
             let _ = f.send(Followed::Done(whole, self.handed.load(Ordering::Relaxed) + rest.len()));
         }
-        let to = self.to.lock().ok().and_then(|mut t| t.take());
-        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
-        let (Some(to), Some(thread)) = (to, thread) else { return (rest, rest_stacks) };
-        let _ = to.send(Handed::Done(rest, rest_stacks, whole));
-        drop(to);
+        let mut rest = (rest, rest_stacks);
+        if let Some(to) = self.to.lock().ok().and_then(|mut t| t.take()) {
+            let (back, shared) = channel();
+            let last = Handed::Done(std::mem::take(&mut rest.0), std::mem::take(&mut rest.1), whole, back);
+            match to.send(last) {
+                // The columns come back as soon as the last are appended;
+                // the replay reaches their end later (`caught_up`).
+                Ok(()) => {
+                    if let Ok(cols) = shared.recv() {
+                        return cols;
+                    }
+                }
+                Err(SendError(Handed::Done(r, s, ..))) => rest = (r, s),
+                Err(_) => {}
+            }
+        }
+        // The thread left before the decoding was done (it panicked, which
+        // this passes on, or was stopped): the columns it kept, then these.
+        self.caught_up();
+        let mut cols = self.left.lock().ok().and_then(|mut l| l.take()).unwrap_or_default();
+        Arc::make_mut(&mut cols.events).append(rest.0);
+        Arc::make_mut(&mut cols.stacks).extend_from_slice(&rest.1);
+        (cols.events, cols.stacks)
+    }
+}
+
+impl Behind {
+    /// Waits for the replay to reach the end of the columns (or leave, once
+    /// nothing more can come) and keeps what it made; a panic there is
+    /// passed on.
+    fn caught_up(&self) {
+        // No more events can come once the decoding is done; before that,
+        // this ends the replay where it is.
+        drop(self.to.lock().ok().and_then(|mut t| t.take()));
+        let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else { return };
         let caught = thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         if let (Some(ran), Ok(mut c)) = (caught.ran, self.caught.lock()) {
             *c = Some(ran);
         }
-        (caught.cols.events, caught.cols.stacks)
+        if let (Some(cols), Ok(mut l)) = (caught.cols, self.left.lock()) {
+            *l = Some(cols);
+        }
+    }
+}
+
+impl Drop for Ahead {
+    /// A replay not taken stops where it is rather than run on unseen.
+    fn drop(&mut self) {
+        self.behind.control.stop.store(true, Ordering::Relaxed);
+        drop(self.behind.to.lock().ok().and_then(|mut t| t.take()));
+        if let Some(thread) = self.behind.thread.lock().ok().and_then(|mut t| t.take()) {
+            // A panic there has nothing left to spoil.
+            let _ = thread.join();
+        }
     }
 }

@@ -244,6 +244,7 @@ mod tests {
     use super::*;
     use crate::trace::input::Input;
     use crate::trace::Tap;
+    use std::sync::Arc;
 
     fn read(path: &std::path::Path, tap: Option<Tap>) -> Trace {
         Input::open(path).unwrap().read_trace_tapped(None, tap).unwrap()
@@ -373,6 +374,58 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The decoding gets its columns back as soon as the last events are
+    /// appended, shared with the replay behind it (not copied), which
+    /// reaches their end after: the trace is made and opened meanwhile,
+    /// and what is taken is that replay.
+    #[test]
+    fn the_columns_come_back_before_the_replay_behind_reaches_their_end() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let (name, path) = ("gpt2_train", root.join("traces/gpt2_train.pickle.gz"));
+        let plain = read(&path, None);
+        let after = open(&plain, name, &OpenOptions::default()).unwrap();
+        let ahead = OpenOptions::default().ahead().unwrap();
+        let held = ahead.hold();
+        let (tap, from) = (Tap { chunk: 64, ..ahead.tap() }, path.clone());
+        let (give, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = give.send(read(&from, Some(tap)));
+        });
+        let tapped = got.recv_timeout(std::time::Duration::from_secs(60)).expect("the decoding waited for the replay");
+        let (t, p) = (tapped.main_device().unwrap(), plain.main_device().unwrap());
+        assert!(t.events == p.events && t.stacks == p.stacks, "the columns came back changed");
+        // The replay's thread holds the same columns: it has not reached
+        // their end, and they were not copied.
+        assert_eq!((Arc::strong_count(&t.events), Arc::strong_count(&t.stacks)), (2, 2));
+        drop(held);
+        let behind = open_ahead(&tapped, name, &OpenOptions::default(), Some(&ahead)).unwrap();
+        assert_eq!(outcome(&behind), outcome(&after));
+        assert!(!ahead.waiting(), "the replay behind was not taken");
+        assert_eq!((Arc::strong_count(&t.events), Arc::strong_count(&t.stacks)), (1, 1));
+    }
+
+    /// A window's replay does not start where the decoding ends: the one
+    /// behind it is stopped, not run to the end beside the session's.
+    #[test]
+    fn a_window_stops_the_replay_behind_the_decoding() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let (name, path) = ("gpt2_train_wrapped", root.join("traces/gpt2_train_wrapped.pickle.gz"));
+        let plain = read(&path, None);
+        let after = open(&plain, name, &OpenOptions::default()).unwrap();
+        let ahead = OpenOptions::default().ahead().unwrap();
+        let held = ahead.hold();
+        let tapped = read(&path, Some(Tap { chunk: 64, ..ahead.tap() }));
+        let t = tapped.main_device().unwrap();
+        assert_eq!(Arc::strong_count(&t.events), 2);
+        // Held at the decoding's end, it can only let go of the columns by
+        // stopping there.
+        let behind = open_ahead(&tapped, name, &OpenOptions::default(), Some(&ahead)).unwrap();
+        assert_eq!(Arc::strong_count(&t.events), 1);
+        drop(held);
+        assert_eq!(outcome(&behind), outcome(&after));
+        assert!(!ahead.waiting(), "a stopped replay was kept");
     }
 
     /// A file that breaks off mid-trace is the same error with a replay

@@ -583,6 +583,11 @@ fn first_run<'a>(
     ahead: Option<&Ahead>,
 ) -> Result<(Replayed<'a>, Option<Beside<'a>>), SessionError> {
     let behind = ahead.filter(|_| start == Start::ProcessStart);
+    if behind.is_none() {
+        // A window's replay starts elsewhere: the one behind the decoding
+        // would only take a core from it.
+        ahead.inspect(|a| a.cancel());
+    }
     if let Some((r, scrubbed)) = behind.and_then(|a| a.take_for(dev, opts, every)) {
         let beside = every.zip(scrubbed).map(|(every, made)| Beside { seed: Vec::new(), every, made });
         return Ok(((Vec::new(), r), beside));

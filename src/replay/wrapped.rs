@@ -546,8 +546,9 @@ mod tests {
                     let mut dev = full.clone();
                     let cut = dev.events.len() * k / 12 + k;
                     if k > 0 && cut < dev.events.len() {
-                        dev.events.drain_front(cut);
-                        dev.stacks.drain(..cut.min(dev.stacks.len()));
+                        std::sync::Arc::make_mut(&mut dev.events).drain_front(cut);
+                        let stacks = std::sync::Arc::make_mut(&mut dev.stacks);
+                        stacks.drain(..cut.min(stacks.len()));
                     }
                     let want = one_pass(&dev);
                     for k in [1, 3, 16] {

@@ -113,10 +113,13 @@ pub struct RecordedSegment {
 #[derive(Debug, Clone, Default)]
 pub struct DeviceTrace {
     pub(crate) device: i32,
-    pub events: Events,
+    /// Shared: the replay behind the decoding may still be reading them
+    /// (docs/design/trace-decoding.md, "The columns shared at the end").
+    pub events: Arc<Events>,
     pub time_us: Times,
-    /// Per event: index into `Trace::stacks` + 1; 0 = no frames.
-    pub stacks: Vec<u32>,
+    /// Per event: index into `Trace::stacks` + 1; 0 = no frames. Shared
+    /// as `events` is.
+    pub stacks: Arc<Vec<u32>>,
     /// Segments at the time the snapshot was taken.
     pub segments: Vec<RecordedSegment>,
     /// Pre-2.1 `free` entries, each expanded into `free_requested` + `free_completed`.
@@ -127,9 +130,10 @@ pub struct DeviceTrace {
 
 impl DeviceTrace {
     pub(crate) fn push(&mut self, e: Event, time_us: i64, stack: u32) {
-        self.events.push(e);
+        // Pushed only while the trace is made, before anything shares them.
+        Arc::make_mut(&mut self.events).push(e);
         self.time_us.push(time_us);
-        self.stacks.push(stack);
+        Arc::make_mut(&mut self.stacks).push(stack);
     }
 
     /// The CUDA device index it was recorded on.
@@ -140,7 +144,7 @@ impl DeviceTrace {
     /// Which call stacks it carries. Said in replay's output (docs/user/live.md).
     pub fn call_stacks(&self, stacks: &[Vec<crate::trace::Frame>]) -> CallStacks {
         let has = |sid: u32| sid != 0 && stacks.get(sid as usize - 1).is_some_and(|f| !f.is_empty());
-        if self.events.iter().zip(&self.stacks).any(|(e, &s)| e.action == crate::alloc::Action::Alloc && has(s)) {
+        if self.events.iter().zip(self.stacks.iter()).any(|(e, &s)| e.action == crate::alloc::Action::Alloc && has(s)) {
             CallStacks::PerEvent
         } else if self.segments.iter().flat_map(|g| &g.blocks).any(|b| has(b.stack)) {
             CallStacks::BlocksOnly
@@ -334,7 +338,9 @@ pub(crate) trait EventTap: Send + Sync {
     /// Every event and stack given, `rest` after them, as one column each:
     /// the decoding is done. `whole`: the device whose events they all
     /// are, in order (`None` where the file's devices share them otherwise).
-    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> (Events, Vec<u32>);
+    /// The columns come back shared: what the tap runs may go on reading
+    /// them while the trace is made and opened.
+    fn finish(&self, rest: Events, rest_stacks: Vec<u32>, whole: Option<i32>) -> (Arc<Events>, Arc<Vec<u32>>);
 }
 
 /// An `EventTap` a reader is given, and how many events it takes at a

@@ -6,6 +6,7 @@
 //! come (the replay behind the decoding), this thread hands them to it.
 
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::prefault::Room;
@@ -86,13 +87,22 @@ impl Columns {
 
     /// Every event and stack back from the tap, if one took them;
     /// `whole`: the device whose events they all are, in order.
-    fn finish(mut self, whole: Option<i32>) -> Columns {
-        if let Some(tap) = self.tap.take() {
-            let (events, stacks) = (std::mem::take(&mut self.events), std::mem::take(&mut self.stack));
-            (self.events, self.stack) = tap.to.finish(events, stacks, whole);
-        }
-        self
+    fn finish(self, whole: Option<i32>) -> Made {
+        let (events, stack) = match self.tap {
+            Some(tap) => tap.to.finish(self.events, self.stack, whole),
+            None => (Arc::new(self.events), Arc::new(self.stack)),
+        };
+        Made { events, time_us: self.time_us, stack }
     }
+}
+
+/// The columns made, the events and stacks shared with the tap's thread
+/// where one took them (it may still be reading them).
+#[derive(Default)]
+pub(super) struct Made {
+    pub(super) events: Arc<Events>,
+    pub(super) time_us: Times,
+    pub(super) stack: Arc<Vec<u32>>,
 }
 
 enum Handed {
@@ -115,7 +125,7 @@ enum Sink {
         /// Batches the thread is done with, to be filled again (a fresh
         /// one costs a page fault per page).
         back: Receiver<Vec<Row>>,
-        thread: JoinHandle<Columns>,
+        thread: JoinHandle<Made>,
     },
     /// Where the system gives no thread: the columns made here.
     Here(Box<Columns>),
@@ -170,7 +180,7 @@ impl Rows {
 
     /// The columns of every row; `whole`: the device whose events they all
     /// are, in order (for the tap).
-    pub(super) fn finish(&mut self, whole: Option<i32>) -> Columns {
+    pub(super) fn finish(&mut self, whole: Option<i32>) -> Made {
         match std::mem::replace(&mut self.sink, Sink::Taken) {
             Sink::Thread { batch, rows, thread, .. } => {
                 let _ = rows.send(Handed::Rows(batch));
@@ -179,14 +189,14 @@ impl Rows {
                 thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
             }
             Sink::Here(cols) => cols.finish(whole),
-            Sink::Taken => Columns::default(),
+            Sink::Taken => Made::default(),
         }
     }
 }
 
 /// The thread: rows appended to the columns as they come, the batches given
 /// back; a decoding that stopped (a bad file) leaves with what it has.
-fn build(n: usize, tap: Option<Tap>, from: Receiver<Handed>, back: Sender<Vec<Row>>) -> Columns {
+fn build(n: usize, tap: Option<Tap>, from: Receiver<Handed>, back: Sender<Vec<Row>>) -> Made {
     let mut cols = Columns::with_room(n, tap);
     while let Ok(h) = from.recv() {
         match h {
@@ -198,5 +208,5 @@ fn build(n: usize, tap: Option<Tap>, from: Receiver<Handed>, back: Sender<Vec<Ro
             Handed::Done(whole) => return cols.finish(whole),
         }
     }
-    cols
+    Made { events: Arc::new(cols.events), time_us: cols.time_us, stack: Arc::new(cols.stack) }
 }

@@ -24,9 +24,9 @@ struct EntryColumns {
     rows: super::rows::Rows,
     /// The columns once the decoding is done (`take_back`). Legacy `free`
     /// entries hold `free_requested` here and are listed in `special`.
-    events: Events,
+    events: Arc<Events>,
     time_us: super::Times,
-    stack: Vec<u32>,
+    stack: Arc<Vec<u32>>,
     /// Entries that are not one plain event: legacy `free`, `user_defined`.
     special: HashMap<u32, Kind>,
     /// Frames by the identity of their (memo-shared) dicts, which are kept

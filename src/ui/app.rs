@@ -342,9 +342,9 @@ impl History {
         // (1-based, 0 none), as the trace's stack ids are.
         let (events, tags): (Vec<_>, Vec<_>) = events.into_iter().unzip();
         let trace = crate::trace::DeviceTrace {
-            events: events.into(),
+            events: std::sync::Arc::new(events.into()),
             time_us: std::iter::repeat_n(0, n).collect(),
-            stacks: tags,
+            stacks: std::sync::Arc::new(tags),
             segments,
             ..Default::default()
         };

@@ -101,7 +101,7 @@ fn dump_events_equals_the_recorded_trace_event_for_event() {
         assert_eq!(dumped.format, trace::TraceFormat::Jsonl);
         let (r, d) = (&recorded.devices[0].events, &dumped.devices[0].events);
         assert_eq!(r.len(), d.len(), "{name}");
-        for (i, (a, b)) in r.iter().zip(d).enumerate() {
+        for (i, (a, b)) in r.iter().zip(d.iter()).enumerate() {
             // oom entries record cudaMemGetInfo's free bytes, which no replay knows.
             let same = a.action == b.action
                 && a.size == b.size

@@ -37,9 +37,9 @@ fn check(name: &str) -> usize {
     for k in 1..20 {
         let cut = (full.events.len() * k / 20 + k * 7).min(full.events.len() - 1);
         let mut dev = full.clone();
-        dev.events.drain_front(cut);
+        std::sync::Arc::make_mut(&mut dev.events).drain_front(cut);
         dev.time_us.drain_front(cut);
-        dev.stacks.drain(..cut);
+        std::sync::Arc::make_mut(&mut dev.stacks).drain(..cut);
         assert!(!starts_empty(&dev), "{name} cut at {cut}: detected as wrapped");
         let (r, _) =
             replay_wrapped(dev.events.view(), &opts, &dev, 64).unwrap_or_else(|e| panic!("{name} cut at {cut}: {e}"));
