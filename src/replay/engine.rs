@@ -228,6 +228,10 @@ pub struct Stepper<'a> {
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
     live: HashMap<u64, BlockId, FastHash>,
+    /// A block whose `free_requested` was the last step and whose
+    /// `free_completed` is the next, by address: taken out of `live`
+    /// already, as most frees are, so that a free costs one lookup there.
+    completing: Option<(u64, BlockId)>,
     empty_cache_at: Vec<usize>,
     pools: Arc<PoolPlan>,
     /// The allocator's pool for each pool of the plan met so far.
@@ -318,6 +322,7 @@ impl<'a> Stepper<'a> {
             stacks: &[],
             alloc,
             live,
+            completing: None,
             empty_cache_at: Vec::new(),
             pools: opts.pools.clone(),
             slots,
@@ -391,6 +396,7 @@ impl<'a> Stepper<'a> {
             stacks,
             alloc: self.alloc.with_device(|o| o.rebind(rec)),
             live: self.live,
+            completing: self.completing,
             empty_cache_at: self.empty_cache_at,
             pools: self.pools,
             slots: self.slots,
@@ -757,14 +763,27 @@ impl<'a> Stepper<'a> {
                 let got = self.request(i, i);
                 self.note_live(got);
             }
-            Action::FreeRequested => match self.live.get(&ev.addr) {
-                Some(&b) => self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?,
-                None => return Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr))),
-            },
-            Action::FreeCompleted => match self.live.remove(&ev.addr) {
-                Some(b) => self.alloc.free_completed(b).map_err(|e| fail(e.to_string()))?,
-                None => return Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr))),
-            },
+            Action::FreeRequested => {
+                // Held: a free ends the scan of what a step reads, and two
+                // events past it are there (`reads_only_held`).
+                let completes = rec.get(i + 1).is_some_and(|n| n.action == Action::FreeCompleted && n.addr == ev.addr);
+                let b = if completes { self.live.remove(&ev.addr) } else { self.live.get(&ev.addr).copied() };
+                let Some(b) = b else {
+                    return Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr)));
+                };
+                self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?;
+                self.completing = completes.then_some((ev.addr, b));
+            }
+            Action::FreeCompleted => {
+                let b = match self.completing.take() {
+                    Some((a, b)) if a == ev.addr => Some(b),
+                    _ => self.live.remove(&ev.addr),
+                };
+                let Some(b) = b else {
+                    return Err(fail(format!("free_completed of {:#x}, which is not allocated", ev.addr)));
+                };
+                self.alloc.free_completed(b).map_err(|e| fail(e.to_string()))?;
+            }
             // Markers: memory does not change.
             Action::Snapshot | Action::Annotate => self.alloc.push_external_event(ev),
         }
