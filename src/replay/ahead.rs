@@ -269,7 +269,11 @@ fn behind(
             #[cfg(test)]
             control.wait_while_held(done.is_some());
             if control.stop.load(Ordering::Relaxed) {
-                // Columns sent back are the reader's.
+                // Whoever stopped it closes the intake next: every event
+                // handed over is kept, and columns sent back are the reader's.
+                while let Ok(h) = from.recv() {
+                    take(h, &mut cols, &mut done);
+                }
                 return Caught { cols: done.is_none().then_some(cols), ran: None };
             }
             if done == Some(None) {
@@ -398,9 +402,11 @@ const STEPS_BETWEEN_TAKES: usize = 1 << 14;
 impl EventTap for Behind {
     fn events(&self, chunk: Events, stacks: Vec<u32>) {
         let chunk = self.follow(chunk);
-        if let Some(to) = self.to.lock().ok().as_ref().and_then(|t| t.as_ref()) {
-            // A thread gone has panicked, which `finish` passes on.
-            let _ = to.send(Handed::Events(chunk, stacks));
+        let to = self.to.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(to) = to.as_ref() else { return self.keep(chunk, &stacks) };
+        // A thread gone has panicked, which `finish` passes on.
+        if let Err(SendError(Handed::Events(chunk, stacks))) = to.send(Handed::Events(chunk, stacks)) {
+            self.keep(chunk, &stacks);
         }
     }
 
@@ -441,17 +447,39 @@ impl Behind {
     /// nothing more can come) and keeps what it made; a panic there is
     /// passed on.
     fn caught_up(&self) {
-        // No more events can come once the decoding is done; before that,
-        // this ends the replay where it is.
-        drop(self.to.lock().ok().and_then(|mut t| t.take()));
-        let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else { return };
-        let caught = thread.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        if let Err(panic) = self.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// Closes the thread's intake (no more events can come to it; before
+    /// the decoding is done this ends the replay where it is), waits for
+    /// it and keeps what it made. The intake's lock is held throughout, so
+    /// events handed over meanwhile are kept after the columns it had.
+    fn join(&self) -> std::thread::Result<()> {
+        let mut to = self.to.lock().unwrap_or_else(|e| e.into_inner());
+        drop(to.take());
+        let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else { return Ok(()) };
+        let caught = thread.join()?;
         if let (Some(ran), Ok(mut c)) = (caught.ran, self.caught.lock()) {
             *c = Some(ran);
         }
         if let (Some(cols), Ok(mut l)) = (caught.cols, self.left.lock()) {
             *l = Some(cols);
         }
+        Ok(())
+    }
+
+    /// Events the thread can no longer take, kept for the reader's `finish`.
+    fn keep(&self, chunk: Arc<Events>, stacks: &[u32]) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        let cols = left.get_or_insert_with(Columns::default);
+        let events = Arc::make_mut(&mut cols.events);
+        match Arc::try_unwrap(chunk) {
+            Ok(c) => events.append(c),
+            Err(c) => c.iter().for_each(|e| events.push(e)),
+        }
+        Arc::make_mut(&mut cols.stacks).extend_from_slice(stacks);
     }
 }
 
@@ -459,10 +487,39 @@ impl Drop for Ahead {
     /// A replay not taken stops where it is rather than run on unseen.
     fn drop(&mut self) {
         self.behind.control.stop.store(true, Ordering::Relaxed);
-        drop(self.behind.to.lock().ok().and_then(|mut t| t.take()));
-        if let Some(thread) = self.behind.thread.lock().ok().and_then(|mut t| t.take()) {
-            // A panic there has nothing left to spoil.
-            let _ = thread.join();
-        }
+        // A panic there has nothing left to spoil.
+        let _ = self.behind.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::Event;
+
+    fn chunk(from: u64, n: u64) -> (Events, Vec<u32>) {
+        let events = (from..from + n).map(|k| Event::new(Action::Alloc, k << 9, 512, 0)).collect();
+        (events, (from..from + n).map(|k| k as u32).collect())
+    }
+
+    /// A replay dropped while the file is still read (a reader unwinding,
+    /// a command that gave up) stops, and the reader still gets every
+    /// event and stack it handed over, in order, then the last.
+    #[test]
+    fn a_replay_dropped_mid_decoding_leaves_the_reader_every_event() {
+        let ahead = Ahead::start_followed(ReplayOptions::new(AllocatorConfig::default(), 1 << 40), true, None, None)
+            .expect("a thread");
+        let tap = ahead.tap();
+        let (a, sa) = chunk(0, 100);
+        tap.to.events(a, sa);
+        drop(ahead);
+        // Handed to no one once it is gone: kept by the reader.
+        let (b, sb) = chunk(100, 50);
+        tap.to.events(b, sb);
+        let (rest, sr) = chunk(150, 7);
+        let (events, stacks) = tap.to.finish(rest, sr, Some(0));
+        let (want, want_stacks) = chunk(0, 157);
+        assert_eq!(events.iter().collect::<Vec<_>>(), want.iter().collect::<Vec<_>>());
+        assert_eq!(*stacks, want_stacks);
     }
 }
