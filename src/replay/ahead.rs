@@ -98,6 +98,26 @@ struct Columns {
     chunk: usize,
 }
 
+impl Columns {
+    /// Appends a chunk and its stacks; only while unshared, so in place.
+    fn append(&mut self, chunk: Arc<Events>, stacks: Vec<u32>) {
+        self.chunk = self.chunk.max(stacks.len());
+        let events = Arc::make_mut(&mut self.events);
+        match Arc::try_unwrap(chunk) {
+            Ok(c) => events.append(c),
+            // The follower has it too: copied, as appending does.
+            Err(c) => c.iter().for_each(|e| events.push(e)),
+        }
+        let column = Arc::make_mut(&mut self.stacks);
+        // The first carries the room the decoder reserved for them all.
+        if column.is_empty() {
+            *column = stacks;
+        } else {
+            column.extend_from_slice(&stacks);
+        }
+    }
+}
+
 /// What the thread hands back: the replay that read every event, where
 /// they are one device's; the columns, where the reader was not given them
 /// (the thread left before the decoding was done).
@@ -258,7 +278,7 @@ fn behind(
     while done.is_none() {
         let Ok(h) = from.recv() else {
             // The decoding stopped (a bad file), or the replay is not
-            // wanted: nothing to keep.
+            // wanted: the columns are the reader's (`finish`).
             return Caught { cols: Some(cols), ran: None };
         };
         take(h, &mut cols, &mut done);
@@ -349,34 +369,14 @@ pub(crate) fn setting_shown(events: EventsRef<'_>) -> Option<&'static str> {
 /// Appends what was handed over; `done` set by the last of it, and the
 /// whole columns then sent back shared.
 fn take(h: Handed, cols: &mut Columns, done: &mut Option<Option<i32>>) {
-    // Only this thread holds the columns until they are sent back, so
-    // they are appended to in place.
-    let (events, column) = (Arc::make_mut(&mut cols.events), Arc::make_mut(&mut cols.stacks));
-    let (stacks, back) = match h {
-        Handed::Events(c, stacks) => {
-            match Arc::try_unwrap(c) {
-                Ok(c) => events.append(c),
-                // The follower has it too: copied, as appending does.
-                Err(c) => c.iter().for_each(|e| events.push(e)),
-            }
-            (stacks, None)
-        }
+    match h {
+        Handed::Events(c, stacks) => cols.append(c, stacks),
         Handed::Done(rest, stacks, whole, back) => {
-            events.append(rest);
+            cols.append(Arc::new(rest), stacks);
             *done = Some(whole);
-            (stacks, Some(back))
+            // A reader gone takes nothing.
+            let _ = back.send((cols.events.clone(), cols.stacks.clone()));
         }
-    };
-    cols.chunk = cols.chunk.max(stacks.len());
-    // The first carries the room the decoder reserved for them all.
-    if column.is_empty() {
-        *column = stacks;
-    } else {
-        column.extend_from_slice(&stacks);
-    }
-    if let Some(back) = back {
-        // A reader gone takes nothing.
-        let _ = back.send((cols.events.clone(), cols.stacks.clone()));
     }
 }
 
@@ -403,10 +403,10 @@ impl EventTap for Behind {
     fn events(&self, chunk: Events, stacks: Vec<u32>) {
         let chunk = self.follow(chunk);
         let to = self.to.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(to) = to.as_ref() else { return self.keep(chunk, &stacks) };
+        let Some(to) = to.as_ref() else { return self.keep(chunk, stacks) };
         // A thread gone has panicked, which `finish` passes on.
         if let Err(SendError(Handed::Events(chunk, stacks))) = to.send(Handed::Events(chunk, stacks)) {
-            self.keep(chunk, &stacks);
+            self.keep(chunk, stacks);
         }
     }
 
@@ -436,8 +436,7 @@ impl EventTap for Behind {
         // this passes on, or was stopped): the columns it kept, then these.
         self.caught_up();
         let mut cols = self.left.lock().ok().and_then(|mut l| l.take()).unwrap_or_default();
-        Arc::make_mut(&mut cols.events).append(rest.0);
-        Arc::make_mut(&mut cols.stacks).extend_from_slice(&rest.1);
+        cols.append(Arc::new(rest.0), rest.1);
         (cols.events, cols.stacks)
     }
 }
@@ -471,15 +470,9 @@ impl Behind {
     }
 
     /// Events the thread can no longer take, kept for the reader's `finish`.
-    fn keep(&self, chunk: Arc<Events>, stacks: &[u32]) {
+    fn keep(&self, chunk: Arc<Events>, stacks: Vec<u32>) {
         let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
-        let cols = left.get_or_insert_with(Columns::default);
-        let events = Arc::make_mut(&mut cols.events);
-        match Arc::try_unwrap(chunk) {
-            Ok(c) => events.append(c),
-            Err(c) => c.iter().for_each(|e| events.push(e)),
-        }
-        Arc::make_mut(&mut cols.stacks).extend_from_slice(stacks);
+        left.get_or_insert_with(Columns::default).append(chunk, stacks);
     }
 }
 
