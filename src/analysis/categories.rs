@@ -1535,11 +1535,11 @@ mod tests {
     }
 
     fn trace(events: &[(Action, u64)]) -> DeviceTrace {
-        let mut d = DeviceTrace::default();
+        let mut d = crate::trace::DeviceColumns::default();
         for (i, &(a, addr)) in events.iter().enumerate() {
             d.push(Event::new(a, addr, 512, 0), i as i64, 0);
         }
-        d
+        d.into_trace(0)
     }
 
     /// The allocations by address, then event, as a comparison sort puts

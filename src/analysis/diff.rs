@@ -603,12 +603,13 @@ mod tests {
     #[test]
     fn a_stream_per_allocation_is_ranked_by_a_sort_and_huge_sizes_do_not_wrap() {
         let n = 100_000u64;
-        let mut d = DeviceTrace::default();
+        let mut d = crate::trace::DeviceColumns::default();
         for i in 0..n {
             // Every stream distinct (7,919 and 100,000 share no factor).
             d.push(crate::alloc::Event::new(Action::Alloc, 512 * i, 512, (1 << 20) | ((i * 7_919) % n)), i as i64, 0);
         }
         d.push(crate::alloc::Event::new(Action::Alloc, 1 << 40, u64::MAX - 1, 1 << 20), n as i64, 0);
+        let d = d.into_trace(0);
         let t = std::time::Instant::now();
         let got = requests_by_site_in(&d, &[], Spans::exactly(4));
         assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
@@ -627,7 +628,7 @@ mod tests {
     fn requests_by_site_in_spans_are_one_pass() {
         let mut traces = crate::trace::fixture_traces("diff");
         traces.extend(crate::trace::fixture_traces("categories"));
-        let mut d = DeviceTrace::default();
+        let mut d = crate::trace::DeviceColumns::default();
         let at = |file: &str, line| crate::trace::Frame { name: "step".into(), filename: file.into(), line };
         let stacks = vec![vec![at("train.py", 7)], vec![at("train.py", 7)]];
         for i in 0..1200u64 {
@@ -641,6 +642,7 @@ mod tests {
             let action = if i % 4 == 3 { Action::FreeRequested } else { Action::Alloc };
             d.push(crate::alloc::Event::new(action, 512 * i, 512 + i, stream), i as i64, (i % 4) as u32);
         }
+        let d = d.into_trace(0);
         let mut checked = 0;
         let devs = traces.iter().filter_map(|(p, t)| Some((p.display().to_string(), t.main_device()?, &t.stacks)));
         for (name, dev, stacks) in devs.chain([("side streams".to_string(), &d, &stacks)]) {

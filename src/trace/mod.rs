@@ -128,14 +128,40 @@ pub struct DeviceTrace {
     pub(crate) exact: Vec<usize>,
 }
 
-impl DeviceTrace {
+/// One device's columns while a reader makes them: plain, then shared
+/// once made, since pushing through `DeviceTrace`'s `Arc`s would cost an
+/// atomic exchange an event.
+#[derive(Default)]
+pub(crate) struct DeviceColumns {
+    events: Events,
+    time_us: Times,
+    stacks: Vec<u32>,
+}
+
+impl DeviceColumns {
     pub(crate) fn push(&mut self, e: Event, time_us: i64, stack: u32) {
-        // Pushed only while the trace is made, before anything shares them.
-        Arc::make_mut(&mut self.events).push(e);
+        self.events.push(e);
         self.time_us.push(time_us);
-        Arc::make_mut(&mut self.stacks).push(stack);
+        self.stacks.push(stack);
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// The columns made, shared from now on: events, times, stacks.
+    pub(crate) fn shared(self) -> (Arc<Events>, Times, Arc<Vec<u32>>) {
+        (Arc::new(self.events), self.time_us, Arc::new(self.stacks))
+    }
+
+    /// Device `device`'s trace of these columns.
+    pub(crate) fn into_trace(self, device: i32) -> DeviceTrace {
+        let (events, time_us, stacks) = self.shared();
+        DeviceTrace { device, events, time_us, stacks, ..Default::default() }
+    }
+}
+
+impl DeviceTrace {
     /// The CUDA device index it was recorded on.
     pub fn device(&self) -> i32 {
         self.device
@@ -716,7 +742,7 @@ fn events_fit(events: u64, limits: &ReadLimits, read: u64) -> bool {
 }
 
 fn read_jsonl_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, TraceError> {
-    let mut devices: Vec<DeviceTrace> = Vec::new();
+    let mut devices: Vec<DeviceColumns> = Vec::new();
     let (mut n_events, mut read) = (0u64, 0u64);
     for (n, line) in bounded_lines(r).enumerate() {
         let line = line?;
@@ -759,11 +785,11 @@ fn read_jsonl_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, Tr
             },
         };
         while devices.len() <= device {
-            let d = devices.len() as i32;
-            devices.push(DeviceTrace { device: d, ..Default::default() });
+            devices.push(DeviceColumns::default());
         }
         devices[device].push(e, v["time_us"].as_i64().unwrap_or(0), 0);
     }
+    let devices = devices.into_iter().enumerate().map(|(d, c)| c.into_trace(d as i32)).collect();
     Ok(Trace { format: TraceFormat::Jsonl, devices, ..Default::default() })
 }
 
@@ -819,7 +845,7 @@ pub(crate) fn write_jsonl<W: Write>(mut w: W, events: &[Event]) -> std::io::Resu
 }
 
 fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, TraceError> {
-    let mut dt = DeviceTrace::default();
+    let mut dt = DeviceColumns::default();
     let mut read = 0u64;
     let mut lines = bounded_lines(r).enumerate();
     let header = lines.next().map(|(_, l)| l).transpose()?.unwrap_or_default();
@@ -838,7 +864,7 @@ fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, 
             continue;
         }
         let err = |msg: String| TraceError::Line { line: n + 1, msg };
-        if !events_fit(dt.events.len() as u64 + 2, limits, read + header.len() as u64) {
+        if !events_fit(dt.len() as u64 + 2, limits, read + header.len() as u64) {
             return Err(err(
                 "the events exceed 24 times the file's bytes plus 64 MiB (--max-unpacked raises it for a compressed file)"
                     .into(),
@@ -864,7 +890,7 @@ fn read_rmm_csv_limited<R: BufRead>(r: R, limits: &ReadLimits) -> Result<Trace, 
             other => return Err(err(format!("unknown RMM action {other:?}"))),
         }
     }
-    Ok(Trace { format: TraceFormat::RmmCsv, devices: vec![dt], ..Default::default() })
+    Ok(Trace { format: TraceFormat::RmmCsv, devices: vec![dt.into_trace(0)], ..Default::default() })
 }
 
 #[cfg(test)]

@@ -667,30 +667,23 @@ fn device_traces(
                 continue;
             }
             let v: Vec<u32> = l.borrow().entry_ids().collect();
-            // Made here, then shared: pushing through the `Arc`s costs an
-            // atomic exchange per event.
-            let (mut events, mut stacks) = (Events::default(), Vec::new());
+            let mut made = super::DeviceColumns::default();
             for &id in &v {
                 let id = id as usize;
                 let (e, t, st) = (cols.events.at(id), cols.time_us.get(id).unwrap_or(0), cols.stack[id]);
                 match cols.special.get(&(id as u32)) {
                     None => {
                         if cols.exact.binary_search(&(id as u32)).is_ok() {
-                            dt.exact.push(events.len());
+                            dt.exact.push(made.len());
                         }
                         if let Ok(n) = cols.notes.binary_search_by_key(&(id as u32), |n| n.0) {
                             annotations.push(annotate_note(d as i32, t, e.addr, &cols.notes[n].1));
                         }
-                        events.push(e);
-                        dt.time_us.push(t);
-                        stacks.push(st);
+                        made.push(e, t, st);
                     }
                     Some(Kind::LegacyFree) => {
-                        events.push(Event { action: Action::FreeRequested, ..e });
-                        events.push(Event { action: Action::FreeCompleted, ..e });
-                        dt.time_us.push(t);
-                        dt.time_us.push(t);
-                        stacks.extend([st, st]);
+                        made.push(Event { action: Action::FreeRequested, ..e }, t, st);
+                        made.push(Event { action: Action::FreeCompleted, ..e }, t, st);
                         dt.legacy_free += 1;
                     }
                     Some(Kind::Unknown) => {}
@@ -704,7 +697,7 @@ fn device_traces(
                     }
                 }
             }
-            (dt.events, dt.stacks) = (Arc::new(events), Arc::new(stacks));
+            (dt.events, dt.time_us, dt.stacks) = made.shared();
             devices.push(dt);
         }
     }
