@@ -199,8 +199,9 @@ impl Ahead {
 
     /// Stops the replay where it is: not the one wanted.
     pub(crate) fn cancel(&self) {
-        self.behind.control.stop.store(true, Ordering::Relaxed);
-        self.behind.caught_up();
+        if let Err(panic) = self.behind.stop() {
+            std::panic::resume_unwind(panic);
+        }
     }
 
     /// The replay of `dev` under `opts`, if it is the one run behind the
@@ -469,6 +470,12 @@ impl Behind {
         Ok(())
     }
 
+    /// Stops the replay where it is (`join`).
+    fn stop(&self) -> std::thread::Result<()> {
+        self.control.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
     /// Events the thread can no longer take, kept for the reader's `finish`.
     fn keep(&self, chunk: Arc<Events>, stacks: Vec<u32>) {
         let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
@@ -479,9 +486,8 @@ impl Behind {
 impl Drop for Ahead {
     /// A replay not taken stops where it is rather than run on unseen.
     fn drop(&mut self) {
-        self.behind.control.stop.store(true, Ordering::Relaxed);
         // A panic there has nothing left to spoil.
-        let _ = self.behind.join();
+        let _ = self.behind.stop();
     }
 }
 
