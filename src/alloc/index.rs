@@ -4,9 +4,10 @@
 //! ptr), where `tie` is the release's tie-break between equal sizes (0 where
 //! the address alone decides, docs/design/pytorch-allocator.md "Releases"),
 //! in TLSF-style bins: 64 sub-bins per power of two, a bitmap of the
-//! non-empty ones, and inside each bin a sorted vector. Best fit is a bit
-//! scan plus a look at the few blocks of one bin instead of a tree descent;
-//! the exact order, and so PyTorch's choice among equal sizes, is kept.
+//! non-empty ones, and inside each bin its blocks in order, the first inline
+//! (docs/design/allocator.md, "Free-block bins"). Best fit is a bit scan
+//! plus a look at the few blocks of one bin instead of a tree descent; the
+//! exact order, and so PyTorch's choice among equal sizes, is kept.
 
 use std::collections::VecDeque;
 
@@ -25,15 +26,124 @@ fn bin_of(size: u64) -> usize {
 /// (size, tie, ptr, block index).
 pub(crate) type Entry = (u64, u64, u64, u32);
 
+/// One bin's blocks in (size, tie, ptr) order: the first kept inline, the
+/// others in a deque. Most bins hold one block, so most inserts and removes
+/// touch only the bins' own array, not a buffer of their own that has gone
+/// cold in the cache (docs/design/allocator.md, "Free-block bins").
+#[derive(Debug, Clone, Default)]
+struct Bin {
+    head: Option<Entry>,
+    /// Those after `head`, in order; empty while `head` is `None`.
+    rest: VecDeque<Entry>,
+}
+
+impl Bin {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.head.is_none()
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        usize::from(self.head.is_some()) + self.rest.len()
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Entry> {
+        self.head.as_ref()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<&Entry> {
+        match i {
+            0 => self.head.as_ref(),
+            _ => self.rest.get(i - 1),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: usize) -> Option<&mut Entry> {
+        match i {
+            0 => self.head.as_mut(),
+            _ => self.rest.get_mut(i - 1),
+        }
+    }
+
+    /// At the end; the caller keeps the order.
+    #[inline]
+    fn push_back(&mut self, e: Entry) {
+        match self.head {
+            None => self.head = Some(e),
+            Some(_) => self.rest.push_back(e),
+        }
+    }
+
+    #[inline]
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
+        self.head.iter().chain(self.rest.iter())
+    }
+
+    /// Entries `..end`.
+    fn before(&self, end: usize) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
+        self.head.iter().take(end.min(1)).chain(self.rest.range(..end.saturating_sub(1).min(self.rest.len())))
+    }
+
+    /// Entries `start..`.
+    fn after(&self, start: usize) -> impl Iterator<Item = &Entry> + '_ {
+        self.head.iter().skip(start.min(1)).chain(self.rest.range(start.saturating_sub(1).min(self.rest.len())..))
+    }
+
+    /// The first entry not below (`size`, `tie`, `ptr`).
+    #[inline]
+    fn pos(&self, size: u64, tie: u64, ptr: u64) -> usize {
+        match self.head {
+            Some(h) if (h.0, h.1, h.2) < (size, tie, ptr) => {
+                1 + self.rest.partition_point(|e| (e.0, e.1, e.2) < (size, tie, ptr))
+            }
+            _ => 0,
+        }
+    }
+
+    /// The first entry whose size is at least `size`.
+    #[inline]
+    fn first_sized(&self, size: u64) -> Option<usize> {
+        match self.head {
+            Some(h) if h.0 >= size => Some(0),
+            Some(_) => self.rest.iter().position(|e| e.0 >= size).map(|i| i + 1),
+            None => None,
+        }
+    }
+
+    #[inline]
+    fn insert_at(&mut self, i: usize, e: Entry) {
+        match i {
+            0 => {
+                if let Some(h) = self.head.replace(e) {
+                    self.rest.push_front(h);
+                }
+            }
+            _ => insert_at(&mut self.rest, i - 1, e),
+        }
+    }
+
+    #[inline]
+    fn remove_at(&mut self, i: usize) {
+        match i {
+            0 => self.head = self.rest.pop_front(),
+            _ => remove_at(&mut self.rest, i - 1),
+        }
+    }
+}
+
 /// Free blocks of one (pool, stream) keyed by (size, tie, ptr).
 #[derive(Debug)]
 pub(crate) struct FreeBlocks {
     /// Bins `lo..lo + bins.len()`, each sorted by (size, tie, ptr); grown on
     /// demand to span the bins used, so a stream holding one block keeps
-    /// one bin (a trace may have a stream per block). Deques, since best
-    /// fit takes the lowest address among equal sizes: runs of equal free
-    /// segments change at the front.
-    bins: Vec<VecDeque<Entry>>,
+    /// one bin (a trace may have a stream per block). The rest of a bin
+    /// is a deque, since best fit takes the lowest address among equal
+    /// sizes: runs of equal free segments change at the front.
+    bins: Vec<Bin>,
     lo: usize,
     words: [u64; WORDS],
     summary: u64,
@@ -62,8 +172,8 @@ impl PackedBlocks {
 /// empty, so only the occupied ones are copied.
 impl Clone for FreeBlocks {
     fn clone(&self) -> Self {
-        let mut bins: Vec<VecDeque<Entry>> = Vec::new();
-        bins.resize_with(self.bins.len(), VecDeque::new);
+        let mut bins: Vec<Bin> = Vec::new();
+        bins.resize_with(self.bins.len(), Bin::default);
         for (w, &word) in self.words.iter().enumerate() {
             let mut bits = word;
             while bits != 0 {
@@ -80,11 +190,6 @@ impl Default for FreeBlocks {
     fn default() -> Self {
         FreeBlocks { bins: Vec::new(), lo: 0, words: [0; WORDS], summary: 0 }
     }
-}
-
-#[inline]
-fn pos_in(bin: &VecDeque<Entry>, size: u64, tie: u64, ptr: u64) -> usize {
-    bin.partition_point(|e| (e.0, e.1, e.2) < (size, tie, ptr))
 }
 
 /// Moves by swaps when the nearer end is close: inline, where the deque's own
@@ -196,23 +301,23 @@ impl FreeBlocks {
     }
 
     #[inline]
-    fn bin(&self, b: usize) -> Option<&VecDeque<Entry>> {
+    fn bin(&self, b: usize) -> Option<&Bin> {
         b.checked_sub(self.lo).and_then(|i| self.bins.get(i))
     }
 
     /// Bin `b`, the span of bins grown to take it.
-    fn bin_grown(&mut self, b: usize) -> &mut VecDeque<Entry> {
+    fn bin_grown(&mut self, b: usize) -> &mut Bin {
         if self.bins.is_empty() {
             self.lo = b;
         } else if b < self.lo {
             let mut grown = Vec::with_capacity(self.bins.len() + self.lo - b);
-            grown.resize_with(self.lo - b, VecDeque::new);
+            grown.resize_with(self.lo - b, Bin::default);
             grown.append(&mut self.bins);
             self.bins = grown;
             self.lo = b;
         }
         if b - self.lo >= self.bins.len() {
-            self.bins.resize_with(b - self.lo + 1, VecDeque::new);
+            self.bins.resize_with(b - self.lo + 1, Bin::default);
         }
         &mut self.bins[b - self.lo]
     }
@@ -229,7 +334,7 @@ impl FreeBlocks {
 
     /// Free blocks held.
     pub(crate) fn len(&self) -> usize {
-        self.bins.iter().map(VecDeque::len).sum()
+        self.bins.iter().map(Bin::len).sum()
     }
 
     pub(crate) fn insert(&mut self, size: u64, tie: u64, ptr: u64, v: u32) {
@@ -241,10 +346,10 @@ impl FreeBlocks {
             self.set(b);
             return;
         }
-        let i = pos_in(bin, size, tie, ptr);
+        let i = bin.pos(size, tie, ptr);
         match bin.get_mut(i) {
             Some(e) if (e.0, e.1, e.2) == (size, tie, ptr) => e.3 = v,
-            _ => insert_at(bin, i, (size, tie, ptr, v)),
+            _ => bin.insert_at(i, (size, tie, ptr, v)),
         }
     }
 
@@ -252,9 +357,9 @@ impl FreeBlocks {
     pub(crate) fn remove(&mut self, size: u64, tie: u64, ptr: u64) -> Option<u32> {
         let b = bin_of(size);
         let bin = b.checked_sub(self.lo).and_then(|i| self.bins.get_mut(i))?;
-        let i = if bin.len() == 1 { 0 } else { pos_in(bin, size, tie, ptr) };
+        let i = bin.pos(size, tie, ptr);
         let e = *bin.get(i).filter(|e| (e.0, e.1, e.2) == (size, tie, ptr))?;
-        remove_at(bin, i);
+        bin.remove_at(i);
         if bin.is_empty() {
             self.clear(b);
         }
@@ -266,7 +371,7 @@ impl FreeBlocks {
     pub(crate) fn first_from(&self, size: u64) -> Option<Entry> {
         let b = bin_of(size);
         if let Some(bin) = self.bin(b) {
-            if let Some(e) = bin.iter().find(|e| e.0 >= size) {
+            if let Some(e) = bin.first_sized(size).and_then(|i| bin.get(i)) {
                 return Some(*e);
             }
         }
@@ -279,7 +384,7 @@ impl FreeBlocks {
     pub(crate) fn take_first_from(&mut self, size: u64, accept: impl FnOnce(&Entry) -> bool) -> Option<Entry> {
         let mut b = bin_of(size);
         let mut i = match self.bin(b) {
-            Some(bin) => bin.iter().position(|e| e.0 >= size),
+            Some(bin) => bin.first_sized(size),
             None => None,
         };
         if i.is_none() {
@@ -288,11 +393,11 @@ impl FreeBlocks {
         }
         let i = i?;
         let bin = &mut self.bins[b - self.lo];
-        let e = bin[i];
+        let e = *bin.get(i)?;
         if !accept(&e) {
             return None;
         }
-        remove_at(bin, i);
+        bin.remove_at(i);
         if bin.is_empty() {
             self.clear(b);
         }
@@ -302,14 +407,14 @@ impl FreeBlocks {
     /// Blocks with (size, tie, ptr) >= (`size`, 0, 0), ascending.
     pub(crate) fn range_from(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(pos_in(bin, size, 0, 0)..));
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.after(bin.pos(size, 0, 0)));
         first.chain(self.bins_after(b).flat_map(|n| self.bins[n - self.lo].iter())).copied()
     }
 
     /// Blocks with (size, tie, ptr) < (`size`, 0, 0), descending.
     pub(crate) fn range_below_rev(&self, size: u64) -> impl Iterator<Item = Entry> + '_ {
         let b = bin_of(size);
-        let first = self.bin(b).into_iter().flat_map(move |bin| bin.range(..pos_in(bin, size, 0, 0)).rev());
+        let first = self.bin(b).into_iter().flat_map(move |bin| bin.before(bin.pos(size, 0, 0)).rev());
         first.chain(self.bins_before(b).flat_map(|n| self.bins[n - self.lo].iter().rev())).copied()
     }
 
