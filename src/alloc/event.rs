@@ -107,6 +107,10 @@ pub struct Events {
     /// event (a read of ten million is tens of milliseconds, and a report
     /// asks several times).
     ooms: Vec<usize>,
+    /// The indices of the segment events, ascending: a trace holds a few
+    /// among millions, and the pools' plan reads only them
+    /// (docs/design/trace-decoding.md, "After the decoding").
+    segs: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +169,9 @@ impl Events {
         };
         if e.action == Action::Oom {
             self.ooms.push(self.words.len());
+        }
+        if e.action.is_segment() {
+            self.segs.push(self.words.len());
         }
         let action = Action::ALL.iter().position(|&a| a == e.action).unwrap_or(0) as u64;
         let word = match stream {
@@ -227,6 +234,7 @@ impl Events {
         }
         self.wide.extend(other.wide.iter().map(|&(i, e)| (i + at, e)));
         self.ooms.extend(other.ooms.iter().map(|&i| i + at));
+        self.segs.extend(other.segs.iter().map(|&i| i + at));
     }
 
     /// The events before `at` are dropped.
@@ -235,13 +243,22 @@ impl Events {
         self.words.drain(..at);
         self.wide.retain(|w| w.0 >= at);
         self.wide.iter_mut().for_each(|w| w.0 -= at);
-        self.ooms.retain(|&i| i >= at);
-        self.ooms.iter_mut().for_each(|i| *i -= at);
+        for marks in [&mut self.ooms, &mut self.segs] {
+            marks.retain(|&i| i >= at);
+            marks.iter_mut().for_each(|i| *i -= at);
+        }
     }
 
     /// The whole column, to read.
     pub fn view(&self) -> EventsRef<'_> {
-        EventsRef { words: &self.words, streams: &self.streams, wide: &self.wide, ooms: &self.ooms, base: 0 }
+        EventsRef {
+            words: &self.words,
+            streams: &self.streams,
+            wide: &self.wide,
+            ooms: &self.ooms,
+            segs: &self.segs,
+            base: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -277,6 +294,11 @@ impl Events {
     pub fn ooms(&self) -> impl Iterator<Item = usize> + '_ {
         self.view().ooms()
     }
+
+    /// The indices of the segment events, ascending.
+    pub(crate) fn segment_events(&self) -> impl Iterator<Item = usize> + '_ {
+        self.view().segment_events()
+    }
 }
 
 impl FromIterator<Event> for Events {
@@ -309,15 +331,18 @@ pub struct EventsRef<'a> {
     wide: &'a [(usize, Event)],
     /// The whole column's OOMs.
     ooms: &'a [usize],
-    /// The index in the whole column of `words[0]` (`wide` and `ooms` are
-    /// the whole's).
+    /// The whole column's segment events.
+    segs: &'a [usize],
+    /// The index in the whole column of `words[0]` (`wide`, `ooms` and
+    /// `segs` are the whole's).
     base: usize,
 }
 
 impl EventsRef<'static> {
     /// No events: what a replay holds while the column it reads grows
     /// (`Stepper::rebind`).
-    pub(crate) const EMPTY: EventsRef<'static> = EventsRef { words: &[], streams: &[], wide: &[], ooms: &[], base: 0 };
+    pub(crate) const EMPTY: EventsRef<'static> =
+        EventsRef { words: &[], streams: &[], wide: &[], ooms: &[], segs: &[], base: 0 };
 }
 
 impl<'a> EventsRef<'a> {
@@ -394,8 +419,17 @@ impl<'a> EventsRef<'a> {
 
     /// The indices of this run's OOMs, ascending.
     pub fn ooms(&self) -> impl Iterator<Item = usize> + 'a {
+        self.marked(self.ooms)
+    }
+
+    /// The indices of this run's segment events, ascending.
+    pub(crate) fn segment_events(&self) -> impl Iterator<Item = usize> + 'a {
+        self.marked(self.segs)
+    }
+
+    /// Those of the whole column's indices `all` in this run, as its own.
+    fn marked(&self, all: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
         let (from, to) = (self.base, self.base + self.len());
-        let all = self.ooms;
         let run = &all[all.partition_point(|&i| i < from)..all.partition_point(|&i| i < to)];
         run.iter().map(move |&i| i - from)
     }
@@ -526,6 +560,7 @@ mod tests {
         assert_eq!(joined.streams, pushed.streams);
         assert_eq!(joined.wide, pushed.wide);
         assert_eq!(joined.ooms, pushed.ooms);
+        assert_eq!(joined.segs, pushed.segs);
         assert_eq!(joined.wide.len(), 16);
         assert_eq!(joined.streams.len(), 16);
         let actions: Vec<Action> = joined.view().slice(10..).actions().collect();
@@ -555,5 +590,34 @@ mod tests {
         joined.drain_front(1000);
         assert_eq!(joined.ooms().collect::<Vec<_>>(), scan(&v[1000..]));
         assert_eq!(Events::default().ooms().next(), None);
+    }
+
+    /// The segment events' indices are those a scan finds, in a slice,
+    /// after appending and after dropping the front.
+    #[test]
+    fn segment_events_are_found_without_reading_every_event() {
+        let v: Vec<Event> = (0..3000u64)
+            .map(|i| {
+                let action = [Action::SegmentAlloc, Action::SegmentFree, Action::SegmentMap, Action::SegmentUnmap]
+                    .get((i % 89) as usize)
+                    .copied()
+                    .unwrap_or(if i % 2 == 0 { Action::Alloc } else { Action::FreeCompleted });
+                Event::new(action, i << 9, 512, i % 3)
+            })
+            .collect();
+        let scan = |v: &[Event]| {
+            v.iter().enumerate().filter(|(_, e)| e.action.is_segment()).map(|(i, _)| i).collect::<Vec<_>>()
+        };
+        let col: Events = v.iter().copied().collect();
+        assert_eq!(col.segment_events().collect::<Vec<_>>(), scan(&v));
+        assert_eq!(col.segment_events().count(), 34 * 4);
+        assert_eq!(col.view().slice(90..2999).segment_events().collect::<Vec<_>>(), scan(&v[90..2999]));
+        let mut joined = Events::default();
+        for part in v.chunks(700) {
+            joined.append(part.iter().copied().collect());
+        }
+        assert_eq!(joined.segment_events().collect::<Vec<_>>(), scan(&v));
+        joined.drain_front(1000);
+        assert_eq!(joined.segment_events().collect::<Vec<_>>(), scan(&v[1000..]));
     }
 }

@@ -89,7 +89,8 @@ fn is_empty_cache(stack: &[Frame]) -> bool {
 fn segment_lifetimes(ev: EventsRef<'_>) -> (HashMap<u64, usize>, HashMap<usize, usize>) {
     let mut live: HashMap<u64, usize> = HashMap::new();
     let mut freed_at: HashMap<usize, usize> = HashMap::new();
-    for (i, e) in ev.iter().enumerate() {
+    for i in ev.segment_events() {
+        let e = ev.at(i);
         match e.action {
             Action::SegmentAlloc => {
                 live.insert(e.addr, i);
@@ -156,14 +157,17 @@ pub fn plan(dev: &DeviceTrace, stacks: &[Vec<Frame>], release: crate::alloc::Rel
         let id = dev.stacks.get(i).copied().unwrap_or(0) as usize;
         stacks.get(id.wrapping_sub(1)).map(Vec::as_slice).unwrap_or(&[])
     };
-    // Release bursts.
+    // Release bursts: only segment events are read to find them, since a
+    // trace holds a few among millions.
+    let release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
+    let releases = ev.segment_events().filter(|&k| release(ev.at(k).action));
     let mut i = 0;
-    while i < ev.len() {
-        let release = |a: Action| matches!(a, Action::SegmentFree | Action::SegmentUnmap);
-        if !release(ev.at(i).action) {
-            i += 1;
+    for k in releases {
+        if k < i {
+            // Inside the burst read last.
             continue;
         }
+        i = k;
         let start = i;
         // One call's releases share its frames: a change of frames starts
         // another burst.

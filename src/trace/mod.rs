@@ -182,14 +182,14 @@ impl DeviceTrace {
     /// Whether the trace carries segment events, so that it can be replayed
     /// address-exact.
     pub(crate) fn has_segment_events(&self) -> bool {
-        self.events.iter().any(|e| e.action.is_segment())
+        self.events.segment_events().next().is_some()
     }
 
     /// Whether any event maps or unmaps expandable-segment pages.
     pub(crate) fn has_map_events(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| matches!(e.action, crate::alloc::Action::SegmentMap | crate::alloc::Action::SegmentUnmap))
+        self.events.segment_events().any(|i| {
+            matches!(self.events.at(i).action, crate::alloc::Action::SegmentMap | crate::alloc::Action::SegmentUnmap)
+        })
     }
 }
 
