@@ -13,10 +13,14 @@ for b in gt-n gt-h gt-mn gt-mh; do gunzip -c .gpu/$b.gz > .gpu/$b; chmod +x .gpu
 W=$(mktemp -d)
 T0=$(date +%s)
 el() { echo "$1 $(( $(date +%s) - T0 )) s"; }
+# Packed after every stage, so a call cut short still brings back what ran.
+pack() { (cd $OUT && tar czf results.tgz --exclude=results.tgz *.txt); }
 python3 measurements/ten_million/record_loop.py $W/a.pickle --model resnet18 --batch 32 --events 10000000 --max-entries 10000000 --budget 200 > $OUT/rec.txt 2>&1
 el recorded >> $OUT/rec.txt
+pack
 bash measurements/ten_million/alternate.sh .gpu/gt-n .gpu/gt-h $W/a.pickle 5 > $OUT/alternate.txt 2>&1
 el alternated >> $OUT/builds.txt
+pack
 for k in 1 2; do
   for b in gt-mn gt-mh; do
     sleep 1; rm -f /tmp/gt-marks.txt
@@ -25,8 +29,10 @@ for k in 1 2; do
   done
 done
 el runs >> $OUT/builds.txt
+pack
 for k in 1 2 3; do
   bash measurements/ten_million/measure.sh .gpu/gt-h $W/a.pickle > $OUT/measure_$k.txt 2>&1
   el "measured $k" >> $OUT/builds.txt
+  pack
 done
-cd $OUT && tar czf results.tgz *.txt && rm -f *.txt
+cd $OUT && rm -f *.txt
