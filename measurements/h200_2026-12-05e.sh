@@ -9,6 +9,8 @@
 # marks and the replay thread's CPU time; not committed); measure.sh of gt-n
 # three times, so the ratio to `pickle.load` is seen on each. The builds are
 # made from the commits they name, stripped and gzipped into .gpu/.
+# It did not run either (no device came); h200_2026-12-05f.sh, the same
+# with a third build beside, is the call that ran.
 set -u
 for b in gt-p gt-n gt-mp gt-mn; do gunzip -c .gpu/$b.gz > .gpu/$b; chmod +x .gpu/$b; done
 W=$(mktemp -d)
