@@ -87,12 +87,15 @@ impl Columns {
 
     /// Every event and stack back from the tap, if one took them;
     /// `whole`: the device whose events they all are, in order.
-    fn finish(self, whole: Option<i32>) -> Made {
-        let (events, stack) = match self.tap {
-            Some(tap) => tap.to.finish(self.events, self.stack, whole),
-            None => (Arc::new(self.events), Arc::new(self.stack)),
-        };
+    fn finish(mut self, whole: Option<i32>) -> Made {
+        let Some(tap) = self.tap.take() else { return self.made() };
+        let (events, stack) = tap.to.finish(self.events, self.stack, whole);
         Made { events, time_us: self.time_us, stack }
+    }
+
+    /// These columns as they stand, shared with no one.
+    fn made(self) -> Made {
+        Made { events: Arc::new(self.events), time_us: self.time_us, stack: Arc::new(self.stack) }
     }
 }
 
@@ -208,5 +211,5 @@ fn build(n: usize, tap: Option<Tap>, from: Receiver<Handed>, back: Sender<Vec<Ro
             Handed::Done(whole) => return cols.finish(whole),
         }
     }
-    Made { events: Arc::new(cols.events), time_us: cols.time_us, stack: Arc::new(cols.stack) }
+    cols.made()
 }
