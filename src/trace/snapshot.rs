@@ -870,8 +870,8 @@ mod tests {
             let events = fast.devices[0].events.len();
             assert!(taken.fast * 100 >= events * 99, "{name}: fast path took {}", taken.fast);
             let mut ways = vec![(fast, format!("{name} one thread")), (slow, format!("{name} generic"))];
-            for (workers, share) in [(3, 200), (2, 777), (5, 4096)] {
-                let par = Parallel { workers, share, first_after: 0, retry_after: 0 };
+            for (workers, share, grow) in [(3, 200, 0), (2, 777, 25), (5, 4096, 25), (7, 4096, 0)] {
+                let par = Parallel { workers, share, grow, first_after: 0, retry_after: 0 };
                 let (t, taken) =
                     read_snapshot_with(&raw[..], 0, Decoding { parallel: par, ..Decoding::default() }, &lim).unwrap();
                 // All but each run's first entry, and those with a stack
@@ -941,7 +941,7 @@ mod tests {
             Decoding { parallel: Parallel::off(), ..Decoding::default() },
             Decoding { generic_only: true, parallel: Parallel::off() },
             Decoding {
-                parallel: Parallel { workers: 2, share: 64, first_after: 0, retry_after: 0 },
+                parallel: Parallel { workers: 2, share: 64, grow: 25, first_after: 0, retry_after: 0 },
                 ..Decoding::default()
             },
         ];

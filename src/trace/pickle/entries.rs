@@ -30,8 +30,11 @@ use super::{Compactor, EntryFields, FastHash, List, Memo, PickleError, Shared, T
 pub(crate) struct Parallel {
     /// Threads that lex (1: all on the decoding thread).
     pub(crate) workers: usize,
-    /// Bytes of input each worker lexes at a time.
+    /// Bytes of input each worker lexes at a time, on average.
     pub(crate) share: usize,
+    /// Each share this many percent longer than the one before (0: all
+    /// alike), so that the decoding thread waits only for a short first.
+    pub(crate) grow: u32,
     /// Entries read on one thread before the first attempt.
     pub(crate) first_after: u32,
     /// … and after a run that broke off early.
@@ -43,7 +46,11 @@ impl Default for Parallel {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Past 16 workers the main thread, which applies every entry, is
         // the bound (docs/design/trace-decoding.md).
-        Parallel { workers: cores.min(16), share: 1 << 18, first_after: 256, retry_after: 4096 }
+        // The decoding thread applies a share in about a third of the time
+        // a worker lexes it: shares a quarter longer each are lexed before
+        // it reaches them (docs/design/trace-decoding.md, "Shares that
+        // grow").
+        Parallel { workers: cores.min(16), share: 1 << 18, grow: 25, first_after: 256, retry_after: 4096 }
     }
 }
 
@@ -170,6 +177,19 @@ struct Window {
     bytes: Arc<Box<[u8]>>,
     keys: Arc<[(u32, u8)]>,
     known: Arc<Known>,
+}
+
+/// Where share `i` of `n` starts in `window` (`i == n`: where the last
+/// ends), each `grow` percent longer than the one before.
+fn share_start(window: std::ops::Range<usize>, n: usize, grow: u32, i: usize) -> usize {
+    if i >= n {
+        return window.end;
+    }
+    let g = 1.0 + f64::from(grow) / 100.0;
+    let weight = |k: usize| g.powi(i32::try_from(k).unwrap_or(i32::MAX));
+    let (before, all): (f64, f64) = ((0..i).map(weight).sum(), (0..n).map(weight).sum());
+    let at = window.start + (window.len() as f64 * before / all) as usize;
+    at.min(window.end)
 }
 
 /// One share to lex: where, with what, into which reused buffers.
@@ -1106,7 +1126,7 @@ impl<R: Read, C: Compactor> Vm<'_, R, C> {
             keys: self.keys.as_slice().into(),
             known: Arc::new(known),
         };
-        let bound = |i: usize| if i == workers { end } else { from + end.saturating_sub(from) / workers * i };
+        let bound = |i: usize| share_start(from..end, workers, self.par.grow, i);
         for (i, share) in pool.drain(..).enumerate() {
             let job = Job { share, window: window.clone(), bounds: (bound(i), bound(i + 1)), end, guess: i > 0 };
             // A thread gone has panicked, which `share` passes on.
@@ -1463,6 +1483,15 @@ mod tests {
     }
 
     #[test]
+    fn shares_cover_the_window_in_order_each_a_quarter_longer() {
+        let starts: Vec<usize> = (0..=5).map(|i| share_start(1000..21_000, 5, 25, i)).collect();
+        assert_eq!(starts, [1000, 3436, 6483, 10_290, 15_050, 21_000]);
+        let even: Vec<usize> = (0..=4).map(|i| share_start(0..1000, 4, 0, i)).collect();
+        assert_eq!(even, [0, 250, 500, 750, 1000]);
+        assert_eq!(share_start(7..7, 3, 25, 1), 7);
+    }
+
+    #[test]
     fn entries_read_on_several_threads_are_those_one_thread_reads() {
         let b = crafted(500);
         let read = |fast: bool, par: Parallel| {
@@ -1478,11 +1507,11 @@ mod tests {
         assert_eq!(generic[4], ("alloc".to_string(), 0x28_947d_0004, 4));
         assert_eq!(read(true, Parallel::off()), (generic.clone(), ids.clone(), 0));
         for workers in [2, 3, 7] {
-            for share in [40, 97, 200, 1000, 5000] {
-                let par = Parallel { workers, share, first_after: 0, retry_after: 0 };
+            for (share, grow) in [40, 97, 200, 1000, 5000].into_iter().flat_map(|s| [(s, 0), (s, 25)]) {
+                let par = Parallel { workers, share, grow, first_after: 0, retry_after: 0 };
                 let (entries, got, in_parallel) = read(true, par);
-                assert_eq!((&entries, &got), (&generic, &ids), "{workers} × {share} B");
-                assert!(in_parallel >= 250, "{workers} × {share} B: {in_parallel} in parallel");
+                assert_eq!((&entries, &got), (&generic, &ids), "{workers} × {share} B, growing {grow}%");
+                assert!(in_parallel >= 250, "{workers} × {share} B, growing {grow}%: {in_parallel} in parallel");
             }
         }
     }
