@@ -306,7 +306,7 @@ impl Categories {
             let phases = phases(dev, &facts, evidence, &windows, sp);
             (end.map_or_else(|| lifetimes(dev, sp), joined), facts, phases)
         });
-        let runs = Runs::of(&phases);
+        let runs = Runs::of(&phases, sp);
         let t = Trace { dev, evidence, facts, phases, end, runs };
         let of_event = if matches!(evidence, Evidence::Stacks | Evidence::Markers) {
             t.categorize(sp)
@@ -701,29 +701,6 @@ struct Ends {
 impl Ends {
     const NONE: u32 = u32::MAX;
 
-    /// Every allocation's event and its free_requested, where it has one.
-    fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let mut rank = 0;
-        self.mask
-            .iter()
-            .enumerate()
-            .flat_map(move |(w, &m)| {
-                let mut bits = m;
-                std::iter::from_fn(move || {
-                    let b = bits.trailing_zeros() as usize;
-                    (bits != 0).then(|| {
-                        bits &= bits - 1;
-                        w * 64 + b
-                    })
-                })
-            })
-            .filter_map(move |i| {
-                let end = self.end.get(rank).copied();
-                rank += 1;
-                end.filter(|&j| j != Self::NONE).map(|j| (i, j as usize))
-            })
-    }
-
     /// The free_requested of the allocation at event `i`.
     fn get(&self, i: usize) -> Option<usize> {
         let m = *self.mask.get(i / 64)?;
@@ -864,14 +841,24 @@ impl Trace<'_> {
             _ => n,
         };
         let setup_end = self.runs.runs.get(self.runs.first_training).map_or(first_forward, |r| r.0);
-        let model_allocs: Vec<u32> = sp
-            .map(n, |r| {
-                let model = |&i: &usize| self.phases[i] == Some(Phase::Main) && self.fact(i).in_model;
-                self.allocs(r).map(|(i, _)| i).filter(model).map(|i| i as u32).collect::<Vec<_>>()
-            })
-            .concat();
+        // The model's allocations and each run's first activation, in one
+        // pass.
+        let parts = sp.map(n, |r| {
+            let model = |&i: &usize| self.phases[i] == Some(Phase::Main) && self.fact(i).in_model;
+            let allocs = self.allocs(r.clone()).map(|(i, _)| i).filter(model).map(|i| i as u32).collect::<Vec<_>>();
+            (allocs, self.runs.first_activation(self.allocs(r).map(|(i, _)| i), &self.end))
+        });
+        let mut model_allocs = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        let mut first_activation = HashMap::new();
+        // The spans in order: the first found is the earliest.
+        for (allocs, found) in parts {
+            model_allocs.extend(allocs);
+            for (r, i) in found {
+                first_activation.entry(r).or_insert(i);
+            }
+        }
         let mut r = Rules {
-            first_activation: self.runs.first_activation(dev.events.view(), &self.end, sp),
+            first_activation,
             setup_end,
             first_forward,
             model_allocs,
@@ -992,22 +979,30 @@ impl Trace<'_> {
     fn categorize(&self, sp: Spans) -> Vec<Option<Category>> {
         let r = self.rules(sp);
         let mut of_event: Vec<Option<Category>> = vec![None; self.dev.events.len()];
-        let cut_short: Vec<usize> = sp
-            .map_mut(&mut of_event, |span, part| {
-                let mut cut_short = Vec::new();
-                let from = span.start;
-                for (i, _) in self.allocs(span) {
-                    let Some(phase) = self.phases[i] else { continue };
-                    part[i - from] = Some(self.category(i, phase, &r).unwrap_or_else(|| {
-                        cut_short.push(i);
-                        Category::Temporary
-                    }));
+        // A free takes its allocation's category: in the same pass where
+        // it falls in the span, after it where it does not (a few).
+        let parts = sp.map_mut(&mut of_event, |span, part| {
+            let (mut cut_short, mut later) = (Vec::new(), Vec::new());
+            let from = span.clone();
+            for (i, _) in self.allocs(span) {
+                let Some(phase) = self.phases[i] else { continue };
+                let c = self.category(i, phase, &r).unwrap_or_else(|| {
+                    cut_short.push(i);
+                    Category::Temporary
+                });
+                part[i - from.start] = Some(c);
+                match self.end.get(i) {
+                    Some(j) if from.contains(&j) => part[j - from.start] = Some(c),
+                    Some(j) => later.push((j, c)),
+                    None => {}
                 }
-                cut_short
-            })
-            .concat();
-        for (i, j) in self.end.pairs() {
-            if let Some(c) = of_event[i] {
+            }
+            (cut_short, later)
+        });
+        let mut cut_short = Vec::new();
+        for (c, later) in parts {
+            cut_short.extend(c);
+            for (j, c) in later {
                 of_event[j] = Some(c);
             }
         }
@@ -1381,14 +1376,24 @@ struct Runs {
 const RUN_INDEX: usize = 256;
 
 impl Runs {
-    fn of(phases: &[Option<Phase>]) -> Runs {
-        let mut runs: Vec<(usize, Phase)> = Vec::new();
-        for (i, p) in phases.iter().enumerate() {
-            if let Some(p) = *p {
-                if runs.last().is_none_or(|r| r.1 != p) {
-                    runs.push((i, p));
+    fn of(phases: &[Option<Phase>], sp: Spans) -> Runs {
+        // Each span's runs as if it began the trace, joined in order: a
+        // span's first run goes on the last one's where their phases agree.
+        let parts = sp.map(phases.len(), |r| {
+            let mut runs: Vec<(usize, Phase)> = Vec::new();
+            for (i, p) in r.clone().zip(&phases[r]) {
+                if let Some(p) = *p {
+                    if runs.last().is_none_or(|r| r.1 != p) {
+                        runs.push((i, p));
+                    }
                 }
             }
+            runs
+        });
+        let mut runs: Vec<(usize, Phase)> = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            let same = runs.last().zip(part.first()).is_some_and(|(a, b)| a.1 == b.1);
+            runs.extend(part.into_iter().skip(usize::from(same)));
         }
         let mut run_index = Vec::with_capacity(phases.len() / RUN_INDEX + 1);
         let mut k = 0;
@@ -1401,7 +1406,10 @@ impl Runs {
         let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
         // Right after the last event of the optimizer's: a block freed
         // later (the model deleted at the end) lived through training.
-        let last_optimizer_end = phases.iter().rposition(|p| *p == Some(Phase::Optimizer)).map(|i| i + 1);
+        let last_optimizer_end = runs.iter().rposition(|r| r.1 == Phase::Optimizer).map(|k| {
+            let to = runs.get(k + 1).map_or(phases.len(), |r| r.0);
+            runs[k].0 + phases[runs[k].0..to].iter().rposition(|p| *p == Some(Phase::Optimizer)).unwrap_or(0) + 1
+        });
         let before = |p: Phase| {
             let mut v = Vec::with_capacity(runs.len() + 1);
             let mut n = 0u32;
@@ -1465,26 +1473,14 @@ impl Runs {
         self.count(Phase::Optimizer, from + 1, to.map_or(self.runs.len(), |t| t + 1)) > 0
     }
 
-    /// Per main run: its first allocation freed in backward.
-    fn first_activation(&self, events: EventsRef<'_>, end: &Ends, sp: Spans) -> HashMap<usize, usize> {
-        let found = sp.map(events.len(), |span| {
-            let mut out = HashMap::new();
-            for (i, e) in span.clone().zip(events.slice(span)) {
-                if e.action != Action::Alloc {
-                    continue;
-                }
-                let r = self.at(i);
-                if self.phase(r) == Phase::Main && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward)
-                {
-                    out.entry(r).or_insert(i);
-                }
-            }
-            out
-        });
+    /// Per main run, its first of `allocs` (ascending) freed in backward.
+    fn first_activation(&self, allocs: impl Iterator<Item = usize>, end: &Ends) -> HashMap<usize, usize> {
         let mut out = HashMap::new();
-        // The spans in order: the first found is the earliest.
-        for (r, i) in found.into_iter().flatten() {
-            out.entry(r).or_insert(i);
+        for i in allocs {
+            let r = self.at(i);
+            if self.phase(r) == Phase::Main && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward) {
+                out.entry(r).or_insert(i);
+            }
         }
         out
     }
