@@ -10,6 +10,9 @@
 # the device time left may cut the call short. The builds are
 # made from the commits they name, stripped and gzipped into .gpu/
 # before the call.
+# It never ran: no device machine started in eight tries, and what was
+# left of the session's device time was too little for a recording;
+# h200_2026-12-06d.sh ran instead.
 set -u
 for b in gt-h gt-c gt-mg gt-mc; do gunzip -c .gpu/$b.gz > .gpu/$b; chmod +x .gpu/$b; done
 W=$(mktemp -d)
