@@ -10,7 +10,7 @@
 # the device time left may cut the call short. The builds are
 # made from the commits they name, stripped and gzipped into .gpu/
 # before the call.
-# It never ran: no device machine started in eight tries, and what was
+# It never ran: no device machine started in eleven tries, and what was
 # left of the session's device time was too little for a recording;
 # h200_2026-12-06d.sh ran instead.
 set -u
