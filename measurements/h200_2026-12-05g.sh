@@ -9,6 +9,8 @@
 # of them first (little device time was left for the call). The
 # builds are made from the commits they name, stripped and gzipped into
 # .gpu/ before the call.
+# It never ran: no device machine started for it, and h200_2026-12-06b.sh
+# measured b4b0550 in its place, against shares that grow.
 set -u
 for b in gt-n gt-h gt-mn gt-mh; do gunzip -c .gpu/$b.gz > .gpu/$b; chmod +x .gpu/$b; done
 W=$(mktemp -d)
