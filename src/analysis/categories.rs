@@ -842,11 +842,18 @@ impl Trace<'_> {
         };
         let setup_end = self.runs.runs.get(self.runs.first_training).map_or(first_forward, |r| r.0);
         // The model's allocations and each run's first activation, in one
-        // pass.
+        // pass over each span's allocations.
         let parts = sp.map(n, |r| {
-            let model = |&i: &usize| self.phases[i] == Some(Phase::Main) && self.fact(i).in_model;
-            let allocs = self.allocs(r.clone()).map(|(i, _)| i).filter(model).map(|i| i as u32).collect::<Vec<_>>();
-            (allocs, self.runs.first_activation(self.allocs(r).map(|(i, _)| i), &self.end))
+            let (mut model, mut first) = (Vec::new(), HashMap::new());
+            for (i, _) in self.allocs(r) {
+                if self.phases[i] == Some(Phase::Main) && self.fact(i).in_model {
+                    model.push(i as u32);
+                }
+                if let Some(run) = self.runs.activation_run(i, &self.end) {
+                    first.entry(run).or_insert(i);
+                }
+            }
+            (model, first)
         });
         let mut model_allocs = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
         let mut first_activation = HashMap::new();
@@ -983,16 +990,15 @@ impl Trace<'_> {
         // it falls in the span, after it where it does not (a few).
         let parts = sp.map_mut(&mut of_event, |span, part| {
             let (mut cut_short, mut later) = (Vec::new(), Vec::new());
-            let from = span.clone();
-            for (i, _) in self.allocs(span) {
+            for (i, _) in self.allocs(span.clone()) {
                 let Some(phase) = self.phases[i] else { continue };
                 let c = self.category(i, phase, &r).unwrap_or_else(|| {
                     cut_short.push(i);
                     Category::Temporary
                 });
-                part[i - from.start] = Some(c);
+                part[i - span.start] = Some(c);
                 match self.end.get(i) {
-                    Some(j) if from.contains(&j) => part[j - from.start] = Some(c),
+                    Some(j) if span.contains(&j) => part[j - span.start] = Some(c),
                     Some(j) => later.push((j, c)),
                     None => {}
                 }
@@ -1406,6 +1412,8 @@ impl Runs {
         let first_training = runs.iter().position(|r| r.1 != Phase::Main).unwrap_or(runs.len());
         // Right after the last event of the optimizer's: a block freed
         // later (the model deleted at the end) lived through training.
+        // Found from the runs, so a trace the optimizer never ran in is
+        // not read from end to start.
         let last_optimizer_end = runs.iter().rposition(|r| r.1 == Phase::Optimizer).map(|k| {
             let to = runs.get(k + 1).map_or(phases.len(), |r| r.0);
             runs[k].0 + phases[runs[k].0..to].iter().rposition(|p| *p == Some(Phase::Optimizer)).unwrap_or(0) + 1
@@ -1473,16 +1481,12 @@ impl Runs {
         self.count(Phase::Optimizer, from + 1, to.map_or(self.runs.len(), |t| t + 1)) > 0
     }
 
-    /// Per main run, its first of `allocs` (ascending) freed in backward.
-    fn first_activation(&self, allocs: impl Iterator<Item = usize>, end: &Ends) -> HashMap<usize, usize> {
-        let mut out = HashMap::new();
-        for i in allocs {
-            let r = self.at(i);
-            if self.phase(r) == Phase::Main && end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward) {
-                out.entry(r).or_insert(i);
-            }
-        }
-        out
+    /// The main run of allocation `i` where it is freed in backward (an
+    /// activation): the first such of each run is its first activation.
+    fn activation_run(&self, i: usize, end: &Ends) -> Option<usize> {
+        let r = self.at(i);
+        let freed_in_backward = end.get(i).is_some_and(|j| self.phase(self.at(j)) == Phase::Backward);
+        (self.phase(r) == Phase::Main && freed_in_backward).then_some(r)
     }
 }
 
