@@ -363,18 +363,28 @@ impl AllocatorConfig {
         self.roundup_power2_divisions[Self::interval_of(size)]
     }
 
-    /// Where the settings differ only in how they round: the bits
-    /// (`rounding_bit`) of the power-of-two intervals whose division counts
-    /// differ (0 and 1 alike). An allocator under `self` does what one under
-    /// `other` does with requests of sizes none of whose bits are among
-    /// them: with every request where that is none (0 and 1 round alike,
-    /// since `round_size` divides only by more than one). None where the
-    /// settings differ otherwise.
-    pub(crate) fn rounds_apart(&self, other: &AllocatorConfig) -> Option<u16> {
+    /// Where the settings differ only in how they round and where they stop
+    /// splitting: the bits (`rounding_bit`) of the size intervals a request
+    /// of which could make them act apart. An allocator under `self` does
+    /// what one under `other` does with requests none of whose sizes' bits
+    /// are among them. None where the settings differ otherwise, or where
+    /// both map expandable segments and their `max_split_size` differs (a
+    /// segment there grows past any request).
+    ///
+    /// Rounding: the intervals whose division counts differ (0 and 1 alike,
+    /// since `round_size` divides only by more than one). Splitting:
+    /// `max_split_size` is read only of blocks and requests at least that
+    /// large (docs/design/pytorch-allocator.md §6.1, §6.5), and a block is
+    /// never larger than its segment, which a request of interval `i`
+    /// makes at most `large_segment_size` or `2^(21+i)` bytes long (its
+    /// rounded size never passes the interval's end, a multiple of 2 MiB):
+    /// the intervals where that reaches the smaller `max_split_size`.
+    pub(crate) fn acts_apart(&self, other: &AllocatorConfig) -> Option<u16> {
         let plain = |c: &AllocatorConfig| {
             let mut c = c.clone();
             c.source.clear();
             c.roundup_power2_divisions = [0; K_ROUNDUP_POWER2_INTERVALS];
+            c.max_split_size = UNLIMITED;
             c
         };
         if plain(self) != plain(other) {
@@ -382,7 +392,17 @@ impl AllocatorConfig {
         }
         let d = |x: u64| if x == 1 { 0 } else { x };
         let (a, b) = (&self.roundup_power2_divisions, &other.roundup_power2_divisions);
-        Some((0..K_ROUNDUP_POWER2_INTERVALS).filter(|&i| d(a[i]) != d(b[i])).fold(0, |m, i| m | 1 << i))
+        let rounding = (0..K_ROUNDUP_POWER2_INTERVALS).filter(|&i| d(a[i]) != d(b[i])).fold(0, |m, i| m | 1 << i);
+        if self.max_split_size == other.max_split_size {
+            return Some(rounding);
+        }
+        if self.expandable_segments {
+            return None;
+        }
+        let least = self.max_split_size.min(other.max_split_size);
+        let last = K_ROUNDUP_POWER2_INTERVALS - 1;
+        let reaches = |i: usize| i == last || self.large_segment_size.max(2u64 << (20 + i)) >= least;
+        Some((0..K_ROUNDUP_POWER2_INTERVALS).filter(|&i| reaches(i)).fold(rounding, |m, i| m | 1 << i))
     }
 
     /// The bit of the interval whose division count `round_size` reads for

@@ -9,7 +9,7 @@ use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{conf_of, prefix_of, rider_of, running, stage_two, Ask, FirstStage, Outcome, Point, StageOne};
+use super::{conf_of, hit_of, prefix_of, rider_of, running, stage_two, Ask, FirstStage, Outcome, Point, StageOne};
 use crate::alloc::{AllocatorConfig, EventsRef, SeedSegment};
 use crate::replay::ahead::{setting_shown, Followed};
 use crate::replay::session::{first_start, Start};
@@ -99,11 +99,7 @@ struct Chunk {
 impl Chunk {
     fn of(events: EventsRef<'_>, slots: &mut Slots) -> Chunk {
         let reqs = slots.requests(events);
-        let size = |r: &Request| match *r {
-            Request::Alloc { size, .. } | Request::FailedAlloc { size, .. } => Some(size),
-            _ => None,
-        };
-        let hit = reqs.iter().filter_map(size).fold(0, |m, s| m | AllocatorConfig::rounding_bit(s));
+        let hit = hit_of(reqs.iter().copied());
         Chunk { events: events.len(), reqs, hit }
     }
 }
@@ -197,13 +193,15 @@ impl Lane {
     }
 }
 
-/// A point without a lane of its own: its setting rounds apart from its
-/// lane's only in the intervals `apart` (`AllocatorConfig::rounds_apart`;
+/// A point without a lane of its own: its setting acts apart from its
+/// lane's only in the intervals `apart` (`AllocatorConfig::acts_apart`;
 /// none for `roundup_power2_divisions:1` beside the default), so that
 /// lane's replay is its own until a request falls in one of them. In most
 /// runs none does (`[256:1,512:2,1024:4,>:8]` rounds as the default below
-/// 512 MiB): a first-stage point then leaves three replays of 14 to
-/// others, and the second stage most of its own (docs/user/tune.md).
+/// 512 MiB, `max_split_size_mb:256` splits as no limit does while no
+/// request could make a segment that large): a first-stage point then
+/// leaves its replay to another, and the second stage most of its own
+/// (docs/user/tune.md).
 struct Rider {
     point: Point,
     /// The lane in `Lanes::first` (`second`: in `Lanes::second`).
@@ -488,9 +486,10 @@ mod tests {
         assert!(b.thread.join().unwrap().is_none());
     }
 
-    /// Settings that round apart only from 512 MiB ride on the lanes of
-    /// those they round as, until a request falls there: before the guess
-    /// the rider gets a lane of its own; after it, the search replays it.
+    /// Settings that act apart only from 512 MiB (rounding, or a split
+    /// limit no segment below that reaches) ride on the lanes of those
+    /// they act as, until a request falls there: before the guess the
+    /// rider gets a lane of its own; after it, the search replays it.
     /// Every outcome made is the one its own replay gives, and the search
     /// is the one made without the lanes.
     #[test]
@@ -512,7 +511,7 @@ mod tests {
         };
         let ask = Ask::of_run("", 150 << 30, None);
         let one = StageOne::of(&ask);
-        let at = |v: &str| one.points.iter().position(|p| p == &["", "", v, ""]).unwrap();
+        let at = |p: Point| one.points.iter().position(|q| q == &p).unwrap();
         // `big`: which chunk holds the 600 MiB request; `guessed`: whether
         // the guess is made before it. The first chunk is held until the
         // lanes start.
@@ -520,9 +519,11 @@ mod tests {
             let mut slots = Slots::default();
             let (c, mut all) = chunk(0, false, &mut slots);
             let mut lanes = Lanes::start(ask.clone(), std::iter::once(c), if guessed { 1 } else { usize::MAX });
-            // roundup_power2_divisions:1 and [256:1,512:2,1024:4,>:8] on
-            // the default's lane, [256:4,1024:8,>:16] on 4's.
-            assert_eq!((lanes.first.len(), lanes.riders.len()), (one.points.len() - 3, 3));
+            // roundup_power2_divisions:1, [256:1,512:2,1024:4,>:8] and
+            // max_split_size_mb 512 and 1024 on the default's lane (the
+            // requests, up to 150 MiB, make segments of up to 256 MiB),
+            // [256:4,1024:8,>:16] on 4's.
+            assert_eq!((lanes.first.len(), lanes.riders.len()), (one.points.len() - 5, 5));
             if guessed {
                 lanes.guess_now(true);
             }
@@ -531,8 +532,9 @@ mod tests {
                 all.append(ev);
                 lanes.hand(&c);
             }
-            // Past a 600 MiB request only divisions:1 still rides.
-            assert_eq!(lanes.riders.len(), if big.is_some() { 1 } else { 3 }, "{big:?}");
+            // Past a 600 MiB request only divisions:1 still rides (a
+            // segment of 600 MiB splits under neither limit).
+            assert_eq!(lanes.riders.len(), if big.is_some() { 1 } else { 5 }, "{big:?}");
             let first = lanes.finish().unwrap();
             let reqs = FromEvents { prefix: Vec::new(), events: all.view(), empty_cache_at: &[] };
             for (p, o) in one.points.iter().zip(&first.outcomes) {
@@ -542,10 +544,16 @@ mod tests {
                 }
             }
             // Made, but for a rider parted past the guess.
-            let made = |v: &str| first.outcomes[at(v)].is_some();
-            assert!(made("1"));
-            assert_eq!(made("[256:1,512:2,1024:4,>:8]"), !guessed, "{big:?}");
-            assert_eq!(made("[256:4,1024:8,>:16]"), !guessed, "{big:?}");
+            let made = |p: Point| first.outcomes[at(p)].is_some();
+            assert!(made(["", "", "1", ""]));
+            for p in [
+                ["", "", "[256:1,512:2,1024:4,>:8]", ""],
+                ["", "", "[256:4,1024:8,>:16]", ""],
+                ["", "512", "", ""],
+                ["", "1024", "", ""],
+            ] {
+                assert_eq!(made(p), !guessed, "{big:?} {p:?}");
+            }
             let plain = super::super::search_from(&reqs, &ask, None, None);
             assert_eq!(super::super::search_from(&reqs, &ask, None, Some(first)), plain, "{big:?}");
         }

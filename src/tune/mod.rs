@@ -240,15 +240,24 @@ impl StageOne {
 }
 
 /// Each point's outcome under `ask`, on every core (a setting that does not
-/// parse has none); a point whose setting behaves as an earlier one's
-/// (`twin_of`) takes that one's replay.
+/// parse has none); a point whose setting behaves as an earlier one's on
+/// these requests (`rider_of`, where no request falls in the intervals
+/// they act apart in) takes that one's replay.
 fn run_points<R: Requests + ?Sized>(
     reqs: &R,
     ask: &Ask,
     others: &[(String, String)],
     points: &[Point],
 ) -> Vec<Option<Outcome>> {
-    let twins: Vec<Option<usize>> = (0..points.len()).map(|i| twin_of(&points[i], &points[..i], others)).collect();
+    let twins_at = |hit: u16| -> Vec<Option<usize>> {
+        (0..points.len()).map(|i| rider_of(&points[i], &points[..i], others, hit).map(|(j, _)| j)).collect()
+    };
+    let mut twins = twins_at(u16::MAX);
+    // The requests' intervals are read (one pass) only where a point could
+    // ride on them.
+    if twins_at(0) != twins {
+        twins = twins_at(hit_of(reqs.iter()));
+    }
     let alone = points.iter().zip(&twins).filter(|(_, t)| t.is_none()).map(|(p, _)| p).collect();
     let mut ran = each(alone, |p| outcome_of(conf_of(p, others), ask, reqs.iter())).into_iter();
     let mut out: Vec<Option<Outcome>> = Vec::with_capacity(points.len());
@@ -279,22 +288,33 @@ fn made_or_run<R: Requests + ?Sized>(
 }
 
 /// The first of `among` whose setting behaves as `p`'s on every request
-/// (`AllocatorConfig::rounds_apart` nowhere: `roundup_power2_divisions:1` rounds as
-/// the default does), so that its replay stands for `p`'s; none where
-/// either setting does not parse.
+/// (`AllocatorConfig::acts_apart` nowhere: `roundup_power2_divisions:1`
+/// rounds as the default does), so that its replay stands for `p`'s; none
+/// where either setting does not parse.
 fn twin_of(p: &Point, among: &[Point], others: &[(String, String)]) -> Option<usize> {
-    // Every interval hit: only a setting that never rounds apart rides.
+    // Every interval hit: only a setting that never acts apart rides.
     rider_of(p, among, others, u16::MAX).map(|(j, _)| j)
 }
 
+/// The intervals (`AllocatorConfig::rounding_bit`) some of `reqs` ask in.
+pub(crate) fn hit_of(reqs: impl Iterator<Item = Request>) -> u16 {
+    reqs.filter_map(|r| match r {
+        Request::Alloc { size, .. } | Request::FailedAlloc { size, .. } => Some(size),
+        _ => None,
+    })
+    .fold(0, |m, s| m | AllocatorConfig::rounding_bit(s))
+}
+
 /// The one of `among` whose replay stands for `p`'s as long as no request
-/// falls in the intervals where their settings round apart (returned,
-/// with its index; `AllocatorConfig::rounds_apart`), none of them among
+/// falls in the intervals where their settings act apart (returned, with
+/// its index; `AllocatorConfig::acts_apart`: `roundup_power2_divisions:1`
+/// rounds as the default does everywhere, `max_split_size_mb:512` acts as
+/// no limit where no segment could reach 512 MiB), none of them among
 /// `hit`: the one apart only at the largest sizes.
 fn rider_of(p: &Point, among: &[Point], others: &[(String, String)], hit: u16) -> Option<(usize, u16)> {
     let of = |p: &Point| AllocatorConfig::parse(&conf_of(p, others)).ok();
     let c = of(p)?;
-    let apart = |q: &Point| of(q)?.rounds_apart(&c).filter(|m| m & hit == 0);
+    let apart = |q: &Point| of(q)?.acts_apart(&c).filter(|m| m & hit == 0);
     let found = among.iter().enumerate().filter_map(|(j, q)| Some((j, apart(q)?)));
     // The first of those whose lowest interval apart is highest.
     found.fold(None, |best: Option<(usize, u16)>, (j, m)| match best {
@@ -671,15 +691,26 @@ mod tests {
             one.points.iter().copied().chain(stage_two(&one, &first, &first[0])).chain(ones).collect();
         let twins = (0..points.len()).filter(|&i| twin_of(&points[i], &points[..i], &[]).is_some()).count();
         assert_eq!(twins, 4, "{points:?}");
+        // And those that act apart only where none of these requests ask
+        // (up to 512 MiB): the 1 GiB split limit, alone and with divisions,
+        // and the rounding that differs only from 512 MiB; their figures
+        // too are their own replays' (below).
+        let hit = hit_of(reqs.iter());
+        let rides = |i: usize| rider_of(&points[i], &points[..i], &[], hit).is_some();
+        let riders: Vec<Point> = (0..points.len()).filter(|&i| rides(i)).map(|i| points[i]).collect();
+        assert_eq!((hit, riders.len()), (0x1ff, 9), "{riders:?}");
+        for p in [["", "1024", "", ""], ["", "1024", "8", ""], ["", "", "[256:4,1024:8,>:16]", ""]] {
+            assert!(riders.contains(&p), "{p:?}");
+        }
         let alone: Vec<Option<Outcome>> =
             points.iter().map(|p| outcome_of(conf_of(p, &[]), &ask, reqs.iter())).collect();
         assert_eq!(run_points(&reqs, &ask, &[], &points), alone);
     }
 
     #[test]
-    fn settings_round_apart_where_their_divisions_differ() {
+    fn settings_act_apart_where_their_rounding_or_split_limits_differ() {
         let c = |s: &str| AllocatorConfig::parse(s).unwrap();
-        let apart = |a: &str, b: &str| c(a).rounds_apart(&c(b));
+        let apart = |a: &str, b: &str| c(a).acts_apart(&c(b));
         // Alike everywhere: divisions of 1 round as none do.
         assert_eq!(apart("", "roundup_power2_divisions:1"), Some(0));
         assert_eq!(
@@ -695,9 +726,25 @@ mod tests {
         assert_eq!(apart("", "roundup_power2_divisions:2"), Some(u16::MAX));
         assert_eq!(apart("", "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"), Some(0xfe00));
         assert_eq!(apart("roundup_power2_divisions:4", "roundup_power2_divisions:[256:4,1024:8,>:16]"), Some(0xfe00));
-        // Other keys apart: never alike.
+        // Split limits: apart where a request could make a segment as
+        // large as the smaller limit (intervals from [512 MiB, 1 GiB) for
+        // 1 GiB, from [128, 256) for 256 MiB; every one where the 20 MiB
+        // segments of small requests reach it), with rounding or not.
+        assert_eq!(apart("", "max_split_size_mb:1024"), Some(0xfe00));
+        assert_eq!(apart("max_split_size_mb:256", "max_split_size_mb:1024"), Some(0xff80));
+        assert_eq!(
+            apart("max_split_size_mb:1024", "max_split_size_mb:1024,roundup_power2_divisions:2"),
+            Some(u16::MAX)
+        );
+        assert_eq!(apart("max_split_size_mb:20", ""), Some(u16::MAX));
+        assert_eq!(apart("max_split_size_mb:64", "large_segment_size_mb:64"), None);
+        assert_eq!(apart("max_split_size_mb:64,large_segment_size_mb:64", "large_segment_size_mb:64"), Some(u16::MAX));
+        assert_eq!(apart("max_split_size_mb:64,large_segment_size_mb:32", "large_segment_size_mb:32"), Some(0xffe0));
+        // Other keys apart, or split limits under expandable segments
+        // (which grow past any request): never alike.
         assert_eq!(apart("roundup_power2_divisions:1", "expandable_segments:True"), None);
-        assert_eq!(apart("", "max_split_size_mb:1024"), None);
+        assert_eq!(apart("expandable_segments:True", "expandable_segments:True,max_split_size_mb:1024"), None);
+        assert_eq!(apart("max_split_size_mb:1024", "max_split_size_mb:1024,garbage_collection_threshold:0.5"), None);
         // The bit a size is rounded by.
         let bit = AllocatorConfig::rounding_bit;
         assert_eq!(
