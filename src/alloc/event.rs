@@ -191,6 +191,13 @@ impl Events {
             *self = other;
             return;
         }
+        self.extend_from(&other);
+    }
+
+    /// `other`'s events copied after these: its packed words as they are
+    /// where the streams' numbers fit, as `append` does (the replay behind
+    /// the decoder copies the chunks `tune` reads too).
+    pub(crate) fn extend_from(&mut self, other: &Events) {
         self.words.reserve(other.len());
         match self.numbers_for(&other.streams) {
             Some(numbers) => self.append_renumbered(other, &numbers),
@@ -218,7 +225,7 @@ impl Events {
     /// `other`'s packed words moved over as they are, each stream's number
     /// made this column's: what pushing each event would store, without
     /// unpacking it (the replay behind the decoder appends every chunk).
-    fn append_renumbered(&mut self, other: Events, numbers: &[u64]) {
+    fn append_renumbered(&mut self, other: &Events, numbers: &[u64]) {
         let at = self.words.len();
         let mask = WHOLE << ACTION_BITS;
         if numbers.iter().enumerate().all(|(i, &n)| i as u64 == n) {
@@ -536,8 +543,8 @@ mod tests {
         assert_eq!(cut.last(), v.last().copied());
     }
 
-    /// Appending moves the packed words over with their streams renumbered:
-    /// the column stores exactly what pushing each event would, streams met
+    /// Appending moves (or copies) the packed words over with their streams
+    /// renumbered: the column stores exactly what pushing each event would, streams met
     /// in another order in each chunk, events kept whole and OOMs included;
     /// the actions read alone are the events'.
     #[test]
@@ -563,6 +570,15 @@ mod tests {
         assert_eq!(joined.segs, pushed.segs);
         assert_eq!(joined.wide.len(), 16);
         assert_eq!(joined.streams.len(), 16);
+        // Copied from chunks held elsewhere too (`tune` reads them), the same.
+        let mut copied = Events::default();
+        for part in v.chunks(700) {
+            copied.extend_from(&part.iter().copied().collect());
+        }
+        assert_eq!(
+            (&copied.words, &copied.streams, &copied.wide, &copied.ooms, &copied.segs),
+            (&pushed.words, &pushed.streams, &pushed.wide, &pushed.ooms, &pushed.segs)
+        );
         let actions: Vec<Action> = joined.view().slice(10..).actions().collect();
         assert_eq!(actions, v[10..].iter().map(|e| e.action).collect::<Vec<_>>());
     }

@@ -106,7 +106,7 @@ impl Columns {
         match Arc::try_unwrap(chunk) {
             Ok(c) => events.append(c),
             // The follower has it too: copied, as appending does.
-            Err(c) => c.iter().for_each(|e| events.push(e)),
+            Err(c) => events.extend_from(&c),
         }
         let column = Arc::make_mut(&mut self.stacks);
         // The first carries the room the decoder reserved for them all.
