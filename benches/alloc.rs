@@ -103,19 +103,42 @@ fn vector_trace(name: &str) -> (gpumem_top::alloc::Events, AllocatorConfig, u64)
     (rec, AllocatorConfig::parse(d["conf"].as_str().unwrap()).unwrap(), d["total"].as_u64().unwrap())
 }
 
-fn bench_replay(c: &mut Criterion) {
-    let (rec, config, total) = vector_trace("default");
-    let n = rec.len();
-    let opts = ReplayOptions::new(config, total);
-    let mut g = c.benchmark_group("replay");
-    g.throughput(Throughput::Elements(n as u64));
-    g.bench_function("vector_default", |b| {
+/// The exact replay of `rec` from an empty allocator, as one benchmark of `g`.
+fn replays(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    rec: gpumem_top::alloc::EventsRef<'_>,
+    opts: &ReplayOptions,
+) {
+    g.throughput(Throughput::Elements(rec.len() as u64));
+    g.bench_function(name, |b| {
         b.iter(|| {
-            let r = replay_events(rec.view(), &opts);
+            let r = replay_events(rec, opts);
             assert!(r.divergence.is_none());
             r.reproduced
         })
     });
+}
+
+fn bench_replay(c: &mut Criterion) {
+    let (rec, config, total) = vector_trace("default");
+    let mut g = c.benchmark_group("replay");
+    replays(&mut g, "vector_default", rec.view(), &ReplayOptions::new(config, total));
+    // A real recording: most of its events are frees, which the exact
+    // replay takes with their completion in one step.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+    let t = gpumem_top::trace::load(&path).unwrap();
+    let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+    replays(&mut g, "gpt2_train", t.devices[0].events.view(), &opts);
+    g.finish();
+    // A big snapshot of one's own (`tools/big-snapshot.py` makes one):
+    // the exact replay alone, after the decoding, on one thread.
+    let Some(path) = std::env::var_os("GPUMEM_TOP_BIG_TRACE") else { return };
+    let t = gpumem_top::trace::load(std::path::Path::new(&path)).unwrap();
+    let opts = ReplayOptions::new(t.settings.as_ref().map(|s| s.config()).unwrap_or_default(), 150_109_880_320);
+    let mut g = c.benchmark_group("replay");
+    g.sample_size(10);
+    replays(&mut g, "big", t.devices[0].events.view(), &opts);
     g.finish();
 }
 

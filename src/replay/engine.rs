@@ -13,7 +13,6 @@ use crate::alloc::{
 };
 use crate::device::Oracle;
 use crate::trace::deltas::Deltas;
-use crate::trace::pickle::FastHash;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Divergence {
@@ -227,7 +226,7 @@ pub struct Stepper<'a> {
     stacks: &'a [u32],
     alloc: CachingAllocator<Oracle<'a>>,
     /// Live blocks by recorded address.
-    live: HashMap<u64, BlockId, FastHash>,
+    live: foldhash::HashMap<u64, BlockId>,
     /// A block whose `free_requested` was the last step and whose
     /// `free_completed` is the next, by address: taken out of `live`
     /// already, as most frees are, so that a free costs one lookup there.
@@ -301,7 +300,7 @@ impl<'a> Stepper<'a> {
         if opts.memory_limit.is_some() {
             alloc.set_memory_limit(opts.memory_limit);
         }
-        let mut live: HashMap<u64, BlockId, FastHash> = HashMap::default();
+        let mut live = foldhash::HashMap::default();
         let mut segs = BTreeMap::new();
         let mut slots = HashMap::new();
         for s in seed {
@@ -448,6 +447,15 @@ impl<'a> Stepper<'a> {
             self.track(PoolSlot::DEFAULT);
             return got;
         }
+        self.request_in_pools(from, k, e, tag)
+    }
+
+    /// `request` where the recording has private pools. Out of line: the
+    /// default pools' requests, most of a trace, step without its state
+    /// copies on their stack (docs/design/trace-decoding.md, "The replay
+    /// behind the decoder").
+    #[inline(never)]
+    fn request_in_pools(&mut self, from: usize, k: usize, e: Event, tag: u32) -> Option<BlockId> {
         // The pool of the segment the request landed in: a live one, or
         // the one the recording creates for it.
         let created = (from..k).rev().find(|&c| {
@@ -642,6 +650,7 @@ impl<'a> Stepper<'a> {
     /// A segment released at event `i`: the release path of the next
     /// malloc (OOM retry, max_split_size release, GC) when replaying that
     /// malloc reproduces it, else an `empty_cache()` call.
+    #[inline(never)]
     fn step_release(&mut self, i: usize) {
         let rec = self.rec;
         // Either the release path of the next malloc (OOM retry,
@@ -670,6 +679,22 @@ impl<'a> Stepper<'a> {
 
     /// An OOM at event `i`: the request retried in the pools and capture
     /// states a trace does not mark until one reproduces it.
+    /// An `alloc` recorded at `i` in a private pool's segment: run, or
+    /// placed where a checkpoint restore put it (`place`).
+    #[inline(never)]
+    fn step_in_private(&mut self, i: usize) {
+        let saved = (self.alloc.clone(), self.segs.clone());
+        let got = self.request(i, i);
+        if self.check(i).is_ok() {
+            self.note_live(got);
+        } else if let Some(b) = self.place(i, saved) {
+            self.note_live(Some(b));
+        } else {
+            self.note_live(got);
+        }
+    }
+
+    #[inline(never)]
     fn step_oom(&mut self, i: usize, ev: Event) {
         // An OOM with no release before it where our allocator would
         // release and retry: the request was made under a capture,
@@ -704,6 +729,19 @@ impl<'a> Stepper<'a> {
     /// state after each, are in `allocator().events()` / `points()` until the
     /// next step.
     pub(crate) fn step(&mut self) -> Result<(), Divergence> {
+        self.step_within(0)
+    }
+
+    /// As `step`, but a `free_requested` whose `free_completed` is the next
+    /// event, both before `end`, is reproduced with it, as one call of our
+    /// `free`: most of a trace's frees cost one step, not two. A pass made
+    /// this way never stops between the two, where a seek still can
+    /// (docs/design/trace-decoding.md, "The replay behind the decoder").
+    pub(crate) fn step_whole(&mut self) -> Result<(), Divergence> {
+        self.step_within(usize::MAX)
+    }
+
+    fn step_within(&mut self, end: usize) -> Result<(), Divergence> {
         let rec = self.rec;
         let i = self.position();
         if let Some((_, conf)) = self.switch.take_if(|(at, _)| *at <= i) {
@@ -748,15 +786,7 @@ impl<'a> Stepper<'a> {
             // Without a private pool in the plan every segment is the
             // default pool's, and the lookup is skipped.
             Action::Alloc if self.pools.any_private && self.segment_of(ev.addr).is_some_and(|s| !s.is_default()) => {
-                let saved = (self.alloc.clone(), self.segs.clone());
-                let got = self.request(i, i);
-                if self.check(i).is_ok() {
-                    self.note_live(got);
-                } else if let Some(b) = self.place(i, saved) {
-                    self.note_live(Some(b));
-                } else {
-                    self.note_live(got);
-                }
+                self.step_in_private(i)
             }
             Action::Oom => self.step_oom(i, ev),
             Action::Alloc => {
@@ -771,8 +801,13 @@ impl<'a> Stepper<'a> {
                 let Some(b) = b else {
                     return Err(fail(format!("free_requested of {:#x}, which is not allocated", ev.addr)));
                 };
-                self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?;
-                self.completing = completes.then_some((ev.addr, b));
+                if completes && i + 2 <= end {
+                    // No stream use is replayed: our `free` completes at once.
+                    self.alloc.free(b).map_err(|e| fail(e.to_string()))?;
+                } else {
+                    self.alloc.free_requested(b).map_err(|e| fail(e.to_string()))?;
+                    self.completing = completes.then_some((ev.addr, b));
+                }
             }
             Action::FreeCompleted => {
                 let b = match self.completing.take() {
@@ -830,6 +865,9 @@ pub(crate) struct Replaying<'a> {
     last: u64,
     divergence: Option<Divergence>,
     pressure: Pressure,
+    /// Where the replay stops (`ReplayOptions::stop_at`): no step folds a
+    /// free past it (`Stepper::step_whole`).
+    end: usize,
 }
 
 impl<'a> Replaying<'a> {
@@ -878,6 +916,7 @@ impl<'a> Replaying<'a> {
             last: allocated_before,
             divergence: None,
             pressure: Pressure::Neither,
+            end: opts.stop_at.unwrap_or(usize::MAX),
         })
     }
 
@@ -898,7 +937,7 @@ impl<'a> Replaying<'a> {
             return false;
         }
         let i = self.st.position();
-        if let Err(d) = self.st.step() {
+        if let Err(d) = self.st.step_within(self.end) {
             self.pressure = Pressure::of(&d, self.st.inferred_now);
             self.divergence = Some(d);
             return false;
@@ -944,6 +983,7 @@ impl<'a> Replaying<'a> {
             last: self.last,
             divergence: self.divergence,
             pressure: self.pressure,
+            end: self.end,
         }
     }
 
