@@ -1,22 +1,19 @@
-//! Maxima over any range of a timeline without reading every point: per
-//! block of `BLOCK` points, the most allocated (its first point) and the
-//! most reserved. A frame of a ten-million-event replay bins its timeline
-//! into a few hundred columns and asks each iteration's peak: read point by
-//! point that is the whole trace per frame (docs/measurements/benchmarks.md,
-//! "Ten million events").
+//! Maxima over any range of a timeline without reading every point: the
+//! most allocated (its first point) and the most reserved of each block of
+//! 32 points, of each 256 and of each 4,096. A frame of a ten-million-event
+//! replay bins its timeline into a few hundred columns and asks each
+//! column's and iteration's peak: read point by point that is the whole
+//! trace per frame, and read by blocks of 256 alone, the partial blocks at
+//! each column's ends were most of a frame's reading
+//! (docs/measurements/benchmarks.md, "Ten million events").
 
 use crate::alloc::StatePoint;
 
-/// Points a block summarises: a query reads at most two partial blocks.
-const BLOCK: usize = 256;
-
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    allocated: u64,
-    /// The block's first point with `allocated`.
-    at: usize,
-    reserved: u64,
-}
+/// Points an item of each level summarises, each a multiple of the one
+/// before: a query reads at most 31 points at either end, then at most
+/// 7 and 15 items of the first two levels at either end, and the whole
+/// items of the last level between.
+const LEVELS: [usize; 3] = [32, 256, 4096];
 
 /// The most allocated (first such point) and the most reserved of a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +27,8 @@ pub(crate) struct Peak {
 /// iteration's peak (they do not change as the cursor moves).
 #[derive(Debug, Default)]
 pub(crate) struct RangeMax {
-    blocks: Vec<Block>,
+    /// Per level (`LEVELS`), each item's peak: 1.2 bytes a point in all.
+    levels: Vec<Vec<Peak>>,
     /// Per iteration `marks` delimit: (its first point, its peak).
     iterations: Vec<(usize, Peak)>,
     /// The whole timeline's (every frame scales to it).
@@ -40,7 +38,14 @@ pub(crate) struct RangeMax {
 impl RangeMax {
     /// The index of `points`, whose iterations end at `marks`.
     pub(crate) fn of(points: &[StatePoint], marks: &[usize]) -> RangeMax {
-        let mut index = RangeMax { blocks: Self::blocks(points), iterations: Vec::new(), whole: None };
+        let mut levels =
+            vec![points.chunks(LEVELS[0]).enumerate().filter_map(|(b, c)| scan(c, b * LEVELS[0])).collect()];
+        for w in LEVELS.windows(2) {
+            let below: &Vec<Peak> = &levels[levels.len() - 1];
+            let above = below.chunks(w[1] / w[0]).filter_map(|c| c.iter().copied().reduce(merge)).collect();
+            levels.push(above);
+        }
+        let mut index = RangeMax { levels, iterations: Vec::new(), whole: None };
         index.whole = index.query(points, 0, points.len());
         let mut bounds = vec![0];
         bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < points.len()));
@@ -55,17 +60,6 @@ impl RangeMax {
         Some(self.iterations[i].1)
     }
 
-    fn blocks(points: &[StatePoint]) -> Vec<Block> {
-        points
-            .chunks(BLOCK)
-            .enumerate()
-            .filter_map(|(b, c)| {
-                let p = scan(c, 0)?;
-                Some(Block { allocated: p.allocated, at: b * BLOCK + p.at, reserved: p.reserved })
-            })
-            .collect()
-    }
-
     /// The peak of `points[lo..hi]` (`points` the timeline this was made
     /// of); None for an empty range.
     pub(crate) fn query(&self, points: &[StatePoint], lo: usize, hi: usize) -> Option<Peak> {
@@ -76,18 +70,33 @@ impl RangeMax {
         if (lo, hi) == (0, points.len()) && self.whole.is_some() {
             return self.whole;
         }
-        let first_full = lo.div_ceil(BLOCK);
-        let last_full = hi / BLOCK;
-        if first_full >= last_full || self.blocks.len() < last_full {
+        let b = LEVELS[0];
+        let first_full = lo.div_ceil(b);
+        let last_full = hi / b;
+        if first_full >= last_full || self.levels.first().is_none_or(|l| l.len() < last_full) {
             return scan(&points[lo..hi], lo);
         }
-        let head = scan(&points[lo..first_full * BLOCK], lo);
-        let body = self.blocks[first_full..last_full]
-            .iter()
-            .map(|b| Peak { at: b.at, allocated: b.allocated, reserved: b.reserved })
-            .reduce(merge);
-        let tail = scan(&points[last_full * BLOCK..hi], last_full * BLOCK);
+        let head = scan(&points[lo..first_full * b], lo);
+        let body = self.over(0, first_full, last_full);
+        let tail = scan(&points[last_full * b..hi], last_full * b);
         [head, body, tail].into_iter().flatten().reduce(merge)
+    }
+
+    /// The peak of items `i0..i1` of level `k`, each whole: the whole
+    /// items of the level above among them read as one each.
+    fn over(&self, k: usize, i0: usize, i1: usize) -> Option<Peak> {
+        let items = &self.levels[k];
+        if let Some(above) = self.levels.get(k + 1) {
+            let r = LEVELS[k + 1] / LEVELS[k];
+            let (first, last) = (i0.div_ceil(r), i1 / r);
+            if first < last && above.len() >= last {
+                let head = items[i0..first * r].iter().copied().reduce(merge);
+                let body = self.over(k + 1, first, last);
+                let tail = items[last * r..i1].iter().copied().reduce(merge);
+                return [head, body, tail].into_iter().flatten().reduce(merge);
+            }
+        }
+        items[i0..i1].iter().copied().reduce(merge)
     }
 }
 
@@ -115,7 +124,7 @@ mod tests {
     #[test]
     fn block_maxima_answer_every_range_as_a_scan() {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let points: Vec<StatePoint> = (0..2_000)
+        let points: Vec<StatePoint> = (0..20_000)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -125,10 +134,16 @@ mod tests {
             })
             .collect();
         let index = RangeMax::of(&points, &[700, 1500]);
-        for (lo, hi) in [(0, 2000), (0, 1), (3, 700), (256, 512), (255, 513), (1000, 1999), (700, 700), (1990, 5000)] {
-            assert_eq!(index.query(&points, lo, hi), scan(&points[lo.min(2000)..hi.min(2000)], lo), "{lo}..{hi}");
+        let mut ranges =
+            vec![(0, 2000), (0, 1), (3, 700), (256, 512), (255, 513), (1000, 1999), (700, 700), (1990, 5000)];
+        // Across super-blocks (4,096 points): whole ones, partial ones at
+        // either end, and past the end.
+        ranges.extend([(0, 20_000), (4096, 8192), (4095, 12_289), (300, 4000), (5000, 19_999), (8000, 30_000)]);
+        ranges.extend((0..20_000).step_by(997).flat_map(|lo| (lo..20_500).step_by(1231).map(move |hi| (lo, hi))));
+        for (lo, hi) in ranges {
+            assert_eq!(index.query(&points, lo, hi), scan(&points[lo.min(20_000)..hi.min(20_000)], lo), "{lo}..{hi}");
         }
-        let whole = index.query(&points, 0, 2000).unwrap();
+        let whole = index.query(&points, 0, 20_000).unwrap();
         assert_eq!(whole.allocated, 49);
         assert_eq!(whole.at, points.iter().position(|p| p.allocated == 49).unwrap());
         assert_eq!(index.iteration_from(700), scan(&points[700..1500], 700));
