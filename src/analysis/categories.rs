@@ -508,6 +508,35 @@ impl Categories {
         b
     }
 
+    /// `bytes_after(Some(i))` for each of `events`, ascending: each goes on
+    /// from the one before where that is past its sample, so a timeline's
+    /// columns a few events apart apply each step once, not up to a
+    /// sample's worth each (docs/measurements/benchmarks.md, "Frames on the
+    /// device's cores, and range maxima in three levels").
+    pub fn bytes_after_each(&self, events: &[usize]) -> Vec<CategoryBytes> {
+        let first = self.samples.first().copied().unwrap_or_default();
+        if self.steps.is_empty() {
+            return vec![first; events.len()];
+        }
+        let mut at: Option<(usize, CategoryBytes)> = None;
+        events
+            .iter()
+            .map(|&i| {
+                let i = i.min(self.steps.len() - 1);
+                let k = i / SAMPLE;
+                let (from, mut b) = match at {
+                    Some((p, b)) if p <= i && p >= k * SAMPLE => (p + 1, b),
+                    _ => (k * SAMPLE, self.samples.get(k).copied().unwrap_or(first)),
+                };
+                for j in from..=i {
+                    apply(&mut b, self.steps.get(j), self.of_event[j]);
+                }
+                at = Some((i, b));
+                b
+            })
+            .collect()
+    }
+
     /// The category of the block at `address` alive right after event `i`.
     pub fn of_block(&self, address: u64, i: Option<usize>) -> Category {
         let made = i.and_then(|i| self.allocs_at.last_at(address, i));

@@ -67,10 +67,11 @@ impl Meaning<'_> {
         matches!(self, Meaning::Replay { .. })
     }
 
-    /// Bytes per category after event `i`, where the history is kept.
-    pub(crate) fn bytes_after(&self, i: usize) -> Option<CategoryBytes> {
+    /// Bytes per category after each of `events` (ascending), where the
+    /// history is kept.
+    pub(crate) fn bytes_after_each(&self, events: &[usize]) -> Option<Vec<CategoryBytes>> {
         match self {
-            Meaning::Replay { cats, .. } => Some(cats.bytes_after(Some(i))),
+            Meaning::Replay { cats, .. } => Some(cats.bytes_after_each(events)),
             Meaning::Known { .. } => None,
         }
     }

@@ -304,11 +304,15 @@ pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f
     let stacked: Vec<(Color, Vec<(f64, f64)>)> = match stacked_meaning(view).filter(|_| times.is_none()) {
         Some(m) => {
             let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
-            for c in 0..cols {
-                let lo = c * n / cols;
-                let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-                let top = view.marks.peak(lo, hi).map_or(lo, |p| p.at);
-                let b = m.bytes_after(top + view.marks.first_event).unwrap_or_default();
+            let tops: Vec<usize> = (0..cols)
+                .map(|c| {
+                    let lo = c * n / cols;
+                    let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
+                    view.marks.peak(lo, hi).map_or(lo, |p| p.at) + view.marks.first_event
+                })
+                .collect();
+            let bytes = m.bytes_after_each(&tops).unwrap_or_default();
+            for (c, b) in bytes.into_iter().enumerate() {
                 let mut sum = 0u64;
                 for (k, cat) in Category::ALL.into_iter().enumerate() {
                     sum += b.get(cat);

@@ -418,5 +418,16 @@ fn categories_made_beside_the_replay_equal_those_made_after_it() {
         // Before the first event: a window's blocks alive at the start,
         // told by when they end.
         assert_eq!(a.bytes_after(None), b.bytes_after(None), "{name}: at the start");
+        // Many points at once (a timeline's columns), each going on from
+        // the one before where it can: as each asked alone. Points a few
+        // events apart, a sample or more apart, repeated, past the end.
+        let mut points: Vec<usize> =
+            (0..n).step_by(7).chain((0..n).step_by(300)).chain([n - 1, n - 1, n + 5]).collect();
+        points.sort();
+        let each = a.bytes_after_each(&points);
+        assert_eq!(each.len(), points.len());
+        for (&i, got) in points.iter().zip(&each) {
+            assert_eq!(*got, a.bytes_after(Some(i)), "{name}: after event {i}, with the others");
+        }
     }
 }
