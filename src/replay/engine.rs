@@ -677,8 +677,6 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// An OOM at event `i`: the request retried in the pools and capture
-    /// states a trace does not mark until one reproduces it.
     /// An `alloc` recorded at `i` in a private pool's segment: run, or
     /// placed where a checkpoint restore put it (`place`).
     #[inline(never)]
@@ -694,6 +692,8 @@ impl<'a> Stepper<'a> {
         }
     }
 
+    /// An OOM at event `i`: the request retried in the pools and capture
+    /// states a trace does not mark until one reproduces it.
     #[inline(never)]
     fn step_oom(&mut self, i: usize, ev: Event) {
         // An OOM with no release before it where our allocator would
