@@ -497,15 +497,10 @@ impl Categories {
     /// Bytes per category right after event `i` (before the first event
     /// when `i` is `None`).
     pub fn bytes_after(&self, i: Option<usize>) -> CategoryBytes {
-        let first = self.samples.first().copied().unwrap_or_default();
-        let Some(i) = i.filter(|_| !self.steps.is_empty()) else { return first };
-        let i = i.min(self.steps.len() - 1);
-        let k = i / SAMPLE;
-        let mut b = self.samples.get(k).copied().unwrap_or(first);
-        for j in k * SAMPLE..=i {
-            apply(&mut b, self.steps.get(j), self.of_event[j]);
+        match i {
+            Some(i) => self.going_on(None, i),
+            None => self.samples.first().copied().unwrap_or_default(),
         }
-        b
     }
 
     /// `bytes_after(Some(i))` for each of `events`, ascending: each goes on
@@ -514,27 +509,35 @@ impl Categories {
     /// sample's worth each (docs/measurements/benchmarks.md, "Frames on the
     /// device's cores, and range maxima in three levels").
     pub fn bytes_after_each(&self, events: &[usize]) -> Vec<CategoryBytes> {
-        let first = self.samples.first().copied().unwrap_or_default();
-        if self.steps.is_empty() {
-            return vec![first; events.len()];
-        }
-        let mut at: Option<(usize, CategoryBytes)> = None;
+        let mut at = None;
         events
             .iter()
             .map(|&i| {
-                let i = i.min(self.steps.len() - 1);
-                let k = i / SAMPLE;
-                let (from, mut b) = match at {
-                    Some((p, b)) if p <= i && p >= k * SAMPLE => (p + 1, b),
-                    _ => (k * SAMPLE, self.samples.get(k).copied().unwrap_or(first)),
-                };
-                for j in from..=i {
-                    apply(&mut b, self.steps.get(j), self.of_event[j]);
-                }
+                let b = self.going_on(at, i);
                 at = Some((i, b));
                 b
             })
             .collect()
+    }
+
+    /// Bytes per category right after event `i`: from `before` (the bytes
+    /// right after an earlier event) where that is past `i`'s sample, else
+    /// from the sample.
+    fn going_on(&self, before: Option<(usize, CategoryBytes)>, i: usize) -> CategoryBytes {
+        let first = self.samples.first().copied().unwrap_or_default();
+        if self.steps.is_empty() {
+            return first;
+        }
+        let i = i.min(self.steps.len() - 1);
+        let k = i / SAMPLE;
+        let (from, mut b) = match before {
+            Some((p, b)) if p <= i && p >= k * SAMPLE => (p + 1, b),
+            _ => (k * SAMPLE, self.samples.get(k).copied().unwrap_or(first)),
+        };
+        for j in from..=i {
+            apply(&mut b, self.steps.get(j), self.of_event[j]);
+        }
+        b
     }
 
     /// The category of the block at `address` alive right after event `i`.
