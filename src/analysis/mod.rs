@@ -371,15 +371,23 @@ pub(crate) fn human_bytes(n: u64) -> String {
 /// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
 pub(crate) fn short_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let u = unit_of(n, UNITS.len() - 1);
+    match short_bytes_key(n) {
+        (0, _, q) => format!("{q}B"),
+        (u, 1, q) => format!("{q}{}", UNITS[u]),
+        (u, _, q) => format!("{}.{}{}", q / 10, q % 10, UNITS[u]),
+    }
+}
+
+/// What `short_bytes` prints, as (unit, tenths or units, digits): equal
+/// keys, equal texts, found without formatting (the timeline compares
+/// thousands of iterations' peaks by their labels).
+pub(crate) fn short_bytes_key(n: u64) -> (usize, u64, u64) {
+    let u = unit_of(n, 4);
     let shift = 10 * u as u32;
-    if u == 0 {
-        format!("{n}B")
-    } else if n >> shift >= 100 {
-        format!("{}{}", scaled(n, shift, 1), UNITS[u])
-    } else {
-        let q = scaled(n, shift, 10);
-        format!("{}.{}{}", q / 10, q % 10, UNITS[u])
+    match u {
+        0 => (0, 1, n),
+        _ if n >> shift >= 100 => (u, 1, scaled(n, shift, 1)),
+        _ => (u, 10, scaled(n, shift, 10)),
     }
 }
 
@@ -446,6 +454,34 @@ mod tests {
         assert_eq!(median(&[9, 1, 5]), 5);
         assert_eq!(median(&[4, 1, 3, 10]), 3);
         assert_eq!(median(&[u64::MAX, u64::MAX]), u64::MAX);
+    }
+
+    /// Short labels' keys are equal exactly where their texts are, and
+    /// fall as the bytes do (the timeline skips a run of equal labels).
+    #[test]
+    fn short_labels_keys_match_their_texts() {
+        assert_eq!(short_bytes(512), "512B");
+        assert_eq!(short_bytes(3 << 29), "1.5G");
+        assert_eq!(short_bytes(208 << 20), "208M");
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut ns: Vec<u64> = (0..20_000)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x >> (i % 64)
+            })
+            .chain(
+                (0..4).flat_map(|u| [99, 100, 1023, 1024].map(|b| (b << (10 * u)) - 1..(b << (10 * u)) + 2)).flatten(),
+            )
+            .collect();
+        ns.sort_unstable();
+        for w in ns.windows(2) {
+            let (a, b) = (short_bytes_key(w[0]), short_bytes_key(w[1]));
+            assert_eq!(a == b, short_bytes(w[0]) == short_bytes(w[1]), "{} {}", w[0], w[1]);
+            let num = |k: (usize, u64, u64)| k.2 as f64 / k.1 as f64 * 1024f64.powi(k.0 as i32);
+            assert!(num(a) <= num(b), "{} {}", w[0], w[1]);
+        }
     }
 
     #[test]

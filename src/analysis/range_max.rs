@@ -29,8 +29,13 @@ pub(crate) struct Peak {
 pub(crate) struct RangeMax {
     /// Per level (`LEVELS`), each item's peak: 1.2 bytes a point in all.
     levels: Vec<Vec<Peak>>,
-    /// Per iteration `marks` delimit: (its first point, its peak).
-    iterations: Vec<(usize, Peak)>,
+    /// Per iteration `marks` delimit: (its first point, the point after
+    /// its last, its peak).
+    iterations: Vec<(usize, usize, Peak)>,
+    /// `iterations`' indices, highest peak first (equal peaks earliest
+    /// first): the order the timeline labels them in, sorted once rather
+    /// than in every frame of a run of thousands of iterations.
+    by_height: Vec<usize>,
     /// The whole timeline's (every frame scales to it).
     whole: Option<Peak>,
 }
@@ -45,19 +50,31 @@ impl RangeMax {
             let above = below.chunks(w[1] / w[0]).filter_map(|c| c.iter().copied().reduce(merge)).collect();
             levels.push(above);
         }
-        let mut index = RangeMax { levels, iterations: Vec::new(), whole: None };
+        let mut index = RangeMax { levels, ..RangeMax::default() };
         index.whole = index.query(points, 0, points.len());
         let mut bounds = vec![0];
         bounds.extend(marks.iter().copied().filter(|&m| m > 0 && m < points.len()));
         bounds.push(points.len());
-        index.iterations = bounds.windows(2).filter_map(|w| Some((w[0], index.query(points, w[0], w[1])?))).collect();
+        index.iterations =
+            bounds.windows(2).filter_map(|w| Some((w[0], w[1], index.query(points, w[0], w[1])?))).collect();
+        let peak = |i: usize| index.iterations[i].2;
+        index.by_height = (0..index.iterations.len()).collect();
+        index.by_height.sort_unstable_by(|&a, &b| peak(b).allocated.cmp(&peak(a).allocated).then(a.cmp(&b)));
         index
     }
 
     /// The peak of the iteration that starts at point `start`, if one does.
     pub(crate) fn iteration_from(&self, start: usize) -> Option<Peak> {
         let i = self.iterations.binary_search_by_key(&start, |x| x.0).ok()?;
-        Some(self.iterations[i].1)
+        Some(self.iterations[i].2)
+    }
+
+    /// The peaks of the iterations whole within points `lo..hi`, highest
+    /// first, equal ones earliest first.
+    pub(crate) fn iterations_by_height(&self, lo: usize, hi: usize) -> impl Iterator<Item = Peak> + '_ {
+        let first = self.iterations.partition_point(|it| it.0 < lo);
+        let end = self.iterations.partition_point(|it| it.1 <= hi);
+        self.by_height.iter().filter(move |&&i| i >= first && i < end).map(|&i| self.iterations[i].2)
     }
 
     /// The peak of `points[lo..hi]` (`points` the timeline this was made
@@ -149,5 +166,24 @@ mod tests {
         assert_eq!(index.iteration_from(700), scan(&points[700..1500], 700));
         assert_eq!(index.iteration_from(1500), scan(&points[1500..], 1500));
         assert_eq!(index.iteration_from(701), None);
+        // Highest first, whole iterations only: 0..700 ends inside 0..1000.
+        let by_height = |lo, hi| index.iterations_by_height(lo, hi).map(|p| p.at).collect::<Vec<_>>();
+        let mut all = [(0, 700), (700, 1500), (1500, 20_000)].map(|(lo, hi)| scan(&points[lo..hi], lo).unwrap());
+        all.sort_by_key(|p| (std::cmp::Reverse(p.allocated), p.at));
+        assert_eq!(by_height(0, 20_000), all.map(|p| p.at).to_vec());
+        assert_eq!(by_height(0, 1000), vec![all.iter().find(|p| p.at < 700).unwrap().at]);
+        assert_eq!(by_height(600, 1600), vec![all.iter().find(|p| (700..1500).contains(&p.at)).unwrap().at]);
+        assert!(by_height(701, 1499).is_empty());
+    }
+
+    /// Equal iteration peaks come earliest first: a long run's identical
+    /// iterations are labelled from the left.
+    #[test]
+    fn equal_iteration_peaks_come_earliest_first() {
+        let points: Vec<StatePoint> =
+            [1, 5, 2, 5, 3, 7, 1, 5].iter().map(|&a| StatePoint { allocated: a, reserved: 9 }).collect();
+        let index = RangeMax::of(&points, &[2, 4, 6]);
+        let got: Vec<(usize, u64)> = index.iterations_by_height(0, 8).map(|p| (p.at, p.allocated)).collect();
+        assert_eq!(got, vec![(5, 7), (1, 5), (3, 5), (7, 5)]);
     }
 }

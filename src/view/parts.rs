@@ -205,23 +205,44 @@ impl<'m> Marks<'m> {
     }
 
     /// Each iteration's peak in the timeline (a zoomed window's edges cut
-    /// theirs to the window), as (point, allocated bytes).
-    pub(crate) fn iteration_peaks(&self) -> Vec<(usize, u64)> {
+    /// theirs to the window), as (point, allocated bytes), highest first
+    /// and equal ones earliest first: the order labels are given in.
+    pub(crate) fn iteration_peaks_by_height(&self) -> Vec<(usize, u64)> {
         let n = self.timeline.len();
-        crate::analysis::iteration_peaks_by(n, self.iterations, |lo, hi| {
-            // An iteration whole in the window: its peak was found once.
-            let whole = self.maxima.filter(|m| hi < n || m.offset + n == m.all.len());
-            let p = whole.and_then(|m| m.index.iteration_from(lo + m.offset)).filter(|p| p.at < hi + self.offset());
-            match p {
-                Some(p) => Some((p.at - self.offset(), p.allocated)),
-                None => self.peak(lo, hi).map(|p| (p.at, p.allocated)),
+        let Some(m) = self.maxima.filter(|m| m.offset + n <= m.all.len()) else {
+            let mut peaks = crate::analysis::iteration_peaks_by(n, self.iterations, |lo, hi| {
+                self.peak(lo, hi).map(|p| (p.at, p.allocated))
+            });
+            peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            return peaks;
+        };
+        // Iterations whole in the window come in order from the index; at
+        // most the two the window's edges cut are asked of the maxima.
+        let (lo, hi) = (m.offset, m.offset + n);
+        let mut peaks: Vec<(usize, u64)> =
+            m.index.iterations_by_height(lo, hi).map(|p| (p.at - lo, p.allocated)).collect();
+        let starts = |p: usize| p == 0 || p == m.all.len() || m.index.iteration_from(p).is_some();
+        let mut inner = self.iterations.iter().copied().filter(|&i| i > 0 && i < n);
+        let first = inner.next().unwrap_or(n);
+        let last = inner.next_back().unwrap_or(first);
+        let mut cut = Vec::new();
+        if first == n {
+            if !starts(lo) || !starts(hi) {
+                cut.push((0, n));
             }
-        })
-    }
-
-    /// Where the timeline starts in the points its maxima were built over.
-    fn offset(&self) -> usize {
-        self.maxima.map_or(0, |m| m.offset)
+        } else {
+            if !starts(lo) {
+                cut.push((0, first));
+            }
+            if !starts(hi) {
+                cut.push((last, n));
+            }
+        }
+        for p in cut.into_iter().filter_map(|(a, b)| self.peak(a, b)) {
+            let at = peaks.partition_point(|&(i, v)| v > p.allocated || (v == p.allocated && i < p.at));
+            peaks.insert(at, (p.at, p.allocated));
+        }
+        peaks
     }
 
     /// The peak of `timeline[lo..hi]`: from the block maxima where there
@@ -320,4 +341,49 @@ pub(crate) struct View<'a> {
     pub(crate) marks: Marks<'a>,
     /// What the keys selected (clamped to `segments`).
     pub(crate) sel: Selection,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::StatePoint;
+
+    /// Iteration peaks from the index, whole and in zoomed windows (edges
+    /// cutting iterations, on a boundary, inside one iteration), are those
+    /// found range by range and sorted.
+    #[test]
+    fn iteration_peaks_from_the_index_are_those_found_range_by_range() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let all: Vec<StatePoint> = (0..30_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Few values: equal peaks across iterations.
+                StatePoint { allocated: x % 40, reserved: 50 }
+            })
+            .collect();
+        let marks: Vec<usize> = (1..60).map(|i| i * 487 + (i * i) % 113).collect();
+        let index = crate::analysis::range_max::RangeMax::of(&all, &marks);
+        let windows = [(0, 30_000), (0, 1000), (487, 5000), (500, 4100), (600, 700), (974, 1461), (25_000, 30_000)];
+        for (lo, hi) in windows.into_iter().chain((0..29_000).step_by(1733).map(|lo| (lo, lo + 977))) {
+            let within: Vec<usize> = marks.iter().filter(|&&m| m >= lo && m < hi).map(|&m| m - lo).collect();
+            let window = |maxima| Marks {
+                timeline: &all[lo..hi],
+                cursor: 0,
+                peak_at: None,
+                ooms: &[],
+                empty_caches: &[],
+                iterations: &within,
+                clock: None,
+                first_event: 0,
+                unit: "event",
+                meaning: None,
+                maxima,
+            };
+            let indexed = window(Some(Maxima { index: &index, all: &all, offset: lo })).iteration_peaks_by_height();
+            assert_eq!(indexed, window(None).iteration_peaks_by_height(), "{lo}..{hi}");
+            assert_eq!(indexed.len(), within.iter().filter(|&&m| m > 0).count() + 1, "{lo}..{hi}");
+        }
+    }
 }

@@ -335,33 +335,42 @@ pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f
 /// overlap, so the global peak always gets its label: on the plot's top
 /// row (`top_row`, its height) or at the peak.
 pub(crate) fn peak_labels(view: &View, c: &Columns, width: usize, top_row: Option<f64>) -> Vec<(f64, f64, String)> {
+    use crate::analysis::short_bytes_key;
     let mut labels: Vec<(f64, f64, String)> = Vec::new();
-    if !view.marks.iterations.is_empty() {
-        let mut peaks = view.marks.iteration_peaks();
-        peaks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut taken: Vec<(usize, usize)> = Vec::new();
-        let mut said: std::collections::HashSet<String> = std::collections::HashSet::new();
-        // Sorted by value, equal peaks come together: each value's text is
-        // made once (a long run has thousands of iterations and few values).
-        let mut last: Option<(u64, String)> = None;
-        for (i, v) in peaks {
-            if last.as_ref().is_none_or(|(lv, _)| *lv != v) {
-                last = Some((v, format!("▲{}", short_bytes(v))));
-            }
-            let text = last.as_ref().map_or("", |(_, t)| t.as_str());
-            // Past the top few, a peak the same as one labelled already says
-            // nothing new: a long run of equal iterations gets a few labels,
-            // not a row of them.
-            if labels.len() >= TOP_LABELS && said.contains(text) {
-                continue;
-            }
-            let w = text.chars().count();
-            let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
-            if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
-                said.insert(text.to_string());
-                taken.push((cell, cell + w));
-                labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text.to_string()));
-            }
+    if view.marks.iterations.is_empty() {
+        return labels;
+    }
+    let mut taken: Vec<(usize, usize)> = Vec::new();
+    let mut said: Vec<(usize, u64, u64)> = Vec::new();
+    // Highest first, so equal peaks come together and so do equal labels:
+    // each label's text is made once, and past the top few a label said
+    // already skips the rest of its run (a long run has thousands of
+    // iterations and few labels).
+    let mut last: Option<(u64, (usize, u64, u64), String)> = None;
+    let mut skip = None;
+    for (i, v) in view.marks.iteration_peaks_by_height() {
+        match last.as_mut() {
+            Some(l) if l.0 == v => {}
+            Some(l) if l.1 == short_bytes_key(v) => l.0 = v,
+            _ => last = Some((v, short_bytes_key(v), format!("▲{}", short_bytes(v)))),
+        }
+        let Some((_, key, text)) = last.as_ref() else { continue };
+        if skip == Some(*key) {
+            continue;
+        }
+        // Past the top few, a peak the same as one labelled already says
+        // nothing new: a long run of equal iterations gets a few labels,
+        // not a row of them.
+        if labels.len() >= TOP_LABELS && said.contains(key) {
+            skip = Some(*key);
+            continue;
+        }
+        let w = text.chars().count();
+        let cell = (c.col(i) as usize / 2).min(width.saturating_sub(w));
+        if taken.iter().all(|&(a, b)| cell + w < a || cell > b) {
+            said.push(*key);
+            taken.push((cell, cell + w));
+            labels.push(((cell * 2) as f64, top_row.unwrap_or(v as f64), text.clone()));
         }
     }
     labels
