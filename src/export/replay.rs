@@ -68,7 +68,8 @@ pub fn picture(
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
         let sel = Selection { focus, panel: Some(panel), color_by, ..Selection::default() };
         let area = buf.area;
-        ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None }.render(area, &mut buf);
+        ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None, segments: None }
+            .render(area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
     }
     let n = model.points().len();

@@ -19,6 +19,10 @@ pub struct ReplayApp<'a> {
     pub(crate) screen: Screen,
     color: bool,
     status: String,
+    /// The segments the selection was last kept in, and the event they
+    /// are the state after: a frame at that event draws them rather than
+    /// walking the allocator again.
+    segments: (usize, Vec<crate::alloc::SegmentInfo>),
 }
 
 impl<'a> ReplayApp<'a> {
@@ -31,7 +35,10 @@ impl<'a> ReplayApp<'a> {
     /// Opens at the peak.
     pub fn new(mut model: ReplayModel<'a>, color: bool) -> Self {
         model.go(model.peak_at.unwrap_or(0));
-        ReplayApp { model, screen: Screen::default(), color, status: String::new() }
+        let mut app =
+            ReplayApp { model, screen: Screen::default(), color, status: String::new(), segments: (0, Vec::new()) };
+        app.clamp();
+        app
     }
 
     /// Moves to the state after `event` (after the malloc it is part of).
@@ -44,6 +51,7 @@ impl<'a> ReplayApp<'a> {
     fn clamp(&mut self) {
         let segs = self.model.now().state.snapshot();
         self.screen.sel = self.screen.sel.clamped(&segs);
+        self.segments = (self.model.cursor(), segs);
     }
 
     /// The event whose state the screen shows.
@@ -87,7 +95,12 @@ impl Interactive for ReplayApp<'_> {
     fn draw_into(&self, area: ratatui_core::layout::Rect, buf: &mut ratatui_core::buffer::Buffer) {
         let status = self.status.clone();
         let mode = Some(self.mode());
-        ReplayScreen { model: &self.model, sel: self.screen.sel, color: self.color, status, mode }.render(area, buf);
+        // The segments clamped against, if the model has not moved since
+        // (`model` is the crate's to move).
+        let (at, segs) = &self.segments;
+        let segments = (*at == self.model.cursor()).then_some(segs.as_slice());
+        ReplayScreen { model: &self.model, sel: self.screen.sel, color: self.color, status, mode, segments }
+            .render(area, buf);
     }
 
     fn apply(&mut self, a: Command) {
@@ -546,7 +559,9 @@ impl<D: Device> Interactive for SynthApp<D> {
                 self.status.clone()
             };
             let (sel, color, mode) = (self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
-            h.cell.with_dependent(|_, model| ReplayScreen { model, sel, color, status, mode }.render(area, buf));
+            h.cell.with_dependent(|_, model| {
+                ReplayScreen { model, sel, color, status, mode, segments: None }.render(area, buf)
+            });
             return;
         }
         let d = &self.driver;
@@ -582,7 +597,8 @@ impl<D: Device> Interactive for SynthApp<D> {
             oom: None,
         };
         let marks = run_marks(d);
-        StateScreen { alloc: &d.alloc, recorded_scale: None, chrome, marks, sel: self.screen.sel }.render(area, buf);
+        StateScreen { alloc: &d.alloc, recorded_scale: None, chrome, marks, sel: self.screen.sel, segments: None }
+            .render(area, buf);
     }
 
     fn apply(&mut self, a: Command) {
@@ -693,6 +709,50 @@ mod tests {
         let before = app.driver.points.len();
         assert!(app.update(AppEvent::Tick) && app.update(AppEvent::Tick));
         assert_eq!(app.driver.points.len() - before, 5);
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    /// A frame draws the segments the selection was kept in while the
+    /// cursor is where they were taken, and the state itself once the
+    /// model moved without the app: each the same as a screen that takes
+    /// its own snapshot.
+    #[test]
+    fn frames_draw_the_state_at_the_cursor_whoever_moved_it() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+        let t = crate::trace::load(&path).unwrap();
+        let opened = crate::replay::open(&t, "gpt2", &Default::default()).unwrap();
+        let mut app = ReplayApp::new(opened.model("gpt2".into()).unwrap(), false);
+        let area = ratatui_core::layout::Rect::new(0, 0, 160, 50);
+        let fresh = |app: &ReplayApp| {
+            let mut buf = ratatui_core::buffer::Buffer::empty(area);
+            let (model, sel) = (&app.model, app.screen.sel);
+            let mode = Some(app.mode());
+            ReplayScreen { model, sel, color: false, status: String::new(), mode, segments: None }
+                .render(area, &mut buf);
+            buf
+        };
+        let drawn = |app: &ReplayApp| {
+            let mut buf = ratatui_core::buffer::Buffer::empty(area);
+            app.draw_into(area, &mut buf);
+            buf
+        };
+        app.go(4400);
+        app.apply(Command::Right);
+        assert_eq!(app.segments.0, app.model.cursor());
+        assert_eq!(drawn(&app), fresh(&app));
+        // Moved behind the app's back: its segments are of another event.
+        app.model.go(9000);
+        let at_9000 = fresh(&app);
+        assert_ne!(at_9000, {
+            app.model.go(4401);
+            fresh(&app)
+        });
+        app.model.go(9000);
+        assert_eq!(drawn(&app), at_9000);
     }
 }
 

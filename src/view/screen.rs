@@ -50,12 +50,22 @@ pub(crate) struct StateScreen<'a, D: Device> {
     pub(crate) chrome: Chrome<'a>,
     pub(crate) marks: Marks<'a>,
     pub(crate) sel: Selection,
+    /// `alloc`'s segments where the caller has them (`snapshot`), else
+    /// taken here.
+    pub(crate) segments: Option<&'a [SegmentInfo]>,
 }
 
 impl<D: Device> Widget for StateScreen<'_, D> {
     fn render(self, area: Rect, buf: &mut Buffer) {
         let a = self.alloc;
-        let segs = a.snapshot();
+        let taken;
+        let segs = match self.segments {
+            Some(s) => s,
+            None => {
+                taken = a.snapshot();
+                &taken
+            }
+        };
         let stats = a.stats();
         // Bars to the scale of what can run out: the limit the run had; else a
         // replay's own peak (the device it ran on is not in the trace: an
@@ -69,8 +79,8 @@ impl<D: Device> Widget for StateScreen<'_, D> {
             },
         };
         let totals = Totals { capacity: Some(capacity), ..Totals::of(stats) };
-        let frag = fragmentation(stats, &segs);
-        View::new(self.chrome, totals, &segs, frag, self.marks, self.sel).render(area, buf);
+        let frag = fragmentation(stats, segs);
+        View::new(self.chrome, totals, segs, frag, self.marks, self.sel).render(area, buf);
     }
 }
 
@@ -82,6 +92,10 @@ pub(crate) struct ReplayScreen<'m, 'a> {
     pub(crate) status: String,
     /// The keys' mode (none in exports).
     pub(crate) mode: Option<crate::keys::Mode>,
+    /// The segments of the state at the model's cursor, where the caller
+    /// took them already (`ReplayApp` does, to keep its selection in
+    /// them), else taken here.
+    pub(crate) segments: Option<&'m [SegmentInfo]>,
 }
 
 impl Widget for ReplayScreen<'_, '_> {
@@ -108,6 +122,8 @@ impl Widget for ReplayScreen<'_, '_> {
             (model.peak_reserved().max(1), if model.points().is_empty() { ScaleBy::Snapshot } else { ScaleBy::Peak });
         let at = model.now();
         let marks = Marks::of(&at, cursor, model.peak_at);
-        StateScreen { alloc: at.state, recorded_scale: Some(scale), chrome, marks, sel: self.sel }.render(area, buf);
+        let segments = self.segments;
+        StateScreen { alloc: at.state, recorded_scale: Some(scale), chrome, marks, sel: self.sel, segments }
+            .render(area, buf);
     }
 }
