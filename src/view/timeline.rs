@@ -138,8 +138,9 @@ fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, b
     let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
     let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
     let cols = Columns { n, cols: (plot.width as usize) * 2, times, span };
-    let (alloc, reserved) = series_points(view, &cols);
-    let stacked = stacked_lines(view, &cols);
+    let peaks = column_peaks(view, &cols);
+    let (alloc, reserved) = series_points(view, &cols, &peaks);
+    let stacked = stacked_lines(view, &cols, &peaks);
     let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
     let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
     plotted.chart(view, theme, &cols).render(plot, buf);
@@ -258,12 +259,31 @@ impl Columns<'_> {
             None => (i * self.cols / self.n) as f64,
         }
     }
+
+    /// The points braille column `c` bins, by event (not on a clock).
+    fn range(&self, c: usize) -> (usize, usize) {
+        let lo = c * self.n / self.cols;
+        (lo, ((c + 1) * self.n / self.cols).max(lo + 1).min(self.n))
+    }
+}
+
+/// Each braille column's peak, binned by event (none on a clock): asked
+/// once a frame, for the lines and the stacked categories both.
+pub(crate) fn column_peaks(view: &View, c: &Columns) -> Vec<Option<crate::analysis::range_max::Peak>> {
+    if c.times.is_some() {
+        return Vec::new();
+    }
+    (0..c.cols).map(|col| c.range(col)).map(|(lo, hi)| view.marks.peak(lo, hi)).collect()
 }
 
 /// Per braille column, the highest value of each series in its points; on
 /// a clock a column without points holds the value before it.
-pub(crate) fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>) {
-    let (n, cols, times) = (c.n, c.cols, c.times);
+pub(crate) fn series_points(
+    view: &View,
+    c: &Columns,
+    peaks: &[Option<crate::analysis::range_max::Peak>],
+) -> (Vec<Point>, Vec<Point>) {
+    let (cols, times) = (c.cols, c.times);
     let col = |i| c.col(i);
     let mut alloc_pts = Vec::with_capacity(cols);
     let mut resv_pts = Vec::with_capacity(cols);
@@ -280,10 +300,8 @@ pub(crate) fn series_points(view: &View, c: &Columns) -> (Vec<Point>, Vec<Point>
             resv_pts.push((c as f64, held.1 as f64));
         }
     } else {
-        for c in 0..cols {
-            let lo = c * n / cols;
-            let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-            let (a, r) = view.marks.peak(lo, hi).map_or((0, 0), |p| (p.allocated, p.reserved));
+        for (c, p) in peaks.iter().enumerate() {
+            let (a, r) = p.map_or((0, 0), |p| (p.allocated, p.reserved));
             alloc_pts.push((c as f64, a as f64));
             resv_pts.push((c as f64, r as f64));
         }
@@ -299,17 +317,17 @@ pub(crate) fn stacked_meaning<'v>(view: &View<'v>) -> Option<parts::Meaning<'v>>
 
 /// By category: each column's most allocated point, stacked in
 /// `Category::ALL` order (the top line is allocated); none unless asked.
-pub(crate) fn stacked_lines(view: &View, c: &Columns) -> Vec<(Color, Vec<(f64, f64)>)> {
-    let (n, cols, times) = (c.n, c.cols, c.times);
+pub(crate) fn stacked_lines(
+    view: &View,
+    c: &Columns,
+    peaks: &[Option<crate::analysis::range_max::Peak>],
+) -> Vec<(Color, Vec<(f64, f64)>)> {
+    let (cols, times) = (c.cols, c.times);
     let stacked: Vec<(Color, Vec<(f64, f64)>)> = match stacked_meaning(view).filter(|_| times.is_none()) {
         Some(m) => {
             let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(cols); Category::ALL.len()];
             let tops: Vec<usize> = (0..cols)
-                .map(|c| {
-                    let lo = c * n / cols;
-                    let hi = ((c + 1) * n / cols).max(lo + 1).min(n);
-                    view.marks.peak(lo, hi).map_or(lo, |p| p.at) + view.marks.first_event
-                })
+                .map(|col| peaks.get(col).copied().flatten().map_or(c.range(col).0, |p| p.at) + view.marks.first_event)
                 .collect();
             let bytes = m.bytes_after_each(&tops).unwrap_or_default();
             for (c, b) in bytes.into_iter().enumerate() {
