@@ -8,7 +8,7 @@ use ratatui_core::style::Color;
 use ratatui_core::symbols::Marker;
 use ratatui_core::text::Span;
 use ratatui_core::widgets::Widget;
-use ratatui_widgets::canvas::{Canvas, Line as CanvasLine, Points};
+use ratatui_widgets::canvas::{Canvas, Line as CanvasLine, Painter, Points, Shape};
 
 /// How a series is stroked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,11 +51,7 @@ impl Widget for TimeChart<'_> {
             .paint(|ctx| {
                 for s in &series {
                     match s.stroke {
-                        Stroke::Solid => {
-                            for w in s.points.windows(2) {
-                                ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, s.color));
-                            }
-                        }
+                        Stroke::Solid => ctx.draw(&Polyline { points: s.points, color: s.color }),
                         Stroke::Dotted => {
                             let dots: Vec<(f64, f64)> = s.points.iter().step_by(3).copied().collect();
                             ctx.draw(&Points { coords: &dots, color: s.color });
@@ -79,6 +75,68 @@ impl Widget for TimeChart<'_> {
                 }
             })
             .render(area, buf);
+    }
+}
+
+/// A series' points joined by lines, painted dot for dot as ratatui's
+/// `canvas::Line` paints each segment, with each point placed on the grid
+/// once: a frame by category joins a few thousand segments, and a `Line`
+/// each (its clipping, both ends placed, a painter made per shape) was a
+/// tenth of the frame (docs/measurements/benchmarks.md, "Lines drawn as
+/// one shape").
+struct Polyline<'p> {
+    points: &'p [(f64, f64)],
+    color: Color,
+}
+
+impl Shape for Polyline<'_> {
+    fn draw(&self, painter: &mut Painter) {
+        let placed: Vec<Option<(usize, usize)>> = self.points.iter().map(|&(x, y)| painter.get_point(x, y)).collect();
+        for (w, p) in self.points.windows(2).zip(placed.windows(2)) {
+            match (p[0], p[1]) {
+                (Some(a), Some(b)) => line_points(a, b, |x, y| painter.paint(x, y, self.color)),
+                // An end outside the bounds: the line clipped to them.
+                _ => CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, self.color).draw(painter),
+            }
+        }
+    }
+}
+
+/// The grid points of the line from `a` to `b`, as ratatui's
+/// `canvas::Line` (Bresenham's, from the end with the lesser coordinate
+/// along the longer axis).
+fn line_points((x1, y1): (usize, usize), (x2, y2): (usize, usize), mut f: impl FnMut(usize, usize)) {
+    let (dx, dy) = (x2.abs_diff(x1), y2.abs_diff(y1));
+    if dx == 0 {
+        (y1.min(y2)..=y1.max(y2)).for_each(|y| f(x1, y));
+    } else if dy == 0 {
+        (x1.min(x2)..=x1.max(x2)).for_each(|x| f(x, y1));
+    } else if dy < dx {
+        let ((x1, y1), (x2, y2)) = if x1 > x2 { ((x2, y2), (x1, y1)) } else { ((x1, y1), (x2, y2)) };
+        let (dx, dy) = (dx as isize, dy as isize);
+        let mut d = 2 * dy - dx;
+        let mut y = y1;
+        for x in x1..=x2 {
+            f(x, y);
+            if d > 0 {
+                y = if y1 > y2 { y.saturating_sub(1) } else { y.saturating_add(1) };
+                d -= 2 * dx;
+            }
+            d += 2 * dy;
+        }
+    } else {
+        let ((x1, y1), (x2, y2)) = if y1 > y2 { ((x2, y2), (x1, y1)) } else { ((x1, y1), (x2, y2)) };
+        let (dx, dy) = (dx as isize, dy as isize);
+        let mut d = 2 * dx - dy;
+        let mut x = x1;
+        for y in y1..=y2 {
+            f(x, y);
+            if d > 0 {
+                x = if x1 > x2 { x.saturating_sub(1) } else { x.saturating_add(1) };
+                d -= 2 * dy;
+            }
+            d += 2 * dx;
+        }
     }
 }
 
@@ -117,6 +175,51 @@ pub(crate) fn column_maxima(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A polyline paints every cell and colour a `canvas::Line` per
+    /// segment does: steep, shallow, flat and vertical segments either
+    /// way, and ends past the bounds (clipped).
+    #[test]
+    fn a_polyline_paints_as_its_segments_drawn_one_by_one() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for round in 0..40 {
+            let n = 2 + next(60) as usize;
+            let mut points: Vec<(f64, f64)> = Vec::new();
+            for i in 0..n {
+                // Mostly a column apart, some jumps back and some far
+                // beyond the bounds (x 0..80, y 0..100).
+                let px = if next(7) == 0 { next(120) as f64 - 20.0 } else { (i * 80 / n) as f64 };
+                let py = if next(5) == 0 { next(300) as f64 - 100.0 } else { next(101) as f64 };
+                points.push((px, py));
+            }
+            let paint = |one_shape: bool| {
+                let mut buf = Buffer::empty(Rect::new(0, 0, 40, 12));
+                Canvas::default()
+                    .marker(Marker::Braille)
+                    .x_bounds([0.0, 80.0])
+                    .y_bounds([0.0, 100.0])
+                    .paint(|ctx| {
+                        if one_shape {
+                            ctx.draw(&Polyline { points: &points, color: Color::Green });
+                        } else {
+                            for w in points.windows(2) {
+                                ctx.draw(&CanvasLine::new(w[0].0, w[0].1, w[1].0, w[1].1, Color::Green));
+                            }
+                        }
+                        ctx.draw(&CanvasLine::new(3.0, 0.0, 70.0, 100.0, Color::Red));
+                    })
+                    .render(buf.area, &mut buf);
+                buf
+            };
+            assert_eq!(paint(true), paint(false), "round {round}: {points:?}");
+        }
+    }
 
     fn rows(chart: TimeChart, w: u16, h: u16) -> Vec<String> {
         let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
