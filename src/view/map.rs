@@ -246,17 +246,8 @@ pub(crate) fn render_rows(
             } else {
                 cells_w
             };
-            // A row is runs of one glyph: each run's cell is made once and
-            // copied (making a cell's symbol is most of writing it).
-            let mut made: Option<((char, Style), ratatui_core::buffer::Cell)> = None;
-            for (cell, key) in buf.content[row..].iter_mut().zip(map_cells(view, theme, seg, n.min(room))) {
-                match &made {
-                    Some((k, c)) if *k == key => cell.clone_from(c),
-                    _ => {
-                        cell.set_char(key.0).set_style(key.1);
-                        made = Some((key, cell.clone()));
-                    }
-                }
+            for (cell, (glyph, style)) in buf.content[row..].iter_mut().zip(map_cells(view, theme, seg, n.min(room))) {
+                cell.set_char(glyph).set_style(style);
             }
         }
     }
