@@ -13,7 +13,8 @@
 //!   200x60 buffer (view built from the allocator state, then rendered).
 //! - `frame/big_step_200x60`, only with `GPUMEM_TOP_BIG_TRACE=PATH` (a trace
 //!   `tools/big-snapshot.py` makes, millions of events): a frame stepping
-//!   the cursor at the trace's middle, whole and zoomed in (`+` five times).
+//!   the cursor at the trace's middle, whole and zoomed in (`+` five times),
+//!   by state and by category (`w`).
 #![allow(clippy::unwrap_used, reason = "a benchmark fails loudly on a fixture it cannot read")]
 
 use std::hint::black_box;
@@ -223,6 +224,14 @@ fn bench_big_frame(c: &mut Criterion) {
         app.apply(Command::Plus);
     }
     stepping_frames(c, "frame/big_step_200x60_zoomed", &mut app);
+    // By category (`w`), zoomed in and whole: the stacked lines' bytes at
+    // each column's peak, a sample of 256 events apart each.
+    app.apply(Command::ByCategory);
+    stepping_frames(c, "frame/big_step_200x60_zoomed_by_category", &mut app);
+    for _ in 0..5 {
+        app.apply(Command::Minus);
+    }
+    stepping_frames(c, "frame/big_step_200x60_by_category", &mut app);
 }
 
 /// What categorizing adds to a replay (docs/measurements/benchmarks.md, "Categories"):

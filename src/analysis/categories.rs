@@ -240,6 +240,10 @@ pub struct Categories {
     allocs_at: AllocsAt,
     /// Bytes per category before event `k * SAMPLE`; the first, before any.
     samples: Vec<CategoryBytes>,
+    /// No step saturates a category (none goes below nothing or past
+    /// `u64`): the bytes after an event are also the next sample's with
+    /// the steps between taken back.
+    exact: bool,
 }
 
 const SAMPLE: usize = 256;
@@ -370,9 +374,9 @@ impl Categories {
         std::thread::scope(|s| {
             let at = std::thread::Builder::new().name("allocations".into());
             let at = at.spawn_scoped(s, || allocs_at(dev, Spans::of_cores())).ok();
-            let (steps, samples) = Self::counted(dev, start, allocated, &of_event, &at_start);
+            let (steps, (samples, exact)) = Self::counted(dev, start, allocated, &of_event, &at_start);
             let allocs_at = at.map_or_else(|| allocs_at(dev, Spans::of_cores()), joined);
-            Categories { evidence, of_event, steps, at_start, allocs_at, samples }
+            Categories { evidence, of_event, steps, at_start, allocs_at, samples, exact }
         })
     }
 
@@ -384,7 +388,7 @@ impl Categories {
         allocated: Option<(&Arc<Deltas>, u64)>,
         of_event: &[Option<Category>],
         at_start: &HashMap<u64, Category>,
-    ) -> (Arc<Deltas>, Vec<CategoryBytes>) {
+    ) -> (Arc<Deltas>, (Vec<CategoryBytes>, bool)) {
         let n = dev.events.len();
         let mut bytes = CategoryBytes::default();
         for b in start {
@@ -424,8 +428,14 @@ impl Categories {
     /// category, so that each span's first bytes are known before it is
     /// counted, and then count side by side; where a category could go
     /// below nothing or past `u64` (the steps saturate there) every span
-    /// is counted in turn from the last one's end.
-    fn sampled(bytes: CategoryBytes, steps: &Deltas, of_event: &[Option<Category>], sp: Spans) -> Vec<CategoryBytes> {
+    /// is counted in turn from the last one's end. With the samples, whether
+    /// no step saturates (every span stays within reach).
+    fn sampled(
+        bytes: CategoryBytes,
+        steps: &Deltas,
+        of_event: &[Option<Category>],
+        sp: Spans,
+    ) -> (Vec<CategoryBytes>, bool) {
         let n = of_event.len().min(steps.len());
         let cut = sp.cut_whole(n, SAMPLE);
         // Span `r`'s samples, into `out`: those before its events at
@@ -462,7 +472,7 @@ impl Categories {
             });
             if !stays {
                 count(bytes, 0..n, &mut samples[1..]);
-                return samples;
+                return (samples, false);
             }
             firsts.push(CategoryBytes(std::array::from_fn(|c| (i128::from(b.0[c]) + walk[c].0) as u64)));
         }
@@ -478,7 +488,7 @@ impl Categories {
             rest = tail;
         }
         super::spans::each(parts, |(r, b, part)| count(b, r, part));
-        samples
+        (samples, true)
     }
 
     /// Whether each of `a` is `signed` of its event and its size: a pass
@@ -534,8 +544,21 @@ impl Categories {
             Some((p, b)) if p <= i && p >= k * SAMPLE => (p + 1, b),
             _ => (k * SAMPLE, self.samples.get(k).copied().unwrap_or(first)),
         };
-        for j in from..=i {
-            apply(&mut b, self.steps.get(j), self.of_event[j]);
+        // Nearer the next sample, and no step saturates: back from it, half
+        // the steps on average (a 10M timeline's columns are each in a
+        // sample of their own).
+        let next = (k + 1) * SAMPLE;
+        if let Some(&after) = self.samples.get(k + 1).filter(|_| self.exact && next - 1 - i < i + 1 - from) {
+            let mut b = after;
+            for (d, &c) in self.steps.range(i + 1..next).zip(&self.of_event[i + 1..next]) {
+                let at = c.unwrap_or(Category::Unknown).index();
+                // The inverse of the step `apply` made, which did not saturate.
+                b.0[at] = b.0[at].wrapping_sub(d as u64);
+            }
+            return b;
+        }
+        for (d, &c) in self.steps.range(from..i + 1).zip(&self.of_event[from..=i]) {
+            apply(&mut b, d, c);
         }
         b
     }
@@ -1099,12 +1122,9 @@ impl Trace<'_> {
 }
 
 fn apply(b: &mut CategoryBytes, step: i64, c: Option<Category>) {
-    let c = c.unwrap_or(Category::Unknown);
-    if step > 0 {
-        b.add(c, step as u64);
-    } else if step < 0 {
-        b.sub(c, step.unsigned_abs());
-    }
+    // Saturating at nothing and at `u64::MAX`, whichever way the step goes.
+    let i = c.unwrap_or(Category::Unknown).index();
+    b.0[i] = b.0[i].saturating_add_signed(step);
 }
 
 /// The blocks alive at a trace's start: a window's rebuilt first state, or
@@ -1698,8 +1718,41 @@ mod tests {
             let want = one_pass(start, &steps, &of);
             assert_eq!(want.len(), 1 + n.saturating_sub(1) / SAMPLE);
             for k in [1, 2, 3, 7, 64] {
-                let got = Categories::sampled(start, &steps, &of, Spans::exactly(k));
+                let (got, exact) = Categories::sampled(start, &steps, &of, Spans::exactly(k));
                 assert_eq!(got, want, "{n} events, saturating {saturates}, {k} spans");
+                assert_eq!(exact, !saturates || n < 11, "{n} events, saturating {saturates}, {k} spans");
+            }
+            // The bytes after each event, forward from a sample or back
+            // from the next (where nothing saturates), alone and together:
+            // one pass's.
+            let (samples, exact) = Categories::sampled(start, &steps, &of, Spans::exactly(3));
+            let cats = Categories {
+                evidence: Evidence::Stacks,
+                of_event: of.clone(),
+                steps: Arc::new(steps.iter().collect()),
+                at_start: HashMap::new(),
+                allocs_at: AllocsAt::default(),
+                samples,
+                exact,
+            };
+            let mut b = start;
+            let after: Vec<CategoryBytes> = steps
+                .iter()
+                .zip(&of)
+                .map(|(d, &c)| {
+                    apply(&mut b, d, c);
+                    b
+                })
+                .collect();
+            for (i, want) in after.iter().enumerate() {
+                assert_eq!(cats.bytes_after(Some(i)), *want, "{n} events, saturating {saturates}: after {i}");
+            }
+            let points: Vec<usize> = (0..n).step_by(37).chain((0..n).step_by(200)).collect();
+            let mut points = points;
+            points.sort();
+            let each = cats.bytes_after_each(&points);
+            for (&i, got) in points.iter().zip(&each) {
+                assert_eq!(*got, after[i], "{n} events, saturating {saturates}: after {i}, with the others");
             }
         }
     }

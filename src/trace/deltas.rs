@@ -50,6 +50,14 @@ impl Deltas {
         self.small.is_empty()
     }
 
+    /// The changes at `r` (those past the end left out): a walk over a
+    /// stretch reads the small ones in order rather than asking each.
+    pub(crate) fn range(&self, r: std::ops::Range<usize>) -> impl Iterator<Item = i64> + '_ {
+        let r = r.start.min(self.small.len())..r.end.min(self.small.len());
+        let mut wide = self.wide[self.wide.partition_point(|w| w.0 < r.start)..].iter();
+        self.small[r].iter().map(move |&v| if v == WIDE { wide.next().map_or(0, |w| w.1) } else { i64::from(v) })
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = i64> + '_ {
         let mut wide = self.wide.iter();
         self.small.iter().map(move |&v| if v == WIDE { wide.next().map_or(0, |w| w.1) } else { i64::from(v) })
@@ -83,6 +91,12 @@ mod tests {
             assert_eq!(d.get(i), v, "{i}");
         }
         assert_eq!(d.get(vals.len()), 0);
+        for lo in 0..vals.len() {
+            for hi in lo..vals.len() + 2 {
+                let want: Vec<i64> = (lo..hi.min(vals.len())).map(|i| d.get(i)).collect();
+                assert_eq!(d.range(lo..hi).collect::<Vec<_>>(), want, "{lo}..{hi}");
+            }
+        }
         // Four bytes each, and the wide ones beside.
         assert_eq!(d.wide.len(), 5);
     }
