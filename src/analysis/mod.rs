@@ -280,14 +280,16 @@ pub(crate) fn live_by_call_site(
     stacks: &[Vec<Frame>],
     site: impl Fn(&[Frame]) -> String,
 ) -> Vec<(String, u64, usize)> {
-    let mut by_tag: std::collections::HashMap<u32, (u64, usize)> = std::collections::HashMap::new();
+    // foldhash, not SipHash: the screen asks this every frame, of every
+    // live block and call site.
+    let mut by_tag: foldhash::HashMap<u32, (u64, usize)> = foldhash::HashMap::default();
     for b in segments.iter().flat_map(|s| &s.blocks).filter(|b| b.state != BlockState::Inactive) {
         let e = by_tag.entry(b.tag).or_default();
         e.0 += b.size;
         e.1 += 1;
     }
     // Different stacks can share a call site (same line, different callers).
-    let mut by_site: std::collections::HashMap<String, (u64, usize)> = std::collections::HashMap::new();
+    let mut by_site: foldhash::HashMap<String, (u64, usize)> = foldhash::HashMap::default();
     for (tag, (bytes, n)) in by_tag {
         let name = match tag.checked_sub(1).and_then(|t| stacks.get(t as usize)) {
             Some(f) => site(f),
