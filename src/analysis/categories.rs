@@ -1122,9 +1122,12 @@ impl Trace<'_> {
 }
 
 fn apply(b: &mut CategoryBytes, step: i64, c: Option<Category>) {
-    // Saturating at nothing and at `u64::MAX`, whichever way the step goes.
-    let i = c.unwrap_or(Category::Unknown).index();
-    b.0[i] = b.0[i].saturating_add_signed(step);
+    let c = c.unwrap_or(Category::Unknown);
+    if step > 0 {
+        b.add(c, step as u64);
+    } else if step < 0 {
+        b.sub(c, step.unsigned_abs());
+    }
 }
 
 /// The blocks alive at a trace's start: a window's rebuilt first state, or
