@@ -59,8 +59,7 @@ impl Deltas {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = i64> + '_ {
-        let mut wide = self.wide.iter();
-        self.small.iter().map(move |&v| if v == WIDE { wide.next().map_or(0, |w| w.1) } else { i64::from(v) })
+        self.range(0..self.small.len())
     }
 }
 
