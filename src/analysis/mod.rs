@@ -370,13 +370,15 @@ pub(crate) fn human_bytes(n: u64) -> String {
     }
 }
 
+/// The units `short_bytes` prints in; `short_bytes_key` picks one of them.
+const SHORT_UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+
 /// Bytes in a short form for narrow columns: "148M", "2.0M", "512B".
 pub(crate) fn short_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
     match short_bytes_key(n) {
         (0, _, q) => format!("{q}B"),
-        (u, 1, q) => format!("{q}{}", UNITS[u]),
-        (u, _, q) => format!("{}.{}{}", q / 10, q % 10, UNITS[u]),
+        (u, 1, q) => format!("{q}{}", SHORT_UNITS[u]),
+        (u, _, q) => format!("{}.{}{}", q / 10, q % 10, SHORT_UNITS[u]),
     }
 }
 
@@ -384,7 +386,7 @@ pub(crate) fn short_bytes(n: u64) -> String {
 /// keys, equal texts, found without formatting (the timeline compares
 /// thousands of iterations' peaks by their labels).
 pub(crate) fn short_bytes_key(n: u64) -> (usize, u64, u64) {
-    let u = unit_of(n, 4);
+    let u = unit_of(n, SHORT_UNITS.len() - 1);
     let shift = 10 * u as u32;
     match u {
         0 => (0, 1, n),
