@@ -135,6 +135,8 @@ fn bench_replay(c: &mut Criterion) {
     // A big snapshot of one's own (`tools/big-snapshot.py` makes one):
     // the exact replay alone, after the decoding, on one thread.
     let Some(path) = std::env::var_os("GPUMEM_TOP_BIG_TRACE") else { return };
+    // As the screens' loop draws: the timeline beside the other panes.
+    gpumem_top::ui::event::share_frames();
     let t = gpumem_top::trace::load(std::path::Path::new(&path)).unwrap();
     let opts = ReplayOptions::new(t.settings.as_ref().map(|s| s.config()).unwrap_or_default(), 150_109_880_320);
     let mut g = c.benchmark_group("replay");
@@ -214,6 +216,8 @@ fn bench_big_frame(c: &mut Criterion) {
     use gpumem_top::ui::app::ReplayApp;
     use gpumem_top::ui::event::{Command, Interactive};
     let Some(path) = std::env::var_os("GPUMEM_TOP_BIG_TRACE") else { return };
+    // As the screens' loop draws: the timeline beside the other panes.
+    gpumem_top::ui::event::share_frames();
     let t = gpumem_top::trace::load(std::path::Path::new(&path)).unwrap();
     let opened = gpumem_top::replay::open(&t, "big", &Default::default()).unwrap();
     let n = opened.dev.events.len();

@@ -754,6 +754,49 @@ mod replay_tests {
         app.model.go(9000);
         assert_eq!(drawn(&app), at_9000);
     }
+
+    /// A frame drawn on a thread with a helper (its timeline beside the
+    /// other panes, in its own buffer) is the frame drawn on one thread:
+    /// whole and zoomed, by state and by category, at the peak and at the
+    /// ends.
+    #[test]
+    fn frames_drawn_with_a_helper_are_frames_drawn_alone() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+        let t = crate::trace::load(&path).unwrap();
+        let opened = crate::replay::open(&t, "gpt2", &Default::default()).unwrap();
+        let mut app = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
+        let drawn = |app: &ReplayApp| {
+            let mut buf = ratatui_core::buffer::Buffer::empty(area);
+            app.draw_into(area, &mut buf);
+            buf
+        };
+        let last = app.model.last();
+        let mut frames = 0;
+        for by_category in [false, true] {
+            if by_category {
+                app.apply(Command::ByCategory);
+            }
+            for at in [0, 4400, last] {
+                app.go(at);
+                for zoom in 0..3 {
+                    if zoom > 0 {
+                        app.apply(Command::Plus);
+                    }
+                    let alone = drawn(&app);
+                    let (helped, in_pool) = pool.install(|| (drawn(&app), rayon::current_thread_index().is_some()));
+                    assert!(in_pool);
+                    assert_eq!(helped, alone, "at {at}, zoom {zoom}, by category {by_category}");
+                    frames += 1;
+                }
+                for _ in 1..3 {
+                    app.apply(Command::Minus);
+                }
+            }
+        }
+        assert_eq!(frames, 18);
+    }
 }
 
 #[cfg(test)]

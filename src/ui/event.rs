@@ -313,6 +313,19 @@ impl<B: ratatui_core::backend::Backend> ratatui_core::backend::Backend for Cache
     }
 }
 
+/// Makes the calling thread, the one that draws the frames, a worker of
+/// rayon's pool with one helper, on which a long run's timeline is drawn
+/// beside the other panes (docs/measurements/benchmarks.md, "The timeline
+/// beside the other panes"). The pool is made once in a process; where
+/// another thread made it, frames here are drawn on this thread alone.
+pub fn share_frames() {
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .use_current_thread()
+        .thread_name(|i| format!("gpumem-top frames {i}"))
+        .build_global();
+}
+
 /// Runs `app` in the terminal until it quits or a quit event arrives; it
 /// opens no other screen.
 pub fn run_app(app: &mut dyn Interactive, events: Events) -> std::io::Result<()> {
@@ -323,6 +336,7 @@ pub fn run_app(app: &mut dyn Interactive, events: Events) -> std::io::Result<()>
 /// when the root closes or a quit event (a signal, a closed terminal)
 /// arrives.
 pub fn run_screens<'o>(root: &mut dyn Interactive, events: Events, open: &mut Opener<'o>) -> std::io::Result<()> {
+    share_frames();
     let signals = spawn_signals(events.sender())?;
     // Frames go out through a 16 KiB buffer: a live frame's changes (about
     // 5 KB) in one write, where the line-buffered stdout made dozens.

@@ -132,20 +132,40 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         format!(" {} ─ {} ", view.chrome.source, view.chrome.position),
     ];
     let title = longest_fitting(title, room).unwrap_or_else(|| format!(" {} ", view.chrome.position));
-    let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
-    render_bars(view, theme, inner, buf);
-
-    let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
-    render_map(view, theme, map, buf);
-    if let Some(o) = view.chrome.oom.as_ref().filter(|_| !view.sel.zoom && !view.sel.compact) {
-        // Over the lower part of the map: the state is still the one the
-        // request met, above it. A zoomed or compact map is the user's
-        // choice to see the segments, and keeps the whole pane.
-        let h = (map.height / 2).max(4).min(map.height);
-        render_oom(theme, o, view.marks.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
+    let panes = |buf: &mut Buffer| {
+        let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
+        render_bars(view, theme, inner, buf);
+        let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
+        render_map(view, theme, map, buf);
+        if let Some(o) = view.chrome.oom.as_ref().filter(|_| !view.sel.zoom && !view.sel.compact) {
+            // Over the lower part of the map: the state is still the one the
+            // request met, above it. A zoomed or compact map is the user's
+            // choice to see the segments, and keeps the whole pane.
+            let h = (map.height / 2).max(4).min(map.height);
+            render_oom(theme, o, view.marks.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
+        }
+        render_histogram(view, theme, hist, buf);
+    };
+    // A long run's timeline (its columns' peaks, stacked bytes, lines) is
+    // as much work as the other panes together: where the frame is drawn
+    // on a thread with a helper (`ui::event::share_frames`), it is drawn
+    // beside them into its own buffer, then moved into place
+    // (docs/measurements/benchmarks.md, "The timeline beside the other panes").
+    if rayon::current_thread_index().is_none() || view.marks.timeline.len() < PARALLEL_TIMELINE_POINTS {
+        panes(buf);
+        render_timeline(view, theme, bottom, buf);
+    } else {
+        let bottom = bottom.intersection(buf.area);
+        let (timeline, ()) = rayon::join(
+            || {
+                let mut own = Buffer::empty(bottom);
+                render_timeline(view, theme, bottom, &mut own);
+                own
+            },
+            || panes(buf),
+        );
+        put_buffer(buf, timeline);
     }
-    render_histogram(view, theme, hist, buf);
-    render_timeline(view, theme, bottom, buf);
     // A message (a written file, an alert) goes first: it matters more than
     // the key hints, which shrink to make room.
     let hints = view.chrome.mode.map(|m| crate::keys::hints_within(m, status.width as usize)).unwrap_or_default();
@@ -165,6 +185,21 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     put_rows(buf, status, lines);
     if let (true, Some(mode)) = (view.sel.help, view.chrome.mode) {
         help_overlay(theme.color, mode, view.marks.meaning.is_some(), view.sel.help_scroll, area, buf);
+    }
+}
+
+/// Timelines of fewer points are drawn on the frame's own thread: handing
+/// work to another costs tens of microseconds, more than they take. Unit
+/// tests, whose traces are small, draw every timeline beside the panes.
+const PARALLEL_TIMELINE_POINTS: usize = if cfg!(test) { 1 } else { 1 << 18 };
+
+/// `part`'s cells moved into `buf` (whose area holds `part`'s).
+fn put_buffer(buf: &mut Buffer, mut part: Buffer) {
+    let a = part.area;
+    for y in a.top()..a.bottom() {
+        let (to, from) = (buf.index_of(a.x, y), part.index_of(a.x, y));
+        let w = a.width as usize;
+        buf.content[to..to + w].swap_with_slice(&mut part.content[from..from + w]);
     }
 }
 
