@@ -45,9 +45,21 @@ pub struct Scrubber<'a> {
     /// Allocated and reserved bytes after each recorded event (none for a
     /// forward-only scrubber).
     points: Vec<StatePoint>,
+    /// The state `RUNG` events before the target of the last seek that
+    /// resumed from a kept state farther back: steps back from there
+    /// resume from it.
+    rung: Option<Stepper<'a>>,
     /// Steps the last `seek` took (to keep scrubbing honest in tests).
     last_steps: usize,
 }
+
+/// Events before its target at which a seek that resumed from a kept state
+/// and replays more than this keeps a copy of the state (`Scrubber::rung`). Stepping back one event at
+/// a time, each seek resumed from the checkpoint before, replaying up to
+/// the interval (2,048 events at ten million): from the copy it replays at
+/// most this many, plus a copy's cost (about 110 steps) once in this many
+/// events (docs/measurements/benchmarks.md, "A rung behind the cursor").
+const RUNG: usize = 256;
 
 /// A scrubber's first pass under way: the checkpoints and the timeline
 /// kept as a replay steps (`Scrubber::tagged` steps one; the replay run
@@ -159,7 +171,7 @@ impl Scrubbing {
     pub(crate) fn finish<'a>(self, rec: EventsRef<'a>, tags: &'a [u32]) -> Scrubber<'a> {
         let checkpoints = filled(self.checkpoints, rec, tags);
         let cur = checkpoints[0].resume(rec, tags);
-        Scrubber { rec, tags, checkpoints, every: self.every, cur, points: self.points, last_steps: 0 }
+        Scrubber { rec, tags, checkpoints, every: self.every, cur, points: self.points, rung: None, last_steps: 0 }
     }
 }
 
@@ -266,6 +278,7 @@ impl<'a> Scrubber<'a> {
             every: usize::MAX,
             cur: st,
             points: Vec::new(),
+            rung: None,
             last_steps: 0,
         })
     }
@@ -298,19 +311,33 @@ impl<'a> Scrubber<'a> {
             return self.cur.allocator();
         }
         let target = event.min(self.len().saturating_sub(1)) + 1;
+        self.last_steps = 0;
         if self.cur.position() > target || target - self.cur.position() > self.every {
             let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);
-            self.cur = self.checkpoints[at].resume(self.rec, self.tags);
+            let from = self.checkpoints[at].position();
+            self.cur = match self.rung.as_ref().filter(|r| r.position() <= target && r.position() > from) {
+                Some(rung) => rung.clone(),
+                None => self.checkpoints[at].resume(self.rec, self.tags),
+            };
+            if target - self.cur.position() > RUNG {
+                self.step_to(target - RUNG);
+                self.rung = Some(self.cur.clone());
+            }
         }
-        self.last_steps = 0;
-        while self.cur.position() < target {
+        self.step_to(target);
+        self.cur.allocator()
+    }
+
+    /// Steps on until the state is at `position` or just past it (a step
+    /// may take several events).
+    fn step_to(&mut self, position: usize) {
+        while self.cur.position() < position {
             // The first pass reproduced every event, so a step cannot fail here.
             if self.cur.step().is_err() {
                 break;
             }
             self.last_steps += 1;
         }
-        self.cur.allocator()
     }
 
     /// The allocator where the last `seek` left it.
@@ -399,6 +426,43 @@ mod tests {
         s.seek(100);
         s.seek(101);
         assert!(s.last_steps() <= 1);
+    }
+
+    /// Stepping back one event at a time, each seek resumes from the copy
+    /// kept `RUNG` events before the last target that needed a checkpoint,
+    /// not from the checkpoint, and lands where a fresh replay does.
+    #[test]
+    fn steps_back_resume_from_the_rung_behind_the_cursor() {
+        let t = fixture("resnet50_train.pickle.gz");
+        let d = &t.devices[0];
+        let opts = ReplayOptions::new(t.settings.as_ref().unwrap().config(), 150_109_880_320);
+        let mut s = Scrubber::new(d.events.view(), &opts, &[], 2048).unwrap();
+        let fresh = |e: usize| {
+            let mut o = opts.clone();
+            o.stop_at = Some(e + 1);
+            replay_events(d.events.view(), &o).allocator
+        };
+        // 1,852 events past the checkpoint at 2,048.
+        s.seek(3900);
+        assert!(s.last_steps() > RUNG, "{}", s.last_steps());
+        let mut long = Vec::new();
+        for e in (3300..3900).rev() {
+            let got = s.seek(e).snapshot();
+            if s.last_steps() > RUNG + 1 {
+                long.push(e);
+            }
+            if e % 97 == 0 {
+                assert_eq!(got, fresh(e).snapshot(), "event {e}");
+            }
+        }
+        // From the checkpoint only past each rung: two in 600 steps back.
+        assert_eq!(long.len(), 2, "{long:?}");
+        assert!(long[0] < 3900 - RUNG && long[1] < long[0] - RUNG + 2, "{long:?}");
+        // Forward past the rung and back: from a new rung, then from it.
+        s.seek(3700);
+        assert_eq!(s.seek(3650).memory_stats(), fresh(3650).memory_stats());
+        assert_eq!(s.seek(3649).memory_stats(), fresh(3649).memory_stats());
+        assert!(s.last_steps() <= RUNG + 1, "{}", s.last_steps());
     }
 
     /// A forward-only scrubber keeps neither timeline nor checkpoints, and
