@@ -15,6 +15,16 @@ use crate::alloc::StatePoint;
 /// items of the last level between.
 const LEVELS: [usize; 3] = [32, 256, 4096];
 
+/// The largest block whose items answer a range aligned to it, at most an
+/// eighth of `span` points; 1 for a span under 256. A frame's columns of
+/// `span` points each, their ends moved to multiples of it, read no
+/// partial block below it: at ten million events the points themselves
+/// and the first level were half of a column's reads
+/// (docs/measurements/benchmarks.md, "Columns on the blocks' boundaries").
+pub(crate) fn grain(span: usize) -> usize {
+    LEVELS.iter().rev().copied().find(|&b| b * 8 <= span).unwrap_or(1)
+}
+
 /// The most allocated (first such point) and the most reserved of a range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Peak {

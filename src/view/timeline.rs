@@ -137,7 +137,7 @@ fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, b
     // The braille column of point i: by event, or by time on a live clock.
     let times = view.marks.clock.map(|c| c.times).filter(|t| t.len() == n);
     let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
-    let cols = Columns { n, cols: (plot.width as usize) * 2, times, span };
+    let cols = Columns::new(view, n, (plot.width as usize) * 2, times, span);
     let peaks = column_peaks(view, &cols);
     let (alloc, reserved) = series_points(view, &cols, &peaks);
     let stacked = stacked_lines(view, &cols, &peaks);
@@ -248,22 +248,55 @@ pub(crate) struct Columns<'t> {
     cols: usize,
     times: Option<&'t [f64]>,
     span: f64,
+    /// By event, each column's first point moved down to a multiple of
+    /// `grain` points counted from `origin` points before the first (the
+    /// block maxima's own boundaries: `range_max::grain`); 1 where not.
+    grain: usize,
+    origin: usize,
 }
 
-impl Columns<'_> {
+impl<'t> Columns<'t> {
+    /// `cols` braille columns over `view`'s timeline of `n` points, by
+    /// event or (`times`, `span` seconds) on a clock.
+    fn new(view: &View, n: usize, cols: usize, times: Option<&'t [f64]>, span: f64) -> Columns<'t> {
+        let grain = match view.marks.maxima {
+            Some(_) if times.is_none() => crate::analysis::range_max::grain(n / cols.max(1)),
+            _ => 1,
+        };
+        Columns { n, cols, times, span, grain, origin: view.marks.maxima.map_or(0, |m| m.offset) }
+    }
+
     /// The braille column of point `i`.
     fn col(&self, i: usize) -> f64 {
         let i = i.min(self.n - 1);
         match self.times {
             Some(t) => (((t[i] - t[0]) / self.span * self.cols as f64) as usize).min(self.cols - 1) as f64,
-            None => (i * self.cols / self.n) as f64,
+            None if self.grain == 1 => (i * self.cols / self.n) as f64,
+            None => {
+                // A column's first point moved down by less than a column:
+                // `i` is in the column it falls in unmoved, or the next.
+                let c = i * self.cols / self.n;
+                (if c + 1 < self.cols && i >= self.start(c + 1) { c + 1 } else { c }) as f64
+            }
         }
+    }
+
+    /// The first point of braille column `c`, by event.
+    fn start(&self, c: usize) -> usize {
+        let at = c * self.n / self.cols;
+        if self.grain == 1 {
+            return at;
+        }
+        // Columns of at least eight grains: moved down, still after the
+        // one before.
+        ((at + self.origin) / self.grain * self.grain).saturating_sub(self.origin)
     }
 
     /// The points braille column `c` bins, by event (not on a clock).
     fn range(&self, c: usize) -> (usize, usize) {
-        let lo = c * self.n / self.cols;
-        (lo, ((c + 1) * self.n / self.cols).max(lo + 1).min(self.n))
+        let lo = self.start(c);
+        let hi = if c + 1 >= self.cols { self.n } else { self.start(c + 1) };
+        (lo, hi.max(lo + 1).min(self.n))
     }
 }
 
@@ -501,4 +534,36 @@ pub(crate) fn timeline_footer(view: &View, of: Option<usize>, times: Option<&[f6
         }
     };
     axis
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Columns whose first points are moved to the block maxima's
+    /// boundaries still cover every point once and in order, less than a
+    /// grain from where they were, each point in the column `col` names.
+    #[test]
+    fn columns_on_the_blocks_boundaries_cover_every_point_once() {
+        let cases =
+            [(10_000_000, 396, 0, 256), (312_500, 396, 4_843_767, 32), (9_999_353, 398, 0, 256), (70_000, 396, 5, 1)];
+        for (n, cols, origin, grain) in cases {
+            assert_eq!(crate::analysis::range_max::grain(n / cols), grain, "{n} points, {cols} columns");
+            let c = Columns { n, cols, times: None, span: 1.0, grain, origin };
+            let mut next = 0;
+            for col in 0..cols {
+                let (lo, hi) = c.range(col);
+                assert!(lo == next && hi > lo, "column {col}: {lo}..{hi} after {next}");
+                assert!(col * n / cols - lo < grain, "column {col}");
+                if grain > 1 {
+                    assert!(col == 0 || (lo + origin) % grain == 0, "column {col}");
+                    for i in [lo, lo + 1, (lo + hi) / 2, hi - 1] {
+                        assert_eq!(c.col(i) as usize, col, "point {i}");
+                    }
+                }
+                next = hi;
+            }
+            assert_eq!(next, n);
+        }
+    }
 }
