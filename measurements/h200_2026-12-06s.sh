@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# This session's frame changes at ad02205 (the timeline beside the other
-# panes, a rung behind the cursor, columns on the blocks' boundaries):
-# the big-trace frame benches of 6a67990 (.gpu/bench-h.xz) and ad02205
-# (.gpu/bench-s.xz) alternating, old, new, old, new, over the generated
-# 10M trace; then ad02205's release binary (.gpu/gt-s.xz): the screen's
+# This session's frame changes at d1aa7f6 (the timeline beside the other
+# panes, a rung behind the cursor, columns on the blocks' boundaries, the
+# categories' samples twice as near): the big-trace frame benches of
+# 6a67990 (.gpu/bench-h.xz) and d1aa7f6 (.gpu/bench-s.xz) alternating,
+# old, new, old, new, over the generated 10M trace; then d1aa7f6's
+# release binary (.gpu/gt-s.xz): the screen's
 # first frame three times alternating with `replay --json`, measure.sh on
 # the generated trace, and the gpt2 frame benches once. lscpu first;
 # packed after every stage.
