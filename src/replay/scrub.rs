@@ -54,11 +54,11 @@ pub struct Scrubber<'a> {
 }
 
 /// Events before its target at which a seek that resumed from a kept state
-/// and replays more than this keeps a copy of the state (`Scrubber::rung`). Stepping back one event at
-/// a time, each seek resumed from the checkpoint before, replaying up to
-/// the interval (2,048 events at ten million): from the copy it replays at
-/// most this many, plus a copy's cost (about 110 steps) once in this many
-/// events (docs/measurements/benchmarks.md, "A rung behind the cursor").
+/// and replays more than this keeps a copy of the state (`Scrubber::rung`).
+/// A step back from the checkpoint before replays up to the interval
+/// (2,048 events at ten million); from the copy at most this many, plus a
+/// copy's cost (about 110 steps) once in this many events walked back
+/// (docs/measurements/benchmarks.md, "A rung behind the cursor").
 const RUNG: usize = 256;
 
 /// A scrubber's first pass under way: the checkpoints and the timeline
