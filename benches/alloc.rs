@@ -14,7 +14,8 @@
 //! - `frame/big_step_200x60`, only with `GPUMEM_TOP_BIG_TRACE=PATH` (a trace
 //!   `tools/big-snapshot.py` makes, millions of events): a frame stepping
 //!   the cursor at the trace's middle, whole and zoomed in (`+` five times),
-//!   by state and by category (`w`).
+//!   by state and by category (`w`); and jumps far back and forth, each
+//!   frame replaying from a checkpoint.
 #![allow(clippy::unwrap_used, reason = "a benchmark fails loudly on a fixture it cannot read")]
 
 use std::hint::black_box;
@@ -236,6 +237,21 @@ fn bench_big_frame(c: &mut Criterion) {
         app.apply(Command::Minus);
     }
     stepping_frames(c, "frame/big_step_200x60_by_category", &mut app);
+    // The worst frame at any cursor: a jump (a click, `g`, an OOM) to an
+    // event 2,040 past a checkpoint (they are 2,048 apart at ten million),
+    // far from the last, so that no rung helps: each frame replays from a
+    // checkpoint, by category.
+    let near_end = |e: usize| e / 2048 * 2048 + 2040;
+    let (a, b) = (near_end(n / 4), near_end(3 * n / 4));
+    let mut term = ratatui_core::terminal::Terminal::new(ratatui_core::backend::TestBackend::new(200, 60)).unwrap();
+    let mut to_a = true;
+    c.bench_function("frame/big_jump_200x60_by_category", |bch| {
+        bch.iter(|| {
+            app.go(if to_a { a } else { b });
+            to_a = !to_a;
+            term.draw(|f| app.draw(f)).unwrap();
+        })
+    });
 }
 
 /// What categorizing adds to a replay (docs/measurements/benchmarks.md, "Categories"):

@@ -313,7 +313,8 @@ impl<'a> Scrubber<'a> {
         let target = event.min(self.len().saturating_sub(1)) + 1;
         self.last_steps = 0;
         if self.cur.position() > target || target - self.cur.position() > self.every {
-            let at = self.checkpoints.iter().rposition(|c| c.position() <= target).unwrap_or(0);
+            // In order of position: a jump among thousands searches them.
+            let at = self.checkpoints.partition_point(|c| c.position() <= target).saturating_sub(1);
             let from = self.checkpoints[at].position();
             self.cur = match self.rung.as_ref().filter(|r| r.position() <= target && r.position() > from) {
                 Some(rung) => rung.clone(),
