@@ -136,8 +136,6 @@ fn bench_replay(c: &mut Criterion) {
     // A big snapshot of one's own (`tools/big-snapshot.py` makes one):
     // the exact replay alone, after the decoding, on one thread.
     let Some(path) = std::env::var_os("GPUMEM_TOP_BIG_TRACE") else { return };
-    // As the screens' loop draws: the timeline beside the other panes.
-    gpumem_top::ui::event::share_frames();
     let t = gpumem_top::trace::load(std::path::Path::new(&path)).unwrap();
     let opts = ReplayOptions::new(t.settings.as_ref().map(|s| s.config()).unwrap_or_default(), 150_109_880_320);
     let mut g = c.benchmark_group("replay");
@@ -230,7 +228,7 @@ fn bench_big_frame(c: &mut Criterion) {
     }
     stepping_frames(c, "frame/big_step_200x60_zoomed", &mut app);
     // By category (`w`), zoomed in and whole: the stacked lines' bytes at
-    // each column's peak, a sample of 256 events apart each.
+    // each column's peak, from the categories' samples 128 events apart.
     app.apply(Command::ByCategory);
     stepping_frames(c, "frame/big_step_200x60_zoomed_by_category", &mut app);
     for _ in 0..5 {
