@@ -112,31 +112,27 @@ fn line_points((x1, y1): (usize, usize), (x2, y2): (usize, usize), mut f: impl F
     } else if dy == 0 {
         (x1.min(x2)..=x1.max(x2)).for_each(|x| f(x, y1));
     } else if dy < dx {
-        let ((x1, y1), (x2, y2)) = if x1 > x2 { ((x2, y2), (x1, y1)) } else { ((x1, y1), (x2, y2)) };
-        let (dx, dy) = (dx as isize, dy as isize);
-        let mut d = 2 * dy - dx;
-        let mut y = y1;
-        for x in x1..=x2 {
-            f(x, y);
-            if d > 0 {
-                y = if y1 > y2 { y.saturating_sub(1) } else { y.saturating_add(1) };
-                d -= 2 * dx;
-            }
-            d += 2 * dy;
-        }
+        along_x((x1, y1), (x2, y2), f);
     } else {
-        let ((x1, y1), (x2, y2)) = if y1 > y2 { ((x2, y2), (x1, y1)) } else { ((x1, y1), (x2, y2)) };
-        let (dx, dy) = (dx as isize, dy as isize);
-        let mut d = 2 * dx - dy;
-        let mut x = x1;
-        for y in y1..=y2 {
-            f(x, y);
-            if d > 0 {
-                x = if x1 > x2 { x.saturating_sub(1) } else { x.saturating_add(1) };
-                d -= 2 * dy;
-            }
-            d += 2 * dx;
+        // Steep: the same walk along y, the axes swapped.
+        along_x((y1, x1), (y2, x2), |y, x| f(x, y));
+    }
+}
+
+/// Bresenham's walk from the end with the lesser `x` to the other, one
+/// point per `x` (the longer axis).
+fn along_x(a: (usize, usize), b: (usize, usize), mut f: impl FnMut(usize, usize)) {
+    let ((x1, y1), (x2, y2)) = if a.0 > b.0 { (b, a) } else { (a, b) };
+    let (dx, dy) = (x2.abs_diff(x1) as isize, y2.abs_diff(y1) as isize);
+    let mut d = 2 * dy - dx;
+    let mut y = y1;
+    for x in x1..=x2 {
+        f(x, y);
+        if d > 0 {
+            y = if y1 > y2 { y.saturating_sub(1) } else { y.saturating_add(1) };
+            d -= 2 * dx;
         }
+        d += 2 * dy;
     }
 }
 
