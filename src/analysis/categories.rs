@@ -1755,8 +1755,7 @@ mod tests {
             for (i, want) in after.iter().enumerate() {
                 assert_eq!(cats.bytes_after(Some(i)), *want, "{n} events, saturating {saturates}: after {i}");
             }
-            let points: Vec<usize> = (0..n).step_by(37).chain((0..n).step_by(200)).collect();
-            let mut points = points;
+            let mut points: Vec<usize> = (0..n).step_by(37).chain((0..n).step_by(200)).collect();
             points.sort();
             let each = cats.bytes_after_each(&points);
             for (&i, got) in points.iter().zip(&each) {
