@@ -235,7 +235,7 @@ fn bench_big_frame(c: &mut Criterion) {
         app.apply(Command::Minus);
     }
     stepping_frames(c, "frame/big_step_200x60_by_category", &mut app);
-    // The worst frame at any cursor: a jump (a click, `g`, an OOM) to an
+    // The worst frame at any cursor: a jump (a page, `g`, an OOM) to an
     // event 2,040 past a checkpoint (they are 2,048 apart at ten million),
     // far from the last, so that no rung helps: each frame replays from a
     // checkpoint, by category.

@@ -61,14 +61,14 @@ pub fn picture(
         let (panel, rows) = match view {
             ViewKind::Bars => (Panel::Bars, 7),
             // Every segment a row (up to 60), the histogram beside them.
-            ViewKind::Fragmap => (Panel::Map, (model.now().state.snapshot().len() as u16 + 5).clamp(25, 65)),
+            ViewKind::Fragmap => (Panel::Map, (model.now().state().snapshot().len() as u16 + 5).clamp(25, 65)),
             ViewKind::Timeline => (Panel::Timeline, 17),
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, cols, rows));
         let focus = if view == ViewKind::Timeline { Focus::Timeline } else { Focus::Map };
         let sel = Selection { focus, panel: Some(panel), color_by, ..Selection::default() };
         let area = buf.area;
-        ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None, segments: None }
+        ReplayScreen { model, sel, color: !plain, status: String::new(), mode: None, segments: None, going: None }
             .render(area, &mut buf);
         return Ok(super::text::from_buffer(&buf, !plain).into_bytes());
     }
@@ -81,8 +81,8 @@ pub fn picture(
         format!(" (OOM: {} requested on stream {}{site})", crate::analysis::human_bytes(o.size), o.stream)
     });
     let at = model.now();
-    let marks = Marks::of(&at, cursor, peak_at);
-    let a = at.state;
+    let marks = Marks::of(&at.marks, cursor, peak_at);
+    let a = at.state();
     let segs = a.snapshot();
     let mark = match (&oom, Some(cursor) == peak_at) {
         (Some(o), _) => o.clone(),

@@ -2,6 +2,9 @@
 //! its events with the timeline's marks. The interactive view adds a cursor
 //! and keys (`ui`); `export` draws one moment of it; neither owns it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 use crate::alloc::{CachingAllocator, StatePoint};
 use crate::analysis::categories::{Categories, Category, CategoryBytes, Evidence};
 use crate::device::Oracle;
@@ -78,7 +81,14 @@ impl Meaning<'_> {
 }
 
 pub struct ReplayModel<'a> {
-    scrub: Scrubber<'a>,
+    /// Behind a lock: the frame that draws a jump seeks on its thread
+    /// while another draws the timeline, which reads nothing the lock
+    /// holds (`go_shared`; docs/measurements/benchmarks.md, "A jump's
+    /// seek beside its timeline").
+    scrub: Mutex<Scrubber<'a>>,
+    /// Allocated and reserved bytes after each event (the scrubber's first
+    /// pass, taken from it).
+    points: Vec<StatePoint>,
     pub(crate) stacks: &'a [Vec<Frame>],
     /// The file's name, as the header shows it.
     pub(crate) name: String,
@@ -104,8 +114,8 @@ pub struct ReplayModel<'a> {
     /// The highest reserved bytes of the whole trace.
     peak_reserved: u64,
     /// The event whose state the scrubber stands at (`go`): what a frame
-    /// draws, read-only.
-    cursor: usize,
+    /// draws, read-only. Set with the lock held.
+    cursor: AtomicUsize,
     /// The timeline's block maxima, built once.
     maxima: crate::analysis::range_max::RangeMax,
 }
@@ -189,9 +199,10 @@ impl<'a> ReplayModel<'a> {
         name: String,
         window: bool,
     ) -> Self {
+        let points = scrub.take_points();
         // The index finds the run's peaks in the same pass it is built in.
-        let maxima = crate::analysis::range_max::RangeMax::of(scrub.points(), &iterations);
-        let whole = maxima.query(scrub.points(), 0, scrub.points().len());
+        let maxima = crate::analysis::range_max::RangeMax::of(&points, &iterations);
+        let whole = maxima.query(&points, 0, points.len());
         let peak_at = whole.map(|p| p.at);
         let peak_reserved = match whole {
             Some(p) => p.reserved,
@@ -215,9 +226,10 @@ impl<'a> ReplayModel<'a> {
             categories: None,
             label: None,
             peak_reserved,
-            cursor: 0,
+            cursor: AtomicUsize::new(0),
             maxima,
-            scrub,
+            scrub: Mutex::new(scrub),
+            points,
         }
     }
 
@@ -231,7 +243,19 @@ impl<'a> ReplayModel<'a> {
 
     /// Allocated and reserved bytes after each event.
     pub(crate) fn points(&self) -> &[StatePoint] {
-        self.scrub.points()
+        &self.points
+    }
+
+    /// The scrubber, unlocked: no frame draws from a model borrowed
+    /// mutably.
+    fn scrub(&mut self) -> &mut Scrubber<'a> {
+        self.scrub.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The scrubber, locked (a panic in a frame that held it leaves a
+    /// state that is still whole: the next seek goes on from it).
+    fn locked(&self) -> MutexGuard<'_, Scrubber<'a>> {
+        self.scrub.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The highest reserved bytes of the whole trace (a state-only
@@ -249,13 +273,23 @@ impl<'a> ReplayModel<'a> {
     /// is part of); returns the event shown. Frames then draw that state
     /// through `&self` (`now`, `cursor`).
     pub(crate) fn go(&mut self, cursor: usize) -> usize {
-        self.cursor = self.scrub.shown(cursor);
-        self.cursor
+        let shown = self.scrub().shown(cursor);
+        *self.cursor.get_mut() = shown;
+        shown
+    }
+
+    /// As `go`, through a shared model: a frame seeks on its thread while
+    /// another draws the timeline from `marks_at` (`ReplayScreen::going`).
+    pub(crate) fn go_shared(&self, cursor: usize) -> usize {
+        let mut scrub = self.locked();
+        let shown = scrub.shown(cursor);
+        self.cursor.store(shown, Ordering::Relaxed);
+        shown
     }
 
     /// The event whose state the model stands at.
     pub(crate) fn cursor(&self) -> usize {
-        self.cursor
+        self.cursor.load(Ordering::Relaxed)
     }
 
     /// Moves the cursor by `step`; returns the event shown. The previous
@@ -263,10 +297,10 @@ impl<'a> ReplayModel<'a> {
     /// then alloc, show one state: the alloc's). The replay and a paused
     /// synth step alike.
     pub(crate) fn step(&mut self, step: Step) -> usize {
-        let (cursor, last) = (self.cursor, self.last());
+        let (cursor, last) = (self.cursor(), self.last());
         let to = match step {
             Step::Previous | Step::Next => {
-                let from = self.scrub.shown(cursor);
+                let from = self.scrub().shown(cursor);
                 let mut c = cursor;
                 loop {
                     let next = step.from(c, last, 1);
@@ -274,25 +308,37 @@ impl<'a> ReplayModel<'a> {
                         break;
                     }
                     c = next;
-                    if self.scrub.shown(c) != from {
+                    if self.scrub().shown(c) != from {
                         break;
                     }
                 }
                 c
             }
-            _ => step.from(cursor, last, (self.points().len() / 20).max(1)),
+            _ => return self.go(self.jump(step)),
         };
         self.go(to)
     }
 
+    /// Where `step` goes from the cursor when it is not to a neighbour
+    /// (a page, the first or the last event): no state is needed to say.
+    pub(crate) fn jump(&self, step: Step) -> usize {
+        step.from(self.cursor(), self.last(), (self.points().len() / 20).max(1))
+    }
+
     /// The state the model stands at (`go`) with the timeline and its
-    /// marks, borrowed (a frame draws them all; nothing is copied).
+    /// marks, borrowed (a frame draws them all; nothing is copied). The
+    /// scrubber stays locked while it is held.
     pub(crate) fn now(&self) -> ReplayAt<'_, 'a> {
-        let points = self.scrub.points();
+        ReplayAt { marks: self.marks_at(self.cursor()), scrub: self.locked() }
+    }
+
+    /// The timeline and its marks with the cursor at `cursor`: what the
+    /// timeline draws, read without the lock.
+    pub(crate) fn marks_at(&self, cursor: usize) -> ReplayMarks<'_> {
+        let points = &self.points[..];
         // A state-only snapshot has no events: its blocks are the start's.
-        let shown = (!points.is_empty()).then_some(self.cursor);
-        ReplayAt {
-            state: self.scrub.current(),
+        let shown = (!points.is_empty()).then_some(cursor);
+        ReplayMarks {
             points,
             ooms: &self.ooms,
             empty_caches: &self.empty_caches,
@@ -313,9 +359,22 @@ impl<'a> ReplayModel<'a> {
     }
 }
 
-/// What one moment of a replay draws: `ReplayModel::at`.
+/// What one moment of a replay draws: `ReplayModel::now`.
 pub(crate) struct ReplayAt<'m, 'a> {
-    pub(crate) state: &'m CachingAllocator<Oracle<'a>>,
+    pub(crate) marks: ReplayMarks<'m>,
+    scrub: MutexGuard<'m, Scrubber<'a>>,
+}
+
+impl<'a> ReplayAt<'_, 'a> {
+    /// The allocator after the event shown.
+    pub(crate) fn state(&self) -> &CachingAllocator<Oracle<'a>> {
+        self.scrub.current()
+    }
+}
+
+/// The timeline of a replay and its marks at one moment: all of it but
+/// the state (`ReplayModel::marks_at`).
+pub(crate) struct ReplayMarks<'m> {
     pub(crate) points: &'m [StatePoint],
     pub(crate) ooms: &'m [usize],
     pub(crate) empty_caches: &'m [usize],

@@ -292,15 +292,16 @@ impl<'a> Scrubber<'a> {
         self.rec.is_empty()
     }
 
-    /// Allocated and reserved bytes after each event.
-    pub(crate) fn points(&self) -> &[StatePoint] {
-        &self.points
-    }
-
     /// The timeline, kept when the scrubber is done with (a copy is 16
     /// bytes an event).
     pub(crate) fn into_points(self) -> Vec<StatePoint> {
         self.points
+    }
+
+    /// The timeline, taken by a model that keeps it beside the scrubber
+    /// (`ReplayModel`); seeks do not read it.
+    pub(crate) fn take_points(&mut self) -> Vec<StatePoint> {
+        std::mem::take(&mut self.points)
     }
 
     /// The allocator right after `event` (after the whole malloc, for an
@@ -357,6 +358,11 @@ impl<'a> Scrubber<'a> {
 
 #[cfg(test)]
 impl Scrubber<'_> {
+    /// Allocated and reserved bytes after each event.
+    pub(crate) fn points(&self) -> &[StatePoint] {
+        &self.points
+    }
+
     /// Steps the last `seek` replayed.
     fn last_steps(&self) -> usize {
         self.last_steps

@@ -23,6 +23,9 @@ pub struct ReplayApp<'a> {
     /// are the state after: a frame at that event draws them rather than
     /// walking the allocator again.
     segments: (usize, Vec<crate::alloc::SegmentInfo>),
+    /// A move left to the next frame (`go`), which seeks while a helper
+    /// draws the timeline; made here before the next key.
+    going: Option<usize>,
 }
 
 impl<'a> ReplayApp<'a> {
@@ -35,21 +38,45 @@ impl<'a> ReplayApp<'a> {
     /// Opens at the peak.
     pub fn new(mut model: ReplayModel<'a>, color: bool) -> Self {
         model.go(model.peak_at.unwrap_or(0));
-        let mut app =
-            ReplayApp { model, screen: Screen::default(), color, status: String::new(), segments: (0, Vec::new()) };
+        let mut app = ReplayApp {
+            model,
+            screen: Screen::default(),
+            color,
+            status: String::new(),
+            segments: (0, Vec::new()),
+            going: None,
+        };
         app.clamp();
         app
     }
 
     /// Moves to the state after `event` (after the malloc it is part of).
+    /// Where frames are drawn with a helper and the timeline is long, the
+    /// next frame makes the move: it seeks while the helper draws the
+    /// timeline (`ReplayScreen::going`; docs/measurements/benchmarks.md,
+    /// "A jump's seek beside its timeline").
     pub fn go(&mut self, event: usize) {
+        if crate::view::beside(self.model.points().len()) {
+            self.going = Some(event);
+            return;
+        }
+        self.going = None;
         self.model.go(event);
         self.clamp();
     }
 
+    /// The move left to a frame made, where no frame made it yet, and the
+    /// selection kept in its state.
+    fn settle(&mut self) {
+        if let Some(event) = self.going.take() {
+            self.model.go(event);
+            self.clamp();
+        }
+    }
+
     /// The selection within the state shown (its segment and block exist).
     fn clamp(&mut self) {
-        let segs = self.model.now().state.snapshot();
+        let segs = self.model.now().state().snapshot();
         self.screen.sel = self.screen.sel.clamped(&segs);
         self.segments = (self.model.cursor(), segs);
     }
@@ -99,11 +126,13 @@ impl Interactive for ReplayApp<'_> {
         // (`model` is the crate's to move).
         let (at, segs) = &self.segments;
         let segments = (*at == self.model.cursor()).then_some(segs.as_slice());
-        ReplayScreen { model: &self.model, sel: self.screen.sel, color: self.color, status, mode, segments }
+        let going = self.going;
+        ReplayScreen { model: &self.model, sel: self.screen.sel, color: self.color, status, mode, segments, going }
             .render(area, buf);
     }
 
     fn apply(&mut self, a: Command) {
+        self.settle();
         self.status.clear();
         if self.screen.apply(a) {
             self.clamp();
@@ -111,8 +140,12 @@ impl Interactive for ReplayApp<'_> {
         }
         let cursor = self.model.cursor();
         if let Some(step) = step_of(a) {
-            self.model.step(step);
-            self.clamp();
+            if matches!(step, Step::Previous | Step::Next) {
+                self.model.step(step);
+                self.clamp();
+            } else {
+                self.go(self.model.jump(step));
+            }
             return;
         }
         match a {
@@ -560,7 +593,7 @@ impl<D: Device> Interactive for SynthApp<D> {
             };
             let (sel, color, mode) = (self.screen.sel, self.color, Some(crate::keys::Mode::Synth));
             h.cell.with_dependent(|_, model| {
-                ReplayScreen { model, sel, color, status, mode, segments: None }.render(area, buf)
+                ReplayScreen { model, sel, color, status, mode, segments: None, going: None }.render(area, buf)
             });
             return;
         }
@@ -731,7 +764,7 @@ mod replay_tests {
             let mut buf = ratatui_core::buffer::Buffer::empty(area);
             let (model, sel) = (&app.model, app.screen.sel);
             let mode = Some(app.mode());
-            ReplayScreen { model, sel, color: false, status: String::new(), mode, segments: None }
+            ReplayScreen { model, sel, color: false, status: String::new(), mode, segments: None, going: None }
                 .render(area, &mut buf);
             buf
         };
@@ -796,6 +829,75 @@ mod replay_tests {
             }
         }
         assert_eq!(frames, 18);
+    }
+
+    /// A jump left to its frame (the seek on the frame's thread, the
+    /// timeline beside it at the event asked for) draws the frame of the
+    /// move made first: pages, ends, the peak, a click-like `go`, zoomed
+    /// and by category, to an event that begins a malloc (the frame shows
+    /// its last event: the timeline is drawn again) and under the help
+    /// (drawn over the timeline: nothing is drawn apart).
+    #[test]
+    fn jumps_drawn_while_seeking_are_the_frames_of_moves_made_first() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
+        let t = crate::trace::load(&path).unwrap();
+        let opened = crate::replay::open(&t, "gpt2", &Default::default()).unwrap();
+        let events = &t.main_device().unwrap().events;
+        let segment =
+            (1000..events.len()).find(|&i| events.at(i).action == crate::alloc::Action::SegmentAlloc).unwrap();
+        let mut moved = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
+        let mut going = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
+        let drawn = |app: &ReplayApp| {
+            let mut buf = ratatui_core::buffer::Buffer::empty(area);
+            app.draw_into(area, &mut buf);
+            buf
+        };
+        enum Do {
+            Key(Command),
+            Go(usize),
+        }
+        let script = [
+            Do::Key(Command::PageDown),
+            Do::Go(segment),
+            Do::Key(Command::Plus),
+            Do::Key(Command::PageDown),
+            Do::Go(4400),
+            Do::Key(Command::ByCategory),
+            Do::Key(Command::End),
+            Do::Key(Command::PageUp),
+            Do::Key(Command::Help),
+            // Keys under the help scroll it.
+            Do::Go(0),
+            Do::Key(Command::Help),
+            Do::Key(Command::Home),
+            Do::Key(Command::Peak),
+            Do::Key(Command::Left),
+            Do::Go(segment),
+        ];
+        let (mut deferred, mut redrawn) = (0, 0);
+        for (k, d) in script.iter().enumerate() {
+            match *d {
+                Do::Key(c) => {
+                    moved.apply(c);
+                    pool.install(|| going.apply(c));
+                }
+                Do::Go(e) => {
+                    moved.go(e);
+                    pool.install(|| going.go(e));
+                }
+            }
+            deferred += usize::from(going.going.is_some());
+            let helped = pool.install(|| drawn(&going));
+            assert_eq!(helped, drawn(&moved), "step {k}");
+            assert_eq!(going.model.cursor(), moved.model.cursor(), "step {k}");
+            redrawn += usize::from(going.going.is_some_and(|e| e != going.model.cursor()));
+        }
+        // Every move but the step left was left to its frame; four went to
+        // an event that begins a malloc (the segment's, the first) and
+        // showed its last.
+        assert_eq!((deferred, redrawn), (10, 4));
     }
 }
 

@@ -82,14 +82,24 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     if let Some(p) = view.sel.panel {
         return draw_panel(view, p, area, buf);
     }
-    let theme = Theme { color: view.chrome.color };
+    draw_screen(view, area, buf, true);
+}
+
+/// The rows of the whole screen (`draw_screen`), and the status line's
+/// text; none in a terminal too small for them.
+struct Rows {
+    banner: Rect,
+    top: Rect,
+    middle: Rect,
+    bottom: Rect,
+    status: Rect,
+    status_lines: Vec<String>,
+    suffix: &'static str,
+}
+
+fn rows(view: &View, area: Rect) -> Option<Rows> {
     if area.width < MIN_WIDTH || area.height < MIN_SCREEN_HEIGHT {
-        let msg = format!(
-            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this pane is {}x{}.",
-            area.width, area.height
-        );
-        Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
-        return;
+        return None;
     }
     let banner_h = u16::from(view.chrome.banner.is_some());
     // A message longer than the screen is wide wraps onto up to three rows
@@ -114,6 +124,52 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         Constraint::Length(status_h),
     ])
     .areas(area);
+    Some(Rows { banner, top, middle, bottom, status, status_lines, suffix })
+}
+
+/// Where the whole screen `view` draws in `area` puts its timeline, where
+/// nothing is drawn over it (no single panel, no help) and it is drawn
+/// beside the rest (`beside`): a frame may then draw it apart
+/// (`timeline_apart`) while it makes the rest (`draw_but_timeline`).
+pub(crate) fn timeline_area(view: &View, area: Rect) -> Option<Rect> {
+    if view.sel.panel.is_some() || view.sel.help || !beside(view.marks.timeline.len()) {
+        return None;
+    }
+    rows(view, area).map(|r| r.bottom)
+}
+
+/// `view`'s timeline alone in `area` (`timeline_area`), in a buffer of
+/// its own for `put_buffer`.
+pub(crate) fn timeline_apart(view: &View, area: Rect) -> Buffer {
+    let mut own = Buffer::empty(area);
+    render_timeline(view, Theme { color: view.chrome.color }, area, &mut own);
+    own
+}
+
+/// The whole screen but its timeline, which the caller draws
+/// (`timeline_area`).
+pub(crate) fn draw_but_timeline(view: &View, area: Rect, buf: &mut Buffer) {
+    draw_screen(view, area, buf, false);
+}
+
+/// Whether a frame's timeline of `points` is drawn beside the other panes:
+/// it is long, and the frame is drawn on a thread with a helper
+/// (`ui::event::share_frames`).
+pub(crate) fn beside(points: usize) -> bool {
+    rayon::current_thread_index().is_some() && points >= PARALLEL_TIMELINE_POINTS
+}
+
+/// The whole screen, its timeline where `timeline` says so.
+fn draw_screen(view: &View, area: Rect, buf: &mut Buffer, timeline: bool) {
+    let theme = Theme { color: view.chrome.color };
+    let Some(Rows { banner, top, middle, bottom, status, status_lines, suffix }) = rows(view, area) else {
+        let msg = format!(
+            "gpumem-top needs a terminal of at least {MIN_WIDTH}x{MIN_HEIGHT}; this pane is {}x{}.",
+            area.width, area.height
+        );
+        Paragraph::new(msg).wrap(Wrap { trim: true }).render(area, buf);
+        return;
+    };
     if let Some(b) = &view.chrome.banner {
         put_rows(
             buf,
@@ -132,10 +188,10 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
         format!(" {} ─ {} ", view.chrome.source, view.chrome.position),
     ];
     let title = longest_fitting(title, room).unwrap_or_else(|| format!(" {} ", view.chrome.position));
-    let panes = |buf: &mut Buffer| {
+    let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
+    let bars_and_map = |buf: &mut Buffer| {
         let inner = boxed(buf, top, Line::from(Span::styled(title, theme.bold())), help);
         render_bars(view, theme, inner, buf);
-        let [map, hist] = Layout::horizontal([Constraint::Percentage(62), Constraint::Percentage(38)]).areas(middle);
         render_map(view, theme, map, buf);
         if let Some(o) = view.chrome.oom.as_ref().filter(|_| !view.sel.zoom && !view.sel.compact) {
             // Over the lower part of the map: the state is still the one the
@@ -144,26 +200,40 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
             let h = (map.height / 2).max(4).min(map.height);
             render_oom(theme, o, view.marks.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
         }
-        render_histogram(view, theme, hist, buf);
+    };
+    // Beside a long timeline the histogram is drawn apart too: the thread
+    // done first takes it (a jump's frame seeks before these panes,
+    // docs/measurements/benchmarks.md, "A jump's seek beside its timeline").
+    let panes = |buf: &mut Buffer| {
+        if beside(view.marks.timeline.len()) {
+            let hist = hist.intersection(buf.area);
+            let (own, ()) = rayon::join(
+                || {
+                    let mut own = Buffer::empty(hist);
+                    render_histogram(view, theme, hist, &mut own);
+                    own
+                },
+                || bars_and_map(buf),
+            );
+            put_buffer(buf, own);
+        } else {
+            bars_and_map(buf);
+            render_histogram(view, theme, hist, buf);
+        }
     };
     // A long run's timeline (its columns' peaks, stacked bytes, lines) is
     // as much work as the other panes together: where the frame is drawn
     // on a thread with a helper (`ui::event::share_frames`), it is drawn
     // beside them into its own buffer, then moved into place
     // (docs/measurements/benchmarks.md, "The timeline beside the other panes").
-    if rayon::current_thread_index().is_none() || view.marks.timeline.len() < PARALLEL_TIMELINE_POINTS {
+    if !timeline {
+        panes(buf);
+    } else if !beside(view.marks.timeline.len()) {
         panes(buf);
         render_timeline(view, theme, bottom, buf);
     } else {
         let bottom = bottom.intersection(buf.area);
-        let (timeline, ()) = rayon::join(
-            || {
-                let mut own = Buffer::empty(bottom);
-                render_timeline(view, theme, bottom, &mut own);
-                own
-            },
-            || panes(buf),
-        );
+        let (timeline, ()) = rayon::join(|| timeline_apart(view, bottom), || panes(buf));
         put_buffer(buf, timeline);
     }
     // A message (a written file, an alert) goes first: it matters more than
@@ -194,7 +264,7 @@ fn draw(view: &View, area: Rect, buf: &mut Buffer) {
 const PARALLEL_TIMELINE_POINTS: usize = if cfg!(test) { 1 } else { 1 << 18 };
 
 /// `part`'s cells moved into `buf` (whose area holds `part`'s).
-fn put_buffer(buf: &mut Buffer, mut part: Buffer) {
+pub(crate) fn put_buffer(buf: &mut Buffer, mut part: Buffer) {
     let a = part.area;
     for y in a.top()..a.bottom() {
         let (to, from) = (buf.index_of(a.x, y), part.index_of(a.x, y));

@@ -188,7 +188,7 @@ pub(crate) struct Clock<'m> {
 
 impl<'m> Marks<'m> {
     /// The marks of a replay at `cursor`.
-    pub(crate) fn of(at: &crate::replay::model::ReplayAt<'m, '_>, cursor: usize, peak_at: Option<usize>) -> Self {
+    pub(crate) fn of(at: &crate::replay::model::ReplayMarks<'m>, cursor: usize, peak_at: Option<usize>) -> Self {
         Marks {
             timeline: at.points,
             cursor,
