@@ -278,8 +278,8 @@ impl<'a> ReplayModel<'a> {
         shown
     }
 
-    /// As `go`, through a shared model: a frame seeks on its thread while
-    /// another draws the timeline from `marks_at` (`ReplayScreen::going`).
+    /// As `go`, through a shared model: a frame seeks on one thread while
+    /// the other draws the timeline from `marks_at` (`ReplayScreen::going`).
     pub(crate) fn go_shared(&self, cursor: usize) -> usize {
         let mut scrub = self.locked();
         let shown = scrub.shown(cursor);
