@@ -792,6 +792,14 @@ mod replay_tests {
     /// other panes, in its own buffer) is the frame drawn on one thread:
     /// whole and zoomed, by state and by category, at the peak and at the
     /// ends.
+    /// `app`'s frame at 200x60, drawn through `draw_into` on this thread.
+    fn drawn(app: &ReplayApp) -> ratatui_core::buffer::Buffer {
+        let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
+        let mut buf = ratatui_core::buffer::Buffer::empty(area);
+        app.draw_into(area, &mut buf);
+        buf
+    }
+
     #[test]
     fn frames_drawn_with_a_helper_are_frames_drawn_alone() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
@@ -799,12 +807,6 @@ mod replay_tests {
         let opened = crate::replay::open(&t, "gpt2", &Default::default()).unwrap();
         let mut app = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
-        let drawn = |app: &ReplayApp| {
-            let mut buf = ratatui_core::buffer::Buffer::empty(area);
-            app.draw_into(area, &mut buf);
-            buf
-        };
         let last = app.model.last();
         let mut frames = 0;
         for by_category in [false, true] {
@@ -848,12 +850,6 @@ mod replay_tests {
         let mut moved = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
         let mut going = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
-        let drawn = |app: &ReplayApp| {
-            let mut buf = ratatui_core::buffer::Buffer::empty(area);
-            app.draw_into(area, &mut buf);
-            buf
-        };
         enum Do {
             Key(Command),
             Go(usize),
