@@ -81,7 +81,8 @@ impl<'a> ReplayApp<'a> {
         self.segments = (self.model.cursor(), segs);
     }
 
-    /// The event whose state the screen shows.
+    /// The event whose state the screen shows (a move left to the next
+    /// frame, `go`, once that frame is drawn).
     pub fn cursor(&self) -> usize {
         self.model.cursor()
     }
