@@ -6,6 +6,10 @@
 # after every stage.
 set -u
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+# The old binary was built in a worktree at /tmp/rn/base and reads its
+# fixtures there (its first call ran without this line: every old run
+# stopped at once; measurements/h200_2026-12-06w.sh ran them again).
+[ -e /tmp/rn/base ] || { mkdir -p /tmp/rn && ln -s "$PWD" /tmp/rn/base; }
 W=$(mktemp -d)
 unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"), 1 << 22)' "$1" "$2"; }
 T0=$(date +%s)
