@@ -201,9 +201,11 @@ fn draw_screen(view: &View, area: Rect, buf: &mut Buffer, timeline: bool) {
             render_oom(theme, o, view.marks.meaning, Rect { y: map.bottom() - h, height: h, ..map }, buf);
         }
     };
-    // Beside a long timeline the histogram is drawn apart too: the thread
-    // done first takes it (a jump's frame seeks before these panes,
-    // docs/measurements/benchmarks.md, "A jump's seek beside its timeline").
+    // Beside a long timeline the histogram is drawn apart too, into its own
+    // buffer, so that the bars and the map go to whichever thread is free
+    // first (a jump's frame seeks before these panes while the other draws
+    // the timeline: docs/measurements/benchmarks.md, "A jump's seek beside
+    // its timeline").
     let panes = |buf: &mut Buffer| {
         if beside(view.marks.timeline.len()) {
             let hist = hist.intersection(buf.area);
