@@ -789,10 +789,6 @@ mod replay_tests {
         assert_eq!(drawn(&app), at_9000);
     }
 
-    /// A frame drawn on a thread with a helper (its timeline beside the
-    /// other panes, in its own buffer) is the frame drawn on one thread:
-    /// whole and zoomed, by state and by category, at the peak and at the
-    /// ends.
     /// `app`'s frame at 200x60, drawn through `draw_into` on this thread.
     fn drawn(app: &ReplayApp) -> ratatui_core::buffer::Buffer {
         let area = ratatui_core::layout::Rect::new(0, 0, 200, 60);
@@ -801,6 +797,10 @@ mod replay_tests {
         buf
     }
 
+    /// A frame drawn on a thread with a helper (its timeline beside the
+    /// other panes, in its own buffer) is the frame drawn on one thread:
+    /// whole and zoomed, by state and by category, at the peak and at the
+    /// ends.
     #[test]
     fn frames_drawn_with_a_helper_are_frames_drawn_alone() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces/gpt2_train.pickle.gz");
