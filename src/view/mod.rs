@@ -141,8 +141,14 @@ pub(crate) fn timeline_area(view: &View, area: Rect) -> Option<Rect> {
 /// `view`'s timeline alone in `area` (`timeline_area`), in a buffer of
 /// its own for `put_buffer`.
 pub(crate) fn timeline_apart(view: &View, area: Rect) -> Buffer {
+    apart(area, |own| render_timeline(view, Theme { color: view.chrome.color }, area, own))
+}
+
+/// What `draw` draws in `area`, in a buffer of its own (drawn beside the
+/// rest of a frame on another thread, then moved in with `put_buffer`).
+fn apart(area: Rect, draw: impl FnOnce(&mut Buffer)) -> Buffer {
     let mut own = Buffer::empty(area);
-    render_timeline(view, Theme { color: view.chrome.color }, area, &mut own);
+    draw(&mut own);
     own
 }
 
@@ -209,14 +215,8 @@ fn draw_screen(view: &View, area: Rect, buf: &mut Buffer, timeline: bool) {
     let panes = |buf: &mut Buffer| {
         if beside(view.marks.timeline.len()) {
             let hist = hist.intersection(buf.area);
-            let (own, ()) = rayon::join(
-                || {
-                    let mut own = Buffer::empty(hist);
-                    render_histogram(view, theme, hist, &mut own);
-                    own
-                },
-                || bars_and_map(buf),
-            );
+            let (own, ()) =
+                rayon::join(|| apart(hist, |own| render_histogram(view, theme, hist, own)), || bars_and_map(buf));
             put_buffer(buf, own);
         } else {
             bars_and_map(buf);
