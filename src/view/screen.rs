@@ -167,7 +167,8 @@ impl<'m> ReplayScreen<'m, '_> {
     }
 
     /// A jump's frame: one thread seeks `to` and draws the rest while the
-    /// other draws the timeline at `to`, which needs no state (docs/measurements/benchmarks.md, "A jump's seek beside its
+    /// other draws the timeline at `to`, which needs no state
+    /// (docs/measurements/benchmarks.md, "A jump's seek beside its
     /// timeline"). Where the seek shows another event (`to` begins a
     /// malloc whose state is its last event's) or the rows differ, the
     /// timeline is drawn again after it.
