@@ -223,6 +223,31 @@ pub(crate) fn render_rows(
     let cells_w = (inner.width as usize).saturating_sub(label_w + 1);
     let max = view.segments.iter().map(|s| s.total_size).max().unwrap_or(0).max(1);
     let rows = inner.height as usize - 1;
+    let x0 = inner.x + label_w as u16 + 1;
+    let room = buf.area.right().saturating_sub(x0) as usize;
+    // To scale: the largest segment is the full width.
+    let width = |seg: &SegmentInfo| {
+        let n = if scaled {
+            ((seg.total_size as u128 * cells_w as u128).div_ceil(max as u128) as usize).max(1)
+        } else {
+            cells_w
+        };
+        n.min(room)
+    };
+    let shown: Vec<(u16, &SegmentInfo)> = (inner.y..)
+        .zip(segs.iter().skip(view.sel.scroll).take(rows).copied())
+        .filter(|&(y, _)| buf.area.contains(ratatui_core::layout::Position { x: x0, y }))
+        .collect();
+    // Each row's cells are its own work: beside a long timeline (a jump's
+    // frame draws the map after its seek) they are found on every free
+    // thread (docs/measurements/benchmarks.md, "The map's rows on free
+    // threads").
+    let cells: Vec<Vec<(char, Style)>> = if super::beside(view.marks.timeline.len()) {
+        use rayon::prelude::*;
+        shown.par_iter().map(|&(_, seg)| map_cells(view, theme, seg, width(seg))).collect()
+    } else {
+        shown.iter().map(|&(_, seg)| map_cells(view, theme, seg, width(seg))).collect()
+    };
     for (row, seg) in segs.iter().skip(view.sel.scroll).take(rows).enumerate() {
         let y = inner.y + row as u16;
         // `*`: the segment belongs to a private pool (CUDA graph, MemPool).
@@ -234,21 +259,13 @@ pub(crate) fn render_rows(
             Style::default()
         };
         put_row(buf, inner.x, y, label_w as u16, Line::styled(label, style));
-        // Cells are written directly: set_string would segment graphemes
-        // for every one-glyph string, most of a frame's cost.
-        let x0 = inner.x + label_w as u16 + 1;
-        if buf.area.contains(ratatui_core::layout::Position { x: x0, y }) {
-            let row = buf.index_of(x0, y);
-            let room = (buf.area.right() - x0) as usize;
-            // To scale: the largest segment is the full width.
-            let n = if scaled {
-                ((seg.total_size as u128 * cells_w as u128).div_ceil(max as u128) as usize).max(1)
-            } else {
-                cells_w
-            };
-            for (cell, (glyph, style)) in buf.content[row..].iter_mut().zip(map_cells(view, theme, seg, n.min(room))) {
-                cell.set_char(glyph).set_style(style);
-            }
+    }
+    // Cells are written directly: set_string would segment graphemes for
+    // every one-glyph string, most of a frame's cost.
+    for (&(y, _), row) in shown.iter().zip(cells) {
+        let at = buf.index_of(x0, y);
+        for (cell, (glyph, style)) in buf.content[at..].iter_mut().zip(row) {
+            cell.set_char(glyph).set_style(style);
         }
     }
 }
