@@ -139,9 +139,17 @@ fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, b
     let span = times.map_or(1.0, |t| (t[n - 1] - t[0]).max(1e-9));
     let cols = Columns::new(view, n, (plot.width as usize) * 2, times, span);
     let peaks = column_peaks(view, &cols);
-    let (alloc, reserved) = series_points(view, &cols, &peaks);
-    let stacked = stacked_lines(view, &cols, &peaks);
-    let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
+    let lines = || stacked_lines(view, &cols, &peaks);
+    let rest = || {
+        let labels = peak_labels(view, &cols, plot.width as usize, if label_row { Some(ymax) } else { None });
+        (series_points(view, &cols, &peaks), labels)
+    };
+    // A long run's stacked categories (each column's bytes found from its
+    // sample) are as much work as the rest of the plot: beside it where a
+    // helper is free (docs/measurements/benchmarks.md, "The map's rows on
+    // free threads").
+    let (stacked, ((alloc, reserved), labels)) =
+        if super::beside(n) { rayon::join(lines, rest) } else { (lines(), rest()) };
     let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
     plotted.chart(view, theme, &cols).render(plot, buf);
     let axis = timeline_footer(view, zoom.map(|z| z.zoom.total + z.first_event), times, inner.width as usize);
