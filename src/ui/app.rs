@@ -807,7 +807,9 @@ mod replay_tests {
         let t = crate::trace::load(&path).unwrap();
         let opened = crate::replay::open(&t, "gpt2", &Default::default()).unwrap();
         let mut app = ReplayApp::new(opened.model("gpt2".into()).unwrap(), true);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // Two threads (a 2-core machine) and four (`FRAME_THREADS`, where
+        // the map's rows and the stacked categories go apart as well).
+        let pools = [2, 4].map(|n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap());
         let last = app.model.last();
         let mut frames = 0;
         for by_category in [false, true] {
@@ -821,17 +823,20 @@ mod replay_tests {
                         app.apply(Command::Plus);
                     }
                     let alone = drawn(&app);
-                    let (helped, in_pool) = pool.install(|| (drawn(&app), rayon::current_thread_index().is_some()));
-                    assert!(in_pool);
-                    assert_eq!(helped, alone, "at {at}, zoom {zoom}, by category {by_category}");
-                    frames += 1;
+                    for pool in &pools {
+                        let (helped, in_pool) = pool.install(|| (drawn(&app), rayon::current_thread_index().is_some()));
+                        assert!(in_pool);
+                        let threads = pool.current_num_threads();
+                        assert_eq!(helped, alone, "at {at}, zoom {zoom}, by category {by_category}, {threads} threads");
+                        frames += 1;
+                    }
                 }
                 for _ in 1..3 {
                     app.apply(Command::Minus);
                 }
             }
         }
-        assert_eq!(frames, 18);
+        assert_eq!(frames, 36);
     }
 
     /// A jump left to its frame (the seek on the frame's thread, the

@@ -313,14 +313,21 @@ impl<B: ratatui_core::backend::Backend> ratatui_core::backend::Backend for Cache
     }
 }
 
+/// The most threads a frame is drawn on: a jump's frame has about four
+/// parts that can go apart once its seek is done (the timeline, the map's
+/// rows, the histogram, the bars), a step's the same without the seek
+/// (docs/measurements/benchmarks.md, "The map's rows on free threads").
+const FRAME_THREADS: usize = 4;
+
 /// Makes the calling thread, the one that draws the frames, a worker of
-/// rayon's pool with one helper, on which a long run's timeline is drawn
+/// rayon's pool with a helper per core up to `FRAME_THREADS` in all (two
+/// at least), on which a long run's timeline is drawn
 /// beside the other panes (docs/measurements/benchmarks.md, "The timeline
 /// beside the other panes"). The pool is made once in a process; where
 /// another thread made it, frames here are drawn on this thread alone.
 pub fn share_frames() {
     let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
+        .num_threads(std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, FRAME_THREADS))
         .use_current_thread()
         .thread_name(|i| format!("gpumem-top frames {i}"))
         .build_global();
