@@ -242,7 +242,7 @@ pub(crate) fn render_rows(
     // frame draws the map after its seek) they are found on every free
     // thread (docs/measurements/benchmarks.md, "The map's rows on free
     // threads").
-    let cells: Vec<Vec<(char, Style)>> = if super::beside(view.marks.timeline.len()) {
+    let cells: Vec<Vec<(char, Style)>> = if super::parts::beside(view.marks.timeline.len()) {
         use rayon::prelude::*;
         shown.par_iter().map(|&(_, seg)| map_cells(view, theme, seg, width(seg))).collect()
     } else {

@@ -23,7 +23,7 @@ mod timeline;
 pub(crate) use help::help_box;
 pub(crate) use help::help_overlay;
 pub use map::{segment_categories, segment_cells};
-pub(crate) use parts::{Focus, Panel, SegmentOrder, View};
+pub(crate) use parts::{beside, Focus, Panel, SegmentOrder, View};
 pub(crate) use text::{boxed, duration, ellipsis, put_rows, too_small, MIN_HEIGHT, MIN_WIDTH};
 pub(crate) use timeline::Zoom;
 
@@ -158,13 +158,6 @@ pub(crate) fn draw_but_timeline(view: &View, area: Rect, buf: &mut Buffer) {
     draw_screen(view, area, buf, false);
 }
 
-/// Whether a frame's timeline of `points` is drawn beside the other panes:
-/// it is long, and the frame is drawn on a thread with a helper
-/// (`ui::event::share_frames`).
-pub(crate) fn beside(points: usize) -> bool {
-    rayon::current_thread_index().is_some() && points >= PARALLEL_TIMELINE_POINTS
-}
-
 /// The whole screen, its timeline where `timeline` says so.
 fn draw_screen(view: &View, area: Rect, buf: &mut Buffer, timeline: bool) {
     let theme = Theme { color: view.chrome.color };
@@ -259,11 +252,6 @@ fn draw_screen(view: &View, area: Rect, buf: &mut Buffer, timeline: bool) {
         help_overlay(theme.color, mode, view.marks.meaning.is_some(), view.sel.help_scroll, area, buf);
     }
 }
-
-/// Timelines of fewer points are drawn on the frame's own thread: handing
-/// work to another costs tens of microseconds, more than they take. Unit
-/// tests, whose traces are small, draw every timeline beside the panes.
-const PARALLEL_TIMELINE_POINTS: usize = if cfg!(test) { 1 } else { 1 << 18 };
 
 /// `part`'s cells moved into `buf` (whose area holds `part`'s).
 pub(crate) fn put_buffer(buf: &mut Buffer, mut part: Buffer) {

@@ -343,6 +343,18 @@ pub(crate) struct View<'a> {
     pub(crate) sel: Selection,
 }
 
+/// Whether a frame's timeline of `points` is drawn beside the other panes:
+/// it is long, and the frame is drawn on a thread with a helper
+/// (`ui::event::share_frames`).
+pub(crate) fn beside(points: usize) -> bool {
+    rayon::current_thread_index().is_some() && points >= PARALLEL_TIMELINE_POINTS
+}
+
+/// Timelines of fewer points are drawn on the frame's own thread: handing
+/// work to another costs tens of microseconds, more than they take. Unit
+/// tests, whose traces are small, draw every timeline beside the panes.
+const PARALLEL_TIMELINE_POINTS: usize = if cfg!(test) { 1 } else { 1 << 18 };
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,7 +149,7 @@ fn draw_timeline(view: &View, zoom: Option<&ZoomOf>, theme: Theme, area: Rect, b
     // helper is free (docs/measurements/benchmarks.md, "The map's rows on
     // free threads").
     let (stacked, ((alloc, reserved), labels)) =
-        if super::beside(n) { rayon::join(lines, rest) } else { (lines(), rest()) };
+        if super::parts::beside(n) { rayon::join(lines, rest) } else { (lines(), rest()) };
     let plotted = Plotted { alloc, reserved, stacked, labels, limit, ymax };
     plotted.chart(view, theme, &cols).render(plot, buf);
     let axis = timeline_footer(view, zoom.map(|z| z.zoom.total + z.first_event), times, inner.width as usize);
