@@ -320,11 +320,11 @@ impl<B: ratatui_core::backend::Backend> ratatui_core::backend::Backend for Cache
 const FRAME_THREADS: usize = 4;
 
 /// Makes the calling thread, the one that draws the frames, a worker of
-/// rayon's pool with a helper per core up to `FRAME_THREADS` in all (two
-/// at least), on which a long run's timeline is drawn
-/// beside the other panes (docs/measurements/benchmarks.md, "The timeline
-/// beside the other panes"). The pool is made once in a process; where
-/// another thread made it, frames here are drawn on this thread alone.
+/// rayon's pool, a thread per core up to `FRAME_THREADS` (two at least),
+/// on which a long run's timeline is drawn beside the other panes
+/// (docs/measurements/benchmarks.md, "The timeline beside the other
+/// panes"). The pool is made once in a process; where another thread made
+/// it, frames here are drawn on this thread alone.
 pub fn share_frames() {
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, FRAME_THREADS))

@@ -343,9 +343,10 @@ pub(crate) struct View<'a> {
     pub(crate) sel: Selection,
 }
 
-/// Whether a frame's timeline of `points` is drawn beside the other panes:
-/// it is long, and the frame is drawn on a thread with a helper
-/// (`ui::event::share_frames`).
+/// Whether a frame whose timeline holds `points` is drawn on several
+/// threads (its timeline beside the other panes, the map's rows and the
+/// stacked categories apart): the timeline is long, and the frame is drawn
+/// on a thread with helpers (`ui::event::share_frames`).
 pub(crate) fn beside(points: usize) -> bool {
     rayon::current_thread_index().is_some() && points >= PARALLEL_TIMELINE_POINTS
 }
